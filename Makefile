@@ -1,0 +1,59 @@
+# Two commands: `make run` (bring the product up) and `make test` (the whole suite).
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.13 || command -v python3.12 || command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+PG_URL ?= postgres://root@127.0.0.1:5432/root
+REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
+VENDOR := static/vendor/plotly.min.js
+
+.PHONY: run test lint install static migrate seed services-check format clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed (found %s)" % sys.version.split()[0])'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+# Plotly's JavaScript comes from the installed plotly package, never a CDN.
+$(VENDOR): $(STAMP)
+	@mkdir -p static/vendor
+	$(BIN)/python -c 'import pathlib, plotly; src = pathlib.Path(plotly.__file__).parent / "package_data" / "plotly.min.js"; pathlib.Path("$(VENDOR)").write_bytes(src.read_bytes())'
+
+static: $(VENDOR)
+
+migrate: $(STAMP)
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py migrate --noinput -v0
+
+seed: migrate
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py seed_demo
+
+run: static seed
+	@echo ""
+	@echo "  Edge routing control plane: http://$(HOST):$(PORT)/"
+	@echo "  Logins: viewer/demo-viewer  editor/demo-editor  publisher/demo-publisher  admin/demo-admin"
+	@echo "  API docs: http://$(HOST):$(PORT)/api/docs/   (Ctrl-C stops)"
+	@echo ""
+	DEBUG=$${DEBUG:-1} $(BIN)/python -m uvicorn controlplane.asgi:application --host $(HOST) --port $(PORT) --lifespan off
+
+# The suite runs against the real PostgreSQL and Redis on 127.0.0.1 when they answer; with
+# CI=true it refuses to run (rather than skip) when either is missing.
+test: static
+	@source scripts/test_env.sh && $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	DEBUG=1 $(BIN)/mypy .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf var/db.sqlite3 var/staticfiles

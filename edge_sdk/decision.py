@@ -1,0 +1,423 @@
+"""The routing decision of device protocol v1 (PROTOCOL.md, "The decision").
+
+One pure function, `decide`, shared by the SDK on devices, the server's playground, threshold
+calibration and backtests. Standard library only: devices and the server import the same code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Final, Literal, TypeAlias, cast, get_args
+
+__all__ = [
+    "Adjustment",
+    "AdjustmentName",
+    "Cell",
+    "CellDocumentError",
+    "DecidedBy",
+    "Decision",
+    "DeviceState",
+    "FallbackKind",
+    "FallbackSetting",
+    "Mode",
+    "Route",
+    "Side",
+    "TaskSignals",
+    "decide",
+    "fallback_route",
+]
+
+Route: TypeAlias = Literal["device", "cloud", "draft_refine"]
+DecidedBy: TypeAlias = Literal["policy", "privacy", "offline", "threshold", "latency"]
+Mode: TypeAlias = Literal["device_only", "cloud_only", "auto", "draft_refine"]
+FallbackSetting: TypeAlias = Literal["other_side", "none"]
+FallbackKind: TypeAlias = Literal["none", "cloud_to_device", "device_to_cloud"]
+Side: TypeAlias = Literal["device", "cloud"]
+AdjustmentName: TypeAlias = Literal["network", "load", "cloud_pressure", "clamp"]
+Adjustment: TypeAlias = tuple[AdjustmentName, float]
+
+_MODES: Final = frozenset(get_args(Mode))
+_FALLBACK_SETTINGS: Final = frozenset(get_args(FallbackSetting))
+_SENSITIVE: Final = "sensitive"
+_BACKGROUND: Final = "background"
+
+
+class CellDocumentError(ValueError):
+    """A cell of a policy document is missing a field or holds a value of the wrong kind."""
+
+
+# kw_only everywhere: these classes hold long runs of floats, and a positional mix-up
+# (rtt for bandwidth, threshold for a weight) would type-check and silently misroute.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cell:
+    """One row of a policy table, flattened from its document form for cheap reads."""
+
+    task_type: str
+    latency_budget: str
+    privacy_tier: str
+    mode: Mode
+    threshold: float
+    weight_length: float
+    weight_intent: float
+    weight_lm: float
+    length_norm_tokens: int
+    latency_budget_ms: int
+    cloud_timeout_ms: int
+    fallback: FallbackSetting
+    upload_allowed: bool
+    upload_deidentify: bool
+    upload_max_bytes: int
+    rtt_high_ms: float
+    bandwidth_low_kbps: float
+    theta_raise: float
+    load_busy: float
+    theta_lower: float
+    cache_ttl_s: int
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> Cell:
+        """Parse one cell of a policy document; CellDocumentError names the first bad field."""
+        mode = _text(document, "mode")
+        if mode not in _MODES:
+            raise CellDocumentError(
+                f"cell field 'mode' must be one of {sorted(_MODES)}, got {mode!r}"
+            )
+        fallback = _text(document, "fallback")
+        if fallback not in _FALLBACK_SETTINGS:
+            raise CellDocumentError(
+                f"cell field 'fallback' must be one of {sorted(_FALLBACK_SETTINGS)}, "
+                f"got {fallback!r}"
+            )
+        length_norm_tokens = _integer(document, "length_norm_tokens")
+        if length_norm_tokens <= 0:
+            raise CellDocumentError("cell field 'length_norm_tokens' must be positive")
+        return cls(
+            task_type=_text(document, "task_type"),
+            latency_budget=_text(document, "latency_budget"),
+            privacy_tier=_text(document, "privacy_tier"),
+            mode=cast(Mode, mode),
+            threshold=_number(document, "threshold"),
+            weight_length=_number(document, "weights", "length"),
+            weight_intent=_number(document, "weights", "intent"),
+            weight_lm=_number(document, "weights", "lm"),
+            length_norm_tokens=length_norm_tokens,
+            latency_budget_ms=_integer(document, "latency_budget_ms"),
+            cloud_timeout_ms=_integer(document, "cloud_timeout_ms"),
+            fallback=cast(FallbackSetting, fallback),
+            upload_allowed=_flag(document, "upload", "allowed"),
+            upload_deidentify=_flag(document, "upload", "deidentify"),
+            upload_max_bytes=_integer(document, "upload", "max_bytes"),
+            rtt_high_ms=_number(document, "network", "rtt_high_ms"),
+            bandwidth_low_kbps=_number(document, "network", "bandwidth_low_kbps"),
+            theta_raise=_number(document, "network", "theta_raise"),
+            load_busy=_number(document, "load", "busy"),
+            theta_lower=_number(document, "load", "theta_lower"),
+            cache_ttl_s=_integer(document, "cache_ttl_s"),
+        )
+
+    def to_document(self) -> dict[str, Any]:
+        """The cell in the nested shape of a policy document."""
+        return {
+            "task_type": self.task_type,
+            "latency_budget": self.latency_budget,
+            "privacy_tier": self.privacy_tier,
+            "mode": self.mode,
+            "threshold": self.threshold,
+            "weights": {
+                "length": self.weight_length,
+                "intent": self.weight_intent,
+                "lm": self.weight_lm,
+            },
+            "length_norm_tokens": self.length_norm_tokens,
+            "latency_budget_ms": self.latency_budget_ms,
+            "cloud_timeout_ms": self.cloud_timeout_ms,
+            "fallback": self.fallback,
+            "upload": {
+                "allowed": self.upload_allowed,
+                "deidentify": self.upload_deidentify,
+                "max_bytes": self.upload_max_bytes,
+            },
+            "network": {
+                "rtt_high_ms": self.rtt_high_ms,
+                "bandwidth_low_kbps": self.bandwidth_low_kbps,
+                "theta_raise": self.theta_raise,
+            },
+            "load": {"busy": self.load_busy, "theta_lower": self.theta_lower},
+            "cache_ttl_s": self.cache_ttl_s,
+        }
+
+    @property
+    def keeps_data_on_device(self) -> bool:
+        """Sensitive and not allowed to upload: nothing of this task may reach the cloud."""
+        return self.privacy_tier == _SENSITIVE and not self.upload_allowed
+
+    @property
+    def is_background(self) -> bool:
+        """A background task may wait for the network; an interactive one may not."""
+        return self.latency_budget == _BACKGROUND
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskSignals:
+    """What the device knows about one task before routing it."""
+
+    tokens: int
+    intent_conf: float
+    lm_conf: float
+    upload_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceState:
+    """The device's network, load and cloud estimates at decision time.
+
+    While offline, pass the last measured network figures: a queued background task is
+    judged by what steps 4-8 would say online, and a bandwidth of 0 makes step 7 keep it
+    on the device.
+    """
+
+    rtt_ms: float
+    bandwidth_kbps: float
+    device_load: float
+    online: bool
+    cloud_infer_ms: float
+    cloud_pressure: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    """Where a task runs, which step decided it, and the numbers behind it.
+
+    `score`, `threshold` and `predicted_cloud_ms` are None when the deciding step came
+    before they were computed; `threshold` is the effective theta after `adjustments`.
+    """
+
+    route: Route
+    decided_by: DecidedBy
+    base_threshold: float
+    latency_budget_ms: int
+    score: float | None = None
+    threshold: float | None = None
+    adjustments: tuple[Adjustment, ...] = ()
+    predicted_cloud_ms: float | None = None
+    queue_until_online: bool = False
+
+    def explain(self) -> str:
+        """One line for people: the route and the step and numbers that chose it."""
+        if self.decided_by == "policy":
+            reason = f"{self.route}: fixed by policy mode {self.route}_only"
+            if self.queue_until_online:
+                reason += "; offline, queued until back online"
+            return reason
+        if self.decided_by == "privacy":
+            return "device: sensitive data and upload not allowed"
+        if self.decided_by == "offline":
+            if self.queue_until_online:
+                return f"device: offline, queued for the cloud until online ({self._compare()})"
+            return "device: offline"
+        if self.decided_by == "latency":
+            return (
+                f"device: predicted cloud {self.predicted_cloud_ms:.0f} ms > budget "
+                f"{self.latency_budget_ms} ms ({self._compare()})"
+            )
+        return f"{self.route}: {self._compare()}"
+
+    def _compare(self) -> str:
+        if self.score is None or self.threshold is None:
+            return "score not computed"
+        relation = "<" if self.score < self.threshold else ">="
+        text = f"score {self.score:.2f} {relation} theta {self.threshold:.2f}"
+        if not self.adjustments:
+            return text
+        steps = "".join(f", {delta:+.2f} {name}" for name, delta in self.adjustments)
+        return f"{text} (base {self.base_threshold:.2f}{steps})"
+
+
+def decide(cell: Cell, task: TaskSignals, device: DeviceState) -> Decision:
+    """Route one task by the cell's policy: steps 1-8 of PROTOCOL.md, in that order."""
+    # Step 1. The protocol puts the fixed modes first, before privacy and connectivity, so a
+    # cloud_only cell answers cloud even offline; a background task is then queued instead.
+    if cell.mode == "device_only":
+        return Decision(
+            route="device",
+            decided_by="policy",
+            base_threshold=cell.threshold,
+            latency_budget_ms=cell.latency_budget_ms,
+        )
+    if cell.mode == "cloud_only":
+        return Decision(
+            route="cloud",
+            decided_by="policy",
+            base_threshold=cell.threshold,
+            latency_budget_ms=cell.latency_budget_ms,
+            queue_until_online=not device.online and cell.is_background,
+        )
+    # Step 2.
+    if cell.keeps_data_on_device:
+        return Decision(
+            route="device",
+            decided_by="privacy",
+            base_threshold=cell.threshold,
+            latency_budget_ms=cell.latency_budget_ms,
+        )
+    # Step 3. Only a background task can wait for the network, so only then is it worth
+    # asking what the online decision would have been.
+    if not device.online:
+        if not cell.is_background:
+            return Decision(
+                route="device",
+                decided_by="offline",
+                base_threshold=cell.threshold,
+                latency_budget_ms=cell.latency_budget_ms,
+            )
+        online = _decide_by_score(cell, task, device)
+        return replace(
+            online,
+            route="device",
+            decided_by="offline",
+            queue_until_online=online.route != "device",
+        )
+    return _decide_by_score(cell, task, device)
+
+
+def fallback_route(cell: Cell, route: Route, failed_side: Side) -> FallbackKind:
+    """Where a failed or timed-out call is retried, under the cell's fallback setting.
+
+    A device failure never goes to the cloud for a cell whose data must stay on the device.
+    """
+    if failed_side not in _sides_used(route):
+        raise ValueError(f"route {route!r} does not run on the {failed_side}")
+    if cell.fallback == "none":
+        return "none"
+    if failed_side == "cloud":
+        return "cloud_to_device"
+    if cell.keeps_data_on_device:
+        return "none"
+    return "device_to_cloud"
+
+
+def _decide_by_score(cell: Cell, task: TaskSignals, device: DeviceState) -> Decision:
+    """Steps 4-8: score against the adjusted threshold, then the cloud latency check."""
+    # Step 4. Same operand order as the seed's TaskRouter, so both give identical floats.
+    score = (
+        cell.weight_length * min(1.0, task.tokens / cell.length_norm_tokens)
+        + cell.weight_intent * (1.0 - task.intent_conf)
+        + cell.weight_lm * (1.0 - task.lm_conf)
+    )
+    theta, adjustments = _effective_threshold(cell, device)
+    # Step 6.
+    if score < theta:
+        return Decision(
+            route="device",
+            decided_by="threshold",
+            base_threshold=cell.threshold,
+            latency_budget_ms=cell.latency_budget_ms,
+            score=score,
+            threshold=theta,
+            adjustments=adjustments,
+        )
+    # Step 7.
+    predicted_cloud_ms = _predicted_cloud_ms(task, device)
+    if predicted_cloud_ms > cell.latency_budget_ms:
+        return Decision(
+            route="device",
+            decided_by="latency",
+            base_threshold=cell.threshold,
+            latency_budget_ms=cell.latency_budget_ms,
+            score=score,
+            threshold=theta,
+            adjustments=adjustments,
+            predicted_cloud_ms=predicted_cloud_ms,
+        )
+    # Step 8.
+    return Decision(
+        route="draft_refine" if cell.mode == "draft_refine" else "cloud",
+        decided_by="threshold",
+        base_threshold=cell.threshold,
+        latency_budget_ms=cell.latency_budget_ms,
+        score=score,
+        threshold=theta,
+        adjustments=adjustments,
+        predicted_cloud_ms=predicted_cloud_ms,
+    )
+
+
+def _effective_threshold(cell: Cell, device: DeviceState) -> tuple[float, tuple[Adjustment, ...]]:
+    """Step 5: theta after network, load and cloud-pressure adjustments, clamped to [0, 1]."""
+    theta = cell.threshold
+    adjustments: list[Adjustment] = []
+    # One raise for a bad network, however many of its signals are bad.
+    if device.rtt_ms > cell.rtt_high_ms or device.bandwidth_kbps < cell.bandwidth_low_kbps:
+        theta += cell.theta_raise
+        adjustments.append(("network", cell.theta_raise))
+    if device.device_load >= cell.load_busy:
+        theta -= cell.theta_lower
+        adjustments.append(("load", -cell.theta_lower))
+    if device.cloud_pressure:
+        theta += device.cloud_pressure
+        adjustments.append(("cloud_pressure", device.cloud_pressure))
+    clamped = min(1.0, max(0.0, theta))
+    if clamped != theta:
+        adjustments.append(("clamp", clamped - theta))
+    return clamped, tuple(adjustments)
+
+
+def _predicted_cloud_ms(task: TaskSignals, device: DeviceState) -> float:
+    """Step 7's estimate; no bandwidth means the upload never finishes."""
+    if device.bandwidth_kbps <= 0:
+        return math.inf
+    # bytes * 8 = bits; bits / (kilobits per second) = milliseconds.
+    return task.upload_bytes * 8 / device.bandwidth_kbps + device.rtt_ms + device.cloud_infer_ms
+
+
+def _sides_used(route: Route) -> tuple[Side, ...]:
+    if route == "device":
+        return ("device",)
+    if route == "cloud":
+        return ("cloud",)
+    return ("device", "cloud")
+
+
+def _lookup(document: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = document
+    for depth, key in enumerate(path):
+        if not isinstance(value, Mapping):
+            raise CellDocumentError(f"cell field {'.'.join(path[:depth])!r} must be an object")
+        if key not in value:
+            raise CellDocumentError(f"cell is missing field {'.'.join(path[: depth + 1])!r}")
+        value = value[key]
+    return value
+
+
+def _text(document: Mapping[str, Any], *path: str) -> str:
+    value = _lookup(document, path)
+    if not isinstance(value, str):
+        raise CellDocumentError(f"cell field {'.'.join(path)!r} must be a string")
+    return value
+
+
+def _number(document: Mapping[str, Any], *path: str) -> float:
+    value = _lookup(document, path)
+    # bool is an int subclass; JSON true must not read as 1.0.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise CellDocumentError(f"cell field {'.'.join(path)!r} must be a finite number")
+    return float(value)
+
+
+def _integer(document: Mapping[str, Any], *path: str) -> int:
+    value = _lookup(document, path)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CellDocumentError(f"cell field {'.'.join(path)!r} must be an integer")
+    return int(value)
+
+
+def _flag(document: Mapping[str, Any], *path: str) -> bool:
+    value = _lookup(document, path)
+    # Strict: a string "false" is truthy, and upload.allowed guards private data.
+    if not isinstance(value, bool):
+        raise CellDocumentError(f"cell field {'.'.join(path)!r} must be true or false")
+    return value

@@ -1,0 +1,408 @@
+"""REST API under /api/v1/ for fleets, drafts, versions, diffs and the audit log.
+
+Views are thin: parse input, call one service or selector, shape the output. Draft edits carry
+the draft's revision, either as `If-Match: "r<revision>"` or as a `revision` field; a stale one
+gets 409, a missing one 428.
+"""
+
+import re
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controlplane.exceptions import ApplicationError, ValidationFailed
+
+from . import selectors, services
+from .cell_schema import DIMENSIONS, flatten
+from .models import AuditEntry, Fleet, PolicyVersion
+from .permissions import IsEditor, IsPublisher, IsViewer
+
+_IF_MATCH_RE = re.compile(r'^\s*(?:W/)?"r(\d+)"\s*$')
+
+
+def _revision(request: Request, data: Any = None) -> int:
+    """The draft revision the client edits: `If-Match: "r<n>"` header or a `revision` field."""
+    header = request.headers.get("If-Match")
+    if header:
+        match = _IF_MATCH_RE.match(header)
+        if not match:
+            raise ValidationFailed(
+                'If-Match must be the draft ETag, e.g. "r3".',
+                details=[{"field": "If-Match", "message": f"not a draft revision: {header!r}"}],
+            )
+        return int(match.group(1))
+    value = data.get("revision") if isinstance(data, dict) else None
+    if value is None:
+        raise ApplicationError(
+            "Say which draft revision you are changing (If-Match header or `revision` field), "
+            "so nobody's edit is overwritten.",
+            code="revision_required",
+            status=428,
+        )
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValidationFailed(
+            "`revision` must be a positive whole number.",
+            details=[{"field": "revision", "message": f"got {value!r}"}],
+        )
+    return int(value)
+
+
+def _require_object(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ValidationFailed(
+            "The body must be a JSON object.",
+            details=[{"field": "body", "message": "expected an object"}],
+        )
+    return data
+
+
+def _user_name(user: Any) -> str | None:
+    return user.get_username() if user is not None else None
+
+
+def fleet_out(fleet: Fleet) -> dict[str, Any]:
+    """A fleet with its latest published version and draft state."""
+    draft = selectors.draft_get(fleet=fleet)
+    latest = selectors.latest_published(fleet=fleet)
+    return {
+        "slug": fleet.slug,
+        "name": fleet.name,
+        "description": fleet.description,
+        "created_at": fleet.created_at,
+        "latest_version": latest.number if latest else None,
+        "draft_revision": draft.revision if draft else None,
+    }
+
+
+def version_out(version: PolicyVersion) -> dict[str, Any]:
+    """Metadata of a version (without cells)."""
+    return {
+        "version": version.number,
+        "status": "draft" if version.is_draft else "published",
+        "revision": version.revision if version.is_draft else None,
+        "etag": version.etag or None,
+        "note": version.note,
+        "based_on": version.based_on.number if version.based_on else None,
+        "created_by": _user_name(version.created_by),
+        "created_at": version.created_at,
+        "published_by": _user_name(version.published_by),
+        "published_at": version.published_at,
+        "cell_count": sum(1 for _ in selectors.cell_keys(dimensions=version.dimensions)),
+    }
+
+
+def draft_out(version: PolicyVersion) -> dict[str, Any]:
+    """The draft: metadata, revision and its table in the document shape."""
+    return {**version_out(version), "document": selectors.version_document(version=version)}
+
+
+def _draft_response(version: PolicyVersion, status_code: int = 200) -> Response:
+    response = Response(draft_out(version), status=status_code)
+    response["ETag"] = f'"r{version.revision}"'
+    return response
+
+
+def audit_out(entry: AuditEntry) -> dict[str, Any]:
+    """One audit entry."""
+    return {
+        "id": entry.pk,
+        "at": entry.created_at,
+        "actor": entry.actor_name,
+        "action": entry.action,
+        "fleet": entry.fleet.slug if entry.fleet else None,
+        "target": entry.target,
+        "summary": entry.summary,
+        "before": entry.before,
+        "after": entry.after,
+        "diff": entry.diff,
+    }
+
+
+class FleetListApi(APIView):
+    """List fleets; publishers create them."""
+
+    class InputSerializer(serializers.Serializer[Any]):
+        slug = serializers.SlugField(max_length=64)
+        name = serializers.CharField(max_length=200)
+        description = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+
+    def get_permissions(self) -> list[Any]:
+        return [IsPublisher()] if self.request.method == "POST" else [IsViewer()]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request) -> Response:
+        return Response({"results": [fleet_out(f) for f in selectors.fleet_list()]})
+
+    @extend_schema(request=InputSerializer, responses={201: OpenApiTypes.OBJECT})
+    def post(self, request: Request) -> Response:
+        serializer = self.InputSerializer(data=_require_object(request.data))
+        serializer.is_valid(raise_exception=True)
+        fleet = services.fleet_create(actor=request.user, **serializer.validated_data)
+        return Response(fleet_out(fleet), status=status.HTTP_201_CREATED)
+
+
+class FleetDetailApi(APIView):
+    """One fleet."""
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, slug: str) -> Response:
+        return Response(fleet_out(selectors.fleet_get(slug=slug)))
+
+
+class VersionListApi(APIView):
+    """Every version of a fleet, the draft first."""
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, slug: str) -> Response:
+        fleet = selectors.fleet_get(slug=slug)
+        return Response({"results": [version_out(v) for v in selectors.versions_list(fleet=fleet)]})
+
+
+class VersionDetailApi(APIView):
+    """A version's metadata and document; `ref` is a number, `draft` or `latest`."""
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, slug: str, ref: str) -> Response:
+        fleet = selectors.fleet_get(slug=slug)
+        version = selectors.version_get(fleet=fleet, ref=ref)
+        return Response(
+            {**version_out(version), "document": selectors.version_document(version=version)}
+        )
+
+
+class VersionDocumentApi(APIView):
+    """The policy document of PROTOCOL.md (the export format), with ETag / If-None-Match."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("download", OpenApiTypes.BOOL, required=False)],
+        responses={200: OpenApiTypes.OBJECT, 304: None},
+    )
+    def get(self, request: Request, slug: str, ref: str) -> Response:
+        fleet = selectors.fleet_get(slug=slug)
+        version = selectors.version_get(fleet=fleet, ref=ref)
+        etag = version.etag if not version.is_draft else f'"r{version.revision}"'
+        if etag and etag in [
+            t.strip() for t in request.headers.get("If-None-Match", "").split(",")
+        ]:
+            response = Response(status=status.HTTP_304_NOT_MODIFIED)
+        else:
+            response = Response(selectors.version_document(version=version))
+        response["ETag"] = etag
+        if request.query_params.get("download"):
+            response["Content-Disposition"] = (
+                f'attachment; filename="{fleet.slug}-{version.label}.json"'
+            )
+        return response
+
+
+class DraftApi(APIView):
+    """Read, start (from the latest or a chosen version) and discard the fleet's draft."""
+
+    class CreateSerializer(serializers.Serializer[Any]):
+        from_version = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+
+    def get_permissions(self) -> list[Any]:
+        return [IsViewer()] if self.request.method == "GET" else [IsEditor()]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, slug: str) -> Response:
+        fleet = selectors.fleet_get(slug=slug)
+        return _draft_response(selectors.version_get(fleet=fleet, ref="draft"))
+
+    @extend_schema(request=CreateSerializer, responses={201: OpenApiTypes.OBJECT})
+    def post(self, request: Request, slug: str) -> Response:
+        fleet = selectors.fleet_get(slug=slug)
+        data = request.data if request.data else {}
+        serializer = self.CreateSerializer(data=_require_object(data))
+        serializer.is_valid(raise_exception=True)
+        draft = services.policy_draft_create(
+            actor=request.user,
+            fleet=fleet,
+            from_number=serializer.validated_data.get("from_version"),
+        )
+        return _draft_response(draft, status.HTTP_201_CREATED)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, slug: str) -> Response:
+        fleet = selectors.fleet_get(slug=slug)
+        services.policy_draft_discard(
+            actor=request.user, fleet=fleet, revision=_revision(request, request.data or {})
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _normalise_edit(edit: Any) -> Any:
+    """Accept `values` flat (`"weights.length": 0.4`) or nested (`"weights": {"length": 0.4}`)."""
+    if isinstance(edit, dict) and isinstance(edit.get("values"), dict):
+        return {**edit, "values": flatten(edit["values"])}
+    return edit
+
+
+class DraftCellsApi(APIView):
+    """Edit one or several cells of the draft at once (all or nothing)."""
+
+    permission_classes = [IsEditor]
+
+    @extend_schema(
+        request=inline_serializer(
+            "DraftCellsEdit",
+            {
+                "revision": serializers.IntegerField(required=False),
+                "cells": serializers.ListField(child=serializers.DictField()),
+            },
+        ),
+        responses=OpenApiTypes.OBJECT,
+    )
+    def patch(self, request: Request, slug: str) -> Response:
+        fleet = selectors.fleet_get(slug=slug)
+        data = _require_object(request.data)
+        revision = _revision(request, data)
+        cells = data.get("cells")
+        if not isinstance(cells, list):
+            raise ValidationFailed(
+                "`cells` must be a list of cell edits.",
+                details=[{"field": "cells", "message": "expected a list"}],
+            )
+        draft = services.policy_draft_update_cells(
+            actor=request.user,
+            fleet=fleet,
+            revision=revision,
+            edits=[_normalise_edit(c) for c in cells],
+        )
+        return _draft_response(draft)
+
+
+class DraftDimensionsApi(APIView):
+    """Add a value to a dimension (and the cells it implies) or remove one."""
+
+    permission_classes = [IsEditor]
+
+    class InputSerializer(serializers.Serializer[Any]):
+        dimension = serializers.ChoiceField(choices=DIMENSIONS)
+        value = serializers.CharField(max_length=64)
+        copy_from = serializers.CharField(max_length=64, required=False, allow_null=True)
+        revision = serializers.IntegerField(required=False)
+
+    @extend_schema(request=InputSerializer, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, slug: str) -> Response:
+        fleet = selectors.fleet_get(slug=slug)
+        data = _require_object(request.data)
+        revision = _revision(request, data)
+        serializer = self.InputSerializer(data=data)
+        serializer.is_valid(raise_exception=True)
+        draft = services.policy_draft_add_dimension_value(
+            actor=request.user,
+            fleet=fleet,
+            revision=revision,
+            dimension=serializer.validated_data["dimension"],
+            value=serializer.validated_data["value"],
+            copy_from=serializer.validated_data.get("copy_from"),
+        )
+        return _draft_response(draft, status.HTTP_201_CREATED)
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def delete(self, request: Request, slug: str, dimension: str, value: str) -> Response:
+        fleet = selectors.fleet_get(slug=slug)
+        draft = services.policy_draft_remove_dimension_value(
+            actor=request.user,
+            fleet=fleet,
+            revision=_revision(request, request.data or {}),
+            dimension=dimension,
+            value=value,
+        )
+        return _draft_response(draft)
+
+
+class DraftImportApi(APIView):
+    """Replace the draft's table with a policy document (the export format)."""
+
+    permission_classes = [IsEditor]
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    def put(self, request: Request, slug: str) -> Response:
+        fleet = selectors.fleet_get(slug=slug)
+        document = _require_object(request.data)
+        has_draft = selectors.draft_get(fleet=fleet) is not None
+        revision = _revision(request, {}) if has_draft else None
+        draft = services.policy_draft_import(
+            actor=request.user, fleet=fleet, document=document, revision=revision
+        )
+        return _draft_response(draft)
+
+
+class PublishApi(APIView):
+    """Publish the draft as the next numbered, immutable version."""
+
+    permission_classes = [IsPublisher]
+
+    class InputSerializer(serializers.Serializer[Any]):
+        note = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
+        revision = serializers.IntegerField(required=False)
+
+    @extend_schema(request=InputSerializer, responses={201: OpenApiTypes.OBJECT})
+    def post(self, request: Request, slug: str) -> Response:
+        fleet = selectors.fleet_get(slug=slug)
+        data = _require_object(request.data)
+        revision = _revision(request, data)
+        serializer = self.InputSerializer(data=data)
+        serializer.is_valid(raise_exception=True)
+        version = services.policy_version_publish(
+            actor=request.user,
+            fleet=fleet,
+            revision=revision,
+            note=serializer.validated_data["note"],
+        )
+        response = Response(version_out(version), status=status.HTTP_201_CREATED)
+        response["ETag"] = version.etag
+        return response
+
+
+class DiffApi(APIView):
+    """Field-by-field diff between two versions (`a`, `b`: numbers, `draft` or `latest`)."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("a", str, required=True),
+            OpenApiParameter("b", str, required=True),
+        ],
+        responses=OpenApiTypes.OBJECT,
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        fleet = selectors.fleet_get(slug=slug)
+        a, b = request.query_params.get("a"), request.query_params.get("b")
+        if not a or not b:
+            raise ValidationFailed(
+                "Name two versions: ?a=1&b=2 (numbers, draft or latest).",
+                details=[{"field": "a" if not a else "b", "message": "is required"}],
+            )
+        return Response(selectors.version_diff(fleet=fleet, a=a, b=b))
+
+
+class AuditApi(APIView):
+    """The audit log, newest first; `?fleet=` narrows it to one fleet."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("fleet", str, required=False),
+            OpenApiParameter("limit", int, required=False),
+        ],
+        responses=OpenApiTypes.OBJECT,
+    )
+    def get(self, request: Request, slug: str | None = None) -> Response:
+        fleet_slug = slug or request.query_params.get("fleet")
+        fleet = selectors.fleet_get(slug=fleet_slug) if fleet_slug else None
+        try:
+            limit = max(1, min(1000, int(request.query_params.get("limit", 200))))
+        except ValueError:
+            raise ValidationFailed(
+                "`limit` must be a whole number.",
+                details=[{"field": "limit", "message": "not a number"}],
+            ) from None
+        return Response(
+            {"results": [audit_out(e) for e in selectors.audit_list(fleet=fleet, limit=limit)]}
+        )

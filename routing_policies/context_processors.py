@@ -1,0 +1,18 @@
+"""Template context: the current user's role, so pages show only what the user may do."""
+
+from typing import Any
+
+from django.http import HttpRequest
+
+from .roles import Role, user_role
+
+
+def roles(request: HttpRequest) -> dict[str, Any]:
+    """`role`, `can_edit`, `can_publish` for every template."""
+    role = user_role(getattr(request, "user", None))
+    return {
+        "role": role,
+        "role_label": role.label if role else "",
+        "can_edit": role >= Role.EDITOR,
+        "can_publish": role >= Role.PUBLISHER,
+    }

@@ -1,0 +1,132 @@
+"""Reads of fleets, versions, documents, diffs and the audit log."""
+
+from typing import Any
+
+from django.db.models import Exists, Max, OuterRef, QuerySet
+
+from controlplane.exceptions import NotFound
+
+from .cell_schema import DIMENSIONS, CellKey
+from .documents import Table, build_document, diff_tables, ordered_keys
+from .models import AuditEntry, Fleet, PolicyCell, PolicyVersion
+
+VersionRef = int | str  # a number, "draft" or "latest"
+
+
+def fleet_list() -> QuerySet[Fleet]:
+    """Fleets with their latest published number and whether a draft exists."""
+    drafts = PolicyVersion.objects.filter(fleet=OuterRef("pk"), published_at__isnull=True)
+    return Fleet.objects.annotate(
+        latest_number=Max("versions__number"), has_draft=Exists(drafts)
+    ).order_by("slug")
+
+
+def fleet_get(*, slug: str) -> Fleet:
+    """The fleet, or a 404 application error."""
+    try:
+        return Fleet.objects.get(slug=slug)
+    except Fleet.DoesNotExist:
+        raise NotFound(f"Fleet {slug!r} does not exist.") from None
+
+
+def draft_get(*, fleet: Fleet) -> PolicyVersion | None:
+    """The fleet's draft, if it has one."""
+    return PolicyVersion.objects.filter(fleet=fleet, published_at__isnull=True).first()
+
+
+def latest_published(*, fleet: Fleet) -> PolicyVersion | None:
+    """The highest-numbered published version."""
+    return (
+        PolicyVersion.objects.filter(fleet=fleet, number__isnull=False).order_by("-number").first()
+    )
+
+
+def version_get(*, fleet: Fleet, ref: VersionRef) -> PolicyVersion:
+    """A version by number, or `draft`, or `latest` (published); 404 when absent."""
+    version: PolicyVersion | None
+    if ref == "draft":
+        version = draft_get(fleet=fleet)
+    elif ref == "latest":
+        version = latest_published(fleet=fleet)
+    else:
+        try:
+            number = int(ref)
+        except (TypeError, ValueError):
+            raise NotFound(
+                f"{ref!r} is not a version: use a number, 'draft' or 'latest'."
+            ) from None
+        version = PolicyVersion.objects.filter(fleet=fleet, number=number).first()
+    if version is None:
+        raise NotFound(f"Fleet {fleet.slug!r} has no version {ref!r}.")
+    return version
+
+
+def versions_list(*, fleet: Fleet) -> QuerySet[PolicyVersion]:
+    """Draft first, then published versions newest first, with their people."""
+    return (
+        PolicyVersion.objects.filter(fleet=fleet)
+        .select_related("created_by", "published_by", "based_on")
+        .order_by("-published_at__isnull", "-number")
+    )
+
+
+def version_table(*, version: PolicyVersion) -> Table:
+    """The version's cells keyed by (task_type, latency_budget, privacy_tier), one query."""
+    return {cell.key: cell.values() for cell in PolicyCell.objects.filter(version=version)}
+
+
+def version_document(*, version: PolicyVersion) -> dict[str, Any]:
+    """The policy document of PROTOCOL.md for this version (drafts have no number or ETag)."""
+    return build_document(
+        fleet_slug=version.fleet.slug,
+        number=version.number,
+        published_at=version.published_at,
+        dimensions=version.dimensions,
+        table=version_table(version=version),
+        etag=version.etag,
+    )
+
+
+def version_grid(*, version: PolicyVersion) -> list[dict[str, Any]]:
+    """Rows of the latency–privacy matrix: (task type, latency budget) down, privacy tier across."""
+    table = {cell.key: cell for cell in PolicyCell.objects.filter(version=version)}
+    dims = version.dimensions
+    rows = []
+    for task_type in dims["task_type"]:
+        for budget in dims["latency_budget"]:
+            rows.append(
+                {
+                    "task_type": task_type,
+                    "latency_budget": budget,
+                    "cells": [
+                        table.get((task_type, budget, tier)) for tier in dims["privacy_tier"]
+                    ],
+                }
+            )
+    return rows
+
+
+def version_diff(*, fleet: Fleet, a: VersionRef, b: VersionRef) -> dict[str, Any]:
+    """Field-by-field differences from version `a` to version `b`."""
+    version_a, version_b = version_get(fleet=fleet, ref=a), version_get(fleet=fleet, ref=b)
+    diff = diff_tables(
+        version_a.dimensions,
+        version_table(version=version_a),
+        version_b.dimensions,
+        version_table(version=version_b),
+    )
+    diff.update({"fleet": fleet.slug, "a": version_a.label, "b": version_b.label})
+    return diff
+
+
+def audit_list(*, fleet: Fleet | None = None, limit: int = 200) -> QuerySet[AuditEntry]:
+    """Newest audit entries first, optionally for one fleet."""
+    entries = AuditEntry.objects.select_related("fleet")
+    if fleet is not None:
+        entries = entries.filter(fleet=fleet)
+    return entries[:limit]
+
+
+def cell_keys(*, dimensions: dict[str, list[str]]) -> list[CellKey]:
+    """All keys a table with these dimensions must have."""
+    return ordered_keys({name: dimensions[name] for name in DIMENSIONS})

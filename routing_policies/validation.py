@@ -1,0 +1,233 @@
+"""Validation of cells and whole tables, naming the cell and the field of every problem.
+
+Numbers are refused, never clamped: NaN, infinities, booleans posing as numbers, strings and
+values out of range each get an error. Validation is pure (no database) so the same rules run
+at save, at publish and at import.
+"""
+
+import math
+import re
+from dataclasses import dataclass
+from itertools import product
+from typing import Any
+
+from .cell_schema import (
+    CELL_FIELDS,
+    DIMENSIONS,
+    FIELDS_BY_PATH,
+    SENSITIVE_TIER,
+    WEIGHT_PATHS,
+    WEIGHT_SUM_TOLERANCE,
+    CellKey,
+    FieldSpec,
+    cell_key_label,
+    flatten,
+)
+
+DIMENSION_VALUE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+MAX_DIMENSION_VALUES = 32
+MAX_CELLS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One validation problem: which cell (if any), which field, and what is wrong."""
+
+    field: str
+    message: str
+    cell: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON shape used by the API and the pages."""
+        out: dict[str, Any] = {"field": self.field, "message": self.message}
+        if self.cell is not None:
+            out["cell"] = self.cell
+        return out
+
+
+def _format_range(spec: FieldSpec) -> str:
+    low = "(" if spec.minimum_exclusive else "["
+    return f"{low}{spec.minimum:g}, {spec.maximum:g}]"
+
+
+def clean_value(spec: FieldSpec, value: Any) -> tuple[Any, str | None]:
+    """Return (cleaned value, None) or (None, error message) for one field value."""
+    if spec.kind == "choice":
+        if not isinstance(value, str) or value not in spec.choices:
+            return None, f"must be one of {', '.join(spec.choices)}; got {value!r}"
+        return value, None
+    if spec.kind == "bool":
+        if not isinstance(value, bool):
+            return None, f"must be true or false; got {value!r}"
+        return value, None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None, f"must be a number; got {value!r}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return None, f"must be a finite number; got {value!r}"
+    if spec.kind == "int":
+        if isinstance(value, float):
+            if not value.is_integer():
+                return None, f"must be a whole number; got {value!r}"
+            value = int(value)
+    else:
+        value = float(value)
+    assert spec.minimum is not None
+    assert spec.maximum is not None
+    below = value <= spec.minimum if spec.minimum_exclusive else value < spec.minimum
+    if below or value > spec.maximum:
+        unit = f" {spec.unit}" if spec.unit else ""
+        return None, f"must be in {_format_range(spec)}{unit}; got {value!r}"
+    return value, None
+
+
+def validate_cell(key: CellKey, values: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
+    """Check every field of one cell and the rules between fields.
+
+    `values` maps document paths (`weights.length`) to values; unknown paths are refused.
+    Returns the cleaned values and the problems found (empty when the cell is valid).
+    """
+    label = cell_key_label(key)
+    problems: list[Problem] = []
+    cleaned: dict[str, Any] = {}
+    for path in values:
+        if path not in FIELDS_BY_PATH:
+            problems.append(Problem(path, "is not a field of a policy cell", label))
+    for spec in CELL_FIELDS:
+        if spec.path not in values:
+            problems.append(Problem(spec.path, "is required", label))
+            continue
+        value, error = clean_value(spec, values[spec.path])
+        if error:
+            problems.append(Problem(spec.path, error, label))
+        else:
+            cleaned[spec.path] = value
+    if all(path in cleaned for path in WEIGHT_PATHS):
+        total = sum(cleaned[path] for path in WEIGHT_PATHS)
+        if abs(total - 1.0) > WEIGHT_SUM_TOLERANCE:
+            problems.append(
+                Problem("weights", f"must sum to 1; length + intent + lm = {total:.6g}", label)
+            )
+    if (
+        cleaned.get("mode") == "cloud_only"
+        and key[2] == SENSITIVE_TIER
+        and cleaned.get("upload.allowed") is False
+    ):
+        problems.append(
+            Problem(
+                "mode",
+                "cloud_only contradicts a sensitive tier whose uploads are not allowed: "
+                "the task could never run; allow uploads (with de-identification) or keep it "
+                "on the device",
+                label,
+            )
+        )
+    return cleaned, problems
+
+
+def validate_dimensions(dimensions: Any) -> list[Problem]:
+    """Each dimension present, with 1..32 distinct slug values."""
+    problems: list[Problem] = []
+    if not isinstance(dimensions, dict):
+        return [
+            Problem("dimensions", "must be an object with task_type, latency_budget, privacy_tier")
+        ]
+    for name in dimensions:
+        if name not in DIMENSIONS:
+            problems.append(Problem(f"dimensions.{name}", "is not a dimension"))
+    for name in DIMENSIONS:
+        values = dimensions.get(name)
+        if not isinstance(values, list) or not values:
+            problems.append(Problem(f"dimensions.{name}", "must be a non-empty list of values"))
+            continue
+        if len(values) > MAX_DIMENSION_VALUES:
+            problems.append(
+                Problem(
+                    f"dimensions.{name}",
+                    f"has {len(values)} values; at most {MAX_DIMENSION_VALUES}",
+                )
+            )
+        seen: set[str] = set()
+        for value in values:
+            if not isinstance(value, str) or not DIMENSION_VALUE_RE.match(value):
+                problems.append(
+                    Problem(
+                        f"dimensions.{name}",
+                        f"value {value!r} must be lowercase letters, digits, '-' or '_' "
+                        "(starting with a letter, at most 32)",
+                    )
+                )
+            elif value in seen:
+                problems.append(Problem(f"dimensions.{name}", f"value {value!r} appears twice"))
+            else:
+                seen.add(value)
+    return problems
+
+
+def validate_coverage(dimensions: dict[str, list[str]], keys: list[CellKey]) -> list[Problem]:
+    """The table covers every combination of the dimensions' values exactly once."""
+    problems: list[Problem] = []
+    expected: set[CellKey] = {
+        (a, b, c) for a, b, c in product(*(dimensions[name] for name in DIMENSIONS))
+    }
+    seen: set[CellKey] = set()
+    for key in keys:
+        label = cell_key_label(key)
+        if key in seen:
+            problems.append(Problem("cell", "appears more than once in the table", label))
+        elif key not in expected:
+            for name, value in zip(DIMENSIONS, key, strict=True):
+                if value not in dimensions[name]:
+                    problems.append(Problem(name, f"{value!r} is not a value of {name}", label))
+                    break
+        seen.add(key)
+    for key in sorted(expected - seen):
+        problems.append(
+            Problem(
+                "cell", "is missing: every combination needs exactly one cell", cell_key_label(key)
+            )
+        )
+    return problems
+
+
+def parse_document_table(
+    document: Any,
+) -> tuple[dict[str, list[str]], dict[CellKey, dict[str, Any]], list[Problem]]:
+    """Read and validate the dimensions and cells of a policy document (export/import format)."""
+    if not isinstance(document, dict):
+        return {}, {}, [Problem("body", "must be a JSON object (a policy document)")]
+    problems = validate_dimensions(document.get("dimensions"))
+    raw_cells = document.get("cells")
+    if not isinstance(raw_cells, list) or not raw_cells:
+        problems.append(Problem("cells", "must be a non-empty list of cells"))
+        return {}, {}, problems
+    if len(raw_cells) > MAX_CELLS:
+        problems.append(Problem("cells", f"has {len(raw_cells)} cells; at most {MAX_CELLS}"))
+        return {}, {}, problems
+    if problems:
+        return {}, {}, problems
+    dimensions: dict[str, list[str]] = {
+        name: list(document["dimensions"][name]) for name in DIMENSIONS
+    }
+    cells: dict[CellKey, dict[str, Any]] = {}
+    keys: list[CellKey] = []
+    for index, raw in enumerate(raw_cells):
+        if not isinstance(raw, dict):
+            problems.append(Problem(f"cells[{index}]", "must be an object"))
+            continue
+        key_parts = [raw.get(name) for name in DIMENSIONS]
+        if not all(isinstance(part, str) for part in key_parts):
+            problems.append(
+                Problem(
+                    f"cells[{index}]", "needs task_type, latency_budget and privacy_tier strings"
+                )
+            )
+            continue
+        key: CellKey = (key_parts[0], key_parts[1], key_parts[2])  # type: ignore[assignment]
+        keys.append(key)
+        flat = flatten({k: v for k, v in raw.items() if k not in DIMENSIONS})
+        cleaned, cell_problems = validate_cell(key, flat)
+        problems.extend(cell_problems)
+        if not cell_problems:
+            cells.setdefault(key, cleaned)
+    problems.extend(validate_coverage(dimensions, keys))
+    return dimensions, cells, problems

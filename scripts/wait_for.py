@@ -1,0 +1,48 @@
+"""Wait until PostgreSQL or Redis answers; exit 1 when it does not within the timeout."""
+
+import argparse
+import sys
+import time
+
+
+def _postgres_ok(url: str) -> bool:
+    import psycopg
+
+    try:
+        with psycopg.connect(url, connect_timeout=2) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.Error:
+        return False
+
+
+def _redis_ok(url: str) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=2).ping())
+    except redis.RedisError:
+        return False
+
+
+def main() -> int:
+    """Poll the named service until it answers or the timeout passes."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--postgres")
+    parser.add_argument("--redis")
+    parser.add_argument("--timeout", type=float, default=10.0)
+    args = parser.parse_args()
+    deadline = time.monotonic() + args.timeout
+    while True:
+        ok = (not args.postgres or _postgres_ok(args.postgres)) and (
+            not args.redis or _redis_ok(args.redis)
+        )
+        if ok:
+            return 0
+        if time.monotonic() > deadline:
+            return 1
+        time.sleep(0.5)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

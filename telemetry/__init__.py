@@ -1,0 +1,1 @@
+"""Telemetry ingest, rollups, alerts and dashboards (later capabilities)."""
