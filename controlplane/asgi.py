@@ -1,6 +1,7 @@
 """ASGI entry point: HTTP (Django) and WebSockets (Channels) from one process."""
 
 import os
+from typing import Any
 
 from django.core.asgi import get_asgi_application
 
@@ -13,13 +14,22 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from controlplane.routing import websocket_urlpatterns  # noqa: E402
-
-application = ProtocolTypeRouter(
-    {
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
-    }
+from controlplane.routing import (  # noqa: E402
+    browser_websocket_urlpatterns,
+    device_websocket_urlpatterns,
 )
+
+device_websockets = URLRouter(device_websocket_urlpatterns)
+# Browser pages use session cookies: check the Origin against ALLOWED_HOSTS.
+browser_websockets = AllowedHostsOriginValidator(
+    AuthMiddlewareStack(URLRouter(browser_websocket_urlpatterns))
+)
+
+
+async def websocket_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Devices (bearer token, no Origin header) and browsers (session, Origin checked)."""
+    app = device_websockets if scope["path"].startswith("/ws/device/") else browser_websockets
+    await app(scope, receive, send)
+
+
+application = ProtocolTypeRouter({"http": django_asgi_app, "websocket": websocket_app})

@@ -5,6 +5,8 @@ from collections.abc import Callable
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from controlplane.exceptions import error_body
+
 
 class RequestSizeLimitMiddleware:
     """Refuse bodies over MAX_REQUEST_BYTES with 413 before any view parses them."""
@@ -20,12 +22,10 @@ class RequestSizeLimitMiddleware:
         limit: int = settings.MAX_REQUEST_BYTES
         if length > limit:
             return JsonResponse(
-                {
-                    "error": {
-                        "code": "payload_too_large",
-                        "message": f"Request body is {length} bytes; the limit is {limit} bytes.",
-                    }
-                },
+                error_body(
+                    "payload_too_large",
+                    f"Request body is {length} bytes; the limit is {limit} bytes.",
+                ),
                 status=413,
             )
         return self.get_response(request)

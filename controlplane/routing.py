@@ -1,5 +1,16 @@
-"""WebSocket URL routes (device push and live pages are added by later capabilities)."""
+"""WebSocket routes.
+
+Devices authenticate with a bearer token and send no Origin header, so their route has no
+origin check and no session; browser feeds (cookie sessions) are origin-checked in asgi.py.
+"""
 
 from typing import Any
 
-websocket_urlpatterns: list[Any] = []
+from django.urls import path
+
+from routing_policies.consumers import DeviceConsumer
+
+device_websocket_urlpatterns: list[Any] = [
+    path("ws/device/", DeviceConsumer.as_asgi()),
+]
+browser_websocket_urlpatterns: list[Any] = []

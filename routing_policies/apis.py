@@ -19,7 +19,7 @@ from controlplane.exceptions import ApplicationError, ValidationFailed
 
 from . import selectors, services
 from .cell_schema import DIMENSIONS, flatten
-from .models import AuditEntry, Fleet, PolicyVersion
+from .models import AuditEntry, PolicyVersion
 from .permissions import IsEditor, IsPublisher, IsViewer
 
 _IF_MATCH_RE = re.compile(r'^\s*(?:W/)?"r(\d+)"\s*$')
@@ -65,17 +65,15 @@ def _user_name(user: Any) -> str | None:
     return user.get_username() if user is not None else None
 
 
-def fleet_out(fleet: Fleet) -> dict[str, Any]:
-    """A fleet with its latest published version and draft state."""
-    draft = selectors.draft_get(fleet=fleet)
-    latest = selectors.latest_published(fleet=fleet)
+def fleet_out(fleet: selectors.FleetWithState) -> dict[str, Any]:
+    """A fleet with its latest published version and draft state (annotated, no extra query)."""
     return {
         "slug": fleet.slug,
         "name": fleet.name,
         "description": fleet.description,
         "created_at": fleet.created_at,
-        "latest_version": latest.number if latest else None,
-        "draft_revision": draft.revision if draft else None,
+        "latest_version": fleet.latest_number,
+        "draft_revision": fleet.draft_revision,
     }
 
 
@@ -131,10 +129,13 @@ class FleetListApi(APIView):
         name = serializers.CharField(max_length=200)
         description = serializers.CharField(max_length=2000, required=False, allow_blank=True)
 
+        class Meta:
+            ref_name = "FleetCreate"  # OpenAPI component names must be unique
+
     def get_permissions(self) -> list[Any]:
         return [IsPublisher()] if self.request.method == "POST" else [IsViewer()]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(operation_id="v1_fleets_list", responses=OpenApiTypes.OBJECT)
     def get(self, request: Request) -> Response:
         return Response({"results": [fleet_out(f) for f in selectors.fleet_list()]})
 
@@ -143,7 +144,9 @@ class FleetListApi(APIView):
         serializer = self.InputSerializer(data=_require_object(request.data))
         serializer.is_valid(raise_exception=True)
         fleet = services.fleet_create(actor=request.user, **serializer.validated_data)
-        return Response(fleet_out(fleet), status=status.HTTP_201_CREATED)
+        return Response(
+            fleet_out(selectors.fleet_state_get(slug=fleet.slug)), status=status.HTTP_201_CREATED
+        )
 
 
 class FleetDetailApi(APIView):
@@ -151,13 +154,13 @@ class FleetDetailApi(APIView):
 
     @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, slug: str) -> Response:
-        return Response(fleet_out(selectors.fleet_get(slug=slug)))
+        return Response(fleet_out(selectors.fleet_state_get(slug=slug)))
 
 
 class VersionListApi(APIView):
     """Every version of a fleet, the draft first."""
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(operation_id="v1_fleets_versions_list", responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
         return Response({"results": [version_out(v) for v in selectors.versions_list(fleet=fleet)]})
@@ -186,9 +189,13 @@ class VersionDocumentApi(APIView):
         fleet = selectors.fleet_get(slug=slug)
         version = selectors.version_get(fleet=fleet, ref=ref)
         etag = version.etag if not version.is_draft else f'"r{version.revision}"'
-        if etag and etag in [
-            t.strip() for t in request.headers.get("If-None-Match", "").split(",")
-        ]:
+        # If-None-Match compares weakly (RFC 9110): a proxy that compresses the body turns our
+        # tag into W/"…", and the client sends that back.
+        sent = [
+            t.strip().removeprefix("W/")
+            for t in request.headers.get("If-None-Match", "").split(",")
+        ]
+        if etag and (etag in sent or "*" in sent):
             response = Response(status=status.HTTP_304_NOT_MODIFIED)
         else:
             response = Response(selectors.version_document(version=version))
@@ -217,8 +224,7 @@ class DraftApi(APIView):
     @extend_schema(request=CreateSerializer, responses={201: OpenApiTypes.OBJECT})
     def post(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
-        data = request.data if request.data else {}
-        serializer = self.CreateSerializer(data=_require_object(data))
+        serializer = self.CreateSerializer(data=_require_object(request.data))
         serializer.is_valid(raise_exception=True)
         draft = services.policy_draft_create(
             actor=request.user,
@@ -231,7 +237,9 @@ class DraftApi(APIView):
     def delete(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
         services.policy_draft_discard(
-            actor=request.user, fleet=fleet, revision=_revision(request, request.data or {})
+            actor=request.user,
+            fleet=fleet,
+            revision=_revision(request, _require_object(request.data)),
         )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -278,7 +286,7 @@ class DraftCellsApi(APIView):
 
 
 class DraftDimensionsApi(APIView):
-    """Add a value to a dimension (and the cells it implies) or remove one."""
+    """Add a value to a dimension (and the cells it implies)."""
 
     permission_classes = [IsEditor]
 
@@ -287,6 +295,9 @@ class DraftDimensionsApi(APIView):
         value = serializers.CharField(max_length=64)
         copy_from = serializers.CharField(max_length=64, required=False, allow_null=True)
         revision = serializers.IntegerField(required=False)
+
+        class Meta:
+            ref_name = "DimensionValueAdd"
 
     @extend_schema(request=InputSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, slug: str) -> Response:
@@ -305,13 +316,19 @@ class DraftDimensionsApi(APIView):
         )
         return _draft_response(draft, status.HTTP_201_CREATED)
 
+
+class DraftDimensionValueApi(APIView):
+    """Remove a value from a dimension together with its cells."""
+
+    permission_classes = [IsEditor]
+
     @extend_schema(responses=OpenApiTypes.OBJECT)
     def delete(self, request: Request, slug: str, dimension: str, value: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
         draft = services.policy_draft_remove_dimension_value(
             actor=request.user,
             fleet=fleet,
-            revision=_revision(request, request.data or {}),
+            revision=_revision(request, _require_object(request.data)),
             dimension=dimension,
             value=value,
         )
@@ -328,7 +345,8 @@ class DraftImportApi(APIView):
         fleet = selectors.fleet_get(slug=slug)
         document = _require_object(request.data)
         has_draft = selectors.draft_get(fleet=fleet) is not None
-        revision = _revision(request, {}) if has_draft else None
+        # A top-level `revision` is not part of the policy document; the import ignores it.
+        revision = _revision(request, document) if has_draft else None
         draft = services.policy_draft_import(
             actor=request.user, fleet=fleet, document=document, revision=revision
         )
@@ -343,6 +361,9 @@ class PublishApi(APIView):
     class InputSerializer(serializers.Serializer[Any]):
         note = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
         revision = serializers.IntegerField(required=False)
+
+        class Meta:
+            ref_name = "Publish"
 
     @extend_schema(request=InputSerializer, responses={201: OpenApiTypes.OBJECT})
     def post(self, request: Request, slug: str) -> Response:

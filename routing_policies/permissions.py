@@ -34,4 +34,4 @@ class IsPublisher(_RolePermission):
     """Publishes versions."""
 
     required = Role.PUBLISHER
-    message = "You need the publisher role to publish."
+    message = "You need the publisher role for this (publishing, creating fleets)."

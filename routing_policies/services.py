@@ -15,6 +15,8 @@ from django.utils import timezone
 
 from controlplane.exceptions import Conflict, ValidationFailed
 
+from . import push
+from .assignment import FleetAssignment
 from .cell_schema import (
     DEFAULT_CELL_VALUES,
     DIMENSIONS,
@@ -31,7 +33,7 @@ from .documents import (
     flatten_table,
     ordered_keys,
 )
-from .models import AuditEntry, Fleet, PolicyCell, PolicyVersion
+from .models import AuditEntry, Fleet, FleetRouting, PolicyCell, PolicyVersion
 from .selectors import version_table
 from .validation import (
     DIMENSION_VALUE_RE,
@@ -178,6 +180,7 @@ def fleet_create(
         fleet=fleet, dimensions=dimensions, created_by=_user_or_none(actor)
     )
     _write_cells(draft, table)
+    FleetRouting.objects.create(fleet=fleet)
     audit_record(
         actor=actor,
         action="fleet.created",
@@ -533,6 +536,19 @@ def policy_version_publish(
     draft.note = note
     draft.etag = document_etag(draft.number, content_for_etag(fleet.slug, draft.dimensions, table))
     draft.save(update_fields=["number", "published_at", "published_by", "note", "etag"])
+    routing, _ = FleetRouting.objects.get_or_create(fleet=fleet)
+    if routing.stable_version_id is None:
+        # A fleet's first published version is what its devices run; later versions reach
+        # devices only through a rollout or an explicit switch.
+        routing.stable_version = draft
+        routing.save(update_fields=["stable_version", "updated_at"])
+        message = {
+            "kind": "assignment",
+            "fleet_id": fleet.pk,
+            "assignment": FleetAssignment(stable=draft.number).as_dict(),
+            "rollout": None,
+        }
+        transaction.on_commit(lambda: push.publish(message))
     previous = PolicyVersion.objects.filter(fleet=fleet, number=last).first() if last else None
     diff: list[dict[str, Any]] = []
     if previous is not None:

@@ -27,7 +27,7 @@ urlpatterns = [
     ),
     path(
         "fleets/<slug:slug>/draft/dimensions/<str:dimension>/<str:value>/",
-        apis.DraftDimensionsApi.as_view(),
+        apis.DraftDimensionValueApi.as_view(),
         name="api-draft-dimension-value",
     ),
     path(

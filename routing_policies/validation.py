@@ -24,7 +24,7 @@ from .cell_schema import (
     flatten,
 )
 
-DIMENSION_VALUE_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+DIMENSION_VALUE_RE = re.compile(r"\A[a-z][a-z0-9_-]{0,31}\Z")
 MAX_DIMENSION_VALUES = 32
 MAX_CELLS = 4096
 

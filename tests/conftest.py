@@ -103,3 +103,9 @@ def client_as() -> Callable[[Any], APIClient]:
 def fleet(db: None, publisher: Any) -> Any:
     """A fleet with the demo's 12 cells, published as v1 by `publisher`, no draft."""
     return make_fleet(actor=publisher)
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hasher(settings: Any) -> None:
+    """PBKDF2 costs ~0.2 s a user; tests create hundreds. Logins work the same with MD5."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

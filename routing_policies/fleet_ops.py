@@ -1,0 +1,531 @@
+"""Devices, rollouts and push: every write of the gray-release capability.
+
+Each transition is one call under a row lock on the fleet's routing row, idempotent (repeating
+it does nothing twice), audited, and its push is sent only after the transaction commits. A
+push carries ids and version numbers, never documents or model objects.
+"""
+
+import hashlib
+import logging
+import math
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from controlplane.exceptions import ApplicationError, Conflict, NotFound, ValidationFailed
+
+from . import push
+from .assignment import FleetAssignment
+from .models import Device, Fleet, FleetRouting, PolicyVersion, Rollout, RolloutEvent
+from .services import Actor, _user_or_none, audit_record
+
+logger = logging.getLogger(__name__)
+
+DEVICE_TOKEN_PREFIX = "dt_"
+FLEET_KEY_PREFIX = "fk_"
+MAX_CLOUD_PRESSURE_TTL_S = 24 * 3600
+
+
+def hash_secret(secret: str) -> str:
+    """Tokens and keys are stored as SHA-256: they are long random strings, not passwords."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _actor_name(actor: Actor) -> str:
+    return actor.get_username() if actor is not None and actor.is_authenticated else "system"
+
+
+# --- reads used by the writes and by the consumer -------------------------------------------
+
+
+def open_rollout(fleet_id: int) -> Rollout | None:
+    """The fleet's active or paused rollout."""
+    return (
+        Rollout.objects.filter(
+            fleet_id=fleet_id, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED]
+        )
+        .select_related("candidate", "stable")
+        .first()
+    )
+
+
+def fleet_assignment(fleet_id: int) -> FleetAssignment:
+    """What each device of the fleet must run now (stable, candidate, salt, stage)."""
+    routing = (
+        FleetRouting.objects.select_related("stable_version").filter(fleet_id=fleet_id).first()
+    )
+    stable = routing.stable_version.number if routing and routing.stable_version else None
+    rollout = open_rollout(fleet_id)
+    if rollout is None:
+        return FleetAssignment(stable=stable)
+    return FleetAssignment(
+        stable=rollout.stable.number,
+        candidate=rollout.candidate.number,
+        salt=rollout.salt,
+        percent=rollout.stage,
+        rollout_id=rollout.pk,
+    )
+
+
+def _lock_routing(fleet: Fleet) -> FleetRouting:
+    routing, _ = FleetRouting.objects.get_or_create(fleet=fleet)
+    return (
+        FleetRouting.objects.select_for_update().select_related("stable_version").get(pk=routing.pk)
+    )
+
+
+def _push_assignment_on_commit(
+    fleet: Fleet, assignment: FleetAssignment, rollout: Rollout | None
+) -> None:
+    message: dict[str, Any] = {
+        "kind": "assignment",
+        "fleet_id": fleet.pk,
+        "assignment": assignment.as_dict(),
+        "rollout": {"id": rollout.pk, "stage": rollout.stage}
+        if rollout and rollout.is_open
+        else None,
+        "sent_at": timezone.now().timestamp(),
+    }
+    transaction.on_commit(lambda: push.publish(message))
+
+
+# --- enrolment and device tokens -------------------------------------------------------------
+
+
+@transaction.atomic
+def fleet_enrollment_key_rotate(*, actor: Actor, fleet: Fleet, key: str | None = None) -> str:
+    """Issue a new enrolment key (shown once, stored hashed); enrolled devices keep working."""
+    routing = _lock_routing(fleet)
+    key = key or FLEET_KEY_PREFIX + secrets.token_urlsafe(24)
+    routing.enrollment_key_hash = hash_secret(key)
+    routing.enrollment_key_prefix = key[:10]
+    routing.save(update_fields=["enrollment_key_hash", "enrollment_key_prefix", "updated_at"])
+    audit_record(
+        actor=actor,
+        action="fleet.enrollment_key_rotated",
+        fleet=fleet,
+        target=f"fleet {fleet.slug}",
+        summary=f"New enrolment key {key[:10]}…",
+    )
+    return key
+
+
+@transaction.atomic
+def device_enroll(
+    *, fleet_key: str, device_id: str, platform: str = "", model: str = "", sdk: str = ""
+) -> tuple[Device, str]:
+    """Enrol a device with its fleet's key; returns the device and its token (shown once).
+
+    Enrolling the same device id again (a reinstalled app) replaces its token: the old one
+    stops working at once.
+    """
+    routing = (
+        FleetRouting.objects.select_related("fleet")
+        .filter(enrollment_key_hash=hash_secret(fleet_key))
+        .exclude(enrollment_key_hash="")
+        .first()
+    )
+    if routing is None:
+        raise ApplicationError("Unknown fleet key.", code="bad_fleet_key", status=401)
+    token = DEVICE_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    fields = {"platform": platform, "model": model, "sdk": sdk, "token_hash": hash_secret(token)}
+    device = (
+        Device.objects.select_for_update().filter(fleet=routing.fleet, device_id=device_id).first()
+    )
+    if device is None:
+        try:
+            with transaction.atomic():
+                device = Device.objects.create(fleet=routing.fleet, device_id=device_id, **fields)
+        except IntegrityError:
+            raise Conflict(
+                "This device is being enrolled by another request; retry.", code="enroll_race"
+            ) from None
+    else:
+        old_message = {
+            "kind": "revoke",
+            "fleet_id": routing.fleet_id,
+            "device_pk": device.pk,
+            "token_hash": device.token_hash,
+        }
+        for name, value in fields.items():
+            setattr(device, name, value)
+        device.revoked_at = None
+        device.save()
+        # Close only the socket opened with the old token, not one opened with the new.
+        transaction.on_commit(lambda: push.publish(old_message))
+    logger.info("device.enrolled fleet=%s device=%s", routing.fleet.slug, device_id)
+    return device, token
+
+
+def device_authenticate(token: str) -> Device | None:
+    """The live (not revoked) device owning this token."""
+    if not token.startswith(DEVICE_TOKEN_PREFIX) or len(token) > 200:
+        return None
+    return (
+        Device.objects.select_related("fleet")
+        .filter(token_hash=hash_secret(token), revoked_at__isnull=True)
+        .first()
+    )
+
+
+@transaction.atomic
+def device_revoke(*, actor: Actor, device: Device) -> Device:
+    """Revoke the device's token; its open socket is closed (4401)."""
+    device = Device.objects.select_for_update().get(pk=device.pk)
+    if device.revoked_at is None:
+        device.revoked_at = timezone.now()
+        device.save(update_fields=["revoked_at"])
+        audit_record(
+            actor=actor,
+            action="device.revoked",
+            fleet=device.fleet,
+            target=f"device {device.device_id}",
+            summary=f"Revoked {device.device_id}",
+        )
+        message = {
+            "kind": "revoke",
+            "fleet_id": device.fleet_id,
+            "device_pk": device.pk,
+            "token_hash": device.token_hash,
+        }
+        transaction.on_commit(lambda: push.publish(message))
+    return device
+
+
+def device_seen(*, device_pk: int, connected: bool | None = None, **fields: Any) -> None:
+    """Record presence and what the device said (hello), in one UPDATE."""
+    updates: dict[str, Any] = {"last_seen_at": timezone.now(), **fields}
+    if connected is not None:
+        updates["connected"] = connected
+    Device.objects.filter(pk=device_pk).update(**updates)
+
+
+def device_ack(*, device_pk: int, version: int) -> None:
+    """The device applied `version`."""
+    Device.objects.filter(pk=device_pk).update(
+        acked_version=version, acked_at=timezone.now(), last_seen_at=timezone.now()
+    )
+
+
+# --- rollouts --------------------------------------------------------------------------------
+
+
+def _published(fleet: Fleet, number: int) -> PolicyVersion:
+    version = PolicyVersion.objects.filter(fleet=fleet, number=number).first()
+    if version is None:
+        raise NotFound(f"Fleet {fleet.slug!r} has no published version {number}.")
+    return version
+
+
+def _event(
+    rollout: Rollout, action: str, before: int | None, after: int | None, actor: Actor
+) -> None:
+    RolloutEvent.objects.create(
+        rollout=rollout,
+        action=action,
+        stage_before=before,
+        stage_after=after,
+        actor_name=_actor_name(actor),
+    )
+
+
+def _require_open(fleet: Fleet) -> Rollout:
+    rollout = (
+        Rollout.objects.select_for_update()
+        .filter(fleet=fleet, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED])
+        .first()
+    )
+    if rollout is None:
+        raise Conflict(f"Fleet {fleet.slug!r} has no rollout in progress.", code="no_rollout")
+    return rollout
+
+
+@transaction.atomic
+def rollout_start(*, actor: Actor, fleet: Fleet, version: int) -> Rollout:
+    """Start rolling `version` out at 5% with a new random salt (a repeat is a no-op)."""
+    routing = _lock_routing(fleet)
+    candidate = _published(fleet, version)
+    current = open_rollout(fleet.pk)
+    if current is not None:
+        if current.candidate_id == candidate.pk:
+            return current
+        raise Conflict(
+            f"Rollout {current.pk} of v{current.candidate.number} is in progress; complete or "
+            "roll it back first.",
+            code="rollout_in_progress",
+        )
+    if routing.stable_version is None:
+        raise Conflict(
+            "The fleet has no stable version yet: switch it to one first.", code="no_stable_version"
+        )
+    if routing.stable_version_id == candidate.pk:
+        raise Conflict(f"v{version} is already the fleet's stable version.", code="already_stable")
+    now = timezone.now()
+    rollout = Rollout.objects.create(
+        fleet=fleet,
+        candidate=candidate,
+        stable=routing.stable_version,
+        salt=secrets.token_hex(8),
+        stage=Rollout.STAGES[0],
+        started_by=_user_or_none(actor),
+        stage_changed_at=now,
+    )
+    _event(rollout, "started", None, rollout.stage, actor)
+    audit_record(
+        actor=actor,
+        action="rollout.started",
+        fleet=fleet,
+        target=f"rollout {rollout.pk}",
+        summary=(
+            f"Started rolling out v{version} over v{routing.stable_version.number} "
+            f"at {rollout.stage}%"
+        ),
+        before={"stable": routing.stable_version.number, "candidate": None, "stage": 0},
+        after={
+            "stable": routing.stable_version.number,
+            "candidate": version,
+            "stage": rollout.stage,
+        },
+    )
+    _push_assignment_on_commit(fleet, _assignment_of(rollout), rollout)
+    logger.info("rollout.started fleet=%s rollout=%d version=%d", fleet.slug, rollout.pk, version)
+    return rollout
+
+
+def _assignment_of(rollout: Rollout) -> FleetAssignment:
+    if rollout.is_open:
+        return FleetAssignment(
+            stable=rollout.stable.number,
+            candidate=rollout.candidate.number,
+            salt=rollout.salt,
+            percent=rollout.stage,
+            rollout_id=rollout.pk,
+        )
+    winner = rollout.candidate if rollout.state == Rollout.State.COMPLETED else rollout.stable
+    return FleetAssignment(stable=winner.number)
+
+
+@transaction.atomic
+def rollout_advance(*, actor: Actor, fleet: Fleet, to_stage: int | None = None) -> Rollout:
+    """Move to the next stage (5 → 25 → 100); naming a stage already reached is a no-op."""
+    _lock_routing(fleet)
+    rollout = _require_open(fleet)
+    target = to_stage if to_stage is not None else rollout.next_stage
+    if target is None:
+        raise Conflict("The rollout is at 100%: complete it.", code="at_last_stage")
+    if target not in Rollout.STAGES:
+        raise ValidationFailed(
+            f"{target} is not a stage; stages are 5, 25 and 100.",
+            details=[{"field": "to_stage", "message": "one of 5, 25, 100"}],
+        )
+    if target <= rollout.stage:
+        return rollout  # a double click: already there
+    if rollout.state == Rollout.State.PAUSED:
+        raise Conflict("The rollout is paused: resume it before advancing.", code="paused")
+    before = rollout.stage
+    rollout.stage = target
+    rollout.stage_changed_at = timezone.now()
+    rollout.save(update_fields=["stage", "stage_changed_at"])
+    _event(rollout, "advanced", before, target, actor)
+    audit_record(
+        actor=actor,
+        action="rollout.advanced",
+        fleet=fleet,
+        target=f"rollout {rollout.pk}",
+        summary=f"Advanced v{rollout.candidate.number} from {before}% to {target}%",
+        before={"stage": before},
+        after={"stage": target},
+    )
+    _push_assignment_on_commit(fleet, _assignment_of(rollout), rollout)
+    return rollout
+
+
+def _set_paused(*, actor: Actor, fleet: Fleet, paused: bool) -> Rollout:
+    _lock_routing(fleet)
+    rollout = _require_open(fleet)
+    target = Rollout.State.PAUSED if paused else Rollout.State.ACTIVE
+    if rollout.state == target:
+        return rollout
+    before = rollout.state
+    rollout.state = target
+    rollout.save(update_fields=["state"])
+    action = "paused" if paused else "resumed"
+    _event(rollout, action, rollout.stage, rollout.stage, actor)
+    audit_record(
+        actor=actor,
+        action=f"rollout.{action}",
+        fleet=fleet,
+        target=f"rollout {rollout.pk}",
+        summary=f"{action.capitalize()} at {rollout.stage}%",
+        before={"state": before},
+        after={"state": target},
+    )
+    return rollout
+
+
+@transaction.atomic
+def rollout_pause(*, actor: Actor, fleet: Fleet) -> Rollout:
+    """Hold the rollout at its stage (devices keep what they run); repeat is a no-op."""
+    return _set_paused(actor=actor, fleet=fleet, paused=True)
+
+
+@transaction.atomic
+def rollout_resume(*, actor: Actor, fleet: Fleet) -> Rollout:
+    """Let a paused rollout advance again; repeat is a no-op."""
+    return _set_paused(actor=actor, fleet=fleet, paused=False)
+
+
+def _last_rollout(fleet: Fleet) -> Rollout | None:
+    return Rollout.objects.filter(fleet=fleet).order_by("-started_at", "-id").first()
+
+
+@transaction.atomic
+def rollout_complete(*, actor: Actor, fleet: Fleet) -> Rollout:
+    """At 100%, make the candidate the fleet's stable version; repeat is a no-op."""
+    routing = _lock_routing(fleet)
+    rollout = (
+        Rollout.objects.select_for_update()
+        .filter(fleet=fleet, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED])
+        .first()
+    )
+    if rollout is None:
+        last = _last_rollout(fleet)
+        if last is not None and last.state == Rollout.State.COMPLETED:
+            return last
+        raise Conflict(f"Fleet {fleet.slug!r} has no rollout in progress.", code="no_rollout")
+    if rollout.stage != 100:
+        raise Conflict(
+            f"The rollout is at {rollout.stage}%: advance it to 100% before completing.",
+            code="not_at_full_stage",
+        )
+    rollout.state = Rollout.State.COMPLETED
+    rollout.finished_at = timezone.now()
+    rollout.save(update_fields=["state", "finished_at"])
+    routing.stable_version = rollout.candidate
+    routing.save(update_fields=["stable_version", "updated_at"])
+    _event(rollout, "completed", rollout.stage, rollout.stage, actor)
+    audit_record(
+        actor=actor,
+        action="rollout.completed",
+        fleet=fleet,
+        target=f"rollout {rollout.pk}",
+        summary=f"v{rollout.candidate.number} is now stable (was v{rollout.stable.number})",
+        before={"stable": rollout.stable.number},
+        after={"stable": rollout.candidate.number},
+    )
+    # No device changes version at completion (all already run the candidate), but the push
+    # tells every process the rollout is over.
+    _push_assignment_on_commit(fleet, _assignment_of(rollout), None)
+    return rollout
+
+
+@transaction.atomic
+def rollout_rollback(*, actor: Actor, fleet: Fleet, reason: str = "") -> Rollout:
+    """Return every device to the stable version, from any stage; repeat is a no-op."""
+    _lock_routing(fleet)
+    rollout = (
+        Rollout.objects.select_for_update()
+        .filter(fleet=fleet, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED])
+        .first()
+    )
+    if rollout is None:
+        last = _last_rollout(fleet)
+        if last is not None and last.state == Rollout.State.ROLLED_BACK:
+            return last
+        raise Conflict(f"Fleet {fleet.slug!r} has no rollout in progress.", code="no_rollout")
+    before = rollout.stage
+    rollout.state = Rollout.State.ROLLED_BACK
+    rollout.finished_at = timezone.now()
+    rollout.stage_changed_at = rollout.finished_at
+    rollout.reason = reason[:500]
+    rollout.save(update_fields=["state", "finished_at", "stage_changed_at", "reason"])
+    _event(rollout, "rolled_back", before, 0, actor)
+    audit_record(
+        actor=actor,
+        action="rollout.rolled_back",
+        fleet=fleet,
+        target=f"rollout {rollout.pk}",
+        summary=f"Rolled v{rollout.candidate.number} back at {before}% to v{rollout.stable.number}"
+        + (f": {reason}" if reason else ""),
+        before={"candidate": rollout.candidate.number, "stage": before},
+        after={"candidate": None, "stage": 0, "stable": rollout.stable.number},
+    )
+    _push_assignment_on_commit(fleet, _assignment_of(rollout), None)
+    logger.info("rollout.rolled_back fleet=%s rollout=%d", fleet.slug, rollout.pk)
+    return rollout
+
+
+@transaction.atomic
+def fleet_switch_version(*, actor: Actor, fleet: Fleet, version: int) -> FleetRouting:
+    """Move the whole fleet to a published version at once (no stages); repeat is a no-op."""
+    routing = _lock_routing(fleet)
+    target = _published(fleet, version)
+    if open_rollout(fleet.pk) is not None:
+        raise Conflict(
+            "A rollout is in progress: complete or roll it back first.", code="rollout_in_progress"
+        )
+    if routing.stable_version_id == target.pk:
+        return routing
+    before = routing.stable_version.number if routing.stable_version else None
+    routing.stable_version = target
+    routing.save(update_fields=["stable_version", "updated_at"])
+    audit_record(
+        actor=actor,
+        action="fleet.switched",
+        fleet=fleet,
+        target=f"fleet {fleet.slug}",
+        summary=f"Switched the whole fleet from v{before} to v{version}",
+        before={"stable": before},
+        after={"stable": version},
+    )
+    _push_assignment_on_commit(fleet, FleetAssignment(stable=version), None)
+    return routing
+
+
+@transaction.atomic
+def cloud_pressure_set(
+    *, actor: Actor, fleet: Fleet, theta_offset: float, ttl_s: int
+) -> FleetRouting:
+    """A fleet-wide θ nudge for `ttl_s` seconds, pushed now and to devices connecting meanwhile."""
+    if (
+        isinstance(theta_offset, bool)
+        or not isinstance(theta_offset, int | float)
+        or not math.isfinite(theta_offset)
+        or not -1.0 <= theta_offset <= 1.0
+    ):
+        raise ValidationFailed(
+            "theta_offset must be a number in [-1, 1].",
+            details=[{"field": "theta_offset", "message": f"got {theta_offset!r}"}],
+        )
+    if (
+        isinstance(ttl_s, bool)
+        or not isinstance(ttl_s, int)
+        or not 1 <= ttl_s <= MAX_CLOUD_PRESSURE_TTL_S
+    ):
+        raise ValidationFailed(
+            f"ttl_s must be whole seconds in [1, {MAX_CLOUD_PRESSURE_TTL_S}].",
+            details=[{"field": "ttl_s", "message": f"got {ttl_s!r}"}],
+        )
+    routing = _lock_routing(fleet)
+    routing.cloud_pressure_offset = float(theta_offset)
+    routing.cloud_pressure_until = timezone.now() + timedelta(seconds=ttl_s)
+    routing.save(update_fields=["cloud_pressure_offset", "cloud_pressure_until", "updated_at"])
+    audit_record(
+        actor=actor,
+        action="fleet.cloud_pressure",
+        fleet=fleet,
+        target=f"fleet {fleet.slug}",
+        summary=f"cloud_pressure θ{theta_offset:+.2f} for {ttl_s}s",
+        after={"theta_offset": theta_offset, "ttl_s": ttl_s},
+    )
+    message = {
+        "kind": "cloud_pressure",
+        "fleet_id": fleet.pk,
+        "theta_offset": float(theta_offset),
+        "until": routing.cloud_pressure_until.timestamp(),
+    }
+    transaction.on_commit(lambda: push.publish(message))
+    return routing

@@ -1,0 +1,224 @@
+"""Forms of the policy editor pages: the cell edit panel, new fleet, dimensions, import.
+
+The edit panel's fields come from `cell_schema.CELL_FIELDS`, so a new cell field appears in the
+browser without touching this module. Its parser turns the posted strings into numbers and
+booleans; a blank field means "unchanged". Ranges, NaN and the rules between fields are left
+to `validation` (through the service), so the pages and the API refuse exactly the same things.
+"""
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.core.files.uploadedfile import UploadedFile
+from django.http import QueryDict
+
+from .cell_schema import CELL_FIELDS, DIMENSION_LABELS, DIMENSIONS, CellKey, FieldSpec
+
+FIELD_PREFIX = "value-"
+
+# How the edit panel groups the cell fields (by the first part of the document path).
+FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Routing", ("mode", "threshold", "fallback")),
+    ("Score weights", ("weights.length", "weights.intent", "weights.lm", "length_norm_tokens")),
+    ("Latency", ("latency_budget_ms", "cloud_timeout_ms")),
+    ("Upload", ("upload.allowed", "upload.deidentify", "upload.max_bytes")),
+    ("Weak network", ("network.rtt_high_ms", "network.bandwidth_low_kbps", "network.theta_raise")),
+    ("Device load", ("load.busy", "load.theta_lower")),
+    ("Cache", ("cache_ttl_s",)),
+)
+
+
+def input_name(spec: FieldSpec) -> str:
+    """The HTML name of a cell field in the edit panel (`value-weights.length`)."""
+    return f"{FIELD_PREFIX}{spec.path}"
+
+
+def range_hint(spec: FieldSpec) -> str:
+    """`0 – 1` or `1 – 600,000 ms`: the accepted range as shown next to a field."""
+    if spec.minimum is None or spec.maximum is None:
+        return ""
+    unit = f" {spec.unit}" if spec.unit else ""
+    low, high = _format_bound(spec, spec.minimum), _format_bound(spec, spec.maximum)
+    return f"{'> ' if spec.minimum_exclusive else ''}{low} – {high}{unit}"
+
+
+def _format_bound(spec: FieldSpec, bound: float) -> str:
+    return f"{int(bound):,}" if spec.kind == "int" else f"{bound:g}"
+
+
+@dataclass
+class CellEdit:
+    """What the edit panel asked for: the selected cells and the fields to set on all of them."""
+
+    revision: int | None
+    cells: list[CellKey]
+    values: dict[str, Any]
+    # Problems found before the service is asked, in the service's shape: {cell, field, message}.
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    raw: dict[str, str] = field(default_factory=dict)
+
+
+def _parse_cell_key(label: str) -> CellKey | None:
+    parts = label.split("/")
+    if len(parts) != len(DIMENSIONS) or not all(parts):
+        return None
+    return (parts[0], parts[1], parts[2])
+
+
+def parse_revision(raw: str | None) -> int | None:
+    """The draft revision a form carries, or None when it is missing or not a positive number."""
+    try:
+        revision = int((raw or "").strip())
+    except ValueError:
+        return None
+    return revision if revision >= 1 else None
+
+
+def _parse_number(spec: FieldSpec, text: str) -> tuple[Any, str | None]:
+    """A number as typed. Non-finite and fractional values go on to validation, which names them.
+
+    Only text that is not a number at all is refused here: 'abc' can't be handed to the service.
+    """
+    if spec.kind == "int":
+        try:
+            return int(text), None
+        except ValueError:
+            pass
+    try:
+        number = float(text)
+    except ValueError:
+        example = "a whole number such as 300" if spec.kind == "int" else "a number such as 0.6"
+        return None, f"must be {example}; got {text!r}"
+    if spec.kind == "int" and math.isfinite(number) and number.is_integer():
+        return int(number), None
+    return number, None
+
+
+def parse_value(spec: FieldSpec, text: str) -> tuple[Any, str | None]:
+    """One posted field: (value, None), or (None, error) when the text cannot be read at all."""
+    if spec.kind == "bool":
+        if text in ("true", "false"):
+            return text == "true", None
+        return None, f"must be yes or no; got {text!r}"
+    if spec.kind == "choice":
+        return text, None  # the service names the allowed choices
+    return _parse_number(spec, text)
+
+
+def parse_cell_edit(post: QueryDict) -> CellEdit:
+    """Read the edit panel: selected cells (`cell`), revision and the filled-in fields."""
+    revision = parse_revision(post.get("revision"))
+    cells: list[CellKey] = []
+    problems: list[dict[str, Any]] = []
+    for label in post.getlist("cell"):
+        key = _parse_cell_key(label)
+        if key is None:
+            problems.append({"field": "cell", "message": f"{label!r} is not a cell"})
+        elif key not in cells:
+            cells.append(key)
+    raw: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    field_errors: list[tuple[str, str]] = []
+    for spec in CELL_FIELDS:
+        text = (post.get(input_name(spec)) or "").strip()
+        raw[spec.path] = text
+        if not text:
+            continue  # blank: unchanged
+        value, error = parse_value(spec, text)
+        if error:
+            field_errors.append((spec.path, error))
+        else:
+            values[spec.path] = value
+    if revision is None:
+        problems.append(
+            {"field": "revision", "message": "the form lost the draft revision; reload the page"}
+        )
+    if not cells and not problems:
+        problems.append(
+            {"field": "cell", "message": "select at least one cell in the grid to change"}
+        )
+    for path, error in field_errors:
+        # Named per selected cell, as the service names its own problems.
+        if not cells:
+            problems.append({"field": path, "message": error})
+        for key in cells:
+            problems.append({"cell": "/".join(key), "field": path, "message": error})
+    if cells and not values and not field_errors:
+        problems.append(
+            {
+                "field": "values",
+                "message": "fill in at least one field; blank fields are left unchanged",
+            }
+        )
+    return CellEdit(revision=revision, cells=cells, values=values, problems=problems, raw=raw)
+
+
+class FleetCreateForm(forms.Form):
+    """A new fleet: it starts with a draft of default cells over the seed dimensions."""
+
+    slug = forms.SlugField(
+        max_length=64,
+        help_text="Lowercase, digits and dashes, e.g. voice-assistant-ios. Devices use it.",
+    )
+    name = forms.CharField(max_length=200)
+    description = forms.CharField(
+        max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2})
+    )
+
+
+class DimensionValueAddForm(forms.Form):
+    """Add a value to a dimension; its cells start as copies of an existing value's cells."""
+
+    revision = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
+    dimension = forms.ChoiceField(choices=[(d, DIMENSION_LABELS[d]) for d in DIMENSIONS])
+    value = forms.CharField(max_length=64, help_text="e.g. code")
+    copy_from = forms.CharField(max_length=64, required=False)
+
+
+class DimensionValueRemoveForm(forms.Form):
+    """Remove a value of a dimension together with its cells."""
+
+    revision = forms.IntegerField(min_value=1)
+    dimension = forms.ChoiceField(choices=[(d, d) for d in DIMENSIONS])
+    value = forms.CharField(max_length=64)
+
+
+class ImportError_(Exception):
+    """The uploaded or pasted document could not be read as JSON."""
+
+
+def read_import_document(upload: UploadedFile | None, pasted: str) -> Any:
+    """The JSON document from an uploaded file, else from the pasted text."""
+    limit: int = settings.MAX_REQUEST_BYTES
+    if upload is not None:
+        if upload.size is not None and upload.size > limit:
+            raise ImportError_(
+                f"The file is {upload.size:,} bytes; the limit is {limit:,} bytes. "
+                "Nothing was imported."
+            )
+        raw = upload.read(limit + 1)
+        if len(raw) > limit:
+            raise ImportError_(f"The file is over the {limit:,} byte limit. Nothing was imported.")
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ImportError_(
+                "The file is not UTF-8 text; export a policy document as JSON and try again."
+            ) from None
+        source = f"The file {upload.name!r}"
+    elif pasted.strip():
+        text = pasted
+        source = "The pasted text"
+    else:
+        raise ImportError_("Choose a JSON file or paste a policy document.")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ImportError_(
+            f"{source} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}. "
+            "Nothing was imported."
+        ) from None

@@ -1,0 +1,153 @@
+// The latency–privacy matrix editor: select cells (one by one, by row or by column) and edit
+// them in the side panel. With one cell selected the panel shows its values; with several,
+// fields stay blank ("unchanged") unless every selected cell shares the value, which is then
+// shown as a placeholder. Fields the user typed into are never overwritten by a new selection.
+(function () {
+  "use strict";
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var form = document.getElementById("edit-form");
+    var dataNode = document.getElementById("cell-values");
+    if (!form || !dataNode) { return; }
+    var cellValues = JSON.parse(dataNode.textContent);
+    var panel = form.closest(".edit-panel");
+    var summary = form.querySelector("[data-selection-summary]");
+    var saveButton = form.querySelector("[data-save]");
+    var resetButton = form.querySelector("[data-reset]");
+    var boxes = Array.prototype.slice.call(document.querySelectorAll(".cell-select"));
+    var fields = Array.prototype.slice.call(form.querySelectorAll("[data-path]"));
+    var rowToggles = document.querySelectorAll("[data-select-row]");
+    var colToggles = document.querySelectorAll("[data-select-col]");
+
+    function asText(value) {
+      if (value === true) { return "true"; }
+      if (value === false) { return "false"; }
+      if (value === null || value === undefined) { return ""; }
+      return String(value);
+    }
+
+    function displayText(field, text) {
+      if (field.dataset.kind === "bool") { return text === "true" ? "yes" : "no"; }
+      return text;
+    }
+
+    function selectedLabels() {
+      return boxes.filter(function (box) { return box.checked; }).map(function (box) { return box.value; });
+    }
+
+    // A field the user has typed into keeps its value; anything filled in by the server after a
+    // refused save counts as typed too, so the user's input survives.
+    fields.forEach(function (field) {
+      if (field.value !== "") { field.dataset.dirty = "1"; field.classList.add("dirty"); }
+      field.addEventListener("input", markDirty);
+      field.addEventListener("change", markDirty);
+    });
+
+    function markDirty(event) {
+      var field = event.target;
+      var single = selectedLabels();
+      var original = single.length === 1 ? asText(cellValues[single[0]][field.dataset.path]) : "";
+      var dirty = field.value !== original;
+      field.dataset.dirty = dirty ? "1" : "";
+      field.classList.toggle("dirty", dirty);
+    }
+
+    function setPlaceholder(field, text) {
+      if (field.tagName === "SELECT") {
+        field.options[0].textContent = text;
+      } else {
+        field.placeholder = text;
+      }
+    }
+
+    function refreshFields(labels) {
+      fields.forEach(function (field) {
+        var path = field.dataset.path;
+        var values = labels.map(function (label) { return asText(cellValues[label][path]); });
+        var same = values.length > 0 && values.every(function (v) { return v === values[0]; });
+        if (labels.length > 1) {
+          setPlaceholder(field, same ? "all " + displayText(field, values[0]) : "mixed");
+        } else {
+          setPlaceholder(field, "unchanged");
+        }
+        if (field.dataset.dirty === "1") { return; }
+        field.value = labels.length === 1 ? values[0] : "";
+      });
+    }
+
+    function refreshSummary(labels) {
+      summary.textContent = "";
+      if (labels.length === 0) {
+        summary.textContent = "Select one or more cells in the grid. Fill in only what should change: blank fields stay unchanged.";
+      } else if (labels.length === 1) {
+        summary.append("Editing ");
+        var ref = document.createElement("span");
+        ref.className = "cell-ref";
+        ref.textContent = labels[0];
+        summary.append(ref, ". Change any field, then save.");
+      } else {
+        summary.append("Editing " + labels.length + " cells. Only the fields you fill in change, on every selected cell.");
+      }
+      panel.classList.toggle("has-selection", labels.length > 0);
+      saveButton.disabled = labels.length === 0;
+    }
+
+    function syncToggle(toggle, members) {
+      var checked = members.filter(function (box) { return box.checked; }).length;
+      toggle.checked = members.length > 0 && checked === members.length;
+      toggle.indeterminate = checked > 0 && checked < members.length;
+    }
+
+    function refresh() {
+      var labels = selectedLabels();
+      boxes.forEach(function (box) {
+        box.closest(".cell").classList.toggle("selected", box.checked);
+      });
+      rowToggles.forEach(function (toggle) {
+        syncToggle(toggle, boxes.filter(function (box) { return box.dataset.row === toggle.dataset.selectRow; }));
+      });
+      colToggles.forEach(function (toggle) {
+        syncToggle(toggle, boxes.filter(function (box) { return box.dataset.col === toggle.dataset.selectCol; }));
+      });
+      refreshFields(labels);
+      refreshSummary(labels);
+    }
+
+    boxes.forEach(function (box) { box.addEventListener("change", refresh); });
+    rowToggles.forEach(function (toggle) {
+      toggle.addEventListener("change", function () {
+        boxes.forEach(function (box) {
+          if (box.dataset.row === toggle.dataset.selectRow) { box.checked = toggle.checked; }
+        });
+        refresh();
+      });
+    });
+    colToggles.forEach(function (toggle) {
+      toggle.addEventListener("change", function () {
+        boxes.forEach(function (box) {
+          if (box.dataset.col === toggle.dataset.selectCol) { box.checked = toggle.checked; }
+        });
+        refresh();
+      });
+    });
+    resetButton.addEventListener("click", function () {
+      fields.forEach(function (field) {
+        field.dataset.dirty = "";
+        field.classList.remove("dirty");
+      });
+      refresh();
+    });
+
+    // Send only what the user changed: prefilled values of a single cell are not edits.
+    form.addEventListener("submit", function () {
+      fields.forEach(function (field) {
+        if (field.dataset.dirty !== "1") { field.disabled = true; }
+      });
+    });
+    window.addEventListener("pageshow", function () {
+      fields.forEach(function (field) { field.disabled = false; });
+    });
+
+    refresh();
+  });
+})();

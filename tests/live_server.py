@@ -1,0 +1,159 @@
+"""A real ASGI server (uvicorn, as in production) over the pytest-django test database.
+
+End-to-end and integration tests talk to it over HTTP and WebSockets. The server is a separate
+process, so it only sees committed data: tests that use it need `transactional_db`. Usage:
+
+    from tests.live_server import asgi_server  # noqa: F401  (a session-scoped fixture)
+
+    def test_something(asgi_server: str, transactional_db: None) -> None:
+        httpx.get(f"{asgi_server}/healthz")
+
+or, outside pytest fixtures, `with running_asgi_server(connection.settings_dict) as url: ...`.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STARTUP_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def is_in_memory(settings_dict: dict[str, Any]) -> bool:
+    """True for SQLite test databases that live in this process's memory only."""
+    name = str(settings_dict.get("NAME") or "")
+    return "sqlite3" in settings_dict["ENGINE"] and (name == ":memory:" or "mode=memory" in name)
+
+
+def server_environment(settings_dict: dict[str, Any]) -> dict[str, str]:
+    """The server's environment: the test database, production-like settings, Redis if any."""
+    env = dict(os.environ)
+    engine = settings_dict["ENGINE"]
+    if "postgresql" in engine:
+        user = quote(settings_dict.get("USER") or "", safe="")
+        password = settings_dict.get("PASSWORD") or ""
+        credentials = f"{user}:{quote(password, safe='')}@" if password else f"{user}@"
+        host = settings_dict.get("HOST") or "127.0.0.1"
+        port = settings_dict.get("PORT") or "5432"
+        env["DATABASE_URL"] = f"postgres://{credentials}{host}:{port}/{settings_dict['NAME']}"
+        env.pop("SQLITE_PATH", None)
+    elif "sqlite3" in engine:
+        # Only a file database can be shared with another process (not ":memory:").
+        if is_in_memory(settings_dict):
+            raise RuntimeError("an in-memory SQLite test database cannot be shared with a server")
+        env.pop("DATABASE_URL", None)
+        env["SQLITE_PATH"] = str(settings_dict["NAME"])
+    else:
+        raise RuntimeError(f"no live server for database engine {engine!r}")
+    env.update(
+        {
+            "SECRET_KEY": os.environ.get("SECRET_KEY") or "tests-only-secret",
+            "DEBUG": "0",
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    if os.environ.get("REDIS_URL"):
+        env["REDIS_URL"] = os.environ["REDIS_URL"]
+    return env
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+@contextmanager
+def running_asgi_server(settings_dict: dict[str, Any]) -> Iterator[str]:
+    """Start uvicorn on a free port, wait for /healthz, yield the base URL, then stop it."""
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed in the finally below)
+        prefix="asgi-server-", suffix=".log", delete=False
+    )
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "controlplane.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--lifespan",
+            "off",
+        ],
+        cwd=REPO_ROOT,
+        env=server_environment(settings_dict),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not _answers(f"{base_url}/healthz"):
+            if process.poll() is not None:
+                output = Path(log.name).read_text(errors="replace")
+                pytest.fail(
+                    f"the ASGI server exited with code {process.returncode} before answering:\n"
+                    f"{output}"
+                )
+            if time.monotonic() > deadline:
+                output = Path(log.name).read_text(errors="replace")
+                pytest.fail(
+                    f"the ASGI server did not answer /healthz within {STARTUP_TIMEOUT_S:.0f} s:\n"
+                    f"{output}"
+                )
+            time.sleep(0.1)
+        yield base_url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+        log.close()
+        os.unlink(log.name)
+
+
+@pytest.fixture(scope="session")
+def asgi_server(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
+    """Base URL of a uvicorn process serving the test database (started once per session).
+
+    It depends on `django_db_setup`, so it starts after the test database exists and stops
+    before that database is dropped. Data must be committed to be seen: use `transactional_db`.
+    """
+    from django.db import connection
+
+    if is_in_memory(connection.settings_dict):
+        message = "a live server needs a shared test database: set DATABASE_URL to PostgreSQL"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    with running_asgi_server(dict(connection.settings_dict)) as base_url:
+        yield base_url
