@@ -127,6 +127,10 @@ def _hello_state(device_pk: int, fleet_id: int, fields: dict[str, Any]) -> dict[
 class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
     """One connected device."""
 
+    # No channel layer: pushes come from the process's PushHub (one Redis subscription per
+    # process), not from a per-socket channel-layer receive, which is what made fan-out slow.
+    channel_layer_alias = "__device_push_uses_push_hub__"
+
     fleet_id: int
     device_pk: int
     device_id: str

@@ -7,11 +7,15 @@ from django.db import transaction
 
 from .cell_schema import DEFAULT_CELL_VALUES, SEED_DIMENSIONS
 from .documents import Table, ordered_keys
-from .models import Fleet
+from .models import Fleet, FleetRouting
 from .roles import ROLE_GROUPS, Role, ensure_role_groups
+from .fleet_ops import fleet_enrollment_key_rotate
 from .services import fleet_create, policy_version_publish
 
 DEMO_FLEET = "voice-assistant-android"
+# The demo fleet's enrolment key, fixed so the simulated fleet of `make run` can enrol. Real
+# fleets get a random key from `fleet_enrollment_key_rotate`, shown once.
+DEMO_FLEET_KEY = "fk_demo_voice_assistant_android"
 DEMO_USERS: dict[str, tuple[Role | None, str]] = {
     "viewer": (Role.VIEWER, "demo-viewer"),
     "editor": (Role.EDITOR, "demo-editor"),
@@ -110,6 +114,10 @@ def demo_seed() -> list[str]:
             actor=publisher, fleet=fleet, revision=1, note="Initial policy from the design article"
         )
         created.append(f"fleet {DEMO_FLEET} v1")
+    fleet = Fleet.objects.get(slug=DEMO_FLEET)
+    if not FleetRouting.objects.filter(fleet=fleet).exclude(enrollment_key_hash="").exists():
+        fleet_enrollment_key_rotate(actor=None, fleet=fleet, key=DEMO_FLEET_KEY)
+        created.append(f"enrolment key {DEMO_FLEET_KEY}")
     return created
 
 

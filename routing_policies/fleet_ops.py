@@ -487,7 +487,7 @@ def fleet_switch_version(*, actor: Actor, fleet: Fleet, version: int) -> FleetRo
 
 @transaction.atomic
 def cloud_pressure_set(
-    *, actor: Actor, fleet: Fleet, theta_offset: float, ttl_s: int
+    *, actor: Actor, fleet: Fleet, theta_offset: object, ttl_s: object
 ) -> FleetRouting:
     """A fleet-wide θ nudge for `ttl_s` seconds, pushed now and to devices connecting meanwhile."""
     if (

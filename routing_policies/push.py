@@ -21,6 +21,7 @@ from django.conf import settings
 logger = logging.getLogger(__name__)
 
 PUSH_CHANNEL = "controlplane:push"
+HEARTBEAT_S = 30.0
 
 
 class PushTarget(Protocol):
@@ -44,6 +45,7 @@ class PushHub:
         self.targets: dict[int, dict[int, PushTarget]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self._listener: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
         self.fleet_handlers: dict[str, Handler] = {}
 
     def local_count(self, fleet_id: int | None = None) -> int:
@@ -74,6 +76,8 @@ class PushHub:
         """Subscribe once per process (Redis mode); remember the loop (embedded mode)."""
         if self.loop is None:
             self.loop = asyncio.get_running_loop()
+        if self._heartbeat is None:
+            self._heartbeat = self.loop.create_task(self._beat())
         if settings.REDIS_URL and self._listener is None:
             ready: asyncio.Future[None] = self.loop.create_future()
             self._listener = self.loop.create_task(self._listen(ready))
@@ -110,6 +114,26 @@ class PushHub:
                 backoff = min(backoff * 2, 5.0)
             finally:
                 await client.aclose()
+
+    async def _beat(self) -> None:
+        """Mark this process's connected devices as seen, in one UPDATE every interval."""
+        from channels.db import database_sync_to_async
+
+        from .models import Device
+
+        def touch(pks: list[int]) -> None:
+            from django.utils import timezone
+
+            Device.objects.filter(pk__in=pks).update(last_seen_at=timezone.now(), connected=True)
+
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            pks = [pk for fleet in self.targets.values() for pk in fleet]
+            for start in range(0, len(pks), 5000):
+                try:
+                    await database_sync_to_async(touch)(pks[start : start + 5000])
+                except Exception:
+                    logger.warning("push.heartbeat_failed", exc_info=True)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Hand one message to every local socket of its fleet (or one device)."""

@@ -1,0 +1,294 @@
+"""REST API for devices (enrolment, polling) and for operators (rollouts, switch, devices).
+
+Devices authenticate with `Authorization: Bearer <device token>`; operators as elsewhere.
+Rollout transitions need the publisher role and are idempotent: repeating one does nothing.
+"""
+
+import re
+from typing import Any
+
+from django.contrib.auth.models import AnonymousUser
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.permissions import AllowAny, BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controlplane.exceptions import NotFound, ValidationFailed
+
+from . import fleet_ops, fleet_selectors, selectors
+from .apis import _require_object
+from .models import Device, PolicyVersion
+from .permissions import IsPublisher, IsViewer
+
+DEVICE_ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
+
+
+class DeviceTokenAuthentication(BaseAuthentication):
+    """`Authorization: Bearer <device token>` → request.auth is the Device."""
+
+    def authenticate(self, request: Request) -> tuple[Any, Device] | None:
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        device = fleet_ops.device_authenticate(token.strip())
+        if device is None:
+            raise AuthenticationFailed("Unknown or revoked device token.")
+        return AnonymousUser(), device
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="devices"'
+
+
+class IsDevice(BasePermission):
+    """The request carries a live device token."""
+
+    message = "A device token is required (Authorization: Bearer <token>)."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.auth, Device)
+
+
+class EnrollApi(APIView):
+    """Enrol a device with its fleet's key; the device token is shown once."""
+
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+
+    class InputSerializer(serializers.Serializer[Any]):
+        fleet_key = serializers.CharField(max_length=200)
+        device_id = serializers.RegexField(DEVICE_ID_RE, max_length=128)
+        platform = serializers.CharField(
+            max_length=64, required=False, allow_blank=True, default=""
+        )
+        model = serializers.CharField(max_length=128, required=False, allow_blank=True, default="")
+        sdk = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+
+        class Meta:
+            ref_name = "DeviceEnrollInput"
+
+    @extend_schema(
+        request=InputSerializer, responses={201: OpenApiTypes.OBJECT}, operation_id="device_enroll"
+    )
+    def post(self, request: Request) -> Response:
+        serializer = self.InputSerializer(data=_require_object(request.data))
+        serializer.is_valid(raise_exception=True)
+        device, token = fleet_ops.device_enroll(**serializer.validated_data)
+        return Response(
+            {"device_token": token, "device_id": device.device_id, "fleet": device.fleet.slug},
+            status=status.HTTP_201_CREATED,
+        )
+
+
+class DevicePolicyApi(APIView):
+    """The polling path: the device's assigned policy document, with ETag / If-None-Match."""
+
+    authentication_classes = [DeviceTokenAuthentication]
+    permission_classes = [IsDevice]
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, 304: None}, operation_id="device_policy")
+    def get(self, request: Request) -> Response:
+        device = request.auth
+        assert isinstance(device, Device)
+        fleet_ops.device_seen(device_pk=device.pk)
+        number = fleet_ops.fleet_assignment(device.fleet_id).version_for(device.device_id)
+        if number is None:
+            raise NotFound("The fleet has no published policy yet.", code="no_policy")
+        version = PolicyVersion.objects.select_related("fleet").get(
+            fleet_id=device.fleet_id, number=number
+        )
+        tags = [t.strip() for t in request.headers.get("If-None-Match", "").split(",")]
+        if version.etag in tags or f"W/{version.etag}" in tags:
+            response = Response(status=status.HTTP_304_NOT_MODIFIED)
+        else:
+            response = Response(selectors.version_document(version=version))
+        response["ETag"] = version.etag
+        response["Cache-Control"] = "no-cache"
+        return response
+
+
+def _fleet(slug: str) -> Any:
+    return selectors.fleet_get(slug=slug)
+
+
+def _status_response(slug: str, code: int = 200) -> Response:
+    return Response(fleet_selectors.rollout_status(_fleet(slug)), status=code)
+
+
+class RolloutStatusApi(APIView):
+    """Stable version, the rollout (stage, since when, what next) and fleet convergence."""
+
+    permission_classes = [IsViewer]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="rollout_status")
+    def get(self, request: Request, slug: str) -> Response:
+        return _status_response(slug)
+
+
+class _RolloutActionApi(APIView):
+    permission_classes = [IsPublisher]
+    action_name = ""
+
+    class InputSerializer(serializers.Serializer[Any]):
+        version = serializers.IntegerField(min_value=1, required=False)
+        to_stage = serializers.ChoiceField(choices=[5, 25, 100], required=False)
+        reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+        class Meta:
+            ref_name = "RolloutActionInput"
+
+    def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    @extend_schema(request=InputSerializer, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, slug: str) -> Response:
+        fleet = _fleet(slug)
+        serializer = self.InputSerializer(data=_require_object(request.data or {}))
+        serializer.is_valid(raise_exception=True)
+        self.perform(request, fleet, serializer.validated_data)
+        return _status_response(slug)
+
+
+def _need_version(data: dict[str, Any]) -> int:
+    if "version" not in data:
+        raise ValidationFailed(
+            'Name the version: {"version": 2}.',
+            details=[{"field": "version", "message": "is required"}],
+        )
+    return int(data["version"])
+
+
+class RolloutStartApi(_RolloutActionApi):
+    """Start rolling a published version out at 5%."""
+
+    def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
+        fleet_ops.rollout_start(actor=request.user, fleet=fleet, version=_need_version(data))
+
+
+class RolloutAdvanceApi(_RolloutActionApi):
+    """Advance to the next stage (or `to_stage`; naming a stage already reached is a no-op)."""
+
+    def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
+        fleet_ops.rollout_advance(actor=request.user, fleet=fleet, to_stage=data.get("to_stage"))
+
+
+class RolloutPauseApi(_RolloutActionApi):
+    """Pause at the current stage."""
+
+    def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
+        fleet_ops.rollout_pause(actor=request.user, fleet=fleet)
+
+
+class RolloutResumeApi(_RolloutActionApi):
+    """Resume a paused rollout."""
+
+    def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
+        fleet_ops.rollout_resume(actor=request.user, fleet=fleet)
+
+
+class RolloutCompleteApi(_RolloutActionApi):
+    """At 100%, make the candidate stable."""
+
+    def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
+        fleet_ops.rollout_complete(actor=request.user, fleet=fleet)
+
+
+class RolloutRollbackApi(_RolloutActionApi):
+    """Return every device to the stable version."""
+
+    def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
+        fleet_ops.rollout_rollback(actor=request.user, fleet=fleet, reason=data.get("reason", ""))
+
+
+class FleetSwitchApi(_RolloutActionApi):
+    """Switch the whole fleet to a published version at once."""
+
+    def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
+        fleet_ops.fleet_switch_version(actor=request.user, fleet=fleet, version=_need_version(data))
+
+
+class CloudPressureApi(APIView):
+    """A fleet-wide θ nudge with a TTL, pushed to connected devices and to those that connect."""
+
+    permission_classes = [IsPublisher]
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT, operation_id="cloud_pressure"
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        fleet = _fleet(slug)
+        data = _require_object(request.data)
+        fleet_ops.cloud_pressure_set(
+            actor=request.user,
+            fleet=fleet,
+            theta_offset=data.get("theta_offset"),
+            ttl_s=data.get("ttl_s"),
+        )
+        return _status_response(slug)
+
+
+class EnrollmentKeyApi(APIView):
+    """Issue a new enrolment key for the fleet (shown once)."""
+
+    permission_classes = [IsPublisher]
+
+    @extend_schema(
+        request=None, responses={201: OpenApiTypes.OBJECT}, operation_id="enrollment_key_rotate"
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        key = fleet_ops.fleet_enrollment_key_rotate(actor=request.user, fleet=_fleet(slug))
+        return Response({"fleet_key": key}, status=status.HTTP_201_CREATED)
+
+
+class DeviceListApi(APIView):
+    """The fleet's devices: `?version=`, `?online=true|false`, `?platform=` filter them."""
+
+    permission_classes = [IsViewer]
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("version", int, required=False),
+            OpenApiParameter("online", bool, required=False),
+            OpenApiParameter("platform", str, required=False),
+            OpenApiParameter("limit", int, required=False),
+        ],
+        responses=OpenApiTypes.OBJECT,
+        operation_id="device_list",
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        params = request.query_params
+        try:
+            version = int(params["version"]) if params.get("version") else None
+            limit = max(1, min(5000, int(params.get("limit", 200))))
+        except ValueError:
+            raise ValidationFailed("`version` and `limit` must be whole numbers.") from None
+        online_param = params.get("online") or ""
+        online = online_param.lower() in ("1", "true", "yes") if online_param else None
+        rows = fleet_selectors.device_list(
+            fleet=_fleet(slug),
+            version=version,
+            online=online,
+            platform=params.get("platform") or None,
+            limit=limit,
+        )
+        return Response({"results": rows})
+
+
+class DeviceRevokeApi(APIView):
+    """Revoke a device's token; its open socket is closed with 4401."""
+
+    permission_classes = [IsPublisher]
+
+    @extend_schema(request=None, responses=OpenApiTypes.OBJECT, operation_id="device_revoke")
+    def post(self, request: Request, slug: str, device_id: str) -> Response:
+        fleet = _fleet(slug)
+        device = Device.objects.filter(fleet=fleet, device_id=device_id).first()
+        if device is None:
+            raise NotFound(f"Fleet {slug!r} has no device {device_id!r}.")
+        device = fleet_ops.device_revoke(actor=request.user, device=device)
+        return Response({"device_id": device.device_id, "revoked_at": device.revoked_at})
