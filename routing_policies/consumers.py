@@ -16,11 +16,10 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from . import fleet_ops
+from . import selectors, services
 from .assignment import FleetAssignment
 from .models import Device, FleetRouting, PolicyVersion
 from .push import get_hub
-from .selectors import version_document
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +73,7 @@ def _document_body(fleet_id: int, number: int) -> str | None:
     )
     if version is None:
         return None
-    return json.dumps(version_document(version=version), separators=(",", ":"))[1:-1]
+    return json.dumps(selectors.version_document(version=version), separators=(",", ":"))[1:-1]
 
 
 documents = DocumentCache()
@@ -95,10 +94,10 @@ def _bearer(scope: dict[str, Any]) -> str:
 
 
 def _connect_state(token: str) -> dict[str, Any] | None:
-    device = fleet_ops.device_authenticate(token)
+    device = services.device_authenticate(token)
     if device is None:
         return None
-    fleet_ops.device_seen(device_pk=device.pk, connected=True)
+    services.device_seen(device_pk=device.pk, connected=True)
     return {
         "pk": device.pk,
         "device_id": device.device_id,
@@ -108,8 +107,8 @@ def _connect_state(token: str) -> dict[str, Any] | None:
 
 
 def _hello_state(device_pk: int, fleet_id: int, fields: dict[str, Any]) -> dict[str, Any]:
-    fleet_ops.device_seen(device_pk=device_pk, **fields)
-    assignment = fleet_ops.fleet_assignment(fleet_id)
+    services.device_seen(device_pk=device_pk, **fields)
+    assignment = selectors.fleet_assignment(fleet_id)
     routing = (
         FleetRouting.objects.filter(fleet_id=fleet_id)
         .only("cloud_pressure_offset", "cloud_pressure_until")
@@ -157,7 +156,7 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         still_mine = hub.targets.get(self.fleet_id, {}).get(self.device_pk) is self
         hub.unregister(self)
         if still_mine:
-            await database_sync_to_async(fleet_ops.device_seen)(
+            await database_sync_to_async(services.device_seen)(
                 device_pk=self.device_pk, connected=False
             )
 
@@ -242,9 +241,7 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
                 "not_assigned", f"version {version} is not assigned to this device; ack ignored"
             )
             return
-        await database_sync_to_async(fleet_ops.device_ack)(
-            device_pk=self.device_pk, version=version
-        )
+        await database_sync_to_async(services.device_ack)(device_pk=self.device_pk, version=version)
 
     async def send_policy(
         self, number: int, rollout: dict[str, Any] | None, cache: dict[Any, str] | None = None

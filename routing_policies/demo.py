@@ -9,8 +9,7 @@ from .cell_schema import DEFAULT_CELL_VALUES, SEED_DIMENSIONS
 from .documents import Table, ordered_keys
 from .models import Fleet, FleetRouting
 from .roles import ROLE_GROUPS, Role, ensure_role_groups
-from .fleet_ops import fleet_enrollment_key_rotate
-from .services import fleet_create, policy_version_publish
+from .services import fleet_create, fleet_enrollment_key_rotate, policy_version_publish
 
 DEMO_FLEET = "voice-assistant-android"
 # The demo fleet's enrolment key, fixed so the simulated fleet of `make run` can enrol. Real

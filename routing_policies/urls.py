@@ -2,7 +2,8 @@
 
 from django.urls import path
 
-from . import apis, fleet_apis
+from .apis import policy as apis
+from .apis import rollout as fleet_apis
 
 urlpatterns = [
     path("fleets/", apis.FleetListApi.as_view(), name="api-fleet-list"),

@@ -17,10 +17,10 @@ from rest_framework.views import APIView
 
 from controlplane.exceptions import ApplicationError, ValidationFailed
 
-from . import selectors, services
-from .cell_schema import DIMENSIONS, flatten
-from .models import AuditEntry, PolicyVersion
-from .permissions import IsEditor, IsPublisher, IsViewer
+from .. import selectors, services
+from ..cell_schema import DIMENSIONS, flatten
+from ..models import AuditEntry, PolicyVersion
+from ..permissions import IsEditor, IsPublisher, IsViewer
 
 _IF_MATCH_RE = re.compile(r'^\s*(?:W/)?"r(\d+)"\s*$')
 

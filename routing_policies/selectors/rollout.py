@@ -7,9 +7,8 @@ from django.db import connection
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from .assignment import BUCKETS, FleetAssignment
-from .fleet_ops import fleet_assignment, open_rollout
-from .models import Device, Fleet, FleetRouting, Rollout, RolloutEvent
+from ..assignment import BUCKETS, FleetAssignment
+from ..models import Device, Fleet, FleetRouting, Rollout, RolloutEvent
 
 ONLINE_WINDOW = timedelta(minutes=2)
 # PROTOCOL.md's bucket, in SQL, so counting a million devices never leaves PostgreSQL.
@@ -17,6 +16,35 @@ _PG_BUCKET_SQL = (
     "(('x' || substr(encode(sha256(convert_to(%s || ':' || device_id, 'UTF8')), 'hex'), 1, 8))"
     "::bit(32)::bigint %% 10000)"
 )
+
+
+def open_rollout(fleet_id: int) -> Rollout | None:
+    """The fleet's active or paused rollout."""
+    return (
+        Rollout.objects.filter(
+            fleet_id=fleet_id, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED]
+        )
+        .select_related("candidate", "stable")
+        .first()
+    )
+
+
+def fleet_assignment(fleet_id: int) -> FleetAssignment:
+    """What each device of the fleet must run now (stable, candidate, salt, stage)."""
+    routing = (
+        FleetRouting.objects.select_related("stable_version").filter(fleet_id=fleet_id).first()
+    )
+    stable = routing.stable_version.number if routing and routing.stable_version else None
+    rollout = open_rollout(fleet_id)
+    if rollout is None:
+        return FleetAssignment(stable=stable)
+    return FleetAssignment(
+        stable=rollout.stable.number,
+        candidate=rollout.candidate.number,
+        salt=rollout.salt,
+        percent=rollout.stage,
+        rollout_id=rollout.pk,
+    )
 
 
 def online_q(now: datetime | None = None) -> Q:

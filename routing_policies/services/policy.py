@@ -15,9 +15,9 @@ from django.utils import timezone
 
 from controlplane.exceptions import Conflict, ValidationFailed
 
-from . import push
-from .assignment import FleetAssignment
-from .cell_schema import (
+from .. import push
+from ..assignment import FleetAssignment
+from ..cell_schema import (
     DEFAULT_CELL_VALUES,
     DIMENSIONS,
     FIELDS_BY_PATH,
@@ -25,7 +25,7 @@ from .cell_schema import (
     CellKey,
     cell_key_label,
 )
-from .documents import (
+from ..documents import (
     Table,
     content_for_etag,
     diff_flat,
@@ -33,9 +33,9 @@ from .documents import (
     flatten_table,
     ordered_keys,
 )
-from .models import AuditEntry, Fleet, FleetRouting, PolicyCell, PolicyVersion
-from .selectors import version_table
-from .validation import (
+from ..models import AuditEntry, Fleet, FleetRouting, PolicyCell, PolicyVersion
+from ..selectors.policy import version_table
+from ..validation import (
     DIMENSION_VALUE_RE,
     MAX_DIMENSION_VALUES,
     Problem,

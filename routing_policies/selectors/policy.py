@@ -7,9 +7,9 @@ from django_stubs_ext import WithAnnotations
 
 from controlplane.exceptions import NotFound
 
-from .cell_schema import DIMENSIONS, CellKey
-from .documents import Table, build_document, diff_tables, ordered_keys
-from .models import AuditEntry, Fleet, PolicyCell, PolicyVersion
+from ..cell_schema import DIMENSIONS, CellKey
+from ..documents import Table, build_document, diff_tables, ordered_keys
+from ..models import AuditEntry, Fleet, PolicyCell, PolicyVersion
 
 VersionRef = int | str  # a number, "draft" or "latest"
 

@@ -20,10 +20,10 @@ from rest_framework.views import APIView
 
 from controlplane.exceptions import NotFound, ValidationFailed
 
-from . import fleet_ops, fleet_selectors, selectors
-from .apis import _require_object
-from .models import Device, PolicyVersion
-from .permissions import IsPublisher, IsViewer
+from .. import selectors, services
+from ..models import Device, PolicyVersion
+from ..permissions import IsPublisher, IsViewer
+from .policy import _require_object
 
 DEVICE_ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
 
@@ -36,7 +36,7 @@ class DeviceTokenAuthentication(BaseAuthentication):
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return None
-        device = fleet_ops.device_authenticate(token.strip())
+        device = services.device_authenticate(token.strip())
         if device is None:
             raise AuthenticationFailed("Unknown or revoked device token.")
         return AnonymousUser(), device
@@ -78,7 +78,7 @@ class EnrollApi(APIView):
     def post(self, request: Request) -> Response:
         serializer = self.InputSerializer(data=_require_object(request.data))
         serializer.is_valid(raise_exception=True)
-        device, token = fleet_ops.device_enroll(**serializer.validated_data)
+        device, token = services.device_enroll(**serializer.validated_data)
         return Response(
             {"device_token": token, "device_id": device.device_id, "fleet": device.fleet.slug},
             status=status.HTTP_201_CREATED,
@@ -95,8 +95,8 @@ class DevicePolicyApi(APIView):
     def get(self, request: Request) -> Response:
         device = request.auth
         assert isinstance(device, Device)
-        fleet_ops.device_seen(device_pk=device.pk)
-        number = fleet_ops.fleet_assignment(device.fleet_id).version_for(device.device_id)
+        services.device_seen(device_pk=device.pk)
+        number = selectors.fleet_assignment(device.fleet_id).version_for(device.device_id)
         if number is None:
             raise NotFound("The fleet has no published policy yet.", code="no_policy")
         version = PolicyVersion.objects.select_related("fleet").get(
@@ -117,7 +117,7 @@ def _fleet(slug: str) -> Any:
 
 
 def _status_response(slug: str, code: int = 200) -> Response:
-    return Response(fleet_selectors.rollout_status(_fleet(slug)), status=code)
+    return Response(selectors.rollout_status(_fleet(slug)), status=code)
 
 
 class RolloutStatusApi(APIView):
@@ -167,49 +167,49 @@ class RolloutStartApi(_RolloutActionApi):
     """Start rolling a published version out at 5%."""
 
     def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
-        fleet_ops.rollout_start(actor=request.user, fleet=fleet, version=_need_version(data))
+        services.rollout_start(actor=request.user, fleet=fleet, version=_need_version(data))
 
 
 class RolloutAdvanceApi(_RolloutActionApi):
     """Advance to the next stage (or `to_stage`; naming a stage already reached is a no-op)."""
 
     def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
-        fleet_ops.rollout_advance(actor=request.user, fleet=fleet, to_stage=data.get("to_stage"))
+        services.rollout_advance(actor=request.user, fleet=fleet, to_stage=data.get("to_stage"))
 
 
 class RolloutPauseApi(_RolloutActionApi):
     """Pause at the current stage."""
 
     def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
-        fleet_ops.rollout_pause(actor=request.user, fleet=fleet)
+        services.rollout_pause(actor=request.user, fleet=fleet)
 
 
 class RolloutResumeApi(_RolloutActionApi):
     """Resume a paused rollout."""
 
     def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
-        fleet_ops.rollout_resume(actor=request.user, fleet=fleet)
+        services.rollout_resume(actor=request.user, fleet=fleet)
 
 
 class RolloutCompleteApi(_RolloutActionApi):
     """At 100%, make the candidate stable."""
 
     def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
-        fleet_ops.rollout_complete(actor=request.user, fleet=fleet)
+        services.rollout_complete(actor=request.user, fleet=fleet)
 
 
 class RolloutRollbackApi(_RolloutActionApi):
     """Return every device to the stable version."""
 
     def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
-        fleet_ops.rollout_rollback(actor=request.user, fleet=fleet, reason=data.get("reason", ""))
+        services.rollout_rollback(actor=request.user, fleet=fleet, reason=data.get("reason", ""))
 
 
 class FleetSwitchApi(_RolloutActionApi):
     """Switch the whole fleet to a published version at once."""
 
     def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
-        fleet_ops.fleet_switch_version(actor=request.user, fleet=fleet, version=_need_version(data))
+        services.fleet_switch_version(actor=request.user, fleet=fleet, version=_need_version(data))
 
 
 class CloudPressureApi(APIView):
@@ -223,7 +223,7 @@ class CloudPressureApi(APIView):
     def post(self, request: Request, slug: str) -> Response:
         fleet = _fleet(slug)
         data = _require_object(request.data)
-        fleet_ops.cloud_pressure_set(
+        services.cloud_pressure_set(
             actor=request.user,
             fleet=fleet,
             theta_offset=data.get("theta_offset"),
@@ -241,7 +241,7 @@ class EnrollmentKeyApi(APIView):
         request=None, responses={201: OpenApiTypes.OBJECT}, operation_id="enrollment_key_rotate"
     )
     def post(self, request: Request, slug: str) -> Response:
-        key = fleet_ops.fleet_enrollment_key_rotate(actor=request.user, fleet=_fleet(slug))
+        key = services.fleet_enrollment_key_rotate(actor=request.user, fleet=_fleet(slug))
         return Response({"fleet_key": key}, status=status.HTTP_201_CREATED)
 
 
@@ -269,7 +269,7 @@ class DeviceListApi(APIView):
             raise ValidationFailed("`version` and `limit` must be whole numbers.") from None
         online_param = params.get("online") or ""
         online = online_param.lower() in ("1", "true", "yes") if online_param else None
-        rows = fleet_selectors.device_list(
+        rows = selectors.device_list(
             fleet=_fleet(slug),
             version=version,
             online=online,
@@ -290,5 +290,5 @@ class DeviceRevokeApi(APIView):
         device = Device.objects.filter(fleet=fleet, device_id=device_id).first()
         if device is None:
             raise NotFound(f"Fleet {slug!r} has no device {device_id!r}.")
-        device = fleet_ops.device_revoke(actor=request.user, device=device)
+        device = services.device_revoke(actor=request.user, device=device)
         return Response({"device_id": device.device_id, "revoked_at": device.revoked_at})

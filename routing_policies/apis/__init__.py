@@ -1,0 +1,1 @@
+"""REST API views: the policy table (`policy`), devices and rollouts (`rollout`)."""

@@ -1,0 +1,149 @@
+"""Devices: enrolment with the fleet's key, tokens (shown once, stored hashed), presence, acks."""
+
+import hashlib
+import logging
+import secrets
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from controlplane.exceptions import ApplicationError, Conflict
+
+from .. import push
+from ..models import Device, Fleet, FleetRouting
+from .policy import Actor, audit_record
+
+logger = logging.getLogger(__name__)
+
+DEVICE_TOKEN_PREFIX = "dt_"
+FLEET_KEY_PREFIX = "fk_"
+
+
+def hash_secret(secret: str) -> str:
+    """Tokens and keys are stored as SHA-256: they are long random strings, not passwords."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _lock_routing(fleet: Fleet) -> FleetRouting:
+    routing, _ = FleetRouting.objects.get_or_create(fleet=fleet)
+    return (
+        FleetRouting.objects.select_for_update().select_related("stable_version").get(pk=routing.pk)
+    )
+
+
+def fleet_enrollment_key_rotate(*, actor: Actor, fleet: Fleet, key: str | None = None) -> str:
+    """Issue a new enrolment key (shown once, stored hashed); enrolled devices keep working."""
+    routing = _lock_routing(fleet)
+    key = key or FLEET_KEY_PREFIX + secrets.token_urlsafe(24)
+    routing.enrollment_key_hash = hash_secret(key)
+    routing.enrollment_key_prefix = key[:10]
+    routing.save(update_fields=["enrollment_key_hash", "enrollment_key_prefix", "updated_at"])
+    audit_record(
+        actor=actor,
+        action="fleet.enrollment_key_rotated",
+        fleet=fleet,
+        target=f"fleet {fleet.slug}",
+        summary=f"New enrolment key {key[:10]}…",
+    )
+    return key
+
+
+@transaction.atomic
+def device_enroll(
+    *, fleet_key: str, device_id: str, platform: str = "", model: str = "", sdk: str = ""
+) -> tuple[Device, str]:
+    """Enrol a device with its fleet's key; returns the device and its token (shown once).
+
+    Enrolling the same device id again (a reinstalled app) replaces its token: the old one
+    stops working at once.
+    """
+    routing = (
+        FleetRouting.objects.select_related("fleet")
+        .filter(enrollment_key_hash=hash_secret(fleet_key))
+        .exclude(enrollment_key_hash="")
+        .first()
+    )
+    if routing is None:
+        raise ApplicationError("Unknown fleet key.", code="bad_fleet_key", status=401)
+    token = DEVICE_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    fields = {"platform": platform, "model": model, "sdk": sdk, "token_hash": hash_secret(token)}
+    device = (
+        Device.objects.select_for_update().filter(fleet=routing.fleet, device_id=device_id).first()
+    )
+    if device is None:
+        try:
+            with transaction.atomic():
+                device = Device.objects.create(fleet=routing.fleet, device_id=device_id, **fields)
+        except IntegrityError:
+            raise Conflict(
+                "This device is being enrolled by another request; retry.", code="enroll_race"
+            ) from None
+    else:
+        old_message = {
+            "kind": "revoke",
+            "fleet_id": routing.fleet_id,
+            "device_pk": device.pk,
+            "token_hash": device.token_hash,
+        }
+        for name, value in fields.items():
+            setattr(device, name, value)
+        device.revoked_at = None
+        device.save()
+        # Close only the socket opened with the old token, not one opened with the new.
+        transaction.on_commit(lambda: push.publish(old_message))
+    logger.info("device.enrolled fleet=%s device=%s", routing.fleet.slug, device_id)
+    return device, token
+
+
+def device_authenticate(token: str) -> Device | None:
+    """The live (not revoked) device owning this token."""
+    if not token.startswith(DEVICE_TOKEN_PREFIX) or len(token) > 200:
+        return None
+    return (
+        Device.objects.select_related("fleet")
+        .filter(token_hash=hash_secret(token), revoked_at__isnull=True)
+        .first()
+    )
+
+
+@transaction.atomic
+def device_revoke(*, actor: Actor, device: Device) -> Device:
+    """Revoke the device's token; its open socket is closed (4401)."""
+    device = Device.objects.select_for_update().get(pk=device.pk)
+    if device.revoked_at is None:
+        device.revoked_at = timezone.now()
+        device.save(update_fields=["revoked_at"])
+        audit_record(
+            actor=actor,
+            action="device.revoked",
+            fleet=device.fleet,
+            target=f"device {device.device_id}",
+            summary=f"Revoked {device.device_id}",
+        )
+        message = {
+            "kind": "revoke",
+            "fleet_id": device.fleet_id,
+            "device_pk": device.pk,
+            "token_hash": device.token_hash,
+        }
+        transaction.on_commit(lambda: push.publish(message))
+    return device
+
+
+def device_seen(*, device_pk: int, connected: bool | None = None, **fields: Any) -> None:
+    """Record presence and what the device said (hello), in one UPDATE."""
+    updates: dict[str, Any] = {"last_seen_at": timezone.now(), **fields}
+    if connected is not None:
+        updates["connected"] = connected
+    Device.objects.filter(pk=device_pk).update(**updates)
+
+
+def device_ack(*, device_pk: int, version: int) -> None:
+    """The device applied `version`."""
+    Device.objects.filter(pk=device_pk).update(
+        acked_version=version, acked_at=timezone.now(), last_seen_at=timezone.now()
+    )
+
+
+# --- rollouts --------------------------------------------------------------------------------
