@@ -10,8 +10,12 @@ PORT ?= 8000
 PG_URL ?= postgres://root@127.0.0.1:5432/root
 REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
 VENDOR := static/vendor/plotly.min.js
+# The server's flags, as measured by bench/fanout (docs/capacity.md): uvicorn's sans-I/O
+# websockets protocol, and no permessage-deflate, which cost ~50 KiB of zlib state per idle
+# device socket and a compression per socket and push.
+UVICORN_FLAGS ?= --lifespan off --ws websockets-sansio --ws-per-message-deflate false
 
-.PHONY: run test lint install static migrate seed services-check format clean
+.PHONY: run test lint install static migrate seed services-check format clean worker
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.11 or newer is needed (python3 on PATH)"; exit 1; }
@@ -40,12 +44,17 @@ run: static seed
 	@echo "  Logins: viewer/demo-viewer  editor/demo-editor  publisher/demo-publisher  admin/demo-admin"
 	@echo "  API docs: http://$(HOST):$(PORT)/api/docs/   (Ctrl-C stops)"
 	@echo ""
-	DEBUG=$${DEBUG:-1} $(BIN)/python -m uvicorn controlplane.asgi:application --host $(HOST) --port $(PORT) --lifespan off
+	DEBUG=$${DEBUG:-1} $(BIN)/python -m uvicorn controlplane.asgi:application --host $(HOST) --port $(PORT) $(UVICORN_FLAGS)
 
 # The suite runs against the real PostgreSQL and Redis on 127.0.0.1 when they answer; with
 # CI=true it refuses to run (rather than skip) when either is missing.
 test: static
 	@source scripts/test_env.sh && $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Real-services mode: a Celery worker with an embedded beat (telemetry processing, the landed-
+# batch sweeper, rollup compaction, partitions and retention). Needs DATABASE_URL and REDIS_URL.
+worker: $(STAMP)
+	$(BIN)/celery -A controlplane worker -B --loglevel INFO --schedule var/celerybeat-schedule
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

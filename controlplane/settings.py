@@ -82,6 +82,15 @@ DATABASE_URL = env.str("DATABASE_URL", default="")
 if DATABASE_URL:
     DATABASES = {"default": env.db_url_config(DATABASE_URL)}
     DATABASES["default"].setdefault("CONN_MAX_AGE", 0)
+    # A psycopg connection pool per process (opt-in): under ASGI every request otherwise opens
+    # a new PostgreSQL connection (~4 ms), which dominates small hot requests such as telemetry.
+    DATABASE_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=0)
+    if DATABASE_POOL_MAX_SIZE > 0 and DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django refuses persistent connections + pool
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": DATABASE_POOL_MAX_SIZE,
+        }
 else:
     VAR_DIR.mkdir(exist_ok=True)
     DATABASES = {
@@ -113,6 +122,44 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
+
+# Telemetry (docs/telemetry.md). Raw events are kept TELEMETRY_RETENTION_DAYS (and events
+# older than that are refused); minute rollups and hour rollups longer.
+TELEMETRY_RETENTION_DAYS = env.int("TELEMETRY_RETENTION_DAYS", default=7)
+TELEMETRY_MINUTE_ROLLUP_RETENTION_DAYS = env.int(
+    "TELEMETRY_MINUTE_ROLLUP_RETENTION_DAYS", default=30
+)
+TELEMETRY_HOUR_ROLLUP_RETENTION_DAYS = env.int("TELEMETRY_HOUR_ROLLUP_RETENTION_DAYS", default=400)
+# Per device: at most this many batches per window (0 turns the limit off).
+TELEMETRY_RATE_LIMIT_BATCHES = env.int("TELEMETRY_RATE_LIMIT_BATCHES", default=120)
+TELEMETRY_RATE_LIMIT_WINDOW_S = env.int("TELEMETRY_RATE_LIMIT_WINDOW_S", default=60)
+# One processing transaction takes up to this many landed batches.
+TELEMETRY_PROCESS_MAX_BATCHES = env.int("TELEMETRY_PROCESS_MAX_BATCHES", default=20)
+# A worker whose transaction found few batches waits this long before the next (fuller ones).
+TELEMETRY_PROCESS_LINGER_S = env.float("TELEMETRY_PROCESS_LINGER_S", default=0.2)
+# Landed batches older than this are re-enqueued by the sweeper (their task was lost).
+TELEMETRY_SWEEP_AFTER_S = env.float("TELEMETRY_SWEEP_AFTER_S", default=5.0)
+TELEMETRY_SWEEP_INTERVAL_S = env.float("TELEMETRY_SWEEP_INTERVAL_S", default=10.0)
+TELEMETRY_COMPACT_INTERVAL_S = env.float("TELEMETRY_COMPACT_INTERVAL_S", default=30.0)
+# /metrics asks for `Authorization: Bearer <METRICS_TOKEN>` when set; open when empty.
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+CELERY_BEAT_SCHEDULE = {
+    "telemetry-sweep-landed": {
+        "task": "telemetry.sweep_landed",
+        "schedule": TELEMETRY_SWEEP_INTERVAL_S,
+        "options": {"expires": TELEMETRY_SWEEP_INTERVAL_S},
+    },
+    "telemetry-compact-rollups": {
+        "task": "telemetry.compact_rollups",
+        "schedule": TELEMETRY_COMPACT_INTERVAL_S,
+        "options": {"expires": TELEMETRY_COMPACT_INTERVAL_S},
+    },
+    "telemetry-maintain-storage": {
+        "task": "telemetry.maintain_storage",
+        "schedule": 3600.0,
+        "options": {"expires": 3600.0},
+    },
+}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -6,6 +6,8 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from telemetry import apis as telemetry_apis
+
 
 def healthz(request: HttpRequest) -> JsonResponse:
     """Liveness probe for load balancers and `make run`."""
@@ -22,6 +24,8 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", healthz, name="healthz"),
     path("api/v1/", include("routing_policies.urls")),
+    path("api/v1/", include("telemetry.urls")),
+    path("metrics", telemetry_apis.prometheus_metrics, name="prometheus-metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("routing_policies.page_urls")),

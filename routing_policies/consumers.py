@@ -13,13 +13,16 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.utils import timezone
 
 from . import selectors, services
-from .assignment import FleetAssignment
+from .assignment import FleetAssignment, bucket
 from .models import Device, FleetRouting, PolicyVersion
-from .push import get_hub
+from .push import get_hub, publish_many
 
 logger = logging.getLogger(__name__)
 
@@ -93,34 +96,248 @@ def _bearer(scope: dict[str, Any]) -> str:
     return ""
 
 
+def _seen_many(device_pks: list[int], **fields: Any) -> None:
+    """`services.device_seen` for many devices with the same fields: one UPDATE."""
+    Device.objects.filter(pk__in=device_pks).update(last_seen_at=timezone.now(), **fields)
+
+
+def _connect_states(tokens: list[str]) -> list[dict[str, Any] | None]:
+    """Authenticate sockets; mark their devices connected; supersede their older sockets."""
+    devices = [services.device_authenticate(token) for token in tokens]
+    live = [device for device in devices if device is not None]
+    if not live:
+        return [None] * len(tokens)
+    _seen_many([device.pk for device in live], connected=True)
+    connected_at = time.time()
+    # Tell every process: an older socket of this device, wherever it is (a half-open one on
+    # another process after a network switch), is superseded. Locally `register` does it too.
+    publish_many(
+        [
+            {
+                "kind": "superseded",
+                "fleet_id": device.fleet_id,
+                "device_pk": device.pk,
+                "connected_at": connected_at,
+            }
+            for device in live
+        ]
+    )
+    return [
+        None
+        if device is None
+        else {
+            "pk": device.pk,
+            "device_id": device.device_id,
+            "fleet_id": device.fleet_id,
+            "token_hash": device.token_hash,
+            "connected_at": connected_at,
+        }
+        for device in devices
+    ]
+
+
 def _connect_state(token: str) -> dict[str, Any] | None:
-    device = services.device_authenticate(token)
-    if device is None:
-        return None
-    services.device_seen(device_pk=device.pk, connected=True)
-    return {
-        "pk": device.pk,
-        "device_id": device.device_id,
-        "fleet_id": device.fleet_id,
-        "token_hash": device.token_hash,
-    }
+    return _connect_states([token])[0]
 
 
-def _hello_state(device_pk: int, fleet_id: int, fields: dict[str, Any]) -> dict[str, Any]:
-    services.device_seen(device_pk=device_pk, **fields)
-    assignment = selectors.fleet_assignment(fleet_id)
+def _cloud_pressure(fleet_id: int) -> dict[str, Any] | None:
     routing = (
         FleetRouting.objects.filter(fleet_id=fleet_id)
         .only("cloud_pressure_offset", "cloud_pressure_until")
         .first()
     )
-    pressure = None
     if routing and routing.cloud_pressure_until:
         remaining = routing.cloud_pressure_until.timestamp() - time.time()
         if remaining >= 1:
-            pressure = {"theta_offset": routing.cloud_pressure_offset, "ttl_s": int(remaining)}
-    revoked = Device.objects.filter(pk=device_pk, revoked_at__isnull=False).exists()
-    return {"assignment": assignment, "pressure": pressure, "revoked": revoked}
+            return {"theta_offset": routing.cloud_pressure_offset, "ttl_s": int(remaining)}
+    return None
+
+
+def _hello_states(requests: list[tuple[int, int, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Record what each device said; read its fleet's assignment (once per fleet) and more."""
+    by_fields: dict[tuple[tuple[str, Any], ...], list[int]] = {}
+    for device_pk, _, fields in requests:
+        by_fields.setdefault(tuple(sorted(fields.items())), []).append(device_pk)
+    for key, device_pks in by_fields.items():
+        _seen_many(device_pks, **dict(key))
+    fleets = {
+        fleet_id: (selectors.fleet_assignment(fleet_id), _cloud_pressure(fleet_id))
+        for fleet_id in {fleet_id for _, fleet_id, _ in requests}
+    }
+    revoked = set(
+        Device.objects.filter(
+            pk__in=[device_pk for device_pk, _, _ in requests], revoked_at__isnull=False
+        ).values_list("pk", flat=True)
+    )
+    return [
+        {
+            "assignment": fleets[fleet_id][0],
+            "pressure": fleets[fleet_id][1],
+            "revoked": device_pk in revoked,
+        }
+        for device_pk, fleet_id, _ in requests
+    ]
+
+
+def _hello_state(device_pk: int, fleet_id: int, fields: dict[str, Any]) -> dict[str, Any]:
+    return _hello_states([(device_pk, fleet_id, fields)])[0]
+
+
+def _record_acks(acks: list[tuple[int, int]]) -> None:
+    """`services.device_ack` for many devices: one UPDATE per acked version."""
+    by_version: dict[int, list[int]] = {}
+    for device_pk, version in dict(acks).items():  # a device's last ack wins
+        by_version.setdefault(version, []).append(device_pk)
+    now = timezone.now()
+    for version, device_pks in by_version.items():
+        Device.objects.filter(pk__in=device_pks).update(
+            acked_version=version, acked_at=now, last_seen_at=now
+        )
+
+
+# The order of writes within a batch: a socket's disconnect before a (newer) connect.
+_BATCH_KINDS = ("disconnect", "connect", "hello", "ack")
+# Requests per batch: a connect costs a query each (token lookup), the rest are set-based.
+BATCH_LIMITS = {"disconnect": 5000, "connect": 500, "hello": 1000, "ack": 5000}
+
+
+def _write_batch(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    if batch["disconnect"]:
+        # By token hash, not device: a socket opened with a token that a re-enrolment has
+        # since replaced must not mark offline the device now connected with the new token.
+        Device.objects.filter(token_hash__in=batch["disconnect"]).update(
+            connected=False, last_seen_at=timezone.now()
+        )
+    if batch["ack"]:
+        _record_acks(batch["ack"])
+    return {
+        "disconnect": [None] * len(batch["disconnect"]),
+        "connect": _connect_states(batch["connect"]) if batch["connect"] else [],
+        "hello": _hello_states(batch["hello"]) if batch["hello"] else [],
+        "ack": [None] * len(batch["ack"]),
+    }
+
+
+class DeviceStore:
+    """The database work of all sockets of this process (connect, hello, ack), in batches.
+
+    After a push or a restart thousands of devices connect, say hello and ack within seconds.
+    One `database_sync_to_async` call per socket runs them one after another on Django's one
+    sync thread, each on a new PostgreSQL connection (CONN_MAX_AGE=0): measured with
+    bench/fanout, 5,000 devices took minutes to connect and a restart did not recover in
+    two minutes. Here a request that arrives while a batch is being written waits for the
+    next batch and goes with the others, in a few set-based statements on one connection;
+    on a quiet server a request is written at once, alone.
+    """
+
+    def __init__(self) -> None:
+        self._queues: dict[str, list[tuple[Any, asyncio.Future[Any] | None]]] = {
+            kind: [] for kind in _BATCH_KINDS
+        }
+        self._worker: asyncio.Task[None] | None = None
+
+    def _submit(self, kind: str, item: Any, wait: bool) -> "asyncio.Future[Any] | None":
+        loop = asyncio.get_running_loop()
+        future = loop.create_future() if wait else None
+        self._queues[kind].append((item, future))
+        if self._worker is None or self._worker.done():
+            self._worker = loop.create_task(self._drain())
+        return future
+
+    async def connect(self, token: str) -> dict[str, Any] | None:
+        """The socket's device (see `_connect_states`), or None for a bad or revoked token."""
+        future = self._submit("connect", token, wait=True)
+        assert future is not None
+        result: dict[str, Any] | None = await future
+        return result
+
+    async def hello(self, device_pk: int, fleet_id: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """Record the hello; the fleet's assignment, cloud pressure and the revoked flag."""
+        future = self._submit("hello", (device_pk, fleet_id, fields), wait=True)
+        assert future is not None
+        result: dict[str, Any] = await future
+        return result
+
+    def ack(self, device_pk: int, version: int) -> None:
+        """Record the ack (in the next batch; nothing to wait for)."""
+        self._submit("ack", (device_pk, version), wait=False)
+
+    def disconnected(self, token_hash: str) -> None:
+        """Mark offline the device whose current token this is (in the next batch)."""
+        self._submit("disconnect", token_hash, wait=False)
+
+    async def _drain(self) -> None:
+        while any(self._queues.values()):
+            batch: dict[str, list[tuple[Any, asyncio.Future[Any] | None]]] = {}
+            for kind, queue in self._queues.items():
+                limit = BATCH_LIMITS[kind]
+                batch[kind], self._queues[kind] = queue[:limit], queue[limit:]
+            items = {kind: [item for item, _ in entries] for kind, entries in batch.items()}
+            try:
+                results = await database_sync_to_async(_write_batch)(items)
+            except Exception as error:
+                logger.warning(
+                    "device.batch_failed sizes=%s",
+                    {kind: len(entries) for kind, entries in batch.items()},
+                    exc_info=True,
+                )
+                for entries in batch.values():
+                    for _, future in entries:
+                        if future is not None and not future.done():
+                            future.set_exception(error)
+                continue
+            for kind, entries in batch.items():
+                for (_, future), result in zip(entries, results[kind], strict=True):
+                    if future is not None and not future.done():
+                        future.set_result(result)
+
+
+store = DeviceStore()
+
+
+async def push_assignment(message: dict[str, Any], targets: list[Any]) -> None:
+    """A fleet's assignment changed: decide per socket, build each frame once, write.
+
+    The hub's handler for `assignment` pushes (instead of one `on_push` per socket): the
+    assignment is parsed once, a device's bucket is kept per rollout salt, the frame of each
+    version is built once from the per-process document cache, and the writes go out through
+    `PushHub.deliver` without a task per socket.
+    """
+    started = time.time()
+    assignment = FleetAssignment.from_dict(message["assignment"])
+    rollout = message.get("rollout")
+    changed: dict[int, list[DeviceConsumer]] = {}
+    for target in targets:
+        if target.closing:
+            continue
+        if not target.hello_done:
+            target.pushes_before_hello += 1  # it learns its assignment at hello
+            continue
+        version = target.version_under(assignment)
+        if version is not None and version != target.assigned_version:
+            changed.setdefault(version, []).append(target)
+    hub = get_hub()
+    written = waited = 0
+    for version, group in changed.items():
+        fleet_id = group[0].fleet_id
+        body = await documents.body(fleet_id, version)
+        if body is None:
+            logger.error("device.policy_missing fleet=%s version=%s", fleet_id, version)
+            continue
+        # One ASGI event shared by all the sockets (the server still frames it per socket).
+        event = {"type": "websocket.send", "text": policy_frame(body, rollout)}
+        waited += hub.deliver(target.push_policy(version, event) for target in group)
+        written += len(group)
+    sent_at = message.get("sent_at")
+    logger.info(
+        "push.assignment fleet=%s sockets=%d written=%d waited=%d since_sent_ms=%.1f took_ms=%.1f",
+        message.get("fleet_id"),
+        len(targets),
+        written,
+        waited,
+        (started - sent_at) * 1000 if isinstance(sent_at, int | float) else -1.0,
+        (time.time() - started) * 1000,
+    )
 
 
 class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
@@ -139,7 +356,17 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         self.authenticated = False
         self.assigned_version: int | None = None
         self.hello_done = False
-        state = await database_sync_to_async(_connect_state)(_bearer(self.scope))
+        self.closing = False
+        self.superseded = False
+        self.connected_at = 0.0
+        # Pushes that arrived while a hello was reading the assignment (see on_hello).
+        self.pushes_before_hello = 0
+        # One decision-and-send at a time: a hello's answer and a push never cross on the wire.
+        self.send_lock = asyncio.Lock()
+        # The device's bucket under the last rollout salt seen (see `version_under`).
+        self.bucket_salt: str | None = None
+        self.bucket = 0
+        state = await store.connect(_bearer(self.scope))
         await self.accept()
         if state is None:
             await self.close(code=CLOSE_UNAUTHORISED)
@@ -147,7 +374,10 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         self.authenticated = True
         self.device_pk, self.device_id = state["pk"], state["device_id"]
         self.fleet_id, self.token_hash = state["fleet_id"], state["token_hash"]
-        await get_hub().register(self)
+        self.connected_at = state["connected_at"]
+        hub = get_hub()
+        hub.fleet_handlers.setdefault("assignment", push_assignment)
+        await hub.register(self)
 
     async def disconnect(self, code: int) -> None:
         if not getattr(self, "authenticated", False):
@@ -155,10 +385,70 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         hub = get_hub()
         still_mine = hub.targets.get(self.fleet_id, {}).get(self.device_pk) is self
         hub.unregister(self)
-        if still_mine:
-            await database_sync_to_async(services.device_seen)(
-                device_pk=self.device_pk, connected=False
-            )
+        # A superseded socket's device is connected through its newer socket: still online.
+        if still_mine and not self.superseded:
+            store.disconnected(self.token_hash)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        # Channels' own loop waits for each frame with `asyncio.wait` and a new task, to
+        # listen to a channel layer as well; this consumer has none (see above). A plain
+        # receive loop costs less per frame (thousands at once: the acks after a push) and
+        # keeps one task fewer per socket.
+        self.scope = scope
+        self.channel_layer = None
+        self.base_send = send
+        try:
+            while True:
+                await self.dispatch(await receive())
+        except StopConsumer:
+            pass
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels closes stale database connections before every handler, a trip to the sync
+        # thread for each frame (thousands at once: the acks after a push). This consumer uses
+        # the database only through `store` and `documents`, whose database_sync_to_async
+        # calls do that themselves.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+    def version_under(self, assignment: FleetAssignment) -> int | None:
+        """`assignment.version_for(device_id)`, with the bucket kept per rollout salt.
+
+        The bucket (PROTOCOL.md) is a SHA-256 of salt and device id, and a rollout keeps its
+        salt for all stages: kept here, a stage change hashes nothing for a connected device.
+        """
+        if assignment.candidate is None or not 0 < assignment.percent < 100:
+            return assignment.version_for(self.device_id)
+        if self.bucket_salt != assignment.salt:
+            self.bucket = bucket(assignment.salt, self.device_id)
+            self.bucket_salt = assignment.salt
+        return assignment.candidate if self.bucket < assignment.percent * 100 else assignment.stable
+
+    async def push_policy(self, version: int, event: dict[str, Any]) -> None:
+        """Send a pushed `policy` frame (an ASGI event shared by all sockets) if still news."""
+        if self.send_lock.locked():
+            # A hello is being answered: after it, and only if its answer was older.
+            async with self.send_lock:
+                if self.closing or version == self.assigned_version:
+                    return
+                self.assigned_version = version
+                await self.base_send(event)
+            return
+        if self.closing or version == self.assigned_version:
+            return
+        # Without taking the lock, which is not needed here: the hub runs this eagerly, so
+        # nothing runs between the decision and the write; and if the socket is not writable,
+        # a hello's answer waits behind this frame for the same socket.
+        self.assigned_version = version
+        await self.base_send(event)
+
+    async def close_once(self, code: int) -> None:
+        """Close with `code`; a second close (two pushes racing) would be an ASGI error."""
+        if not self.closing:
+            self.closing = True
+            await self.close(code=code)
 
     async def send_error(self, code: str, detail: str) -> None:
         """PROTOCOL.md `error` frame; the socket stays open."""
@@ -170,7 +460,10 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         if text_data is None:
             await self.send_error("bad_message", "frames must be JSON text, not binary")
             return
-        if len(text_data) > MAX_FRAME_BYTES:
+        # Characters undercount bytes (up to 4 per character); encode only when it matters.
+        if len(text_data) > MAX_FRAME_BYTES or (
+            len(text_data) > MAX_FRAME_BYTES // 4 and len(text_data.encode()) > MAX_FRAME_BYTES
+        ):
             await self.send_error("too_large", f"frame over {MAX_FRAME_BYTES} bytes")
             return
         try:
@@ -190,6 +483,9 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
     async def on_hello(self, message: dict[str, Any]) -> None:
         """Tell the device what it must run (a policy) or that it is up to date."""
         device_id = message.get("device_id")
+        if not isinstance(device_id, str):
+            await self.send_error("bad_message", "device_id must be a string")
+            return
         if device_id != self.device_id:
             await self.send_error(
                 "device_mismatch", "hello names another device than the token's; ignored"
@@ -209,26 +505,37 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
                     )
                     return
                 fields[name] = value
-        state = await database_sync_to_async(_hello_state)(self.device_pk, self.fleet_id, fields)
+        # A push that arrives while the assignment is being read may describe a change the read
+        # did not see yet (its commit came just after); before hello it is dropped, so read
+        # again until no push slipped in. Pushes after `hello_done` go the normal way. (A second
+        # hello on the same socket re-reads too, so it cannot undo a push that came meanwhile.)
+        self.hello_done = False
+        for _ in range(3):
+            seen = self.pushes_before_hello
+            state = await store.hello(self.device_pk, self.fleet_id, fields)
+            if self.pushes_before_hello == seen:
+                break
         if state["revoked"]:
-            await self.close(code=CLOSE_UNAUTHORISED)
+            await self.close_once(CLOSE_UNAUTHORISED)
             return
         assignment: FleetAssignment = state["assignment"]
-        self.assigned_version = assignment.version_for(self.device_id)
+        assigned = self.version_under(assignment)
+        self.assigned_version = assigned
         self.hello_done = True
-        if self.assigned_version is not None and reported != self.assigned_version:
-            rollout = (
-                {"id": assignment.rollout_id, "stage": assignment.percent}
-                if assignment.rollout_id is not None
-                else None
-            )
-            await self.send_policy(self.assigned_version, rollout)
-        else:
-            await self.send(
-                text_data=json.dumps({"type": "up_to_date", "version": self.assigned_version})
-            )
-        if state["pressure"]:
-            await self.send(text_data=json.dumps({"type": "cloud_pressure", **state["pressure"]}))
+        async with self.send_lock:
+            if assigned is not None and reported != assigned:
+                rollout = (
+                    {"id": assignment.rollout_id, "stage": assignment.percent}
+                    if assignment.rollout_id is not None
+                    else None
+                )
+                await self.send_policy(assigned, rollout)
+            else:
+                await self.send(text_data=json.dumps({"type": "up_to_date", "version": assigned}))
+            if state["pressure"]:
+                await self.send(
+                    text_data=json.dumps({"type": "cloud_pressure", **state["pressure"]})
+                )
 
     async def on_ack(self, message: dict[str, Any]) -> None:
         """Record that the device applied a version it was assigned."""
@@ -241,7 +548,9 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
                 "not_assigned", f"version {version} is not assigned to this device; ack ignored"
             )
             return
-        await database_sync_to_async(services.device_ack)(device_pk=self.device_pk, version=version)
+        # Written in the next batch (see DeviceStore): a burst of acks after a push is a
+        # few UPDATEs, not one trip to the database each while the push is going out.
+        store.ack(self.device_pk, version)
 
     async def send_policy(
         self, number: int, rollout: dict[str, Any] | None, cache: dict[Any, str] | None = None
@@ -262,22 +571,28 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
     async def on_push(self, message: dict[str, Any]) -> None:
         """A fleet-wide change: act only when it concerns this device."""
         kind = message.get("kind")
+        if self.closing:
+            return
         if kind == "assignment":
             if not self.hello_done:
+                self.pushes_before_hello += 1
                 return  # it learns its assignment at hello
             assignment = message.get("_parsed")
             if assignment is None:
                 assignment = message["_parsed"] = FleetAssignment.from_dict(message["assignment"])
-            version = assignment.version_for(self.device_id)
+            version = self.version_under(assignment)
             if version is None or version == self.assigned_version:
                 return
-            self.assigned_version = version
-            await self.send_policy(
-                version, message.get("rollout"), message.setdefault("_frames", {})
-            )
+            async with self.send_lock:
+                if version == self.assigned_version:
+                    return
+                self.assigned_version = version
+                await self.send_policy(
+                    version, message.get("rollout"), message.setdefault("_frames", {})
+                )
         elif kind == "revoke":
             if message.get("token_hash") in (None, self.token_hash):
-                await self.close(code=CLOSE_UNAUTHORISED)
+                await self.close_once(CLOSE_UNAUTHORISED)
         elif kind == "cloud_pressure":
             ttl = int(float(message.get("until", 0)) - time.time())
             if ttl >= 1:
@@ -291,4 +606,9 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
                     )
                 )
         elif kind == "superseded":
-            await self.close(code=CLOSE_SUPERSEDED)
+            # From another process (or this one's hub): only a socket older than the new one.
+            newer_at = message.get("connected_at")
+            if isinstance(newer_at, int | float) and newer_at <= self.connected_at:
+                return
+            self.superseded = True
+            await self.close_once(CLOSE_SUPERSEDED)

@@ -109,3 +109,46 @@ def fleet(db: None, publisher: Any) -> Any:
 def _fast_password_hasher(settings: Any) -> None:
     """PBKDF2 costs ~0.2 s a user; tests create hundreds. Logins work the same with MD5."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+# --- gray release and devices ----------------------------------------------------------------
+
+
+@pytest.fixture
+def publish_version(publisher: Any) -> Callable[..., Any]:
+    """`publish_version(fleet, threshold=0.7)`: a draft of the latest version with one θ changed,
+    published as the next number (the fleet's stable version does not move)."""
+    from routing_policies.services import (
+        policy_draft_create,
+        policy_draft_update_cells,
+        policy_version_publish,
+    )
+
+    def _publish(fleet: Any, threshold: float = 0.7) -> Any:
+        draft = policy_draft_create(actor=publisher, fleet=fleet)
+        policy_draft_update_cells(
+            actor=publisher,
+            fleet=fleet,
+            revision=draft.revision,
+            edits=[
+                {
+                    "task_type": "voice",
+                    "latency_budget": "interactive",
+                    "privacy_tier": "normal",
+                    "values": {"threshold": threshold},
+                }
+            ],
+        )
+        return policy_version_publish(
+            actor=publisher, fleet=fleet, revision=draft.revision + 1, note=f"θ {threshold}"
+        )
+
+    return _publish
+
+
+@pytest.fixture
+def fleet_key(fleet: Any, publisher: Any) -> str:
+    """`fleet`'s enrolment key (shown once when issued)."""
+    from routing_policies.services import fleet_enrollment_key_rotate
+
+    return fleet_enrollment_key_rotate(actor=publisher, fleet=fleet)

@@ -54,6 +54,23 @@ class IsDevice(BasePermission):
         return isinstance(request.auth, Device)
 
 
+class _JsonStringMixin:
+    """A JSON string only: DRF's CharField would quietly turn `123` or `1.5` into `"123"`."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")  # type: ignore[attr-defined]
+        return super().to_internal_value(data)  # type: ignore[misc,no-any-return]
+
+
+class JsonStringField(_JsonStringMixin, serializers.CharField):
+    """`CharField` that refuses numbers, booleans and objects."""
+
+
+class JsonRegexField(_JsonStringMixin, serializers.RegexField):
+    """`RegexField` that refuses numbers, booleans and objects."""
+
+
 class EnrollApi(APIView):
     """Enrol a device with its fleet's key; the device token is shown once."""
 
@@ -61,13 +78,11 @@ class EnrollApi(APIView):
     permission_classes = [AllowAny]
 
     class InputSerializer(serializers.Serializer[Any]):
-        fleet_key = serializers.CharField(max_length=200)
-        device_id = serializers.RegexField(DEVICE_ID_RE, max_length=128)
-        platform = serializers.CharField(
-            max_length=64, required=False, allow_blank=True, default=""
-        )
-        model = serializers.CharField(max_length=128, required=False, allow_blank=True, default="")
-        sdk = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+        fleet_key = JsonStringField(max_length=200)
+        device_id = JsonRegexField(DEVICE_ID_RE, max_length=128)
+        platform = JsonStringField(max_length=64, required=False, allow_blank=True, default="")
+        model = JsonStringField(max_length=128, required=False, allow_blank=True, default="")
+        sdk = JsonStringField(max_length=64, required=False, allow_blank=True, default="")
 
         class Meta:
             ref_name = "DeviceEnrollInput"
@@ -148,7 +163,8 @@ class _RolloutActionApi(APIView):
     @extend_schema(request=InputSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, slug: str) -> Response:
         fleet = _fleet(slug)
-        serializer = self.InputSerializer(data=_require_object(request.data or {}))
+        # An empty body is an empty object; `[]`, `null` or `"x"` are refused, not read as `{}`.
+        serializer = self.InputSerializer(data=_require_object(request.data))
         serializer.is_valid(raise_exception=True)
         self.perform(request, fleet, serializer.validated_data)
         return _status_response(slug)

@@ -1,5 +1,6 @@
 """Reads for devices and rollouts: assignment counts, convergence, propagation, device lists."""
 
+import math
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -8,7 +9,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from ..assignment import BUCKETS, FleetAssignment
-from ..models import Device, Fleet, FleetRouting, Rollout, RolloutEvent
+from ..models import AuditEntry, Device, Fleet, FleetRouting, Rollout, RolloutEvent
 
 ONLINE_WINDOW = timedelta(minutes=2)
 # PROTOCOL.md's bucket, in SQL, so counting a million devices never leaves PostgreSQL.
@@ -78,9 +79,10 @@ def candidate_cohort_count(fleet: Fleet, assignment: FleetAssignment) -> int:
 
 
 def _percentile(sorted_values: list[float], fraction: float) -> float | None:
+    """Nearest rank: the smallest value with at least `fraction` of the values at or below it."""
     if not sorted_values:
         return None
-    index = min(len(sorted_values) - 1, max(0, round(fraction * (len(sorted_values) - 1))))
+    index = min(len(sorted_values) - 1, max(0, math.ceil(fraction * len(sorted_values)) - 1))
     return sorted_values[index]
 
 
@@ -154,7 +156,12 @@ def _count() -> Any:
 
 
 def _last_change_at(fleet: Fleet) -> datetime | None:
-    """When the fleet's assignment last changed (a rollout transition or a switch)."""
+    """When the fleet's assignment last changed: a stage, a rollback, a switch, a first publish.
+
+    Not `FleetRouting.updated_at`: completing a rollout, a cloud-pressure nudge or a new
+    enrolment key also touch that row without sending any device a new version, and would
+    reset the propagation clock to a moment no device was told anything.
+    """
     event = (
         RolloutEvent.objects.filter(rollout__fleet=fleet)
         .exclude(action__in=["paused", "resumed", "completed"])
@@ -162,8 +169,18 @@ def _last_change_at(fleet: Fleet) -> datetime | None:
         .values_list("at", flat=True)
         .first()
     )
-    routing = FleetRouting.objects.filter(fleet=fleet).values_list("updated_at", flat=True).first()
-    candidates = [t for t in (event, routing) if t is not None]
+    switch = (
+        AuditEntry.objects.filter(fleet=fleet)
+        .filter(
+            Q(action="fleet.switched")
+            # The first published version becomes stable at once (`before` has no version).
+            | Q(action="policy_version.published", before__version=None)
+        )
+        .order_by("-created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    candidates = [t for t in (event, switch) if t is not None]
     return max(candidates) if candidates else None
 
 

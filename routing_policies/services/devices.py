@@ -27,11 +27,16 @@ def hash_secret(secret: str) -> str:
 
 def _lock_routing(fleet: Fleet) -> FleetRouting:
     routing, _ = FleetRouting.objects.get_or_create(fleet=fleet)
+    # `of=("self",)`: the stable version is a nullable join, and PostgreSQL refuses FOR UPDATE
+    # on the nullable side of an outer join; only the routing row needs the lock anyway.
     return (
-        FleetRouting.objects.select_for_update().select_related("stable_version").get(pk=routing.pk)
+        FleetRouting.objects.select_for_update(of=("self",))
+        .select_related("stable_version")
+        .get(pk=routing.pk)
     )
 
 
+@transaction.atomic
 def fleet_enrollment_key_rotate(*, actor: Actor, fleet: Fleet, key: str | None = None) -> str:
     """Issue a new enrolment key (shown once, stored hashed); enrolled devices keep working."""
     routing = _lock_routing(fleet)
@@ -144,6 +149,3 @@ def device_ack(*, device_pk: int, version: int) -> None:
     Device.objects.filter(pk=device_pk).update(
         acked_version=version, acked_at=timezone.now(), last_seen_at=timezone.now()
     )
-
-
-# --- rollouts --------------------------------------------------------------------------------

@@ -32,9 +32,6 @@ def _actor_name(actor: Actor) -> str:
     return actor.get_username() if actor is not None and actor.is_authenticated else "system"
 
 
-# --- reads used by the writes and by the consumer -------------------------------------------
-
-
 def _push_assignment_on_commit(
     fleet: Fleet, assignment: FleetAssignment, rollout: Rollout | None
 ) -> None:
@@ -50,10 +47,6 @@ def _push_assignment_on_commit(
     transaction.on_commit(lambda: push.publish(message))
 
 
-# --- enrolment and device tokens -------------------------------------------------------------
-
-
-@transaction.atomic
 def _published(fleet: Fleet, number: int) -> PolicyVersion:
     version = PolicyVersion.objects.filter(fleet=fleet, number=number).first()
     if version is None:

@@ -1,0 +1,1 @@
+"""Benchmarks (run by hand, see bench/README.md; not part of the test suite)."""

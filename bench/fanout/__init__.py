@@ -1,0 +1,1 @@
+"""Live-push fan-out benchmark of the control plane against a bare websockets server."""

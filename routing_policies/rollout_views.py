@@ -1,0 +1,474 @@
+"""Pages of gray release: the rollout page (stage, actions, live convergence) and the devices.
+
+Like `views`, these stay thin: reads through `selectors`, each action one `services` call, an
+application error shown on the page with its HTTP status, success answered with a redirect and
+a message (POST/redirect/GET). Viewers read; only publishers act.
+"""
+
+import math
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from controlplane.exceptions import ApplicationError, ValidationFailed
+
+from . import selectors, services
+from .models import Device, Fleet, Rollout
+from .roles import Role
+from .selectors import rollout_pages
+from .services.rollout import MAX_CLOUD_PRESSURE_TTL_S
+from .views import _fleet_or_404, role_required
+
+DEVICE_PAGE_LIMIT = 200
+ONLINE_CHOICES = ("all", "online", "offline")
+STATE_LABELS = {
+    Rollout.State.ACTIVE: "active",
+    Rollout.State.PAUSED: "paused",
+    Rollout.State.COMPLETED: "completed",
+    Rollout.State.ROLLED_BACK: "rolled back",
+}
+EVENT_LABELS = {
+    "started": "Started",
+    "advanced": "Advanced",
+    "paused": "Paused",
+    "resumed": "Resumed",
+    "completed": "Completed",
+    "rolled_back": "Rolled back",
+}
+
+
+# --- reading helpers --------------------------------------------------------------------------
+
+
+def _share(part: int, whole: int) -> float:
+    """`part` as a percentage of `whole` (0 when there is nothing), for the bars."""
+    return round(min(100.0, 100.0 * part / whole), 1) if whole else 0.0
+
+
+def _stage_steps(rollout: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """5% → 25% → 100%, each step done, current or to do for this rollout."""
+    steps = []
+    for percent in Rollout.STAGES:
+        if rollout is None:
+            state = "todo"
+        elif rollout["state"] == Rollout.State.COMPLETED or percent < rollout["stage"]:
+            state = "done"
+        elif percent == rollout["stage"]:
+            state = "current"
+        else:
+            state = "todo"
+        steps.append({"percent": percent, "state": state})
+    return steps
+
+
+def ago(moment: datetime, now: datetime | None = None) -> str:
+    """`just now`, `42 s ago`, `3 min ago`, `2 h 5 min ago`, `4 d ago`, as rollout.js says."""
+    seconds = max(0, int(((now or timezone.now()) - moment).total_seconds()))
+    if seconds < 10:
+        return "just now"
+    if seconds < 60:
+        return f"{seconds} s ago"
+    if seconds < 3600:
+        return f"{seconds // 60} min ago"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min ago"
+    return f"{seconds // 86400} d ago"
+
+
+def duration_text(milliseconds: float | None) -> str:
+    """`850 ms`, `3,697 ms`, `12.4 s`, `28.3 min`, `3.1 h` (rollout.js says the same)."""
+    if milliseconds is None:
+        return "—"
+    if milliseconds < 10_000:
+        return f"{milliseconds:,.0f} ms"
+    if milliseconds < 120_000:
+        return f"{milliseconds / 1000:.1f} s"
+    if milliseconds < 7_200_000:
+        return f"{milliseconds / 60_000:.1f} min"
+    return f"{milliseconds / 3_600_000:.1f} h"
+
+
+def since_of(rollout: dict[str, Any]) -> dict[str, Any]:
+    """`at 25% since <time>` for an open rollout, else when and how it ended."""
+    if rollout["open"]:
+        phrase, moment = f"at {rollout['stage']}% since", rollout["stage_changed_at"]
+    elif rollout["state"] == Rollout.State.COMPLETED:
+        phrase, moment = "completed at", rollout["finished_at"] or rollout["stage_changed_at"]
+    else:
+        phrase = f"rolled back from {rollout['stage']}% at"
+        moment = rollout["finished_at"] or rollout["stage_changed_at"]
+    return {"phrase": phrase, "at": moment, "ago": ago(moment)}
+
+
+def next_text(rollout: dict[str, Any] | None) -> str:
+    """What comes next, in words (rollout.js says the same)."""
+    if rollout is None:
+        return "start a rollout of a published version, or switch the whole fleet at once"
+    if rollout["state"] == Rollout.State.COMPLETED:
+        return f"nothing: v{rollout['candidate']} is stable; start a new rollout when one is ready"
+    if rollout["state"] == Rollout.State.ROLLED_BACK:
+        return f"nothing: every device is back on v{rollout['stable']}"
+    after = {5: "advance to 25%, then 100%, then complete", 25: "advance to 100%, then complete"}
+    upcoming = after.get(rollout["stage"], f"complete: v{rollout['candidate']} becomes stable")
+    if rollout["state"] == Rollout.State.PAUSED:
+        return f"resume, then {upcoming}"
+    return upcoming
+
+
+def _convergence_rows(convergence: dict[str, Any]) -> list[dict[str, Any]]:
+    total = convergence["devices"]
+    return [
+        {
+            **row,
+            "assigned_share": _share(row["assigned"], total),
+            "acked_share": _share(row["acked"], total),
+        }
+        for row in convergence["versions"]
+    ]
+
+
+def _rollout_page(
+    request: HttpRequest,
+    fleet: Fleet,
+    *,
+    status: int = 200,
+    error: str = "",
+    problems: list[dict[str, Any]] | None = None,
+    form: dict[str, str] | None = None,
+) -> HttpResponse:
+    """The rollout page: stable version, the rollout's stage and actions, live convergence."""
+    state = selectors.rollout_status(fleet)
+    rollout = state["rollout"]
+    convergence = state["convergence"]
+    stable = state["stable_version"]
+    versions = rollout_pages.published_versions(fleet=fleet)
+    is_open = bool(rollout and rollout["open"])
+    context: dict[str, Any] = {
+        "fleet": fleet,
+        "stable": stable,
+        "rollout": rollout,
+        "rollout_open": is_open,
+        "state_label": STATE_LABELS.get(rollout["state"], rollout["state"]) if rollout else "",
+        "steps": _stage_steps(rollout),
+        "since": since_of(rollout) if rollout else None,
+        "next": next_text(rollout),
+        "cloud_pressure": state["cloud_pressure"],
+        "convergence": convergence,
+        "convergence_rows": _convergence_rows(convergence),
+        "p50_text": duration_text(convergence["propagation"]["p50_ms"]),
+        "p95_text": duration_text(convergence["propagation"]["p95_ms"]),
+        "versions": versions,
+        "latest_number": versions[0]["number"] if versions else None,
+        "other_versions": [v for v in versions if v["number"] != stable],
+        "history": [
+            {"event": event, "label": EVENT_LABELS.get(event.action, event.action)}
+            for event in rollout_pages.rollout_history(fleet=fleet)
+        ],
+        "history_limit": rollout_pages.ROLLOUT_HISTORY_LIMIT,
+        "max_ttl": MAX_CLOUD_PRESSURE_TTL_S,
+        "error": error,
+        "problems": problems or [],
+        "form": form or {},
+    }
+    return render(request, "routing_policies/rollout.html", context, status=status)
+
+
+def _refused(request: HttpRequest, fleet: Fleet, exc: ApplicationError) -> HttpResponse:
+    """The rollout page again, saying why the action was refused; nothing changed."""
+    return _rollout_page(
+        request,
+        fleet,
+        status=exc.status_code,
+        error=f"{exc.message} Nothing was changed.",
+        problems=exc.details,
+        form={
+            key: str(value) for key, value in request.POST.items() if key != "csrfmiddlewaretoken"
+        },
+    )
+
+
+def _posted_int(request: HttpRequest, name: str, label: str) -> int:
+    raw = (request.POST.get(name) or "").strip()
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValidationFailed(
+            f"{label} must be a whole number (got {raw[:40]!r}).",
+            details=[{"field": name, "message": "a whole number"}],
+        ) from None
+
+
+def _posted_float(request: HttpRequest, name: str, label: str) -> float:
+    raw = (request.POST.get(name) or "").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise ValidationFailed(
+            f"{label} must be a number (got {raw[:40]!r}).",
+            details=[{"field": name, "message": "a number"}],
+        )
+    return value
+
+
+def _to_rollout(fleet: Fleet) -> HttpResponseRedirect:
+    return HttpResponseRedirect(reverse("fleet-rollout", args=[fleet.slug]))
+
+
+# --- the rollout page -------------------------------------------------------------------------
+
+
+@role_required(Role.VIEWER)
+@require_GET
+def rollout_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """Stable version, the open rollout and what comes next, fleet convergence, history."""
+    return _rollout_page(request, _fleet_or_404(slug))
+
+
+@role_required(Role.PUBLISHER)
+@require_POST
+def rollout_start(request: HttpRequest, slug: str) -> HttpResponse:
+    """Start rolling a published version out at 5%."""
+    fleet = _fleet_or_404(slug)
+    try:
+        version = _posted_int(request, "version", "The version to roll out")
+        rollout = services.rollout_start(actor=request.user, fleet=fleet, version=version)
+    except ApplicationError as exc:
+        return _refused(request, fleet, exc)
+    messages.success(
+        request,
+        f"Started rolling out v{rollout.candidate.number} over v{rollout.stable.number} at "
+        f"{rollout.stage}% of the fleet.",
+    )
+    return _to_rollout(fleet)
+
+
+@role_required(Role.PUBLISHER)
+@require_POST
+def rollout_advance(request: HttpRequest, slug: str) -> HttpResponse:
+    """Advance to the stage the button named; a second click on the same button does nothing."""
+    fleet = _fleet_or_404(slug)
+    before = selectors.open_rollout(fleet.pk)
+    try:
+        to_stage = _posted_int(request, "to_stage", "The stage to advance to")
+        rollout = services.rollout_advance(actor=request.user, fleet=fleet, to_stage=to_stage)
+    except ApplicationError as exc:
+        return _refused(request, fleet, exc)
+    if before is not None and before.stage == rollout.stage:
+        messages.info(request, f"v{rollout.candidate.number} is already at {rollout.stage}%.")
+    else:
+        messages.success(
+            request, f"Advanced v{rollout.candidate.number} to {rollout.stage}% of the fleet."
+        )
+    return _to_rollout(fleet)
+
+
+@role_required(Role.PUBLISHER)
+@require_POST
+def rollout_pause(request: HttpRequest, slug: str) -> HttpResponse:
+    """Hold the rollout at its stage."""
+    fleet = _fleet_or_404(slug)
+    try:
+        rollout = services.rollout_pause(actor=request.user, fleet=fleet)
+    except ApplicationError as exc:
+        return _refused(request, fleet, exc)
+    messages.success(
+        request,
+        f"Paused v{rollout.candidate.number} at {rollout.stage}%; devices keep what they run.",
+    )
+    return _to_rollout(fleet)
+
+
+@role_required(Role.PUBLISHER)
+@require_POST
+def rollout_resume(request: HttpRequest, slug: str) -> HttpResponse:
+    """Let a paused rollout advance again."""
+    fleet = _fleet_or_404(slug)
+    try:
+        rollout = services.rollout_resume(actor=request.user, fleet=fleet)
+    except ApplicationError as exc:
+        return _refused(request, fleet, exc)
+    messages.success(request, f"Resumed v{rollout.candidate.number} at {rollout.stage}%.")
+    return _to_rollout(fleet)
+
+
+@role_required(Role.PUBLISHER)
+@require_POST
+def rollout_complete(request: HttpRequest, slug: str) -> HttpResponse:
+    """At 100%, make the candidate the fleet's stable version."""
+    fleet = _fleet_or_404(slug)
+    try:
+        rollout = services.rollout_complete(actor=request.user, fleet=fleet)
+    except ApplicationError as exc:
+        return _refused(request, fleet, exc)
+    messages.success(
+        request,
+        f"Completed: v{rollout.candidate.number} is now the stable version "
+        f"(was v{rollout.stable.number}).",
+    )
+    return _to_rollout(fleet)
+
+
+@role_required(Role.PUBLISHER)
+@require_POST
+def rollout_rollback(request: HttpRequest, slug: str) -> HttpResponse:
+    """One click: every device returns to the stable version."""
+    fleet = _fleet_or_404(slug)
+    reason = (request.POST.get("reason") or "").strip()
+    try:
+        rollout = services.rollout_rollback(actor=request.user, fleet=fleet, reason=reason)
+    except ApplicationError as exc:
+        return _refused(request, fleet, exc)
+    messages.success(
+        request,
+        f"Rolled v{rollout.candidate.number} back: every device returns to "
+        f"v{rollout.stable.number}.",
+    )
+    return _to_rollout(fleet)
+
+
+@role_required(Role.PUBLISHER)
+@require_POST
+def fleet_switch(request: HttpRequest, slug: str) -> HttpResponse:
+    """Move the whole fleet to a published version at once (no stages)."""
+    fleet = _fleet_or_404(slug)
+    before = selectors.fleet_assignment(fleet.pk).stable
+    try:
+        version = _posted_int(request, "version", "The version to switch to")
+        services.fleet_switch_version(actor=request.user, fleet=fleet, version=version)
+    except ApplicationError as exc:
+        return _refused(request, fleet, exc)
+    if before == version:
+        messages.info(request, f"The fleet already runs v{version}; nothing changed.")
+    else:
+        messages.success(request, f"Switched the whole fleet from v{before} to v{version}.")
+    return _to_rollout(fleet)
+
+
+@role_required(Role.PUBLISHER)
+@require_POST
+def cloud_pressure(request: HttpRequest, slug: str) -> HttpResponse:
+    """Nudge θ for the whole fleet for a while, without a new version."""
+    fleet = _fleet_or_404(slug)
+    try:
+        offset = _posted_float(request, "theta_offset", "The θ offset")
+        ttl_s = _posted_int(request, "ttl_s", "The duration in seconds")
+        services.cloud_pressure_set(
+            actor=request.user, fleet=fleet, theta_offset=offset, ttl_s=ttl_s
+        )
+    except ApplicationError as exc:
+        return _refused(request, fleet, exc)
+    messages.success(
+        request, f"Sent cloud_pressure θ {offset:+.2f} for {ttl_s:,} s to the whole fleet."
+    )
+    return _to_rollout(fleet)
+
+
+# --- devices ----------------------------------------------------------------------------------
+
+
+def _device_filters(request: HttpRequest) -> tuple[dict[str, str], dict[str, Any], str]:
+    """The list's filters as shown in the form, as passed to the selector, and a problem."""
+    raw_version = (request.GET.get("version") or "").strip().lstrip("v")
+    online = request.GET.get("online") or "all"
+    shown = {
+        "version": raw_version,
+        "online": online if online in ONLINE_CHOICES else "all",
+        "platform": (request.GET.get("platform") or "").strip(),
+    }
+    problem = ""
+    version: int | None = None
+    if raw_version:
+        try:
+            version = int(raw_version)
+        except ValueError:
+            problem = f"{raw_version[:40]!r} is not a version number."
+    query: dict[str, Any] = {
+        "version": version,
+        "online": {"online": True, "offline": False}.get(shown["online"]),
+        "platform": shown["platform"] or None,
+    }
+    return shown, query, problem
+
+
+def _devices_page(
+    request: HttpRequest, fleet: Fleet, *, new_key: str = "", status: int = 200
+) -> HttpResponse:
+    shown, query, problem = _device_filters(request)
+    rows = [] if problem else selectors.device_list(fleet=fleet, limit=DEVICE_PAGE_LIMIT, **query)
+    context = {
+        "fleet": fleet,
+        "devices": rows,
+        "filters": shown,
+        "filtered": any(shown[name] for name in ("version", "platform"))
+        or shown["online"] != "all",
+        "error": problem,
+        "limit": DEVICE_PAGE_LIMIT,
+        "full": len(rows) >= DEVICE_PAGE_LIMIT,
+        "versions": rollout_pages.published_versions(fleet=fleet),
+        "platforms": rollout_pages.device_platforms(fleet=fleet),
+        "counts": rollout_pages.device_counts(fleet=fleet),
+        "key_prefix": rollout_pages.enrollment_key_prefix(fleet=fleet),
+        "new_key": new_key,
+    }
+    response = render(
+        request, "routing_policies/devices.html", context, status=400 if problem else status
+    )
+    if new_key:
+        response["Cache-Control"] = "no-store"  # the key is shown once; never from a cache
+    return response
+
+
+@role_required(Role.VIEWER)
+@require_GET
+def device_list_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """The fleet's devices, filtered by version, online state and platform."""
+    return _devices_page(request, _fleet_or_404(slug))
+
+
+@role_required(Role.PUBLISHER)
+@require_POST
+def device_revoke(request: HttpRequest, slug: str, device_id: str) -> HttpResponse:
+    """Revoke a device's token; its open connection is closed."""
+    fleet = _fleet_or_404(slug)
+    device = Device.objects.filter(fleet=fleet, device_id=device_id).first()
+    if device is None:
+        raise Http404(f"Fleet {slug!r} has no device {device_id!r}.")
+    already = device.revoked_at is not None
+    services.device_revoke(actor=request.user, device=device)
+    if already:
+        messages.info(request, f"{device_id} was already revoked.")
+    else:
+        messages.success(
+            request,
+            f"Revoked {device_id}: its token no longer works and its open connection was closed.",
+        )
+    url = reverse("device-list", args=[fleet.slug])
+    # Back to the same filtered list; only the filter names are carried over.
+    filters = {
+        name: request.POST[name]
+        for name in ("version", "online", "platform")
+        if request.POST.get(name)
+    }
+    return HttpResponseRedirect(f"{url}?{urlencode(filters)}" if filters else url)
+
+
+@role_required(Role.PUBLISHER)
+@require_POST
+def enrollment_key_rotate(request: HttpRequest, slug: str) -> HttpResponse:
+    """Issue a new enrolment key and show it on this response only (it is stored hashed)."""
+    fleet = _fleet_or_404(slug)
+    # The service locks the routing row but does not open a transaction itself; outside one,
+    # PostgreSQL refuses select_for_update. Reported; this keeps the page working meanwhile.
+    with transaction.atomic():
+        key = services.fleet_enrollment_key_rotate(actor=request.user, fleet=fleet)
+    return _devices_page(request, fleet, new_key=key)

@@ -1,0 +1,246 @@
+"""Folding events into rollup tallies: pure arithmetic, shared by the worker and the benchmark.
+
+One pass over the events fills the finest tallies (minute × fleet × version × cohort × cell ×
+route × deciding step); the three stored levels are then merged from those, so the per-event
+work is done once. Every figure merges by addition, so tallies of any two sets of events add
+up to the tally of their union: that is what lets partial rows be written in any order and
+compacted later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from .sketch import SCORE_BINS, bucket_index, merge_counts
+
+SENSITIVE_TIER = "sensitive"
+
+# (fleet_id, minute since epoch, version, cohort, task_type, latency_budget, privacy_tier,
+#  route, decided_by)
+FineKey = tuple[int, int, int, str, str, str, str, str, str]
+# (fleet_id, minute or hour start, version, cohort, task_type, latency_budget, privacy_tier,
+#  route)
+CellKey = tuple[int, datetime, int, str, str, str, str, str]
+# (fleet_id, hour start, version, cohort, route, decided_by)
+FleetKey = tuple[int, datetime, int, str, str, str]
+
+METRIC_FIELDS = (
+    "events",
+    "fallback_cloud_to_device",
+    "fallback_device_to_cloud",
+    "cache_hits",
+    "errors",
+    "privacy_violations",
+    "latency_sum_ms",
+    "score_count",
+    "score_sum",
+    "tokens_sum",
+)
+
+
+class EventLike(Protocol):
+    """What folding needs of an event (a TelemetryEvent or a benchmark's row); read-only."""
+
+    @property
+    def ts(self) -> datetime: ...
+    @property
+    def policy_version(self) -> int: ...
+    @property
+    def task_type(self) -> str: ...
+    @property
+    def latency_budget(self) -> str: ...
+    @property
+    def privacy_tier(self) -> str: ...
+    @property
+    def route(self) -> str: ...
+    @property
+    def decided_by(self) -> str: ...
+    @property
+    def fallback(self) -> str: ...
+    @property
+    def latency_ms(self) -> float: ...
+    @property
+    def cache_hit(self) -> bool: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def deidentified(self) -> bool: ...
+    @property
+    def score(self) -> float | None: ...
+    @property
+    def tokens(self) -> int | None: ...
+
+
+@dataclass(slots=True)
+class Tally:
+    """The figures of one rollup key; `merge` adds another tally."""
+
+    events: int = 0
+    fallback_cloud_to_device: int = 0
+    fallback_device_to_cloud: int = 0
+    cache_hits: int = 0
+    errors: int = 0
+    privacy_violations: int = 0
+    latency_sum_ms: float = 0.0
+    score_count: int = 0
+    score_sum: float = 0.0
+    tokens_sum: int = 0
+    latency_hist: dict[int, int] = field(default_factory=dict)
+    score_hist: dict[int, int] = field(default_factory=dict)
+
+    def add(self, event: EventLike) -> None:
+        """Count one event."""
+        self.events += 1
+        fallback = event.fallback
+        if fallback == "cloud_to_device":
+            self.fallback_cloud_to_device += 1
+        elif fallback == "device_to_cloud":
+            self.fallback_device_to_cloud += 1
+        if event.cache_hit:
+            self.cache_hits += 1
+        if not event.ok:
+            self.errors += 1
+        if (
+            event.privacy_tier == SENSITIVE_TIER
+            and event.route != "device"
+            and not event.deidentified
+        ):
+            self.privacy_violations += 1
+        latency = event.latency_ms
+        self.latency_sum_ms += latency
+        index = bucket_index(latency)
+        hist = self.latency_hist
+        hist[index] = hist.get(index, 0) + 1
+        score = event.score
+        if score is not None:
+            self.score_count += 1
+            self.score_sum += score
+            score_index = int(score * SCORE_BINS)  # score_bin, inlined: scores are in [0, 1]
+            if score_index >= SCORE_BINS:
+                score_index = SCORE_BINS - 1
+            self.score_hist[score_index] = self.score_hist.get(score_index, 0) + 1
+        if event.tokens is not None:
+            self.tokens_sum += event.tokens
+
+    def merge(self, other: Tally) -> None:
+        """Add `other` into this tally."""
+        self.events += other.events
+        self.fallback_cloud_to_device += other.fallback_cloud_to_device
+        self.fallback_device_to_cloud += other.fallback_device_to_cloud
+        self.cache_hits += other.cache_hits
+        self.errors += other.errors
+        self.privacy_violations += other.privacy_violations
+        self.latency_sum_ms += other.latency_sum_ms
+        self.score_count += other.score_count
+        self.score_sum += other.score_sum
+        self.tokens_sum += other.tokens_sum
+        for target, source in (
+            (self.latency_hist, other.latency_hist),
+            (self.score_hist, other.score_hist),
+        ):
+            for index, count in source.items():
+                target[index] = target.get(index, 0) + count
+
+    def columns(self) -> dict[str, Any]:
+        """The tally as rollup-row column values (histograms keyed by strings, as JSON)."""
+        return {
+            "events": self.events,
+            "fallback_cloud_to_device": self.fallback_cloud_to_device,
+            "fallback_device_to_cloud": self.fallback_device_to_cloud,
+            "cache_hits": self.cache_hits,
+            "errors": self.errors,
+            "privacy_violations": self.privacy_violations,
+            "latency_sum_ms": self.latency_sum_ms,
+            "score_count": self.score_count,
+            "score_sum": self.score_sum,
+            "tokens_sum": self.tokens_sum,
+            "latency_hist": {str(k): v for k, v in self.latency_hist.items()},
+            "score_hist": {str(k): v for k, v in self.score_hist.items()},
+        }
+
+    @classmethod
+    def from_columns(cls, row: dict[str, Any]) -> Tally:
+        """Inverse of `columns` (for merging stored rows)."""
+        return cls(
+            **{name: row[name] for name in METRIC_FIELDS},
+            latency_hist={int(k): int(v) for k, v in row["latency_hist"].items()},
+            score_hist={int(k): int(v) for k, v in row["score_hist"].items()},
+        )
+
+
+def merge_columns(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Merge stored rollup rows (column dicts) into one column dict."""
+    merged: dict[str, Any] = dict.fromkeys(METRIC_FIELDS, 0)
+    merged["latency_sum_ms"] = 0.0
+    merged["score_sum"] = 0.0
+    latency: dict[str, int] = {}
+    score: dict[str, int] = {}
+    for row in rows:
+        for name in METRIC_FIELDS:
+            merged[name] += row[name]
+        merge_counts(latency, row["latency_hist"])
+        merge_counts(score, row["score_hist"])
+    merged["latency_hist"] = latency
+    merged["score_hist"] = score
+    return merged
+
+
+def _epoch_minute(ts: datetime) -> int:
+    return int(ts.timestamp()) // 60
+
+
+def _moment(epoch_minute: int) -> datetime:
+    return datetime.fromtimestamp(epoch_minute * 60, tz=UTC)
+
+
+class RollupAccumulator:
+    """Tallies of a set of events at the three stored levels."""
+
+    def __init__(self) -> None:
+        self.fine: dict[FineKey, Tally] = {}
+
+    def add(self, fleet_id: int, cohort: str, event: EventLike) -> None:
+        """Count one event of `fleet_id`, attributed to `cohort`."""
+        key: FineKey = (
+            fleet_id,
+            _epoch_minute(event.ts),
+            event.policy_version,
+            cohort,
+            event.task_type,
+            event.latency_budget,
+            event.privacy_tier,
+            event.route,
+            event.decided_by,
+        )
+        tally = self.fine.get(key)
+        if tally is None:
+            tally = self.fine[key] = Tally()
+        tally.add(event)
+
+    def _level(self, make_key: Any) -> dict[Any, Tally]:
+        out: dict[Any, Tally] = {}
+        for fine_key, tally in self.fine.items():
+            key = make_key(fine_key)
+            existing = out.get(key)
+            if existing is None:
+                existing = out[key] = Tally()
+            existing.merge(tally)
+        return out
+
+    def minutes(self) -> dict[CellKey, Tally]:
+        """Per minute × cell × route."""
+        return self._level(lambda k: (k[0], _moment(k[1]), *k[2:8]))
+
+    def hours(self) -> dict[CellKey, Tally]:
+        """Per hour × cell × route."""
+        return self._level(lambda k: (k[0], _moment(k[1] - k[1] % 60), *k[2:8]))
+
+    def fleet_hours(self) -> dict[FleetKey, Tally]:
+        """Per hour × route × deciding step, without the cell."""
+        return self._level(lambda k: (k[0], _moment(k[1] - k[1] % 60), k[2], k[3], k[7], k[8]))
+
+    def __iter__(self) -> Iterator[FineKey]:
+        return iter(self.fine)

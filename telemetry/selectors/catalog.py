@@ -1,0 +1,109 @@
+"""What telemetry needs to know of a fleet: its published versions' dimensions, its rollouts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from routing_policies.models import PolicyVersion, Rollout
+
+from ..events import VersionDimensions
+from ..models import Cohort
+
+_CACHE_TTL_S = 60.0
+_CANDIDATE: str = Cohort.CANDIDATE.value
+_STABLE: str = Cohort.STABLE.value
+_cache: dict[int, tuple[float, dict[int, VersionDimensions]]] = {}
+_cache_lock = threading.Lock()
+
+
+def _load_versions(fleet_id: int) -> dict[int, VersionDimensions]:
+    rows = PolicyVersion.objects.filter(fleet_id=fleet_id, number__isnull=False).values_list(
+        "number", "dimensions"
+    )
+    return {number: VersionDimensions.of(dimensions) for number, dimensions in rows if number}
+
+
+class VersionCatalog:
+    """A fleet's published versions → their dimension values.
+
+    Published versions never change, so they are cached per process; a number not in the cache
+    (a version published since) reloads it once per catalog.
+    """
+
+    def __init__(self, fleet_id: int) -> None:
+        self.fleet_id = fleet_id
+        self._reloaded = False
+        with _cache_lock:
+            cached = _cache.get(fleet_id)
+        if cached is None or time.monotonic() - cached[0] > _CACHE_TTL_S:
+            self._versions = self._reload()
+        else:
+            self._versions = cached[1]
+
+    def _reload(self) -> dict[int, VersionDimensions]:
+        versions = _load_versions(self.fleet_id)
+        with _cache_lock:
+            _cache[self.fleet_id] = (time.monotonic(), versions)
+        return versions
+
+    def get(self, number: int) -> VersionDimensions | None:
+        """The version's dimensions, or None when the fleet has no such published version."""
+        found = self._versions.get(number)
+        if found is None and not self._reloaded:
+            self._reloaded = True
+            self._versions = self._reload()
+            found = self._versions.get(number)
+        return found
+
+
+@dataclass(slots=True)
+class CandidateSpans:
+    """For one fleet and version: the times it was a rollout's candidate, [start, end)."""
+
+    starts: list[datetime] = field(default_factory=list)
+    ends: list[datetime | None] = field(default_factory=list)
+
+    def covers(self, moment: datetime) -> bool:
+        """True when `moment` falls inside one of the spans."""
+        position = bisect_right(self.starts, moment) - 1
+        while position >= 0:
+            end = self.ends[position]
+            if end is None or moment < end:
+                return True
+            position -= 1
+        return False
+
+
+class CohortResolver:
+    """Attributes an event to the stable or candidate cohort by its own time and version.
+
+    An event is `candidate` when, at its timestamp, its fleet had a rollout (started and not yet
+    finished) whose candidate is the version the event carries; otherwise `stable`. Late events
+    are attributed by when they happened, not by when they arrived.
+    """
+
+    def __init__(self, fleet_ids: Iterable[int]) -> None:
+        self._spans: dict[tuple[int, int], CandidateSpans] = {}
+        rows = (
+            Rollout.objects.filter(fleet_id__in=list(set(fleet_ids)))
+            .order_by("started_at")
+            .values_list("fleet_id", "candidate__number", "started_at", "finished_at")
+        )
+        for fleet_id, number, started_at, finished_at in rows:
+            if number is None:
+                continue
+            spans = self._spans.setdefault((fleet_id, number), CandidateSpans())
+            spans.starts.append(started_at)
+            spans.ends.append(finished_at)
+
+    def cohort(self, fleet_id: int, version: int, moment: datetime) -> str:
+        """`candidate` or `stable`."""
+        spans = self._spans.get((fleet_id, version))
+        if spans is not None and spans.covers(moment):
+            return _CANDIDATE
+        return _STABLE

@@ -1,0 +1,246 @@
+"""Periodic work (Celery beat): sweep landed batches, compact rollups, apply retention."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from .. import partitions
+from ..models import EventKey, FleetHourRollup, HourRollup, LandedBatch, MinuteRollup, RouteCounter
+from ..prometheus import latency_bins
+from ..rollup import METRIC_FIELDS, merge_columns
+from .processing import partitions_ensure_window
+
+logger = logging.getLogger(__name__)
+
+_COMPACTION_LOCK_KEY = 0x7E1E_0001  # pg advisory lock: one compaction at a time
+
+
+@dataclass(frozen=True, slots=True)
+class Level:
+    """One rollup table: its model, time column and key columns (after fleet and time)."""
+
+    model: Any
+    time_field: str
+    key_fields: tuple[str, ...]
+
+
+CELL_KEY = ("policy_version", "cohort", "task_type", "latency_budget", "privacy_tier", "route")
+LEVELS = (
+    Level(MinuteRollup, "minute", CELL_KEY),
+    Level(HourRollup, "hour", CELL_KEY),
+    Level(FleetHourRollup, "hour", ("policy_version", "cohort", "route", "decided_by")),
+)
+
+
+def _json(value: Any) -> Any:
+    """A JSON column as the raw cursor returns it (text on PostgreSQL via Django, or text)."""
+    if isinstance(value, str | bytes):
+        return msgspec.json.decode(value)
+    return value
+
+
+def _compact_level(level: Level, max_buckets: int) -> tuple[int, int]:
+    """Merge every key's rows in up to `max_buckets` (fleet, time) buckets holding partial rows.
+
+    Returns (rows read, rows written). Runs inside the caller's transaction.
+    """
+    model = level.model
+    table = model._meta.db_table
+    time_col = level.time_field
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT DISTINCT fleet_id, {time_col} FROM {table} "  # noqa: S608
+            f"WHERE NOT compacted ORDER BY {time_col} LIMIT %s",
+            [max_buckets],
+        )
+        buckets = cursor.fetchall()
+        if not buckets:
+            return (0, 0)
+        columns = ["id", "fleet_id", time_col, *level.key_fields, *METRIC_FIELDS]
+        columns += ["latency_hist", "score_hist", "compacted"]
+        pairs = ", ".join(["(%s, %s)"] * len(buckets))
+        lock = " FOR UPDATE" if connection.vendor == "postgresql" else ""
+        cursor.execute(
+            f"SELECT {', '.join(columns)} FROM {table} "  # noqa: S608
+            f"WHERE (fleet_id, {time_col}) IN ({pairs}){lock}",
+            [value for bucket in buckets for value in bucket],
+        )
+        rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        moment = row[time_col]
+        if isinstance(moment, datetime) and moment.tzinfo is None:
+            row[time_col] = moment.replace(tzinfo=UTC)  # SQLite hands back naive UTC
+        row["latency_hist"] = _json(row["latency_hist"])
+        row["score_hist"] = _json(row["score_hist"])
+        key = (row["fleet_id"], row[time_col], *(row[name] for name in level.key_fields))
+        groups[key].append(row)
+    doomed: list[int] = []
+    merged_rows = []
+    partials: list[dict[str, Any]] = []
+    for key, group in groups.items():
+        if len(group) == 1 and group[0]["compacted"]:
+            continue
+        partials.extend(row for row in group if not row["compacted"])
+        doomed.extend(row["id"] for row in group)
+        merged = merge_columns(group)
+        identity = dict(zip(("fleet_id", time_col, *level.key_fields), key, strict=True))
+        merged_rows.append(model(**identity, **merged, compacted=True))
+    for start in range(0, len(doomed), 1000):
+        model.objects.filter(pk__in=doomed[start : start + 1000]).delete()
+    model.objects.bulk_create(merged_rows, batch_size=500)
+    if model is FleetHourRollup:
+        _count_for_prometheus(partials)
+    return (len(rows), len(merged_rows))
+
+
+def _count_for_prometheus(partials: list[dict[str, Any]]) -> None:
+    """Add newly compacted partial rows into the monotonic per-route counters."""
+    totals: dict[tuple[int, str, str], dict[str, Any]] = {}
+    for row in partials:
+        key = (row["fleet_id"], row["route"], row["decided_by"])
+        total = totals.get(key)
+        if total is None:
+            total = totals[key] = {
+                "events": 0,
+                "errors": 0,
+                "fallbacks": 0,
+                "cache_hits": 0,
+                "privacy_violations": 0,
+                "latency_sum_ms": 0.0,
+                "latency_le": latency_bins({}),
+            }
+        total["events"] += row["events"]
+        total["errors"] += row["errors"]
+        total["fallbacks"] += row["fallback_cloud_to_device"] + row["fallback_device_to_cloud"]
+        total["cache_hits"] += row["cache_hits"]
+        total["privacy_violations"] += row["privacy_violations"]
+        total["latency_sum_ms"] += row["latency_sum_ms"]
+        bins = latency_bins(row["latency_hist"])
+        total["latency_le"] = [a + b for a, b in zip(total["latency_le"], bins, strict=True)]
+    for (fleet_id, route, decided_by), total in sorted(totals.items()):
+        counter = (
+            RouteCounter.objects.select_for_update()
+            .filter(fleet_id=fleet_id, route=route, decided_by=decided_by)
+            .first()
+        )
+        if counter is None:
+            RouteCounter.objects.create(
+                fleet_id=fleet_id, route=route, decided_by=decided_by, **total
+            )
+            continue
+        counter.events += total["events"]
+        counter.errors += total["errors"]
+        counter.fallbacks += total["fallbacks"]
+        counter.cache_hits += total["cache_hits"]
+        counter.privacy_violations += total["privacy_violations"]
+        counter.latency_sum_ms += total["latency_sum_ms"]
+        old = list(counter.latency_le) or [0] * len(total["latency_le"])
+        counter.latency_le = [a + b for a, b in zip(old, total["latency_le"], strict=True)]
+        counter.save()
+
+
+def rollups_compact(*, time_budget_s: float = 20.0, max_buckets: int = 50) -> int:
+    """Merge partial rollup rows into one row per key; rows written. One run at a time."""
+    deadline = time.monotonic() + time_budget_s
+    written = 0
+    while time.monotonic() < deadline:
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_COMPACTION_LOCK_KEY])
+                    if not cursor.fetchone()[0]:
+                        return written
+            pass_written = 0
+            pass_read = 0
+            for level in LEVELS:
+                read, wrote = _compact_level(level, max_buckets)
+                pass_read += read
+                pass_written += wrote
+        written += pass_written
+        if pass_read == 0:
+            break
+    if written:
+        logger.info("telemetry.rollups_compacted rows=%d", written)
+    return written
+
+
+def landed_sweep(*, older_than_s: float | None = None, now: datetime | None = None) -> int:
+    """Enqueue processing of batches landed more than `older_than_s` ago; how many batches.
+
+    Catches batches whose task was lost: a Redis restart, a web process that died between
+    commit and enqueue, a worker killed with the task unacknowledged.
+    """
+    from ..tasks import process_landed
+
+    now = now or timezone.now()
+    age: float = settings.TELEMETRY_SWEEP_AFTER_S if older_than_s is None else older_than_s
+    ids = list(
+        LandedBatch.objects.filter(received_at__lte=now - timedelta(seconds=age))
+        .order_by("id")
+        .values_list("id", flat=True)[:5000]
+    )
+    chunk: int = settings.TELEMETRY_PROCESS_MAX_BATCHES
+    for start in range(0, len(ids), chunk):
+        process_landed.apply_async(args=[ids[start : start + chunk]])
+    if ids:
+        logger.info("telemetry.landed_swept batches=%d", len(ids))
+    return len(ids)
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionResult:
+    """What one storage maintenance run did."""
+
+    partitions_created: list[str]
+    partitions_dropped: list[str]
+    event_keys_deleted: int
+    rollups_deleted: int
+
+
+def storage_maintain(*, now: datetime | None = None) -> RetentionResult:
+    """Create raw partitions ahead, drop raw days past retention, prune ids and old rollups."""
+    now = now or timezone.now()
+    today = now.astimezone(UTC).date()
+    days: int = settings.TELEMETRY_RETENTION_DAYS
+    first_kept = today - timedelta(days=days)
+    partitions_ensure_window(today)
+    created = partitions.partitions_create(
+        first_kept + timedelta(days=offset) for offset in range(days + 3)
+    )
+    dropped = partitions.partitions_drop_before(first_kept)
+    if not partitions.is_partitioned():
+        from ..models import Event
+
+        Event.objects.filter(ts__lt=datetime.combine(first_kept, datetime.min.time(), UTC)).delete()
+    keys_deleted = 0
+    while True:
+        doomed = list(
+            EventKey.objects.filter(day__lt=first_kept).values_list("event_id", flat=True)[:20000]
+        )
+        if not doomed:
+            break
+        keys_deleted += EventKey.objects.filter(event_id__in=doomed).delete()[0]
+    minute_cutoff = now - timedelta(days=settings.TELEMETRY_MINUTE_ROLLUP_RETENTION_DAYS)
+    hour_cutoff = now - timedelta(days=settings.TELEMETRY_HOUR_ROLLUP_RETENTION_DAYS)
+    rollups_deleted = MinuteRollup.objects.filter(minute__lt=minute_cutoff).delete()[0]
+    rollups_deleted += HourRollup.objects.filter(hour__lt=hour_cutoff).delete()[0]
+    rollups_deleted += FleetHourRollup.objects.filter(hour__lt=hour_cutoff).delete()[0]
+    logger.info(
+        "telemetry.storage_maintained created=%d dropped=%d keys=%d rollups=%d",
+        len(created),
+        len(dropped),
+        keys_deleted,
+        rollups_deleted,
+    )
+    return RetentionResult(created, dropped, keys_deleted, rollups_deleted)

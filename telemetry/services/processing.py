@@ -1,0 +1,346 @@
+"""Processing: landed batches → raw events and partial rollup rows, in one transaction.
+
+The transaction claims batches by deleting them from the landing table (`FOR UPDATE SKIP
+LOCKED` on PostgreSQL, so workers never wait on each other), copies their events into the raw
+table (COPY on PostgreSQL), appends partial rollup rows, and commits. A worker killed at any
+point before the commit rolls all of it back: the batches are landed again and the next task
+(or the sweeper) processes them. After the commit they are gone from the landing table. So
+each landed event is stored and rolled up exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import msgspec
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+from psycopg.types.json import Jsonb, set_json_dumps
+
+from .. import partitions
+from ..events import TelemetryEvent, decode_landed
+from ..models import Event, FleetHourRollup, HourRollup, LandedBatch, MinuteRollup
+from ..rollup import METRIC_FIELDS, RollupAccumulator, Tally
+from ..selectors.catalog import CohortResolver
+from .ingest import retention_start
+
+logger = logging.getLogger(__name__)
+
+# (column, PostgreSQL type) of the raw table, in COPY order; binary COPY needs the types.
+EVENT_COLUMN_TYPES = (
+    ("event_id", "uuid"),
+    ("fleet_id", "int8"),
+    ("device_id", "text"),
+    ("ts", "timestamptz"),
+    ("received_at", "timestamptz"),
+    ("policy_version", "int4"),
+    ("cohort", "text"),
+    ("task_type", "text"),
+    ("latency_budget", "text"),
+    ("privacy_tier", "text"),
+    ("route", "text"),
+    ("decided_by", "text"),
+    ("fallback", "text"),
+    ("latency_ms", "float8"),
+    ("cache_hit", "bool"),
+    ("ok", "bool"),
+    ("deidentified", "bool"),
+    ("score", "float8"),
+    ("threshold", "float8"),
+    ("tokens", "int4"),
+    ("intent_conf", "float8"),
+    ("lm_conf", "float8"),
+    ("upload_bytes", "int8"),
+    ("rtt_ms", "float8"),
+    ("bandwidth_kbps", "float8"),
+    ("device_load", "float8"),
+)
+EVENT_COLUMNS = tuple(name for name, _ in EVENT_COLUMN_TYPES)
+_METRIC_TYPES = (
+    ("events", "int8"),
+    ("fallback_cloud_to_device", "int8"),
+    ("fallback_device_to_cloud", "int8"),
+    ("cache_hits", "int8"),
+    ("errors", "int8"),
+    ("privacy_violations", "int8"),
+    ("latency_sum_ms", "float8"),
+    ("score_count", "int8"),
+    ("score_sum", "float8"),
+    ("tokens_sum", "int8"),
+    ("latency_hist", "jsonb"),
+    ("score_hist", "jsonb"),
+    ("compacted", "bool"),
+)
+_CELL_KEY_TYPES = (
+    ("fleet_id", "int8"),
+    (None, "timestamptz"),  # minute or hour
+    ("policy_version", "int4"),
+    ("cohort", "text"),
+    ("task_type", "text"),
+    ("latency_budget", "text"),
+    ("privacy_tier", "text"),
+    ("route", "text"),
+)
+_FLEET_KEY_TYPES = (
+    ("fleet_id", "int8"),
+    ("hour", "timestamptz"),
+    ("policy_version", "int4"),
+    ("cohort", "text"),
+    ("route", "text"),
+    ("decided_by", "text"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessResult:
+    """How many landed batches and events one transaction processed."""
+
+    batches: int
+    events: int
+    expired: int
+
+
+_partition_days_lock = threading.Lock()
+_partition_days_ready: set[date] = set()
+
+
+def partitions_ensure_window(today: date | None = None) -> None:
+    """Make sure the raw table has a partition for every day an event may carry now."""
+    today = today or timezone.now().astimezone(UTC).date()
+    days: int = settings.TELEMETRY_RETENTION_DAYS
+    wanted = {today + timedelta(days=offset) for offset in range(-days - 1, 3)}
+    with _partition_days_lock:
+        missing = wanted - _partition_days_ready
+    if not missing or not partitions.is_partitioned():
+        return
+    partitions.partitions_create(missing)
+    with _partition_days_lock:
+        _partition_days_ready.update(missing)
+
+
+def _claim(batch_ids: Sequence[int], limit: int) -> list[tuple[int, int, datetime, bytes]]:
+    """Delete up to `limit` landed batches (the named ones first) and return them.
+
+    On PostgreSQL rows locked by another worker are skipped. The delete is undone if the
+    transaction does not commit.
+    """
+    table = LandedBatch._meta.db_table
+    lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
+    claimed: list[tuple[int, int, datetime, bytes]] = []
+    with connection.cursor() as cursor:
+        if batch_ids:
+            placeholders = ", ".join(["%s"] * len(batch_ids))
+            cursor.execute(
+                f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} "  # noqa: S608
+                f"WHERE id IN ({placeholders}){lock}) "
+                "RETURNING id, fleet_id, received_at, payload",
+                list(batch_ids),
+            )
+            claimed.extend(cursor.fetchall())
+        room = limit - len(claimed)
+        if room > 0:
+            cursor.execute(
+                f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} "  # noqa: S608
+                f"ORDER BY id LIMIT %s{lock}) RETURNING id, fleet_id, received_at, payload",
+                [room],
+            )
+            claimed.extend(cursor.fetchall())
+    return claimed
+
+
+def _event_row(
+    event: TelemetryEvent, fleet_id: int, received_at: datetime, cohort: str
+) -> tuple[Any, ...]:
+    return (
+        event.event_id,
+        fleet_id,
+        event.device_id,
+        event.ts,
+        received_at,
+        event.policy_version,
+        cohort,
+        event.task_type,
+        event.latency_budget,
+        event.privacy_tier,
+        event.route,
+        event.decided_by,
+        event.fallback,
+        event.latency_ms,
+        event.cache_hit,
+        event.ok,
+        event.deidentified,
+        event.score,
+        event.threshold,
+        event.tokens,
+        event.intent_conf,
+        event.lm_conf,
+        event.upload_bytes,
+        event.rtt_ms,
+        event.bandwidth_kbps,
+        event.device_load,
+    )
+
+
+def _copy_binary(
+    cursor: Any, table: str, columns: Sequence[tuple[str, str]], rows: Iterable[Sequence[Any]]
+) -> None:
+    """COPY rows in PostgreSQL's binary format (about 8x less client CPU than text)."""
+    names = ", ".join(name for name, _ in columns)
+    with cursor.copy(f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types([kind for _, kind in columns])
+        for row in rows:
+            copy.write_row(row)
+
+
+def _store_raw(rows: list[tuple[Any, ...]]) -> None:
+    """Insert raw event rows: binary COPY on PostgreSQL, executemany elsewhere."""
+    table = Event._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            _copy_binary(cursor, table, EVENT_COLUMN_TYPES, rows)
+            return
+        ops = connection.ops
+        adapted = [
+            (
+                row[0].hex,
+                *row[1:3],
+                ops.adapt_datetimefield_value(row[3]),
+                ops.adapt_datetimefield_value(row[4]),
+                *row[5:],
+            )
+            for row in rows
+        ]
+        columns = ", ".join(EVENT_COLUMNS)
+        placeholders = ", ".join(["%s"] * len(EVENT_COLUMNS))
+        cursor.executemany(
+            f"INSERT INTO {table} ({columns}) VALUES ({placeholders})",  # noqa: S608
+            adapted,
+        )
+
+
+def _metric_values(tally: Tally) -> list[Any]:
+    columns = tally.columns()
+    return [
+        *(columns[name] for name in METRIC_FIELDS),
+        Jsonb(columns["latency_hist"]),
+        Jsonb(columns["score_hist"]),
+        False,
+    ]
+
+
+def store_rollups(accumulator: RollupAccumulator) -> int:
+    """Append the accumulator's tallies as partial (uncompacted) rows; how many rows."""
+    levels: list[tuple[Any, Sequence[tuple[str, str]], dict[Any, Tally]]] = [
+        (MinuteRollup, _with_time(_CELL_KEY_TYPES, "minute"), accumulator.minutes()),
+        (HourRollup, _with_time(_CELL_KEY_TYPES, "hour"), accumulator.hours()),
+        (FleetHourRollup, _FLEET_KEY_TYPES, accumulator.fleet_hours()),
+    ]
+    written = 0
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            set_json_dumps(_json_dumps, context=cursor.cursor)
+            for model, key_types, tallies in levels:
+                _copy_binary(
+                    cursor,
+                    model._meta.db_table,
+                    [*key_types, *_METRIC_TYPES],
+                    ([*key, *_metric_values(tally)] for key, tally in tallies.items()),
+                )
+                written += len(tallies)
+        return written
+    for model, key_types, tallies in levels:
+        names = [name for name, _ in key_types]
+        model.objects.bulk_create(
+            [
+                model(**dict(zip(names, key, strict=True)), **tally.columns())
+                for key, tally in tallies.items()
+            ],
+            batch_size=500,
+        )
+        written += len(tallies)
+    return written
+
+
+def _with_time(key_types: Sequence[tuple[str | None, str]], name: str) -> list[tuple[str, str]]:
+    return [(column or name, kind) for column, kind in key_types]
+
+
+def _json_dumps(value: Any) -> str:
+    return msgspec.json.encode(value).decode()
+
+
+def landed_batches_process(
+    *, batch_ids: Iterable[int] = (), max_batches: int | None = None
+) -> ProcessResult:
+    """Process the named landed batches, topped up with the oldest others, in one transaction.
+
+    Events older than retention by now (landed long ago and never processed) are dropped
+    and counted as expired: their day's partition may be gone.
+    """
+    limit = max_batches or settings.TELEMETRY_PROCESS_MAX_BATCHES
+    now = timezone.now()
+    partitions_ensure_window(now.astimezone(UTC).date())
+    oldest = retention_start(now)
+    with transaction.atomic():
+        claimed = _claim(list(batch_ids)[:limit], limit)
+        if not claimed:
+            return ProcessResult(batches=0, events=0, expired=0)
+        resolver = CohortResolver(fleet_id for _, fleet_id, _, _ in claimed)
+        accumulator = RollupAccumulator()
+        rows: list[tuple[Any, ...]] = []
+        expired = 0
+        for _, fleet_id, received_at, payload in claimed:
+            for event in decode_landed(bytes(payload)):
+                if event.ts < oldest:
+                    expired += 1
+                    continue
+                cohort = resolver.cohort(fleet_id, event.policy_version, event.ts)
+                rows.append(_event_row(event, fleet_id, received_at, cohort))
+                accumulator.add(fleet_id, cohort, event)
+        if rows:
+            _store_raw(rows)
+            store_rollups(accumulator)
+    if expired:
+        logger.warning("telemetry.events_expired count=%d", expired)
+    logger.info("telemetry.batches_processed batches=%d events=%d", len(claimed), len(rows))
+    return ProcessResult(batches=len(claimed), events=len(rows), expired=expired)
+
+
+def landed_drain(*, budget_s: float = 60.0) -> int:
+    """Process landed batches until none is left (the wake-up protocol of telemetry.wakeup).
+
+    When a transaction found fewer than half the maximum, it waits TELEMETRY_PROCESS_LINGER_S
+    before the next, so that transactions stay large (fewer, fuller partial rollup rows) at a
+    cost of that much latency. After `budget_s` it hands over to a fresh task.
+    """
+    from .. import wakeup
+
+    limit: int = settings.TELEMETRY_PROCESS_MAX_BATCHES
+    linger: float = settings.TELEMETRY_PROCESS_LINGER_S
+    deadline = time.monotonic() + budget_s
+    events = 0
+    while time.monotonic() < deadline:
+        wakeup.keep_awake()
+        result = landed_batches_process(max_batches=limit)
+        events += result.events
+        if result.batches == 0:
+            wakeup.release()
+            # A request that saw the key before the release enqueued nothing: look once more.
+            result = landed_batches_process(max_batches=limit)
+            events += result.events
+            if result.batches == 0:
+                return events
+        elif result.batches < limit // 2 and linger > 0:
+            time.sleep(linger)
+    wakeup.release()
+    from ..tasks import drain_landed
+
+    drain_landed.apply_async()
+    return events

@@ -1,0 +1,74 @@
+"""Waking the worker: one drain task at a time instead of one Celery task per batch.
+
+After its commit, an ingest request sets a short-lived Redis key with `SET NX`; only the request
+that sets it enqueues a `drain_landed` task, which processes landed batches in a loop (several
+per transaction) until none is left. While the key is set, other requests enqueue nothing: the
+running (or queued) drain will find their batches. The drain releases the key when it finds the
+landing table empty and then looks once more, so a batch committed just before the release is
+not left behind. If Redis is unreachable, a request enqueues a plain task for its own batch;
+if that fails too, or the drain dies (its key expires after WAKE_TTL_MS), the sweeper finds the
+batch. Embedded (no Redis), the batch is processed in the request, as every task is.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+from typing import Any
+
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+WAKE_KEY = "telemetry:drain"
+WAKE_TTL_MS = 5000
+
+
+@lru_cache(maxsize=4)
+def redis_client(url: str) -> Any:
+    """A Redis client with short timeouts (a down Redis must not stall a request)."""
+    import redis
+
+    return redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+
+
+def wake_worker(batch_id: int) -> None:
+    """Called after the landing commit: make sure a drain will see `batch_id`."""
+    from .tasks import drain_landed, process_landed
+
+    try:
+        if not settings.REDIS_URL or settings.CELERY_TASK_ALWAYS_EAGER:
+            process_landed.apply_async(args=[[batch_id]])
+            return
+        try:
+            first = bool(
+                redis_client(settings.REDIS_URL).set(WAKE_KEY, "1", nx=True, px=WAKE_TTL_MS)
+            )
+        except Exception:  # Redis down: fall back to a task for this batch
+            logger.warning("telemetry.wake_unavailable batch=%s", batch_id)
+            process_landed.apply_async(args=[[batch_id]], retry=False)
+            return
+        if first:
+            drain_landed.apply_async(retry=False)
+    except Exception:  # the batch is durable; the sweeper re-enqueues it
+        logger.warning("telemetry.enqueue_failed batch=%s", batch_id, exc_info=True)
+
+
+def keep_awake() -> None:
+    """The drain is alive: keep other requests from enqueueing another one."""
+    if not settings.REDIS_URL:
+        return
+    try:
+        redis_client(settings.REDIS_URL).pexpire(WAKE_KEY, WAKE_TTL_MS)
+    except Exception:  # at worst a second drain runs; SKIP LOCKED copes
+        logger.warning("telemetry.wake_refresh_failed")
+
+
+def release() -> None:
+    """The drain found nothing: the next request must enqueue a new one."""
+    if not settings.REDIS_URL:
+        return
+    try:
+        redis_client(settings.REDIS_URL).delete(WAKE_KEY)
+    except Exception:  # the key expires by itself within WAKE_TTL_MS
+        logger.warning("telemetry.wake_release_failed")

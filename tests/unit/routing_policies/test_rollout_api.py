@@ -1,0 +1,480 @@
+"""The rollout API under /api/v1/fleets/<slug>/: roles, bad input, duplicates, device list."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.conf import settings
+from rest_framework.response import Response
+from rest_framework.test import APIClient
+
+from routing_policies.models import AuditEntry, Device, FleetRouting, Rollout, RolloutEvent
+from routing_policies.services import (
+    device_seen,
+    fleet_switch_version,
+    rollout_advance,
+    rollout_pause,
+    rollout_start,
+)
+
+pytestmark = pytest.mark.django_db
+
+FLEET = "/api/v1/fleets/fleet-a"
+READS = [f"{FLEET}/rollout/", f"{FLEET}/devices/"]
+
+
+def _start(fleet: Any, actor: Any) -> None:
+    rollout_start(actor=actor, fleet=fleet, version=2)
+
+
+def _paused(fleet: Any, actor: Any) -> None:
+    _start(fleet, actor)
+    rollout_pause(actor=actor, fleet=fleet)
+
+
+def _at_100(fleet: Any, actor: Any) -> None:
+    _start(fleet, actor)
+    rollout_advance(actor=actor, fleet=fleet, to_stage=100)
+
+
+def _nothing(fleet: Any, actor: Any) -> None:
+    """The fleet as the fixture leaves it: v1 stable, v2 and v3 published, one device."""
+
+
+@dataclass(frozen=True)
+class Action:
+    """One operator action, with the state it needs and a body that succeeds from there."""
+
+    name: str
+    path: str
+    body: dict[str, Any]
+    prepare: Callable[[Any, Any], None]
+    success: int = 200
+
+
+ACTIONS = [
+    Action("start", f"{FLEET}/rollout/start", {"version": 2}, _nothing),
+    Action("advance", f"{FLEET}/rollout/advance", {"to_stage": 25}, _start),
+    Action("pause", f"{FLEET}/rollout/pause", {}, _start),
+    Action("resume", f"{FLEET}/rollout/resume", {}, _paused),
+    Action("complete", f"{FLEET}/rollout/complete", {}, _at_100),
+    Action("rollback", f"{FLEET}/rollout/rollback", {"reason": "errors"}, _start),
+    Action("switch", f"{FLEET}/switch", {"version": 3}, _nothing),
+    Action(
+        "cloud-pressure", f"{FLEET}/cloud-pressure", {"theta_offset": 0.1, "ttl_s": 60}, _nothing
+    ),
+    Action("enrollment-key", f"{FLEET}/enrollment-key", {}, _nothing, 201),
+    Action("revoke", f"{FLEET}/devices/phone-1/revoke", {}, _nothing),
+]
+ACTION_PARAMS = [pytest.param(a, id=a.name) for a in ACTIONS]
+# Actions whose body is read as rollout input (start … switch).
+ROLLOUT_ACTIONS = [pytest.param(a, id=a.name) for a in ACTIONS[:7]]
+
+
+@pytest.fixture
+def fleet3(fleet: Any, publish_version: Callable[..., Any]) -> Any:
+    """fleet-a with v1 (stable), v2 and v3 published, and one enrolled device `phone-1`."""
+    publish_version(fleet, threshold=0.7)
+    publish_version(fleet, threshold=0.8)
+    Device.objects.create(fleet=fleet, device_id="phone-1", token_hash="1" * 64, platform="ios")
+    return fleet
+
+
+def _state() -> tuple[Any, ...]:
+    """What a refused request must leave alone."""
+    routing = list(FleetRouting.objects.values_list("stable_version_id", "cloud_pressure_until"))
+    rollouts = list(Rollout.objects.order_by("pk").values_list("stage", "state"))
+    revoked = list(Device.objects.values_list("revoked_at", flat=True))
+    return routing, rollouts, revoked, RolloutEvent.objects.count(), AuditEntry.objects.count()
+
+
+def assert_error(response: Response, status: int, code: str | None = None) -> dict[str, Any]:
+    """An error in the API's one JSON shape; returns its `error`."""
+    assert response.status_code == status, response.content
+    error: dict[str, Any] = response.json()["error"]
+    assert set(error) == {"code", "message", "details"}
+    if code is not None:
+        assert error["code"] == code
+    return error
+
+
+def _post(client: APIClient, action: Action, body: Any = None) -> Response:
+    response: Response = client.post(
+        action.path, action.body if body is None else body, format="json"
+    )
+    return response
+
+
+# --- roles -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", READS)
+def test_rollout_api__anonymous_read__401(api_client: APIClient, fleet3: Any, path: str) -> None:
+    # Given nobody logged in
+    # When the rollout status or device list is read
+    response = api_client.get(path)
+
+    # Then 401
+    assert_error(response, 401, "not_authenticated")
+
+
+@pytest.mark.parametrize("action", ACTION_PARAMS)
+def test_rollout_api__anonymous_action__401_nothing_changed(
+    api_client: APIClient, fleet3: Any, publisher: Any, action: Action
+) -> None:
+    # Given a fleet ready for the action
+    action.prepare(fleet3, publisher)
+    before = _state()
+
+    # When someone not logged in tries it
+    response = _post(api_client, action)
+
+    # Then 401 and nothing changed
+    assert_error(response, 401, "not_authenticated")
+    assert _state() == before
+
+
+@pytest.mark.parametrize("path", READS)
+def test_rollout_api__viewer_read__200(
+    client_as: Callable[[Any], APIClient], viewer: Any, fleet3: Any, path: str
+) -> None:
+    # Given a viewer
+    # When they read the rollout status or the device list
+    response = client_as(viewer).get(path)
+
+    # Then they see it
+    assert response.status_code == 200, response.content
+
+
+@pytest.mark.parametrize("role", ["viewer", "editor"])
+@pytest.mark.parametrize("action", ACTION_PARAMS)
+def test_rollout_api__viewer_or_editor_action__403_nothing_changed(
+    client_as: Callable[[Any], APIClient],
+    request: pytest.FixtureRequest,
+    fleet3: Any,
+    publisher: Any,
+    action: Action,
+    role: str,
+) -> None:
+    # Given a viewer or an editor, and a fleet ready for the action
+    user = request.getfixturevalue(role)
+    action.prepare(fleet3, publisher)
+    before = _state()
+
+    # When they try it
+    response = _post(client_as(user), action)
+
+    # Then 403 names the role needed, nothing changed
+    error = assert_error(response, 403, "permission_denied")
+    assert "publisher" in error["message"]
+    assert _state() == before
+
+
+@pytest.mark.parametrize("action", ACTION_PARAMS)
+def test_rollout_api__publisher_action__done_and_audited(
+    client_as: Callable[[Any], APIClient], fleet3: Any, publisher: Any, action: Action
+) -> None:
+    # Given a publisher and a fleet ready for the action
+    action.prepare(fleet3, publisher)
+    audited = AuditEntry.objects.count()
+
+    # When they do it
+    response = _post(client_as(publisher), action)
+
+    # Then it is done, under their name
+    assert response.status_code == action.success, response.content
+    entry = AuditEntry.objects.order_by("-id").first()
+    assert AuditEntry.objects.count() == audited + 1
+    assert entry is not None
+    assert entry.actor_name == "publisher"
+
+
+def test_rollout_api__start__status_shows_stage_since_and_next(
+    client_as: Callable[[Any], APIClient], fleet3: Any, publisher: Any
+) -> None:
+    # Given a fleet on v1
+    # When a publisher starts v2
+    response = client_as(publisher).post(f"{FLEET}/rollout/start", {"version": 2}, format="json")
+
+    # Then the answer says what runs, at which stage, since when, and what comes next
+    body = response.json()
+    assert body["stable_version"] == 1
+    rollout = body["rollout"]
+    assert (rollout["candidate"], rollout["stage"], rollout["state"]) == (2, 5, "active")
+    assert rollout["stage_changed_at"]
+    assert (rollout["next"], rollout["next_stage"]) == ("advance to 25%", 25)
+
+
+def test_rollout_api__unknown_fleet__404(
+    client_as: Callable[[Any], APIClient], publisher: Any, fleet3: Any
+) -> None:
+    # Given a publisher
+    client = client_as(publisher)
+
+    # When they read or act on a fleet that does not exist
+    responses = [
+        client.get("/api/v1/fleets/nope/rollout/"),
+        client.get("/api/v1/fleets/nope/devices/"),
+        client.post("/api/v1/fleets/nope/rollout/start", {"version": 2}, format="json"),
+        client.post("/api/v1/fleets/nope/rollout/rollback", {}, format="json"),
+        client.post("/api/v1/fleets/fleet-a/devices/ghost/revoke", {}, format="json"),
+    ]
+
+    # Then 404 each time
+    for response in responses:
+        assert_error(response, 404, "not_found")
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("action", [*ROLLOUT_ACTIONS, ACTION_PARAMS[7]])
+def test_rollout_api__malformed_json__400_nothing_changed(
+    client_as: Callable[[Any], APIClient], fleet3: Any, publisher: Any, action: Action
+) -> None:
+    # Given a fleet ready for the action
+    action.prepare(fleet3, publisher)
+    before = _state()
+
+    # When the body is cut off mid-JSON
+    response = client_as(publisher).generic(
+        "POST", action.path, '{"version": 2, "to_stage', content_type="application/json"
+    )
+
+    # Then 400 and nothing changed
+    assert_error(response, 400, "parse_error")
+    assert _state() == before
+
+
+@pytest.mark.parametrize("raw", ["[]", "null", '"advance"', "7"])
+@pytest.mark.parametrize("action", ROLLOUT_ACTIONS)
+def test_rollout_api__body_not_an_object__400_nothing_changed(
+    client_as: Callable[[Any], APIClient], fleet3: Any, publisher: Any, action: Action, raw: str
+) -> None:
+    # Given a fleet ready for the action
+    action.prepare(fleet3, publisher)
+    before = _state()
+
+    # When the body is JSON but not an object
+    response = client_as(publisher).generic(
+        "POST", action.path, raw, content_type="application/json"
+    )
+
+    # Then 400, and it was not read as "no options" (nothing changed)
+    assert_error(response, 400)
+    assert _state() == before
+
+
+@pytest.mark.parametrize("action", ACTION_PARAMS)
+def test_rollout_api__body_over_limit__413_nothing_changed(
+    client_as: Callable[[Any], APIClient], fleet3: Any, publisher: Any, action: Action
+) -> None:
+    # Given a fleet ready for the action
+    action.prepare(fleet3, publisher)
+    before = _state()
+
+    # When the body is over 1 MiB
+    body = {**action.body, "padding": "x" * settings.MAX_REQUEST_BYTES}
+    response = _post(client_as(publisher), action, body)
+
+    # Then 413 and nothing changed
+    assert_error(response, 413, "payload_too_large")
+    assert _state() == before
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("rollout/start", {}, "version"),
+        ("rollout/start", {"version": "two"}, "version"),
+        ("rollout/start", {"version": 0}, "version"),
+        ("rollout/advance", {"to_stage": 50}, "to_stage"),
+        ("switch", {}, "version"),
+    ],
+)
+def test_rollout_api__bad_field__400_names_it(
+    client_as: Callable[[Any], APIClient],
+    fleet3: Any,
+    publisher: Any,
+    path: str,
+    body: Any,
+    field: str,
+) -> None:
+    # Given a fleet with v2 rolling out (so advance has something to advance)
+    if path == "rollout/advance":
+        _start(fleet3, publisher)
+    before = _state()
+
+    # When a field is missing or wrong
+    response = client_as(publisher).post(f"{FLEET}/{path}", body, format="json")
+
+    # Then 400 names it, nothing changed
+    error = assert_error(response, 400)
+    assert field in {d["field"] for d in error["details"]}
+    assert _state() == before
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ('{"theta_offset": NaN, "ttl_s": 60}', None),
+        ('{"theta_offset": Infinity, "ttl_s": 60}', None),
+        ('{"theta_offset": 1.5, "ttl_s": 60}', "theta_offset"),
+        ('{"theta_offset": true, "ttl_s": 60}', "theta_offset"),
+        ('{"theta_offset": "0.1", "ttl_s": 60}', "theta_offset"),
+        ('{"ttl_s": 60}', "theta_offset"),
+        ('{"theta_offset": 0.1, "ttl_s": 0}', "ttl_s"),
+        ('{"theta_offset": 0.1, "ttl_s": false}', "ttl_s"),
+        ('{"theta_offset": 0.1, "ttl_s": 1e9}', "ttl_s"),
+        ('{"theta_offset": 0.1}', "ttl_s"),
+    ],
+)
+def test_cloud_pressure_api__bad_value__400_nothing_stored(
+    client_as: Callable[[Any], APIClient], fleet3: Any, publisher: Any, raw: str, field: str | None
+) -> None:
+    # Given a fleet without a nudge
+    before = _state()
+
+    # When the offset is not a finite number in [-1, 1] or the TTL not whole seconds ≥ 1
+    response = client_as(publisher).generic(
+        "POST", f"{FLEET}/cloud-pressure", raw, content_type="application/json"
+    )
+
+    # Then 400 (naming the field when the JSON itself parsed), nothing stored
+    error = assert_error(response, 400)
+    if field is not None:
+        assert error["details"][0]["field"] == field
+    assert _state() == before
+
+
+# --- duplicates ------------------------------------------------------------------------------
+
+
+def test_rollout_api__double_advance_to_same_stage__second_changes_nothing(
+    client_as: Callable[[Any], APIClient], fleet3: Any, publisher: Any
+) -> None:
+    # Given v2 at 5%
+    _start(fleet3, publisher)
+    client = client_as(publisher)
+
+    # When "advance to 25%" is double-clicked
+    first = client.post(f"{FLEET}/rollout/advance", {"to_stage": 25}, format="json")
+    trail = _state()
+    second = client.post(f"{FLEET}/rollout/advance", {"to_stage": 25}, format="json")
+
+    # Then both answer 25%, and the second click did nothing
+    assert first.json()["rollout"]["stage"] == second.json()["rollout"]["stage"] == 25
+    assert _state() == trail
+
+
+@pytest.mark.parametrize("path", ["rollout/rollback", "rollout/pause", "switch", "rollout/start"])
+def test_rollout_api__double_click__second_changes_nothing(
+    client_as: Callable[[Any], APIClient], fleet3: Any, publisher: Any, path: str
+) -> None:
+    # Given a fleet ready for the action (a rollout for rollback and pause)
+    if path in ("rollout/rollback", "rollout/pause"):
+        _start(fleet3, publisher)
+    body = {"version": 2 if path == "rollout/start" else 3}
+    client = client_as(publisher)
+
+    # When it is clicked twice
+    first = client.post(f"{FLEET}/{path}", body, format="json")
+    trail = _state()
+    second = client.post(f"{FLEET}/{path}", body, format="json")
+
+    # Then both succeed with the same answer, and the second did nothing
+    assert first.status_code == second.status_code == 200, second.content
+    assert first.json()["rollout"] == second.json()["rollout"]
+    assert first.json()["stable_version"] == second.json()["stable_version"]
+    assert _state() == trail
+
+
+def test_rollout_api__start_other_version_during_rollout__409(
+    client_as: Callable[[Any], APIClient], fleet3: Any, publisher: Any
+) -> None:
+    # Given v2 rolling out
+    _start(fleet3, publisher)
+    before = _state()
+
+    # When v3 is started, or the fleet switched, or completion asked at 5%
+    client = client_as(publisher)
+    responses = {
+        "rollout_in_progress": client.post(f"{FLEET}/rollout/start", {"version": 3}, format="json"),
+        "not_at_full_stage": client.post(f"{FLEET}/rollout/complete", {}, format="json"),
+    }
+    switch = client.post(f"{FLEET}/switch", {"version": 3}, format="json")
+
+    # Then 409 each time, saying why, and nothing changed
+    for code, response in responses.items():
+        assert_error(response, 409, code)
+    assert_error(switch, 409, "rollout_in_progress")
+    assert _state() == before
+
+
+def test_rollout_api__advance_while_paused__409(
+    client_as: Callable[[Any], APIClient], fleet3: Any, publisher: Any
+) -> None:
+    # Given a paused rollout
+    _paused(fleet3, publisher)
+
+    # When someone advances
+    response = client_as(publisher).post(f"{FLEET}/rollout/advance", {}, format="json")
+
+    # Then 409 says to resume first
+    assert_error(response, 409, "paused")
+
+
+# --- device list -----------------------------------------------------------------------------
+
+
+def test_device_list_api__filters__version_online_platform(
+    client_as: Callable[[Any], APIClient], fleet3: Any, publisher: Any, viewer: Any
+) -> None:
+    # Given phone-1 (iOS, offline) and phone-2 (Android, online), the fleet switched to v3
+    phone2 = Device.objects.create(fleet=fleet3, device_id="phone-2", token_hash="2" * 64)
+    Device.objects.filter(pk=phone2.pk).update(platform="android")
+    device_seen(device_pk=phone2.pk, connected=True)
+    fleet_switch_version(actor=publisher, fleet=fleet3, version=3)
+    client = client_as(viewer)
+
+    def ids(query: str) -> list[str]:
+        return [d["device_id"] for d in client.get(f"{FLEET}/devices/?{query}").json()["results"]]
+
+    # When the viewer filters the list
+    # Then each filter keeps exactly the matching devices
+    assert ids("") == ["phone-1", "phone-2"]
+    assert ids("online=true") == ["phone-2"]
+    assert ids("online=false") == ["phone-1"]
+    assert ids("platform=ios") == ["phone-1"]
+    assert ids("version=3") == ["phone-1", "phone-2"]
+    assert ids("version=1") == []
+    row = client.get(f"{FLEET}/devices/?online=true").json()["results"][0]
+    assert (row["assigned_version"], row["online"], row["revoked"]) == (3, True, False)
+
+
+def test_device_list_api__bad_number__400(
+    client_as: Callable[[Any], APIClient], fleet3: Any, viewer: Any
+) -> None:
+    # Given a viewer
+    # When a filter is not a number
+    response = client_as(viewer).get(f"{FLEET}/devices/?version=two")
+
+    # Then 400
+    assert_error(response, 400)
+
+
+def test_device_revoke_api__twice__revoked_once(
+    client_as: Callable[[Any], APIClient], fleet3: Any, publisher: Any
+) -> None:
+    # Given an enrolled device
+    client = client_as(publisher)
+
+    # When it is revoked twice
+    first = client.post(f"{FLEET}/devices/phone-1/revoke", {}, format="json")
+    second = client.post(f"{FLEET}/devices/phone-1/revoke", {}, format="json")
+
+    # Then it is revoked from the first moment, and audited once
+    assert first.json()["revoked_at"] == second.json()["revoked_at"]
+    assert first.json()["revoked_at"] is not None
+    assert AuditEntry.objects.filter(action="device.revoked").count() == 1
