@@ -44,6 +44,12 @@ run: static seed
 	@echo "  Logins: viewer/demo-viewer  editor/demo-editor  publisher/demo-publisher  admin/demo-admin"
 	@echo "  API docs: http://$(HOST):$(PORT)/api/docs/   (Ctrl-C stops)"
 	@echo ""
+	@# With REDIS_URL set (real services) a Celery worker with beat runs beside the server and
+	@# stops with it; embedded (no REDIS_URL) everything runs in the one server process.
+	@if [ -n "$$REDIS_URL" ]; then \
+	  DEBUG=$${DEBUG:-1} $(BIN)/celery -A controlplane worker -B --loglevel WARNING --schedule var/celerybeat-schedule & \
+	  worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
+	fi; \
 	DEBUG=$${DEBUG:-1} $(BIN)/python -m uvicorn controlplane.asgi:application --host $(HOST) --port $(PORT) $(UVICORN_FLAGS)
 
 # The suite runs against the real PostgreSQL and Redis on 127.0.0.1 when they answer; with

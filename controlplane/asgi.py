@@ -18,6 +18,7 @@ from controlplane.routing import (  # noqa: E402
     browser_websocket_urlpatterns,
     device_websocket_urlpatterns,
 )
+from telemetry.fastpath import TelemetryIngestApp  # noqa: E402
 
 device_websockets = URLRouter(device_websocket_urlpatterns)
 # Browser pages use session cookies: check the Origin against ALLOWED_HOSTS.
@@ -32,4 +33,7 @@ async def websocket_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await app(scope, receive, send)
 
 
-application = ProtocolTypeRouter({"http": django_asgi_app, "websocket": websocket_app})
+# Telemetry ingest, the hottest path, is answered before Django (telemetry/fastpath.py).
+application = ProtocolTypeRouter(
+    {"http": TelemetryIngestApp(django_asgi_app), "websocket": websocket_app}
+)

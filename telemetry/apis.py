@@ -10,7 +10,6 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -19,17 +18,17 @@ from controlplane.exceptions import NotFound, ValidationFailed, error_body
 from routing_policies.apis.rollout import DeviceTokenAuthentication, IsDevice
 from routing_policies.models import Device, Fleet
 
-from . import prometheus, selectors, services
-from .events import MAX_EVENTS, BatchTooLarge
-from .ratelimit import rate_limit_check
-
-
-def _too_large(message: str) -> Response:
-    return Response(error_body("payload_too_large", message), status=413)
+from . import prometheus, selectors
+from .events import MAX_EVENTS
+from .fastpath import ingest_outcome
 
 
 class TelemetryIngestApi(APIView):
-    """`POST /api/v1/telemetry`: a device's batch of events; 202 once it is durable."""
+    """`POST /api/v1/telemetry`: a device's batch of events; 202 once it is durable.
+
+    Under the ASGI server `telemetry.fastpath` answers this path before Django; this view
+    documents it in the schema and serves it elsewhere (test client, runserver), alike.
+    """
 
     authentication_classes = [DeviceTokenAuthentication]
     permission_classes = [IsDevice]
@@ -44,30 +43,12 @@ class TelemetryIngestApi(APIView):
     def post(self, request: Request) -> Response:
         device = request.auth
         assert isinstance(device, Device)
-        retry_after = rate_limit_check(device.token_hash[:32])
-        if retry_after is not None:
-            return Response(
-                error_body(
-                    "rate_limited",
-                    f"Too many batches from this device; retry in {retry_after} s.",
-                ),
-                status=status.HTTP_429_TOO_MANY_REQUESTS,
-                headers={"Retry-After": str(retry_after)},
-            )
         try:
-            body = request.body
-        except RequestDataTooBig as exc:
-            return _too_large(str(exc))
-        if len(body) > settings.MAX_REQUEST_BYTES:
-            return _too_large(f"The body is over {settings.MAX_REQUEST_BYTES} bytes.")
-        try:
-            result = services.telemetry_batch_ingest(device=device, body=body)
-        except BatchTooLarge as exc:
-            return _too_large(str(exc))
-        return Response(
-            {"accepted": result.accepted, "duplicates": result.duplicates},
-            status=status.HTTP_202_ACCEPTED,
-        )
+            body: bytes | None = request.body
+        except RequestDataTooBig:
+            body = None
+        status_code, data, headers = ingest_outcome(device, body)
+        return Response(data, status=status_code, headers=headers)
 
 
 _FILTERS = ("version", "cohort", "route", "task_type", "latency_budget", "privacy_tier")

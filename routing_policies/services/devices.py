@@ -3,6 +3,8 @@
 import hashlib
 import logging
 import secrets
+import threading
+import time
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -112,6 +114,43 @@ def device_authenticate(token: str) -> Device | None:
     )
 
 
+# token hash → (monotonic expiry, device): the telemetry hot path authenticates every batch.
+_auth_cache: dict[str, tuple[float, Device]] = {}
+_auth_cache_lock = threading.Lock()
+AUTH_CACHE_TTL_S = 2.0
+_AUTH_CACHE_MAX = 50_000
+
+
+def device_authenticate_cached(token: str) -> Device | None:
+    """`device_authenticate`, remembered per process for AUTH_CACHE_TTL_S.
+
+    A revoked token is refused at once by the process that revoked it (`device_revoke` drops
+    the entry on commit) and within AUTH_CACHE_TTL_S by every other process. Unknown tokens
+    are not remembered (each costs a query, as before). The device is shared read-only.
+    """
+    if not token.startswith(DEVICE_TOKEN_PREFIX) or len(token) > 200:
+        return None
+    token_hash = hash_secret(token)
+    now = time.monotonic()
+    cached = _auth_cache.get(token_hash)
+    if cached is not None and cached[0] > now:
+        return cached[1]
+    device = device_authenticate(token)
+    with _auth_cache_lock:
+        if device is None:
+            _auth_cache.pop(token_hash, None)
+        else:
+            if len(_auth_cache) >= _AUTH_CACHE_MAX:
+                _auth_cache.clear()
+            _auth_cache[token_hash] = (now + AUTH_CACHE_TTL_S, device)
+    return device
+
+
+def _auth_cache_forget(token_hash: str) -> None:
+    with _auth_cache_lock:
+        _auth_cache.pop(token_hash, None)
+
+
 @transaction.atomic
 def device_revoke(*, actor: Actor, device: Device) -> Device:
     """Revoke the device's token; its open socket is closed (4401)."""
@@ -132,6 +171,8 @@ def device_revoke(*, actor: Actor, device: Device) -> Device:
             "device_pk": device.pk,
             "token_hash": device.token_hash,
         }
+        token_hash = device.token_hash
+        transaction.on_commit(lambda: _auth_cache_forget(token_hash))
         transaction.on_commit(lambda: push.publish(message))
     return device
 

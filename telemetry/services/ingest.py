@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any, Final
 
 import psycopg
 from django.conf import settings
@@ -36,6 +37,11 @@ def retention_start(now: datetime) -> datetime:
     return now - timedelta(days=days)
 
 
+def _day_numbers(events: dict[str, TelemetryEvent]) -> str:
+    """The events' UTC days as days since 1970, an int[] literal."""
+    return "{" + ",".join([str(int(e.ts.timestamp()) // 86400) for e in events.values()]) + "}"
+
+
 def _ledger_insert(events: dict[str, TelemetryEvent]) -> set[str]:
     """Record the events' ids (keyed by hex) in the ledger; the ids that were not there before.
 
@@ -50,12 +56,7 @@ def _ledger_insert(events: dict[str, TelemetryEvent]) -> set[str]:
                 f"INSERT INTO {table} (event_id, day) "  # noqa: S608  # table name is ours
                 "SELECT id, DATE '1970-01-01' + d FROM unnest(%s::uuid[], %s::int[]) AS u(id, d) "
                 "ORDER BY id ON CONFLICT DO NOTHING RETURNING replace(event_id::text, '-', '')",
-                [
-                    "{" + ",".join(events) + "}",
-                    "{"
-                    + ",".join([str(int(e.ts.timestamp()) // 86400) for e in events.values()])
-                    + "}",
-                ],
+                ["{" + ",".join(events) + "}", _day_numbers(events)],
             )
             return {row[0] for row in cursor.fetchall()}
         # SQLite: the first INSERT takes the database's write lock, so the rest is serialised.
@@ -70,12 +71,60 @@ def _ledger_insert(events: dict[str, TelemetryEvent]) -> set[str]:
         return new
 
 
-def _land(device: Device, now: datetime, events: list[TelemetryEvent], payload: bytes) -> int:
-    """Insert the landed batch; its id.
+def _server_cursor() -> psycopg.Cursor[Any]:
+    """A server-binding cursor on Django's connection (Django's own cursors bind on the client
+    side, which would escape ~100 KB of bytea into ~200 KB of hex text on every request)."""
+    connection.ensure_connection()
+    raw = connection.connection
+    assert raw is not None
+    return psycopg.Cursor(raw)
 
-    On PostgreSQL the payload goes as a binary parameter: Django's client-side binding would
-    escape ~100 KB of bytea into ~200 KB of hex text on every request.
+
+# Table names are ours, not input.
+_LEDGER_AND_LANDING_SQL: Final = (
+    "WITH new AS ("  # noqa: S608
+    f"INSERT INTO {EventKey._meta.db_table} (event_id, day) "
+    "SELECT id, DATE '1970-01-01' + d FROM unnest(%s::uuid[], %s::int[]) AS u(id, d) "
+    "ORDER BY id ON CONFLICT DO NOTHING RETURNING event_id), "
+    f"landed AS (INSERT INTO {LandedBatch._meta.db_table} "
+    "(fleet_id, device_pk, received_at, event_count, payload) "
+    "SELECT %s, %s, %s, %s, %b WHERE (SELECT count(*) FROM new) = %s RETURNING id) "
+    "SELECT (SELECT id FROM landed), CASE WHEN NOT EXISTS (SELECT FROM landed) THEN "
+    "(SELECT array_agg(replace(event_id::text, '-', '')) FROM new) END"
+)
+
+
+def _ledger_insert_and_land_all(
+    device: Device, now: datetime, events: dict[str, TelemetryEvent], body: bytes
+) -> tuple[int | None, set[str]]:
+    """PostgreSQL, one statement: the ledger insert, and the landing of the whole body when
+    every event is new. (landed batch id, new ids); the id is None when some were not new,
+    and the caller lands those (re-encoded) in the same transaction.
     """
+    with _server_cursor() as cursor:
+        cursor.execute(
+            _LEDGER_AND_LANDING_SQL,
+            [
+                "{" + ",".join(events) + "}",
+                _day_numbers(events),
+                device.fleet_id,
+                device.pk,
+                now,
+                len(events),
+                body,
+                len(events),
+            ],
+        )
+        row = cursor.fetchone()
+    assert row is not None
+    landed_id, new_ids = row
+    if landed_id is not None:
+        return int(landed_id), set(events)
+    return None, set(new_ids or ())
+
+
+def _land(device: Device, now: datetime, events: list[TelemetryEvent], payload: bytes) -> int:
+    """Insert the landed batch; its id (the payload as a binary parameter on PostgreSQL)."""
     if connection.vendor != "postgresql":
         return LandedBatch.objects.create(
             fleet_id=device.fleet_id,
@@ -84,11 +133,7 @@ def _land(device: Device, now: datetime, events: list[TelemetryEvent], payload: 
             event_count=len(events),
             payload=payload,
         ).pk
-    connection.ensure_connection()
-    raw = connection.connection
-    assert raw is not None
-    # A server-binding cursor (Django's own cursors bind on the client side).
-    with psycopg.Cursor(raw) as cursor:
+    with _server_cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {LandedBatch._meta.db_table} "  # noqa: S608  # table name is ours
             "(fleet_id, device_pk, received_at, event_count, payload) "
@@ -123,14 +168,22 @@ def telemetry_batch_ingest(
     if not unique:
         return IngestResult(accepted=0, duplicates=len(events), batch_id=None)
     with transaction.atomic():
-        new_ids = _ledger_insert(unique)
-        new_events = [event for hex_id, event in unique.items() if hex_id in new_ids]
         batch_id = None
-        if new_events:
-            every_event = len(new_events) == len(events)
-            payload = encode_landed(new_events, body if every_event else None)
-            landed_id = _land(device, now, new_events, payload)
-            batch_id = landed_id
+        if connection.vendor == "postgresql" and len(unique) == len(events):
+            # The common case, a batch of new events: one statement lands the body as it came.
+            batch_id, new_ids = _ledger_insert_and_land_all(device, now, unique, body)
+        else:
+            new_ids = _ledger_insert(unique)
+        if batch_id is not None:
+            new_events = events
+        else:
+            new_events = [event for hex_id, event in unique.items() if hex_id in new_ids]
+            if new_events:
+                every_event = len(new_events) == len(events)
+                payload = encode_landed(new_events, body if every_event else None)
+                batch_id = _land(device, now, new_events, payload)
+        if batch_id is not None:
+            landed_id = batch_id
             transaction.on_commit(lambda: wake_worker(landed_id))
     logger.debug(
         "telemetry.batch_landed batch=%s device=%s accepted=%d",

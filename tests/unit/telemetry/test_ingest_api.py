@@ -12,6 +12,7 @@ from routing_policies.services import device_enroll, device_revoke
 from telemetry.models import Event, EventKey, LandedBatch, MinuteRollup
 from telemetry.services import landed_batches_process
 
+from .conftest import AsgiClient
 from .factories import iso, make_event, make_events
 
 pytestmark = pytest.mark.django_db
@@ -357,3 +358,77 @@ def test_telemetry_ingest__over_rate_limit__429_with_retry_after(
     assert third.json()["error"]["code"] == "rate_limited"
     assert LandedBatch.objects.count() == 3
     assert other_status == 202
+
+
+# --- the fast path (telemetry/fastpath.py) answers as the DRF view does ------------------------
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["Bearer dt_not-a-real-token", "Bearer ", "Token abc", "", "Bearer " + "dt_" + "x" * 300],
+    ids=["unknown", "empty", "wrong-scheme", "missing", "overlong"],
+)
+def test_telemetry_ingest_asgi__bad_token__401_from_drf(phone: Any, header: str) -> None:
+    # Given a client of the ASGI application with a bad or no token
+    client = AsgiClient()
+    if header:
+        client.credentials(HTTP_AUTHORIZATION=header)
+
+    # When it posts a good batch
+    response = client.post(URL, {"events": make_events(1)}, format="json")
+
+    # Then it gets DRF's 401 (with its challenge), and nothing is stored
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == 'Bearer realm="devices"'
+    assert _nothing_stored()
+
+
+def test_telemetry_ingest_asgi__revoked_after_use__401_at_once(
+    phone: Any, publisher: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # Given a device whose token was just used (and so is remembered by the process)
+    client = AsgiClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {phone[1]}")
+    assert client.post(URL, {"events": make_events(1)}).status_code == 202
+
+    # When it is revoked and posts again
+    with django_capture_on_commit_callbacks(execute=True):
+        device_revoke(actor=publisher, device=phone[0])
+    response = client.post(URL, {"events": make_events(1)}, format="json")
+
+    # Then the token no longer works
+    assert response.status_code == 401
+    assert LandedBatch.objects.count() == 1
+
+
+def test_telemetry_ingest_asgi__same_answer_and_headers_as_drf(phone: Any) -> None:
+    # Given the same batch posted through DRF's test client and through the fast path
+    drf, fast = APIClient(), AsgiClient()
+    for client in (drf, fast):
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {phone[1]}")
+    events = make_events(2)
+    bad = [*make_events(1), make_event(route="edge")]
+
+    # When each posts it (the second sees duplicates), and a bad batch
+    answers = [
+        c.post(URL, {"events": e}, format="json") for e in (events, bad) for c in (drf, fast)
+    ]
+
+    # Then statuses, bodies and the headers the middleware adds are the same
+    first, second, drf_bad, fast_bad = answers
+    assert (first.status_code, second.status_code) == (202, 202), first.content
+    assert second.json() == {"accepted": 0, "duplicates": 2}
+    assert drf_bad.status_code == fast_bad.status_code == 400
+    assert drf_bad.json() == fast_bad.json()
+    names = (
+        "Content-Type",
+        "Vary",
+        "Allow",
+        "X-Frame-Options",
+        "X-Content-Type-Options",
+        "Referrer-Policy",
+        "Cross-Origin-Opener-Policy",
+    )
+    for name in names:
+        assert first[name] == second[name], name
+        assert drf_bad[name] == fast_bad[name], name
