@@ -16,4 +16,5 @@ RUN python -c 'import pathlib, plotly; src = pathlib.Path(plotly.__file__).paren
  && SECRET_KEY=build-only python manage.py collectstatic --noinput -v0
 
 EXPOSE 8000
-CMD ["uvicorn", "controlplane.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--workers", "2", "--lifespan", "off"]
+CMD ["uvicorn", "controlplane.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--workers", "2", \
+     "--lifespan", "off", "--ws", "websockets-sansio", "--ws-per-message-deflate", "false"]

@@ -137,6 +137,10 @@ TELEMETRY_RATE_LIMIT_WINDOW_S = env.int("TELEMETRY_RATE_LIMIT_WINDOW_S", default
 TELEMETRY_PROCESS_MAX_BATCHES = env.int("TELEMETRY_PROCESS_MAX_BATCHES", default=20)
 # A worker whose transaction found few batches waits this long before the next (fuller ones).
 TELEMETRY_PROCESS_LINGER_S = env.float("TELEMETRY_PROCESS_LINGER_S", default=0.2)
+# Threads per web process landing telemetry batches at once (0: Django's one sync thread).
+TELEMETRY_INGEST_THREADS = env.int("TELEMETRY_INGEST_THREADS", default=4)
+# Drains at once when landed batches pile up (the first wakes helpers; telemetry/wakeup.py).
+TELEMETRY_DRAINS = env.int("TELEMETRY_DRAINS", default=2)
 # Landed batches older than this are re-enqueued by the sweeper (their task was lost).
 TELEMETRY_SWEEP_AFTER_S = env.float("TELEMETRY_SWEEP_AFTER_S", default=5.0)
 TELEMETRY_SWEEP_INTERVAL_S = env.float("TELEMETRY_SWEEP_INTERVAL_S", default=10.0)

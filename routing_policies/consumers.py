@@ -3,7 +3,9 @@
 `hello` → `policy` or `up_to_date`; `ack` recorded; a malformed frame → `error` and the socket
 stays open; a bad or revoked token → close 4401. Pushes arrive through the process's PushHub;
 the consumer decides whether a fleet-wide change concerns its device. No business logic here:
-reads and writes go through `fleet_ops` and `selectors`.
+reads go through `selectors` and `services.device_authenticate`; the per-socket writes
+(presence, hello fields, acks: the same columns as `services.device_seen` and `device_ack`) are
+batched for all sockets of the process by `DeviceStore`.
 """
 
 import asyncio

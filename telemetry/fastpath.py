@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 import msgspec
@@ -124,8 +125,19 @@ class TelemetryIngestApp:
 
     def __init__(self, django_app: AsgiApp) -> None:
         self.django_app = django_app
-        # Like Django's sync views: one thread per process runs the database part.
-        self._handle = sync_to_async(_handle, thread_sensitive=True)
+        self._executor: ThreadPoolExecutor | None = None
+
+    async def _run(self, token: str, body: bytes | None) -> Outcome | None:
+        """`_handle` on one of TELEMETRY_INGEST_THREADS threads, each with its own database
+        connection, so that several batches are landed (and wait for their commit) at once; with
+        0, on the one thread where Django runs sync views (as the DRF view would)."""
+        threads: int = settings.TELEMETRY_INGEST_THREADS
+        if threads <= 0:
+            return await sync_to_async(_handle, thread_sensitive=True)(token, body)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(threads, thread_name_prefix="telemetry-ingest")
+        run = sync_to_async(_handle, thread_sensitive=False, executor=self._executor)
+        return await run(token, body)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
@@ -152,7 +164,7 @@ class TelemetryIngestApp:
         if more:  # over the limit without a Content-Length: Django reads the rest
             await self.django_app(scope, _replay(body, True, receive), send)
             return
-        outcome = await self._handle(token, body if size <= limit else None)
+        outcome = await self._run(token, body if size <= limit else None)
         if outcome is None:
             await self.django_app(scope, _replay(body, False, receive), send)
             return

@@ -49,9 +49,10 @@ def _compact_when_embedded() -> None:
     retry_backoff_max=30,
     max_retries=None,
 )
-def drain_landed() -> int:
-    """Process landed batches until none is left (enqueued by the first request to wake it)."""
-    return services.landed_drain()
+def drain_landed(slot: int = 0) -> int:
+    """Process landed batches until none is left (enqueued by the first request to wake it,
+    or, with `slot` > 0, as a helper by a drain that found a backlog)."""
+    return services.landed_drain(slot=slot)
 
 
 @shared_task(name="telemetry.sweep_landed", ignore_result=True)  # type: ignore[untyped-decorator]

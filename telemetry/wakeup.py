@@ -8,6 +8,8 @@ landing table empty and then looks once more, so a batch committed just before t
 not left behind. If Redis is unreachable, a request enqueues a plain task for its own batch;
 if that fails too, or the drain dies (its key expires after WAKE_TTL_MS), the sweeper finds the
 batch. Embedded (no Redis), the batch is processed in the request, as every task is.
+A drain that keeps finding a full claim wakes a helper drain (up to TELEMETRY_DRAINS in all, each
+with its own key) that claims other batches beside it and stops when none is left.
 """
 
 from __future__ import annotations
@@ -54,21 +56,43 @@ def wake_worker(batch_id: int) -> None:
         logger.warning("telemetry.enqueue_failed batch=%s", batch_id, exc_info=True)
 
 
-def keep_awake() -> None:
+def _key(slot: int) -> str:
+    return WAKE_KEY if slot == 0 else f"{WAKE_KEY}:{slot}"
+
+
+def wake_helper(slot: int) -> None:
+    """A drain found a backlog: enqueue a helper drain in `slot` unless one is running.
+
+    One drain is serial (decode and fold, then COPY, then the next claim), so a backlog can grow
+    while CPU is idle; helpers claim other batches beside it (`SKIP LOCKED`) and stop when they
+    find none.
+    """
+    from .tasks import drain_landed
+
+    if not settings.REDIS_URL or settings.CELERY_TASK_ALWAYS_EAGER:
+        return
+    try:
+        if redis_client(settings.REDIS_URL).set(_key(slot), "1", nx=True, px=WAKE_TTL_MS):
+            drain_landed.apply_async(kwargs={"slot": slot}, retry=False)
+    except Exception:  # the first drain carries on alone
+        logger.warning("telemetry.wake_helper_failed slot=%d", slot, exc_info=True)
+
+
+def keep_awake(slot: int = 0) -> None:
     """The drain is alive: keep other requests from enqueueing another one."""
     if not settings.REDIS_URL:
         return
     try:
-        redis_client(settings.REDIS_URL).pexpire(WAKE_KEY, WAKE_TTL_MS)
+        redis_client(settings.REDIS_URL).pexpire(_key(slot), WAKE_TTL_MS)
     except Exception:  # at worst a second drain runs; SKIP LOCKED copes
         logger.warning("telemetry.wake_refresh_failed")
 
 
-def release() -> None:
+def release(slot: int = 0) -> None:
     """The drain found nothing: the next request must enqueue a new one."""
     if not settings.REDIS_URL:
         return
     try:
-        redis_client(settings.REDIS_URL).delete(WAKE_KEY)
+        redis_client(settings.REDIS_URL).delete(_key(slot))
     except Exception:  # the key expires by itself within WAKE_TTL_MS
         logger.warning("telemetry.wake_release_failed")

@@ -28,14 +28,14 @@ def hash_secret(secret: str) -> str:
 
 
 def _lock_routing(fleet: Fleet) -> FleetRouting:
-    routing, _ = FleetRouting.objects.get_or_create(fleet=fleet)
     # `of=("self",)`: the stable version is a nullable join, and PostgreSQL refuses FOR UPDATE
     # on the nullable side of an outer join; only the routing row needs the lock anyway.
-    return (
-        FleetRouting.objects.select_for_update(of=("self",))
-        .select_related("stable_version")
-        .get(pk=routing.pk)
-    )
+    locked = FleetRouting.objects.select_for_update(of=("self",)).select_related("stable_version")
+    routing = locked.filter(fleet=fleet).first()
+    if routing is None:  # fleets made before routing rows existed, or by hand
+        FleetRouting.objects.get_or_create(fleet=fleet)
+        routing = locked.get(fleet=fleet)
+    return routing
 
 
 @transaction.atomic

@@ -68,7 +68,8 @@ def _event(
 
 def _require_open(fleet: Fleet) -> Rollout:
     rollout = (
-        Rollout.objects.select_for_update()
+        Rollout.objects.select_for_update(of=("self",))
+        .select_related("candidate", "stable")
         .filter(fleet=fleet, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED])
         .first()
     )
@@ -221,7 +222,8 @@ def rollout_complete(*, actor: Actor, fleet: Fleet) -> Rollout:
     """At 100%, make the candidate the fleet's stable version; repeat is a no-op."""
     routing = _lock_routing(fleet)
     rollout = (
-        Rollout.objects.select_for_update()
+        Rollout.objects.select_for_update(of=("self",))
+        .select_related("candidate", "stable")
         .filter(fleet=fleet, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED])
         .first()
     )
@@ -261,7 +263,8 @@ def rollout_rollback(*, actor: Actor, fleet: Fleet, reason: str = "") -> Rollout
     """Return every device to the stable version, from any stage; repeat is a no-op."""
     _lock_routing(fleet)
     rollout = (
-        Rollout.objects.select_for_update()
+        Rollout.objects.select_for_update(of=("self",))
+        .select_related("candidate", "stable")
         .filter(fleet=fleet, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED])
         .first()
     )

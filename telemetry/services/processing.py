@@ -313,34 +313,42 @@ def landed_batches_process(
     return ProcessResult(batches=len(claimed), events=len(rows), expired=expired)
 
 
-def landed_drain(*, budget_s: float = 60.0) -> int:
+def landed_drain(*, slot: int = 0, budget_s: float = 60.0) -> int:
     """Process landed batches until none is left (the wake-up protocol of telemetry.wakeup).
 
     When a transaction found fewer than half the maximum, it waits TELEMETRY_PROCESS_LINGER_S
     before the next, so that transactions stay large (fewer, fuller partial rollup rows) at a
-    cost of that much latency. After `budget_s` it hands over to a fresh task.
+    cost of that much latency. When it found the maximum (a backlog), it wakes a helper drain in
+    the next slot, up to TELEMETRY_DRAINS. After `budget_s` it hands over to a fresh task.
+    Slot 0 is the drain requests wake; helpers (slot > 0) stop when they find nothing.
     """
     from .. import wakeup
 
     limit: int = settings.TELEMETRY_PROCESS_MAX_BATCHES
     linger: float = settings.TELEMETRY_PROCESS_LINGER_S
+    drains: int = settings.TELEMETRY_DRAINS
     deadline = time.monotonic() + budget_s
     events = 0
     while time.monotonic() < deadline:
-        wakeup.keep_awake()
+        wakeup.keep_awake(slot)
         result = landed_batches_process(max_batches=limit)
         events += result.events
         if result.batches == 0:
-            wakeup.release()
+            wakeup.release(slot)
+            if slot > 0:
+                return events
             # A request that saw the key before the release enqueued nothing: look once more.
             result = landed_batches_process(max_batches=limit)
             events += result.events
             if result.batches == 0:
                 return events
+        elif result.batches >= limit and slot + 1 < drains:
+            wakeup.wake_helper(slot + 1)
         elif result.batches < limit // 2 and linger > 0:
             time.sleep(linger)
-    wakeup.release()
-    from ..tasks import drain_landed
+    wakeup.release(slot)
+    if slot == 0:
+        from ..tasks import drain_landed
 
-    drain_landed.apply_async()
+        drain_landed.apply_async()
     return events

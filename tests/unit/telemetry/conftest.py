@@ -8,6 +8,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.core import signals
 from django.db import close_old_connections
+from django.test import override_settings
 from rest_framework.test import APIClient
 
 from routing_policies.services import device_enroll
@@ -91,10 +92,12 @@ class AsgiClient:
             sent.append(message)
 
         # As Django's test client does: connections stay open inside the test's transaction.
+        # Django's own thread (this one) runs the database part, in the test's transaction.
         signals.request_started.disconnect(close_old_connections)
         signals.request_finished.disconnect(close_old_connections)
         try:
-            async_to_sync(application)(scope, receive, send)
+            with override_settings(TELEMETRY_INGEST_THREADS=0):
+                async_to_sync(application)(scope, receive, send)
         finally:
             signals.request_started.connect(close_old_connections)
             signals.request_finished.connect(close_old_connections)
