@@ -31,7 +31,7 @@ from django.http.request import split_domain_port, validate_host
 
 from controlplane.exceptions import ApplicationError, error_body
 from routing_policies.models import Device
-from routing_policies.services import device_authenticate_cached
+from routing_policies.token_cache import device_authenticate_cached
 
 from . import services
 from .events import BatchTooLarge

@@ -3,8 +3,6 @@
 import hashlib
 import logging
 import secrets
-import threading
-import time
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -12,7 +10,7 @@ from django.utils import timezone
 
 from controlplane.exceptions import ApplicationError, Conflict
 
-from .. import push
+from .. import push, token_cache
 from ..models import Device, Fleet, FleetRouting
 from .policy import Actor, audit_record
 
@@ -87,17 +85,19 @@ def device_enroll(
                 "This device is being enrolled by another request; retry.", code="enroll_race"
             ) from None
     else:
+        old_hash = device.token_hash
         old_message = {
             "kind": "revoke",
             "fleet_id": routing.fleet_id,
             "device_pk": device.pk,
-            "token_hash": device.token_hash,
+            "token_hash": old_hash,
         }
         for name, value in fields.items():
             setattr(device, name, value)
         device.revoked_at = None
         device.save()
         # Close only the socket opened with the old token, not one opened with the new.
+        transaction.on_commit(lambda: token_cache.forget(old_hash))
         transaction.on_commit(lambda: push.publish(old_message))
     logger.info("device.enrolled fleet=%s device=%s", routing.fleet.slug, device_id)
     return device, token
@@ -112,43 +112,6 @@ def device_authenticate(token: str) -> Device | None:
         .filter(token_hash=hash_secret(token), revoked_at__isnull=True)
         .first()
     )
-
-
-# token hash → (monotonic expiry, device): the telemetry hot path authenticates every batch.
-_auth_cache: dict[str, tuple[float, Device]] = {}
-_auth_cache_lock = threading.Lock()
-AUTH_CACHE_TTL_S = 2.0
-_AUTH_CACHE_MAX = 50_000
-
-
-def device_authenticate_cached(token: str) -> Device | None:
-    """`device_authenticate`, remembered per process for AUTH_CACHE_TTL_S.
-
-    A revoked token is refused at once by the process that revoked it (`device_revoke` drops
-    the entry on commit) and within AUTH_CACHE_TTL_S by every other process. Unknown tokens
-    are not remembered (each costs a query, as before). The device is shared read-only.
-    """
-    if not token.startswith(DEVICE_TOKEN_PREFIX) or len(token) > 200:
-        return None
-    token_hash = hash_secret(token)
-    now = time.monotonic()
-    cached = _auth_cache.get(token_hash)
-    if cached is not None and cached[0] > now:
-        return cached[1]
-    device = device_authenticate(token)
-    with _auth_cache_lock:
-        if device is None:
-            _auth_cache.pop(token_hash, None)
-        else:
-            if len(_auth_cache) >= _AUTH_CACHE_MAX:
-                _auth_cache.clear()
-            _auth_cache[token_hash] = (now + AUTH_CACHE_TTL_S, device)
-    return device
-
-
-def _auth_cache_forget(token_hash: str) -> None:
-    with _auth_cache_lock:
-        _auth_cache.pop(token_hash, None)
 
 
 @transaction.atomic
@@ -171,8 +134,8 @@ def device_revoke(*, actor: Actor, device: Device) -> Device:
             "device_pk": device.pk,
             "token_hash": device.token_hash,
         }
-        token_hash = device.token_hash
-        transaction.on_commit(lambda: _auth_cache_forget(token_hash))
+        revoked_hash = device.token_hash
+        transaction.on_commit(lambda: token_cache.forget(revoked_hash))
         transaction.on_commit(lambda: push.publish(message))
     return device
 
