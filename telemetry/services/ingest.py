@@ -101,7 +101,8 @@ def _ledger_insert_and_land_all(
     every event is new. (landed batch id, new ids); the id is None when some were not new,
     and the caller lands those (re-encoded) in the same transaction.
     """
-    with _server_cursor() as cursor:
+    # Pipeline mode: the transaction's BEGIN goes in the same round trip as the statement.
+    with _server_cursor() as cursor, cursor.connection.pipeline():
         cursor.execute(
             _LEDGER_AND_LANDING_SQL,
             [
