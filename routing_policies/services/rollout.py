@@ -146,7 +146,7 @@ def _assignment_of(rollout: Rollout) -> FleetAssignment:
 @transaction.atomic
 def rollout_advance(*, actor: Actor, fleet: Fleet, to_stage: int | None = None) -> Rollout:
     """Move to the next stage (5 → 25 → 100); naming a stage already reached is a no-op."""
-    _lock_routing(fleet)
+    # The open rollout's row lock serialises this with every other transition of it.
     rollout = _require_open(fleet)
     target = to_stage if to_stage is not None else rollout.next_stage
     if target is None:
@@ -179,7 +179,7 @@ def rollout_advance(*, actor: Actor, fleet: Fleet, to_stage: int | None = None) 
 
 
 def _set_paused(*, actor: Actor, fleet: Fleet, paused: bool) -> Rollout:
-    _lock_routing(fleet)
+    # The open rollout's row lock serialises this with every other transition of it.
     rollout = _require_open(fleet)
     target = Rollout.State.PAUSED if paused else Rollout.State.ACTIVE
     if rollout.state == target:
@@ -261,7 +261,7 @@ def rollout_complete(*, actor: Actor, fleet: Fleet) -> Rollout:
 @transaction.atomic
 def rollout_rollback(*, actor: Actor, fleet: Fleet, reason: str = "") -> Rollout:
     """Return every device to the stable version, from any stage; repeat is a no-op."""
-    _lock_routing(fleet)
+    # The open rollout's row lock serialises this with every other transition of it.
     rollout = (
         Rollout.objects.select_for_update(of=("self",))
         .select_related("candidate", "stable")
