@@ -4,7 +4,7 @@
 stays open; a bad or revoked token → close 4401. Pushes arrive through the process's PushHub;
 the consumer decides whether a fleet-wide change concerns its device. No business logic here:
 reads go through `selectors` and `services.device_authenticate`; the per-socket writes
-(presence, hello fields, acks: the same columns as `services.device_seen` and `device_ack`) are
+(presence, hello fields, acks: through `services.devices_seen` and `devices_ack`) are
 batched for all sockets of the process by `DeviceStore`.
 """
 
@@ -98,18 +98,13 @@ def _bearer(scope: dict[str, Any]) -> str:
     return ""
 
 
-def _seen_many(device_pks: list[int], **fields: Any) -> None:
-    """`services.device_seen` for many devices with the same fields: one UPDATE."""
-    Device.objects.filter(pk__in=device_pks).update(last_seen_at=timezone.now(), **fields)
-
-
 def _connect_states(tokens: list[str]) -> list[dict[str, Any] | None]:
     """Authenticate sockets; mark their devices connected; supersede their older sockets."""
     devices = [services.device_authenticate(token) for token in tokens]
     live = [device for device in devices if device is not None]
     if not live:
         return [None] * len(tokens)
-    _seen_many([device.pk for device in live], connected=True)
+    services.devices_seen(device_pks=[device.pk for device in live], connected=True)
     connected_at = time.time()
     # Tell every process: an older socket of this device, wherever it is (a half-open one on
     # another process after a network switch), is superseded. Locally `register` does it too.
@@ -138,10 +133,6 @@ def _connect_states(tokens: list[str]) -> list[dict[str, Any] | None]:
     ]
 
 
-def _connect_state(token: str) -> dict[str, Any] | None:
-    return _connect_states([token])[0]
-
-
 def _cloud_pressure(fleet_id: int) -> dict[str, Any] | None:
     routing = (
         FleetRouting.objects.filter(fleet_id=fleet_id)
@@ -161,7 +152,7 @@ def _hello_states(requests: list[tuple[int, int, dict[str, Any]]]) -> list[dict[
     for device_pk, _, fields in requests:
         by_fields.setdefault(tuple(sorted(fields.items())), []).append(device_pk)
     for key, device_pks in by_fields.items():
-        _seen_many(device_pks, **dict(key))
+        services.devices_seen(device_pks=device_pks, **dict(key))
     fleets = {
         fleet_id: (selectors.fleet_assignment(fleet_id), _cloud_pressure(fleet_id))
         for fleet_id in {fleet_id for _, fleet_id, _ in requests}
@@ -181,22 +172,6 @@ def _hello_states(requests: list[tuple[int, int, dict[str, Any]]]) -> list[dict[
     ]
 
 
-def _hello_state(device_pk: int, fleet_id: int, fields: dict[str, Any]) -> dict[str, Any]:
-    return _hello_states([(device_pk, fleet_id, fields)])[0]
-
-
-def _record_acks(acks: list[tuple[int, int]]) -> None:
-    """`services.device_ack` for many devices: one UPDATE per acked version."""
-    by_version: dict[int, list[int]] = {}
-    for device_pk, version in dict(acks).items():  # a device's last ack wins
-        by_version.setdefault(version, []).append(device_pk)
-    now = timezone.now()
-    for version, device_pks in by_version.items():
-        Device.objects.filter(pk__in=device_pks).update(
-            acked_version=version, acked_at=now, last_seen_at=now
-        )
-
-
 # The order of writes within a batch: a socket's disconnect before a (newer) connect.
 _BATCH_KINDS = ("disconnect", "connect", "hello", "ack")
 # Requests per batch: a connect costs a query each (token lookup), the rest are set-based.
@@ -211,7 +186,7 @@ def _write_batch(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
             connected=False, last_seen_at=timezone.now()
         )
     if batch["ack"]:
-        _record_acks(batch["ack"])
+        services.devices_ack(acks=batch["ack"])
     return {
         "disconnect": [None] * len(batch["disconnect"]),
         "connect": _connect_states(batch["connect"]) if batch["connect"] else [],

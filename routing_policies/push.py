@@ -63,12 +63,6 @@ class PushHub:
         self.fleet_handlers: dict[str, Handler] = {}
         self._stragglers: set[asyncio.Task[None]] = set()
 
-    def local_count(self, fleet_id: int | None = None) -> int:
-        """Sockets held by this process (for one fleet or all)."""
-        if fleet_id is not None:
-            return len(self.targets.get(fleet_id, {}))
-        return sum(len(t) for t in self.targets.values())
-
     async def register(self, target: PushTarget) -> None:
         """Hold this socket; start listening on first use."""
         await self.start()

@@ -161,15 +161,6 @@ class Tally:
             "score_hist": {str(k): v for k, v in self.score_hist.items()},
         }
 
-    @classmethod
-    def from_columns(cls, row: dict[str, Any]) -> Tally:
-        """Inverse of `columns` (for merging stored rows)."""
-        return cls(
-            **{name: row[name] for name in METRIC_FIELDS},
-            latency_hist={int(k): int(v) for k, v in row["latency_hist"].items()},
-            score_hist={int(k): int(v) for k, v in row["score_hist"].items()},
-        )
-
 
 def merge_columns(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Merge stored rollup rows (column dicts) into one column dict."""

@@ -42,13 +42,6 @@ def bucket_value(index: int) -> float:
     return math.exp(index * LOG_GAMMA) * _REPRESENTATIVE_FACTOR
 
 
-def bucket_upper_bound(index: int) -> float:
-    """The largest value bucket `index` holds."""
-    if index == ZERO_INDEX:
-        return MIN_VALUE
-    return math.exp(index * LOG_GAMMA)
-
-
 def score_bin(score: float) -> int:
     """The complexity-score bin (0..SCORE_BINS-1) of a score in [0, 1]."""
     return min(SCORE_BINS - 1, max(0, int(score * SCORE_BINS)))

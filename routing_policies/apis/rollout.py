@@ -147,7 +147,6 @@ class RolloutStatusApi(APIView):
 
 class _RolloutActionApi(APIView):
     permission_classes = [IsPublisher]
-    action_name = ""
 
     class InputSerializer(serializers.Serializer[Any]):
         version = serializers.IntegerField(min_value=1, required=False)

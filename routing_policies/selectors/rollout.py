@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from ..assignment import BUCKETS, FleetAssignment
@@ -102,7 +102,7 @@ def fleet_convergence(fleet: Fleet) -> dict[str, Any]:
         row["acked_version"]: row["n"]
         for row in devices.exclude(acked_version__isnull=True)
         .values("acked_version")
-        .annotate(n=_count())
+        .annotate(n=Count("id"))
         .order_by()
     }
     online_acked = {
@@ -110,7 +110,7 @@ def fleet_convergence(fleet: Fleet) -> dict[str, Any]:
         for row in devices.filter(online_q(now))
         .exclude(acked_version__isnull=True)
         .values("acked_version")
-        .annotate(n=_count())
+        .annotate(n=Count("id"))
         .order_by()
     }
     versions = sorted(set(assigned) | set(acked), reverse=True)
@@ -147,12 +147,6 @@ def fleet_convergence(fleet: Fleet) -> dict[str, Any]:
         "last_change_at": last_change,
         "propagation": propagation,
     }
-
-
-def _count() -> Any:
-    from django.db.models import Count
-
-    return Count("id")
 
 
 def _last_change_at(fleet: Fleet) -> datetime | None:

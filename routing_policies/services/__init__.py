@@ -8,6 +8,8 @@ from .devices import (
     device_enroll,
     device_revoke,
     device_seen,
+    devices_ack,
+    devices_seen,
     fleet_enrollment_key_rotate,
     hash_secret,
 )
@@ -47,6 +49,8 @@ __all__ = [
     "device_enroll",
     "device_revoke",
     "device_seen",
+    "devices_ack",
+    "devices_seen",
     "fleet_create",
     "fleet_enrollment_key_rotate",
     "fleet_switch_version",

@@ -140,16 +140,33 @@ def device_revoke(*, actor: Actor, device: Device) -> Device:
     return device
 
 
+def devices_seen(*, device_pks: list[int], **fields: Any) -> None:
+    """Record presence and what devices said (hello fields) for many devices: one UPDATE."""
+    Device.objects.filter(pk__in=device_pks).update(last_seen_at=timezone.now(), **fields)
+
+
 def device_seen(*, device_pk: int, connected: bool | None = None, **fields: Any) -> None:
-    """Record presence and what the device said (hello), in one UPDATE."""
-    updates: dict[str, Any] = {"last_seen_at": timezone.now(), **fields}
+    """`devices_seen` for one device (the polling path)."""
     if connected is not None:
-        updates["connected"] = connected
-    Device.objects.filter(pk=device_pk).update(**updates)
+        fields["connected"] = connected
+    devices_seen(device_pks=[device_pk], **fields)
+
+
+def devices_ack(*, acks: list[tuple[int, int]]) -> None:
+    """Devices applied versions: `(device_pk, version)` pairs, one UPDATE per version.
+
+    A device's last ack in the list wins.
+    """
+    by_version: dict[int, list[int]] = {}
+    for device_pk, version in dict(acks).items():
+        by_version.setdefault(version, []).append(device_pk)
+    now = timezone.now()
+    for version, device_pks in by_version.items():
+        Device.objects.filter(pk__in=device_pks).update(
+            acked_version=version, acked_at=now, last_seen_at=now
+        )
 
 
 def device_ack(*, device_pk: int, version: int) -> None:
-    """The device applied `version`."""
-    Device.objects.filter(pk=device_pk).update(
-        acked_version=version, acked_at=timezone.now(), last_seen_at=timezone.now()
-    )
+    """`devices_ack` for one device."""
+    devices_ack(acks=[(device_pk, version)])
