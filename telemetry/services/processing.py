@@ -29,6 +29,7 @@ from ..events import TelemetryEvent, decode_landed
 from ..models import Event, FleetHourRollup, HourRollup, LandedBatch, MinuteRollup
 from ..rollup import METRIC_FIELDS, RollupAccumulator, Tally
 from ..selectors.catalog import CohortResolver
+from ..signals import send_rollups_stored
 from .ingest import retention_start
 
 logger = logging.getLogger(__name__)
@@ -307,6 +308,8 @@ def landed_batches_process(
         if rows:
             _store_raw(rows)
             store_rollups(accumulator)
+            fleet_ids = frozenset(fleet_id for _, fleet_id, _, _ in claimed)
+            transaction.on_commit(lambda: send_rollups_stored(fleet_ids))
     if expired:
         logger.warning("telemetry.events_expired count=%d", expired)
     logger.info("telemetry.batches_processed batches=%d events=%d", len(claimed), len(rows))
