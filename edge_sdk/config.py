@@ -1,0 +1,56 @@
+"""DeviceConfig: what a device needs to know to join its fleet."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["SDK_VERSION", "DeviceConfig"]
+
+SDK_VERSION = "0.1.0"
+
+# The server's limits on hello / enrolment fields (routing_policies: consumers, apis).
+_FIELD_LIMITS = {"device_id": 128, "platform": 64, "model": 128, "sdk": 64}
+
+
+@dataclass(kw_only=True)
+class DeviceConfig:
+    """Where the control plane is, who the device is, and the SDK's bounds and timings."""
+
+    base_url: str  # http(s)://host:port of the control plane (the ws URL is derived)
+    fleet_key: str
+    device_id: str
+    platform: str
+    model: str
+    sdk: str = f"edge-sdk/{SDK_VERSION}"
+    state_dir: Path | None = None  # token + last policy + unsent telemetry; None = memory only
+    telemetry_batch_max: int = 500
+    telemetry_flush_s: float = 2.0
+    telemetry_max_events: int = 20_000  # bounded; oldest dropped first, counted
+    offline_queue_max: int = 1_000
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    poll_interval_s: float = 30.0
+    # Added beyond the contract (all optional):
+    cache_max_entries: int = 256  # LRU result cache size
+    online_check_s: float = 1.0  # how often a connected or offline device re-reads `online`
+    keepalive_s: float = 20.0  # a ping after this long without a frame; no pong: reconnect
+    http_timeout_s: float = 10.0  # per HTTP request (enrol, poll, telemetry)
+
+    def __post_init__(self) -> None:
+        for name, limit in _FIELD_LIMITS.items():
+            value = getattr(self, name)
+            if not isinstance(value, str) or len(value) > limit:
+                raise ValueError(f"DeviceConfig.{name} must be a string of at most {limit}")
+        if not self.device_id:
+            raise ValueError("DeviceConfig.device_id must not be empty")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError("DeviceConfig.base_url must start with http:// or https://")
+        self.base_url = self.base_url.rstrip("/")
+        if self.state_dir is not None:
+            self.state_dir = Path(self.state_dir)
+
+    @property
+    def ws_url(self) -> str:
+        """The device socket's URL: ws(s)://host:port/ws/device/."""
+        return "ws" + self.base_url[len("http") :] + "/ws/device/"

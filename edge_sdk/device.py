@@ -1,0 +1,720 @@
+"""`Device`: the client of device protocol v1 that an app embeds.
+
+Per device there are at most two background tasks: the connection loop (enrol, socket,
+polling fallback, back-off) and the telemetry loop (batches, resends, the offline task queue).
+Thousands of devices can share one event loop and one `httpx.AsyncClient`.
+
+Connection states (`Device.connection_state`):
+- "connecting": enrolling or opening the socket (also while backing off after a failure);
+- "connected": the socket is open and the server answered `hello`;
+- "polling": the socket upgrade was refused; the policy is polled with ETag instead;
+- "offline": `readings().online` is False: no network I/O at all;
+- "revoked": the server refused the device token (401 / close 4401): nothing more is tried;
+- "stopped": not started, stopped, or enrolment refused (see `last_error`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import httpx
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+
+from edge_sdk.cache import ResultCache
+from edge_sdk.config import DeviceConfig
+from edge_sdk.decision import Cell, Decision, FallbackKind, Route, fallback_route
+from edge_sdk.policy import PolicyDocumentError, PolicyStore
+from edge_sdk.router import Router
+from edge_sdk.storage import atomic_write, read_bytes, remove
+from edge_sdk.task import CloudInfer, DeviceInfer, Outcome, Readings, Task
+from edge_sdk.telemetry import PostResult, TelemetryQueue, TelemetryRevoked, build_event
+
+__all__ = ["STATES", "Backoff", "Device", "Listener"]
+
+logger = logging.getLogger(__name__)
+
+STATES: Final = ("connecting", "connected", "polling", "offline", "revoked", "stopped")
+TOKEN_FILE: Final = "token"
+REVOKED_FILE: Final = "revoked"
+CLOSE_UNAUTHORISED: Final = 4401
+MAX_FRAME_BYTES: Final = 4 * 1024 * 1024
+OFFLINE_DRAIN_CONCURRENCY: Final = 8
+
+Listener = Callable[[str, dict[str, Any]], None]
+_MISSING: Final[Any] = object()
+
+
+class DeviceRevoked(Exception):
+    """The server refused the device token."""
+
+
+class EnrolmentRefused(Exception):
+    """The server refused the enrolment (a bad fleet key, a bad device id)."""
+
+
+class Backoff:
+    """Jittered exponential back-off: the n-th wait is in [cap/2, cap], cap = base*2^n <= max."""
+
+    __slots__ = ("attempt", "base_s", "max_s", "rng")
+
+    def __init__(self, base_s: float, max_s: float, rng: random.Random) -> None:
+        self.base_s = base_s
+        self.max_s = max_s
+        self.rng = rng
+        self.attempt = 0
+
+    def next_delay(self) -> float:
+        """The next wait; each call doubles the cap until max_s."""
+        cap = min(self.max_s, self.base_s * 2 ** min(self.attempt, 32))
+        self.attempt += 1
+        # Half fixed, half random: devices that lost the server together come back spread out.
+        return float(cap / 2 + self.rng.uniform(0, cap / 2))
+
+    def reset(self) -> None:
+        """After a success: the next failure waits the shortest again."""
+        self.attempt = 0
+
+
+class Device:
+    """One device: policy, routing, execution with fallback, cache, telemetry, connection."""
+
+    def __init__(
+        self,
+        config: DeviceConfig,
+        *,
+        readings: Callable[[], Readings],
+        device_infer: DeviceInfer,
+        cloud_infer: CloudInfer,
+        http: httpx.AsyncClient | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self._readings = readings
+        self._device_infer = device_infer
+        self._cloud_infer = cloud_infer
+        self._http = http
+        self._owns_http = False
+        self._rng = rng if rng is not None else random.Random()
+        state_dir = config.state_dir
+        self.policy = PolicyStore(state_dir)
+        self.router = Router(self.policy, readings=readings)
+        self.telemetry = TelemetryQueue(
+            max_events=config.telemetry_max_events,
+            batch_max=config.telemetry_batch_max,
+            state_dir=state_dir,
+            poster=self._post_telemetry,
+            on_full=self._wake_telemetry,
+        )
+        self.cache = ResultCache(config.cache_max_entries)
+        self.connection_state = "stopped"
+        self.last_error: str | None = None
+        self.token: str | None = None
+        self.offline_dropped = 0  # queued cloud-bound tasks pushed out while the queue was full
+        self.server_errors = 0  # `error` frames received
+        self.policy_errors = 0  # policy documents that could not be applied
+        self.reconnects = 0  # sockets opened after the first
+        self._offline_tasks: deque[Task] = deque()
+        self._listeners: list[Listener] = []
+        self._loops: list[asyncio.Task[None]] = []
+        self._ws: ClientConnection | None = None
+        self._telemetry_wake: asyncio.Event | None = None
+        self._stopping = False
+        self._revoked = False
+        self._sockets_opened = 0
+
+    # --- public ------------------------------------------------------------------------------
+
+    @property
+    def cloud_pressure(self) -> float:
+        """The pushed theta offset in force now (0 once its TTL has passed)."""
+        return self.router.cloud_pressure
+
+    @property
+    def offline_pending(self) -> int:
+        """Cloud-bound background tasks held until the device is online again."""
+        return len(self._offline_tasks)
+
+    def add_listener(self, fn: Listener) -> None:
+        """Call fn(event, details) on "policy", "cloud_pressure", "state" and "queued_result"."""
+        self._listeners.append(fn)
+
+    async def start(self) -> None:
+        """Load the stored token, policy and telemetry; start the connection and telemetry loops."""
+        if self._loops:
+            return
+        self._stopping = False
+        state_dir = self.config.state_dir
+        if state_dir is not None:
+            raw_token = read_bytes(state_dir / TOKEN_FILE)
+            self.token = raw_token.decode().strip() or None if raw_token else None
+            self._revoked = (state_dir / REVOKED_FILE).exists()
+        self.policy.load()
+        self.telemetry.load()
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=self.config.http_timeout_s)
+            self._owns_http = True
+        self._telemetry_wake = asyncio.Event()
+        if self._revoked:
+            self._set_state("revoked")
+            return
+        name = f"edge-sdk:{self.config.device_id}"
+        self._loops = [
+            asyncio.create_task(self._connection_loop(), name=f"{name}:connection"),
+            asyncio.create_task(self._telemetry_loop(), name=f"{name}:telemetry"),
+        ]
+
+    async def stop(self) -> None:
+        """Close the socket, try a last telemetry flush, persist what is left."""
+        self._stopping = True
+        loops, self._loops = self._loops, []
+        for loop_task in loops:
+            loop_task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        await self._close_socket()
+        if (
+            self.telemetry.pending
+            and self.token is not None
+            and not self._revoked
+            and self._online()
+        ):
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(self.config.http_timeout_s):
+                    await self.telemetry.flush()
+        self.telemetry.save()
+        if self._owns_http and self._http is not None:
+            await self._http.aclose()
+            self._http = None
+            self._owns_http = False
+        if not self._revoked:
+            self._set_state("stopped")
+
+    async def run(self, task: Task) -> Outcome:
+        """Route the task, run it where the decision says, fall back, cache, record telemetry."""
+        readings = self._readings()
+        decision = self.router.route(task, readings)
+        policy = self.policy.current
+        cell = self.policy.cells.get((task.task_type, task.latency_budget, task.privacy_tier))
+        version = policy.version if policy is not None else None
+        if decision.queue_until_online:
+            self._offline_tasks.append(task)
+            if len(self._offline_tasks) > self.config.offline_queue_max:
+                self._offline_tasks.popleft()
+                self.offline_dropped += 1
+            return Outcome(
+                decision=decision,
+                route=decision.route,
+                fallback="none",
+                latency_ms=0.0,
+                cache_hit=False,
+                ok=True,
+                queued=True,
+                result=None,
+                policy_version=version,
+            )
+        started = time.perf_counter()
+        cache_key: Any = None
+        if task.cache_key is not None and cell is not None and cell.cache_ttl_s > 0:
+            cache_key = (
+                self.policy.generation,
+                task.task_type,
+                task.latency_budget,
+                task.privacy_tier,
+                task.cache_key,
+            )
+            cached = self.cache.get(cache_key, _MISSING)
+            if cached is not _MISSING:
+                return self._finish(
+                    task,
+                    readings,
+                    decision,
+                    cell,
+                    version,
+                    started,
+                    decision.route,
+                    "none",
+                    True,
+                    cached,
+                    cache_hit=True,
+                )
+        route, fallback, ok, result = await self._execute(task, decision, cell, readings.online)
+        if ok and cache_key is not None and cell is not None:
+            self.cache.put(cache_key, result, cell.cache_ttl_s)
+        return self._finish(
+            task,
+            readings,
+            decision,
+            cell,
+            version,
+            started,
+            route,
+            fallback,
+            ok,
+            result,
+            cache_hit=False,
+        )
+
+    # --- execution ---------------------------------------------------------------------------
+
+    def _finish(
+        self,
+        task: Task,
+        readings: Readings,
+        decision: Decision,
+        cell: Cell | None,
+        version: int | None,
+        started: float,
+        route: Route,
+        fallback: FallbackKind,
+        ok: bool,
+        result: Any,
+        *,
+        cache_hit: bool,
+    ) -> Outcome:
+        latency_ms = (time.perf_counter() - started) * 1000
+        if cell is None or version is None:
+            self.telemetry.skipped += 1  # nothing to report against: no published version
+        else:
+            self.telemetry.record(
+                build_event(
+                    device_id=self.config.device_id,
+                    policy_version=version,
+                    task=task,
+                    readings=readings,
+                    decision=decision,
+                    route=decision.route,
+                    fallback=fallback,
+                    latency_ms=latency_ms,
+                    cache_hit=cache_hit,
+                    ok=ok,
+                    # The app's cloud_infer strips identifiers when the cell asks for it.
+                    deidentified=route != "device" and not cache_hit and cell.upload_deidentify,
+                    ts=time.time(),
+                )
+            )
+        return Outcome(
+            decision=decision,
+            route=route,
+            fallback=fallback,
+            latency_ms=latency_ms,
+            cache_hit=cache_hit,
+            ok=ok,
+            queued=False,
+            result=result,
+            policy_version=version,
+        )
+
+    async def _execute(
+        self, task: Task, decision: Decision, cell: Cell | None, online: bool
+    ) -> tuple[Route, FallbackKind, bool, Any]:
+        """(route taken, fallback, ok, result or the error) under the cell's fallback setting."""
+        route = decision.route
+        if route == "device" or cell is None:
+            ok, result = await self._on_device(task)
+            if ok or cell is None or fallback_route(cell, "device", "device") == "none":
+                return "device", "none", ok, result
+            ok, result = await self._on_cloud(task, decision, cell, online)
+            return "cloud", "device_to_cloud", ok, result
+        if route == "cloud":
+            ok, result = await self._on_cloud(task, decision, cell, online)
+            if ok or fallback_route(cell, "cloud", "cloud") == "none":
+                return "cloud", "none", ok, result
+            ok, result = await self._on_device(task)
+            return "device", "cloud_to_device", ok, result
+        # draft_refine: the device drafts, the cloud refines the draft.
+        ok, draft = await self._on_device(task)
+        if not ok:
+            if fallback_route(cell, route, "device") == "none":
+                return "device", "none", False, draft
+            ok, result = await self._on_cloud(task, decision, cell, online)
+            return "cloud", "device_to_cloud", ok, result
+        ok, refined = await self._on_cloud(task, decision, cell, online)
+        if ok:
+            return "draft_refine", "none", True, refined
+        if fallback_route(cell, route, "cloud") == "none":
+            return "draft_refine", "none", False, refined
+        return "device", "cloud_to_device", True, draft
+
+    async def _on_device(self, task: Task) -> tuple[bool, Any]:
+        try:
+            return True, await self._device_infer(task)
+        except Exception as error:
+            return False, error
+
+    async def _on_cloud(
+        self, task: Task, decision: Decision, cell: Cell, online: bool
+    ) -> tuple[bool, Any]:
+        if not online:  # no network I/O while offline: a cloud call fails at once
+            return False, ConnectionError("device is offline")
+        try:
+            async with asyncio.timeout(cell.cloud_timeout_ms / 1000):
+                return True, await self._cloud_infer(task, decision)
+        except Exception as error:  # TimeoutError included: cloud_timeout_ms passed
+            return False, error
+
+    async def _drain_offline_tasks(self) -> None:
+        """Run the cloud-bound tasks held while offline, routed again now that it is online."""
+        while self._offline_tasks and self._online() and not self._stopping:
+            chunk = [
+                self._offline_tasks.popleft()
+                for _ in range(min(OFFLINE_DRAIN_CONCURRENCY, len(self._offline_tasks)))
+            ]
+            outcomes = await asyncio.gather(*(self.run(task) for task in chunk))
+            for task, outcome in zip(chunk, outcomes, strict=True):
+                self._emit("queued_result", {"task": task, "outcome": outcome})
+
+    # --- connection --------------------------------------------------------------------------
+
+    def _online(self) -> bool:
+        try:
+            return bool(self._readings().online)
+        except Exception:
+            logger.warning("device.readings_failed device=%s", self.config.device_id, exc_info=True)
+            return False
+
+    def _set_state(self, state: str) -> None:
+        if state != self.connection_state:
+            previous, self.connection_state = self.connection_state, state
+            self._emit("state", {"state": state, "previous": previous})
+
+    def _emit(self, event: str, details: dict[str, Any]) -> None:
+        for listener in self._listeners:
+            try:
+                listener(event, details)
+            except Exception:
+                logger.warning("device.listener_failed event=%s", event, exc_info=True)
+
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    async def _connection_loop(self) -> None:
+        backoff = Backoff(self.config.backoff_base_s, self.config.backoff_max_s, self._rng)
+        try:
+            while not self._stopping:
+                if not self._online():
+                    self._set_state("offline")
+                    await asyncio.sleep(self.config.online_check_s)
+                    continue
+                if self.connection_state != "polling":
+                    self._set_state("connecting")
+                if self.token is None:
+                    try:
+                        await self._enrol()
+                    except EnrolmentRefused as error:
+                        self.last_error = str(error)
+                        logger.error(
+                            "device.enrol_refused device=%s error=%s", self.config.device_id, error
+                        )
+                        self._set_state("stopped")
+                        return
+                    except (httpx.HTTPError, OSError, ValueError) as error:
+                        self.last_error = f"enrol: {error!r}"
+                        await asyncio.sleep(backoff.next_delay())
+                        continue
+                ended = await self._socket_session(backoff)
+                if ended == "refused":
+                    # A proxy or the server will not upgrade: poll, and try the socket later.
+                    await self._poll_once()
+                    self._set_state("polling")
+                    await asyncio.sleep(self.config.poll_interval_s)
+                elif ended != "offline":
+                    await asyncio.sleep(backoff.next_delay())
+        except DeviceRevoked as error:
+            await self._revoke(str(error))
+
+    async def _enrol(self) -> None:
+        assert self._http is not None
+        config = self.config
+        response = await self._http.post(
+            f"{config.base_url}/api/v1/devices/enroll",
+            json={
+                "fleet_key": config.fleet_key,
+                "device_id": config.device_id,
+                "platform": config.platform,
+                "model": config.model,
+                "sdk": config.sdk,
+            },
+            timeout=config.http_timeout_s,
+        )
+        if response.status_code == 201:
+            token = response.json()["device_token"]
+            if not isinstance(token, str) or not token:
+                raise ValueError("enrolment answer without a device_token")
+            self.token = token
+            if config.state_dir is not None:
+                atomic_write(config.state_dir / TOKEN_FILE, token.encode())
+            return
+        if response.status_code in (400, 401, 403, 404):
+            raise EnrolmentRefused(
+                f"enrolment refused ({response.status_code}): {response.text[:300]}"
+            )
+        raise httpx.HTTPStatusError(
+            f"enrolment answered {response.status_code}",
+            request=response.request,
+            response=response,
+        )
+
+    async def _socket_session(self, backoff: Backoff) -> str:
+        """One socket, from connect to close: "refused", "failed", "closed" or "offline"."""
+        config = self.config
+        try:
+            ws = await connect(
+                config.ws_url,
+                additional_headers=self._auth(),
+                user_agent_header=config.sdk,
+                open_timeout=config.http_timeout_s,
+                ping_interval=None,  # our own keepalive below: no extra task per socket
+                close_timeout=2,
+                max_size=MAX_FRAME_BYTES,
+                compression=None,
+                proxy=None,
+            )
+        except InvalidStatus as error:
+            status = error.response.status_code
+            if status == 401:
+                raise DeviceRevoked("socket upgrade refused with 401") from None
+            self.last_error = f"socket upgrade refused with {status}"
+            return "refused"
+        except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as error:
+            self.last_error = f"socket: {error!r}"
+            return "failed"
+        self._ws = ws
+        self._sockets_opened += 1
+        if self._sockets_opened > 1:
+            self.reconnects += 1
+        try:
+            await ws.send(
+                json.dumps(
+                    {
+                        "type": "hello",
+                        "device_id": config.device_id,
+                        "policy_version": self.policy.version,
+                        "sdk": config.sdk,
+                        "platform": config.platform,
+                        "model": config.model,
+                    }
+                )
+            )
+            last_frame = time.monotonic()
+            while not self._stopping:
+                if not self._online():
+                    self._set_state("offline")
+                    return "offline"
+                try:
+                    async with asyncio.timeout(config.online_check_s):
+                        frame = await ws.recv()
+                except TimeoutError:
+                    if time.monotonic() - last_frame >= config.keepalive_s:
+                        pong = await ws.ping()
+                        async with asyncio.timeout(config.keepalive_s):
+                            await pong
+                        last_frame = time.monotonic()
+                    continue
+                last_frame = time.monotonic()
+                if isinstance(frame, str) and await self._on_frame(ws, frame):
+                    backoff.reset()
+            return "closed"
+        except ConnectionClosed as closed:
+            code = closed.rcvd.code if closed.rcvd is not None else None
+            if code == CLOSE_UNAUTHORISED:
+                raise DeviceRevoked("socket closed with 4401") from None
+            self.last_error = f"socket closed ({code})"
+            return "closed"
+        except (OSError, TimeoutError) as error:
+            self.last_error = f"socket: {error!r}"
+            return "failed"
+        finally:
+            self._ws = None
+            await _quietly_close(ws)
+
+    async def _on_frame(self, ws: ClientConnection, frame: str) -> bool:
+        """Handle one server frame; True when it answered our hello (we are in sync)."""
+        try:
+            message = json.loads(frame)
+        except ValueError:
+            self.server_errors += 1
+            logger.warning("device.bad_frame device=%s", self.config.device_id)
+            return False
+        if not isinstance(message, dict):
+            return False
+        kind = message.get("type")
+        if kind == "policy":
+            rollout = message.get("rollout")
+            document = {k: v for k, v in message.items() if k not in ("type", "rollout")}
+            if not self._apply_policy(document, rollout if isinstance(rollout, dict) else None):
+                return False
+            await ws.send(json.dumps({"type": "ack", "version": self.policy.version}))
+            self._set_state("connected")
+            self._emit(
+                "policy", {"version": self.policy.version, "rollout": rollout, "via": "socket"}
+            )
+            return True
+        if kind == "up_to_date":
+            self._set_state("connected")
+            return True
+        if kind == "cloud_pressure":
+            self._apply_cloud_pressure(message)
+        elif kind == "error":
+            self.server_errors += 1
+            logger.warning(
+                "device.server_error device=%s code=%s detail=%s",
+                self.config.device_id,
+                message.get("code"),
+                message.get("detail"),
+            )
+        # Other types are new protocol messages this SDK does not know: ignored.
+        return False
+
+    def _apply_policy(
+        self,
+        document: Mapping[str, Any],
+        rollout: Mapping[str, Any] | None,
+        etag: str | None = None,
+    ) -> bool:
+        try:
+            self.policy.apply(document, rollout=rollout, etag=etag)
+        except PolicyDocumentError as error:
+            self.policy_errors += 1
+            logger.error("device.policy_unusable device=%s error=%s", self.config.device_id, error)
+            return False
+        self.cache.clear()
+        return True
+
+    def _apply_cloud_pressure(self, message: Mapping[str, Any]) -> None:
+        offset, ttl = message.get("theta_offset"), message.get("ttl_s")
+        if (
+            isinstance(offset, bool)
+            or not isinstance(offset, int | float)
+            or isinstance(ttl, bool)
+            or not isinstance(ttl, int | float)
+            or not -1.0 <= offset <= 1.0
+            or not 0 <= ttl < 10**7
+        ):
+            self.server_errors += 1
+            logger.warning(
+                "device.bad_cloud_pressure device=%s message=%s", self.config.device_id, message
+            )
+            return
+        self.router.set_cloud_pressure(float(offset), float(ttl))
+        self._emit("cloud_pressure", {"theta_offset": float(offset), "ttl_s": float(ttl)})
+
+    async def _poll_once(self) -> None:
+        """`GET /api/v1/devices/me/policy` with If-None-Match; applies a new version."""
+        assert self._http is not None
+        headers = self._auth()
+        if self.policy.etag:
+            headers["If-None-Match"] = self.policy.etag
+        try:
+            response = await self._http.get(
+                f"{self.config.base_url}/api/v1/devices/me/policy",
+                headers=headers,
+                timeout=self.config.http_timeout_s,
+            )
+        except (httpx.HTTPError, OSError) as error:
+            self.last_error = f"poll: {error!r}"
+            return
+        if response.status_code == 401:
+            raise DeviceRevoked("policy poll answered 401")
+        if response.status_code == 200:
+            try:
+                document = response.json()
+            except ValueError:
+                self.policy_errors += 1
+                return
+            if (
+                isinstance(document, dict)
+                and document.get("version") != self.policy.version
+                and self._apply_policy(document, None, response.headers.get("ETag"))
+            ):
+                self._emit(
+                    "policy",
+                    {"version": self.policy.version, "rollout": None, "via": "polling"},
+                )
+        elif response.status_code not in (304, 404):
+            self.last_error = f"poll answered {response.status_code}"
+
+    async def _close_socket(self) -> None:
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            await _quietly_close(ws)
+
+    async def _revoke(self, reason: str) -> None:
+        """The token is refused: stop every loop, remember it on disk, never loop."""
+        self._revoked = True
+        self.last_error = reason
+        self.token = None
+        logger.error("device.revoked device=%s reason=%s", self.config.device_id, reason)
+        state_dir = self.config.state_dir
+        if state_dir is not None:
+            try:
+                atomic_write(state_dir / REVOKED_FILE, reason.encode())
+                remove(state_dir / TOKEN_FILE)
+            except OSError:
+                logger.warning("device.revoked_not_saved device=%s", self.config.device_id)
+        current = asyncio.current_task()
+        for loop_task in self._loops:
+            if loop_task is not current:
+                loop_task.cancel()
+        self.telemetry.save()
+        self._set_state("revoked")
+
+    # --- telemetry ---------------------------------------------------------------------------
+
+    def _wake_telemetry(self) -> None:
+        if self._telemetry_wake is not None:
+            self._telemetry_wake.set()
+
+    async def _post_telemetry(self, body: bytes) -> PostResult:
+        if self._http is None or self.token is None:
+            return 0, b"", None
+        try:
+            response = await self._http.post(
+                f"{self.config.base_url}/api/v1/telemetry",
+                content=body,
+                headers={**self._auth(), "Content-Type": "application/json"},
+                timeout=self.config.http_timeout_s,
+            )
+        except (httpx.HTTPError, OSError) as error:
+            self.last_error = f"telemetry: {error!r}"
+            return 0, b"", None
+        return response.status_code, response.content, response.headers.get("Retry-After")
+
+    async def _telemetry_loop(self) -> None:
+        backoff = Backoff(self.config.backoff_base_s, self.config.backoff_max_s, self._rng)
+        wake = self._telemetry_wake
+        assert wake is not None
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.telemetry_flush_s):
+                    await wake.wait()
+            wake.clear()
+            if self.token is None or not self._online():
+                self.telemetry.save()
+                continue
+            await self._drain_offline_tasks()
+            if not self.telemetry.pending:
+                continue
+            try:
+                delivered = await self.telemetry.flush()
+            except TelemetryRevoked as error:
+                await self._revoke(str(error))
+                return
+            if delivered:
+                backoff.reset()
+                self.telemetry.save()
+            else:
+                self.telemetry.save()
+                await asyncio.sleep(max(self.telemetry.retry_after, backoff.next_delay()))
+
+
+async def _quietly_close(ws: ClientConnection) -> None:
+    with contextlib.suppress(Exception):
+        await ws.close()

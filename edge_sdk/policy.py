@@ -1,0 +1,162 @@
+"""The device's current policy: parsed once, indexed by cell, kept on disk.
+
+A policy document (PROTOCOL.md) arrives over the socket or the polling path; it is checked
+in full before it replaces the current one (a bad document never half-applies), indexed by
+cell key for the router, and written atomically to `state_dir/policy.json`, so a device that
+starts without a network routes at once with its last known good policy.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edge_sdk.decision import Cell, CellDocumentError
+from edge_sdk.storage import atomic_write, read_bytes
+
+__all__ = ["CellKey", "Policy", "PolicyDocumentError", "PolicyStore", "parse_policy"]
+
+logger = logging.getLogger(__name__)
+
+CellKey = tuple[str, str, str]  # (task_type, latency_budget, privacy_tier)
+POLICY_FILE = "policy.json"
+_DIMENSIONS = ("task_type", "latency_budget", "privacy_tier")
+
+
+class PolicyDocumentError(ValueError):
+    """A policy document that cannot be applied (the current policy stays)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """One applied policy version."""
+
+    version: int
+    etag: str | None
+    document: Mapping[str, Any]
+    rollout: Mapping[str, Any] | None
+    cells: Mapping[CellKey, Cell]
+
+
+def parse_policy(
+    document: Mapping[str, Any], *, rollout: Mapping[str, Any] | None = None
+) -> Policy:
+    """Check a whole policy document and index its cells; PolicyDocumentError says why not."""
+    version = document.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise PolicyDocumentError("policy field 'version' must be a whole number >= 1")
+    etag = document.get("etag")
+    if etag is not None and not isinstance(etag, str):
+        raise PolicyDocumentError("policy field 'etag' must be a string")
+    raw_cells = document.get("cells")
+    if not isinstance(raw_cells, list) or not raw_cells:
+        raise PolicyDocumentError("policy field 'cells' must be a non-empty list")
+    cells: dict[CellKey, Cell] = {}
+    for index, raw in enumerate(raw_cells):
+        if not isinstance(raw, Mapping):
+            raise PolicyDocumentError(f"cells[{index}] must be an object")
+        try:
+            cell = Cell.from_document(raw)
+        except CellDocumentError as error:
+            raise PolicyDocumentError(f"cells[{index}]: {error}") from None
+        key = (cell.task_type, cell.latency_budget, cell.privacy_tier)
+        if key in cells:
+            raise PolicyDocumentError(f"cells[{index}] repeats cell {'/'.join(key)}")
+        cells[key] = cell
+    if rollout is not None and not isinstance(rollout, Mapping):
+        raise PolicyDocumentError("'rollout' must be an object or null")
+    return Policy(version=version, etag=etag, document=document, rollout=rollout, cells=cells)
+
+
+class PolicyStore:
+    """The policy the device routes with now (None until one is applied or loaded)."""
+
+    __slots__ = ("_path", "cells", "current", "generation")
+
+    def __init__(self, state_dir: Path | None = None) -> None:
+        self._path = state_dir / POLICY_FILE if state_dir is not None else None
+        self.current: Policy | None = None
+        # Read by the router on every decision: a plain dict, swapped whole on apply.
+        self.cells: Mapping[CellKey, Cell] = {}
+        # Bumped on every apply, so caches keyed on it never serve another version's answer.
+        self.generation = 0
+
+    @property
+    def version(self) -> int | None:
+        """The applied version's number."""
+        return self.current.version if self.current is not None else None
+
+    @property
+    def document(self) -> Mapping[str, Any] | None:
+        """The applied policy document as received."""
+        return self.current.document if self.current is not None else None
+
+    @property
+    def rollout(self) -> Mapping[str, Any] | None:
+        """`{"id": …, "stage": …}` when the version came with a rollout, else None."""
+        return self.current.rollout if self.current is not None else None
+
+    @property
+    def etag(self) -> str | None:
+        """The applied version's ETag (sent as If-None-Match when polling)."""
+        return self.current.etag if self.current is not None else None
+
+    def cell(self, task: Any) -> Cell | None:
+        """The cell of a task (anything with task_type, latency_budget, privacy_tier)."""
+        return self.cells.get((task.task_type, task.latency_budget, task.privacy_tier))
+
+    def apply(
+        self,
+        document: Mapping[str, Any],
+        *,
+        rollout: Mapping[str, Any] | None = None,
+        etag: str | None = None,
+    ) -> Policy:
+        """Check, apply and persist a document; on PolicyDocumentError nothing changes."""
+        policy = parse_policy(document, rollout=rollout)
+        if etag is not None and policy.etag is None:
+            policy = Policy(
+                version=policy.version,
+                etag=etag,
+                document=policy.document,
+                rollout=policy.rollout,
+                cells=policy.cells,
+            )
+        self._set(policy)
+        self._save(policy)
+        return policy
+
+    def load(self) -> bool:
+        """Apply the policy stored in state_dir, if any; False when there is none usable."""
+        if self._path is None:
+            return False
+        raw = read_bytes(self._path)
+        if raw is None:
+            return False
+        try:
+            stored = json.loads(raw)
+            policy = parse_policy(stored["document"], rollout=stored.get("rollout"))
+        except (ValueError, KeyError, TypeError) as error:
+            logger.warning("policy.stored_unusable path=%s error=%s", self._path, error)
+            return False
+        self._set(policy)
+        return True
+
+    def _set(self, policy: Policy) -> None:
+        self.current = policy
+        self.cells = policy.cells
+        self.generation += 1
+
+    def _save(self, policy: Policy) -> None:
+        if self._path is None:
+            return
+        payload = {"document": policy.document, "rollout": policy.rollout}
+        try:
+            atomic_write(self._path, json.dumps(payload, separators=(",", ":")).encode())
+        except OSError as error:
+            # Routing goes on with the applied policy; only the next offline start loses it.
+            logger.warning("policy.save_failed path=%s error=%s", self._path, error)

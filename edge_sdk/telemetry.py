@@ -1,0 +1,314 @@
+"""Telemetry: events of PROTOCOL.md, queued, batched, and kept until the server's 202.
+
+Each event is encoded to JSON once, when it is recorded, with a fresh uuid4 `event_id`; a
+resend sends the same bytes, so the server stores it once and counts the rest as duplicates.
+The queue is bounded (`max_events`): when full, the oldest event is dropped and counted. On a
+device with a `state_dir` the unsent events are written (atomically) to `telemetry.jsonl`
+when a flush fails or the device stops, and read back at start.
+
+Answers of `POST /api/v1/telemetry` and what the queue does:
+- 202: the batch is durable; it leaves the queue (`delivered`, `duplicates` counted).
+- 400: the events it names are dropped (`rejected`), the rest is sent again at once.
+- 413: the batch is halved and sent again (a single event refused: rejected).
+- 401: the token is revoked; TelemetryRevoked is raised.
+- 429: nothing is lost; `retry_after` says how long to wait.
+- anything else (5xx, network): nothing is lost; the next flush sends the batch again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import math
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from edge_sdk.decision import Decision, FallbackKind, Route
+from edge_sdk.storage import atomic_write, read_bytes, remove
+
+__all__ = [
+    "MAX_BATCH_BYTES",
+    "MAX_BATCH_EVENTS",
+    "PostResult",
+    "Poster",
+    "TelemetryQueue",
+    "TelemetryRevoked",
+    "build_event",
+]
+
+logger = logging.getLogger(__name__)
+
+MAX_BATCH_EVENTS: Final = 1000  # PROTOCOL.md: at most 1,000 events per batch
+MAX_BATCH_BYTES: Final = 1_000_000  # and 1 MiB; kept below it for the envelope
+TELEMETRY_FILE: Final = "telemetry.jsonl"
+_PREFIX: Final = b'{"events":['
+_SUFFIX: Final = b"]}"
+
+# (HTTP status or 0 when the request did not complete, response body, Retry-After header)
+PostResult = tuple[int, bytes, str | None]
+Poster = Callable[[bytes], Awaitable[PostResult]]
+
+
+class TelemetryRevoked(Exception):
+    """The server answered 401: the device token no longer works."""
+
+
+def _unit(value: float) -> float | None:
+    """A value the server accepts as 0..1: clamped, or None (omitted) when not finite."""
+    if not math.isfinite(value):
+        return None
+    return 0.0 if value < 0.0 else 1.0 if value > 1.0 else float(value)
+
+
+def _non_negative(value: float) -> float | None:
+    if not math.isfinite(value):
+        return None
+    return max(0.0, float(value))
+
+
+def build_event(
+    *,
+    device_id: str,
+    policy_version: int,
+    task: Any,
+    readings: Any,
+    decision: Decision,
+    route: Route,
+    fallback: FallbackKind,
+    latency_ms: float,
+    cache_hit: bool,
+    ok: bool,
+    deidentified: bool,
+    ts: float,
+) -> dict[str, Any]:
+    """One PROTOCOL.md telemetry event, with values kept inside what the server accepts.
+
+    `route` is where the task was meant to run (the decision's route); `fallback` says
+    whether it ran on the other side instead. Out-of-range signals from the app are clamped
+    (a confidence of 1.02 becomes 1.0) and non-finite optional ones are left out, so one odd
+    reading never gets a whole batch refused.
+    """
+    event: dict[str, Any] = {
+        "event_id": str(uuid.uuid4()),
+        "device_id": device_id,
+        "ts": datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")[:-6] + "Z",
+        "policy_version": policy_version,
+        "task_type": task.task_type,
+        "latency_budget": task.latency_budget,
+        "privacy_tier": task.privacy_tier,
+        "route": route,
+        "decided_by": decision.decided_by,
+        "fallback": fallback,
+        "latency_ms": _non_negative(latency_ms) or 0.0,
+        "cache_hit": cache_hit,
+        "ok": ok,
+        "deidentified": deidentified,
+        "tokens": max(0, min(int(task.tokens), 2**31 - 1)),
+        "upload_bytes": max(0, min(int(task.upload_bytes), 2**62)),
+    }
+    optional = {
+        "score": None if decision.score is None else _unit(decision.score),
+        "threshold": None if decision.threshold is None else _unit(decision.threshold),
+        "intent_conf": _unit(task.intent_conf),
+        "lm_conf": _unit(task.lm_conf),
+        "rtt_ms": _non_negative(readings.rtt_ms),
+        "bandwidth_kbps": _non_negative(readings.bandwidth_kbps),
+        "device_load": _unit(readings.device_load),
+    }
+    event.update((name, value) for name, value in optional.items() if value is not None)
+    return event
+
+
+class TelemetryQueue:
+    """Unsent events of one device, oldest first, bounded; counters say what became of them."""
+
+    def __init__(
+        self,
+        *,
+        max_events: int = 20_000,
+        batch_max: int = 500,
+        state_dir: Path | None = None,
+        poster: Poster | None = None,
+        on_full: Callable[[], None] | None = None,
+    ) -> None:
+        self.max_events = max(1, max_events)
+        self.batch_max = max(1, min(batch_max, MAX_BATCH_EVENTS))
+        self._path = state_dir / TELEMETRY_FILE if state_dir is not None else None
+        self.poster = poster
+        self._on_full = on_full
+        self._events: deque[tuple[int, bytes]] = deque()
+        self._seq = itertools.count()
+        self._lock = asyncio.Lock()
+        self._dirty = False
+        self._limit = self.batch_max
+        # What became of the events: a resent event is counted once, when its 202 comes.
+        self.dropped = 0  # pushed out by newer events while the queue was full
+        self.delivered = 0  # accepted by the server (202), new to it
+        self.duplicates = 0  # acknowledged by the server as already stored
+        self.rejected = 0  # refused by the server's validation (400) and let go
+        self.skipped = 0  # not recordable: no policy version to report against
+        self.batches = 0  # batches acknowledged with 202
+        self.failures = 0  # flushes that ended with the batch kept (network, 5xx, 429)
+        self.retry_after = 0.0  # seconds the server asked to wait (429), else 0
+
+    @property
+    def pending(self) -> int:
+        """Events waiting for a 202."""
+        return len(self._events)
+
+    def counters(self) -> dict[str, int]:
+        """The queue's counters, for logs and progress lines."""
+        return {
+            "pending": self.pending,
+            "delivered": self.delivered,
+            "duplicates": self.duplicates,
+            "dropped": self.dropped,
+            "rejected": self.rejected,
+            "skipped": self.skipped,
+        }
+
+    def record(self, event: dict[str, Any]) -> None:
+        """Queue one event (encoded now, so a resend is byte-identical)."""
+        self._append(msgspec.json.encode(event))
+
+    def event_ids(self) -> list[str]:
+        """The ids of the pending events, oldest first (for tests and diagnostics)."""
+        return [msgspec.json.decode(raw)["event_id"] for _, raw in self._events]
+
+    def _append(self, raw: bytes) -> None:
+        self._events.append((next(self._seq), raw))
+        self._dirty = True
+        if len(self._events) > self.max_events:
+            self._events.popleft()
+            self.dropped += 1
+        if self._on_full is not None and len(self._events) == self.batch_max:
+            self._on_full()
+
+    async def flush(self) -> bool:
+        """Send everything pending; True when all of it was acknowledged (or nothing pended).
+
+        Raises TelemetryRevoked on a 401. One flush at a time: a second caller waits.
+        """
+        if self.poster is None:
+            return not self._events
+        async with self._lock:
+            while self._events:
+                batch = self._take()
+                status, content, retry_after = await self.poster(
+                    _PREFIX + b",".join(raw for _, raw in batch) + _SUFFIX
+                )
+                if status == 202:
+                    self._acknowledged(batch, content)
+                elif status == 400:
+                    self._refused(batch, content)
+                elif status == 413 and len(batch) > 1:
+                    self._limit = max(1, len(batch) // 2)
+                elif status == 413:
+                    self._drop_batch(batch, "too_large")
+                elif status == 401:
+                    raise TelemetryRevoked("telemetry refused the device token (401)")
+                else:
+                    self.failures += 1
+                    self.retry_after = _seconds(retry_after) if status == 429 else 0.0
+                    return False
+            self._limit = self.batch_max
+            self.retry_after = 0.0
+            return True
+
+    def _take(self) -> list[tuple[int, bytes]]:
+        batch: list[tuple[int, bytes]] = []
+        size = len(_PREFIX) + len(_SUFFIX)
+        for item in self._events:
+            size += len(item[1]) + 1
+            if batch and (len(batch) >= self._limit or size > MAX_BATCH_BYTES):
+                break
+            batch.append(item)
+        return batch
+
+    def _acknowledged(self, batch: list[tuple[int, bytes]], content: bytes) -> None:
+        try:
+            answer = msgspec.json.decode(content)
+            accepted, duplicates = int(answer["accepted"]), int(answer["duplicates"])
+        except (msgspec.DecodeError, KeyError, TypeError, ValueError):
+            accepted, duplicates = len(batch), 0
+        self.delivered += accepted
+        self.duplicates += duplicates
+        self.batches += 1
+        last = batch[-1][0]
+        # Events pushed out while the batch was in flight are gone already: forget by sequence.
+        while self._events and self._events[0][0] <= last:
+            self._events.popleft()
+        self._dirty = True
+
+    def _refused(self, batch: list[tuple[int, bytes]], content: bytes) -> None:
+        named: set[int] = set()
+        try:
+            details = msgspec.json.decode(content)["error"]["details"]
+            for detail in details:
+                index = detail.get("event") if isinstance(detail, dict) else None
+                if isinstance(index, int) and 0 <= index < len(batch):
+                    named.add(index)
+        except (msgspec.DecodeError, KeyError, TypeError):
+            pass
+        if not named:  # the batch as a whole was refused: nothing in it can ever pass
+            self._drop_batch(batch, "bad_batch")
+            return
+        logger.warning(
+            "telemetry.events_rejected count=%d answer=%s",
+            len(named),
+            content[:500].decode(errors="replace"),
+        )
+        self._drop({batch[index][0] for index in named})
+
+    def _drop_batch(self, batch: list[tuple[int, bytes]], reason: str) -> None:
+        logger.warning("telemetry.batch_rejected reason=%s events=%d", reason, len(batch))
+        self._drop({seq for seq, _ in batch})
+
+    def _drop(self, seqs: set[int]) -> None:
+        before = len(self._events)
+        self._events = deque(item for item in self._events if item[0] not in seqs)
+        self.rejected += before - len(self._events)
+        self._dirty = True
+
+    # --- disk ------------------------------------------------------------------------------
+
+    def load(self) -> int:
+        """Queue the events a previous run left unsent; how many were read."""
+        if self._path is None:
+            return 0
+        raw = read_bytes(self._path)
+        if not raw:
+            return 0
+        lines = [line for line in raw.split(b"\n") if line.strip()]
+        for line in lines:
+            self._append(line)
+        self._dirty = False
+        return len(lines)
+
+    def save(self) -> None:
+        """Write the unsent events to disk (or remove the file when none are left)."""
+        if self._path is None or not self._dirty:
+            return
+        self._dirty = False
+        try:
+            if self._events:
+                atomic_write(self._path, b"\n".join(raw for _, raw in self._events))
+            else:
+                remove(self._path)
+        except OSError as error:
+            self._dirty = True
+            logger.warning("telemetry.save_failed path=%s error=%s", self._path, error)
+
+
+def _seconds(header: str | None) -> float:
+    try:
+        return max(1.0, float(header)) if header else 1.0
+    except ValueError:
+        return 1.0
