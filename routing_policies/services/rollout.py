@@ -11,7 +11,7 @@ import secrets
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from controlplane.exceptions import Conflict, NotFound, ValidationFailed
@@ -35,13 +35,21 @@ def _actor_name(actor: Actor) -> str:
 def _push_assignment_on_commit(
     fleet: Fleet, assignment: FleetAssignment, rollout: Rollout | None
 ) -> None:
+    _push_on_commit(
+        fleet,
+        assignment,
+        {"id": rollout.pk, "stage": rollout.stage} if rollout and rollout.is_open else None,
+    )
+
+
+def _push_on_commit(
+    fleet: Fleet, assignment: FleetAssignment, rollout: dict[str, int] | None
+) -> None:
     message: dict[str, Any] = {
         "kind": "assignment",
         "fleet_id": fleet.pk,
         "assignment": assignment.as_dict(),
-        "rollout": {"id": rollout.pk, "stage": rollout.stage}
-        if rollout and rollout.is_open
-        else None,
+        "rollout": rollout,
         "sent_at": timezone.now().timestamp(),
     }
     transaction.on_commit(lambda: push.publish(message))
@@ -143,19 +151,98 @@ def _assignment_of(rollout: Rollout) -> FleetAssignment:
     return FleetAssignment(stable=winner.number)
 
 
-@transaction.atomic
-def rollout_advance(*, actor: Actor, fleet: Fleet, to_stage: int | None = None) -> Rollout:
-    """Move to the next stage (5 → 25 → 100); naming a stage already reached is a no-op."""
-    # The open rollout's row lock serialises this with every other transition of it.
-    rollout = _require_open(fleet)
-    target = to_stage if to_stage is not None else rollout.next_stage
-    if target is None:
-        raise Conflict("The rollout is at 100%: complete it.", code="at_last_stage")
+def _stage_valid(target: int) -> None:
     if target not in Rollout.STAGES:
         raise ValidationFailed(
             f"{target} is not a stage; stages are 5, 25 and 100.",
             details=[{"field": "to_stage", "message": "one of 5, 25, 100"}],
         )
+
+
+# The advance of a named stage on PostgreSQL in one statement: lock the open rollout's row,
+# move it, and write its event and audit rows (the same rows the ORM path writes). A stage
+# change is what a fleet's devices wait on, so its time counts in the push latency
+# (bench/fanout: this halves the service call, ~6 → ~3 ms, most of it Python).
+_ADVANCE_SQL = """
+WITH cur AS (
+    SELECT r.id, r.stage, r.state, r.salt, c.number AS candidate, s.number AS stable
+    FROM routing_policies_rollout r
+    JOIN routing_policies_policyversion c ON c.id = r.candidate_id
+    JOIN routing_policies_policyversion s ON s.id = r.stable_id
+    WHERE r.fleet_id = %(fleet)s AND r.state IN ('active', 'paused')
+    FOR UPDATE OF r
+), moved AS (
+    UPDATE routing_policies_rollout r SET stage = %(to)s, stage_changed_at = %(now)s
+    FROM cur WHERE r.id = cur.id AND cur.state = 'active' AND cur.stage < %(to)s
+    RETURNING r.id
+), event AS (
+    INSERT INTO routing_policies_rolloutevent
+        (rollout_id, action, stage_before, stage_after, actor_name, at)
+    SELECT cur.id, 'advanced', cur.stage, %(to)s, %(actor_name)s, %(now)s
+    FROM cur JOIN moved ON moved.id = cur.id
+), audit AS (
+    INSERT INTO routing_policies_auditentry
+        (actor_id, actor_name, action, fleet_id, target, summary, before, after, diff, created_at)
+    SELECT %(actor_id)s, %(actor_name)s, 'rollout.advanced', %(fleet)s, 'rollout ' || cur.id,
+        'Advanced v' || cur.candidate || ' from ' || cur.stage || '%% to ' || %(to)s || '%%',
+        jsonb_build_object('stage', cur.stage), jsonb_build_object('stage', %(to)s::int),
+        jsonb_build_array(jsonb_build_object(
+            'field', 'stage', 'before', cur.stage, 'after', %(to)s::int)),
+        %(now)s
+    FROM cur JOIN moved ON moved.id = cur.id
+)
+SELECT cur.id, cur.stage, cur.salt, cur.candidate, cur.stable,
+    EXISTS (SELECT 1 FROM moved)
+FROM cur
+"""
+
+
+def _advance_in_one_statement(*, actor: Actor, fleet: Fleet, target: int) -> int:
+    """`rollout_advance` to a named stage on PostgreSQL; the rollout's id."""
+    user = _user_or_none(actor)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            _ADVANCE_SQL,
+            {
+                "fleet": fleet.pk,
+                "to": target,
+                "now": timezone.now(),
+                "actor_id": user.pk if user is not None else None,
+                "actor_name": _actor_name(actor),
+            },
+        )
+        row = cursor.fetchone()
+        if row is None:
+            raise Conflict(f"Fleet {fleet.slug!r} has no rollout in progress.", code="no_rollout")
+        rollout_id, before, salt, candidate, stable, moved = row
+        if not moved:
+            if target <= before:
+                return int(rollout_id)  # a double click: already there
+            raise Conflict("The rollout is paused: resume it before advancing.", code="paused")
+        assignment = FleetAssignment(
+            stable=stable, candidate=candidate, salt=salt, percent=target, rollout_id=rollout_id
+        )
+        _push_on_commit(fleet, assignment, {"id": rollout_id, "stage": target})
+    return int(rollout_id)
+
+
+def rollout_advance(*, actor: Actor, fleet: Fleet, to_stage: int | None = None) -> Rollout:
+    """Move to the next stage (5 → 25 → 100); naming a stage already reached is a no-op."""
+    if to_stage is not None and connection.vendor == "postgresql":
+        _stage_valid(to_stage)
+        rollout_id = _advance_in_one_statement(actor=actor, fleet=fleet, target=to_stage)
+        return Rollout.objects.select_related("candidate", "stable").get(pk=rollout_id)
+    return _advance(actor=actor, fleet=fleet, to_stage=to_stage)
+
+
+@transaction.atomic
+def _advance(*, actor: Actor, fleet: Fleet, to_stage: int | None) -> Rollout:
+    # The open rollout's row lock serialises this with every other transition of it.
+    rollout = _require_open(fleet)
+    target = to_stage if to_stage is not None else rollout.next_stage
+    if target is None:
+        raise Conflict("The rollout is at 100%: complete it.", code="at_last_stage")
+    _stage_valid(target)
     if target <= rollout.stage:
         return rollout  # a double click: already there
     if rollout.state == Rollout.State.PAUSED:
