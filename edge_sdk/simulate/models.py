@@ -1,0 +1,353 @@
+"""What a simulated device is made of: hardware, network link, load, and the cloud it calls.
+
+Pure models, no I/O: each takes the simulation clock (`now`, seconds) and a `random.Random`,
+so a seeded run is reproducible and every model is unit-tested on its own. Latencies follow
+the seed article: on the device tens of milliseconds; to the cloud
+`upload_bytes * 8 / bandwidth + RTT + T_infer`, with `T_infer` from one queue that the whole
+fleet shares and that slows down as the fleet sends it more work.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+__all__ = [
+    "CLOUD_ESTIMATE_TASK",
+    "DEVICE_PROFILES",
+    "LINK_PROFILES",
+    "CloudOverloaded",
+    "CloudQueue",
+    "DeviceFailure",
+    "DeviceProfile",
+    "Link",
+    "LinkProfile",
+    "LinkReading",
+    "Load",
+    "NetworkConditions",
+    "cloud_estimate_ms",
+    "device_infer_ms",
+    "modality",
+    "pick_weighted",
+    "upload_ms",
+]
+
+MODALITIES: Final = ("voice", "text", "image")
+T = TypeVar("T")
+
+
+class DeviceFailure(RuntimeError):
+    """The on-device model failed (out of memory, NPU busy, a crash): the SDK may fall back."""
+
+
+class CloudOverloaded(RuntimeError):
+    """The cloud answered with an error (503 under overload, a bad gateway)."""
+
+
+def modality(task_type: str) -> str:
+    """The seed's three task types keep their own figures; any other type (an operator's
+    `code`, `summary`, …) is treated as text."""
+    return task_type if task_type in MODALITIES else "text"
+
+
+def pick_weighted(rng: random.Random, options: tuple[tuple[T, float], ...]) -> T:
+    """One option, drawn with its weight."""
+    total = sum(weight for _, weight in options)
+    point = rng.random() * total
+    for option, weight in options:
+        point -= weight
+        if point < 0:
+            return option
+    return options[-1][0]
+
+
+# --- the device ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceProfile:
+    """A kind of device in the fleet: what it reports at enrolment and how fast its NPU is."""
+
+    platform: str
+    model: str
+    speed: float  # multiplies on-device inference time: 1.0 a current flagship phone
+    failure_rate: float  # share of on-device inferences that fail
+    weight: float  # share of the fleet
+
+
+DEVICE_PROFILES: Final = (
+    DeviceProfile(platform="android", model="Pixel 8", speed=1.0, failure_rate=0.002, weight=0.22),
+    DeviceProfile(
+        platform="android", model="Galaxy S23", speed=0.9, failure_rate=0.002, weight=0.20
+    ),
+    DeviceProfile(
+        platform="android", model="Redmi Note 12", speed=1.8, failure_rate=0.006, weight=0.28
+    ),
+    DeviceProfile(
+        platform="android", model="Galaxy A15", speed=2.4, failure_rate=0.01, weight=0.15
+    ),
+    DeviceProfile(
+        platform="android-automotive",
+        model="Head unit SA8155",
+        speed=1.4,
+        failure_rate=0.004,
+        weight=0.08,
+    ),
+    DeviceProfile(
+        platform="android-things",
+        model="Smart speaker",
+        speed=2.0,
+        failure_rate=0.004,
+        weight=0.07,
+    ),
+)
+
+# On-device inference (a 1-3B quantised model on the NPU): fixed cost + cost per input token.
+_DEVICE_BASE_MS: Final = {"voice": 18.0, "text": 20.0, "image": 55.0}
+_DEVICE_PER_TOKEN_MS: Final = {"voice": 0.08, "text": 0.05, "image": 0.1}
+
+
+def device_infer_ms(
+    profile: DeviceProfile, task_type: str, tokens: int, load: float, rng: random.Random
+) -> float:
+    """On-device latency: tens of ms, slower on older hardware and under load."""
+    kind = modality(task_type)
+    nominal = _DEVICE_BASE_MS[kind] + _DEVICE_PER_TOKEN_MS[kind] * tokens
+    return nominal * profile.speed * (1.0 + 0.8 * load) * rng.lognormvariate(0.0, 0.2)
+
+
+# --- the network ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkProfile:
+    """A kind of network link: the ranges a device's typical RTT and bandwidth are drawn
+    from, and how often and how long it drops off the network."""
+
+    name: str
+    rtt_ms: tuple[float, float]
+    bandwidth_kbps: tuple[float, float]
+    offline_per_hour: float
+    offline_mean_s: float
+    weight: float
+
+
+LINK_PROFILES: Final = (
+    LinkProfile(
+        name="wifi",
+        rtt_ms=(10.0, 45.0),
+        bandwidth_kbps=(10_000.0, 100_000.0),
+        offline_per_hour=0.3,
+        offline_mean_s=8.0,
+        weight=0.45,
+    ),
+    # The seed: "mobile networks usually have an RTT of 50 to 200 ms".
+    LinkProfile(
+        name="mobile",
+        rtt_ms=(50.0, 200.0),
+        bandwidth_kbps=(1_500.0, 20_000.0),
+        offline_per_hour=1.5,
+        offline_mean_s=20.0,
+        weight=0.45,
+    ),
+    LinkProfile(
+        name="weak",
+        rtt_ms=(180.0, 450.0),
+        bandwidth_kbps=(150.0, 900.0),
+        offline_per_hour=6.0,
+        offline_mean_s=45.0,
+        weight=0.10,
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NetworkConditions:
+    """Fleet-wide network weather (a scenario's lever): factors on every link."""
+
+    rtt_factor: float = 1.0
+    bandwidth_factor: float = 1.0
+    offline_factor: float = 1.0  # multiplies how often links drop
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkReading:
+    """What the device measures about its link right now."""
+
+    rtt_ms: float
+    bandwidth_kbps: float
+    online: bool
+
+
+class Link:
+    """One device's link: a typical RTT and bandwidth with jitter, and offline spells as a
+    Poisson process (exponential gaps and exponential durations)."""
+
+    __slots__ = ("_next_spell", "_offline_until", "_rng", "bandwidth_kbps", "profile", "rtt_ms")
+
+    def __init__(self, profile: LinkProfile, rng: random.Random, now: float = 0.0) -> None:
+        self.profile = profile
+        self._rng = rng
+        self.rtt_ms = rng.uniform(*profile.rtt_ms)
+        low, high = profile.bandwidth_kbps
+        self.bandwidth_kbps = math.exp(rng.uniform(math.log(low), math.log(high)))
+        self._offline_until = -math.inf
+        self._next_spell = now + self._gap(NetworkConditions())
+
+    def _gap(self, conditions: NetworkConditions) -> float:
+        rate_per_s = self.profile.offline_per_hour * conditions.offline_factor / 3600.0
+        return self._rng.expovariate(rate_per_s) if rate_per_s > 0 else math.inf
+
+    def online(self, now: float, conditions: NetworkConditions) -> bool:
+        """Advance the offline-spell process to `now`; True when the link is up."""
+        while now >= self._next_spell:
+            self._offline_until = self._next_spell + self._rng.expovariate(
+                1.0 / self.profile.offline_mean_s
+            )
+            self._next_spell = self._offline_until + self._gap(conditions)
+        return now >= self._offline_until
+
+    def reading(self, now: float, conditions: NetworkConditions) -> LinkReading:
+        """The link right now: typical figures times the fleet's conditions, with jitter."""
+        jitter = self._rng.lognormvariate(0.0, 0.15)
+        return LinkReading(
+            rtt_ms=self.rtt_ms * conditions.rtt_factor * jitter,
+            bandwidth_kbps=self.bandwidth_kbps * conditions.bandwidth_factor / jitter,
+            online=self.online(now, conditions),
+        )
+
+
+# --- the device's load ---------------------------------------------------------------------
+
+
+class Load:
+    """Device load in [0, 1]: a mean-reverting walk around the device's usual level, with
+    bursts (a game, navigation, a video call) that push it past the cells' `busy` mark."""
+
+    __slots__ = ("_burst_until", "_last", "_next_burst", "_rng", "level", "usual")
+
+    REVERSION_PER_S: Final = 0.05
+    NOISE_PER_SQRT_S: Final = 0.04
+    BURSTS_PER_HOUR: Final = 4.0
+    BURST_MEAN_S: Final = 60.0
+
+    def __init__(self, rng: random.Random, now: float = 0.0) -> None:
+        self._rng = rng
+        self.usual = rng.uniform(0.1, 0.5)
+        self.level = self.usual
+        self._last = now
+        self._burst_until = -math.inf
+        self._next_burst = now + rng.expovariate(self.BURSTS_PER_HOUR / 3600.0)
+
+    def reading(self, now: float) -> float:
+        """The load at `now` (time only moves forward; an earlier `now` reads the last level)."""
+        elapsed = max(0.0, now - self._last)
+        self._last = max(self._last, now)
+        if elapsed:
+            pull = 1.0 - math.exp(-self.REVERSION_PER_S * elapsed)
+            noise = self._rng.gauss(0.0, self.NOISE_PER_SQRT_S * math.sqrt(elapsed))
+            self.level += (self.usual - self.level) * pull + noise
+            self.level = min(1.0, max(0.0, self.level))
+        while now >= self._next_burst:
+            self._burst_until = self._next_burst + self._rng.expovariate(1.0 / self.BURST_MEAN_S)
+            self._next_burst = self._burst_until + self._rng.expovariate(
+                self.BURSTS_PER_HOUR / 3600.0
+            )
+        if now < self._burst_until:
+            return max(self.level, 0.85)
+        return self.level
+
+
+# --- the cloud ---------------------------------------------------------------------------------
+
+# The large model's inference time when idle: fixed cost + cost per input token.
+_CLOUD_BASE_MS: Final = {"voice": 90.0, "text": 110.0, "image": 240.0}
+_CLOUD_PER_TOKEN_MS: Final = {"voice": 0.2, "text": 0.25, "image": 0.3}
+# The task devices use for their estimate of cloud inference time (a typical text request).
+CLOUD_ESTIMATE_TASK: Final = ("text", 150)
+_MAX_SLOWDOWN: Final = 20.0
+
+
+class CloudQueue:
+    """The cloud cluster the whole fleet shares, as a single queue.
+
+    Arrivals are counted with an exponentially decaying rate (time constant `window_s`);
+    utilisation is that rate over the capacity, and inference time grows like a queue's
+    response time, `1 / (1 - utilisation)`, capped at 20x. Past full utilisation it also
+    starts refusing work (503s). So more tasks sent to the cloud (a lower θ, a buggy model)
+    make every cloud call slower, and a `cloud_pressure` nudge that keeps work on devices
+    makes them faster again.
+    """
+
+    __slots__ = ("_last", "_rate", "base_failure_rate", "capacity_rps", "window_s")
+
+    def __init__(
+        self, *, capacity_rps: float, window_s: float = 5.0, base_failure_rate: float = 0.003
+    ) -> None:
+        if capacity_rps <= 0:
+            raise ValueError("capacity_rps must be positive")
+        self.capacity_rps = capacity_rps
+        self.window_s = window_s
+        self.base_failure_rate = base_failure_rate
+        self._rate = 0.0
+        self._last = 0.0
+
+    def _decayed(self, now: float) -> float:
+        if now <= self._last:
+            return self._rate
+        return self._rate * math.exp(-(now - self._last) / self.window_s)
+
+    def arrival(self, now: float) -> None:
+        """Count one request arriving at `now`."""
+        self._rate = self._decayed(now) + 1.0 / self.window_s
+        self._last = max(self._last, now)
+
+    def rate(self, now: float) -> float:
+        """Requests per second arriving lately."""
+        return self._decayed(now)
+
+    def utilisation(self, now: float, capacity_factor: float = 1.0) -> float:
+        """Arrival rate over capacity (may exceed 1 under overload)."""
+        return self.rate(now) / (self.capacity_rps * capacity_factor)
+
+    def slowdown(self, now: float, capacity_factor: float = 1.0) -> float:
+        """How many times slower than idle an inference is right now (1 to 20)."""
+        busy = self.utilisation(now, capacity_factor)
+        return min(_MAX_SLOWDOWN, 1.0 / max(1.0 / _MAX_SLOWDOWN, 1.0 - busy))
+
+    def failure_rate(self, now: float, capacity_factor: float = 1.0) -> float:
+        """Share of requests refused: a small base, and more and more past saturation."""
+        excess = max(0.0, self.utilisation(now, capacity_factor) - 1.0)
+        return min(0.5, self.base_failure_rate + 0.25 * excess)
+
+    def infer_ms(
+        self,
+        task_type: str,
+        tokens: int,
+        now: float,
+        rng: random.Random,
+        capacity_factor: float = 1.0,
+    ) -> float:
+        """Cloud inference time of one task arriving now (T_infer of the seed)."""
+        kind = modality(task_type)
+        idle = _CLOUD_BASE_MS[kind] + _CLOUD_PER_TOKEN_MS[kind] * tokens
+        return idle * self.slowdown(now, capacity_factor) * rng.lognormvariate(0.0, 0.25)
+
+    def estimate_ms(self, now: float, capacity_factor: float = 1.0) -> float:
+        """What a device expects cloud inference to take (for step 7 of the decision)."""
+        return cloud_estimate_ms(self.slowdown(now, capacity_factor))
+
+
+def cloud_estimate_ms(slowdown: float) -> float:
+    """A device's estimate of cloud inference time: a typical task at the queue's slowdown."""
+    kind, tokens = CLOUD_ESTIMATE_TASK
+    return (_CLOUD_BASE_MS[kind] + _CLOUD_PER_TOKEN_MS[kind] * tokens) * slowdown
+
+
+def upload_ms(upload_bytes: int, bandwidth_kbps: float) -> float:
+    """Time to send `upload_bytes` at `bandwidth_kbps` (bytes * 8 / kbit/s = ms)."""
+    if bandwidth_kbps <= 0:
+        return math.inf
+    return upload_bytes * 8 / bandwidth_kbps
