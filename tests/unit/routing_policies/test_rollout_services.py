@@ -476,6 +476,40 @@ def test_rollout_transitions__each__audited_with_actor_before_after(
     assert (switched.before, switched.after) == ({"stable": 2}, {"stable": 3})
 
 
+def test_rollout_advance__named_stage_or_next__same_event_audit_and_push(
+    fleet3: Any, publisher: Any, django_capture_on_commit_callbacks: Capture
+) -> None:
+    # Given two rollouts of v2 at 5%, one advanced to a named stage (PostgreSQL: one
+    # statement) and one to "the next stage" (the ORM path)
+    def advance_and_trail(to_stage: int | None) -> tuple[Any, ...]:
+        rollout = rollout_start(actor=publisher, fleet=fleet3, version=2)
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+            advanced = rollout_advance(actor=publisher, fleet=fleet3, to_stage=to_stage)
+        event = RolloutEvent.objects.filter(rollout=rollout).order_by("-id").first()
+        entry = _last_audit(fleet3)
+        rollout_rollback(actor=publisher, fleet=fleet3)
+        assert event is not None
+        return (
+            (advanced.pk, advanced.stage) == (rollout.pk, 25),
+            len(callbacks),
+            (event.action, event.stage_before, event.stage_after, event.actor_name),
+            (entry.action, entry.actor, entry.actor_name, entry.target == f"rollout {rollout.pk}"),
+            (entry.summary, entry.before, entry.after, entry.diff),
+        )
+
+    # Then both leave the same event and audit rows and schedule one push each
+    named, following = advance_and_trail(25), advance_and_trail(None)
+    assert named == following
+    assert named[0] is True
+    assert named[1] == 1
+    assert named[4] == (
+        "Advanced v2 from 5% to 25%",
+        {"stage": 5},
+        {"stage": 25},
+        [{"field": "stage", "before": 5, "after": 25}],
+    )
+
+
 # --- cloud pressure --------------------------------------------------------------------------
 
 
