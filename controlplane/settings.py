@@ -147,6 +147,10 @@ TELEMETRY_SWEEP_INTERVAL_S = env.float("TELEMETRY_SWEEP_INTERVAL_S", default=10.
 TELEMETRY_COMPACT_INTERVAL_S = env.float("TELEMETRY_COMPACT_INTERVAL_S", default=30.0)
 # /metrics asks for `Authorization: Bearer <METRICS_TOKEN>` when set; open when empty.
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+# Live dashboards (telemetry/dashboard_feed.py): wait this long after new rollups before
+# computing, so a burst of batches is one update; refresh open views this often anyway.
+DASHBOARD_PUSH_DELAY_S = env.float("DASHBOARD_PUSH_DELAY_S", default=0.3)
+DASHBOARD_REFRESH_INTERVAL_S = env.float("DASHBOARD_REFRESH_INTERVAL_S", default=15.0)
 CELERY_BEAT_SCHEDULE = {
     "telemetry-sweep-landed": {
         "task": "telemetry.sweep_landed",
@@ -162,6 +166,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "telemetry.maintain_storage",
         "schedule": 3600.0,
         "options": {"expires": 3600.0},
+    },
+    "telemetry-dashboard-refresh": {
+        "task": "telemetry.dashboard_refresh",
+        "schedule": DASHBOARD_REFRESH_INTERVAL_S,
+        "options": {"expires": DASHBOARD_REFRESH_INTERVAL_S},
     },
 }
 

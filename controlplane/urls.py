@@ -28,5 +28,6 @@ urlpatterns = [
     path("metrics", telemetry_apis.prometheus_metrics, name="prometheus-metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("", include("telemetry.page_urls")),
     path("", include("routing_policies.page_urls")),
 ]

@@ -8,3 +8,10 @@ class TelemetryConfig(AppConfig):
 
     name = "telemetry"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        """Connect the live dashboard feed to new rollups."""
+        from .dashboard_feed import on_rollups_stored
+        from .signals import rollups_stored
+
+        rollups_stored.connect(on_rollups_stored, dispatch_uid="telemetry.dashboard_feed")

@@ -71,3 +71,19 @@ def compact_rollups() -> int:
 def maintain_storage() -> None:
     """Partitions ahead, retention behind."""
     services.storage_maintain()
+
+
+@shared_task(name="telemetry.dashboard_push", ignore_result=True)  # type: ignore[untyped-decorator]
+def dashboard_push(fleet_id: int) -> int:
+    """Compute each open dashboard view of the fleet once and fan it out (dashboard_feed)."""
+    from .dashboard_feed import dashboard_views_push
+
+    return dashboard_views_push(fleet_id=fleet_id)
+
+
+@shared_task(name="telemetry.dashboard_refresh", ignore_result=True)  # type: ignore[untyped-decorator]
+def dashboard_refresh() -> int:
+    """Beat: push every open dashboard view, so windows slide while a fleet is quiet."""
+    from .dashboard_feed import dashboard_all_refresh
+
+    return dashboard_all_refresh()

@@ -1,0 +1,479 @@
+// The fleet dashboard: draws the payload of GET /api/v1/fleets/<slug>/dashboard with Plotly
+// (served locally) and follows the live feed /ws/ui/fleets/<slug>/dashboard/: it subscribes to
+// the view it shows and redraws in place when the server pushes a newer payload. Changing the
+// window or a filter re-subscribes (with a snapshot) and updates the address bar; no reload.
+// window.dashboardLive lets tests and people see what arrived (updates, computation ids).
+(function () {
+  "use strict";
+
+  var config = document.getElementById("dashboard-config");
+  var dataNode = document.getElementById("dashboard-data");
+  if (!config || !dataNode) { return; }
+
+  var ROUTE_COLOURS = { device: "#2f9e5b", cloud: "#2f6fd6", draft_refine: "#8a55c9" };
+  var ROUTE_LABELS = { device: "device", cloud: "cloud", draft_refine: "draft-refine" };
+  var PERCENTILE_DASH = { p50_ms: "dot", p95_ms: "solid", p99_ms: "dash" };
+  var COHORT_COLOURS = { stable: "#1d7a3e", candidate: "#d9822b" };
+  var MARKER_COLOURS = { published: "#6b7685", switched: "#2456c7", rollout: "#d9822b", rolled_back: "#b42318" };
+  var FONT = { family: "system-ui, -apple-system, 'Segoe UI', Roboto, 'Liberation Sans', sans-serif", size: 12, color: "#1c2430" };
+  var PLOT_CONFIG = { displayModeBar: false, responsive: true };
+  var FINAL_CLOSE_CODES = { 4401: "signed out: reload to log in", 4403: "no access to this fleet", 4404: "this fleet no longer exists" };
+
+  var live = window.dashboardLive = {
+    updates: 0, renders: 0, errors: [], status: "connecting", subscribed: null,
+    viewKey: null, computations: [], loadedAt: Date.now(), payload: null
+  };
+
+  var indicator = document.querySelector("[data-live-indicator]");
+  var indicatorText = indicator && indicator.querySelector("[data-live-text]");
+  var form = document.getElementById("dash-filters");
+  var socket = null;
+  var retries = 0;
+  var current = JSON.parse(dataNode.textContent);
+
+  function showStatus(status, text) {
+    live.status = status;
+    if (!indicator) { return; }
+    indicator.dataset.status = status === "live" ? "live" : (status === "connecting" ? "static" : "offline");
+    indicatorText.textContent = text;
+  }
+
+  // --- formatting -----------------------------------------------------------------------------
+
+  function pct(value, digits) {
+    if (value === null || value === undefined) { return "—"; }
+    return (100 * value).toFixed(digits === undefined ? 1 : digits) + "%";
+  }
+
+  function ms(value) {
+    if (value === null || value === undefined) { return "—"; }
+    if (value >= 10000) { return (value / 1000).toFixed(1) + " s"; }
+    return Math.round(value).toLocaleString("en-US") + " ms";
+  }
+
+  function count(value) { return Number(value || 0).toLocaleString("en-US"); }
+
+  function percents(list) {
+    return list.map(function (v) { return v === null || v === undefined ? null : 100 * v; });
+  }
+
+  function setFigure(name, value, sub, tone) {
+    var figure = document.querySelector('[data-figure="' + name + '"]');
+    if (!figure) { return; }
+    figure.querySelector("[data-value]").textContent = value;
+    figure.querySelector("[data-sub]").textContent = sub || "";
+    if (tone) { figure.dataset.tone = tone; } else { delete figure.dataset.tone; }
+  }
+
+  function setText(field, text) {
+    document.querySelectorAll('[data-field="' + field + '"]').forEach(function (el) {
+      if (el.textContent !== text) { el.textContent = text; }
+    });
+  }
+
+  // --- layout helpers -------------------------------------------------------------------------
+
+  function baseLayout(yTitle, extra) {
+    var layout = {
+      font: FONT,
+      margin: { l: 62, r: 16, t: 10, b: 42 },
+      paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: "#ffffff",
+      hovermode: "x unified",
+      legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom", font: { size: 11 } },
+      xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", gridcolor: "#eef1f5", linecolor: "#c3cad6" },
+      yaxis: { title: { text: yTitle }, gridcolor: "#eef1f5", zerolinecolor: "#c3cad6", rangemode: "tozero" }
+    };
+    Object.keys(extra || {}).forEach(function (key) { layout[key] = extra[key]; });
+    return layout;
+  }
+
+  function timeRange(payload) {
+    var step = payload.window.bucket_seconds * 1000;
+    var first = new Date(payload.buckets[0]).getTime();
+    var last = new Date(payload.buckets[payload.buckets.length - 1]).getTime() + step;
+    return [new Date(first).toISOString(), new Date(last).toISOString()];
+  }
+
+  // Vertical lines and labels for publishes, switches and rollout stages.
+  function markerShapes(payload) {
+    var shapes = [];
+    var annotations = [];
+    payload.markers.forEach(function (marker, index) {
+      var colour = MARKER_COLOURS[marker.kind] || "#6b7685";
+      shapes.push({ type: "line", xref: "x", yref: "paper", x0: marker.at, x1: marker.at, y0: 0, y1: 1,
+                    line: { color: colour, width: 1.5, dash: marker.kind === "published" ? "dot" : "solid" } });
+      annotations.push({ x: marker.at, xref: "x", yref: "paper", y: index % 2 ? 0.9 : 1, yanchor: "bottom",
+                         text: marker.label, showarrow: false, font: { size: 10, color: colour },
+                         bgcolor: "rgba(255,255,255,0.85)", hovertext: marker.summary });
+    });
+    return { shapes: shapes, annotations: annotations };
+  }
+
+  function draw(id, traces, layout) {
+    var el = document.getElementById(id);
+    if (!el || !window.Plotly) { return; }
+    window.Plotly.react(el, traces, layout, PLOT_CONFIG);
+    el.dataset.points = String(traces.reduce(function (n, t) {
+      var values = t.z ? [].concat.apply([], t.z) : (t.y || []);
+      return n + values.filter(function (v) { return v !== null && v !== undefined; }).length;
+    }, 0));
+  }
+
+  // --- charts ---------------------------------------------------------------------------------
+
+  function drawShares(payload, x) {
+    var series = payload.series;
+    var traces = [
+      { name: "α on device", y: percents(series.alpha), fillcolor: "rgba(47,158,91,0.55)", line: { color: ROUTE_COLOURS.device } },
+      { name: "draft-refine", y: percents(series.draft_refine_share), fillcolor: "rgba(138,85,201,0.5)", line: { color: ROUTE_COLOURS.draft_refine } },
+      { name: "cloud", y: percents(series.cloud_share), fillcolor: "rgba(47,111,214,0.5)", line: { color: ROUTE_COLOURS.cloud } }
+    ].map(function (trace) {
+      return Object.assign({ x: x, type: "scatter", mode: "lines", stackgroup: "share", connectgaps: false,
+                             hovertemplate: "%{y:.1f}%" }, trace);
+    });
+    traces.push({ x: x, y: series.events, name: "events", type: "scatter", mode: "lines", yaxis: "y2",
+                  line: { color: "#4a5568", width: 1, dash: "dot" }, hovertemplate: "%{y:,} events" });
+    var marks = markerShapes(payload);
+    draw("chart-shares", traces, baseLayout("share of events (%)", {
+      yaxis: { title: { text: "share of events (%)" }, range: [0, 100], ticksuffix: "%", gridcolor: "#eef1f5" },
+      yaxis2: { title: { text: "events per " + payload.window.resolution }, overlaying: "y", side: "right", rangemode: "tozero", showgrid: false },
+      xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", range: timeRange(payload), gridcolor: "#eef1f5" },
+      margin: { l: 62, r: 62, t: 10, b: 42 },
+      shapes: marks.shapes, annotations: marks.annotations
+    }));
+  }
+
+  function drawLatency(payload, x) {
+    var traces = [];
+    ["device", "cloud", "draft_refine"].forEach(function (route) {
+      var figures = payload.routes[route];
+      if (!figures || !figures.events) { return; }
+      ["p50_ms", "p95_ms", "p99_ms"].forEach(function (name) {
+        traces.push({ x: x, y: figures[name], type: "scatter", mode: "lines+markers", marker: { size: 4 },
+                      name: ROUTE_LABELS[route] + " " + name.replace("_ms", "").toUpperCase(),
+                      line: { color: ROUTE_COLOURS[route], dash: PERCENTILE_DASH[name], width: name === "p95_ms" ? 2.2 : 1.3 },
+                      hovertemplate: "%{y:,.0f} ms" });
+      });
+    });
+    var range = timeRange(payload);
+    var shapes = [];
+    var annotations = [];
+    payload.budgets.forEach(function (budget) {
+      shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: budget.budget_ms, y1: budget.budget_ms,
+                    line: { color: "#b42318", width: 1.2, dash: "dash" } });
+      annotations.push({ xref: "paper", x: 1, xanchor: "right", y: Math.log10(budget.budget_ms), yanchor: "bottom",
+                         text: budget.latency_budget + " budget " + count(budget.budget_ms) + " ms",
+                         showarrow: false, font: { size: 10, color: "#b42318" } });
+    });
+    draw("chart-latency", traces, baseLayout("latency (ms, log scale)", {
+      yaxis: { title: { text: "latency (ms, log scale)" }, type: "log", gridcolor: "#eef1f5" },
+      xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", range: range, gridcolor: "#eef1f5" },
+      shapes: shapes, annotations: annotations
+    }));
+  }
+
+  function drawRates(payload, x) {
+    var series = payload.series;
+    var lines = [
+      ["fallback cloud→device", series.fallback_cloud_to_device, "#d9822b", "solid"],
+      ["fallback device→cloud", series.fallback_device_to_cloud, "#b5651d", "dot"],
+      ["cache hits", series.cache_hit_rate, "#2f9e5b", "solid"],
+      ["errors", series.error_rate, "#b42318", "solid"]
+    ];
+    var traces = lines.map(function (line) {
+      return { x: x, y: percents(line[1]), name: line[0], type: "scatter", mode: "lines+markers", marker: { size: 4 },
+               line: { color: line[2], dash: line[3] }, hovertemplate: "%{y:.2f}%" };
+    });
+    draw("chart-rates", traces, baseLayout("% of events", {
+      yaxis: { title: { text: "% of events" }, ticksuffix: "%", rangemode: "tozero", gridcolor: "#eef1f5" },
+      xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", range: timeRange(payload), gridcolor: "#eef1f5" }
+    }));
+  }
+
+  function drawPrivacy(payload, x) {
+    var values = payload.series.privacy_violations;
+    var any = values.some(function (v) { return v > 0; });
+    draw("chart-privacy", [{ x: x, y: values, type: "bar", name: "privacy violations",
+                              marker: { color: any ? "#b42318" : "#8fd0a6" }, hovertemplate: "%{y} violations" }],
+         baseLayout("violations (events)", {
+           yaxis: { title: { text: "violations (events)" }, rangemode: "tozero", range: any ? null : [0, 1], dtick: any ? null : 1, gridcolor: "#eef1f5" },
+           xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", range: timeRange(payload), gridcolor: "#eef1f5" },
+           showlegend: false
+         }));
+  }
+
+  function gridAxes(grid) {
+    var columns = [];
+    grid.latency_budgets.forEach(function (budget) {
+      grid.privacy_tiers.forEach(function (tier) { columns.push([budget, tier]); });
+    });
+    var index = {};
+    grid.cells.forEach(function (cell) {
+      index[cell.task_type + "|" + cell.latency_budget + "|" + cell.privacy_tier] = cell;
+    });
+    return { columns: columns, rows: grid.task_types, index: index };
+  }
+
+  function drawGrid(payload) {
+    var axes = gridAxes(payload.grid);
+    var columnLabels = axes.columns.map(function (c) { return c[0] + " · " + c[1]; });
+    function matrix(pick) {
+      return axes.rows.map(function (task) {
+        return axes.columns.map(function (c) { return pick(axes.index[task + "|" + c[0] + "|" + c[1]]); });
+      });
+    }
+    var cloud = matrix(function (cell) { return cell && cell.events ? 100 * cell.cloud_share : null; });
+    var cloudText = matrix(function (cell) {
+      if (!cell) { return ""; }
+      return cell.events ? (100 * cell.cloud_share).toFixed(0) + "%<br>" + count(cell.events) + " ev" : "no events";
+    });
+    var p95 = matrix(function (cell) { return cell && cell.events ? cell.p95_ms : null; });
+    var p95Text = matrix(function (cell) {
+      if (!cell) { return ""; }
+      var budget = cell.budget_ms ? " / " + count(cell.budget_ms) : "";
+      return cell.events ? ms(cell.p95_ms) + budget : "no events" + (budget ? "<br>budget" + budget + " ms" : "");
+    });
+    var overBudget = matrix(function (cell) {
+      return cell && cell.events && cell.budget_ms ? cell.p95_ms / cell.budget_ms : null;
+    });
+    var layout = {
+      font: FONT, margin: { l: 86, r: 16, t: 8, b: 78 }, paper_bgcolor: "rgba(0,0,0,0)",
+      xaxis: { title: { text: "latency budget · privacy tier" }, tickangle: 0, automargin: true },
+      yaxis: { title: { text: "task type" }, automargin: true }
+    };
+    draw("chart-grid-cloud", [{
+      type: "heatmap", x: columnLabels, y: axes.rows, z: cloud, text: cloudText, texttemplate: "%{text}",
+      zmin: 0, zmax: 100, colorscale: [[0, "#e3f4e8"], [0.5, "#98b5ee"], [1, "#1f4fb0"]],
+      colorbar: { title: { text: "cloud %" }, ticksuffix: "%" }, hovertemplate: "%{y} · %{x}<br>cloud %{z:.1f}%<extra></extra>",
+      xgap: 2, ygap: 2
+    }], layout);
+    draw("chart-grid-p95", [{
+      type: "heatmap", x: columnLabels, y: axes.rows, z: overBudget, text: p95Text, texttemplate: "%{text}",
+      customdata: p95, zmin: 0, zmax: 2, colorscale: [[0, "#e3f4e8"], [0.45, "#fff3d6"], [0.5, "#f6c27a"], [1, "#b42318"]],
+      colorbar: { title: { text: "P95 ÷ budget" }, tickvals: [0, 0.5, 1, 1.5, 2], ticktext: ["0", "½", "1 (at budget)", "1½", "≥2"] },
+      hovertemplate: "%{y} · %{x}<br>P95 %{customdata:,.0f} ms (%{z:.2f}× budget)<extra></extra>", xgap: 2, ygap: 2
+    }], layout);
+  }
+
+  function drawCohorts(payload, x) {
+    var card = document.querySelector("[data-cohorts-card]");
+    var candidate = payload.cohorts.candidate;
+    var showing = Boolean(payload.rollout) || candidate.summary.events > 0;
+    card.hidden = !showing;
+    if (!showing) { return; }
+    var stable = payload.cohorts.stable;
+    var note = payload.rollout
+      ? "v" + payload.rollout.candidate + " (candidate, " + payload.rollout.stage + "%) against v" + payload.rollout.stable + " (stable)"
+      : "candidate events in this window";
+    setText("cohorts-note", note);
+    var charts = [
+      ["chart-cohort-alpha", "alpha", "α on device (%)", true],
+      ["chart-cohort-cloud", "cloud_share", "cloud share (%)", true],
+      ["chart-cohort-fallback", "fallback_rate", "fallback rate (%)", true],
+      ["chart-cohort-p95", "p95_ms", "P95 latency (ms)", false]
+    ];
+    charts.forEach(function (chart) {
+      var traces = ["stable", "candidate"].map(function (cohort) {
+        var values = payload.cohorts[cohort].series[chart[1]];
+        var versions = payload.cohorts[cohort].versions.map(function (v) { return "v" + v; }).join(", ");
+        return { x: x, y: chart[3] ? percents(values) : values, type: "scatter", mode: "lines+markers", marker: { size: 4 },
+                 name: cohort + (versions ? " (" + versions + ")" : ""), line: { color: COHORT_COLOURS[cohort], width: 2 },
+                 hovertemplate: chart[3] ? "%{y:.1f}%" : "%{y:,.0f} ms" };
+      });
+      draw(chart[0], traces, baseLayout(chart[2], {
+        margin: { l: 54, r: 8, t: 24, b: 40 },
+        legend: { orientation: "h", x: 0, y: 1.0, yanchor: "bottom", font: { size: 10 } },
+        xaxis: { title: { text: "time (UTC)", standoff: 4 }, type: "date", range: timeRange(payload), gridcolor: "#eef1f5", nticks: 4 }
+      }));
+    });
+    return stable;
+  }
+
+  function drawConvergence(payload) {
+    var conv = payload.convergence;
+    setText("convergence-note", count(conv.devices) + " devices, " + count(conv.online) + " online now");
+    var labels = conv.versions.map(function (row) { return "v" + row.version + " (" + row.role.replace("other", "not assigned") + ")"; });
+    var traces = [
+      ["assigned", "assigned", "#c3cad6"],
+      ["acked", "acked (runs it)", "#2f6fd6"],
+      ["online", "acked and online now", "#2f9e5b"]
+    ].map(function (spec) {
+      return { type: "bar", orientation: "h", y: labels, x: conv.versions.map(function (row) { return row[spec[0]]; }),
+               name: spec[1], marker: { color: spec[2] }, hovertemplate: "%{x:,} devices<extra>" + spec[1] + "</extra>" };
+    });
+    draw("chart-convergence", traces, {
+      font: FONT, barmode: "group", margin: { l: 150, r: 16, t: 6, b: 40 }, paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: "#ffffff", legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" },
+      xaxis: { title: { text: "devices" }, rangemode: "tozero", gridcolor: "#eef1f5" },
+      yaxis: { automargin: true, autorange: "reversed" }
+    });
+  }
+
+  function drawFigures(payload) {
+    var s = payload.summary;
+    var events = count(s.events) + " events in " + payload.view.window;
+    setFigure("alpha", pct(s.alpha), events);
+    setFigure("cloud_share", pct(s.cloud_share), "draft-refine " + pct(s.draft_refine_share));
+    var worstBudget = payload.budgets.length ? payload.budgets[0].budget_ms : null;
+    var p95 = s.latency_ms.p95;
+    setFigure("p95", ms(p95), "P50 " + ms(s.latency_ms.p50) + " · P99 " + ms(s.latency_ms.p99),
+              p95 !== null && worstBudget !== null && p95 > payload.budgets[payload.budgets.length - 1].budget_ms ? "warn" : null);
+    setFigure("fallback_rate", pct(s.fallback_rate, 2),
+              "errors " + pct(s.error_rate, 2) + " · cache " + pct(s.cache_hit_rate));
+    setFigure("privacy", count(s.privacy_violations), s.privacy_violations ? "must be 0: look now" : "should be 0",
+              s.privacy_violations ? "bad" : "good");
+    if (payload.alerts !== null && payload.alerts !== undefined) {
+      var firing = payload.alerts.firing || 0;
+      setFigure("alerts", count(firing), payload.alerts.summary || "", firing ? "bad" : "good");
+    }
+  }
+
+  function render(payload) {
+    current = payload;
+    live.payload = payload;
+    live.renders += 1;
+    var x = payload.buckets;
+    drawFigures(payload);
+    drawShares(payload, x);
+    drawLatency(payload, x);
+    drawRates(payload, x);
+    drawPrivacy(payload, x);
+    drawGrid(payload);
+    drawCohorts(payload, x);
+    drawConvergence(payload);
+    setText("stable", payload.stable_version ? "v" + payload.stable_version : "none yet");
+    var rolloutEl = document.querySelector('[data-field="rollout"]');
+    if (rolloutEl) {
+      rolloutEl.hidden = !payload.rollout;
+      if (payload.rollout) {
+        setText("rollout-candidate", "v" + payload.rollout.candidate);
+        setText("rollout-stage", payload.rollout.stage + "%");
+        setText("rollout-state", payload.rollout.state === "active" ? "" : "(" + payload.rollout.state + ")");
+      }
+    }
+    var generated = document.querySelector('[data-field="generated-at"]');
+    if (generated) {
+      generated.setAttribute("datetime", payload.generated_at);
+      generated.textContent = payload.generated_at.slice(11, 19) + " UTC";
+    }
+    setText("window-note", payload.window.resolution + " buckets from " + payload.window.from.slice(11, 16) + " UTC");
+    refreshOptions(payload);
+  }
+
+  function refreshOptions(payload) {
+    ["versions", "task_types"].forEach(function (name) {
+      var select = form && form.querySelector('[data-options="' + name + '"]');
+      if (!select) { return; }
+      var have = {};
+      Array.prototype.forEach.call(select.options, function (o) { have[o.value] = true; });
+      payload.options[name].forEach(function (value) {
+        var text = String(value);
+        if (!have[text]) {
+          var option = document.createElement("option");
+          option.value = text;
+          option.textContent = name === "versions" ? "v" + text : text;
+          select.appendChild(option);
+        }
+      });
+    });
+  }
+
+  // --- view (window and filters) --------------------------------------------------------------
+
+  function viewFromForm() {
+    var view = {};
+    new FormData(form).forEach(function (value, key) { if (value !== "") { view[key] = value; } });
+    return view;
+  }
+
+  function queryOf(view) {
+    var params = new URLSearchParams();
+    ["window", "version", "cohort", "task_type", "route"].forEach(function (key) {
+      if (view[key] !== undefined && view[key] !== null && view[key] !== "") { params.set(key, view[key]); }
+    });
+    return params.toString();
+  }
+
+  function subscribe(view, snapshot) {
+    if (!socket || socket.readyState !== WebSocket.OPEN) { return false; }
+    var message = Object.assign({ type: "subscribe" }, view);
+    if (snapshot) { message.snapshot = true; }
+    socket.send(JSON.stringify(message));
+    return true;
+  }
+
+  function fetchView(view) {
+    return fetch(config.dataset.apiUrl + "?" + queryOf(view), { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (response) { return response.json().then(function (body) { return { ok: response.ok, body: body }; }); })
+      .then(function (result) {
+        if (result.ok) { render(result.body); } else { live.errors.push(result.body.error); }
+      });
+  }
+
+  if (form) {
+    form.addEventListener("change", function () {
+      var view = viewFromForm();
+      history.replaceState(null, "", "?" + queryOf(view));
+      if (!subscribe(view, true)) { fetchView(view); }
+    });
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      form.dispatchEvent(new Event("change"));
+    });
+  }
+
+  // --- the live feed --------------------------------------------------------------------------
+
+  function connect() {
+    var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+    socket = new WebSocket(scheme + window.location.host + config.dataset.wsPath);
+    showStatus("connecting", "connecting…");
+    socket.addEventListener("open", function () {
+      // After a reconnect, ask for a snapshot: updates may have been missed meanwhile.
+      var again = retries > 0;
+      retries = 0;
+      subscribe(current.view, again);
+    });
+    socket.addEventListener("message", function (event) {
+      var message;
+      try { message = JSON.parse(event.data); } catch (error) { return; }
+      if (message.type === "subscribed") {
+        live.subscribed = message.view;
+        live.viewKey = message.view_key;
+        showStatus("live", "live");
+      } else if (message.type === "dashboard") {
+        if (message.view_key !== live.viewKey) { return; }
+        var payload = message.payload;
+        if (current && current.view_key === payload.view_key && payload.generated_at < current.generated_at) { return; }
+        live.updates += 1;
+        if (payload.computation) { live.computations.push(payload.computation); }
+        render(payload);
+      } else if (message.type === "error") {
+        live.errors.push(message);
+      }
+    });
+    socket.addEventListener("close", function (event) {
+      live.subscribed = null;
+      if (FINAL_CLOSE_CODES[event.code]) {
+        showStatus("offline", FINAL_CLOSE_CODES[event.code]);
+        return;
+      }
+      retries += 1;
+      var delay = Math.min(10000, 500 * Math.pow(2, Math.min(retries, 5))) * (0.5 + Math.random() / 2);
+      showStatus("offline", "reconnecting…");
+      window.setTimeout(connect, delay);
+    });
+  }
+
+  function start() {
+    render(current);
+    if (window.WebSocket) { connect(); } else { showStatus("offline", "not live: no WebSocket"); }
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+})();

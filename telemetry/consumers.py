@@ -1,0 +1,169 @@
+"""DashboardConsumer: `/ws/ui/fleets/<slug>/dashboard/`, the live feed of a fleet's dashboard.
+
+Browsers only (session cookie; the Origin is checked in controlplane/asgi.py). A viewer (or
+higher) connects, then says which view it shows:
+
+    → {"type": "subscribe", "window": "1h", "task_type": "voice"}       (filters optional)
+    ← {"type": "subscribed", "view": {...}, "view_key": "window=1h&task_type=voice"}
+    ← {"type": "dashboard", "view_key": "...", "payload": {...}}        (each update)
+
+`"snapshot": true` in a subscribe also sends the view's payload at once (used when the page
+switches window or filters). A malformed, oversized or unknown message gets
+`{"type": "error", "code", "message", "details"}` and the socket stays open with its current
+view; anonymous users are closed with 4401, users without a role with 4403, an unknown fleet
+with 4404. The payloads are computed once per view by dashboard_feed and arrive here as text
+through the view's channel-layer group; this consumer only forwards them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any, Final
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from controlplane.exceptions import ApplicationError
+from routing_policies.models import Fleet
+from routing_policies.roles import Role, user_role
+
+from . import dashboard_feed
+from .selectors.dashboard import DashboardView, fleet_dashboard, parse_view
+
+logger = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES: Final = 4096
+CLOSE_UNAUTHENTICATED: Final = 4401
+CLOSE_FORBIDDEN: Final = 4403
+CLOSE_NOT_FOUND: Final = 4404
+
+
+def _fleet_for(slug: str, user: Any) -> tuple[Fleet | None, Role]:
+    return Fleet.objects.filter(slug=slug).first(), user_role(user)
+
+
+def _snapshot(fleet: Fleet, view: DashboardView) -> str:
+    return dashboard_feed.encode(fleet_dashboard(fleet=fleet, view=view))
+
+
+class DashboardConsumer(AsyncWebsocketConsumer):
+    """One browser's dashboard socket: joined to the group of the view it shows."""
+
+    fleet: Fleet | None = None
+    view_key: str | None = None
+    _refresher: asyncio.Task[None] | None = None
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        slug = str(self.scope["url_route"]["kwargs"]["slug"])
+        fleet, role = await database_sync_to_async(_fleet_for)(slug, user)
+        if role < Role.VIEWER:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        if fleet is None:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        self.fleet = fleet
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+        await self._leave()
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.fleet is None:
+            return
+        if text_data is None:
+            await self._error("bad_message", "Send JSON text frames, not binary.")
+            return
+        if len(text_data.encode()) > MAX_MESSAGE_BYTES:
+            await self._error("too_large", f"A message is at most {MAX_MESSAGE_BYTES} bytes.")
+            return
+        try:
+            message = json.loads(text_data)
+        except ValueError:
+            await self._error("bad_message", "A message must be a JSON object.")
+            return
+        if not isinstance(message, dict):
+            await self._error("bad_message", "A message must be a JSON object.")
+            return
+        kind = message.get("type")
+        if kind == "subscribe":
+            await self._subscribe(message)
+        elif kind == "ping":
+            await self.send(text_data='{"type":"pong"}')
+        else:
+            await self._error(
+                "unknown_type",
+                f"Unknown message type {str(kind)[:40]!r}; send subscribe or ping.",
+                details=[{"field": "type"}],
+            )
+
+    async def _subscribe(self, message: dict[str, Any]) -> None:
+        assert self.fleet is not None
+        params = {k: v for k, v in message.items() if k not in ("type", "snapshot")}
+        try:
+            view = parse_view(params)
+        except ApplicationError as exc:
+            await self._error(exc.code, exc.message, details=exc.details)
+            return
+        if view.key != self.view_key:
+            await self._leave()
+            self.view_key = view.key
+            await self.channel_layer.group_add(
+                dashboard_feed.group_name(self.fleet.pk, view.key), self.channel_name
+            )
+        await database_sync_to_async(dashboard_feed.view_subscribe)(
+            fleet_id=self.fleet.pk, view_key=view.key
+        )
+        if self._refresher is None:
+            self._refresher = asyncio.create_task(self._keep_subscribed())
+        await self.send(
+            text_data=json.dumps(
+                {"type": "subscribed", "view": view.as_json(), "view_key": view.key}
+            )
+        )
+        if message.get("snapshot") is True:
+            text = await database_sync_to_async(_snapshot)(self.fleet, view)
+            await self.send(text_data=text)
+
+    async def _keep_subscribed(self) -> None:
+        """Renew the view's registration while the socket is open (it expires otherwise)."""
+        while True:
+            await asyncio.sleep(dashboard_feed.REFRESH_EVERY_S)
+            if self.fleet is not None and self.view_key is not None:
+                try:
+                    await database_sync_to_async(dashboard_feed.view_subscribe)(
+                        fleet_id=self.fleet.pk, view_key=self.view_key
+                    )
+                except Exception:  # Redis away for a moment: try again next round
+                    logger.warning("dashboard.renew_failed fleet=%s", self.fleet.pk)
+
+    async def _leave(self) -> None:
+        if self.fleet is not None and self.view_key is not None:
+            with contextlib.suppress(Exception):
+                await self.channel_layer.group_discard(
+                    dashboard_feed.group_name(self.fleet.pk, self.view_key), self.channel_name
+                )
+        self.view_key = None
+
+    async def _error(
+        self, code: str, message: str, details: list[dict[str, Any]] | None = None
+    ) -> None:
+        await self.send(
+            text_data=json.dumps(
+                {"type": "error", "code": code, "message": message, "details": details or []}
+            )
+        )
+
+    async def dashboard_update(self, event: dict[str, Any]) -> None:
+        """A computed payload of the view this socket shows (dropped after a view change)."""
+        if event.get("view_key") == self.view_key:
+            await self.send(text_data=event["text"])

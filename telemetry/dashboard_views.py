@@ -1,0 +1,85 @@
+"""The fleet dashboard: the page (`/fleets/<slug>/dashboard/`) and its JSON API
+(`GET /api/v1/fleets/<slug>/dashboard`). Both return what `selectors.fleet_dashboard` computes
+for the view named by the query (window and filters); the page paints it at once and then
+follows the live feed (telemetry.consumers.DashboardConsumer)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controlplane.exceptions import ApplicationError
+from routing_policies.roles import Role
+from routing_policies.selectors import fleet_get
+from routing_policies.views import _fleet_or_404, role_required
+
+from .models import Cohort
+from .selectors.dashboard import (
+    DEFAULT_WINDOW,
+    ROUTES,
+    WINDOWS,
+    DashboardView,
+    fleet_dashboard,
+    parse_view,
+)
+
+
+class FleetDashboardApi(APIView):
+    """Everything a fleet's dashboard draws for one window and filters, from rollups only."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "window", str, enum=list(WINDOWS), description=f"default {DEFAULT_WINDOW}"
+            ),
+            OpenApiParameter("version", int, description="only events of this policy version"),
+            OpenApiParameter("cohort", str, enum=[c.value for c in Cohort]),
+            OpenApiParameter("task_type", str, description="only this task type"),
+            OpenApiParameter("route", str, enum=list(ROUTES)),
+        ],
+        responses={200: OpenApiTypes.OBJECT, 400: None, 401: None, 403: None, 404: None},
+        operation_id="fleet_dashboard",
+        description=(
+            "Headline figures (α, cloud share, P95, fallback rate), series per time bucket "
+            "(shares, fallback by kind, cache, errors, privacy violations), latency P50/P95/P99 "
+            "per route with the policy's latency budgets, the policy grid (cloud share and P95 "
+            "per cell), stable and candidate cohorts, time-axis markers (publishes, switches, "
+            "rollout stages) and fleet convergence. Unknown parameters are refused (400)."
+        ),
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        fleet = fleet_get(slug=slug)
+        view = parse_view(request.query_params)
+        return Response(fleet_dashboard(fleet=fleet, view=view))
+
+
+@role_required(Role.VIEWER)
+@require_GET
+def dashboard_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """The fleet's live dashboard; a bad query shows the default view with the reason (400)."""
+    fleet = _fleet_or_404(slug)
+    error = ""
+    status = 200
+    try:
+        view = parse_view(request.GET)
+    except ApplicationError as exc:
+        view, error, status = DashboardView(), exc.message, 400
+    payload = fleet_dashboard(fleet=fleet, view=view)
+    context: dict[str, Any] = {
+        "fleet": fleet,
+        "view": view,
+        "payload": payload,
+        "error": error,
+        "windows": list(WINDOWS),
+        "routes": ROUTES,
+        "cohorts": [c.value for c in Cohort],
+    }
+    return render(request, "telemetry/dashboard.html", context, status=status)
