@@ -46,6 +46,7 @@ STATES: Final = ("connecting", "connected", "polling", "offline", "revoked", "st
 TOKEN_FILE: Final = "token"
 REVOKED_FILE: Final = "revoked"
 CLOSE_UNAUTHORISED: Final = 4401
+CLOSE_SUPERSEDED: Final = 4409
 MAX_FRAME_BYTES: Final = 4 * 1024 * 1024
 OFFLINE_DRAIN_CONCURRENCY: Final = 8
 
@@ -420,6 +421,12 @@ class Device:
                         await asyncio.sleep(backoff.next_delay())
                         continue
                 ended = await self._socket_session(backoff)
+                if ended == "superseded":
+                    # Another connection of this device id replaced ours (a second instance
+                    # with the same identity): reconnecting would only fight it.
+                    logger.error("device.superseded device=%s", self.config.device_id)
+                    self._set_state("stopped")
+                    return
                 if ended == "refused":
                     # A proxy or the server will not upgrade: poll, and try the socket later.
                     await self._poll_once()
@@ -463,7 +470,11 @@ class Device:
         )
 
     async def _socket_session(self, backoff: Backoff) -> str:
-        """One socket, from connect to close: "refused", "failed", "closed" or "offline"."""
+        """One socket, from connect to close.
+
+        Returns "refused" (upgrade refused with an HTTP status), "failed" (no connection),
+        "closed", "superseded" (4409) or "offline"; raises DeviceRevoked on 401 / 4401.
+        """
         config = self.config
         try:
             ws = await connect(
@@ -526,6 +537,9 @@ class Device:
             code = closed.rcvd.code if closed.rcvd is not None else None
             if code == CLOSE_UNAUTHORISED:
                 raise DeviceRevoked("socket closed with 4401") from None
+            if code == CLOSE_SUPERSEDED:
+                self.last_error = "superseded by a newer connection of this device (4409)"
+                return "superseded"
             self.last_error = f"socket closed ({code})"
             return "closed"
         except (OSError, TimeoutError) as error:
@@ -691,11 +705,14 @@ class Device:
         backoff = Backoff(self.config.backoff_base_s, self.config.backoff_max_s, self._rng)
         wake = self._telemetry_wake
         assert wake is not None
+        retry = False  # after a failed flush: try again after the back-off, not the interval
         while not self._stopping:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.config.telemetry_flush_s):
-                    await wake.wait()
-            wake.clear()
+            if not retry:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.config.telemetry_flush_s):
+                        await wake.wait()
+                wake.clear()
+            retry = False
             if self.token is None or not self._online():
                 self.telemetry.save()
                 continue
@@ -707,11 +724,11 @@ class Device:
             except TelemetryRevoked as error:
                 await self._revoke(str(error))
                 return
+            self.telemetry.save()
             if delivered:
                 backoff.reset()
-                self.telemetry.save()
             else:
-                self.telemetry.save()
+                retry = True
                 await asyncio.sleep(max(self.telemetry.retry_after, backoff.next_delay()))
 
 
