@@ -9,11 +9,13 @@ from typing import Any
 from django.urls import path
 
 from routing_policies.consumers import DeviceConsumer
+from telemetry.alert_consumers import AlertFeedConsumer
 from telemetry.consumers import DashboardConsumer
 
 device_websocket_urlpatterns: list[Any] = [
     path("ws/device/", DeviceConsumer.as_asgi()),
 ]
 browser_websocket_urlpatterns: list[Any] = [
+    path("ws/ui/alerts/", AlertFeedConsumer.as_asgi()),
     path("ws/ui/fleets/<slug:slug>/dashboard/", DashboardConsumer.as_asgi()),
 ]

@@ -130,6 +130,16 @@ TELEMETRY_MINUTE_ROLLUP_RETENTION_DAYS = env.int(
     "TELEMETRY_MINUTE_ROLLUP_RETENTION_DAYS", default=30
 )
 TELEMETRY_HOUR_ROLLUP_RETENTION_DAYS = env.int("TELEMETRY_HOUR_ROLLUP_RETENTION_DAYS", default=400)
+# Alerts (docs/alerts.md): new rollups ask for an evaluation of their fleet at most once per
+# ALERT_EVALUATE_COALESCE_S; the beat evaluates every fleet each ALERT_EVALUATE_INTERVAL_S (so
+# silence is noticed). Webhooks: retried after BACKOFF × 2^(n − 1) s, capped, MAX_ATTEMPTS in all.
+ALERT_EVALUATE_COALESCE_S = env.float("ALERT_EVALUATE_COALESCE_S", default=0.5)
+ALERT_EVALUATE_INTERVAL_S = env.float("ALERT_EVALUATE_INTERVAL_S", default=15.0)
+ALERT_WEBHOOK_BACKOFF_S = env.float("ALERT_WEBHOOK_BACKOFF_S", default=5.0)
+ALERT_WEBHOOK_BACKOFF_MAX_S = env.float("ALERT_WEBHOOK_BACKOFF_MAX_S", default=600.0)
+ALERT_WEBHOOK_MAX_ATTEMPTS = env.int("ALERT_WEBHOOK_MAX_ATTEMPTS", default=6)
+ALERT_WEBHOOK_TIMEOUT_S = env.float("ALERT_WEBHOOK_TIMEOUT_S", default=5.0)
+
 # Per device: at most this many batches per window (0 turns the limit off).
 TELEMETRY_RATE_LIMIT_BATCHES = env.int("TELEMETRY_RATE_LIMIT_BATCHES", default=120)
 TELEMETRY_RATE_LIMIT_WINDOW_S = env.int("TELEMETRY_RATE_LIMIT_WINDOW_S", default=60)
@@ -231,4 +241,11 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}
+
+# Alerts: judge every fleet's rules and rollout guards on a beat (telemetry/alert_tasks.py).
+CELERY_BEAT_SCHEDULE["alerts-evaluate-all"] = {
+    "task": "telemetry.evaluate_all_alerts",
+    "schedule": ALERT_EVALUATE_INTERVAL_S,
+    "options": {"expires": ALERT_EVALUATE_INTERVAL_S},
 }

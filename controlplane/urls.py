@@ -25,6 +25,8 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("api/v1/", include("routing_policies.urls")),
     path("api/v1/", include("telemetry.urls")),
+    path("api/v1/", include("telemetry.alert_urls")),
+    path("", include("telemetry.alert_page_urls")),
     path("metrics", telemetry_apis.prometheus_metrics, name="prometheus-metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

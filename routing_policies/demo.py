@@ -117,6 +117,10 @@ def demo_seed() -> list[str]:
     if not FleetRouting.objects.filter(fleet=fleet).exclude(enrollment_key_hash="").exists():
         fleet_enrollment_key_rotate(actor=None, fleet=fleet, key=DEMO_FLEET_KEY)
         created.append(f"enrolment key {DEMO_FLEET_KEY}")
+    # Alert rules (docs/alerts.md), the cloud-share jump among them.
+    from telemetry.services.alerts import alert_rules_seed
+
+    created.extend(alert_rules_seed(actor=None, fleet=fleet))
     return created
 
 

@@ -173,12 +173,33 @@ def _rollout_page(
             for event in rollout_pages.rollout_history(fleet=fleet)
         ],
         "history_limit": rollout_pages.ROLLOUT_HISTORY_LIMIT,
+        "guards": _guards_of(rollout),
         "max_ttl": MAX_CLOUD_PRESSURE_TTL_S,
         "error": error,
         "problems": problems or [],
         "form": form or {},
     }
     return render(request, "routing_policies/rollout.html", context, status=status)
+
+
+def _guards_of(rollout: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The rollout's guards and their verdicts (telemetry.selectors.alerts), if it has any."""
+    from telemetry.selectors.alerts import guard_status
+
+    return guard_status(rollout_id=rollout["id"]) if rollout else None
+
+
+def _posted_guard_options(request: HttpRequest) -> dict[str, Any]:
+    """The start form's guard fields: none unless "guard this rollout" is ticked."""
+    if request.POST.get("guarded") != "on":
+        return {}
+    return {
+        "guards": "default",
+        "bake_minutes": _posted_int(request, "bake_minutes", "The bake time"),
+        "auto_advance": request.POST.get("auto_advance") == "on",
+        "window_minutes": _posted_int(request, "guard_window_minutes", "The guard window"),
+        "min_samples": _posted_int(request, "guard_min_samples", "The minimum events"),
+    }
 
 
 def _refused(request: HttpRequest, fleet: Fleet, exc: ApplicationError) -> HttpResponse:
@@ -240,8 +261,15 @@ def rollout_start(request: HttpRequest, slug: str) -> HttpResponse:
     """Start rolling a published version out at 5%."""
     fleet = _fleet_or_404(slug)
     try:
+        from telemetry.services.guards import rollout_start_guarded
+
         version = _posted_int(request, "version", "The version to roll out")
-        rollout = services.rollout_start(actor=request.user, fleet=fleet, version=version)
+        rollout = rollout_start_guarded(
+            actor=request.user,
+            fleet=fleet,
+            version=version,
+            guard_options=_posted_guard_options(request),
+        )
     except ApplicationError as exc:
         return _refused(request, fleet, exc)
     messages.success(

@@ -15,3 +15,7 @@ class TelemetryConfig(AppConfig):
         from .signals import rollups_stored
 
         rollups_stored.connect(on_rollups_stored, dispatch_uid="telemetry.dashboard_feed")
+        # Alert rules and rollout guards are judged as rollups arrive (coalesced per fleet).
+        from .alert_tasks import on_rollups_stored as alerts_on_rollups_stored
+
+        rollups_stored.connect(alerts_on_rollups_stored, dispatch_uid="telemetry.alerts")

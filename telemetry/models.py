@@ -228,3 +228,31 @@ class RouteCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.fleet_id}/{self.route}/{self.decided_by}"
+
+
+# Alert rules, webhooks and rollout guards live in their own module; Django finds them here.
+from .alert_models import (  # noqa: E402
+    AlertEvent,
+    AlertRule,
+    AlertWebhook,
+    RolloutGuard,
+    RolloutGuardSet,
+    WebhookDelivery,
+)
+
+__all__ = [
+    "AlertEvent",
+    "AlertRule",
+    "AlertWebhook",
+    "Cohort",
+    "Event",
+    "EventKey",
+    "FleetHourRollup",
+    "HourRollup",
+    "LandedBatch",
+    "MinuteRollup",
+    "RolloutGuard",
+    "RolloutGuardSet",
+    "RouteCounter",
+    "WebhookDelivery",
+]

@@ -182,7 +182,17 @@ class RolloutStartApi(_RolloutActionApi):
     """Start rolling a published version out at 5%."""
 
     def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
-        services.rollout_start(actor=request.user, fleet=fleet, version=_need_version(data))
+        # Optional guards (telemetry/alert_apis.py, docs/alerts.md): guards, bake_minutes,
+        # auto_advance, window_minutes, min_samples; set in the same transaction as the start.
+        from telemetry.alert_apis import guard_options
+        from telemetry.services.guards import rollout_start_guarded
+
+        rollout_start_guarded(
+            actor=request.user,
+            fleet=fleet,
+            version=_need_version(data),
+            guard_options=guard_options(_require_object(request.data)),
+        )
 
 
 class RolloutAdvanceApi(_RolloutActionApi):

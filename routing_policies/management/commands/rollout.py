@@ -30,6 +30,22 @@ class Command(BaseCommand):
         parser.add_argument("--to-stage", type=int, choices=[5, 25, 100], help="advance to")
         parser.add_argument("--reason", default="", help="why (rollback)")
         parser.add_argument("--as-user", default="", help="audit the action as this user")
+        # Guards (start only; docs/alerts.md): any of these guards the new rollout.
+        parser.add_argument(
+            "--guards",
+            default=None,
+            help='start: "default", or a JSON list of {metric, comparison, threshold, min_samples}',
+        )
+        parser.add_argument(
+            "--bake-minutes",
+            default=None,
+            help="start: quiet minutes per stage before auto-advance: 10, or 5:10,25:20,100:30",
+        )
+        parser.add_argument(
+            "--auto-advance", action="store_true", help="start: advance after a quiet bake"
+        )
+        parser.add_argument("--guard-window-minutes", type=int, default=None)
+        parser.add_argument("--guard-min-samples", type=int, default=None)
 
     def handle(self, *args: Any, **options: Any) -> None:
         action: str = options["action"]
@@ -43,7 +59,14 @@ class Command(BaseCommand):
             if action in ("start", "switch") and options["policy_version"] is None:
                 raise CommandError(f"`{action}` needs --policy-version N.")
             if action == "start":
-                services.rollout_start(actor=actor, fleet=fleet, version=options["policy_version"])
+                from telemetry.services.guards import rollout_start_guarded
+
+                rollout_start_guarded(
+                    actor=actor,
+                    fleet=fleet,
+                    version=options["policy_version"],
+                    guard_options=_guard_options(options),
+                )
             elif action == "advance":
                 services.rollout_advance(actor=actor, fleet=fleet, to_stage=options["to_stage"])
             elif action == "pause":
@@ -61,4 +84,42 @@ class Command(BaseCommand):
         except ApplicationError as error:
             raise CommandError(f"{error.code}: {error.message}") from error
         status = selectors.rollout_status(fleet)
+        if status["rollout"] is not None:
+            from telemetry.selectors.alerts import guard_status
+
+            status["guards"] = guard_status(rollout_id=status["rollout"]["id"])
         self.stdout.write(json.dumps(status, cls=DjangoJSONEncoder, indent=2))
+
+
+def _guard_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The guard options given on the command line (none: an unguarded rollout)."""
+    guard: dict[str, Any] = {}
+    if options["guards"] is not None:
+        text = options["guards"].strip()
+        try:
+            guard["guards"] = "default" if text == "default" else json.loads(text)
+        except ValueError as error:
+            raise CommandError(f"--guards is `default` or a JSON list: {error}") from error
+    raw_bake = options["bake_minutes"]
+    if raw_bake is not None:
+        try:
+            if ":" in raw_bake:
+                guard["bake_minutes"] = {
+                    stage.strip(): int(minutes)
+                    for stage, minutes in (part.split(":", 1) for part in raw_bake.split(","))
+                }
+            else:
+                guard["bake_minutes"] = int(raw_bake)
+        except ValueError as error:
+            raise CommandError(
+                "--bake-minutes is minutes (10) or per stage (5:10,25:20,100:30)."
+            ) from error
+    if options["auto_advance"]:
+        guard["auto_advance"] = True
+    if options["guard_window_minutes"] is not None:
+        guard["window_minutes"] = options["guard_window_minutes"]
+    if options["guard_min_samples"] is not None:
+        guard["min_samples"] = options["guard_min_samples"]
+    if guard and "guards" not in guard:
+        guard["guards"] = "default"
+    return guard

@@ -1,0 +1,271 @@
+"""REST API of alerts and rollout guards, under /api/v1/ (docs/alerts.md).
+
+Viewers read; editors change rules; publishers manage webhooks and rollout guards. Bodies are
+JSON objects whose fields the services check (types included: `"10"` is not a number).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controlplane.exceptions import Conflict, ValidationFailed
+from routing_policies import selectors as policy_selectors
+from routing_policies.apis.policy import _require_object
+from routing_policies.models import Fleet, Rollout
+from routing_policies.permissions import IsEditor, IsPublisher, IsViewer
+
+from .alert_models import AlertRule
+from .selectors import alerts as selectors
+from .services import alerts as services
+from .services.guards import rollout_guards_set
+
+_RULE_EXAMPLE = services.SEED_RULES[0]
+
+
+def _fleet(slug: str) -> Fleet:
+    return policy_selectors.fleet_get(slug=slug)
+
+
+def _write_permission(
+    request: Request, read: type[BasePermission], write: type[BasePermission]
+) -> list[BasePermission]:
+    return [read()] if request.method in ("GET", "HEAD", "OPTIONS") else [write()]
+
+
+def _limit(request: Request, default: int, maximum: int) -> int:
+    raw = request.query_params.get("limit", str(default))
+    try:
+        return max(1, min(maximum, int(raw)))
+    except ValueError:
+        raise ValidationFailed(
+            "`limit` must be a whole number.", details=[{"field": "limit", "message": raw[:40]}]
+        ) from None
+
+
+class AlertRuleListApi(APIView):
+    """A fleet's rules with their states; POST adds one (editor)."""
+
+    def get_permissions(self) -> list[BasePermission]:
+        return _write_permission(self.request, IsViewer, IsEditor)
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="alert_rule_list")
+    def get(self, request: Request, slug: str) -> Response:
+        fleet = _fleet(slug)
+        return Response(
+            {"results": [selectors.rule_out(r) for r in selectors.rule_list(fleet_id=fleet.pk)]}
+        )
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={201: OpenApiTypes.OBJECT},
+        operation_id="alert_rule_create",
+        description=f"Example: {_RULE_EXAMPLE}. Shares are fractions (0.2 is 20%); latency "
+        "metrics are ratios to each cell's budget (1.0 is the budget).",
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        fleet = _fleet(slug)
+        data = _require_object(request.data)
+        unknown = sorted(set(data) - set(services.RULE_FIELDS))
+        if unknown:
+            raise ValidationFailed(
+                f"Unknown field {unknown[0]!r}.",
+                details=[{"field": name, "message": "unknown"} for name in unknown],
+            )
+        missing = [n for n in ("name", "metric", "condition", "threshold") if n not in data]
+        if missing:
+            raise ValidationFailed(
+                "A rule needs a name, metric, condition and threshold.",
+                details=[{"field": name, "message": "is required"} for name in missing],
+            )
+        rule = services.alert_rule_create(actor=request.user, fleet=fleet, **data)
+        return Response(selectors.rule_out(rule), status=status.HTTP_201_CREATED)
+
+
+class AlertRuleDetailApi(APIView):
+    """One rule; PATCH changes fields (send `revision`), DELETE removes it (editor)."""
+
+    def get_permissions(self) -> list[BasePermission]:
+        return _write_permission(self.request, IsViewer, IsEditor)
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="alert_rule_get")
+    def get(self, request: Request, slug: str, rule_id: int) -> Response:
+        fleet = _fleet(slug)
+        rule = AlertRule.objects.filter(fleet=fleet, pk=rule_id).first()
+        if rule is None:
+            from controlplane.exceptions import NotFound
+
+            raise NotFound(f"Fleet {slug!r} has no alert rule {rule_id}.")
+        return Response(selectors.rule_out(rule))
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT, operation_id="alert_rule_update"
+    )
+    def patch(self, request: Request, slug: str, rule_id: int) -> Response:
+        fleet = _fleet(slug)
+        data = dict(_require_object(request.data))
+        revision = data.pop("revision", None)
+        rule = services.alert_rule_update(
+            actor=request.user, fleet=fleet, rule_id=rule_id, revision=revision, changes=data
+        )
+        return Response(selectors.rule_out(rule))
+
+    @extend_schema(responses={204: None}, operation_id="alert_rule_delete")
+    def delete(self, request: Request, slug: str, rule_id: int) -> Response:
+        services.alert_rule_delete(actor=request.user, fleet=_fleet(slug), rule_id=rule_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AlertHistoryApi(APIView):
+    """State changes of the fleet's rules and guard actions, newest first."""
+
+    permission_classes = [IsViewer]
+
+    @extend_schema(
+        parameters=[OpenApiParameter("limit", int, required=False)],
+        responses=OpenApiTypes.OBJECT,
+        operation_id="alert_history",
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        fleet = _fleet(slug)
+        events = selectors.alert_history(fleet_id=fleet.pk, limit=_limit(request, 100, 1000))
+        return Response({"results": [selectors.event_out(e) for e in events]})
+
+
+class FiringAlertsApi(APIView):
+    """What fires now, in every fleet (the banner's first paint)."""
+
+    permission_classes = [IsViewer]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="alerts_firing")
+    def get(self, request: Request) -> Response:
+        return Response({"results": selectors.firing_alerts()})
+
+
+class AlertWebhookListApi(APIView):
+    """The fleet's webhooks; POST adds one (publisher): `{"url", "format": "json"|"slack",
+    "rule_id": null}`."""
+
+    def get_permissions(self) -> list[BasePermission]:
+        return _write_permission(self.request, IsViewer, IsPublisher)
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="alert_webhook_list")
+    def get(self, request: Request, slug: str) -> Response:
+        fleet = _fleet(slug)
+        return Response(
+            {
+                "results": [
+                    selectors.webhook_out(w) for w in selectors.webhook_list(fleet_id=fleet.pk)
+                ]
+            }
+        )
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={201: OpenApiTypes.OBJECT},
+        operation_id="alert_webhook_create",
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        fleet = _fleet(slug)
+        data = _require_object(request.data)
+        unknown = sorted(set(data) - {"url", "format", "rule_id"})
+        if unknown or "url" not in data:
+            raise ValidationFailed(
+                "A webhook is {url, format, rule_id}.",
+                details=[{"field": n, "message": "unknown"} for n in unknown]
+                or [{"field": "url", "message": "is required"}],
+            )
+        webhook = services.alert_webhook_create(
+            actor=request.user,
+            fleet=fleet,
+            url=data["url"],
+            format=data.get("format", "json"),
+            rule_id=data.get("rule_id"),
+        )
+        return Response(selectors.webhook_out(webhook), status=status.HTTP_201_CREATED)
+
+
+class AlertWebhookDetailApi(APIView):
+    """DELETE stops posting to a webhook (publisher)."""
+
+    permission_classes = [IsPublisher]
+
+    @extend_schema(responses={204: None}, operation_id="alert_webhook_delete")
+    def delete(self, request: Request, slug: str, webhook_id: int) -> Response:
+        services.alert_webhook_delete(actor=request.user, fleet=_fleet(slug), webhook_id=webhook_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class WebhookDeliveryListApi(APIView):
+    """The delivery log: each notification, its attempts, status codes, errors and back-off."""
+
+    permission_classes = [IsViewer]
+
+    @extend_schema(
+        parameters=[OpenApiParameter("limit", int, required=False)],
+        responses=OpenApiTypes.OBJECT,
+        operation_id="alert_webhook_deliveries",
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        fleet = _fleet(slug)
+        deliveries = selectors.delivery_list(fleet_id=fleet.pk, limit=_limit(request, 50, 500))
+        return Response({"results": [selectors.delivery_out(d) for d in deliveries]})
+
+
+GUARD_FIELDS = ("guards", "bake_minutes", "auto_advance", "window_minutes", "min_samples")
+
+
+def guard_options(data: dict[str, Any]) -> dict[str, Any]:
+    """The guard options of a body (start or PUT), unknown ones refused."""
+    options = {name: data[name] for name in GUARD_FIELDS if name in data}
+    return options
+
+
+class RolloutGuardsApi(APIView):
+    """The open rollout's guards and verdicts; PUT sets them (publisher):
+    `{"guards": "default" | [{"metric", "comparison", "threshold", "min_samples"}],
+    "bake_minutes": 10 | {"5": 10, "25": 20, "100": 30}, "auto_advance": true,
+    "window_minutes": 10, "min_samples": 50}`."""
+
+    def get_permissions(self) -> list[BasePermission]:
+        return _write_permission(self.request, IsViewer, IsPublisher)
+
+    def _rollout(self, fleet: Fleet) -> Rollout | None:
+        return (
+            policy_selectors.open_rollout(fleet.pk) or Rollout.objects.filter(fleet=fleet).first()
+        )
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="rollout_guards_get")
+    def get(self, request: Request, slug: str) -> Response:
+        rollout = self._rollout(_fleet(slug))
+        guards = selectors.guard_status(rollout_id=rollout.pk) if rollout else None
+        return Response({"rollout": rollout.pk if rollout else None, "guards": guards})
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses=OpenApiTypes.OBJECT,
+        operation_id="rollout_guards_set",
+    )
+    def put(self, request: Request, slug: str) -> Response:
+        fleet = _fleet(slug)
+        data = _require_object(request.data)
+        unknown = sorted(set(data) - set(GUARD_FIELDS))
+        if unknown:
+            raise ValidationFailed(
+                f"Unknown field {unknown[0]!r}.",
+                details=[{"field": n, "message": "unknown"} for n in unknown],
+            )
+        rollout = policy_selectors.open_rollout(fleet.pk)
+        if rollout is None:
+            raise Conflict(f"Fleet {slug!r} has no rollout in progress.", code="no_rollout")
+        rollout_guards_set(actor=request.user, rollout=rollout, **guard_options(data))
+        return Response(
+            {"rollout": rollout.pk, "guards": selectors.guard_status(rollout_id=rollout.pk)}
+        )

@@ -1,0 +1,231 @@
+"""The alerts page of a fleet: rules with their states, add / edit / delete, webhooks and their
+delivery log, history. Thin: reads through `selectors.alerts`, each action one service call,
+a refusal shown on the page with its HTTP status (nothing changed), success → redirect."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from controlplane.exceptions import ApplicationError, ValidationFailed
+from routing_policies.models import Fleet
+from routing_policies.roles import Role, has_role
+from routing_policies.views import _fleet_or_404, role_required
+
+from .alert_models import AlertRule, Condition, Metric, Scope, WebhookFormat
+from .alerting import format_threshold, format_value
+from .selectors import alerts as selectors
+from .services import alerts as services
+
+STATE_LABELS = {"ok": "ok", "pending": "pending", "firing": "firing", "no_data": "too few samples"}
+
+
+def _rule_row(rule: AlertRule) -> dict[str, Any]:
+    scope = "whole fleet" if rule.scope == Scope.FLEET else f"{rule.scope} {rule.scope_value}"
+    return {
+        "rule": rule,
+        "condition_text": format_threshold(rule.metric, rule.condition, rule.threshold),
+        "value_text": format_value(rule.metric, rule.last_value),
+        "scope_text": scope,
+        "state_label": STATE_LABELS.get(rule.state, rule.state),
+    }
+
+
+def _form_values(rule: AlertRule | None) -> dict[str, str]:
+    if rule is None:
+        return {
+            "metric": Metric.CLOUD_SHARE,
+            "condition": Condition.ABOVE,
+            "window_minutes": "10",
+            "min_samples": "50",
+            "for_seconds": "0",
+            "scope": Scope.FLEET,
+            "enabled": "on",
+        }
+    return {
+        "name": rule.name,
+        "metric": rule.metric,
+        "condition": rule.condition,
+        "threshold": f"{rule.threshold:g}",
+        "window_minutes": str(rule.window_minutes),
+        "min_samples": str(rule.min_samples),
+        "for_seconds": str(rule.for_seconds),
+        "scope": rule.scope,
+        "scope_value": rule.scope_value,
+        "enabled": "on" if rule.enabled else "",
+        "revision": str(rule.revision),
+    }
+
+
+def _alerts_page(
+    request: HttpRequest,
+    fleet: Fleet,
+    *,
+    status: int = 200,
+    error: str = "",
+    problems: list[dict[str, Any]] | None = None,
+    form: dict[str, str] | None = None,
+    editing: AlertRule | None = None,
+) -> HttpResponse:
+    rules = selectors.rule_list(fleet_id=fleet.pk)
+    context = {
+        "fleet": fleet,
+        "rows": [_rule_row(rule) for rule in rules],
+        "firing": sum(1 for rule in rules if rule.state == "firing" and rule.enabled),
+        "history": selectors.alert_history(fleet_id=fleet.pk),
+        "webhooks": selectors.webhook_list(fleet_id=fleet.pk),
+        "deliveries": selectors.delivery_list(fleet_id=fleet.pk),
+        "metrics": Metric.choices,
+        "conditions": Condition.choices,
+        "scopes": Scope.choices,
+        "formats": WebhookFormat.choices,
+        "rules": rules,
+        "form": form if form is not None else _form_values(editing),
+        "editing": editing,
+        "error": error,
+        "problems": problems or [],
+        "can_edit": has_role(request.user, Role.EDITOR),
+        "can_publish": has_role(request.user, Role.PUBLISHER),
+    }
+    return render(request, "alerts/alerts.html", context, status=status)
+
+
+def _to_page(fleet: Fleet) -> HttpResponseRedirect:
+    return HttpResponseRedirect(reverse("fleet-alerts", args=[fleet.slug]))
+
+
+def _number(raw: str, name: str, whole: bool) -> Any:
+    text = raw.strip()
+    try:
+        value = int(text) if whole else float(text)
+    except ValueError:
+        value = None
+    if value is None or (not whole and not math.isfinite(value)):
+        kind = "a whole number" if whole else "a number"
+        raise ValidationFailed(
+            f"{name.replace('_', ' ').capitalize()} must be {kind} (got {text[:40]!r}).",
+            details=[{"field": name, "message": kind}],
+        )
+    return value
+
+
+def _posted_rule(request: HttpRequest) -> dict[str, Any]:
+    post = request.POST
+    return {
+        "name": post.get("name", ""),
+        "metric": post.get("metric", ""),
+        "condition": post.get("condition", ""),
+        "threshold": _number(post.get("threshold", ""), "threshold", whole=False),
+        "window_minutes": _number(post.get("window_minutes", ""), "window_minutes", whole=True),
+        "min_samples": _number(post.get("min_samples", ""), "min_samples", whole=True),
+        "for_seconds": _number(post.get("for_seconds", "0") or "0", "for_seconds", whole=True),
+        "scope": post.get("scope", ""),
+        "scope_value": post.get("scope_value", "").strip(),
+        "enabled": post.get("enabled") == "on",
+    }
+
+
+def _refused(
+    request: HttpRequest, fleet: Fleet, exc: ApplicationError, editing: AlertRule | None = None
+) -> HttpResponse:
+    return _alerts_page(
+        request,
+        fleet,
+        status=exc.status_code,
+        error=f"{exc.message} Nothing was changed.",
+        problems=exc.details,
+        form={k: str(v) for k, v in request.POST.items() if k != "csrfmiddlewaretoken"},
+        editing=editing,
+    )
+
+
+@role_required(Role.VIEWER)
+@require_GET
+def alerts_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """Rules and their states, history, webhooks and deliveries."""
+    return _alerts_page(request, _fleet_or_404(slug))
+
+
+@role_required(Role.EDITOR)
+@require_POST
+def alert_rule_create(request: HttpRequest, slug: str) -> HttpResponse:
+    """Add a rule."""
+    fleet = _fleet_or_404(slug)
+    try:
+        rule = services.alert_rule_create(actor=request.user, fleet=fleet, **_posted_rule(request))
+    except ApplicationError as exc:
+        return _refused(request, fleet, exc)
+    messages.success(request, f"Added the rule {rule.name!r}; it is judged with the next rollups.")
+    return _to_page(fleet)
+
+
+@role_required(Role.EDITOR)
+@require_http_methods(["GET", "POST"])
+def alert_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpResponse:
+    """The page with the rule in the form (GET); save it (POST, with its revision)."""
+    fleet = _fleet_or_404(slug)
+    rule = AlertRule.objects.filter(fleet=fleet, pk=rule_id).first()
+    if rule is None:
+        raise Http404(f"Fleet {slug!r} has no alert rule {rule_id}.")
+    if request.method == "GET":
+        return _alerts_page(request, fleet, editing=rule)
+    try:
+        revision = _number(request.POST.get("revision", ""), "revision", whole=True)
+        rule = services.alert_rule_update(
+            actor=request.user,
+            fleet=fleet,
+            rule_id=rule.pk,
+            revision=revision,
+            changes=_posted_rule(request),
+        )
+    except ApplicationError as exc:
+        return _refused(request, fleet, exc, editing=rule)
+    messages.success(request, f"Saved the rule {rule.name!r}.")
+    return _to_page(fleet)
+
+
+@role_required(Role.EDITOR)
+@require_POST
+def alert_rule_delete(request: HttpRequest, slug: str, rule_id: int) -> HttpResponse:
+    """Remove a rule (its history stays)."""
+    fleet = _fleet_or_404(slug)
+    services.alert_rule_delete(actor=request.user, fleet=fleet, rule_id=rule_id)
+    messages.success(request, "Removed the rule.")
+    return _to_page(fleet)
+
+
+@role_required(Role.PUBLISHER)
+@require_POST
+def alert_webhook_create(request: HttpRequest, slug: str) -> HttpResponse:
+    """Add a webhook for every rule or one."""
+    fleet = _fleet_or_404(slug)
+    raw_rule = request.POST.get("rule_id", "").strip()
+    try:
+        rule_id = _number(raw_rule, "rule_id", whole=True) if raw_rule else None
+        webhook = services.alert_webhook_create(
+            actor=request.user,
+            fleet=fleet,
+            url=request.POST.get("url", "").strip(),
+            format=request.POST.get("format", "json"),
+            rule_id=rule_id,
+        )
+    except ApplicationError as exc:
+        return _refused(request, fleet, exc)
+    messages.success(request, f"Alerts are now posted to {webhook.url}.")
+    return _to_page(fleet)
+
+
+@role_required(Role.PUBLISHER)
+@require_POST
+def alert_webhook_delete(request: HttpRequest, slug: str, webhook_id: int) -> HttpResponse:
+    """Stop posting to a webhook."""
+    fleet = _fleet_or_404(slug)
+    services.alert_webhook_delete(actor=request.user, fleet=fleet, webhook_id=webhook_id)
+    messages.success(request, "Removed the webhook.")
+    return _to_page(fleet)

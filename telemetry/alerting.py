@@ -1,0 +1,344 @@
+"""Judging alert rules and rollout guards from rollup rows: pure functions, no database.
+
+`selectors.alerts` reads minute-rollup rows of a fleet once per evaluation; these functions
+fold the rows a rule looks at (its scope and window) into figures and compare them with the
+rule. A judgement is `breach`, `ok`, or `no_data` when there were too few samples to say:
+too few is never taken for healthy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final, Literal
+
+from .alert_models import Condition, GuardComparison, Metric, Scope
+from .sketch import LatencySketch, merge_counts
+
+Outcome = Literal["breach", "ok", "no_data"]
+CellKey = tuple[str, str, str]
+# (policy version, task type, latency budget, privacy tier) → the cell's latency budget in ms.
+Budgets = Mapping[tuple[int, str, str, str], int]
+
+RATE_METRICS: Final = frozenset(
+    {Metric.CLOUD_SHARE, Metric.ALPHA, Metric.FALLBACK_RATE, Metric.ERROR_RATE}
+)
+LATENCY_METRICS: Final = {Metric.P95_BUDGET: 0.95, Metric.P99_BUDGET: 0.99}
+GUARD_METRICS: Final = frozenset(set(Metric) - {Metric.EVENTS})
+
+
+@dataclass(frozen=True, slots=True)
+class RollupRow:
+    """One minute-rollup row, as the alert selector reads it."""
+
+    minute: datetime
+    policy_version: int
+    cohort: str
+    task_type: str
+    latency_budget: str
+    privacy_tier: str
+    route: str
+    events: int
+    fallbacks: int
+    errors: int
+    privacy_violations: int
+    latency_hist: Mapping[str, int] | None = None
+
+
+@dataclass(slots=True)
+class Figures:
+    """Summed figures of the rows a rule looks at."""
+
+    events: int = 0
+    device: int = 0
+    cloud: int = 0
+    fallbacks: int = 0
+    errors: int = 0
+    privacy_violations: int = 0
+    # Per (version, cell): events and the merged latency histogram.
+    cells: dict[tuple[int, str, str, str], tuple[int, dict[str, int]]] = field(default_factory=dict)
+
+    def add(self, row: RollupRow, with_latency: bool) -> None:
+        """Fold one row in."""
+        self.events += row.events
+        if row.route == "device":
+            self.device += row.events
+        elif row.route == "cloud":
+            self.cloud += row.events
+        self.fallbacks += row.fallbacks
+        self.errors += row.errors
+        self.privacy_violations += row.privacy_violations
+        if with_latency and row.latency_hist:
+            key = (row.policy_version, row.task_type, row.latency_budget, row.privacy_tier)
+            count, hist = self.cells.get(key, (0, {}))
+            merge_counts(hist, dict(row.latency_hist))
+            self.cells[key] = (count + row.events, hist)
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """A metric's value over some rows, with the samples it rests on (None: cannot say)."""
+
+    value: float | None
+    samples: int
+    detail: str = ""
+
+
+def parse_scope(scope: str, value: str) -> dict[str, Any]:
+    """The row filter of a scope: {} for the fleet, {"policy_version": 3}, … ; ValueError."""
+    if scope == Scope.FLEET:
+        return {}
+    if scope == Scope.VERSION:
+        number = int(value.strip().lstrip("v"))
+        if number < 1:
+            raise ValueError("a version is a whole number ≥ 1")
+        return {"policy_version": number}
+    if scope == Scope.COHORT:
+        if value not in ("stable", "candidate"):
+            raise ValueError("a cohort is `stable` or `candidate`")
+        return {"cohort": value}
+    if scope == Scope.CELL:
+        parts = [part.strip() for part in value.split("/")]
+        if len(parts) != 3 or not all(parts):
+            raise ValueError("a cell is task_type/latency_budget/privacy_tier")
+        return dict(zip(("task_type", "latency_budget", "privacy_tier"), parts, strict=True))
+    raise ValueError(f"unknown scope {scope!r}")
+
+
+def figures_of(
+    rows: Iterable[RollupRow],
+    *,
+    start: datetime,
+    end: datetime,
+    where: Mapping[str, Any],
+    with_latency: bool,
+) -> Figures:
+    """Sum the rows with `start <= minute <= end` that match `where`."""
+    figures = Figures()
+    for row in rows:
+        if row.minute < start or row.minute > end:
+            continue
+        if any(getattr(row, name) != wanted for name, wanted in where.items()):
+            continue
+        figures.add(row, with_latency)
+    return figures
+
+
+def reading(metric: str, figures: Figures, budgets: Budgets, min_samples: int) -> Reading:
+    """The metric's value over `figures` (a latency metric: the worst cell's P/budget)."""
+    events = figures.events
+    if metric == Metric.EVENTS:
+        return Reading(float(events), events)
+    if metric == Metric.PRIVACY_VIOLATIONS:
+        return Reading(float(figures.privacy_violations), events)
+    if metric in RATE_METRICS:
+        if not events:
+            return Reading(None, 0)
+        part = {
+            Metric.CLOUD_SHARE: figures.cloud,
+            Metric.ALPHA: figures.device,
+            Metric.FALLBACK_RATE: figures.fallbacks,
+            Metric.ERROR_RATE: figures.errors,
+        }[Metric(metric)]
+        return Reading(part / events, events)
+    quantile = LATENCY_METRICS[Metric(metric)]
+    worst: Reading | None = None
+    for key, (count, hist) in sorted(figures.cells.items()):
+        budget = budgets.get(key)
+        if not budget or count < min_samples or not hist:
+            continue
+        latency = LatencySketch.from_json(hist).quantiles([quantile])[0]
+        if latency is None:
+            continue
+        ratio = latency / budget
+        if worst is None or (worst.value is not None and ratio > worst.value):
+            label = "/".join(key[1:])
+            worst = Reading(
+                ratio, count, f"{label} v{key[0]}: {latency:,.0f} ms of a {budget:,} ms budget"
+            )
+    if worst is None:
+        # No cell has enough samples: say how many the busiest one had.
+        busiest = max((count for count, _ in figures.cells.values()), default=0)
+        return Reading(None, busiest)
+    return worst
+
+
+def _breach(condition: str, value: float, threshold: float, previous: float | None) -> bool:
+    if condition == Condition.ABOVE:
+        return value > threshold
+    if condition == Condition.BELOW:
+        return value < threshold
+    assert previous is not None
+    if condition == Condition.RISES_BY:
+        return value - previous >= threshold
+    return previous - value >= threshold
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """A rule's outcome, its value (and the previous window's), samples and a sentence."""
+
+    outcome: Outcome
+    value: float | None
+    previous: float | None
+    samples: int
+    message: str
+
+
+def format_value(metric: str, value: float | None) -> str:
+    """`31.5%`, `3`, `1.24× budget`, `—`."""
+    if value is None:
+        return "—"
+    if metric in RATE_METRICS:
+        return f"{value * 100:.1f}%"
+    if metric in LATENCY_METRICS:
+        return f"{value:.2f}× budget"
+    return f"{value:,.0f}"
+
+
+def format_threshold(metric: str, condition: str, threshold: float) -> str:
+    """`above 5.0%`, `rises by ≥ 20.0 pts`, `above 1.00× budget`."""
+    if condition in (Condition.RISES_BY, Condition.FALLS_BY) and metric in RATE_METRICS:
+        amount = f"{threshold * 100:.1f} pts"
+    else:
+        amount = format_value(metric, threshold)
+    words = {
+        Condition.ABOVE: "above",
+        Condition.BELOW: "below",
+        Condition.RISES_BY: "rises by ≥",
+        Condition.FALLS_BY: "falls by ≥",
+    }[Condition(condition)]
+    return f"{words} {amount}"
+
+
+def judge_rule(
+    *,
+    metric: str,
+    condition: str,
+    threshold: float,
+    min_samples: int,
+    current: Figures,
+    previous: Figures | None,
+    budgets: Budgets,
+    reported_before: bool = True,
+) -> Judgement:
+    """Breach, ok or no_data for one rule over its current (and previous) window."""
+    now_reading = reading(metric, current, budgets, min_samples)
+    label = Metric(metric).label
+    if metric == Metric.EVENTS:
+        # Silence: judged on the count itself, but a fleet that never reported is not silent.
+        if not reported_before and current.events == 0:
+            return Judgement("no_data", 0.0, None, 0, "no events yet: nothing to miss")
+        assert now_reading.value is not None
+        outcome: Outcome = (
+            "breach" if _breach(condition, now_reading.value, threshold, None) else "ok"
+        )
+        rule_text = format_threshold(metric, condition, threshold)
+        text = f"{current.events:,} events in the window ({rule_text})"
+        return Judgement(outcome, now_reading.value, None, current.events, text)
+    conclusive_violation = (
+        metric == Metric.PRIVACY_VIOLATIONS
+        and condition == Condition.ABOVE
+        and now_reading.value is not None
+        and now_reading.value > threshold
+    )
+    if now_reading.value is None or (
+        now_reading.samples < min_samples and not conclusive_violation
+    ):
+        return Judgement(
+            "no_data",
+            now_reading.value,
+            None,
+            now_reading.samples,
+            f"too few samples: {now_reading.samples:,} of the {min_samples:,} needed",
+        )
+    before: Reading | None = None
+    if condition in (Condition.RISES_BY, Condition.FALLS_BY):
+        before = reading(metric, previous or Figures(), budgets, min_samples)
+        if before.value is None or before.samples < min_samples:
+            return Judgement(
+                "no_data",
+                now_reading.value,
+                before.value,
+                now_reading.samples,
+                f"too few samples in the previous window: {before.samples:,} of the "
+                f"{min_samples:,} needed",
+            )
+    breached = _breach(
+        condition, now_reading.value, threshold, before.value if before is not None else None
+    )
+    shown = format_value(metric, now_reading.value)
+    if before is not None:
+        shown = f"{format_value(metric, before.value)} → {shown}"
+    text = f"{label} {shown} ({format_threshold(metric, condition, threshold)})"
+    if now_reading.detail:
+        text += f"; worst cell {now_reading.detail}"
+    return Judgement(
+        "breach" if breached else "ok",
+        now_reading.value,
+        before.value if before is not None else None,
+        now_reading.samples,
+        text,
+    )
+
+
+def judge_guard(
+    *,
+    metric: str,
+    comparison: str,
+    threshold: float,
+    min_samples: int,
+    candidate: Figures,
+    stable: Figures,
+    budgets: Budgets,
+) -> Judgement:
+    """Breach, ok or no_data for one rollout guard: candidate against a value or stable."""
+    mine = reading(metric, candidate, budgets, min_samples)
+    label = Metric(metric).label
+    conclusive_violation = (
+        metric == Metric.PRIVACY_VIOLATIONS
+        and comparison == GuardComparison.ABOVE
+        and mine.value is not None
+        and mine.value > threshold
+    )
+    if mine.value is None or (mine.samples < min_samples and not conclusive_violation):
+        return Judgement(
+            "no_data",
+            mine.value,
+            None,
+            mine.samples,
+            f"too few candidate events to judge: {mine.samples:,} of the {min_samples:,} needed",
+        )
+    if comparison == GuardComparison.ABOVE:
+        breached = mine.value > threshold
+        text = (
+            f"candidate {label} {format_value(metric, mine.value)} "
+            f"({'above' if breached else 'within'} {format_value(metric, threshold)})"
+        )
+        if mine.detail:
+            text += f"; worst cell {mine.detail}"
+        return Judgement("breach" if breached else "ok", mine.value, None, mine.samples, text)
+    theirs = reading(metric, stable, budgets, min_samples)
+    if theirs.value is None or theirs.samples < min_samples:
+        return Judgement(
+            "no_data",
+            mine.value,
+            theirs.value,
+            mine.samples,
+            f"too few stable events to compare with: {theirs.samples:,} of the "
+            f"{min_samples:,} needed",
+        )
+    gap = mine.value - theirs.value
+    breached = gap > threshold
+    if metric in RATE_METRICS:
+        gap_text = f"{gap * 100:+.1f} pts"
+        limit_text = f"{threshold * 100:.1f} pts"
+    else:
+        gap_text, limit_text = f"{gap:+.2f}", f"{threshold:.2f}"
+    text = (
+        f"candidate {label} {format_value(metric, mine.value)} vs stable "
+        f"{format_value(metric, theirs.value)} ({gap_text}; "
+        f"{'more than' if breached else 'within'} {limit_text})"
+    )
+    return Judgement("breach" if breached else "ok", mine.value, theirs.value, mine.samples, text)

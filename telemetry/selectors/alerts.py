@@ -1,0 +1,259 @@
+"""Reads for alerting: a fleet's recent minute rollups in one query, budgets, rules, history."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+from django.db import connection
+
+from routing_policies.models import PolicyCell
+
+from ..alert_models import AlertEvent, AlertRule, AlertWebhook, RolloutGuardSet, WebhookDelivery
+from ..alerting import RollupRow
+from ..models import MinuteRollup
+
+HISTORY_LIMIT = 100
+DELIVERY_LIMIT = 50
+_DECODE = msgspec.json.Decoder(dict[str, int])
+
+
+def minute_floor(moment: datetime) -> datetime:
+    """The start of `moment`'s minute bucket."""
+    return moment.replace(second=0, microsecond=0)
+
+
+def window_bounds(now: datetime, minutes: int) -> tuple[datetime, datetime]:
+    """[first bucket, now] of a window of `minutes` whole buckets ending with the current one."""
+    return minute_floor(now) - timedelta(minutes=minutes - 1), now
+
+
+def recent_rows(
+    *, fleet_id: int, since: datetime, until: datetime, with_latency: bool
+) -> list[RollupRow]:
+    """The fleet's minute-rollup rows with `since <= minute <= until`, in one query."""
+    columns = (
+        "minute, policy_version, cohort, task_type, latency_budget, privacy_tier, route, events, "
+        "fallback_cloud_to_device + fallback_device_to_cloud, errors, privacy_violations"
+    )
+    if with_latency:
+        columns += ", latency_hist"
+    sql = (
+        f"SELECT {columns} FROM {MinuteRollup._meta.db_table} "  # noqa: S608  # names are ours
+        "WHERE fleet_id = %s AND minute >= %s AND minute <= %s"
+    )
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [fleet_id, adapt(since), adapt(until)])
+        fetched = cursor.fetchall()
+    rows = []
+    for row in fetched:
+        minute = row[0]
+        if isinstance(minute, str):  # SQLite hands back text
+            minute = datetime.fromisoformat(minute)
+        if minute.tzinfo is None:
+            minute = minute.replace(tzinfo=UTC)
+        hist = None
+        if with_latency:
+            raw = row[11]
+            hist = _DECODE.decode(raw) if isinstance(raw, str | bytes) else dict(raw or {})
+        rows.append(
+            RollupRow(
+                minute=minute,
+                policy_version=row[1],
+                cohort=row[2],
+                task_type=row[3],
+                latency_budget=row[4],
+                privacy_tier=row[5],
+                route=row[6],
+                events=row[7],
+                fallbacks=row[8],
+                errors=row[9],
+                privacy_violations=row[10],
+                latency_hist=hist,
+            )
+        )
+    return rows
+
+
+def reported_before(*, fleet_id: int, before: datetime) -> bool:
+    """True when the fleet has any minute rollup older than `before` (it reported once)."""
+    return MinuteRollup.objects.filter(fleet_id=fleet_id, minute__lt=before).exists()
+
+
+def cell_budgets(*, fleet_id: int, versions: set[int]) -> dict[tuple[int, str, str, str], int]:
+    """(version, task type, latency budget, privacy tier) → the cell's latency budget in ms."""
+    if not versions:
+        return {}
+    rows = PolicyCell.objects.filter(
+        version__fleet_id=fleet_id, version__number__in=sorted(versions)
+    ).values_list(
+        "version__number", "task_type", "latency_budget", "privacy_tier", "latency_budget_ms"
+    )
+    return {(number, t, lb, p): budget for number, t, lb, p, budget in rows if number}
+
+
+def fleets_to_evaluate() -> list[int]:
+    """Fleets with an enabled rule or an open rollout carrying guards."""
+    with_rules = set(
+        AlertRule.objects.filter(enabled=True).values_list("fleet_id", flat=True).distinct()
+    )
+    with_guards = set(
+        RolloutGuardSet.objects.filter(rollout__state__in=["active", "paused"]).values_list(
+            "rollout__fleet_id", flat=True
+        )
+    )
+    return sorted(with_rules | with_guards)
+
+
+# --- pages and API ------------------------------------------------------------------------------
+
+
+def rule_out(rule: AlertRule) -> dict[str, Any]:
+    """A rule with its state, as the API and the page show it."""
+    return {
+        "id": rule.pk,
+        "name": rule.name,
+        "metric": rule.metric,
+        "condition": rule.condition,
+        "threshold": rule.threshold,
+        "window_minutes": rule.window_minutes,
+        "min_samples": rule.min_samples,
+        "for_seconds": rule.for_seconds,
+        "scope": rule.scope,
+        "scope_value": rule.scope_value,
+        "enabled": rule.enabled,
+        "revision": rule.revision,
+        "state": rule.state,
+        "state_since": rule.state_since,
+        "value": rule.last_value,
+        "previous_value": rule.last_previous,
+        "samples": rule.last_samples,
+        "message": rule.last_message,
+        "evaluated_at": rule.last_evaluated_at,
+    }
+
+
+def rule_list(*, fleet_id: int) -> list[AlertRule]:
+    """The fleet's rules by name (one query)."""
+    return list(AlertRule.objects.filter(fleet_id=fleet_id).order_by("name"))
+
+
+def alert_history(*, fleet_id: int, limit: int = HISTORY_LIMIT) -> list[AlertEvent]:
+    """The fleet's latest state changes and guard actions, newest first (one query)."""
+    return list(AlertEvent.objects.filter(fleet_id=fleet_id).order_by("-at", "-id")[:limit])
+
+
+def event_out(event: AlertEvent) -> dict[str, Any]:
+    """A history entry for the API."""
+    return {
+        "id": event.pk,
+        "kind": event.kind,
+        "rule_id": event.rule_id,
+        "rule": event.rule_name,
+        "rollout_id": event.rollout_id,
+        "state_before": event.state_before,
+        "state_after": event.state_after,
+        "value": event.value,
+        "previous_value": event.previous,
+        "samples": event.samples,
+        "message": event.message,
+        "at": event.at,
+    }
+
+
+def webhook_list(*, fleet_id: int) -> list[AlertWebhook]:
+    """The fleet's webhooks (one query)."""
+    return list(AlertWebhook.objects.filter(fleet_id=fleet_id).order_by("id"))
+
+
+def webhook_out(webhook: AlertWebhook) -> dict[str, Any]:
+    """A webhook for the API."""
+    return {
+        "id": webhook.pk,
+        "url": webhook.url,
+        "format": webhook.format,
+        "rule_id": webhook.rule_id,
+        "enabled": webhook.enabled,
+    }
+
+
+def delivery_list(*, fleet_id: int, limit: int = DELIVERY_LIMIT) -> list[WebhookDelivery]:
+    """The latest deliveries with every attempt, newest first (one query)."""
+    return list(
+        WebhookDelivery.objects.filter(fleet_id=fleet_id).order_by("-created_at", "-id")[:limit]
+    )
+
+
+def delivery_out(delivery: WebhookDelivery) -> dict[str, Any]:
+    """A delivery and its attempts for the API."""
+    return {
+        "id": delivery.pk,
+        "webhook_id": delivery.webhook_id,
+        "alert_event_id": delivery.alert_event_id,
+        "url": delivery.url,
+        "status": delivery.status,
+        "attempts": delivery.attempts,
+        "attempt_log": delivery.attempt_log,
+        "next_attempt_at": delivery.next_attempt_at,
+        "created_at": delivery.created_at,
+        "finished_at": delivery.finished_at,
+        "payload": delivery.payload,
+    }
+
+
+def firing_alerts(*, fleet_ids: list[int] | None = None) -> list[dict[str, Any]]:
+    """Firing rules (all fleets, or these), for the banner: one query."""
+    rules = AlertRule.objects.filter(state="firing", enabled=True).select_related("fleet")
+    if fleet_ids is not None:
+        rules = rules.filter(fleet_id__in=fleet_ids)
+    return [
+        {
+            "rule_id": rule.pk,
+            "fleet": rule.fleet.slug,
+            "name": rule.name,
+            "message": rule.last_message,
+            "since": rule.state_since.isoformat() if rule.state_since else None,
+        }
+        for rule in rules.order_by("-state_since", "id")
+    ]
+
+
+def firing_count(*, fleet_id: int) -> int:
+    """How many of the fleet's rules fire now (for the dashboard's big figure)."""
+    return AlertRule.objects.filter(fleet_id=fleet_id, state="firing", enabled=True).count()
+
+
+def guard_status(*, rollout_id: int) -> dict[str, Any] | None:
+    """A rollout's guards and their last verdicts, or None when it has none (two queries)."""
+    guard_set = RolloutGuardSet.objects.filter(rollout_id=rollout_id).first()
+    if guard_set is None:
+        return None
+    return {
+        "window_minutes": guard_set.window_minutes,
+        "bake_minutes": {int(k): v for k, v in guard_set.bake_minutes.items()},
+        "auto_advance": guard_set.auto_advance,
+        "verdict": guard_set.verdict,
+        "verdict_label": RolloutGuardSet.Verdict(guard_set.verdict).label,
+        "reason": guard_set.verdict_reason,
+        "quiet_since": guard_set.quiet_since,
+        "evaluated_at": guard_set.evaluated_at,
+        "guards": [
+            {
+                "metric": guard.metric,
+                "metric_label": guard.get_metric_display(),
+                "comparison": guard.comparison,
+                "comparison_label": guard.get_comparison_display(),
+                "threshold": guard.threshold,
+                "min_samples": guard.min_samples,
+                "state": guard.state,
+                "candidate_value": guard.candidate_value,
+                "stable_value": guard.stable_value,
+                "candidate_samples": guard.candidate_samples,
+                "stable_samples": guard.stable_samples,
+                "message": guard.message,
+            }
+            for guard in guard_set.guards.all()
+        ],
+    }
