@@ -57,6 +57,8 @@ class DashboardConsumer(AsyncWebsocketConsumer):
     _refresher: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
+        # Accepted first, then closed with a code, so the page can tell why it cannot follow.
+        await self.accept()
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
@@ -70,7 +72,6 @@ class DashboardConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         self.fleet = fleet
-        await self.accept()
 
     async def disconnect(self, code: int) -> None:
         if self._refresher is not None:
