@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,7 +75,7 @@ def parse_policy(
 class PolicyStore:
     """The policy the device routes with now (None until one is applied or loaded)."""
 
-    __slots__ = ("_path", "cells", "current", "generation")
+    __slots__ = ("_path", "cells", "current", "generation", "on_change")
 
     def __init__(self, state_dir: Path | None = None) -> None:
         self._path = state_dir / POLICY_FILE if state_dir is not None else None
@@ -84,6 +84,8 @@ class PolicyStore:
         self.cells: Mapping[CellKey, Cell] = {}
         # Bumped on every apply, so caches keyed on it never serve another version's answer.
         self.generation = 0
+        # Called after every apply or load (the router drops its per-cell plans).
+        self.on_change: list[Callable[[], None]] = []
 
     @property
     def version(self) -> int | None:
@@ -150,6 +152,8 @@ class PolicyStore:
         self.current = policy
         self.cells = policy.cells
         self.generation += 1
+        for callback in self.on_change:
+            callback()
 
     def _save(self, policy: Policy) -> None:
         if self._path is None:

@@ -1,31 +1,174 @@
-"""`Router.route`: one task through `decision.decide` with the device's live readings.
+"""`Router.route`: one task through the decision of PROTOCOL.md with the device's live readings.
 
-Synchronous and cheap (bench/sdk measures it): the cell comes from the policy store's index,
-the pushed cloud-pressure offset is read from two attributes, and nothing is allocated besides
-the decision's own objects.
+Synchronous and cheap: bench/sdk measures it against the seed's three-signal router. Every
+decision must equal `decision.decide(cell, task, DeviceState(...))` field for field (a unit
+test checks it over random inputs), but the router does not call `decide` per task: for each
+cell of the current policy it keeps a `_Plan` with what does not depend on the task:
+- the decisions that depend on nothing else (device_only, cloud_only, privacy, an interactive
+  task while offline), built once;
+- the four effective thresholds (network bad or not x device busy or not) under the current
+  cloud pressure, each with its adjustments, computed by `decision._effective_threshold`
+  itself, so they cannot drift from it.
+What is left per task is the score, two comparisons and the latency estimate, as in `decide`
+(same operand order, so the same floats). Plans are rebuilt when the policy or the pressure
+changes.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
-from edge_sdk.decision import Cell, Decision, DeviceState, decide
-from edge_sdk.policy import PolicyStore
+from edge_sdk.decision import (
+    Adjustment,
+    Cell,
+    DecidedBy,
+    Decision,
+    DeviceState,
+    Route,
+    _effective_threshold,
+    decide,
+)
+from edge_sdk.policy import CellKey, PolicyStore
 from edge_sdk.task import Readings, Task
 
 __all__ = ["NO_POLICY_DECISION", "Router"]
 
 # With no policy, or a task whose cell the policy does not have: answered on the device.
-NO_POLICY_DECISION = Decision(
+NO_POLICY_DECISION: Final = Decision(
     route="device", decided_by="offline", base_threshold=0.0, latency_budget_ms=0
 )
+
+
+# Decision is a frozen dataclass: its __init__ sets each of its nine fields through
+# object.__setattr__ and alone costs several times the seed's whole decision. The router
+# builds a `_DecisionDraft` (the same slots, in the same order, plain attribute stores) and
+# then makes it a Decision by assigning `__class__`, which CPython allows between classes of
+# identical layout. The result is an ordinary Decision (type, equality, hash, frozenness); a
+# unit test checks that it equals the one `decide` builds.
+class _DecisionDraft:
+    __slots__ = Decision.__slots__
+
+    def __init__(
+        self,
+        route: Route,
+        decided_by: DecidedBy,
+        base_threshold: float,
+        latency_budget_ms: int,
+        score: float,
+        threshold: float,
+        adjustments: tuple[Adjustment, ...],
+        predicted_cloud_ms: float | None,
+        queue_until_online: bool,
+    ) -> None:
+        self.route = route
+        self.decided_by = decided_by
+        self.base_threshold = base_threshold
+        self.latency_budget_ms = latency_budget_ms
+        self.score = score
+        self.threshold = threshold
+        self.adjustments = adjustments
+        self.predicted_cloud_ms = predicted_cloud_ms
+        self.queue_until_online = queue_until_online
+
+
+class _Plan:
+    """What the router knows about one cell before any task arrives."""
+
+    __slots__ = (
+        "background",
+        "base",
+        "budget",
+        "busy",
+        "bw_low",
+        "cloud_route",
+        "fixed",
+        "norm",
+        "offline",
+        "online",
+        "rtt_high",
+        "thetas",
+        "w_intent",
+        "w_length",
+        "w_lm",
+    )
+
+    def __init__(self, cell: Cell, pressure: float) -> None:
+        self.base = cell.threshold
+        self.budget = cell.latency_budget_ms
+        self.background = cell.is_background
+        self.w_length = cell.weight_length
+        self.w_intent = cell.weight_intent
+        self.w_lm = cell.weight_lm
+        self.norm = cell.length_norm_tokens
+        self.rtt_high = cell.rtt_high_ms
+        self.bw_low = cell.bandwidth_low_kbps
+        self.busy = cell.load_busy
+        self.cloud_route: Route = "draft_refine" if cell.mode == "draft_refine" else "cloud"
+        # Steps 1-3 through `decide` itself, with readings that cannot matter to them.
+        online = decide(cell, _NO_SIGNALS, _state(True, pressure))
+        offline = decide(cell, _NO_SIGNALS, _state(False, pressure))
+        if cell.mode in ("device_only", "cloud_only") or cell.keeps_data_on_device:
+            self.fixed = True
+            self.online, self.offline = online, offline
+        else:
+            self.fixed = False
+            self.online = online  # unused: scored per task
+            # An interactive task offline is answered on the device, whatever its signals.
+            self.offline = offline
+        # Index: 1 when the network is bad, + 2 when the device is busy.
+        self.thetas = tuple(
+            _effective_threshold(
+                cell,
+                DeviceState(
+                    rtt_ms=math.inf if index & 1 else -math.inf,
+                    bandwidth_kbps=math.inf,
+                    device_load=math.inf if index & 2 else -math.inf,
+                    online=True,
+                    cloud_infer_ms=0.0,
+                    cloud_pressure=pressure,
+                ),
+            )
+            for index in range(4)
+        )
+
+
+class _Signals:
+    """Task signals for steps 1-3 (which do not read them)."""
+
+    tokens = 0
+    intent_conf = 1.0
+    lm_conf = 1.0
+    upload_bytes = 0
+
+
+_NO_SIGNALS: Any = _Signals()
+
+
+def _state(online: bool, pressure: float) -> DeviceState:
+    return DeviceState(
+        rtt_ms=0.0,
+        bandwidth_kbps=math.inf,
+        device_load=0.0,
+        online=online,
+        cloud_infer_ms=0.0,
+        cloud_pressure=pressure,
+    )
 
 
 class Router:
     """Routes tasks by the current policy, the live readings and the cloud-pressure offset."""
 
-    __slots__ = ("_readings", "policy", "pressure_offset", "pressure_until")
+    __slots__ = (
+        "_plans",
+        "_plans_pressure",
+        "_readings",
+        "policy",
+        "pressure_offset",
+        "pressure_until",
+    )
 
     def __init__(
         self, policy: PolicyStore, *, readings: Callable[[], Readings] | None = None
@@ -34,6 +177,9 @@ class Router:
         self._readings = readings
         self.pressure_offset = 0.0
         self.pressure_until = 0.0  # time.monotonic() when the offset lapses
+        self._plans: Mapping[CellKey, _Plan] | None = None  # None: build at the next route
+        self._plans_pressure = 0.0
+        policy.on_change.append(self._policy_changed)
 
     @property
     def cloud_pressure(self) -> float:
@@ -51,27 +197,79 @@ class Router:
         """The task's cell in the current policy."""
         return self.policy.cells.get((task.task_type, task.latency_budget, task.privacy_tier))
 
+    def _plans_for(self, pressure: float) -> Mapping[CellKey, _Plan]:
+        plans = {key: _Plan(cell, pressure) for key, cell in self.policy.cells.items()}
+        self._plans = plans
+        self._plans_pressure = pressure
+        return plans
+
+    def _policy_changed(self) -> None:
+        self._plans = None
+
     def route(self, task: Task, readings: Readings | None = None) -> Decision:
-        """The decision for `task` now; readings default to the device's live ones."""
-        cell = self.policy.cells.get((task.task_type, task.latency_budget, task.privacy_tier))
-        if cell is None:
+        """The decision for `task` now; readings default to the device's live ones.
+
+        Equal to `decide(cell, task, DeviceState(<readings>, cloud_pressure=<offset>))`.
+        """
+        pressure = self.pressure_offset
+        if pressure and time.monotonic() >= self.pressure_until:
+            pressure = self.pressure_offset = 0.0
+        plans = self._plans
+        if plans is None or pressure != self._plans_pressure:
+            plans = self._plans_for(pressure)
+        plan = plans.get((task.task_type, task.latency_budget, task.privacy_tier))
+        if plan is None:
             return NO_POLICY_DECISION
         if readings is None:
             if self._readings is None:
                 raise ValueError("Router.route needs readings (this router has no source)")
             readings = self._readings()
-        pressure = self.pressure_offset
-        if pressure and time.monotonic() >= self.pressure_until:
-            pressure = self.pressure_offset = 0.0
-        return decide(
-            cell,
-            task,
-            DeviceState(
-                rtt_ms=readings.rtt_ms,
-                bandwidth_kbps=readings.bandwidth_kbps,
-                device_load=readings.device_load,
-                online=readings.online,
-                cloud_infer_ms=readings.cloud_infer_ms,
-                cloud_pressure=pressure,
-            ),
+        online = readings.online
+        if plan.fixed:
+            return plan.online if online else plan.offline
+        if not online and not plan.background:
+            return plan.offline
+        # Steps 4-8, as decision._decide_by_score computes them.
+        rtt = readings.rtt_ms
+        bandwidth = readings.bandwidth_kbps
+        theta, adjustments = plan.thetas[
+            (rtt > plan.rtt_high or bandwidth < plan.bw_low)
+            + 2 * (readings.device_load >= plan.busy)
+        ]
+        length = task.tokens / plan.norm
+        score = (
+            plan.w_length * (length if length < 1.0 else 1.0)  # min(1.0, length), no call
+            + plan.w_intent * (1.0 - task.intent_conf)
+            + plan.w_lm * (1.0 - task.lm_conf)
         )
+        predicted: float | None
+        if score < theta:  # step 6
+            route: Route = "device"
+            decided_by: DecidedBy = "threshold"
+            predicted = None
+        else:  # step 7
+            if bandwidth <= 0:
+                predicted = math.inf
+            else:
+                predicted = task.upload_bytes * 8 / bandwidth + rtt + readings.cloud_infer_ms
+            if predicted > plan.budget:
+                route, decided_by = "device", "latency"
+            else:  # step 8
+                route, decided_by = plan.cloud_route, "threshold"
+        queue = False
+        if not online:  # step 3 for a background task: the cloud's share waits for the network
+            queue = route != "device"
+            route, decided_by = "device", "offline"
+        draft: Any = _DecisionDraft(
+            route,
+            decided_by,
+            plan.base,
+            plan.budget,
+            score,
+            theta,
+            adjustments,
+            predicted,
+            queue,
+        )
+        draft.__class__ = Decision
+        return draft  # type: ignore[no-any-return]

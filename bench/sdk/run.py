@@ -1,0 +1,261 @@
+"""Decisions per second of `edge_sdk.Router.route` against the seed's `TaskRouter.route`.
+
+The seed (the design article's simulator) routes on three signals with a fixed θ 0.6 and
+weights 0.4/0.3/0.3 over 400 tokens. `Router.route` does all of PROTOCOL.md's decision: the
+cell lookup in the current policy, the fixed modes, privacy, offline, the score, θ adjusted
+for network, load and the pushed cloud pressure, the latency check, draft_refine, and the
+explanation fields of `Decision`. Both run in this process, on the same generated tasks, in
+alternating rounds; the figure is the ratio of their costs per decision (best round of each).
+
+    .venv/bin/python -m bench.sdk                  # ~20 s
+    .venv/bin/python -m bench.sdk --tasks 20000 --rounds 5 --write bench/sdk/RESULTS_sdk.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import platform
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edge_sdk import PolicyStore, Readings, Router, Task
+
+TARGET_RATIO = 3.0
+
+# --- the seed, as published (the article's TaskRouter.route, counters included) ----------
+
+
+class SeedTaskRouter:
+    """A line-for-line re-implementation of the seed's TaskRouter (routing part)."""
+
+    def __init__(self, threshold: float = 0.6, end_latency: float = 0.03,
+                 cloud_latency: float = 0.25) -> None:  # fmt: skip
+        self.threshold = threshold
+        self.end_latency = end_latency
+        self.cloud_latency = cloud_latency
+        self.end_count = 0
+        self.cloud_count = 0
+
+    def complexity(self, tokens: int, intent_conf: float, lm_conf: float) -> float:
+        length_score = min(1.0, tokens / 400.0)
+        intent_score = 1.0 - intent_conf
+        lm_score = 1.0 - lm_conf
+        return 0.4 * length_score + 0.3 * intent_score + 0.3 * lm_score
+
+    def route(self, tokens: int, intent_conf: float, lm_conf: float) -> tuple[str, float]:
+        score = self.complexity(tokens, intent_conf, lm_conf)
+        if score < self.threshold:
+            self.end_count += 1
+            return "end", score
+        self.cloud_count += 1
+        return "cloud", score
+
+
+# --- a 12-cell policy like the demo fleet's ------------------------------------------------
+
+_DIMENSIONS = {
+    "task_type": ["voice", "text", "image"],
+    "latency_budget": ["interactive", "background"],
+    "privacy_tier": ["sensitive", "normal"],
+}
+# Modes of the demo fleet: voiceprints and sensitive images stay on the device, images
+# draft on the device and refine in the cloud, background images go to the big model.
+_MODES = {
+    ("voice", "interactive", "sensitive"): "device_only",
+    ("voice", "background", "sensitive"): "device_only",
+    ("image", "interactive", "sensitive"): "device_only",
+    ("image", "interactive", "normal"): "draft_refine",
+    ("image", "background", "normal"): "cloud_only",
+}
+
+
+def policy_document() -> dict[str, Any]:
+    """Version 1 of a 12-cell fleet (the seed's θ, weights and norm in every auto cell)."""
+    cells = []
+    for task_type in _DIMENSIONS["task_type"]:
+        for budget in _DIMENSIONS["latency_budget"]:
+            for tier in _DIMENSIONS["privacy_tier"]:
+                cells.append(
+                    {
+                        "task_type": task_type,
+                        "latency_budget": budget,
+                        "privacy_tier": tier,
+                        "mode": _MODES.get((task_type, budget, tier), "auto"),
+                        "threshold": 0.6,
+                        "weights": {"length": 0.4, "intent": 0.3, "lm": 0.3},
+                        "length_norm_tokens": 400,
+                        "latency_budget_ms": 800 if budget == "interactive" else 10_000,
+                        "cloud_timeout_ms": 1500,
+                        "fallback": "other_side",
+                        "upload": {"allowed": True, "deidentify": True, "max_bytes": 262_144},
+                        "network": {
+                            "rtt_high_ms": 200,
+                            "bandwidth_low_kbps": 500,
+                            "theta_raise": 0.15,
+                        },
+                        "load": {"busy": 0.8, "theta_lower": 0.1},
+                        "cache_ttl_s": 3600,
+                    }
+                )
+    return {"fleet": "bench-sdk", "version": 1, "etag": '"v1"', "dimensions": _DIMENSIONS,
+            "cells": cells}  # fmt: skip
+
+
+# --- inputs ----------------------------------------------------------------------------------
+
+
+def make_inputs(count: int, seed: int, *, cells: str) -> tuple[list[Task], list[Readings]]:
+    """Tasks with the simulator's kind of signals and live readings (1 in 10 offline-ish)."""
+    rng = random.Random(seed)
+    keys = [
+        (t, b, p)
+        for t in _DIMENSIONS["task_type"]
+        for b in _DIMENSIONS["latency_budget"]
+        for p in _DIMENSIONS["privacy_tier"]
+    ]
+    tasks: list[Task] = []
+    readings: list[Readings] = []
+    for _ in range(count):
+        task_type, budget, tier = (
+            ("text", "interactive", "normal") if cells == "auto" else rng.choice(keys)
+        )
+        short = rng.random() < 0.6
+        tasks.append(
+            Task(
+                task_type=task_type,
+                latency_budget=budget,
+                privacy_tier=tier,
+                tokens=rng.randint(5, 80) if short else rng.randint(150, 900),
+                intent_conf=rng.uniform(0.85, 0.99) if short else rng.uniform(0.3, 0.8),
+                lm_conf=rng.uniform(0.8, 0.97) if short else rng.uniform(0.25, 0.75),
+                upload_bytes=rng.choice((0, 0, 2048, 65536)),
+            )
+        )
+        readings.append(
+            Readings(
+                rtt_ms=rng.uniform(20, 300),
+                bandwidth_kbps=rng.uniform(200, 50_000),
+                device_load=rng.random(),
+                online=rng.random() >= 0.1,
+                cloud_infer_ms=rng.uniform(60, 400),
+            )
+        )
+    return tasks, readings
+
+
+# --- timing ----------------------------------------------------------------------------------
+
+
+def _time_seed(router: SeedTaskRouter, tasks: Sequence[Task]) -> float:
+    route = router.route
+    signals = [(t.tokens, t.intent_conf, t.lm_conf) for t in tasks]
+    started = time.perf_counter()
+    for tokens, intent_conf, lm_conf in signals:
+        route(tokens, intent_conf, lm_conf)
+    return time.perf_counter() - started
+
+
+def _time_sdk(router: Router, tasks: Sequence[Task], readings: Sequence[Readings]) -> float:
+    route = router.route
+    pairs = list(zip(tasks, readings, strict=True))
+    started = time.perf_counter()
+    for task, reading in pairs:
+        route(task, reading)
+    return time.perf_counter() - started
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Best-round costs per decision, in nanoseconds."""
+
+    workload: str
+    tasks: int
+    seed_ns: float
+    sdk_ns: float
+
+    @property
+    def ratio(self) -> float:
+        return self.sdk_ns / self.seed_ns
+
+
+def measure(workload: str, count: int, rounds: int, pressure: float) -> Measurement:
+    """Alternate seed and SDK rounds over the same tasks; keep each one's best round."""
+    tasks, readings = make_inputs(count, seed=42, cells=workload)
+    store = PolicyStore()
+    store.apply(policy_document())
+    router = Router(store)
+    if pressure:
+        router.set_cloud_pressure(pressure, 3600)
+    seed_router = SeedTaskRouter(threshold=0.6)
+    best_seed = best_sdk = float("inf")
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            best_seed = min(best_seed, _time_seed(seed_router, tasks))
+            best_sdk = min(best_sdk, _time_sdk(router, tasks, readings))
+    finally:
+        gc.enable()
+    return Measurement(workload, count, best_seed / count * 1e9, best_sdk / count * 1e9)
+
+
+def _report(results: list[Measurement], command: str) -> str:
+    lines = [
+        "# bench/sdk: Router.route against the seed's TaskRouter.route",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {platform.machine()}, {platform.python_implementation()} "
+        f"{platform.python_version()}, {platform.system()} (2 cores shared); "
+        "best of the rounds for each, same tasks, same process.",
+        "",
+        "| workload | tasks | seed ns/decision | SDK ns/decision | SDK decisions/s | ratio |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for m in results:
+        lines.append(
+            f"| {m.workload} | {m.tasks:,} | {m.seed_ns:.0f} | {m.sdk_ns:.0f} | "
+            f"{1e9 / m.sdk_ns:,.0f} | {m.ratio:.2f}x |"
+        )
+    worst = max(m.ratio for m in results)
+    verdict = "meets" if worst <= TARGET_RATIO else "misses"
+    lines += [
+        "",
+        f"Target: at most {TARGET_RATIO:.0f}x the seed's cost per decision; worst ratio "
+        f"{worst:.2f}x: {verdict} the target.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+WORKLOADS: dict[str, Callable[[], tuple[str, float]]] = {
+    # the seed's own case: one auto cell (θ 0.6, 0.4/0.3/0.3, 400 tokens), no pressure
+    "auto": lambda: ("auto", 0.0),
+    # the fleet: 12 cells of every mode, live readings, a pushed cloud pressure of +0.1
+    "fleet": lambda: ("fleet", 0.1),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.sdk", description=__doc__)
+    parser.add_argument("--tasks", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=25)
+    parser.add_argument("--write", type=Path, default=None, help="write the table here")
+    args = parser.parse_args(argv)
+    results = []
+    for name, spec in WORKLOADS.items():
+        workload, pressure = spec()
+        result = measure(workload, args.tasks, args.rounds, pressure)
+        results.append(result)
+        print(
+            f"{name:6s} seed {result.seed_ns:7.0f} ns  sdk {result.sdk_ns:7.0f} ns  "
+            f"sdk {1e9 / result.sdk_ns:>10,.0f}/s  ratio {result.ratio:.2f}x",
+            flush=True,
+        )
+    report = _report(results, f"python -m bench.sdk --tasks {args.tasks} --rounds {args.rounds}")
+    print(report)
+    if args.write is not None:
+        args.write.write_text(report)
+    return 0 if max(m.ratio for m in results) <= TARGET_RATIO else 1
