@@ -14,6 +14,10 @@ VENDOR := static/vendor/plotly.min.js
 # websockets protocol, and no permessage-deflate, which cost ~50 KiB of zlib state per idle
 # device socket and a compression per socket and push.
 UVICORN_FLAGS ?= --lifespan off --ws websockets-sansio --ws-per-message-deflate false
+# `make run`'s simulated fleet (docs/simulator.md): small enough for embedded mode on 2 cores.
+SIM ?= 1
+SIM_DEVICES ?= 100
+SIM_RATE ?= 5
 
 .PHONY: run test lint install static migrate seed services-check format clean worker
 
@@ -46,10 +50,19 @@ run: static seed
 	@echo ""
 	@# With REDIS_URL set (real services) a Celery worker with beat runs beside the server and
 	@# stops with it; embedded (no REDIS_URL) everything runs in the one server process.
+	@# A simulated fleet (SIM_DEVICES devices, SIM_RATE tasks/s in all; SIM=0: none) starts once
+	@# the server answers and stops with it, so the demo shows live traffic within a minute.
 	@if [ -n "$$REDIS_URL" ]; then \
 	  DEBUG=$${DEBUG:-1} $(BIN)/celery -A controlplane worker -B --loglevel WARNING --schedule var/celerybeat-schedule & \
-	  worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
+	  worker=$$!; \
 	fi; \
+	if [ "$(SIM)" != "0" ]; then \
+	  ( $(BIN)/python scripts/wait_for.py --http http://$(HOST):$(PORT)/healthz --timeout 60 && \
+	    DEBUG=$${DEBUG:-1} exec $(BIN)/python manage.py simulate_fleet --url http://$(HOST):$(PORT) \
+	      --devices $(SIM_DEVICES) --rate $(SIM_RATE) --connect-rate 20 --progress 30 ) & \
+	  sim=$$!; \
+	fi; \
+	trap 'kill $$sim $$worker 2>/dev/null' EXIT INT TERM; \
 	DEBUG=$${DEBUG:-1} $(BIN)/python -m uvicorn controlplane.asgi:application --host $(HOST) --port $(PORT) $(UVICORN_FLAGS)
 
 # The suite runs against the real PostgreSQL and Redis on 127.0.0.1 when they answer; with

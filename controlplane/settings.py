@@ -97,7 +97,14 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": env.str("SQLITE_PATH", default=str(VAR_DIR / "db.sqlite3")),
-            "OPTIONS": {"timeout": 20},
+            # IMMEDIATE: a write transaction takes the lock when it begins, so concurrent
+            # writers (device enrolments of a simulated fleet) wait for it instead of failing
+            # at once with "database is locked"; WAL lets readers go on beside the writer.
+            "OPTIONS": {
+                "timeout": 20,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL;",
+            },
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -123,13 +130,6 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
 
-# Telemetry (docs/telemetry.md). Raw events are kept TELEMETRY_RETENTION_DAYS (and events
-# older than that are refused); minute rollups and hour rollups longer.
-TELEMETRY_RETENTION_DAYS = env.int("TELEMETRY_RETENTION_DAYS", default=7)
-TELEMETRY_MINUTE_ROLLUP_RETENTION_DAYS = env.int(
-    "TELEMETRY_MINUTE_ROLLUP_RETENTION_DAYS", default=30
-)
-TELEMETRY_HOUR_ROLLUP_RETENTION_DAYS = env.int("TELEMETRY_HOUR_ROLLUP_RETENTION_DAYS", default=400)
 # Alerts (docs/alerts.md): new rollups ask for an evaluation of their fleet at most once per
 # ALERT_EVALUATE_COALESCE_S; the beat evaluates every fleet each ALERT_EVALUATE_INTERVAL_S (so
 # silence is noticed). Webhooks: retried after BACKOFF × 2^(n − 1) s, capped, MAX_ATTEMPTS in all.
@@ -140,6 +140,13 @@ ALERT_WEBHOOK_BACKOFF_MAX_S = env.float("ALERT_WEBHOOK_BACKOFF_MAX_S", default=6
 ALERT_WEBHOOK_MAX_ATTEMPTS = env.int("ALERT_WEBHOOK_MAX_ATTEMPTS", default=6)
 ALERT_WEBHOOK_TIMEOUT_S = env.float("ALERT_WEBHOOK_TIMEOUT_S", default=5.0)
 
+# Telemetry (docs/telemetry.md). Raw events are kept TELEMETRY_RETENTION_DAYS (and events
+# older than that are refused); minute rollups and hour rollups longer.
+TELEMETRY_RETENTION_DAYS = env.int("TELEMETRY_RETENTION_DAYS", default=7)
+TELEMETRY_MINUTE_ROLLUP_RETENTION_DAYS = env.int(
+    "TELEMETRY_MINUTE_ROLLUP_RETENTION_DAYS", default=30
+)
+TELEMETRY_HOUR_ROLLUP_RETENTION_DAYS = env.int("TELEMETRY_HOUR_ROLLUP_RETENTION_DAYS", default=400)
 # Per device: at most this many batches per window (0 turns the limit off).
 TELEMETRY_RATE_LIMIT_BATCHES = env.int("TELEMETRY_RATE_LIMIT_BATCHES", default=120)
 TELEMETRY_RATE_LIMIT_WINDOW_S = env.int("TELEMETRY_RATE_LIMIT_WINDOW_S", default=60)

@@ -1,0 +1,514 @@
+"""A fleet of simulated devices in one asyncio process, each an `edge_sdk.Device`.
+
+The simulator only supplies what an app would: live `readings`, and `device_infer` /
+`cloud_infer` callables that sleep for the modelled latency (and sometimes fail). Enrolment,
+the socket, policy updates, routing, fallback, caching, offline queues and telemetry are
+the SDK's own code, so the control plane sees exactly what real devices would send.
+
+All devices share one `httpx.AsyncClient` and one cloud queue; they connect staggered
+(`connect_per_s`) so a large fleet does not hit the server with one enrolment storm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import random
+import statistics
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+import httpx
+
+from .. import Device, DeviceConfig, Outcome, Readings, Task
+from ..decision import Decision
+from .models import (
+    DEVICE_PROFILES,
+    LINK_PROFILES,
+    CloudOverloaded,
+    CloudQueue,
+    DeviceFailure,
+    DeviceProfile,
+    Link,
+    LinkReading,
+    Load,
+    device_infer_ms,
+    pick_weighted,
+    upload_ms,
+)
+from .scenarios import BuggyRule, Scenario, scenario_named
+from .workload import BUGGY_MODEL, STABLE_MODEL, ModelConfidence, TaskDraw, Workload
+
+__all__ = [
+    "CLOUD_CAPACITY_PER_TASK",
+    "FleetConfig",
+    "FleetStats",
+    "SimDevice",
+    "SimulatedFleet",
+    "reported_by_device",
+]
+
+logger = logging.getLogger(__name__)
+
+# The cloud is sized for the steady fleet at about 45% utilisation: 0.7 cloud requests/s of
+# capacity per fleet task/s (steady, ~31% of tasks reach the cloud). The buggy candidate at
+# 100% (~76% reach it) saturates it: the seed's alarm, felt as latency and timeouts too.
+CLOUD_CAPACITY_PER_TASK: Final = 0.7
+_LONGEST_SLEEP_S: Final = 120.0
+_POLICY_WAIT_S: Final = 0.5
+_SEED_DIMENSIONS: Final = {
+    "task_type": ["voice", "text", "image"],
+    "latency_budget": ["interactive", "background"],
+    "privacy_tier": ["sensitive", "normal"],
+}
+ONLINE_STATES: Final = frozenset({"connected", "polling"})
+
+
+@dataclass(kw_only=True)
+class FleetConfig:
+    """How big the fleet is, how busy, against which control plane, in which world."""
+
+    base_url: str
+    fleet_key: str
+    devices: int = 500
+    rate: float = 20.0  # tasks per second for the whole fleet (Poisson, spread over devices)
+    scenario: str = "steady"
+    duration_s: float | None = None  # None: until stopped
+    state_dir: Path | None = None  # one sub-directory per device (token, policy, telemetry)
+    seed: int = 1
+    device_prefix: str = "sim"
+    connect_per_s: float = 50.0  # staggered start: devices started per second
+    buggy_version: int | None = None  # buggy-candidate: exactly this version is buggy
+    stable_version: int | None = None  # buggy-candidate: versions newer than this are buggy
+    cloud_capacity_rps: float | None = None  # default: rate * CLOUD_CAPACITY_PER_TASK
+    progress_s: float = 5.0
+    telemetry_flush_s: float = 2.0
+    http_connections: int = 200
+
+    def __post_init__(self) -> None:
+        if self.devices < 1:
+            raise ValueError("devices must be at least 1")
+        if not (self.rate > 0 and math.isfinite(self.rate)):
+            raise ValueError("rate must be a positive number of tasks per second")
+        if self.connect_per_s <= 0:
+            raise ValueError("connect_per_s must be positive")
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise ValueError("duration_s must be positive")
+        scenario_named(self.scenario)  # ValueError naming the choices
+
+
+@dataclass
+class FleetStats:
+    """What the simulator saw, fleet-wide (totals since start)."""
+
+    tasks: int = 0  # outcomes returned by Device.run, queued ones included
+    queued: int = 0  # cloud-bound background tasks held while offline
+    queued_done: int = 0  # of those, run after the device came back online
+    routes: Counter[str] = field(default_factory=Counter)  # route taken (after fallback)
+    decided: Counter[str] = field(default_factory=Counter)  # the decision's route
+    fallbacks: Counter[str] = field(default_factory=Counter)
+    failed: int = 0  # outcomes with ok False (both sides failed, or no fallback)
+    cache_hits: int = 0
+    no_policy: int = 0  # run before the device had any policy (answered on the device)
+    buggy_tasks: int = 0  # run with the buggy candidate's model
+    buggy_cloud: int = 0
+    latencies_ms: list[float] = field(default_factory=list)  # since the last progress line
+
+    def record(self, outcome: Outcome, *, buggy: bool) -> None:
+        """Count one finished (not queued) outcome."""
+        self.routes[outcome.route] += 1
+        self.decided[outcome.decision.route] += 1
+        if outcome.fallback != "none":
+            self.fallbacks[outcome.fallback] += 1
+        if not outcome.ok:
+            self.failed += 1
+        if outcome.cache_hit:
+            self.cache_hits += 1
+        if outcome.policy_version is None:
+            self.no_policy += 1
+        if buggy:
+            self.buggy_tasks += 1
+            self.buggy_cloud += outcome.decision.route == "cloud"
+        self.latencies_ms.append(outcome.latency_ms)
+
+    @property
+    def finished(self) -> int:
+        """Outcomes that ran (queued ones once they ran)."""
+        return sum(self.routes.values())
+
+
+class SimDevice:
+    """One simulated device: its hardware, link and load, and the SDK `Device` it drives."""
+
+    def __init__(self, fleet: SimulatedFleet, index: int, rng: random.Random) -> None:
+        self.fleet = fleet
+        self.rng = rng
+        self.device_id = f"{fleet.config.device_prefix}-{index:06d}"
+        self.profile: DeviceProfile = pick_weighted(
+            rng, tuple((p, p.weight) for p in DEVICE_PROFILES)
+        )
+        now = fleet.elapsed()
+        self.link = Link(pick_weighted(rng, tuple((p, p.weight) for p in LINK_PROFILES)), rng, now)
+        self.load = Load(rng, now)
+        self.last_link = LinkReading(
+            rtt_ms=self.link.rtt_ms, bandwidth_kbps=self.link.bandwidth_kbps, online=True
+        )
+        self.last_load = self.load.usual
+        # What this device reported: policy version -> outcomes that produced a telemetry event.
+        self.reported: Counter[int] = Counter()
+        self.applied: list[int | None] = []  # versions in the order the SDK applied them
+        state_dir = fleet.config.state_dir
+        self.device = Device(
+            DeviceConfig(
+                base_url=fleet.config.base_url,
+                fleet_key=fleet.config.fleet_key,
+                device_id=self.device_id,
+                platform=self.profile.platform,
+                model=self.profile.model,
+                state_dir=state_dir / self.device_id if state_dir is not None else None,
+                telemetry_flush_s=fleet.config.telemetry_flush_s,
+            ),
+            readings=self.readings,
+            device_infer=self.device_infer,
+            cloud_infer=self.cloud_infer,
+            http=fleet.http,
+            rng=random.Random(rng.random()),
+        )
+        self.device.add_listener(self._on_event)
+        self._loop_task: asyncio.Task[None] | None = None
+
+    # --- what an app supplies --------------------------------------------------------------
+
+    def readings(self) -> Readings:
+        """Live readings: the link and load models now, and the cloud's current estimate."""
+        fleet = self.fleet
+        now = fleet.elapsed()
+        link = self.link.reading(now, fleet.scenario.network(now))
+        self.last_link = link
+        self.last_load = self.load.reading(now)
+        return Readings(
+            rtt_ms=link.rtt_ms,
+            bandwidth_kbps=link.bandwidth_kbps,
+            device_load=self.last_load,
+            online=link.online,
+            cloud_infer_ms=fleet.cloud.estimate_ms(now, fleet.scenario.cloud_capacity(now)),
+        )
+
+    async def device_infer(self, task: Task) -> dict[str, Any]:
+        """The small model: tens of ms, slower under load; fails now and then."""
+        delay_ms = device_infer_ms(
+            self.profile, task.task_type, task.tokens, self.last_load, self.rng
+        )
+        await asyncio.sleep(delay_ms / 1000)
+        if self.rng.random() < self.profile.failure_rate:
+            raise DeviceFailure(f"{self.profile.model}: on-device inference failed")
+        return {"side": "device", "ms": delay_ms}
+
+    async def cloud_infer(self, task: Task, decision: Decision) -> dict[str, Any]:
+        """The large model: upload + RTT + T_infer from the shared queue; refuses work when
+        the cloud is past capacity. The SDK enforces the cell's cloud timeout."""
+        fleet = self.fleet
+        now = fleet.elapsed()
+        capacity = fleet.scenario.cloud_capacity(now)
+        fleet.cloud.arrival(now)
+        link = self.last_link
+        if self.rng.random() < fleet.cloud.failure_rate(now, capacity):
+            await asyncio.sleep(link.rtt_ms / 1000)
+            raise CloudOverloaded("503 from the cloud model")
+        delay_ms = (
+            upload_ms(task.upload_bytes, link.bandwidth_kbps)
+            + link.rtt_ms
+            + fleet.cloud.infer_ms(task.task_type, task.tokens, now, self.rng, capacity)
+        )
+        await asyncio.sleep(min(delay_ms / 1000, _LONGEST_SLEEP_S))
+        return {"side": "cloud", "ms": delay_ms, "route": decision.route}
+
+    # --- the device's life -------------------------------------------------------------------
+
+    def _on_event(self, event: str, details: dict[str, Any]) -> None:
+        if event == "policy":
+            self.applied.append(details.get("version"))
+        elif event == "queued_result":
+            outcome = details["outcome"]
+            self.fleet.stats.queued_done += 1
+            self._count(outcome, buggy=False)
+
+    def _count(self, outcome: Outcome, *, buggy: bool) -> None:
+        self.fleet.stats.record(outcome, buggy=buggy)
+        if outcome.policy_version is not None:
+            self.reported[outcome.policy_version] += 1
+
+    async def start(self) -> None:
+        """Start the SDK device and this device's stream of tasks."""
+        await self.device.start()
+        self._loop_task = asyncio.create_task(self._task_loop(), name=f"tasks {self.device_id}")
+
+    async def stop(self) -> None:
+        """Stop producing tasks, then stop the SDK device (last telemetry flush)."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+        await self.device.stop()
+
+    def next_task(self) -> tuple[TaskDraw, ModelConfidence]:
+        """The next task this device's user asks for, and the model that scores it."""
+        document = self.device.policy.document
+        workload = self.fleet.workload_for(document)
+        model = self.fleet.model_for(self.device.policy.version)
+        return workload.draw(self.rng, model), model
+
+    async def _task_loop(self) -> None:
+        # The app's user starts asking once the device knows its fleet's policy (at once for
+        # a device with one stored under its state_dir): tasks answered with no policy at all
+        # are not reported, so they would only blur the fleet's figures.
+        while self.device.policy.version is None:
+            await asyncio.sleep(_POLICY_WAIT_S)
+        loop = asyncio.get_running_loop()
+        rate = self.fleet.per_device_rate
+        next_at = loop.time() + self.rng.expovariate(rate)
+        while True:
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            draw, model = self.next_task()
+            cell = draw.cell
+            task = Task(
+                task_type=cell[0],
+                latency_budget=cell[1],
+                privacy_tier=cell[2],
+                tokens=draw.tokens,
+                intent_conf=draw.intent_conf,
+                lm_conf=draw.lm_conf,
+                upload_bytes=draw.upload_bytes,
+                cache_key=draw.cache_key,
+            )
+            outcome = await self.device.run(task)
+            self.fleet.stats.tasks += 1
+            if outcome.queued:
+                self.fleet.stats.queued += 1
+            else:
+                self._count(outcome, buggy=model is BUGGY_MODEL)
+            next_at = max(next_at + self.rng.expovariate(rate), loop.time())
+
+
+class SimulatedFleet:
+    """Many `SimDevice`s, one HTTP client, one cloud queue, one scenario clock."""
+
+    def __init__(
+        self,
+        config: FleetConfig,
+        *,
+        http: httpx.AsyncClient | None = None,
+        output: TextIO | None = None,
+    ) -> None:
+        self.config = config
+        self.scenario: Scenario = scenario_named(config.scenario)
+        self.buggy_rule = BuggyRule(version=config.buggy_version, stable=config.stable_version)
+        self.cloud = CloudQueue(
+            capacity_rps=config.cloud_capacity_rps or config.rate * CLOUD_CAPACITY_PER_TASK
+        )
+        self.per_device_rate = config.rate / config.devices
+        self.stats = FleetStats()
+        self.devices: dict[str, SimDevice] = {}
+        self.output = output
+        self._http = http
+        self._owns_http = http is None
+        self._started_at: float | None = None
+        self._workloads: dict[tuple[tuple[str, ...], ...], Workload] = {}
+        self._stopped = asyncio.Event()
+        self._runner: asyncio.Task[None] | None = None
+        self._last_progress: tuple[float, int, Counter[str], int] | None = None
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The HTTP client every device shares."""
+        if self._http is None:
+            limits = httpx.Limits(
+                max_connections=self.config.http_connections,
+                max_keepalive_connections=self.config.http_connections,
+            )
+            self._http = httpx.AsyncClient(limits=limits, timeout=30.0, trust_env=False)
+        return self._http
+
+    def elapsed(self) -> float:
+        """Seconds since the fleet started (the scenarios' clock)."""
+        if self._started_at is None:
+            return 0.0
+        return time.monotonic() - self._started_at
+
+    def workload_for(self, document: Mapping[str, Any] | None) -> Workload:
+        """The task mix of the policy a device runs (one Workload per set of dimensions)."""
+        dimensions: Mapping[str, Any] = _SEED_DIMENSIONS
+        if document is not None and isinstance(document.get("dimensions"), Mapping):
+            dimensions = document["dimensions"]
+        key = tuple(tuple(dimensions.get(name) or ()) for name in _SEED_DIMENSIONS)
+        workload = self._workloads.get(key)
+        if workload is None:
+            workload = self._workloads[key] = Workload(
+                {name: list(values) for name, values in zip(_SEED_DIMENSIONS, key, strict=True)}
+            )
+        return workload
+
+    def model_for(self, policy_version: int | None) -> ModelConfidence:
+        """The on-device model a device running `policy_version` has."""
+        if not self.scenario.buggy_candidate or policy_version is None:
+            return STABLE_MODEL
+        rule = self.buggy_rule
+        if rule.version is None and rule.stable is None:
+            # The fleet's stable version: the lowest any device runs once the first has one.
+            versions = [d.device.policy.version for d in self.devices.values()]
+            stable = min(v for v in versions if v is not None)
+            self.buggy_rule = rule = BuggyRule(stable=stable)
+            self._say(f"buggy-candidate: versions newer than v{stable} run the buggy model")
+        return BUGGY_MODEL if rule.is_buggy(policy_version) else STABLE_MODEL
+
+    # --- running ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Create the devices and start them, staggered, in the background."""
+        self._started_at = time.monotonic()
+        rng = random.Random(self.config.seed)
+        for index in range(self.config.devices):
+            sim = SimDevice(self, index, random.Random(rng.random()))
+            self.devices[sim.device_id] = sim
+        self._runner = asyncio.create_task(self._start_staggered(), name="fleet start")
+
+    async def _start_staggered(self) -> None:
+        gap = 1.0 / self.config.connect_per_s
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        for number, sim in enumerate(self.devices.values()):
+            await asyncio.sleep(max(0.0, began + number * gap - loop.time()))
+            await sim.start()
+
+    async def stop(self) -> None:
+        """Stop every device (each flushes its telemetry once more), then the HTTP client."""
+        self._stopped.set()
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._runner
+        limit = asyncio.Semaphore(100)
+
+        async def stop_one(sim: SimDevice) -> None:
+            async with limit:
+                try:
+                    await sim.stop()
+                except Exception:
+                    logger.warning("sim.device_stop_failed device=%s", sim.device_id, exc_info=True)
+
+        await asyncio.gather(*(stop_one(sim) for sim in self.devices.values()))
+        if self._owns_http and self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Start, print a progress line every `progress_s`, stop after `duration_s` or when
+        `stop` is set; always stops the devices cleanly."""
+        stop = stop or asyncio.Event()
+        await self.start()
+        loop = asyncio.get_running_loop()
+        deadline = None if self.config.duration_s is None else loop.time() + self.config.duration_s
+        try:
+            while not stop.is_set():
+                timeout = self.config.progress_s
+                if deadline is not None:
+                    timeout = min(timeout, deadline - loop.time())
+                    if timeout <= 0:
+                        break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout)
+                self._say(self.progress_line())
+        finally:
+            self._say("stopping: flushing telemetry of every device")
+            await self.stop()
+            self._say(self.summary_line())
+
+    # --- reporting -------------------------------------------------------------------------
+
+    def telemetry_totals(self) -> dict[str, int]:
+        """Telemetry counters summed over the fleet."""
+        totals: Counter[str] = Counter()
+        for sim in self.devices.values():
+            totals.update(sim.device.telemetry.counters())
+        return dict(totals)
+
+    def connection_states(self) -> Counter[str]:
+        """How many devices are in each connection state."""
+        return Counter(sim.device.connection_state for sim in self.devices.values())
+
+    def progress_line(self) -> str:
+        """One line: devices online, tasks/s, α and cloud share (over the last interval),
+        fallbacks, latency, the cloud's state and telemetry delivery."""
+        now = self.elapsed()
+        stats = self.stats
+        decided = Counter(stats.decided)
+        fallbacks = sum(stats.fallbacks.values())
+        previous = self._last_progress or (0.0, 0, Counter(), 0)
+        self._last_progress = (now, stats.finished, decided, fallbacks)
+        interval = max(1e-9, now - previous[0])
+        done = stats.finished - previous[1]
+        recent = decided - previous[2]
+        states = self.connection_states()
+        online = sum(states[s] for s in ONLINE_STATES)
+        latencies, stats.latencies_ms = stats.latencies_ms, []
+        capacity = self.scenario.cloud_capacity(now)
+        events = self.telemetry_totals()
+        parts = [
+            f"[{now:6.0f}s] online {online}/{len(self.devices)}"
+            f" (socket {states['connected']}, polling {states['polling']},"
+            f" offline {states['offline']})",
+            f"{done / interval:6.1f} tasks/s",
+            f"α {_share(recent['device'], done)} cloud {_share(recent['cloud'], done)}"
+            f" d+r {_share(recent['draft_refine'], done)}",
+            f"fallbacks {fallbacks - previous[3]} ({_share(fallbacks - previous[3], done)})",
+            f"p50 {_quantile(latencies, 0.5)} p95 {_quantile(latencies, 0.95)} ms",
+            f"cloud x{self.cloud.slowdown(now, capacity):.1f}",
+            f"events delivered {events.get('delivered', 0)} pending {events.get('pending', 0)}"
+            f" dropped {events.get('dropped', 0)}",
+        ]
+        if self.scenario.buggy_candidate and stats.buggy_tasks:
+            parts.append(
+                f"buggy cohort cloud {_share(stats.buggy_cloud, stats.buggy_tasks)}"
+                f" of {stats.buggy_tasks}"
+            )
+        return " | ".join(parts)
+
+    def summary_line(self) -> str:
+        """The run's totals."""
+        stats = self.stats
+        events = self.telemetry_totals()
+        done = stats.finished
+        return (
+            f"done: {stats.tasks} tasks ({stats.queued} queued offline, {stats.queued_done} run"
+            f" later), α {_share(stats.decided['device'], done)}"
+            f" cloud {_share(stats.decided['cloud'], done)},"
+            f" fallbacks {dict(stats.fallbacks)}, failed {stats.failed},"
+            f" cache hits {stats.cache_hits}; events delivered {events.get('delivered', 0)}"
+            f" duplicates {events.get('duplicates', 0)} pending {events.get('pending', 0)}"
+            f" dropped {events.get('dropped', 0)}"
+        )
+
+    def _say(self, line: str) -> None:
+        if self.output is not None:
+            print(line, file=self.output, flush=True)
+
+
+def _share(part: float, whole: float) -> str:
+    return f"{part / whole:.2f}" if whole else "-"
+
+
+def _quantile(values: list[float], q: float) -> str:
+    if len(values) < 2:
+        return "-"
+    return f"{statistics.quantiles(values, n=100)[round(q * 100) - 1]:.0f}"
+
+
+def reported_by_device(fleet: SimulatedFleet) -> dict[str, dict[int, int]]:
+    """device id -> policy version -> tasks that produced a telemetry event (for checks)."""
+    return {d: dict(sim.reported) for d, sim in fleet.devices.items()}
