@@ -103,7 +103,7 @@
       var colour = MARKER_COLOURS[marker.kind] || "#6b7685";
       shapes.push({ type: "line", xref: "x", yref: "paper", x0: marker.at, x1: marker.at, y0: 0, y1: 1,
                     line: { color: colour, width: 1.5, dash: marker.kind === "published" ? "dot" : "solid" } });
-      annotations.push({ x: marker.at, xref: "x", yref: "paper", y: index % 2 ? 0.9 : 1, yanchor: "bottom",
+      annotations.push({ x: marker.at, xref: "x", yref: "paper", y: 1 - 0.08 * (index % 3), yanchor: "bottom",
                          text: marker.label, showarrow: false, font: { size: 10, color: colour },
                          bgcolor: "rgba(255,255,255,0.85)", hovertext: marker.summary });
     });
@@ -124,13 +124,17 @@
 
   function drawShares(payload, x) {
     var series = payload.series;
+    // Only buckets with events: an empty minute is not "0% on the device".
+    var keep = series.events.map(function (n) { return n > 0; });
+    function kept(list) { return list.filter(function (_, i) { return keep[i]; }); }
+    var keptX = kept(x);
     var traces = [
       { name: "α on device", y: percents(series.alpha), fillcolor: "rgba(47,158,91,0.55)", line: { color: ROUTE_COLOURS.device } },
       { name: "draft-refine", y: percents(series.draft_refine_share), fillcolor: "rgba(138,85,201,0.5)", line: { color: ROUTE_COLOURS.draft_refine } },
       { name: "cloud", y: percents(series.cloud_share), fillcolor: "rgba(47,111,214,0.5)", line: { color: ROUTE_COLOURS.cloud } }
     ].map(function (trace) {
-      return Object.assign({ x: x, type: "scatter", mode: "lines", stackgroup: "share", connectgaps: false,
-                             hovertemplate: "%{y:.1f}%" }, trace);
+      return Object.assign({ type: "scatter", mode: "lines", stackgroup: "share", hovertemplate: "%{y:.1f}%" },
+                           trace, { x: keptX, y: kept(trace.y) });
     });
     traces.push({ x: x, y: series.events, name: "events", type: "scatter", mode: "lines", yaxis: "y2",
                   line: { color: "#4a5568", width: 1, dash: "dot" }, hovertemplate: "%{y:,} events" });
@@ -157,17 +161,35 @@
       });
     });
     var range = timeRange(payload);
+    var values = [];
+    traces.forEach(function (t) { t.y.forEach(function (v) { if (v) { values.push(v); } }); });
+    var low = values.length ? Math.min.apply(null, values) : 10;
+    var high = values.length ? Math.max.apply(null, values) : 1000;
+    var budgetsMs = payload.budgets.map(function (b) { return b.budget_ms; });
+    // Show the data and the nearest budget above it; budgets far above are named, not drawn.
+    var top = Math.max(high * 1.6, Math.min.apply(null, budgetsMs.concat([high * 1.6])) * 1.25);
     var shapes = [];
     var annotations = [];
-    payload.budgets.forEach(function (budget) {
+    var beyond = [];
+    payload.budgets.forEach(function (budget, index) {
+      if (budget.budget_ms > top) {
+        beyond.push(budget.latency_budget + " " + count(budget.budget_ms));
+        return;
+      }
       shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: budget.budget_ms, y1: budget.budget_ms,
                     line: { color: "#b42318", width: 1.2, dash: "dash" } });
-      annotations.push({ xref: "paper", x: 1, xanchor: "right", y: Math.log10(budget.budget_ms), yanchor: "bottom",
+      annotations.push({ xref: "paper", x: index % 2 ? 0.01 : 0.99, xanchor: index % 2 ? "left" : "right",
+                         y: Math.log10(budget.budget_ms), yanchor: "bottom",
                          text: budget.latency_budget + " budget " + count(budget.budget_ms) + " ms",
-                         showarrow: false, font: { size: 10, color: "#b42318" } });
+                         showarrow: false, font: { size: 10, color: "#b42318" }, bgcolor: "rgba(255,255,255,0.8)" });
     });
+    if (beyond.length) {
+      annotations.push({ xref: "paper", yref: "paper", x: 1, y: 1, xanchor: "right", yanchor: "bottom", showarrow: false,
+                         text: "budgets above the chart: " + beyond.join(", ") + " ms", font: { size: 10, color: "#b42318" } });
+    }
     draw("chart-latency", traces, baseLayout("latency (ms, log scale)", {
-      yaxis: { title: { text: "latency (ms, log scale)" }, type: "log", gridcolor: "#eef1f5" },
+      yaxis: { title: { text: "latency (ms, log scale)" }, type: "log", gridcolor: "#eef1f5",
+               range: [Math.log10(Math.max(1, low / 1.5)), Math.log10(top)] },
       xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", range: range, gridcolor: "#eef1f5" },
       shapes: shapes, annotations: annotations
     }));
@@ -199,7 +221,9 @@
          baseLayout("violations (events)", {
            yaxis: { title: { text: "violations (events)" }, rangemode: "tozero", range: any ? null : [0, 1], dtick: any ? null : 1, gridcolor: "#eef1f5" },
            xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", range: timeRange(payload), gridcolor: "#eef1f5" },
-           showlegend: false
+           showlegend: false,
+           annotations: any ? [] : [{ xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false,
+                                      text: "none in this window", font: { size: 13, color: "#1d7a3e" } }]
          }));
   }
 
@@ -217,7 +241,7 @@
 
   function drawGrid(payload) {
     var axes = gridAxes(payload.grid);
-    var columnLabels = axes.columns.map(function (c) { return c[0] + " · " + c[1]; });
+    var columnLabels = axes.columns.map(function (c) { return c[0] + "<br>" + c[1]; });
     function matrix(pick) {
       return axes.rows.map(function (task) {
         return axes.columns.map(function (c) { return pick(axes.index[task + "|" + c[0] + "|" + c[1]]); });
@@ -430,10 +454,12 @@
     socket = new WebSocket(scheme + window.location.host + config.dataset.wsPath);
     showStatus("connecting", "connecting…");
     socket.addEventListener("open", function () {
-      // After a reconnect, ask for a snapshot: updates may have been missed meanwhile.
+      // After a reconnect, ask for a snapshot: updates may have been missed meanwhile. So too
+      // when the form was changed before this script ran (the page shows another view).
       var again = retries > 0;
+      var view = form ? viewFromForm() : current.view;
       retries = 0;
-      subscribe(current.view, again);
+      subscribe(view, again || queryOf(view) !== current.view_key);
     });
     socket.addEventListener("message", function (event) {
       var message;

@@ -1,0 +1,269 @@
+"""The fleet dashboard in a real Chromium, on a real ASGI server with a real Celery worker.
+
+Telemetry reaches it the way devices send it: batches POSTed to `/api/v1/telemetry` with device
+tokens, landed, drained by the Celery worker into rollups. The page must show every chart
+filled, the headline figures the posted events imply, and follow new events live (the feed
+pushes each update; the page does not reload). A screenshot of the filled dashboard is kept as
+`test-artifacts/dashboard.png`.
+"""
+
+import math
+import os
+import random
+import re
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from routing_policies.roles import Role
+from routing_policies.services import (
+    device_enroll,
+    fleet_enrollment_key_rotate,
+    policy_draft_create,
+    policy_draft_update_cells,
+    policy_version_publish,
+    rollout_start,
+)
+from tests.factories import PASSWORD, UserFactory, make_fleet
+from tests.integration.test_telemetry_durability import Worker
+from tests.unit.telemetry.factories import iso
+
+from .conftest import screenshot_path
+
+pytestmark = pytest.mark.e2e
+
+SLUG = "e2e-dashboard"
+CELLS = [
+    (task, budget, tier)
+    for task in ("voice", "text", "image")
+    for budget in ("interactive", "background")
+    for tier in ("sensitive", "normal")
+]
+LIVE_TIMEOUT_MS = 30_000
+CHARTS = (
+    "chart-shares",
+    "chart-latency",
+    "chart-rates",
+    "chart-privacy",
+    "chart-grid-cloud",
+    "chart-grid-p95",
+    "chart-cohort-alpha",
+    "chart-cohort-p95",
+    "chart-convergence",
+)
+
+
+def _event(rng: random.Random, device_id: str, ts: datetime, version: int) -> dict[str, Any]:
+    """A plausible decision: sensitive tasks stay on the device, others split three ways."""
+    task, budget, tier = rng.choice(CELLS)
+    if tier == "sensitive":
+        route = "device"
+    else:
+        route = rng.choices(["device", "cloud", "draft_refine"], [0.6, 0.3, 0.1])[0]
+    if version == 2 and tier == "normal":
+        route = rng.choices(["device", "cloud"], [0.3, 0.7])[0]  # the candidate sends more up
+    median = {"device": 35.0, "cloud": 340.0, "draft_refine": 520.0}[route]
+    return {
+        "event_id": str(uuid.uuid4()),
+        "device_id": device_id,
+        "ts": iso(ts),
+        "policy_version": version,
+        "task_type": task,
+        "latency_budget": budget,
+        "privacy_tier": tier,
+        "route": route,
+        "decided_by": "privacy" if tier == "sensitive" else "threshold",
+        "score": None if tier == "sensitive" else round(rng.random(), 3),
+        "threshold": 0.6,
+        "tokens": rng.randint(20, 600),
+        "intent_conf": 0.8,
+        "lm_conf": 0.7,
+        "latency_ms": round(rng.lognormvariate(math.log(median), 0.4), 2),
+        "fallback": "cloud_to_device" if route == "cloud" and rng.random() < 0.05 else "none",
+        "cache_hit": rng.random() < 0.1,
+        "upload_bytes": 0,
+        "rtt_ms": 80,
+        "bandwidth_kbps": 5000,
+        "device_load": 0.3,
+        "ok": rng.random() > 0.01,
+        "deidentified": False,
+    }
+
+
+class Fleet:
+    """The fleet under test: its devices' tokens and every event that got a 202."""
+
+    def __init__(self, base_url: str, tokens: dict[str, str]) -> None:
+        self.base_url = base_url
+        self.tokens = tokens
+        self.accepted: list[dict[str, Any]] = []
+
+    def post(self, device_id: str, events: list[dict[str, Any]]) -> None:
+        response = httpx.post(
+            f"{self.base_url}/api/v1/telemetry",
+            json={"events": events},
+            headers={"Authorization": f"Bearer {self.tokens[device_id]}"},
+            timeout=20,
+            trust_env=False,
+        )
+        assert response.status_code == 202, response.text
+        self.accepted.extend(events)
+
+    def alpha_text(self) -> str:
+        on_device = sum(1 for e in self.accepted if e["route"] == "device")
+        return f"{100 * on_device / len(self.accepted):.1f}%"
+
+
+@pytest.fixture
+def own_redis_db() -> None:
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but REDIS_URL is not set")
+        pytest.skip("needs Redis (set REDIS_URL)")
+    import redis
+
+    redis.Redis.from_url(url).flushdb()
+
+
+@pytest.fixture
+def worker(own_redis_db: None) -> Iterator[Worker]:
+    started = Worker({"TELEMETRY_RATE_LIMIT_BATCHES": "0"})
+    started.start()
+    yield started
+    started.stop()
+    os.unlink(started.log.name)
+
+
+@pytest.fixture
+def reporting_fleet(
+    asgi_server: str, transactional_db: None, requires_postgres: None, worker: Worker
+) -> Fleet:
+    """v1 stable, v2 rolling out at 5%, three phones that reported the last 10 minutes."""
+    publisher: Any = UserFactory(role=Role.PUBLISHER, username="pia")
+    UserFactory(role=Role.VIEWER, username="vera")
+    fleet = make_fleet(slug=SLUG, actor=publisher)
+    draft = policy_draft_create(actor=publisher, fleet=fleet)
+    policy_draft_update_cells(
+        actor=publisher,
+        fleet=fleet,
+        revision=draft.revision,
+        edits=[
+            {
+                "task_type": "text",
+                "latency_budget": "interactive",
+                "privacy_tier": "normal",
+                "values": {"threshold": 0.4},
+            }
+        ],
+    )
+    policy_version_publish(
+        actor=publisher, fleet=fleet, revision=draft.revision + 1, note="lower θ for text"
+    )
+    key = fleet_enrollment_key_rotate(actor=publisher, fleet=fleet)
+    tokens = {
+        device_id: device_enroll(fleet_key=key, device_id=device_id, platform="android")[1]
+        for device_id in ("phone-1", "phone-2", "phone-3")
+    }
+    reporting = Fleet(asgi_server, tokens)
+    rng = random.Random(6)
+    now = datetime.now(UTC)
+    for minutes_ago in range(10, 0, -1):
+        for device_id in tokens:
+            moment = now - timedelta(minutes=minutes_ago, seconds=rng.uniform(0, 50))
+            reporting.post(device_id, [_event(rng, device_id, moment, 1) for _ in range(25)])
+    rollout_start(actor=publisher, fleet=fleet, version=2)
+    started = datetime.now(UTC)
+    reporting.post("phone-3", [_event(rng, "phone-3", started, 2) for _ in range(60)])
+    return reporting
+
+
+def _chart_points(page: Page, chart_id: str) -> int:
+    return int(page.locator(f"#{chart_id}").get_attribute("data-points") or 0)
+
+
+def _login(page: Page, base_url: str) -> None:
+    page.goto(f"{base_url}/login/")
+    page.get_by_label("Username").fill("vera")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.locator(".who-name")).to_have_text("vera")
+
+
+def test_dashboard__simulated_reports__charts_filled_and_updated_live(
+    asgi_server: str, reporting_fleet: Fleet, browser_page: Page
+) -> None:
+    page = browser_page
+    loads: list[str] = []
+    page.on("load", lambda: loads.append(page.url))
+
+    # Given a viewer on the fleet page / When they open its dashboard for the last 15 minutes
+    _login(page, asgi_server)
+    page.goto(f"{asgi_server}/fleets/{SLUG}/")
+    page.get_by_role("link", name="Dashboard", exact=True).click()
+    expect(page.locator("h1")).to_contain_text("Dashboard")
+    expect(page.locator("[data-live-text]")).to_have_text("live", timeout=LIVE_TIMEOUT_MS)
+    page.locator(".dash-window", has_text="15m").click()
+    expect(page).to_have_url(f"{asgi_server}/fleets/{SLUG}/dashboard/?window=15m")
+
+    # Then, once the worker has rolled up every accepted event, the figures and charts show them
+    total = len(reporting_fleet.accepted)
+    alpha = page.locator('[data-figure="alpha"]')
+    expect(alpha.locator("[data-sub]")).to_have_text(
+        f"{total:,} events in 15m", timeout=LIVE_TIMEOUT_MS
+    )
+    expect(alpha.locator("[data-value]")).to_have_text(reporting_fleet.alpha_text())
+    expect(page.locator('[data-figure="privacy"] [data-value]')).to_have_text("0")
+    expect(page.locator('[data-figure="p95"] [data-value]')).to_have_text(
+        re.compile(r"^\d[\d,]* ms$")
+    )
+    expect(page.locator("#figure-alerts")).to_be_visible()
+    expect(page.locator("[data-live-text]")).to_have_text("live")
+    for chart in CHARTS:
+        expect(page.locator(f"#{chart} .main-svg").first).to_be_attached()
+        assert _chart_points(page, chart) > 0, f"{chart} drew nothing"
+    expect(page.locator("[data-cohorts-card]")).to_be_visible()
+    expect(page.locator('[data-field="cohorts-note"]')).to_contain_text("v2 (candidate, 5%)")
+    # the rollout's start and v2's publication are marked on the time axis
+    labels = page.evaluate(
+        "() => document.getElementById('chart-shares').layout.annotations.map(a => a.text)"
+    )
+    assert "5%" in labels
+    assert "v2 published" in labels
+    page.screenshot(path=str(screenshot_path("dashboard")), full_page=True)
+
+    # When a phone reports 80 more events, all in the cloud
+    page.evaluate("() => { window.__e2eMarker = 'before-update'; }")
+    loads_before = len(loads)
+    updates_before = page.evaluate("() => window.dashboardLive.updates")
+    rng = random.Random(7)
+    burst = []
+    for _ in range(80):
+        event = _event(rng, "phone-1", datetime.now(UTC), 1)
+        event.update(privacy_tier="normal", route="cloud", decided_by="threshold", score=0.9)
+        burst.append(event)
+    reporting_fleet.post("phone-1", burst)
+
+    # Then the dashboard shows them without a reload: the figures and the share chart move
+    expect(alpha.locator("[data-sub]")).to_have_text(
+        f"{total + 80:,} events in 15m", timeout=LIVE_TIMEOUT_MS
+    )
+    expect(alpha.locator("[data-value]")).to_have_text(reporting_fleet.alpha_text())
+    assert page.evaluate("() => window.__e2eMarker") == "before-update"
+    assert len(loads) == loads_before
+    assert page.evaluate("() => window.dashboardLive.updates") > updates_before
+    events_drawn = page.evaluate(
+        "() => document.getElementById('chart-shares').data[3].y.reduce((a, b) => a + (b || 0), 0)"
+    )
+    assert events_drawn == total + 80
+
+    # When they switch to the last hour, the view changes in place with hour-long axes
+    page.locator(".dash-window", has_text="1h").click()
+    expect(page).to_have_url(f"{asgi_server}/fleets/{SLUG}/dashboard/?window=1h")
+    page.wait_for_function("() => window.dashboardLive.payload.buckets.length === 60")
+    assert page.evaluate("() => window.__e2eMarker") == "before-update"
