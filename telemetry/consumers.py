@@ -49,7 +49,7 @@ def _snapshot(fleet: Fleet, view: DashboardView) -> str:
     return dashboard_feed.encode(fleet_dashboard(fleet=fleet, view=view))
 
 
-class DashboardConsumer(AsyncWebsocketConsumer):
+class DashboardConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
     """One browser's dashboard socket: joined to the group of the view it shows."""
 
     fleet: Fleet | None = None
