@@ -79,6 +79,12 @@ def add_arguments(
     parser.add_argument(
         "--progress", type=float, default=5.0, help="seconds between progress lines (5)"
     )
+    parser.add_argument(
+        "--no-offline-spells",
+        dest="offline_spells",
+        action="store_false",
+        help="links never drop off the network",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> FleetConfig:
@@ -98,6 +104,7 @@ def config_from_args(args: argparse.Namespace) -> FleetConfig:
         stable_version=args.stable_version,
         cloud_capacity_rps=args.cloud_capacity,
         progress_s=args.progress,
+        offline_spells=args.offline_spells,
     )
 
 

@@ -62,6 +62,8 @@ logger = logging.getLogger(__name__)
 CLOUD_CAPACITY_PER_TASK: Final = 0.7
 _LONGEST_SLEEP_S: Final = 120.0
 _POLICY_WAIT_S: Final = 0.5
+_STOP_CONCURRENCY: Final = 20
+DRAIN_S: Final = 30.0  # at most this long delivering pending telemetry when stopping
 _SEED_DIMENSIONS: Final = {
     "task_type": ["voice", "text", "image"],
     "latency_budget": ["interactive", "background"],
@@ -90,6 +92,7 @@ class FleetConfig:
     progress_s: float = 5.0
     telemetry_flush_s: float = 2.0
     http_connections: int = 200
+    offline_spells: bool = True  # False: links never drop (tests that time stage changes)
 
     def __post_init__(self) -> None:
         if self.devices < 1:
@@ -160,7 +163,8 @@ class SimDevice:
             rtt_ms=self.link.rtt_ms, bandwidth_kbps=self.link.bandwidth_kbps, online=True
         )
         self.last_load = self.load.usual
-        # What this device reported: policy version -> outcomes that produced a telemetry event.
+        # What this device reported: the policy version it ran when a task started -> tasks
+        # whose outcome produced a telemetry event (what the server must hold, per version).
         self.reported: Counter[int] = Counter()
         self.applied: list[int | None] = []  # versions in the order the SDK applied them
         state_dir = fleet.config.state_dir
@@ -196,7 +200,7 @@ class SimDevice:
             rtt_ms=link.rtt_ms,
             bandwidth_kbps=link.bandwidth_kbps,
             device_load=self.last_load,
-            online=link.online,
+            online=link.online or not fleet.config.offline_spells,
             cloud_infer_ms=fleet.cloud.estimate_ms(now, fleet.scenario.cloud_capacity(now)),
         )
 
@@ -235,26 +239,47 @@ class SimDevice:
         if event == "policy":
             self.applied.append(details.get("version"))
         elif event == "queued_result":
+            # A task held while offline, run now: it reports the version it runs under now.
             outcome = details["outcome"]
             self.fleet.stats.queued_done += 1
-            self._count(outcome, buggy=False)
+            self._count(outcome, outcome.policy_version, buggy=False)
 
-    def _count(self, outcome: Outcome, *, buggy: bool) -> None:
+    def _count(self, outcome: Outcome, version: int | None, *, buggy: bool) -> None:
         self.fleet.stats.record(outcome, buggy=buggy)
-        if outcome.policy_version is not None:
-            self.reported[outcome.policy_version] += 1
+        if version is not None:
+            self.reported[version] += 1
 
     async def start(self) -> None:
         """Start the SDK device and this device's stream of tasks."""
         await self.device.start()
         self._loop_task = asyncio.create_task(self._task_loop(), name=f"tasks {self.device_id}")
 
-    async def stop(self) -> None:
-        """Stop producing tasks, then stop the SDK device (last telemetry flush)."""
+    async def stop_tasks(self) -> None:
+        """Stop producing tasks (a task in flight is abandoned, unreported)."""
         if self._loop_task is not None:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
+            self._loop_task = None
+
+    async def drain_telemetry(self, deadline: float) -> None:
+        """Flush until nothing is pending or the loop's clock passes `deadline`."""
+        loop = asyncio.get_running_loop()
+        telemetry = self.device.telemetry
+        while telemetry.pending and loop.time() < deadline:
+            try:
+                async with asyncio.timeout(max(0.1, deadline - loop.time())):
+                    if await telemetry.flush():
+                        return
+            except TimeoutError:
+                return
+            except Exception:  # the SDK keeps the batch; try again shortly
+                logger.debug("sim.flush_failed device=%s", self.device_id, exc_info=True)
+            await asyncio.sleep(min(1.0, max(0.0, deadline - loop.time())))
+
+    async def stop(self) -> None:
+        """Stop producing tasks, then stop the SDK device (last telemetry flush)."""
+        await self.stop_tasks()
         await self.device.stop()
 
     def next_task(self) -> tuple[TaskDraw, ModelConfidence]:
@@ -287,12 +312,13 @@ class SimDevice:
                 upload_bytes=draw.upload_bytes,
                 cache_key=draw.cache_key,
             )
+            version = self.device.policy.version
             outcome = await self.device.run(task)
             self.fleet.stats.tasks += 1
             if outcome.queued:
                 self.fleet.stats.queued += 1
             else:
-                self._count(outcome, buggy=model is BUGGY_MODEL)
+                self._count(outcome, version, buggy=model is BUGGY_MODEL)
             next_at = max(next_at + self.rng.expovariate(rate), loop.time())
 
 
@@ -386,23 +412,30 @@ class SimulatedFleet:
             await asyncio.sleep(max(0.0, began + number * gap - loop.time()))
             await sim.start()
 
-    async def stop(self) -> None:
-        """Stop every device (each flushes its telemetry once more), then the HTTP client."""
+    async def stop(self, drain_s: float = DRAIN_S) -> None:
+        """Stop every device's tasks, deliver what telemetry is pending (for up to `drain_s`,
+        a few devices at a time, so the server is not hit by the whole fleet at once), then
+        stop the devices and the HTTP client. What is still pending after that is kept under
+        `state_dir` (when there is one) and sent by the next run."""
         self._stopped.set()
         if self._runner is not None:
             self._runner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._runner
-        limit = asyncio.Semaphore(100)
+        sims = list(self.devices.values())
+        await asyncio.gather(*(sim.stop_tasks() for sim in sims))
+        limit = asyncio.Semaphore(_STOP_CONCURRENCY)
+        deadline = asyncio.get_running_loop().time() + drain_s
 
-        async def stop_one(sim: SimDevice) -> None:
+        async def drain_and_stop(sim: SimDevice) -> None:
             async with limit:
                 try:
-                    await sim.stop()
+                    await sim.drain_telemetry(deadline)
+                    await sim.device.stop()
                 except Exception:
                     logger.warning("sim.device_stop_failed device=%s", sim.device_id, exc_info=True)
 
-        await asyncio.gather(*(stop_one(sim) for sim in self.devices.values()))
+        await asyncio.gather(*(drain_and_stop(sim) for sim in sims))
         if self._owns_http and self._http is not None:
             await self._http.aclose()
             self._http = None
