@@ -35,6 +35,8 @@ class AlertFeedConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channe
     joined = False
 
     async def connect(self) -> None:
+        # Accepted first, then closed with a code, so the page can tell why it cannot follow.
+        await self.accept()
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
@@ -45,7 +47,6 @@ class AlertFeedConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channe
             return
         await self.channel_layer.group_add(ALERTS_GROUP, self.channel_name)
         self.joined = True
-        await self.accept()
         firing = await database_sync_to_async(firing_alerts)()
         await self.send(
             text_data=json.dumps({"type": "alerts", "fleet": None, "firing": firing, "event": None})

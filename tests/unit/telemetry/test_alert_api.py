@@ -1,0 +1,358 @@
+"""The alerts API and page: what they take, and what they refuse (malformed, oversized,
+unauthorised, duplicate, stale) with the one error shape and nothing changed."""
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from routing_policies.models import AuditEntry, Rollout
+from telemetry.models import AlertRule, AlertWebhook, RolloutGuardSet
+
+pytestmark = pytest.mark.django_db
+
+BASE = "/api/v1/fleets/fleet-a"
+RULES = f"{BASE}/alerts/rules/"
+WEBHOOKS = f"{BASE}/alerts/webhooks/"
+RULE = {
+    "name": "Cloud share jump",
+    "metric": "cloud_share",
+    "condition": "rises_by",
+    "threshold": 0.2,
+    "window_minutes": 5,
+    "min_samples": 100,
+}
+Client = Callable[[Any], APIClient]
+
+
+def assert_error(response: Any, status: int, code: str | None = None) -> dict[str, Any]:
+    assert response.status_code == status, response.content
+    error: dict[str, Any] = response.json()["error"]
+    assert set(error) == {"code", "message", "details"}
+    if code is not None:
+        assert error["code"] == code
+    return error
+
+
+def _state() -> tuple[int, int, int, int]:
+    return (
+        AlertRule.objects.count(),
+        AlertWebhook.objects.count(),
+        RolloutGuardSet.objects.count(),
+        AuditEntry.objects.count(),
+    )
+
+
+@pytest.fixture
+def rule(fleet: Any, editor: Any, client_as: Client) -> dict[str, Any]:
+    response = client_as(editor).post(RULES, RULE, format="json")
+    assert response.status_code == 201, response.content
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def test_alert_rules_api__create_read_change_delete(
+    rule: dict[str, Any], viewer: Any, editor: Any, client_as: Client
+) -> None:
+    # Given a rule added by an editor: it starts with "too few samples", never "ok"
+    assert rule["state"] == "no_data"
+    assert rule["scope"] == "fleet"
+
+    # When a viewer lists the rules
+    listed = client_as(viewer).get(RULES).json()["results"]
+
+    # Then it is there, with its state
+    assert [(r["name"], r["state"]) for r in listed] == [("Cloud share jump", "no_data")]
+
+    # When the editor changes the threshold with the revision read
+    url = f"{RULES}{rule['id']}/"
+    changed = client_as(editor).patch(url, {"revision": 1, "threshold": 0.3}, format="json")
+
+    # Then saved, with a new revision and the change audited
+    assert changed.status_code == 200, changed.content
+    assert (changed.json()["threshold"], changed.json()["revision"]) == (0.3, 2)
+    assert AuditEntry.objects.filter(action="alert_rule.changed").count() == 1
+
+    # When the same (now stale) change is sent again
+    stale = client_as(editor).patch(url, {"revision": 1, "threshold": 0.4}, format="json")
+
+    # Then 409 and the rule keeps 0.3
+    assert_error(stale, 409, "stale_revision")
+    assert client_as(viewer).get(url).json()["threshold"] == 0.3
+
+    # When deleted, twice
+    assert client_as(editor).delete(url).status_code == 204
+    assert client_as(editor).delete(url).status_code == 204
+    assert client_as(viewer).get(url).status_code == 404
+
+
+def test_alert_rules_api__duplicate_name__409_nothing_added(
+    rule: dict[str, Any], editor: Any, client_as: Client
+) -> None:
+    before = _state()
+    response = client_as(editor).post(RULES, {**RULE, "threshold": 0.5}, format="json")
+    error = assert_error(response, 409, "duplicate_rule")
+    assert error["details"][0]["field"] == "name"
+    assert _state() == before
+
+
+@pytest.mark.parametrize(
+    ("change", "fields"),
+    [
+        ({"metric": "colour"}, {"metric"}),
+        ({"condition": "sideways"}, {"condition"}),
+        ({"threshold": "0.2"}, {"threshold"}),
+        ({"threshold": 20}, {"threshold"}),  # a share is a fraction
+        ({"threshold": True}, {"threshold"}),
+        ({"window_minutes": "10"}, {"window_minutes"}),
+        ({"window_minutes": 0}, {"window_minutes"}),
+        ({"window_minutes": 361}, {"window_minutes"}),
+        ({"min_samples": -1}, {"min_samples"}),
+        ({"scope": "cell", "scope_value": "voice"}, {"scope_value"}),
+        ({"scope": "cohort", "scope_value": "canary"}, {"scope_value"}),
+        ({"scope": "version", "scope_value": "latest"}, {"scope_value"}),
+        ({"name": ""}, {"name"}),
+        ({"name": "x" * 121}, {"name"}),
+        ({"enabled": "yes"}, {"enabled"}),
+        ({"metric": "events", "condition": "rises_by"}, {"condition"}),
+        ({"colour": "red"}, {"colour"}),
+        ({"metric": "colour", "window_minutes": 0, "threshold": None}, None),
+    ],
+)
+def test_alert_rules_api__bad_fields__400_names_each(
+    fleet: Any, editor: Any, client_as: Client, change: dict[str, Any], fields: set[str] | None
+) -> None:
+    before = _state()
+    response = client_as(editor).post(RULES, {**RULE, **change}, format="json")
+    error = assert_error(response, 400, "validation_failed")
+    named = {detail["field"] for detail in error["details"]}
+    assert named == (fields if fields is not None else {"metric", "window_minutes", "threshold"})
+    assert _state() == before
+
+
+@pytest.mark.parametrize(
+    "path",
+    [RULES, WEBHOOKS, f"{BASE}/rollout/guards", f"{RULES}1/"],
+)
+def test_alerts_api__malformed_or_not_object_or_oversized__refused_nothing_changed(
+    fleet: Any, publisher: Any, client_as: Client, path: str
+) -> None:
+    before = _state()
+    client = client_as(publisher)
+    method = "PATCH" if path.endswith("1/") else ("PUT" if path.endswith("guards") else "POST")
+    cut = client.generic(method, path, '{"name": "x", "thr', content_type="application/json")
+    assert_error(cut, 400, "parse_error")
+    for raw in ("[]", "null", '"x"', "7"):
+        assert_error(client.generic(method, path, raw, content_type="application/json"), 400)
+    big = '{"name": "' + "x" * settings.MAX_REQUEST_BYTES + '"}'
+    assert_error(client.generic(method, path, big, content_type="application/json"), 413)
+    assert _state() == before
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("get", RULES),
+        ("post", RULES),
+        ("get", f"{BASE}/alerts/history/"),
+        ("get", WEBHOOKS),
+        ("post", WEBHOOKS),
+        ("get", f"{BASE}/alerts/deliveries/"),
+        ("get", f"{BASE}/rollout/guards"),
+        ("put", f"{BASE}/rollout/guards"),
+        ("get", "/api/v1/alerts/firing"),
+    ],
+)
+def test_alerts_api__anonymous__401(
+    fleet: Any, api_client: APIClient, method: str, path: str
+) -> None:
+    response = getattr(api_client, method)(path, {}, format="json")
+    assert_error(response, 401)
+
+
+@pytest.mark.parametrize(
+    ("who", "method", "path", "body"),
+    [
+        ("viewer", "post", RULES, RULE),
+        ("editor", "post", WEBHOOKS, {"url": "http://127.0.0.1:9/hook"}),
+        ("editor", "put", f"{BASE}/rollout/guards", {"guards": "default"}),
+        ("nobody", "get", RULES, None),
+    ],
+)
+def test_alerts_api__role_too_low__403_nothing_changed(
+    fleet: Any,
+    make_user: Any,
+    client_as: Client,
+    viewer: Any,
+    editor: Any,
+    who: str,
+    method: str,
+    path: str,
+    body: Any,
+) -> None:
+    user = {"viewer": viewer, "editor": editor, "nobody": make_user(None, username="n")}[who]
+    before = _state()
+    assert_error(getattr(client_as(user), method)(path, body, format="json"), 403)
+    assert _state() == before
+
+
+def test_alerts_api__unknown_fleet__404(viewer: Any, client_as: Client) -> None:
+    assert_error(client_as(viewer).get("/api/v1/fleets/nope/alerts/rules/"), 404)
+
+
+def test_alert_webhooks_api__add_duplicate_bad__refused(
+    rule: dict[str, Any], publisher: Any, client_as: Client
+) -> None:
+    client = client_as(publisher)
+    made = client.post(
+        WEBHOOKS, {"url": "http://127.0.0.1:9/hook", "format": "slack"}, format="json"
+    )
+    assert made.status_code == 201, made.content
+    before = _state()
+    duplicate = client.post(
+        WEBHOOKS, {"url": "http://127.0.0.1:9/hook", "format": "slack"}, format="json"
+    )
+    assert_error(duplicate, 409, "duplicate_webhook")
+    for body, field in [
+        ({"url": "ftp://127.0.0.1/x"}, "url"),
+        ({"url": "not a url"}, "url"),
+        ({"url": 7}, "url"),
+        ({"url": "http://127.0.0.1/x", "format": "xml"}, "format"),
+        ({"url": "http://127.0.0.1/x", "rule_id": 999}, "rule_id"),
+        ({"url": "http://127.0.0.1/x", "rule_id": "1"}, "rule_id"),
+        ({"url": "http://127.0.0.1/x", "colour": 1}, "colour"),
+        ({}, "url"),
+    ]:
+        error = assert_error(client.post(WEBHOOKS, body, format="json"), 400)
+        assert field in {d["field"] for d in error["details"]}, body
+    assert _state() == before
+    webhook_id = made.json()["id"]
+    assert client.delete(f"{WEBHOOKS}{webhook_id}/").status_code == 204
+    assert client.delete(f"{WEBHOOKS}{webhook_id}/").status_code == 204
+
+
+def test_alerts_api__bad_limit__400(fleet: Any, viewer: Any, client_as: Client) -> None:
+    for path in ("alerts/history/", "alerts/deliveries/"):
+        error = assert_error(client_as(viewer).get(f"{BASE}/{path}", {"limit": "all"}), 400)
+        assert error["details"][0]["field"] == "limit"
+
+
+def test_rollout_guards_api__set_on_the_open_rollout__shown(
+    fleet: Any, publish_version: Any, publisher: Any, viewer: Any, client_as: Client
+) -> None:
+    # Given no rollout: PUT is a conflict
+    body = {"guards": "default", "bake_minutes": {"5": 1, "25": 2, "100": 3}, "auto_advance": True}
+    assert_error(client_as(publisher).put(f"{BASE}/rollout/guards", body, format="json"), 409)
+
+    # When a rollout is started through the API with guards
+    publish_version(fleet)
+    started = client_as(publisher).post(
+        f"{BASE}/rollout/start", {"version": 2, **body}, format="json"
+    )
+    assert started.status_code == 200, started.content
+
+    # Then the guards are readable, judged by nobody yet
+    shown = client_as(viewer).get(f"{BASE}/rollout/guards").json()["guards"]
+    assert shown["bake_minutes"] == {"5": 1, "25": 2, "100": 3}
+    assert shown["auto_advance"] is True
+    assert [g["metric"] for g in shown["guards"]] == [
+        "fallback_rate",
+        "p95_budget",
+        "privacy_violations",
+        "cloud_share",
+    ]
+    assert {g["state"] for g in shown["guards"]} == {"watching"}
+
+    # When they are replaced with one guard
+    one = {"guards": [{"metric": "error_rate", "comparison": "above", "threshold": 0.05}]}
+    replaced = client_as(publisher).put(f"{BASE}/rollout/guards", one, format="json")
+    assert replaced.status_code == 200, replaced.content
+    assert [g["metric"] for g in replaced.json()["guards"]["guards"]] == ["error_rate"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"guards": [{"metric": "events", "comparison": "above", "threshold": 1}]}, "metric"),
+        (
+            {"guards": [{"metric": "error_rate", "comparison": "near", "threshold": 1}]},
+            "comparison",
+        ),
+        (
+            {"guards": [{"metric": "error_rate", "comparison": "above", "threshold": "1"}]},
+            "threshold",
+        ),
+        ({"guards": []}, "guards"),
+        ({"guards": "some"}, "guards"),
+        ({"bake_minutes": -1}, "bake_minutes"),
+        ({"bake_minutes": {"50": 3}}, "bake_minutes"),
+        ({"auto_advance": "yes"}, "auto_advance"),
+        ({"window_minutes": 0}, "window_minutes"),
+    ],
+)
+def test_rollout_start_api__bad_guards__400_no_rollout(
+    fleet: Any, publish_version: Any, publisher: Any, client_as: Client, extra: Any, field: str
+) -> None:
+    publish_version(fleet)
+    response = client_as(publisher).post(
+        f"{BASE}/rollout/start", {"version": 2, **extra}, format="json"
+    )
+    error = assert_error(response, 400)
+    assert any(field in d["field"] for d in error["details"]), error
+    assert not Rollout.objects.exists()
+
+
+# --- the page ------------------------------------------------------------------------------------
+
+
+def test_alerts_page__viewer_sees_rules_editor_adds_one(
+    fleet: Any, viewer: Any, editor: Any, client: Any
+) -> None:
+    page = f"/fleets/{fleet.slug}/alerts/"
+    assert client.get(page).status_code == 302  # anonymous: to the login page
+    client.force_login(editor)
+    added = client.post(
+        f"/fleets/{fleet.slug}/alerts/rules/new/",
+        {
+            "name": "Errors",
+            "metric": "error_rate",
+            "condition": "above",
+            "threshold": "0.05",
+            "window_minutes": "10",
+            "min_samples": "100",
+            "for_seconds": "0",
+            "scope": "fleet",
+            "enabled": "on",
+        },
+    )
+    assert added.status_code == 302
+    client.force_login(viewer)
+    shown = client.get(page)
+    assert shown.status_code == 200
+    text = shown.content.decode()
+    assert "Errors" in text
+    assert "above 5.0%" in text
+    assert "too few samples" in text
+    assert "Add the rule" not in text  # viewers read only
+
+
+def test_alerts_page__bad_threshold__400_says_so_nothing_added(
+    fleet: Any, editor: Any, client: Any
+) -> None:
+    client.force_login(editor)
+    response = client.post(
+        f"/fleets/{fleet.slug}/alerts/rules/new/",
+        {"name": "x", "metric": "error_rate", "condition": "above", "threshold": "lots"},
+    )
+    assert response.status_code == 400
+    assert "Threshold must be a number" in response.content.decode()
+    assert not AlertRule.objects.exists()
+
+
+def test_alerts_page__viewer_posts__403(fleet: Any, viewer: Any, client: Any) -> None:
+    client.force_login(viewer)
+    response = client.post(f"/fleets/{fleet.slug}/alerts/rules/new/", {"name": "x"})
+    assert response.status_code == 403
+    assert not AlertRule.objects.exists()
