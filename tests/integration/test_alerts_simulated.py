@@ -1,0 +1,153 @@
+"""The simulator's buggy-candidate scenario against a real ASGI server, a real Celery worker
+(with beat), PostgreSQL and Redis: the guarded rollout of the buggy version rolls back with no
+one clicking, and when an operator then switches the whole fleet to it, the cloud-share jump
+rule fires.
+
+The simulated devices are the SDK's `Device` (edge_sdk.simulate); devices running v2 use the
+less confident model, so their cloud share goes from about 30% to about 70%.
+"""
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from edge_sdk.simulate.fleet import FleetConfig, SimulatedFleet
+from routing_policies.models import AuditEntry, Rollout, RolloutEvent
+from routing_policies.services import fleet_switch_version
+from telemetry.models import AlertRule, RolloutGuardSet
+from telemetry.services.alerts import alert_rule_create
+from telemetry.services.guards import rollout_start_guarded
+from tests.live_server import asgi_server
+
+from .test_telemetry_durability import Worker
+from .ws_clients import BackgroundLoop, wait_until
+
+__all__ = ["asgi_server"]
+
+pytestmark = pytest.mark.integration
+
+DEVICES = 60
+RATE = 40.0  # tasks per second for the whole fleet
+
+
+@pytest.fixture
+def worker(transactional_db: None) -> Iterator[Worker]:
+    """A real Celery worker with beat, judging alerts every second."""
+    if not os.environ.get("REDIS_URL") or "postgresql" not in connection.settings_dict["ENGINE"]:
+        message = "the simulated fleet needs PostgreSQL (DATABASE_URL) and Redis (REDIS_URL)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    import redis
+
+    redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
+    process = Worker(
+        {
+            "TELEMETRY_SWEEP_AFTER_S": "1",
+            "TELEMETRY_SWEEP_INTERVAL_S": "1",
+            "TELEMETRY_RATE_LIMIT_BATCHES": "0",
+            "ALERT_EVALUATE_INTERVAL_S": "1",
+        }
+    )
+    process.start()
+    yield process
+    process.stop()
+    os.unlink(process.log.name)
+
+
+@pytest.fixture
+def background() -> Iterator[BackgroundLoop]:
+    with BackgroundLoop() as loop:
+        yield loop
+
+
+def _all_on(sim: SimulatedFleet, version: int) -> bool:
+    return all(d.device.policy.version == version for d in sim.devices.values())
+
+
+def test_buggy_candidate__guarded_rollout_rolls_back_then_jump_rule_fires_on_the_switch(
+    asgi_server: str,
+    worker: Worker,
+    background: BackgroundLoop,
+    fleet: Any,
+    fleet_key: str,
+    publish_version: Any,
+    publisher: Any,
+) -> None:
+    # Given a simulated fleet on v1, v2 published (the buggy candidate), and a cloud-share
+    # jump rule comparing each minute with the one before
+    publish_version(fleet, threshold=0.7)
+    jump = alert_rule_create(
+        actor=publisher,
+        fleet=fleet,
+        name="Cloud share jump",
+        metric="cloud_share",
+        condition="rises_by",
+        threshold=0.2,
+        window_minutes=1,
+        min_samples=100,
+    )
+    sim = SimulatedFleet(
+        FleetConfig(
+            base_url=asgi_server,
+            fleet_key=fleet_key,
+            devices=DEVICES,
+            rate=RATE,
+            scenario="buggy-candidate",
+            buggy_version=2,
+            connect_per_s=25,
+            telemetry_flush_s=1.0,
+            progress_s=3600,
+            offline_spells=False,
+        )
+    )
+    background.run(sim.start())
+    try:
+        wait_until(lambda: _all_on(sim, 1), timeout=90, interval=0.2, what="every device on v1")
+
+        # When v2 is rolled out at 5% with the default guards (20 events suffice here)
+        rollout = rollout_start_guarded(
+            actor=publisher,
+            fleet=fleet,
+            version=2,
+            guard_options={"guards": "default", "min_samples": 20, "window_minutes": 10},
+        )
+
+        # Then, with no one clicking, the guards roll it back and every device returns to v1
+        wait_until(
+            lambda: Rollout.objects.get(pk=rollout.pk).state == Rollout.State.ROLLED_BACK,
+            timeout=120,
+            interval=0.5,
+            what="the guards to roll the buggy candidate back",
+        )
+        wait_until(lambda: _all_on(sim, 1), timeout=30, interval=0.2, what="devices back on v1")
+
+        # When an operator then switches the whole fleet to v2 at once (no guards)
+        fleet_switch_version(actor=publisher, fleet=fleet, version=2)
+
+        # Then the cloud-share jump rule fires
+        wait_until(
+            lambda: AlertRule.objects.get(pk=jump.pk).state == "firing",
+            timeout=180,
+            interval=0.5,
+            what="the cloud-share jump rule to fire",
+        )
+    finally:
+        background.run(sim.stop(), timeout=60)
+
+    rollout.refresh_from_db()
+    assert rollout.reason.startswith("Guard fired: candidate cloud share")
+    assert RolloutEvent.objects.get(rollout=rollout, action="rolled_back").actor_name == "system"
+    assert AuditEntry.objects.filter(action="rollout.rolled_back", actor=None).exists()
+    guard = RolloutGuardSet.objects.get(rollout=rollout).guards.get(metric="cloud_share")
+    assert guard.state == "firing"
+    assert guard.candidate_value is not None
+    assert guard.stable_value is not None
+    assert guard.candidate_value - guard.stable_value > 0.2
+    jump.refresh_from_db()
+    assert jump.last_previous is not None
+    assert jump.last_value is not None
+    assert jump.last_value - jump.last_previous >= 0.2
