@@ -158,8 +158,8 @@ class Tally:
     privacy_violations: int = 0
     latency_hist: dict[str, int] = field(default_factory=dict)
 
-    def add(self, other: Tally) -> None:
-        """Fold `other` into this tally."""
+    def add(self, other: Tally, *, with_latency: bool = True) -> None:
+        """Fold `other` into this tally (its histogram too, unless told otherwise)."""
         self.events += other.events
         self.device += other.device
         self.cloud += other.cloud
@@ -169,7 +169,8 @@ class Tally:
         self.cache_hits += other.cache_hits
         self.errors += other.errors
         self.privacy_violations += other.privacy_violations
-        merge_counts(self.latency_hist, other.latency_hist)
+        if with_latency:
+            merge_counts(self.latency_hist, other.latency_hist)
 
     def add_row(
         self, route: str, events: int, c2d: int, d2c: int, hits: int, errors: int, privacy: int
@@ -302,19 +303,22 @@ def _scan(fleet_id: int, view: DashboardView, plan: Plan) -> Scan:
                 continue
             index = int((_as_utc(moment) - plan.start).total_seconds() // step_s)
             index = min(max(index, 0), last)
-            hist = _hist(hist_value)
             bucket_key = (index, route, cohort)
             tally = by_bucket.get(bucket_key)
             if tally is None:
                 tally = by_bucket[bucket_key] = Tally()
             tally.add_row(route, events, c2d, d2c, hits, errors, privacy)
-            merge_counts(tally.latency_hist, hist)
             cell_key = (task, budget, tier)
             cell = by_cell.get(cell_key)
             if cell is None:
                 cell = by_cell[cell_key] = Tally()
             cell.add_row(route, events, c2d, d2c, hits, errors, privacy)
-            merge_counts(cell.latency_hist, hist)
+            # The row's histogram into both at once: this loop is most of the selector's time.
+            into_bucket, into_cell = tally.latency_hist, cell.latency_hist
+            bucket_get, cell_get = into_bucket.get, into_cell.get
+            for key, count in _hist(hist_value).items():
+                into_bucket[key] = bucket_get(key, 0) + count
+                into_cell[key] = cell_get(key, 0) + count
             scan.versions_by_cohort.setdefault(cohort, set()).add(version)
     return scan
 
@@ -365,30 +369,41 @@ def _series(
     return out
 
 
+def _merged(tallies: dict[int, Tally]) -> Tally:
+    total = Tally()
+    for tally in tallies.values():
+        total.add(tally)
+    return total
+
+
 def _fold(scan: Scan, buckets: int) -> dict[str, Any]:
-    """Series for the fleet, per route and per cohort; the summary; the grid's figures."""
+    """Series for the fleet, per route and per cohort; the summary.
+
+    Histograms are merged only where a percentile is shown: per bucket × route and per
+    bucket × cohort; the fleet's own series carry no latency, and its headline percentiles
+    come from the three route totals.
+    """
     fleet: dict[int, Tally] = {}
-    per_route: dict[str, dict[int, Tally]] = {}
-    per_cohort: dict[str, dict[int, Tally]] = {}
+    per_route: dict[str, dict[int, Tally]] = {route: {} for route in ROUTES}
+    per_cohort: dict[str, dict[int, Tally]] = {cohort: {} for cohort in COHORTS}
     for (index, route, cohort), tally in scan.by_bucket.items():
-        for target in (
-            fleet,
-            per_route.setdefault(route, {}),
-            per_cohort.setdefault(cohort, {}),
+        for target, with_latency in (
+            (fleet, False),
+            (per_route.setdefault(route, {}), True),
+            (per_cohort.setdefault(cohort, {}), True),
         ):
             existing = target.get(index)
             if existing is None:
                 existing = target[index] = Tally()
-            existing.add(tally)
+            existing.add(tally, with_latency=with_latency)
     summary = Tally()
     for tally in fleet.values():
-        summary.add(tally)
+        summary.add(tally, with_latency=False)
     routes = {}
     for route in ROUTES:
-        tallies = per_route.get(route, {})
-        total = Tally()
-        for tally in tallies.values():
-            total.add(tally)
+        tallies = per_route[route]
+        total = _merged(tallies)
+        merge_counts(summary.latency_hist, total.latency_hist)
         p50, p95, p99 = total.quantiles()
         series = _series(tallies, buckets)
         routes[route] = {
@@ -400,13 +415,10 @@ def _fold(scan: Scan, buckets: int) -> dict[str, Any]:
         }
     cohorts = {}
     for cohort in COHORTS:
-        tallies = per_cohort.get(cohort, {})
-        total = Tally()
-        for tally in tallies.values():
-            total.add(tally)
+        tallies = per_cohort[cohort]
         cohorts[cohort] = {
             "versions": sorted(scan.versions_by_cohort.get(cohort, ())),
-            "summary": _figures(total),
+            "summary": _figures(_merged(tallies)),
             "series": _series(tallies, buckets),
         }
     return {
