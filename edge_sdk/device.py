@@ -51,6 +51,8 @@ MAX_FRAME_BYTES: Final = 4 * 1024 * 1024
 OFFLINE_DRAIN_CONCURRENCY: Final = 8
 
 Listener = Callable[[str, dict[str, Any]], None]
+# Back-off jitter for devices given no rng of their own (a Random costs 2.5 KiB each).
+_JITTER: Final = random.Random()
 _MISSING: Final[Any] = object()
 
 
@@ -104,7 +106,7 @@ class Device:
         self._cloud_infer = cloud_infer
         self._http = http
         self._owns_http = False
-        self._rng = rng if rng is not None else random.Random()
+        self._rng = rng if rng is not None else _JITTER
         state_dir = config.state_dir
         self.policy = PolicyStore(state_dir)
         self.router = Router(self.policy, readings=readings)

@@ -4,21 +4,26 @@ A policy document (PROTOCOL.md) arrives over the socket or the polling path; it 
 in full before it replaces the current one (a bad document never half-applies), indexed by
 cell key for the router, and written atomically to `state_dir/policy.json`, so a device that
 starts without a network routes at once with its last known good policy.
+
+A published version never changes and its ETag names its content, so the parsed table of a
+version is shared by every device of the process that runs it (a simulator runs thousands):
+the document, the cells and the router's plans are held once per (fleet, version, ETag).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from edge_sdk.decision import Cell, CellDocumentError
 from edge_sdk.storage import atomic_write, read_bytes
 
-__all__ = ["CellKey", "Policy", "PolicyDocumentError", "PolicyStore", "parse_policy"]
+__all__ = ["CellKey", "Policy", "PolicyDocumentError", "PolicyStore", "PolicyTable", "parse_policy"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,27 +36,85 @@ class PolicyDocumentError(ValueError):
     """A policy document that cannot be applied (the current policy stays)."""
 
 
+_MAX_PLAN_SETS: Final = 8  # cloud-pressure values whose router plans a table keeps
+
+
+@dataclass(eq=False, slots=True, weakref_slot=True)
+class PolicyTable:
+    """The parsed, immutable part of a version, shared by the devices that run it."""
+
+    document: Mapping[str, Any]
+    cells: Mapping[CellKey, Cell]
+    # Router plans per cloud-pressure value (edge_sdk.router fills it; bounded).
+    plans: dict[float, Any] = field(default_factory=dict)
+
+    def plans_for(self, pressure: float, build: Callable[[], Any]) -> Any:
+        """The plans under `pressure`, built once per table and pressure."""
+        plans = self.plans.get(pressure)
+        if plans is None:
+            if len(self.plans) >= _MAX_PLAN_SETS:
+                self.plans.clear()
+            plans = self.plans[pressure] = build()
+        return plans
+
+
+# (fleet, version, etag) -> table, while any device holds it.
+_tables: weakref.WeakValueDictionary[tuple[Any, int, str], PolicyTable] = (
+    weakref.WeakValueDictionary()
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """One applied policy version."""
+    """One applied policy version (with the rollout stage it came with)."""
 
     version: int
     etag: str | None
-    document: Mapping[str, Any]
     rollout: Mapping[str, Any] | None
-    cells: Mapping[CellKey, Cell]
+    table: PolicyTable
+
+    @property
+    def document(self) -> Mapping[str, Any]:
+        """The policy document as received."""
+        return self.table.document
+
+    @property
+    def cells(self) -> Mapping[CellKey, Cell]:
+        """The cells by (task_type, latency_budget, privacy_tier)."""
+        return self.table.cells
 
 
 def parse_policy(
-    document: Mapping[str, Any], *, rollout: Mapping[str, Any] | None = None
+    document: Mapping[str, Any],
+    *,
+    rollout: Mapping[str, Any] | None = None,
+    etag: str | None = None,
 ) -> Policy:
-    """Check a whole policy document and index its cells; PolicyDocumentError says why not."""
+    """Check a whole policy document and index its cells; PolicyDocumentError says why not.
+
+    `etag` (from an HTTP header) is used when the document carries none.
+    """
     version = document.get("version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise PolicyDocumentError("policy field 'version' must be a whole number >= 1")
-    etag = document.get("etag")
-    if etag is not None and not isinstance(etag, str):
+    if rollout is not None and not isinstance(rollout, Mapping):
+        raise PolicyDocumentError("'rollout' must be an object or null")
+    own_etag = document.get("etag")
+    if own_etag is not None and not isinstance(own_etag, str):
         raise PolicyDocumentError("policy field 'etag' must be a string")
+    etag = own_etag if own_etag is not None else etag
+    key = (document.get("fleet"), version, etag) if etag else None
+    table = _tables.get(key) if key is not None else None
+    # Equal content is checked, not assumed from the ETag: a server that reused a version
+    # number for other content must not get one device routing by another's table.
+    if table is None or table.document != document:
+        table = PolicyTable(document=document, cells=_parse_cells(document))
+        if key is not None:
+            _tables[key] = table
+    return Policy(version=version, etag=etag, rollout=rollout, table=table)
+
+
+def _parse_cells(document: Mapping[str, Any]) -> dict[CellKey, Cell]:
     raw_cells = document.get("cells")
     if not isinstance(raw_cells, list) or not raw_cells:
         raise PolicyDocumentError("policy field 'cells' must be a non-empty list")
@@ -67,9 +130,7 @@ def parse_policy(
         if key in cells:
             raise PolicyDocumentError(f"cells[{index}] repeats cell {'/'.join(key)}")
         cells[key] = cell
-    if rollout is not None and not isinstance(rollout, Mapping):
-        raise PolicyDocumentError("'rollout' must be an object or null")
-    return Policy(version=version, etag=etag, document=document, rollout=rollout, cells=cells)
+    return cells
 
 
 class PolicyStore:
@@ -119,15 +180,7 @@ class PolicyStore:
         etag: str | None = None,
     ) -> Policy:
         """Check, apply and persist a document; on PolicyDocumentError nothing changes."""
-        policy = parse_policy(document, rollout=rollout)
-        if etag is not None and policy.etag is None:
-            policy = Policy(
-                version=policy.version,
-                etag=etag,
-                document=policy.document,
-                rollout=policy.rollout,
-                cells=policy.cells,
-            )
+        policy = parse_policy(document, rollout=rollout, etag=etag)
         self._set(policy)
         self._save(policy)
         return policy
@@ -141,7 +194,9 @@ class PolicyStore:
             return False
         try:
             stored = json.loads(raw)
-            policy = parse_policy(stored["document"], rollout=stored.get("rollout"))
+            policy = parse_policy(
+                stored["document"], rollout=stored.get("rollout"), etag=stored.get("etag")
+            )
         except (ValueError, KeyError, TypeError) as error:
             logger.warning("policy.stored_unusable path=%s error=%s", self._path, error)
             return False
@@ -158,7 +213,7 @@ class PolicyStore:
     def _save(self, policy: Policy) -> None:
         if self._path is None:
             return
-        payload = {"document": policy.document, "rollout": policy.rollout}
+        payload = {"document": policy.document, "rollout": policy.rollout, "etag": policy.etag}
         try:
             atomic_write(self._path, json.dumps(payload, separators=(",", ":")).encode())
         except OSError as error:

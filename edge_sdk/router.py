@@ -198,7 +198,15 @@ class Router:
         return self.policy.cells.get((task.task_type, task.latency_budget, task.privacy_tier))
 
     def _plans_for(self, pressure: float) -> Mapping[CellKey, _Plan]:
-        plans = {key: _Plan(cell, pressure) for key, cell in self.policy.cells.items()}
+        current = self.policy.current
+        plans: Mapping[CellKey, _Plan]
+        if current is None:
+            plans = {}
+        else:  # shared by every device running this version under this pressure
+            cells = current.cells
+            plans = current.table.plans_for(
+                pressure, lambda: {key: _Plan(cell, pressure) for key, cell in cells.items()}
+            )
         self._plans = plans
         self._plans_pressure = pressure
         return plans

@@ -131,3 +131,24 @@ def test_apply__each_apply__calls_on_change_and_bumps_the_generation() -> None:
     store.apply(policy_document(2))
 
     assert calls == [1, 2]
+
+
+def test_apply__same_version_on_many_devices__one_shared_table() -> None:
+    first, second = PolicyStore(), PolicyStore()
+
+    first.apply(policy_document(6))
+    second.apply(json.loads(json.dumps(policy_document(6))))  # parsed from its own frame
+
+    assert first.current is not None
+    assert second.current is not None
+    assert first.current.table is second.current.table
+
+
+def test_apply__same_version_and_etag_but_other_content__not_shared() -> None:
+    first, second = PolicyStore(), PolicyStore()
+    first.apply(policy_document(8))
+
+    second.apply(policy_document(8, **{"text/interactive/normal": {"threshold": 0.9}}))
+
+    assert first.cell(task()).threshold == 0.6  # type: ignore[union-attr]
+    assert second.cell(task()).threshold == 0.9  # type: ignore[union-attr]
