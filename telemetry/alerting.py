@@ -235,7 +235,7 @@ def judge_rule(
             "breach" if _breach(condition, now_reading.value, threshold, None) else "ok"
         )
         rule_text = format_threshold(metric, condition, threshold)
-        text = f"{current.events:,} events in the window ({rule_text})"
+        text = f"{current.events:,} events in the window (alert if {rule_text})"
         return Judgement(outcome, now_reading.value, None, current.events, text)
     conclusive_violation = (
         metric == Metric.PRIVACY_VIOLATIONS
@@ -271,7 +271,7 @@ def judge_rule(
     shown = format_value(metric, now_reading.value)
     if before is not None:
         shown = f"{format_value(metric, before.value)} → {shown}"
-    text = f"{label} {shown} ({format_threshold(metric, condition, threshold)})"
+    text = f"{label} {shown} (alert if {format_threshold(metric, condition, threshold)})"
     if now_reading.detail:
         text += f"; worst cell {now_reading.detail}"
     return Judgement(

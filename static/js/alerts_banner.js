@@ -11,7 +11,24 @@
   var firingByFleet = {};
   var retryMs = 500;
 
+  // A page's figure of one fleet's firing alerts (the dashboard's big figure), if it has one.
+  function renderFigures() {
+    document.querySelectorAll("[data-alerts-fleet]").forEach(function (figure) {
+      var firing = firingByFleet[figure.dataset.alertsFleet] || [];
+      var value = figure.querySelector("[data-value]");
+      var sub = figure.querySelector("[data-sub]");
+      if (value) value.textContent = String(firing.length);
+      if (sub) {
+        sub.textContent = firing.length
+          ? firing.map(function (alert) { return alert.name; }).join(", ")
+          : "none firing";
+      }
+      figure.dataset.tone = firing.length ? "bad" : "good";
+    });
+  }
+
   function render() {
+    renderFigures();
     var all = [];
     Object.keys(firingByFleet).forEach(function (fleet) {
       firingByFleet[fleet].forEach(function (alert) { all.push(alert); });

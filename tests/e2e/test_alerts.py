@@ -1,0 +1,140 @@
+"""The live alert banner in a real Chromium, on a real ASGI server with a real Celery worker.
+
+A viewer has a page open. The fleet's devices report through the ingest path; when its cloud
+share jumps from 30% to 70%, the seeded "Cloud share jump" rule fires and the banner appears
+on the open page without a reload, naming the rule and the jump. The alerts page then shows
+the rule firing, and its history. Screenshots are kept in test-artifacts/.
+"""
+
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from routing_policies.roles import Role
+from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
+from telemetry.services.alerts import alert_rules_seed
+from tests.factories import PASSWORD, UserFactory, make_fleet
+from tests.integration.test_telemetry_durability import Worker
+from tests.unit.telemetry.factories import iso, make_events
+
+from .conftest import screenshot_path
+
+pytestmark = pytest.mark.e2e
+
+SLUG = "e2e-alerts"
+LIVE_TIMEOUT_MS = 40_000
+
+
+@pytest.fixture
+def worker() -> Iterator[Worker]:
+    """A Celery worker with beat (alerts judged every second); this test's Redis db emptied."""
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but REDIS_URL is not set")
+        pytest.skip("needs Redis (set REDIS_URL)")
+    import redis
+
+    redis.Redis.from_url(url).flushdb()
+    started = Worker({"TELEMETRY_RATE_LIMIT_BATCHES": "0", "ALERT_EVALUATE_INTERVAL_S": "1"})
+    started.start()
+    yield started
+    started.stop()
+    os.unlink(started.log.name)
+
+
+class Phone:
+    """A device of the fleet that reports through `POST /api/v1/telemetry`."""
+
+    def __init__(self, base_url: str, token: str) -> None:
+        self.base_url = base_url
+        self.token = token
+
+    def report(self, *, at: datetime, cloud: int, on_device: int) -> None:
+        ts = iso(at)
+        events = make_events(cloud, ts=ts, route="cloud", latency_ms=300.0) + make_events(
+            on_device, ts=ts
+        )
+        response = httpx.post(
+            f"{self.base_url}/api/v1/telemetry",
+            json={"events": events},
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=20,
+            trust_env=False,
+        )
+        assert response.status_code == 202, response.text
+
+
+@pytest.fixture
+def phone(
+    asgi_server: str, transactional_db: None, requires_postgres: None, worker: Worker
+) -> Phone:
+    """A fleet with the seeded rules and a phone that reported 30% cloud 7 minutes ago."""
+    publisher: Any = UserFactory(role=Role.PUBLISHER, username="pia")
+    UserFactory(role=Role.VIEWER, username="vera")
+    fleet = make_fleet(slug=SLUG, actor=publisher)
+    alert_rules_seed(actor=publisher, fleet=fleet)
+    key = fleet_enrollment_key_rotate(actor=publisher, fleet=fleet)
+    _, token = device_enroll(fleet_key=key, device_id="phone-1", platform="android")
+    reporting = Phone(asgi_server, token)
+    reporting.report(at=datetime.now(UTC) - timedelta(minutes=7), cloud=60, on_device=140)
+    return reporting
+
+
+def _login(page: Page, base_url: str) -> None:
+    page.goto(f"{base_url}/login/")
+    page.get_by_label("Username").fill("vera")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.locator(".who-name")).to_have_text("vera")
+
+
+def test_alert_banner__cloud_share_jumps__appears_on_the_open_page_without_reload(
+    asgi_server: str, phone: Phone, browser_page: Page
+) -> None:
+    page = browser_page
+    loads: list[str] = []
+    page.on("load", lambda: loads.append(page.url))
+
+    # Given a viewer with the fleet's rollout page open, its alert feed live, no banner
+    _login(page, asgi_server)
+    page.goto(f"{asgi_server}/fleets/{SLUG}/rollout/")
+    banner = page.locator("#alert-banner")
+    expect(banner).to_have_attribute("data-live", "true", timeout=LIVE_TIMEOUT_MS)
+    expect(banner).to_be_hidden()
+    loads_before = len(loads)
+
+    # When the fleet's cloud share jumps from 30% to 70%
+    phone.report(at=datetime.now(UTC), cloud=140, on_device=60)
+
+    # Then the banner appears on the open page, naming the rule and the jump, with no reload
+    expect(banner).to_be_visible(timeout=LIVE_TIMEOUT_MS)
+    expect(banner.locator("[data-field=count]")).to_have_text("1 firing")
+    expect(banner.locator("[data-field=text]")).to_contain_text(
+        f"[{SLUG}] Cloud share jump: cloud share 30.0% → 70.0%"
+    )
+    assert len(loads) == loads_before, f"the page reloaded: {loads[loads_before:]}"
+    page.screenshot(path=str(screenshot_path("alert-banner")), full_page=False)
+
+    # When the viewer follows the banner to the alerts page
+    banner.get_by_role("link", name="See the alerts").click()
+
+    # Then the rule is shown firing, with its history
+    row = page.locator("#alert-rules tr", has_text="Cloud share jump")
+    expect(row).to_have_attribute("data-state", "firing")
+    expect(row).to_contain_text("rises by ≥ 20.0 pts")
+    expect(page.locator("#alert-history tr[data-kind=firing]")).to_contain_text("Cloud share jump")
+    expect(page.locator("#alert-rules tr", has_text="Fleet silent")).to_have_attribute(
+        "data-state", "ok"
+    )
+
+    # and the fleet's dashboard counts it among its big figures
+    page.goto(f"{asgi_server}/fleets/{SLUG}/dashboard/")
+    figure = page.locator("#figure-alerts")
+    expect(figure.locator("[data-value]")).to_have_text("1", timeout=LIVE_TIMEOUT_MS)
+    expect(figure.locator("[data-sub]")).to_have_text("Cloud share jump")
