@@ -49,6 +49,7 @@ CLOSE_UNAUTHORISED: Final = 4401
 CLOSE_SUPERSEDED: Final = 4409
 MAX_FRAME_BYTES: Final = 4 * 1024 * 1024
 OFFLINE_DRAIN_CONCURRENCY: Final = 8
+SOCKET_FAILURES_BEFORE_POLL: Final = 3
 
 Listener = Callable[[str, dict[str, Any]], None]
 # Back-off jitter for devices given no rng of their own (a Random costs 2.5 KiB each).
@@ -435,6 +436,16 @@ class Device:
                     self._set_state("polling")
                     await asyncio.sleep(self.config.poll_interval_s)
                 elif ended != "offline":
+                    # A socket that keeps failing to open (a network that drops WebSocket
+                    # handshakes without refusing them) still lets plain HTTP through at
+                    # times: try one poll every few failures, so the policy stays current.
+                    if (
+                        ended == "failed"
+                        and backoff.attempt >= SOCKET_FAILURES_BEFORE_POLL
+                        and backoff.attempt % SOCKET_FAILURES_BEFORE_POLL == 0
+                        and await self._poll_once()
+                    ):
+                        self._set_state("polling")
                     await asyncio.sleep(backoff.next_delay())
         except DeviceRevoked as error:
             await self._revoke(str(error))
@@ -622,8 +633,11 @@ class Device:
         self.router.set_cloud_pressure(float(offset), float(ttl))
         self._emit("cloud_pressure", {"theta_offset": float(offset), "ttl_s": float(ttl)})
 
-    async def _poll_once(self) -> None:
-        """`GET /api/v1/devices/me/policy` with If-None-Match; applies a new version."""
+    async def _poll_once(self) -> bool:
+        """`GET /api/v1/devices/me/policy` with If-None-Match; applies a new version.
+
+        True when the server answered (200, 304, or 404: no policy yet).
+        """
         assert self._http is not None
         headers = self._auth()
         if self.policy.etag:
@@ -636,7 +650,7 @@ class Device:
             )
         except (httpx.HTTPError, OSError) as error:
             self.last_error = f"poll: {error!r}"
-            return
+            return False
         if response.status_code == 401:
             raise DeviceRevoked("policy poll answered 401")
         if response.status_code == 200:
@@ -644,7 +658,7 @@ class Device:
                 document = response.json()
             except ValueError:
                 self.policy_errors += 1
-                return
+                return True
             if (
                 isinstance(document, dict)
                 and document.get("version") != self.policy.version
@@ -654,8 +668,11 @@ class Device:
                     "policy",
                     {"version": self.policy.version, "rollout": None, "via": "polling"},
                 )
-        elif response.status_code not in (304, 404):
-            self.last_error = f"poll answered {response.status_code}"
+            return True
+        if response.status_code in (304, 404):
+            return True
+        self.last_error = f"poll answered {response.status_code}"
+        return False
 
     async def _close_socket(self) -> None:
         ws, self._ws = self._ws, None

@@ -485,3 +485,31 @@ def test_sdk__revoked_token__stops_as_revoked_and_stays_stopped(
     again = devices(server.url, fleet_key, "sdk-revoke-1", state_dir=tmp_path)
     assert again.connection_state == "revoked"
     assert _row("sdk-revoke-1").revoked_at is not None
+
+
+def test_sdk__token_revoked_while_the_device_was_stopped__revoked_at_connect_no_reenrolment(
+    transactional_db: None,
+    server: AsgiProcess,
+    background: BackgroundLoop,
+    devices: Callable[..., Device],
+    fleet: Any,
+    fleet_key: str,
+    publisher: Any,
+    tmp_path: Path,
+) -> None:
+    # Given a device that enrolled, then stopped, and was revoked while it was stopped
+    first = devices(server.url, fleet_key, "sdk-revoke-2", state_dir=tmp_path)
+    wait_until(lambda: first.connection_state == "connected", timeout=WAIT_S, what="connected")
+    background.run(first.stop())
+    device_revoke(actor=publisher, device=_row("sdk-revoke-2"))
+    token_hash = _row("sdk-revoke-2").token_hash
+
+    # When it starts again with its stored token
+    device = devices(server.url, fleet_key, "sdk-revoke-2", state_dir=tmp_path)
+
+    # Then the socket is closed with 4401 and the device stops as revoked, without enrolling
+    # again (which would have given it a new token and undone the revocation)
+    wait_until(lambda: device.connection_state == "revoked", timeout=WAIT_S, what="revoked")
+    assert "4401" in str(device.last_error)
+    row = _row("sdk-revoke-2")
+    assert (row.token_hash, row.revoked_at is not None) == (token_hash, True)
