@@ -21,6 +21,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from routing_policies.roles import Role, user_role
 
+from .alert_tasks import embedded_beat_start
 from .notify import ALERTS_GROUP
 from .selectors.alerts import firing_alerts
 
@@ -45,6 +46,7 @@ class AlertFeedConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channe
         if role < Role.VIEWER:
             await self.close(code=CLOSE_FORBIDDEN)
             return
+        embedded_beat_start()  # embedded mode only: its stand-in for Celery beat
         await self.channel_layer.group_add(ALERTS_GROUP, self.channel_name)
         self.joined = True
         firing = await database_sync_to_async(firing_alerts)()

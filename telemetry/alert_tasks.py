@@ -98,6 +98,7 @@ def request_alert_evaluation(fleet_ids: frozenset[int]) -> None:
     delay: float = settings.ALERT_EVALUATE_COALESCE_S
     for fleet_id in sorted(fleet_ids):
         if settings.CELERY_TASK_ALWAYS_EAGER or not settings.REDIS_URL:
+            embedded_beat_start()
             alerts_evaluate(fleet_id=fleet_id)
             continue
         try:
@@ -116,3 +117,34 @@ def request_alert_evaluation(fleet_ids: frozenset[int]) -> None:
 def on_rollups_stored(sender: Any, fleet_ids: frozenset[int], **kwargs: Any) -> None:
     """Receiver of `rollups_stored`: ask for an evaluation of each fleet (cheap, coalesced)."""
     request_alert_evaluation(fleet_ids)
+
+
+_embedded_beat: threading.Thread | None = None
+_embedded_beat_lock = threading.Lock()
+
+
+def embedded_beat_start() -> None:
+    """Embedded mode has no Celery beat: a thread of this process does its alert round, so
+    silence is noticed there too. Started by the first rollups or the first open page."""
+    global _embedded_beat
+    if not settings.CELERY_TASK_ALWAYS_EAGER:
+        return
+    with _embedded_beat_lock:
+        if _embedded_beat is None:
+            _embedded_beat = threading.Thread(
+                target=_embedded_beat_loop, name="alerts-beat", daemon=True
+            )
+            _embedded_beat.start()
+
+
+def _embedded_beat_loop() -> None:
+    from django.db import connection
+
+    while True:
+        time.sleep(settings.ALERT_EVALUATE_INTERVAL_S)
+        try:
+            evaluate_all_alerts()
+        except Exception:
+            logger.warning("alerts.embedded_beat_failed", exc_info=True)
+        finally:
+            connection.close()

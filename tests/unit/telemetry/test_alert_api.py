@@ -356,3 +356,40 @@ def test_alerts_page__viewer_posts__403(fleet: Any, viewer: Any, client: Any) ->
     response = client.post(f"/fleets/{fleet.slug}/alerts/rules/new/", {"name": "x"})
     assert response.status_code == 403
     assert not AlertRule.objects.exists()
+
+
+def test_alerts_reads__query_counts_pinned(
+    rule: dict[str, Any],
+    phone: tuple[Any, str],
+    viewer: Any,
+    client_as: Client,
+    client: Any,
+    django_assert_num_queries: Any,
+) -> None:
+    # Given seven rules, one of them fired by a privacy violation (history), the reads cost a
+    # fixed number of queries
+    import json
+
+    from telemetry.services import landed_batches_process, telemetry_batch_ingest
+    from telemetry.services.alerts import alert_rules_seed, alerts_evaluate
+
+    from .factories import make_events
+
+    fleet_obj = AlertRule.objects.get(pk=rule["id"]).fleet
+    alert_rules_seed(actor=None, fleet=fleet_obj)
+    leak = make_events(2, route="cloud", privacy_tier="sensitive", deidentified=False)
+    telemetry_batch_ingest(device=phone[0], body=json.dumps({"events": leak}).encode())
+    landed_batches_process()
+    alerts_evaluate(fleet_id=fleet_obj.pk)
+    api = client_as(viewer)
+    # fleet + rules; fleet + history (the role is cached on the forced user after one call)
+    api.get(RULES)
+    with django_assert_num_queries(2):
+        assert len(api.get(RULES).json()["results"]) == 7
+    with django_assert_num_queries(2):
+        assert api.get(f"{BASE}/alerts/history/").json()["results"]
+    client.force_login(viewer)
+    client.get(f"/fleets/{fleet_obj.slug}/alerts/")
+    # session, user, role groups, fleet, rules, history, webhooks, deliveries
+    with django_assert_num_queries(8):
+        assert client.get(f"/fleets/{fleet_obj.slug}/alerts/").status_code == 200

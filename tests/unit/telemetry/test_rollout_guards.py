@@ -209,3 +209,53 @@ def test_rollout_command__bad_guards__refused_nothing_started(
             stdout=StringIO(),
         )
     assert not Rollout.objects.filter(fleet=fleet).exists()
+
+
+def test_rollout_page__guarded_start__guards_and_verdict_shown(
+    fleet: Any, device: Device, candidate: int, publisher: Any, client: Any
+) -> None:
+    # Given a publisher starting v2 from the rollout page with "Guard it" ticked
+    client.force_login(publisher)
+    response = client.post(
+        f"/fleets/{fleet.slug}/rollout/start/",
+        {
+            "version": str(candidate),
+            "guarded": "on",
+            "bake_minutes": "15",
+            "auto_advance": "on",
+            "guard_window_minutes": "10",
+            "guard_min_samples": "50",
+        },
+    )
+    assert response.status_code == 302
+
+    # When too few candidate events have come in and the guards are judged
+    report_mix(device, version=candidate, cloud=1, device_side=4)
+    alerts_evaluate(fleet_id=fleet.pk)
+
+    # Then the page shows the guards, each saying it cannot judge yet
+    page = client.get(f"/fleets/{fleet.slug}/rollout/").content.decode()
+    assert 'data-verdict="insufficient"' in page
+    assert "too few events to judge" in page
+    assert page.count('data-guard-state="insufficient"') == 4
+    assert "bake 15/15/15 min at 5/25/100%" in page
+    assert "auto-advance on" in page
+
+
+def test_rollout_page__bad_bake_time__refused_nothing_started(
+    fleet: Any, candidate: int, publisher: Any, client: Any
+) -> None:
+    client.force_login(publisher)
+    response = client.post(
+        f"/fleets/{fleet.slug}/rollout/start/",
+        {
+            "version": str(candidate),
+            "guarded": "on",
+            "bake_minutes": "soon",
+            "guard_window_minutes": "10",
+            "guard_min_samples": "50",
+        },
+    )
+    assert response.status_code == 400
+    assert "The bake time must be a whole number" in response.content.decode()
+    assert not Rollout.objects.filter(fleet=fleet).exists()
