@@ -227,15 +227,21 @@ def firing_count(*, fleet_id: int) -> int:
 
 def guard_status(*, rollout_id: int) -> dict[str, Any] | None:
     """A rollout's guards and their last verdicts, or None when it has none (two queries)."""
-    guard_set = RolloutGuardSet.objects.filter(rollout_id=rollout_id).first()
+    guard_set = (
+        RolloutGuardSet.objects.select_related("rollout").filter(rollout_id=rollout_id).first()
+    )
     if guard_set is None:
         return None
+    verdict = guard_set.verdict
+    if not guard_set.rollout.is_open and verdict != RolloutGuardSet.Verdict.ROLLED_BACK:
+        # Ended by a person (or completed): the last judgement no longer stands.
+        verdict = RolloutGuardSet.Verdict.FINISHED
     return {
         "window_minutes": guard_set.window_minutes,
         "bake_minutes": {int(k): v for k, v in guard_set.bake_minutes.items()},
         "auto_advance": guard_set.auto_advance,
-        "verdict": guard_set.verdict,
-        "verdict_label": RolloutGuardSet.Verdict(guard_set.verdict).label,
+        "verdict": verdict,
+        "verdict_label": RolloutGuardSet.Verdict(verdict).label,
         "reason": guard_set.verdict_reason,
         "quiet_since": guard_set.quiet_since,
         "evaluated_at": guard_set.evaluated_at,

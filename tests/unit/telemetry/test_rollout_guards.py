@@ -259,3 +259,23 @@ def test_rollout_page__bad_bake_time__refused_nothing_started(
     assert response.status_code == 400
     assert "The bake time must be a whole number" in response.content.decode()
     assert not Rollout.objects.filter(fleet=fleet).exists()
+
+
+def test_guard_status__rollout_ended_by_a_person__shown_finished_not_quiet(
+    fleet: Any, device: Device, candidate: int, publisher: Any
+) -> None:
+    from routing_policies.services import rollout_rollback
+    from telemetry.selectors.alerts import guard_status
+
+    # Given guards judged quiet, then a person rolls the rollout back
+    rollout = start(fleet, candidate, publisher)
+    report_mix(device, version=1, cloud=30, device_side=70)
+    report_mix(device, version=candidate, cloud=30, device_side=70)
+    alerts_evaluate(fleet_id=fleet.pk)
+    assert guard_status(rollout_id=rollout.pk)["verdict"] == "quiet"  # type: ignore[index]
+    rollout_rollback(actor=publisher, fleet=fleet, reason="changed my mind")
+
+    # Then the guards' last word no longer stands
+    status = guard_status(rollout_id=rollout.pk)
+    assert status is not None
+    assert (status["verdict"], status["verdict_label"]) == ("finished", "rollout finished")
