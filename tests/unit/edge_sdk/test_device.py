@@ -38,10 +38,9 @@ def _device(
         DeviceConfig(
             base_url="http://127.0.0.1:9",
             fleet_key="fk",
-            device_id="phone-1",
             platform="android",
             model="pixel",
-            **config,
+            **{"device_id": "phone-1", **config},
         ),
         readings=network or Network(),
         device_infer=inference.on_device,
@@ -506,3 +505,21 @@ def test_config__base_url__gives_the_device_socket_url() -> None:
 
     assert https.ws_url == "wss://cp.example.com/ws/device/"
     assert plain.ws_url == "ws://127.0.0.1:8000/ws/device/"
+
+
+async def test_start__many_devices_in_one_loop__two_background_tasks_each() -> None:
+    # Given 200 devices started in one event loop, offline (no network needed)
+    before = len(asyncio.all_tasks())
+    devices = [
+        _device(Inference(), Network(online=False), device_id=f"phone-{i}", online_check_s=0.01)
+        for i in range(200)
+    ]
+    for device in devices:
+        await device.start()
+    await asyncio.sleep(0.05)
+
+    # Then each runs exactly its connection loop and its telemetry loop, nothing more
+    assert len(asyncio.all_tasks()) - before == 2 * 200
+    for device in devices:
+        await device.stop()
+    assert len(asyncio.all_tasks()) == before
