@@ -133,6 +133,7 @@ class Device:
         self._telemetry_wake: asyncio.Event | None = None
         self._stopping = False
         self._revoked = False
+        self._state_loaded = False
         self._sockets_opened = 0
 
     # --- public ------------------------------------------------------------------------------
@@ -157,12 +158,15 @@ class Device:
             return
         self._stopping = False
         state_dir = self.config.state_dir
-        if state_dir is not None:
-            raw_token = read_bytes(state_dir / TOKEN_FILE)
-            self.token = raw_token.decode().strip() or None if raw_token else None
-            self._revoked = (state_dir / REVOKED_FILE).exists()
-        self.policy.load()
-        self.telemetry.load()
+        if not self._state_loaded:  # a restart of the same object keeps what it has in memory
+            self._state_loaded = True
+            if state_dir is not None:
+                raw_token = read_bytes(state_dir / TOKEN_FILE)
+                self.token = raw_token.decode().strip() or None if raw_token else None
+                self._revoked = (state_dir / REVOKED_FILE).exists()
+            if self.policy.current is None:
+                self.policy.load()
+            self.telemetry.load()
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=self.config.http_timeout_s)
             self._owns_http = True
@@ -371,7 +375,11 @@ class Device:
                 self._offline_tasks.popleft()
                 for _ in range(min(OFFLINE_DRAIN_CONCURRENCY, len(self._offline_tasks)))
             ]
-            outcomes = await asyncio.gather(*(self.run(task) for task in chunk))
+            try:
+                outcomes = await asyncio.gather(*(self.run(task) for task in chunk))
+            except asyncio.CancelledError:  # stopped meanwhile: the tasks wait for next time
+                self._offline_tasks.extendleft(reversed(chunk))
+                raise
             for task, outcome in zip(chunk, outcomes, strict=True):
                 self._emit("queued_result", {"task": task, "outcome": outcome})
 
@@ -732,10 +740,13 @@ class Device:
                         await wake.wait()
                 wake.clear()
             retry = False
-            if self.token is None or not self._online():
-                self.telemetry.save()
+            if not self._online():
+                self.telemetry.save()  # held until online: kept on disk meanwhile
                 continue
             await self._drain_offline_tasks()
+            if self.token is None:
+                self.telemetry.save()
+                continue
             if not self.telemetry.pending:
                 continue
             try:
@@ -743,10 +754,13 @@ class Device:
             except TelemetryRevoked as error:
                 await self._revoke(str(error))
                 return
-            self.telemetry.save()
             if delivered:
+                # While deliveries succeed events are not written to disk (a crash loses at
+                # most one flush interval); a file left by failures is brought up to date.
+                self.telemetry.refresh_saved()
                 backoff.reset()
             else:
+                self.telemetry.save()
                 retry = True
                 await asyncio.sleep(max(self.telemetry.retry_after, backoff.next_delay()))
 

@@ -157,6 +157,7 @@ class TelemetryQueue:
         self._seq = itertools.count()
         self._lock = asyncio.Lock()
         self._dirty = False
+        self._saved = False  # the file exists (written by save, not yet removed)
         self._limit = self.batch_max
         # What became of the events: a resent event is counted once, when its 202 comes.
         self.dropped = 0  # pushed out by newer events while the queue was full
@@ -300,6 +301,7 @@ class TelemetryQueue:
         for line in lines:
             self._append(line)
         self._dirty = False
+        self._saved = True
         return len(lines)
 
     def save(self) -> None:
@@ -310,11 +312,18 @@ class TelemetryQueue:
         try:
             if self._events:
                 atomic_write(self._path, b"\n".join(raw for _, raw in self._events))
+                self._saved = True
             else:
                 remove(self._path)
+                self._saved = False
         except OSError as error:
             self._dirty = True
             logger.warning("telemetry.save_failed path=%s error=%s", self._path, error)
+
+    def refresh_saved(self) -> None:
+        """`save()`, but only when a file from an earlier save exists (it would be stale)."""
+        if self._saved:
+            self.save()
 
 
 def _seconds(header: str | None) -> float:

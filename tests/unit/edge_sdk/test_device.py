@@ -523,3 +523,18 @@ async def test_start__many_devices_in_one_loop__two_background_tasks_each() -> N
     for device in devices:
         await device.stop()
     assert len(asyncio.all_tasks()) == before
+
+
+async def test_start__same_device_stopped_and_started_again__events_not_doubled(
+    tmp_path: Path,
+) -> None:
+    device = _device(Inference(), Network(online=False), state_dir=tmp_path, online_check_s=0.01)
+    device.policy.apply(policy_document())
+    await device.start()
+    await device.run(task())
+    await device.stop()
+
+    await device.start()
+
+    assert device.telemetry.pending == 1
+    await device.stop()

@@ -368,3 +368,18 @@ async def test_save__after_everything_was_delivered__removes_the_file(tmp_path: 
     queue.save()
 
     assert not (tmp_path / "telemetry.jsonl").exists()
+
+
+async def test_refresh_saved__deliveries_succeeding__nothing_written_unless_a_file_exists(
+    tmp_path: Path,
+) -> None:
+    queue = TelemetryQueue(state_dir=tmp_path, poster=Server())
+    queue.record(_event())
+    queue.refresh_saved()
+    assert not (tmp_path / "telemetry.jsonl").exists()
+
+    queue.save()
+    queue.record(_event())
+    queue.refresh_saved()
+
+    assert len((tmp_path / "telemetry.jsonl").read_bytes().splitlines()) == 2
