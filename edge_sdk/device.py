@@ -444,6 +444,8 @@ class Device:
                     self._set_state("polling")
                     await asyncio.sleep(self.config.poll_interval_s)
                 elif ended != "offline":
+                    if self.connection_state == "connected":
+                        self._set_state("connecting")  # lost: back off, then reconnect
                     # A socket that keeps failing to open (a network that drops WebSocket
                     # handshakes without refusing them) still lets plain HTTP through at
                     # times: try one poll every few failures, so the policy stays current.
