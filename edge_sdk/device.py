@@ -230,6 +230,7 @@ class Device:
             )
         started = time.perf_counter()
         cache_key: Any = None
+        cached: Any = _MISSING
         if task.cache_key is not None and cell is not None and cell.cache_ttl_s > 0:
             cache_key = (
                 self.policy.generation,
@@ -239,23 +240,15 @@ class Device:
                 task.cache_key,
             )
             cached = self.cache.get(cache_key, _MISSING)
-            if cached is not _MISSING:
-                return self._finish(
-                    task,
-                    readings,
-                    decision,
-                    cell,
-                    version,
-                    started,
-                    decision.route,
-                    "none",
-                    True,
-                    cached,
-                    cache_hit=True,
-                )
-        route, fallback, ok, result = await self._execute(task, decision, cell, readings.online)
-        if ok and cache_key is not None and cell is not None:
-            self.cache.put(cache_key, result, cell.cache_ttl_s)
+        cache_hit = cached is not _MISSING
+        route: Route
+        fallback: FallbackKind
+        if cache_hit:
+            route, fallback, ok, result = decision.route, "none", True, cached
+        else:
+            route, fallback, ok, result = await self._execute(task, decision, cell, readings.online)
+            if ok and cache_key is not None and cell is not None:
+                self.cache.put(cache_key, result, cell.cache_ttl_s)
         return self._finish(
             task,
             readings,
@@ -267,7 +260,7 @@ class Device:
             fallback,
             ok,
             result,
-            cache_hit=False,
+            cache_hit=cache_hit,
         )
 
     # --- execution ---------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from edge_sdk.decision import Decision, FallbackKind, Route, TaskSignals
+from edge_sdk.decision import Decision, DeviceState, FallbackKind, Route, TaskSignals
 
 __all__ = ["CloudInfer", "DeviceInfer", "Outcome", "Readings", "Task"]
 
@@ -32,6 +32,17 @@ class Readings:
     device_load: float
     online: bool
     cloud_infer_ms: float  # the device's estimate of cloud inference time
+
+    def device_state(self, cloud_pressure: float = 0.0) -> DeviceState:
+        """These readings as the decision's DeviceState, with the pushed pressure."""
+        return DeviceState(
+            rtt_ms=self.rtt_ms,
+            bandwidth_kbps=self.bandwidth_kbps,
+            device_load=self.device_load,
+            online=self.online,
+            cloud_infer_ms=self.cloud_infer_ms,
+            cloud_pressure=cloud_pressure,
+        )
 
 
 DeviceInfer: TypeAlias = Callable[[Task], Awaitable[Any]]

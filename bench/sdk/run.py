@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edge_sdk import DeviceState, PolicyStore, Readings, Router, Task, decide
+from edge_sdk import PolicyStore, Readings, Router, Task, decide
 
 TARGET_RATIO = 3.0
 
@@ -172,18 +172,7 @@ def _time_decide(router: Router, tasks: Sequence[Task], readings: Sequence[Readi
     for task, reading in pairs:
         cell = cell_of(task)
         if cell is not None:
-            decide(
-                cell,
-                task,
-                DeviceState(
-                    rtt_ms=reading.rtt_ms,
-                    bandwidth_kbps=reading.bandwidth_kbps,
-                    device_load=reading.device_load,
-                    online=reading.online,
-                    cloud_infer_ms=reading.cloud_infer_ms,
-                    cloud_pressure=pressure,
-                ),
-            )
+            decide(cell, task, reading.device_state(pressure))
     return time.thread_time() - started
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge_sdk import NO_POLICY_DECISION, Decision, DeviceState, PolicyStore, Router, Task, decide
+from edge_sdk import NO_POLICY_DECISION, Decision, PolicyStore, Router, Task, decide
 
 from .sdk_helpers import policy_document, readings, task
 from .test_decision import cell_documents
@@ -22,17 +22,6 @@ def _router(document: dict[str, Any]) -> Router:
     store = PolicyStore()
     store.apply(document)
     return Router(store)
-
-
-def _state(reading: Any, pressure: float) -> DeviceState:
-    return DeviceState(
-        rtt_ms=reading.rtt_ms,
-        bandwidth_kbps=reading.bandwidth_kbps,
-        device_load=reading.device_load,
-        online=reading.online,
-        cloud_infer_ms=reading.cloud_infer_ms,
-        cloud_pressure=pressure,
-    )
 
 
 @settings(max_examples=400, deadline=None)
@@ -86,7 +75,7 @@ def test_route__any_cell_task_and_readings__equals_decide_field_for_field(
 
     # When it routes; Then it decides exactly as decide() does, as a real Decision
     routed = router.route(the_task, reading)
-    expected = decide(router.cell(the_task), the_task, _state(reading, pressure))  # type: ignore[arg-type]
+    expected = decide(router.cell(the_task), the_task, reading.device_state(pressure))  # type: ignore[arg-type]
     assert type(routed) is Decision
     assert dataclasses.astuple(routed) == dataclasses.astuple(expected)
     assert routed == expected
