@@ -133,6 +133,7 @@ class Device:
         self._telemetry_wake: asyncio.Event | None = None
         self._stopping = False
         self._revoked = False
+        self._policy_saved: asyncio.Future[None] | None = None
         self._state_loaded = False
         self._sockets_opened = 0
 
@@ -197,7 +198,9 @@ class Device:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(self.config.http_timeout_s):
                     await self.telemetry.flush()
-        self.telemetry.save()
+        await self.telemetry.save_async()
+        if self._policy_saved is not None:
+            await asyncio.shield(self._policy_saved)
         if self._owns_http and self._http is not None:
             await self._http.aclose()
             self._http = None
@@ -473,7 +476,7 @@ class Device:
                 raise ValueError("enrolment answer without a device_token")
             self.token = token
             if config.state_dir is not None:
-                atomic_write(config.state_dir / TOKEN_FILE, token.encode())
+                await asyncio.to_thread(atomic_write, config.state_dir / TOKEN_FILE, token.encode())
             return
         if response.status_code in (400, 401, 403, 404):
             raise EnrolmentRefused(
@@ -610,12 +613,16 @@ class Device:
         etag: str | None = None,
     ) -> bool:
         try:
-            self.policy.apply(document, rollout=rollout, etag=etag)
+            self.policy.apply(document, rollout=rollout, etag=etag, save=False)
         except PolicyDocumentError as error:
             self.policy_errors += 1
             logger.error("device.policy_unusable device=%s error=%s", self.config.device_id, error)
             return False
         self.cache.clear()
+        if self.config.state_dir is not None:
+            # On a worker thread: thousands of simulated devices get a push at once, and an
+            # fsync each would stall the event loop for seconds. The newest policy wins.
+            self._policy_saved = asyncio.get_running_loop().run_in_executor(None, self.policy.save)
         return True
 
     def _apply_cloud_pressure(self, message: Mapping[str, Any]) -> None:
@@ -699,7 +706,7 @@ class Device:
         for loop_task in self._loops:
             if loop_task is not current:
                 loop_task.cancel()
-        self.telemetry.save()
+        await self.telemetry.save_async()
         self._set_state("revoked")
 
     # --- telemetry ---------------------------------------------------------------------------
@@ -736,11 +743,11 @@ class Device:
                 wake.clear()
             retry = False
             if not self._online():
-                self.telemetry.save()  # held until online: kept on disk meanwhile
+                await self.telemetry.save_async()  # held until online: kept on disk meanwhile
                 continue
             await self._drain_offline_tasks()
             if self.token is None:
-                self.telemetry.save()
+                await self.telemetry.save_async()
                 continue
             if not self.telemetry.pending:
                 continue
@@ -752,10 +759,10 @@ class Device:
             if delivered:
                 # While deliveries succeed events are not written to disk (a crash loses at
                 # most one flush interval); a file left by failures is brought up to date.
-                self.telemetry.refresh_saved()
+                await self.telemetry.refresh_saved()
                 backoff.reset()
             else:
-                self.telemetry.save()
+                await self.telemetry.save_async()
                 retry = True
                 await asyncio.sleep(max(self.telemetry.retry_after, backoff.next_delay()))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -136,10 +137,11 @@ def _parse_cells(document: Mapping[str, Any]) -> dict[CellKey, Cell]:
 class PolicyStore:
     """The policy the device routes with now (None until one is applied or loaded)."""
 
-    __slots__ = ("_path", "cells", "current", "generation", "on_change")
+    __slots__ = ("_path", "_write_lock", "cells", "current", "generation", "on_change")
 
     def __init__(self, state_dir: Path | None = None) -> None:
         self._path = state_dir / POLICY_FILE if state_dir is not None else None
+        self._write_lock = threading.Lock()
         self.current: Policy | None = None
         # Read by the router on every decision: a plain dict, swapped whole on apply.
         self.cells: Mapping[CellKey, Cell] = {}
@@ -178,11 +180,18 @@ class PolicyStore:
         *,
         rollout: Mapping[str, Any] | None = None,
         etag: str | None = None,
+        save: bool = True,
     ) -> Policy:
-        """Check, apply and persist a document; on PolicyDocumentError nothing changes."""
+        """Check, apply and (unless `save` is False) persist a document.
+
+        On PolicyDocumentError nothing changes. With `save=False` the caller calls `save()`
+        later, e.g. on a worker thread: a device of a large simulated fleet must not stall the
+        event loop on an fsync.
+        """
         policy = parse_policy(document, rollout=rollout, etag=etag)
         self._set(policy)
-        self._save(policy)
+        if save:
+            self.save()
         return policy
 
     def load(self) -> bool:
@@ -210,12 +219,17 @@ class PolicyStore:
         for callback in self.on_change:
             callback()
 
-    def _save(self, policy: Policy) -> None:
+    def save(self) -> None:
+        """Write the current policy to state_dir; thread-safe, the newest applied one wins."""
         if self._path is None:
             return
-        payload = {"document": policy.document, "rollout": policy.rollout, "etag": policy.etag}
-        try:
-            atomic_write(self._path, json.dumps(payload, separators=(",", ":")).encode())
-        except OSError as error:
-            # Routing goes on with the applied policy; only the next offline start loses it.
-            logger.warning("policy.save_failed path=%s error=%s", self._path, error)
+        with self._write_lock:
+            policy = self.current
+            if policy is None:
+                return
+            payload = {"document": policy.document, "rollout": policy.rollout, "etag": policy.etag}
+            try:
+                atomic_write(self._path, json.dumps(payload, separators=(",", ":")).encode())
+            except OSError as error:
+                # Routing goes on with the applied policy; only an offline start loses it.
+                logger.warning("policy.save_failed path=%s error=%s", self._path, error)

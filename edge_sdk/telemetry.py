@@ -306,12 +306,33 @@ class TelemetryQueue:
 
     def save(self) -> None:
         """Write the unsent events to disk (or remove the file when none are left)."""
+        snapshot = self._snapshot()
+        if snapshot is not None:
+            self._write(snapshot)
+
+    async def save_async(self) -> None:
+        """`save()` with the disk write on a worker thread (the event loop does not wait)."""
+        snapshot = self._snapshot()
+        if snapshot is not None:
+            await asyncio.to_thread(self._write, snapshot)
+
+    async def refresh_saved(self) -> None:
+        """`save_async()`, but only when a file of an earlier save exists (it would be stale)."""
+        if self._saved:
+            await self.save_async()
+
+    def _snapshot(self) -> bytes | None:
+        """The file's new content (b"" to remove it), or None when nothing changed."""
         if self._path is None or not self._dirty:
-            return
+            return None
         self._dirty = False
+        return b"\n".join(raw for _, raw in self._events)
+
+    def _write(self, content: bytes) -> None:
+        assert self._path is not None
         try:
-            if self._events:
-                atomic_write(self._path, b"\n".join(raw for _, raw in self._events))
+            if content:
+                atomic_write(self._path, content)
                 self._saved = True
             else:
                 remove(self._path)
@@ -319,11 +340,6 @@ class TelemetryQueue:
         except OSError as error:
             self._dirty = True
             logger.warning("telemetry.save_failed path=%s error=%s", self._path, error)
-
-    def refresh_saved(self) -> None:
-        """`save()`, but only when a file from an earlier save exists (it would be stale)."""
-        if self._saved:
-            self.save()
 
 
 def _seconds(header: str | None) -> float:

@@ -196,6 +196,7 @@ def test_sdk__enrol_and_hello__registry_shows_the_device_acked_v1(
     assert row.connected
     # ... and its token and the policy are on disk (the token readable by the owner only)
     assert (tmp_path / "token").stat().st_mode & 0o077 == 0
+    wait_until(lambda: (tmp_path / "policy.json").exists(), timeout=WAIT_S, what="policy saved")
     stored = json.loads((tmp_path / "policy.json").read_text())
     assert stored["document"]["version"] == 1
     assert len(device.policy.cells) == 12

@@ -327,7 +327,8 @@ async def test_frame__policy__applied_acked_and_announced(tmp_path: Path) -> Non
     assert socket.sent == [{"type": "ack", "version": 4}]
     assert ("policy", {"version": 4, "rollout": {"id": 2, "stage": 5}, "via": "socket"}) in events
     assert ("state", {"state": "connected", "previous": "stopped"}) in events
-    assert (tmp_path / "policy.json").exists()
+    await device.stop()  # waits for the policy's write (done on a worker thread)
+    assert json.loads((tmp_path / "policy.json").read_text())["document"]["version"] == 4
 
 
 async def test_frame__unusable_policy__not_applied_not_acked() -> None:

@@ -375,11 +375,11 @@ async def test_refresh_saved__deliveries_succeeding__nothing_written_unless_a_fi
 ) -> None:
     queue = TelemetryQueue(state_dir=tmp_path, poster=Server())
     queue.record(_event())
-    queue.refresh_saved()
+    await queue.refresh_saved()
     assert not (tmp_path / "telemetry.jsonl").exists()
 
     queue.save()
     queue.record(_event())
-    queue.refresh_saved()
+    await queue.refresh_saved()
 
     assert len((tmp_path / "telemetry.jsonl").read_bytes().splitlines()) == 2
