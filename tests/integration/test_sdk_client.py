@@ -514,3 +514,45 @@ def test_sdk__token_revoked_while_the_device_was_stopped__revoked_at_connect_no_
     assert "4401" in str(device.last_error)
     row = _row("sdk-revoke-2")
     assert (row.token_hash, row.revoked_at is not None) == (token_hash, True)
+
+
+def test_sdk__server_error_frame__counted_and_the_socket_stays_open(
+    transactional_db: None,
+    server: AsgiProcess,
+    background: BackgroundLoop,
+    devices: Callable[..., Device],
+    fleet: Any,
+    fleet_key: str,
+) -> None:
+    # Given a connected device
+    device = devices(server.url, fleet_key, "sdk-error-1")
+    wait_until(lambda: device.connection_state == "connected", timeout=WAIT_S, what="connected")
+
+    # When a malformed frame goes up its socket, the server answers with an `error` frame
+    async def send_garbage() -> None:
+        assert device._ws is not None
+        await device._ws.send("{not json")
+
+    background.run(send_garbage())
+
+    # Then the device counts it and keeps the same socket, still in sync
+    wait_until(lambda: device.server_errors == 1, timeout=WAIT_S, what="the error frame")
+    assert device.connection_state == "connected"
+    assert device.reconnects == 0
+
+
+def test_sdk__device_connecting_during_a_nudge__gets_the_pressure_at_hello(
+    transactional_db: None,
+    server: AsgiProcess,
+    devices: Callable[..., Device],
+    fleet: Any,
+    fleet_key: str,
+    publisher: Any,
+) -> None:
+    # Given a nudge of +0.15 for 10 minutes, set before the device exists
+    cloud_pressure_set(actor=publisher, fleet=fleet, theta_offset=0.15, ttl_s=600)
+
+    # When a device connects, Then it gets the nudge right after its policy
+    device = devices(server.url, fleet_key, "sdk-pressure-2")
+    wait_until(lambda: device.cloud_pressure == 0.15, timeout=WAIT_S, what="the nudge at hello")
+    assert device.policy.version == 1
