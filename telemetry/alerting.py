@@ -8,7 +8,8 @@ too few is never taken for healthy.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from bisect import bisect_left, bisect_right
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal
@@ -107,22 +108,28 @@ def parse_scope(scope: str, value: str) -> dict[str, Any]:
 
 
 def figures_of(
-    rows: Iterable[RollupRow],
+    rows: Sequence[RollupRow],
     *,
     start: datetime,
     end: datetime,
     where: Mapping[str, Any],
     with_latency: bool,
 ) -> Figures:
-    """Sum the rows with `start <= minute <= end` that match `where`."""
+    """Sum the rows with `start <= minute <= end` that match `where` (rows sorted by minute)."""
     figures = Figures()
-    for row in rows:
-        if row.minute < start or row.minute > end:
-            continue
-        if any(getattr(row, name) != wanted for name, wanted in where.items()):
+    first = bisect_left(rows, start, key=_minute_of)
+    last = bisect_right(rows, end, key=_minute_of)
+    wanted = list(where.items())
+    for index in range(first, last):
+        row = rows[index]
+        if wanted and any(getattr(row, name) != value for name, value in wanted):
             continue
         figures.add(row, with_latency)
     return figures
+
+
+def _minute_of(row: RollupRow) -> datetime:
+    return row.minute
 
 
 def reading(metric: str, figures: Figures, budgets: Budgets, min_samples: int) -> Reading:

@@ -30,22 +30,26 @@ def window_bounds(now: datetime, minutes: int) -> tuple[datetime, datetime]:
 
 
 def recent_rows(
-    *, fleet_id: int, since: datetime, until: datetime, with_latency: bool
+    *, fleet_id: int, since: datetime, until: datetime, latency_since: datetime | None = None
 ) -> list[RollupRow]:
-    """The fleet's minute-rollup rows with `since <= minute <= until`, in one query."""
+    """The fleet's minute-rollup rows with `since <= minute <= until`, by minute, in one query;
+    with their latency histograms from `latency_since` on (None: none)."""
+    adapt = connection.ops.adapt_datetimefield_value
+    with_latency = latency_since is not None
     columns = (
         "minute, policy_version, cohort, task_type, latency_budget, privacy_tier, route, events, "
         "fallback_cloud_to_device + fallback_device_to_cloud, errors, privacy_violations"
     )
+    params: list[Any] = []
     if with_latency:
-        columns += ", latency_hist"
+        columns += ", CASE WHEN minute >= %s THEN latency_hist END"
+        params.append(adapt(latency_since))
     sql = (
         f"SELECT {columns} FROM {MinuteRollup._meta.db_table} "  # noqa: S608  # names are ours
-        "WHERE fleet_id = %s AND minute >= %s AND minute <= %s"
+        "WHERE fleet_id = %s AND minute >= %s AND minute <= %s ORDER BY minute"
     )
-    adapt = connection.ops.adapt_datetimefield_value
     with connection.cursor() as cursor:
-        cursor.execute(sql, [fleet_id, adapt(since), adapt(until)])
+        cursor.execute(sql, [*params, fleet_id, adapt(since), adapt(until)])
         fetched = cursor.fetchall()
     rows = []
     for row in fetched:
@@ -57,7 +61,7 @@ def recent_rows(
         hist = None
         if with_latency:
             raw = row[11]
-            hist = _DECODE.decode(raw) if isinstance(raw, str | bytes) else dict(raw or {})
+            hist = _DECODE.decode(raw) if isinstance(raw, str | bytes) else (raw or None)
         rows.append(
             RollupRow(
                 minute=minute,

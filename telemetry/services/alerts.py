@@ -43,6 +43,16 @@ logger = logging.getLogger(__name__)
 MAX_RULES_PER_FLEET = 100
 MAX_WEBHOOKS_PER_FLEET = 20
 _ADVISORY_CLASS = 726_001  # pg_advisory_xact_lock(class, fleet id): one evaluation per fleet
+# What an evaluation writes on a rule (never what a person edits).
+STATE_FIELDS = (
+    "state",
+    "state_since",
+    "last_value",
+    "last_previous",
+    "last_samples",
+    "last_message",
+    "last_evaluated_at",
+)
 RULE_FIELDS = (
     "name",
     "metric",
@@ -428,18 +438,7 @@ def _apply(rule: AlertRule, judgement: Judgement, now: datetime) -> list[AlertEv
     rule.last_samples = judgement.samples
     rule.last_message = judgement.message[:300]
     rule.last_evaluated_at = now
-    rule.save(
-        update_fields=[
-            "state",
-            "state_since",
-            "last_value",
-            "last_previous",
-            "last_samples",
-            "last_message",
-            "last_evaluated_at",
-        ]
-    )
-    return events
+    return events  # the caller saves every rule's STATE_FIELDS in one statement
 
 
 def _lock_fleet_evaluation(fleet_id: int) -> None:
@@ -461,6 +460,7 @@ def alerts_evaluate(*, fleet_id: int, now: datetime | None = None) -> Evaluation
         guard_set = (
             RolloutGuardSet.objects.select_for_update(of=("self",))
             .select_related("rollout__candidate", "rollout__stable", "rollout__fleet")
+            .prefetch_related("guards")
             .filter(rollout__fleet_id=fleet_id, rollout__state__in=["active", "paused"])
             .first()
         )
@@ -469,19 +469,26 @@ def alerts_evaluate(*, fleet_id: int, now: datetime | None = None) -> Evaluation
         spans = [timedelta(minutes=r.window_minutes * (2 if _compares(r) else 1)) for r in rules]
         if guard_set is not None:
             spans.append(timedelta(minutes=guard_set.window_minutes))
-        since = alert_selectors.minute_floor(now) - max(spans)
-        with_latency = any(r.metric in LATENCY_METRICS for r in rules) or (
-            guard_set is not None
-            and any(g.metric in LATENCY_METRICS for g in guard_set.guards.all())
-        )
+        floor = alert_selectors.minute_floor(now)
+        # Histograms are heavy: read them only for the minutes a latency rule or guard looks at.
+        latency_spans = [
+            span for span, r in zip(spans, rules, strict=False) if r.metric in LATENCY_METRICS
+        ]
+        if guard_set is not None and any(
+            g.metric in LATENCY_METRICS for g in guard_set.guards.all()
+        ):
+            latency_spans.append(timedelta(minutes=guard_set.window_minutes))
         rows = alert_selectors.recent_rows(
-            fleet_id=fleet_id, since=since, until=now, with_latency=with_latency
+            fleet_id=fleet_id,
+            since=floor - max(spans),
+            until=now,
+            latency_since=floor - max(latency_spans) if latency_spans else None,
         )
         budgets = (
             alert_selectors.cell_budgets(
                 fleet_id=fleet_id, versions={row.policy_version for row in rows}
             )
-            if with_latency
+            if latency_spans
             else {}
         )
         for rule in rules:
@@ -489,6 +496,7 @@ def alerts_evaluate(*, fleet_id: int, now: datetime | None = None) -> Evaluation
             events = _apply(rule, judgement, now)
             result.events.extend(events)
             notifications.extend(e for e in events if e.kind in ("firing", "resolved"))
+        AlertRule.objects.bulk_update(rules, STATE_FIELDS)
         result.rules = len(rules)
         if guard_set is not None:
             guard_event = guards_evaluate(guard_set=guard_set, rows=rows, budgets=budgets, now=now)

@@ -1,0 +1,5 @@
+"""`python -m bench.alerts`."""
+
+from .run import main
+
+main()
