@@ -74,6 +74,32 @@ class _DecisionDraft:
         self.queue_until_online = queue_until_online
 
 
+def _drafts_work() -> bool:
+    """Whether this interpreter turns a draft into a Decision equal to a normal one."""
+    adjustments: tuple[Adjustment, ...] = (("network", 0.15),)
+    expected = Decision(
+        route="cloud",
+        decided_by="threshold",
+        base_threshold=0.6,
+        latency_budget_ms=800,
+        score=0.7,
+        threshold=0.75,
+        adjustments=adjustments,
+        predicted_cloud_ms=330.0,
+    )
+    try:
+        draft: Any = _DecisionDraft(
+            "cloud", "threshold", 0.6, 800, 0.7, 0.75, adjustments, 330.0, False
+        )
+        draft.__class__ = Decision
+    except TypeError:
+        return False
+    return type(draft) is Decision and bool(draft == expected)
+
+
+_DRAFTS_WORK: Final = _drafts_work()
+
+
 class _Plan:
     """What the router knows about one cell before any task arrives."""
 
@@ -268,6 +294,18 @@ class Router:
         if not online:  # step 3 for a background task: the cloud's share waits for the network
             queue = route != "device"
             route, decided_by = "device", "offline"
+        if not _DRAFTS_WORK:  # an interpreter that refuses the class switch: the plain way
+            return Decision(
+                route=route,
+                decided_by=decided_by,
+                base_threshold=plan.base,
+                latency_budget_ms=plan.budget,
+                score=score,
+                threshold=theta,
+                adjustments=adjustments,
+                predicted_cloud_ms=predicted,
+                queue_until_online=queue,
+            )
         draft: Any = _DecisionDraft(
             route,
             decided_by,

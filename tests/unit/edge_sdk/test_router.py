@@ -173,3 +173,18 @@ def test_route__sensitive_cell_without_uploads__device_by_privacy_whatever_the_s
             task(privacy_tier="sensitive", tokens=tokens, intent_conf=0, lm_conf=0), readings()
         )
         assert (decision.route, decision.decided_by) == ("device", "privacy")
+
+
+def test_route__interpreter_refusing_the_class_switch__same_decisions_the_plain_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import edge_sdk.router
+
+    router = _router(policy_document())
+    fast = [router.route(task(tokens=t), readings(rtt_ms=t)) for t in range(0, 800, 50)]
+
+    monkeypatch.setattr(edge_sdk.router, "_DRAFTS_WORK", False)
+    plain = [router.route(task(tokens=t), readings(rtt_ms=t)) for t in range(0, 800, 50)]
+
+    assert plain == fast
+    assert {d.route for d in plain} == {"device", "cloud"}
