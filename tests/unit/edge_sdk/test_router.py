@@ -181,10 +181,10 @@ def test_route__interpreter_refusing_the_class_switch__same_decisions_the_plain_
     import edge_sdk.router
 
     router = _router(policy_document())
-    fast = [router.route(task(tokens=t), readings(rtt_ms=t)) for t in range(0, 800, 50)]
+    fast = [router.route(task(tokens=t), readings(rtt_ms=t // 2)) for t in range(0, 800, 50)]
 
     monkeypatch.setattr(edge_sdk.router, "_DRAFTS_WORK", False)
-    plain = [router.route(task(tokens=t), readings(rtt_ms=t)) for t in range(0, 800, 50)]
+    plain = [router.route(task(tokens=t), readings(rtt_ms=t // 2)) for t in range(0, 800, 50)]
 
     assert plain == fast
     assert {d.route for d in plain} == {"device", "cloud"}
