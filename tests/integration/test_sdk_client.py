@@ -8,7 +8,7 @@ devices talk through `TcpProxy`, a real TCP proxy in the same process.
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +104,7 @@ def devices(background: BackgroundLoop) -> Iterator[Callable[..., Device]]:
         *,
         network: Network | None = None,
         state_dir: Path | None = None,
+        cloud_infer: Callable[[Task, Decision], Awaitable[str]] = _on_cloud,
         **config: Any,
     ) -> Device:
         settings = {
@@ -126,7 +127,7 @@ def devices(background: BackgroundLoop) -> Iterator[Callable[..., Device]]:
             ),
             readings=network or Network(),
             device_infer=_on_device,
-            cloud_infer=_on_cloud,
+            cloud_infer=cloud_infer,
         )
         background.run(device.start())
         started.append(device)
@@ -290,29 +291,74 @@ def test_sdk__telemetry__every_event_lands_once_with_its_id(
     fleet: Any,
     fleet_key: str,
 ) -> None:
-    # Given a connected device
-    device = devices(server.url, fleet_key, "sdk-telemetry-1", telemetry_flush_s=3600)
+    # Given a connected device whose cloud fails for every task of an odd length
+    async def flaky_cloud(task: Task, decision: Decision) -> str:
+        if task.tokens % 2:
+            raise ConnectionError("cloud answered 503")
+        return f"cloud:{task.tokens}"
+
+    device = devices(
+        server.url, fleet_key, "sdk-telemetry-1", telemetry_flush_s=3600, cloud_infer=flaky_cloud
+    )
     wait_until(lambda: device.policy.version == 1, timeout=WAIT_S, what="v1")
 
-    # When it runs 30 tasks and flushes
-    outcomes = _run_tasks(background, device, 30)
+    # When it runs a short and a long task in each of the 12 cells, twice (the second time
+    # answered from the cache), and flushes
+    tasks = [
+        _task(
+            task_type=task_type,
+            latency_budget=budget,
+            privacy_tier=tier,
+            tokens=tokens,
+            intent_conf=conf,
+            lm_conf=conf,
+            upload_bytes=2048,
+            cache_key=f"{task_type}-{tokens}",
+        )
+        for task_type in ("voice", "text", "image")
+        for budget in ("interactive", "background")
+        for tier in ("sensitive", "normal")
+        for tokens, conf in ((20, 0.95), (601, 0.3))
+    ]
+
+    async def run_all() -> list[Outcome]:
+        return [await device.run(task) for task in tasks + tasks]
+
+    outcomes = background.run(run_all())
     ids = _pending_ids(background, device)
     assert background.run(device.telemetry.flush())
 
-    # Then the server took all 30 and stored each id once, with what the device decided
-    assert (device.telemetry.delivered, device.telemetry.pending) == (30, 0)
-    assert EventKey.objects.filter(event_id__in=ids).count() == 30
+    # Then the server took all 48 (every route, fixed and scored decisions, fallbacks)
+    # and stored each id once, with what the device decided and did
+    assert (device.telemetry.delivered, device.telemetry.pending) == (48, 0)
+    assert device.telemetry.rejected == 0
+    assert EventKey.objects.filter(event_id__in=ids).count() == 48
     _process_landed()
     stored = {str(e.event_id): e for e in Event.objects.filter(device_id="sdk-telemetry-1")}
     assert set(stored) == set(ids)
     for event_id, outcome in zip(ids, outcomes, strict=True):
         event = stored[event_id]
-        assert (event.route, event.decided_by, event.policy_version) == (
+        assert (
+            event.route,
+            event.decided_by,
+            event.fallback,
+            event.cache_hit,
+            event.ok,
+            event.policy_version,
+        ) == (
             outcome.decision.route,
             outcome.decision.decided_by,
+            outcome.fallback,
+            outcome.cache_hit,
+            outcome.ok,
             1,
         )
         assert event.score == pytest.approx(outcome.decision.score)
+    seen = {(e.route, e.decided_by, e.fallback) for e in stored.values()}
+    assert {"device", "cloud", "draft_refine"} <= {route for route, _, _ in seen}
+    assert {"policy", "threshold"} <= {decided for _, decided, _ in seen}
+    assert "cloud_to_device" in {fallback for _, _, fallback in seen}
+    assert sum(e.cache_hit for e in stored.values()) >= 12
 
 
 def test_sdk__control_plane_goes_away_and_comes_back__reconnects_and_loses_nothing(
