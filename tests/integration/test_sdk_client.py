@@ -602,3 +602,26 @@ def test_sdk__device_connecting_during_a_nudge__gets_the_pressure_at_hello(
     device = devices(server.url, fleet_key, "sdk-pressure-2")
     wait_until(lambda: device.cloud_pressure == 0.15, timeout=WAIT_S, what="the nudge at hello")
     assert device.policy.version == 1
+
+
+def test_sdk__second_instance_with_the_same_token__first_is_superseded_and_does_not_fight(
+    transactional_db: None,
+    server: AsgiProcess,
+    devices: Callable[..., Device],
+    fleet: Any,
+    fleet_key: str,
+    tmp_path: Path,
+) -> None:
+    # Given a connected device
+    first = devices(server.url, fleet_key, "sdk-twin-1", state_dir=tmp_path)
+    wait_until(lambda: first.connection_state == "connected", timeout=WAIT_S, what="connected")
+
+    # When a second instance starts from the same state (same token) and connects
+    second = devices(server.url, fleet_key, "sdk-twin-1", state_dir=tmp_path)
+    wait_until(lambda: second.connection_state == "connected", timeout=WAIT_S, what="second")
+
+    # Then the first is told it was superseded (4409) and stops instead of reconnecting
+    wait_until(lambda: first.connection_state == "stopped", timeout=WAIT_S, what="superseded")
+    assert "4409" in str(first.last_error)
+    assert second.connection_state == "connected"
+    assert _row("sdk-twin-1").connected
