@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,8 @@ SDK_VERSION = "0.1.0"
 
 # The server's limits on hello / enrolment fields (routing_policies: consumers, apis).
 _FIELD_LIMITS = {"device_id": 128, "platform": 64, "model": 128, "sdk": 64}
+# What enrolment accepts as a device id (routing_policies.apis.rollout.DEVICE_ID_RE).
+_DEVICE_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
 
 
 @dataclass(kw_only=True)
@@ -42,8 +45,11 @@ class DeviceConfig:
             value = getattr(self, name)
             if not isinstance(value, str) or len(value) > limit:
                 raise ValueError(f"DeviceConfig.{name} must be a string of at most {limit}")
-        if not self.device_id:
-            raise ValueError("DeviceConfig.device_id must not be empty")
+        if not _DEVICE_ID.match(self.device_id):
+            raise ValueError(
+                "DeviceConfig.device_id must start with a letter or digit and hold only "
+                "letters, digits and . _ : @ -"
+            )
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError("DeviceConfig.base_url must start with http:// or https://")
         self.base_url = self.base_url.rstrip("/")

@@ -478,6 +478,8 @@ def test_backoff__devices_with_different_seeds__spread_out() -> None:
         ("model", "m" * 129),
         ("device_id", "d" * 129),
         ("device_id", ""),
+        ("device_id", "-starts-with-a-dash"),
+        ("device_id", "has space"),
         ("sdk", "s" * 65),
         ("base_url", "ftp://host"),
     ],
