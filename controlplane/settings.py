@@ -166,8 +166,8 @@ TELEMETRY_SWEEP_INTERVAL_S = env.float("TELEMETRY_SWEEP_INTERVAL_S", default=10.
 TELEMETRY_COMPACT_INTERVAL_S = env.float("TELEMETRY_COMPACT_INTERVAL_S", default=30.0)
 # /metrics asks for `Authorization: Bearer <METRICS_TOKEN>` when set; open when empty.
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
-# Live dashboards (telemetry/dashboard_feed.py): wait this long after new rollups before
-# computing, so a burst of batches is one update; refresh open views this often anyway.
+# Live dashboards (telemetry/dashboard_feed.py): at most one push per fleet this often (a burst
+# of batches is one or two updates); refresh open views this often anyway.
 DASHBOARD_PUSH_DELAY_S = env.float("DASHBOARD_PUSH_DELAY_S", default=0.3)
 DASHBOARD_REFRESH_INTERVAL_S = env.float("DASHBOARD_REFRESH_INTERVAL_S", default=15.0)
 CELERY_BEAT_SCHEDULE = {

@@ -7,10 +7,13 @@ browser that shows that view.
   the Celery worker sees what the web processes' browsers show; embedded (no Redis), a dict
   in the one process that does everything.
 - When new rollups are stored (`telemetry.signals.rollups_stored`, after commit, in the worker),
-  `on_rollups_stored` looks for subscribed views of those fleets and, for a fleet that has
-  some, enqueues ONE `telemetry.dashboard_push` a moment later (`DASHBOARD_PUSH_DELAY_S`), unless
-  one is already due: a burst of processed batches becomes one update. The push clears the
-  "due" mark first, so rollups stored while it computes cause the next push and none is lost.
+  `on_rollups_stored` looks for subscribed views of those fleets. For a fleet that has some, at
+  most one push per `DASHBOARD_PUSH_DELAY_S`: the first rollups after a quiet spell are pushed
+  at once by the worker that stored them (a queued task would wait behind that worker's drain,
+  which keeps its slot while traffic flows); rollups stored within the interval mark the fleet
+  "due" and enqueue ONE `telemetry.dashboard_push` for the end of the interval (or the next
+  store past it pushes first). A push clears the "due" mark before it computes, so rollups
+  stored while it computes cause the next push and none is left unshown.
 - `dashboard_push` computes each subscribed view once (telemetry.selectors.fleet_dashboard),
   encodes it once, and `group_send`s the text to the view's group; every socket in it writes
   the same text. Each computation carries its own id, so a browser (and a test) can tell one
@@ -48,6 +51,7 @@ MAX_VIEWS_PER_FLEET: Final = 64
 _VIEWS_KEY = "dashboard:views:{fleet_id}"
 _FLEETS_KEY = "dashboard:fleets"
 _DUE_KEY = "dashboard:due:{fleet_id}"
+_RECENT_KEY = "dashboard:recent:{fleet_id}"
 GROUP_MESSAGE_TYPE: Final = "dashboard.update"
 
 
@@ -156,9 +160,18 @@ def _schedule_push(fleet_id: int) -> None:
         # Everything runs in this process: push now (each ingest request is one update).
         dashboard_views_push(fleet_id=fleet_id)
         return
-    due = bool(_redis().set(_DUE_KEY.format(fleet_id=fleet_id), "1", nx=True, px=DUE_TTL_MS))
-    if due:
-        dashboard_push.apply_async(args=[fleet_id], countdown=settings.DASHBOARD_PUSH_DELAY_S)
+    redis = _redis()
+    interval_s: float = settings.DASHBOARD_PUSH_DELAY_S
+    # Leading edge: the first rollups of a quiet spell are pushed at once, by the worker that
+    # stored them. A queued task would wait behind that worker's drain, which under steady
+    # traffic keeps its slot for up to a minute.
+    if redis.set(_RECENT_KEY.format(fleet_id=fleet_id), "1", nx=True, px=int(interval_s * 1000)):
+        dashboard_views_push(fleet_id=fleet_id)
+        return
+    # Trailing edge: rollups stored within the interval get one push after it, by the next
+    # store past the interval (above) or by this task when the burst has ended.
+    if redis.set(_DUE_KEY.format(fleet_id=fleet_id), "1", nx=True, px=DUE_TTL_MS):
+        dashboard_push.apply_async(args=[fleet_id], countdown=interval_s)
 
 
 def encode(payload: dict[str, Any]) -> str:

@@ -1,9 +1,10 @@
 """Everything a fleet's dashboard draws, for one view (window and filters), from rollups only.
 
-One scan of one rollup table answers the figures: the minute rollups for 15 minutes and an
-hour, the hour rollups (which keep the cell) for 24 hours and 7 days. Each row is folded once
-into the few accumulators the charts need, per time bucket × route × cohort and per cell; the
-summary, per-route and per-cohort figures are merged from those small accumulators afterwards.
+The minute rollups answer 15 minutes and an hour, in one scan; 24 hours and 7 days read the
+fleet-hour rollups for the series and the hour rollups (which keep the cell) for the grid, or
+the hour rollups alone when filtered by task type. Each row is folded once into the few
+accumulators the charts need, per time bucket × route × cohort and per cell; the summary,
+per-route and per-cohort figures are merged from those small accumulators afterwards.
 The policy cells' budgets, the time-axis markers (publishes, switches, rollout stages) and fleet
 convergence add a handful of small indexed queries; the number is pinned in the tests.
 
@@ -34,7 +35,7 @@ from routing_policies.selectors.rollout import (
     rollout_out,
 )
 
-from ..models import Cohort, HourRollup, MinuteRollup
+from ..models import Cohort, FleetHourRollup, HourRollup, MinuteRollup
 from ..sketch import LatencySketch, merge_counts
 from .metrics import _hist
 
@@ -276,24 +277,59 @@ class Scan:
     versions_by_cohort: dict[str, set[int]] = field(default_factory=dict)
 
 
+_ROW_COLUMNS = (
+    "policy_version, cohort, {cell}, route, events, fallback_cloud_to_device, "
+    "fallback_device_to_cloud, cache_hits, errors, privacy_violations, latency_hist"
+)
+_CELL_COLUMNS = "task_type, latency_budget, privacy_tier"
+_NO_CELL = "'', '', ''"
+
+
 def _scan(fleet_id: int, view: DashboardView, plan: Plan) -> Scan:
-    """One query over one rollup table; each row folded into two accumulators."""
+    """The window's rollup rows folded per bucket × route × cohort and per cell.
+
+    Minute windows, or any window filtered by task type: one query over the cell-level table,
+    each row folded into both. Hour windows otherwise: the series from the fleet-hour rollups
+    (no cell, about a sixth of the rows) and the grid from the hour rollups, so each row's
+    histogram is merged once; merging histograms is most of the selector's time.
+    """
     where = ["fleet_id = %s", f"{plan.time_column} >= %s"]
     params: list[Any] = [fleet_id, connection.ops.adapt_datetimefield_value(plan.start)]
     columns = {"version": "policy_version", "cohort": "cohort"}
     for name, value in view.filters.items():
         where.append(f"{columns.get(name, name)} = %s")
         params.append(value)
-    sql = (
-        f"SELECT {plan.time_column}, policy_version, cohort, task_type, latency_budget, "  # noqa: S608
-        "privacy_tier, route, events, fallback_cloud_to_device, fallback_device_to_cloud, "
-        f"cache_hits, errors, privacy_violations, latency_hist FROM {plan.table} "
-        f"WHERE {' AND '.join(where)}"
-    )
+    condition = " AND ".join(where)
     scan = Scan()
+    if plan.resolution == "hour" and view.task_type is None:
+        fleet_table = FleetHourRollup._meta.db_table
+        _fold_rows(scan, plan, fleet_table, _NO_CELL, condition, params, buckets=True, cells=False)
+        _fold_rows(scan, plan, plan.table, _CELL_COLUMNS, condition, params, buckets=False)
+    else:
+        _fold_rows(scan, plan, plan.table, _CELL_COLUMNS, condition, params)
+    return scan
+
+
+def _fold_rows(
+    scan: Scan,
+    plan: Plan,
+    table: str,
+    cell_columns: str,
+    condition: str,
+    params: list[Any],
+    *,
+    buckets: bool = True,
+    cells: bool = True,
+) -> None:
+    """One query; each row into its bucket × route × cohort tally and/or its cell's tally."""
+    sql = (
+        f"SELECT {plan.time_column}, {_ROW_COLUMNS.format(cell=cell_columns)} "  # noqa: S608
+        f"FROM {table} WHERE {condition}"
+    )
     by_bucket, by_cell = scan.by_bucket, scan.by_cell
     step_s = plan.step.total_seconds()
     last = plan.buckets - 1
+    spare: dict[str, int] = {}
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         for row in cursor.fetchall():
@@ -301,26 +337,32 @@ def _scan(fleet_id: int, view: DashboardView, plan: Plan) -> Scan:
             hits, errors, privacy, hist_value = row[10:]
             if not events:
                 continue
-            index = int((_as_utc(moment) - plan.start).total_seconds() // step_s)
-            index = min(max(index, 0), last)
-            bucket_key = (index, route, cohort)
-            tally = by_bucket.get(bucket_key)
-            if tally is None:
-                tally = by_bucket[bucket_key] = Tally()
-            tally.add_row(route, events, c2d, d2c, hits, errors, privacy)
-            cell_key = (task, budget, tier)
-            cell = by_cell.get(cell_key)
-            if cell is None:
-                cell = by_cell[cell_key] = Tally()
-            cell.add_row(route, events, c2d, d2c, hits, errors, privacy)
-            # The row's histogram into both at once: this loop is most of the selector's time.
-            into_bucket, into_cell = tally.latency_hist, cell.latency_hist
-            bucket_get, cell_get = into_bucket.get, into_cell.get
-            for key, count in _hist(hist_value).items():
-                into_bucket[key] = bucket_get(key, 0) + count
-                into_cell[key] = cell_get(key, 0) + count
-            scan.versions_by_cohort.setdefault(cohort, set()).add(version)
-    return scan
+            into_bucket = into_cell = spare
+            if buckets:
+                index = int((_as_utc(moment) - plan.start).total_seconds() // step_s)
+                bucket_key = (min(max(index, 0), last), route, cohort)
+                tally = by_bucket.get(bucket_key)
+                if tally is None:
+                    tally = by_bucket[bucket_key] = Tally()
+                tally.add_row(route, events, c2d, d2c, hits, errors, privacy)
+                into_bucket = tally.latency_hist
+                scan.versions_by_cohort.setdefault(cohort, set()).add(version)
+            if cells:
+                cell_key = (task, budget, tier)
+                cell = by_cell.get(cell_key)
+                if cell is None:
+                    cell = by_cell[cell_key] = Tally()
+                cell.add_row(route, events, c2d, d2c, hits, errors, privacy)
+                into_cell = cell.latency_hist
+            hist = _hist(hist_value)
+            if buckets and cells:
+                # Both at once: this loop is most of the selector's time.
+                bucket_get, cell_get = into_bucket.get, into_cell.get
+                for key, count in hist.items():
+                    into_bucket[key] = bucket_get(key, 0) + count
+                    into_cell[key] = cell_get(key, 0) + count
+            else:
+                merge_counts(into_bucket if buckets else into_cell, hist)
 
 
 def _series(
@@ -571,7 +613,8 @@ def fleet_dashboard(
 ) -> dict[str, Any]:
     """The dashboard of `fleet` for `view`: figures, series, grid, markers, convergence.
 
-    Reads rollups only. Queries: the rollup scan, the fleet's routing, its open rollout, the
+    Reads rollups only. Queries: the rollup scan (two for hour windows without a task-type
+    filter), the fleet's routing, its open rollout, the
     cells of its stable and candidate versions, the audit markers, and convergence (one
     aggregate, plus the candidate's share of devices during a partial rollout).
     """

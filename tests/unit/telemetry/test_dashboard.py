@@ -162,13 +162,22 @@ def test_fleet_dashboard__open_rollout__candidate_beside_stable(
     assert only_candidate["summary"]["events"] == 2
 
 
-@pytest.mark.parametrize("window", ["15m", "24h"])
+@pytest.mark.parametrize(
+    ("window", "task_type", "queries"),
+    [("15m", None, 6), ("1h", "voice", 6), ("24h", None, 7), ("7d", "voice", 6)],
+)
 def test_fleet_dashboard__pinned_queries(
-    reported: None, fleet: Any, window: str, django_assert_num_queries: Any
+    reported: None,
+    fleet: Any,
+    window: str,
+    task_type: str | None,
+    queries: int,
+    django_assert_num_queries: Any,
 ) -> None:
-    # Rollup scan, routing, open rollout, cells, markers, convergence aggregate.
-    with django_assert_num_queries(6):
-        fleet_dashboard(fleet=fleet, view=DashboardView(window=window))
+    # Rollup scan (hour windows: fleet-hour rollups for the series, hour rollups for the grid,
+    # unless filtered by task type), routing, open rollout, cells, markers, convergence.
+    with django_assert_num_queries(queries):
+        fleet_dashboard(fleet=fleet, view=DashboardView(window=window, task_type=task_type))
 
 
 def test_fleet_dashboard__pinned_queries_during_rollout(
@@ -269,8 +278,8 @@ def test_dashboard_api__pinned_queries(
     reported: None, viewer: Any, client_as: Any, django_assert_num_queries: Any
 ) -> None:
     client = client_as(viewer)
-    # The role check, the fleet, then the selector's six.
-    with django_assert_num_queries(8):
+    # The role check, the fleet, then the selector's seven (a 24-hour window).
+    with django_assert_num_queries(9):
         response = client.get(API, {"window": "24h"})
     assert response.status_code == 200
 
