@@ -139,7 +139,9 @@ def test_buggy_candidate__guarded_rollout_rolls_back_then_jump_rule_fires_on_the
         background.run(sim.stop(), timeout=60)
 
     rollout.refresh_from_db()
-    assert rollout.reason.startswith("Guard fired: candidate cloud share")
+    # (the saturated cloud may also push the candidate's P95 over a budget: both are named)
+    assert rollout.reason.startswith("Guard fired: ")
+    assert "candidate cloud share" in rollout.reason
     assert RolloutEvent.objects.get(rollout=rollout, action="rolled_back").actor_name == "system"
     assert AuditEntry.objects.filter(action="rollout.rolled_back", actor=None).exists()
     guard = RolloutGuardSet.objects.get(rollout=rollout).guards.get(metric="cloud_share")
