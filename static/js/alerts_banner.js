@@ -9,6 +9,8 @@
   var textEl = banner.querySelector("[data-field=text]");
   var linkEl = banner.querySelector("[data-field=link]");
   var firingByFleet = {};
+  var guardAction = null; // the latest rollback / advance / completion by a rollout's guards
+  var GUARD_WORDS = { rolled_back: "rolled back", advanced: "advanced", completed: "completed" };
   var retryMs = 500;
 
   // A page's figure of one fleet's firing alerts (the dashboard's big figure), if it has one.
@@ -35,15 +37,27 @@
     });
     all.sort(function (a, b) { return (b.since || "").localeCompare(a.since || ""); });
     banner.dataset.firing = String(all.length);
-    if (!all.length) {
+    if (all.length) {
+      var newest = all[0];
+      show("firing", all.length + " firing", "[" + newest.fleet + "] " + newest.name + ": " +
+        newest.message, "/fleets/" + encodeURIComponent(newest.fleet) + "/alerts/", "See the alerts");
+    } else if (guardAction) {
+      // Nothing fires, but a rollout's guards just acted: say so until the page changes.
+      show(guardAction.kind, GUARD_WORDS[guardAction.kind], "[" + guardAction.fleet + "] " +
+        guardAction.message, "/fleets/" + encodeURIComponent(guardAction.fleet) + "/rollout/",
+        "See the rollout");
+    } else {
       banner.hidden = true;
-      return;
     }
-    var newest = all[0];
-    countEl.textContent = all.length + " firing";
-    textEl.textContent = "[" + newest.fleet + "] " + newest.name + ": " + newest.message;
-    textEl.title = textEl.textContent;
-    linkEl.href = "/fleets/" + encodeURIComponent(newest.fleet) + "/alerts/";
+  }
+
+  function show(kind, count, text, href, linkText) {
+    banner.dataset.kind = kind;
+    countEl.textContent = count;
+    textEl.textContent = text;
+    textEl.title = text;
+    linkEl.href = href;
+    linkEl.textContent = linkText;
     banner.hidden = false;
   }
 
@@ -62,6 +76,9 @@
         });
       } else {
         firingByFleet[data.fleet] = data.firing;
+        if (data.event && GUARD_WORDS[data.event.kind]) {
+          guardAction = { fleet: data.fleet, kind: data.event.kind, message: data.event.message };
+        }
       }
       render();
     };

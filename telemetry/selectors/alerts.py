@@ -11,7 +11,7 @@ from django.db import connection
 from routing_policies.models import PolicyCell
 
 from ..alert_models import AlertEvent, AlertRule, AlertWebhook, RolloutGuardSet, WebhookDelivery
-from ..alerting import RollupRow
+from ..alerting import RATE_METRICS, RollupRow, format_value
 from ..models import MinuteRollup
 
 HISTORY_LIMIT = 100
@@ -256,6 +256,9 @@ def guard_status(*, rollout_id: int) -> dict[str, Any] | None:
                 "comparison": guard.comparison,
                 "comparison_label": guard.get_comparison_display(),
                 "threshold": guard.threshold,
+                "threshold_text": _guard_threshold_text(
+                    guard.metric, guard.comparison, guard.threshold
+                ),
                 "min_samples": guard.min_samples,
                 "state": guard.state,
                 "candidate_value": guard.candidate_value,
@@ -267,3 +270,10 @@ def guard_status(*, rollout_id: int) -> dict[str, Any] | None:
             for guard in guard_set.guards.all()
         ],
     }
+
+
+def _guard_threshold_text(metric: str, comparison: str, threshold: float) -> str:
+    """`2.0 pts`, `1.00× budget`, `0` as people read a guard's limit."""
+    if comparison == "above_stable_by" and metric in RATE_METRICS:
+        return f"{threshold * 100:.1f} pts"
+    return format_value(metric, threshold)

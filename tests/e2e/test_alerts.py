@@ -55,10 +55,19 @@ class Phone:
         self.base_url = base_url
         self.token = token
 
-    def report(self, *, at: datetime, cloud: int, on_device: int) -> None:
+    def report(
+        self,
+        *,
+        at: datetime,
+        cloud: int,
+        on_device: int,
+        device_id: str = "phone-1",
+        version: int = 1,
+    ) -> None:
         ts = iso(at)
-        events = make_events(cloud, ts=ts, route="cloud", latency_ms=300.0) + make_events(
-            on_device, ts=ts
+        same = {"device_id": device_id, "ts": ts, "policy_version": version}
+        events = make_events(cloud, route="cloud", latency_ms=300.0, **same) + make_events(
+            on_device, **same
         )
         response = httpx.post(
             f"{self.base_url}/api/v1/telemetry",
@@ -138,3 +147,60 @@ def test_alert_banner__cloud_share_jumps__appears_on_the_open_page_without_reloa
     figure = page.locator("#figure-alerts")
     expect(figure.locator("[data-value]")).to_have_text("1", timeout=LIVE_TIMEOUT_MS)
     expect(figure.locator("[data-sub]")).to_have_text("Cloud share jump")
+
+
+def test_alert_banner__guards_roll_the_candidate_back__open_rollout_page_told_without_reload(
+    asgi_server: str,
+    transactional_db: None,
+    requires_postgres: None,
+    worker: Worker,
+    browser_page: Page,
+    publish_version: Any,
+) -> None:
+    from routing_policies.assignment import bucket
+    from telemetry.services.guards import rollout_start_guarded
+
+    # Given v2 rolled out at 5% with the default guards, one phone on each side
+    publisher: Any = UserFactory(role=Role.PUBLISHER, username="pia")
+    UserFactory(role=Role.VIEWER, username="vera")
+    fleet = make_fleet(slug=SLUG, actor=publisher)
+    publish_version(fleet)
+    rollout = rollout_start_guarded(
+        actor=publisher, fleet=fleet, version=2, guard_options={"guards": "default"}
+    )
+    key = fleet_enrollment_key_rotate(actor=publisher, fleet=fleet)
+    ids = [f"phone-{n}" for n in range(400)]
+    on_candidate = next(d for d in ids if bucket(rollout.salt, d) < 500)
+    on_stable = next(d for d in ids if bucket(rollout.salt, d) >= 500)
+    phones = {
+        d: Phone(asgi_server, device_enroll(fleet_key=key, device_id=d)[1])
+        for d in (on_candidate, on_stable)
+    }
+    page = browser_page
+    loads: list[str] = []
+    page.on("load", lambda: loads.append(page.url))
+    _login(page, asgi_server)
+    page.goto(f"{asgi_server}/fleets/{SLUG}/rollout/")
+    banner = page.locator("#alert-banner")
+    expect(banner).to_have_attribute("data-live", "true", timeout=LIVE_TIMEOUT_MS)
+    loads_before = len(loads)
+
+    # When the stable phone reports 30% cloud and the candidate phone 70%
+    now = datetime.now(UTC)
+    phones[on_stable].report(at=now, cloud=60, on_device=140, device_id=on_stable, version=1)
+    phones[on_candidate].report(at=now, cloud=140, on_device=60, device_id=on_candidate, version=2)
+
+    # Then the open page says the guards rolled v2 back, and why, without a reload
+    expect(banner).to_be_visible(timeout=LIVE_TIMEOUT_MS)
+    expect(banner).to_have_attribute("data-kind", "rolled_back")
+    expect(banner.locator("[data-field=text]")).to_contain_text(
+        f"[{SLUG}] Rolled v2 back at 5% to v1. Guard fired: candidate cloud share 70.0%"
+    )
+    assert len(loads) == loads_before
+    page.screenshot(path=str(screenshot_path("guard-rollback-banner")), full_page=False)
+
+    # and the rollout page, followed from the banner, shows the rollback, its reason and guards
+    banner.get_by_role("link", name="See the rollout").click()
+    expect(page.locator("[data-field=state]")).to_have_text("rolled back")
+    expect(page.locator("[data-field=reason-text]")).to_contain_text("Guard fired")
+    expect(page.locator("[data-field=guard-verdict]")).to_have_text("rolled back by a guard")
