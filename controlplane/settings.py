@@ -168,7 +168,7 @@ TELEMETRY_COMPACT_INTERVAL_S = env.float("TELEMETRY_COMPACT_INTERVAL_S", default
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 # Live dashboards (telemetry/dashboard_feed.py): at most one push per fleet this often (a burst
 # of batches is one or two updates); refresh open views this often anyway.
-DASHBOARD_PUSH_DELAY_S = env.float("DASHBOARD_PUSH_DELAY_S", default=0.3)
+DASHBOARD_PUSH_DELAY_S = env.float("DASHBOARD_PUSH_DELAY_S", default=1.0)
 DASHBOARD_REFRESH_INTERVAL_S = env.float("DASHBOARD_REFRESH_INTERVAL_S", default=15.0)
 CELERY_BEAT_SCHEDULE = {
     "telemetry-sweep-landed": {

@@ -385,6 +385,19 @@
     refreshOptions(payload);
   }
 
+  // Payloads arriving faster than the charts redraw: draw only the newest, once per frame.
+  var pending = null;
+  function renderSoon(payload) {
+    var scheduled = pending !== null;
+    pending = payload;
+    if (scheduled) { return; }
+    window.requestAnimationFrame(function () {
+      var latest = pending;
+      pending = null;
+      render(latest);
+    });
+  }
+
   function refreshOptions(payload) {
     ["versions", "task_types"].forEach(function (name) {
       var select = form && form.querySelector('[data-options="' + name + '"]');
@@ -474,7 +487,7 @@
         if (current && current.view_key === payload.view_key && payload.generated_at < current.generated_at) { return; }
         live.updates += 1;
         if (payload.computation) { live.computations.push(payload.computation); }
-        render(payload);
+        renderSoon(payload);
       } else if (message.type === "error") {
         live.errors.push(message);
       }

@@ -1,12 +1,15 @@
 """The fleet dashboard in a real Chromium, on a real ASGI server with a real Celery worker.
 
-Telemetry reaches it the way devices send it: batches POSTed to `/api/v1/telemetry` with device
-tokens, landed, drained by the Celery worker into rollups. The page must show every chart
-filled, the headline figures the posted events imply, and follow new events live (the feed
-pushes each update; the page does not reload). A screenshot of the filled dashboard is kept as
-`test-artifacts/dashboard.png`.
+Two sources of telemetry, both through the real ingest path (landing, Celery drain, rollups):
+- the fleet simulator (`edge_sdk.simulate`: SDK devices on sockets, a buggy candidate rolling
+  out at 5%): every chart fills, candidate beside stable, devices online; the page follows the
+  simulated traffic live. Screenshot: `test-artifacts/dashboard.png`.
+- batches POSTed by hand with device tokens, so the headline figures can be checked exactly
+  against what was sent, and a burst moves them without a reload; the window switches in
+  place. Screenshot: `test-artifacts/dashboard-posted.png`.
 """
 
+import asyncio
 import math
 import os
 import random
@@ -20,6 +23,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from edge_sdk.simulate.fleet import FleetConfig, SimulatedFleet
 from routing_policies.roles import Role
 from routing_policies.services import (
     device_enroll,
@@ -31,6 +35,7 @@ from routing_policies.services import (
 )
 from tests.factories import PASSWORD, UserFactory, make_fleet
 from tests.integration.test_telemetry_durability import Worker
+from tests.integration.ws_clients import BackgroundLoop, wait_until
 from tests.unit.telemetry.factories import iso
 
 from .conftest import screenshot_path
@@ -187,18 +192,19 @@ def _chart_points(page: Page, chart_id: str) -> int:
     return int(page.locator(f"#{chart_id}").get_attribute("data-points") or 0)
 
 
-def _login(page: Page, base_url: str) -> None:
+def _login(page: Page, base_url: str, username: str = "vera") -> None:
     page.goto(f"{base_url}/login/")
-    page.get_by_label("Username").fill("vera")
+    page.get_by_label("Username").fill(username)
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Log in").click()
-    expect(page.locator(".who-name")).to_have_text("vera")
+    expect(page.locator(".who-name")).to_have_text(username)
 
 
 def test_dashboard__simulated_reports__charts_filled_and_updated_live(
     asgi_server: str, reporting_fleet: Fleet, browser_page: Page
 ) -> None:
     page = browser_page
+    page.set_default_timeout(30_000)  # the charts redraw on every update: slow on a busy machine
     loads: list[str] = []
     page.on("load", lambda: loads.append(page.url))
 
@@ -235,7 +241,7 @@ def test_dashboard__simulated_reports__charts_filled_and_updated_live(
     )
     assert "5%" in labels
     assert "v2 published" in labels
-    page.screenshot(path=str(screenshot_path("dashboard")), full_page=True)
+    page.screenshot(path=str(screenshot_path("dashboard-posted")), full_page=True, timeout=60_000)
 
     # When a phone reports 80 more events, all in the cloud
     page.evaluate("() => { window.__e2eMarker = 'before-update'; }")
@@ -267,3 +273,89 @@ def test_dashboard__simulated_reports__charts_filled_and_updated_live(
     expect(page).to_have_url(f"{asgi_server}/fleets/{SLUG}/dashboard/?window=1h")
     page.wait_for_function("() => window.dashboardLive.payload.buckets.length === 60")
     assert page.evaluate("() => window.__e2eMarker") == "before-update"
+
+
+@pytest.fixture
+def background() -> Iterator[BackgroundLoop]:
+    with BackgroundLoop() as loop:
+        yield loop
+
+
+def test_dashboard__simulated_fleet__charts_filled_and_following_it_live(
+    transactional_db: None,
+    asgi_server: str,
+    requires_postgres: None,
+    worker: Worker,
+    background: BackgroundLoop,
+    fleet: Any,
+    fleet_key: str,
+    publish_version: Any,
+    publisher: Any,
+    viewer: Any,
+    browser_page: Page,
+) -> None:
+    # Given 60 simulated devices of a fleet on v1, and v2 (a buggy candidate that sends more
+    # to the cloud) rolling out to 5% of them
+    publish_version(fleet, threshold=0.7)
+    sim = SimulatedFleet(
+        FleetConfig(
+            base_url=asgi_server,
+            fleet_key=fleet_key,
+            devices=60,
+            rate=40.0,
+            scenario="buggy-candidate",
+            buggy_version=2,
+            connect_per_s=25,
+            telemetry_flush_s=1.0,
+            progress_s=3600,
+            offline_spells=False,
+        )
+    )
+    background.run(sim.start())
+    try:
+        wait_until(
+            lambda: all(d.device.policy.version == 1 for d in sim.devices.values()),
+            timeout=90,
+            what="every simulated device to run v1",
+        )
+        rollout_start(actor=publisher, fleet=fleet, version=2)
+        background.run(asyncio.sleep(6), timeout=20)
+
+        # When a viewer opens the fleet's dashboard
+        page = browser_page
+        page.set_default_timeout(30_000)
+        loads: list[str] = []
+        page.on("load", lambda: loads.append(page.url))
+        _login(page, asgi_server, username=viewer.username)
+        page.goto(f"{asgi_server}/fleets/{fleet.slug}/")
+        page.get_by_role("link", name="Dashboard", exact=True).click()
+        expect(page.locator("[data-live-text]")).to_have_text("live", timeout=LIVE_TIMEOUT_MS)
+        page.locator(".dash-window", has_text="15m").click()
+        page.wait_for_function("() => window.dashboardLive.payload.buckets.length === 15")
+
+        # Then every chart is drawn from the simulated traffic, candidate beside stable
+        expect(page.locator('[data-figure="alpha"] [data-value]')).to_have_text(
+            re.compile(r"^\d+\.\d%$")
+        )
+        for chart in CHARTS:
+            expect(page.locator(f"#{chart} .main-svg").first).to_be_attached()
+            assert _chart_points(page, chart) > 0, f"{chart} drew nothing"
+        expect(page.locator('[data-field="cohorts-note"]')).to_contain_text("v2 (candidate, 5%)")
+        expect(page.locator('[data-field="convergence-note"]')).to_contain_text("60 devices")
+        expect(page.locator("#figure-alerts")).to_be_visible()
+
+        # and, while the devices keep working, it follows them without a reload
+        page.evaluate("() => { window.__e2eMarker = 'loaded'; }")
+        loads_before = len(loads)
+        events_then = page.evaluate("() => window.dashboardLive.payload.summary.events")
+        page.wait_for_function(
+            "n => window.dashboardLive.updates > 0"
+            " && window.dashboardLive.payload.summary.events > n",
+            arg=events_then,
+            timeout=LIVE_TIMEOUT_MS,
+        )
+        assert page.evaluate("() => window.__e2eMarker") == "loaded"
+        assert len(loads) == loads_before
+        page.screenshot(path=str(screenshot_path("dashboard")), full_page=True, timeout=60_000)
+    finally:
+        background.run(sim.stop(), timeout=60)
