@@ -1,0 +1,1 @@
+"""bench/sim: simulated devices per core (see run.py)."""
