@@ -675,7 +675,8 @@ def fleet_dashboard(
         "stable_version": stable_number,
         "rollout": _rollout_json(rollout),
         "convergence": _convergence(fleet, assignment, now),
-        # Filled by the alerting part (firing alerts of this fleet); None until it is wired.
+        # The page's Firing-alerts figure is kept live by the alert feed (alerts_banner.js);
+        # a dict here ({"firing": n, "summary": text}) would be drawn by dashboard.js too.
         "alerts": None,
     }
 

@@ -11,7 +11,6 @@ Two sources of telemetry, both through the real ingest path (landing, Celery dra
 
 import asyncio
 import math
-import os
 import random
 import re
 import uuid
@@ -34,11 +33,14 @@ from routing_policies.services import (
     rollout_start,
 )
 from tests.factories import PASSWORD, UserFactory, make_fleet
+from tests.integration.test_dashboard_feed import own_redis_db, worker
 from tests.integration.test_telemetry_durability import Worker
 from tests.integration.ws_clients import BackgroundLoop, wait_until
 from tests.unit.telemetry.factories import iso
 
 from .conftest import screenshot_path
+
+__all__ = ["own_redis_db", "worker"]  # fixtures
 
 pytestmark = pytest.mark.e2e
 
@@ -122,27 +124,6 @@ class Fleet:
     def alpha_text(self) -> str:
         on_device = sum(1 for e in self.accepted if e["route"] == "device")
         return f"{100 * on_device / len(self.accepted):.1f}%"
-
-
-@pytest.fixture
-def own_redis_db() -> None:
-    url = os.environ.get("REDIS_URL")
-    if not url:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true but REDIS_URL is not set")
-        pytest.skip("needs Redis (set REDIS_URL)")
-    import redis
-
-    redis.Redis.from_url(url).flushdb()
-
-
-@pytest.fixture
-def worker(own_redis_db: None) -> Iterator[Worker]:
-    started = Worker({"TELEMETRY_RATE_LIMIT_BATCHES": "0"})
-    started.start()
-    yield started
-    started.stop()
-    os.unlink(started.log.name)
 
 
 @pytest.fixture

@@ -81,7 +81,8 @@ def live(
 
 
 @pytest.fixture
-def worker() -> Iterator[Worker]:
+def worker(own_redis_db: None) -> Iterator[Worker]:
+    """A real Celery worker (solo pool, beat) on the test database and this test's Redis."""
     started = Worker({"TELEMETRY_RATE_LIMIT_BATCHES": "0"})
     started.start()
     yield started
