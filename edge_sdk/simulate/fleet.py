@@ -262,20 +262,13 @@ class SimDevice:
                 await self._loop_task
             self._loop_task = None
 
-    async def drain_telemetry(self, deadline: float) -> None:
-        """Flush until nothing is pending or the loop's clock passes `deadline`."""
-        loop = asyncio.get_running_loop()
-        telemetry = self.device.telemetry
-        while telemetry.pending and loop.time() < deadline:
-            try:
-                async with asyncio.timeout(max(0.1, deadline - loop.time())):
-                    if await telemetry.flush():
-                        return
-            except TimeoutError:
-                return
-            except Exception:  # the SDK keeps the batch; try again shortly
-                logger.debug("sim.flush_failed device=%s", self.device_id, exc_info=True)
-            await asyncio.sleep(min(1.0, max(0.0, deadline - loop.time())))
+    async def flush_telemetry(self, timeout_s: float) -> None:
+        """One attempt to deliver what is pending (a failure keeps it pending)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.device.telemetry.flush()
+        except Exception:  # the SDK keeps the batch; the caller decides whether to retry
+            logger.debug("sim.flush_failed device=%s", self.device_id, exc_info=True)
 
     async def stop(self) -> None:
         """Stop producing tasks, then stop the SDK device (last telemetry flush)."""
@@ -424,21 +417,39 @@ class SimulatedFleet:
                 await self._runner
         sims = list(self.devices.values())
         await asyncio.gather(*(sim.stop_tasks() for sim in sims))
+        await self._drain_telemetry(sims, drain_s)
         limit = asyncio.Semaphore(_STOP_CONCURRENCY)
-        deadline = asyncio.get_running_loop().time() + drain_s
 
-        async def drain_and_stop(sim: SimDevice) -> None:
+        async def stop_one(sim: SimDevice) -> None:
             async with limit:
                 try:
-                    await sim.drain_telemetry(deadline)
                     await sim.device.stop()
                 except Exception:
                     logger.warning("sim.device_stop_failed device=%s", sim.device_id, exc_info=True)
 
-        await asyncio.gather(*(drain_and_stop(sim) for sim in sims))
+        await asyncio.gather(*(stop_one(sim) for sim in sims))
         if self._owns_http and self._http is not None:
             await self._http.aclose()
             self._http = None
+
+    async def _drain_telemetry(self, sims: list[SimDevice], drain_s: float) -> None:
+        """Rounds of flushes (a few devices at a time) while a round delivers something and
+        `drain_s` has not passed: a server that went away ends it after one round."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + drain_s
+        limit = asyncio.Semaphore(_STOP_CONCURRENCY)
+
+        async def flush(sim: SimDevice) -> None:
+            async with limit:
+                await sim.flush_telemetry(max(0.1, deadline - loop.time()))
+
+        pending = sum(sim.device.telemetry.pending for sim in sims)
+        while pending and loop.time() < deadline:
+            await asyncio.gather(*(flush(sim) for sim in sims if sim.device.telemetry.pending))
+            left = sum(sim.device.telemetry.pending for sim in sims)
+            if left >= pending:
+                return
+            pending = left
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Start, print a progress line every `progress_s`, stop after `duration_s` or when
