@@ -16,6 +16,7 @@ import pytest
 from django.db import connection
 
 from edge_sdk import Decision, Device, DeviceConfig, Outcome, Readings, Task
+from routing_policies.assignment import bucket
 from routing_policies.models import Device as DeviceRow
 from routing_policies.services import (
     cloud_pressure_set,
@@ -240,9 +241,11 @@ def test_sdk__stage_change__pushed_applied_and_acked(
     rollout = rollout_start(actor=publisher, fleet=fleet, version=2)
     rollout_advance(actor=publisher, fleet=fleet, to_stage=100)
 
-    # Then the device applies v2 (with the rollout's stage), acks it, and routes by it
+    # Then the device applies v2 (with the rollout's stage), acks it, and routes by it; a
+    # device already in the 5% cohort is told once, at 5% (its assignment did not change)
     wait_until(lambda: device.policy.version == 2, timeout=WAIT_S, what="v2 to be pushed")
-    assert device.policy.rollout == {"id": rollout.pk, "stage": 100}
+    told_at = 5 if bucket(rollout.salt, "sdk-stage-1") < 500 else 100
+    assert device.policy.rollout == {"id": rollout.pk, "stage": told_at}
     wait_until(lambda: _row("sdk-stage-1").acked_version == 2, timeout=WAIT_S, what="ack of v2")
     assert ("policy", {"version": 2, "rollout": dict(device.policy.rollout), "via": "socket"}) in [
         (name, details) for name, details in events if name == "policy"
