@@ -49,7 +49,11 @@ async def _respond(send: Send, status: int, body: bytes, headers: list[Any] | No
 async def _http(scope: Scope, receive: Receive, send: Send) -> None:
     path, method = scope["path"], scope["method"]
     if method == "POST" and path == "/api/v1/devices/enroll":
-        request = json.loads(await _body(receive))
+        try:
+            request = json.loads(await _body(receive))
+        except ValueError:  # a client cut off mid-request (enrolments queued at its shutdown)
+            await _respond(send, 400, b'{"error":{"code":"bad_request"}}')
+            return
         COUNTERS["enrolled"] += 1
         token = f"tok-{request['device_id']}"
         await _respond(send, 201, json.dumps({"device_token": token}).encode())
