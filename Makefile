@@ -18,6 +18,10 @@ UVICORN_FLAGS ?= --lifespan off --ws websockets-sansio --ws-per-message-deflate 
 SIM ?= 1
 SIM_DEVICES ?= 100
 SIM_RATE ?= 5
+# `make run`'s console: the banner, the simulator's progress line and warnings, not a line per
+# request (RUN_LOG_LEVEL=INFO brings those back).
+RUN_LOG_LEVEL ?= WARNING
+RUN_UVICORN_LOG ?= $(if $(filter INFO DEBUG,$(RUN_LOG_LEVEL)),,--no-access-log --log-level warning)
 
 .PHONY: run test lint install static migrate seed services-check format clean worker
 
@@ -46,7 +50,8 @@ run: static seed
 	@echo ""
 	@echo "  Edge routing control plane: http://$(HOST):$(PORT)/"
 	@echo "  Logins: viewer/demo-viewer  editor/demo-editor  publisher/demo-publisher  admin/demo-admin"
-	@echo "  API docs: http://$(HOST):$(PORT)/api/docs/   (Ctrl-C stops)"
+	@echo "  Live dashboard of the simulated fleet: http://$(HOST):$(PORT)/fleets/voice-assistant-android/dashboard/"
+	@echo "  API docs: http://$(HOST):$(PORT)/api/docs/   (Ctrl-C stops; RUN_LOG_LEVEL=INFO for every request)"
 	@echo ""
 	@# With REDIS_URL set (real services) a Celery worker with beat runs beside the server and
 	@# stops with it; embedded (no REDIS_URL) everything runs in the one server process.
@@ -58,12 +63,12 @@ run: static seed
 	fi; \
 	if [ "$(SIM)" != "0" ]; then \
 	  ( $(BIN)/python scripts/wait_for.py --http http://$(HOST):$(PORT)/healthz --timeout 60 && \
-	    DEBUG=$${DEBUG:-1} exec $(BIN)/python manage.py simulate_fleet --url http://$(HOST):$(PORT) \
+	    DEBUG=$${DEBUG:-1} LOG_LEVEL=$(RUN_LOG_LEVEL) exec $(BIN)/python manage.py simulate_fleet --url http://$(HOST):$(PORT) \
 	      --devices $(SIM_DEVICES) --rate $(SIM_RATE) --connect-rate 20 --progress 30 ) & \
 	  sim=$$!; \
 	fi; \
 	trap 'kill $$sim $$worker 2>/dev/null' EXIT INT TERM; \
-	DEBUG=$${DEBUG:-1} $(BIN)/python -m uvicorn controlplane.asgi:application --host $(HOST) --port $(PORT) $(UVICORN_FLAGS)
+	DEBUG=$${DEBUG:-1} LOG_LEVEL=$(RUN_LOG_LEVEL) $(BIN)/python -m uvicorn controlplane.asgi:application --host $(HOST) --port $(PORT) $(UVICORN_FLAGS) $(RUN_UVICORN_LOG)
 
 # The suite runs against the real PostgreSQL and Redis on 127.0.0.1 when they answer; with
 # CI=true it refuses to run (rather than skip) when either is missing.
