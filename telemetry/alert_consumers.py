@@ -22,12 +22,11 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from routing_policies.roles import Role, user_role
 
 from .alert_tasks import embedded_beat_start
+from .consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
 from .notify import ALERTS_GROUP
 from .selectors.alerts import firing_alerts
 
 MAX_MESSAGE_BYTES: Final = 1024
-CLOSE_UNAUTHENTICATED: Final = 4401
-CLOSE_FORBIDDEN: Final = 4403
 
 
 class AlertFeedConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped

@@ -36,6 +36,7 @@ from .selectors.dashboard import DashboardView, fleet_dashboard, parse_view
 logger = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES: Final = 4096
+# Close codes of the browser feeds (this one and the alert feed), after HTTP's 401/403/404.
 CLOSE_UNAUTHENTICATED: Final = 4401
 CLOSE_FORBIDDEN: Final = 4403
 CLOSE_NOT_FOUND: Final = 4404

@@ -31,6 +31,28 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 30.0
 
 
+def empty_test_redis() -> None:
+    """Empty this run's Redis database (`REDIS_URL`), so no task or key of an earlier test is
+    left; without Redis the test is skipped, and under CI=true it fails instead."""
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but REDIS_URL is not set")
+        pytest.skip("needs Redis (set REDIS_URL)")
+    import redis
+
+    redis.Redis.from_url(url).flushdb()
+
+
+def session_cookie(user: Any) -> str:
+    """The session cookie of `user` logged in, for a browser socket or page of a live server."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return str(client.cookies["sessionid"].value)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

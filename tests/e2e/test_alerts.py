@@ -20,6 +20,7 @@ from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
 from telemetry.services.alerts import alert_rules_seed
 from tests.factories import PASSWORD, UserFactory, make_fleet
 from tests.integration.test_telemetry_durability import Worker
+from tests.live_server import empty_test_redis
 from tests.unit.telemetry.factories import iso, make_events
 
 from .conftest import screenshot_path
@@ -33,14 +34,7 @@ LIVE_TIMEOUT_MS = 40_000
 @pytest.fixture
 def worker() -> Iterator[Worker]:
     """A Celery worker with beat (alerts judged every second); this test's Redis db emptied."""
-    url = os.environ.get("REDIS_URL")
-    if not url:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true but REDIS_URL is not set")
-        pytest.skip("needs Redis (set REDIS_URL)")
-    import redis
-
-    redis.Redis.from_url(url).flushdb()
+    empty_test_redis()
     started = Worker({"TELEMETRY_RATE_LIMIT_BATCHES": "0", "ALERT_EVALUATE_INTERVAL_S": "1"})
     started.start()
     yield started

@@ -23,7 +23,6 @@ from typing import Any
 
 import httpx
 import pytest
-from django.test import Client
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -36,7 +35,7 @@ from telemetry.services.alerts import alert_rule_create, alert_webhook_create
 from telemetry.services.guards import rollout_start_guarded
 from tests.factories import UserFactory, make_fleet
 from tests.integration.test_telemetry_durability import Worker, _wait_until
-from tests.live_server import asgi_server, free_port
+from tests.live_server import asgi_server, empty_test_redis, free_port, session_cookie
 from tests.unit.telemetry.factories import iso, make_events
 
 __all__ = ["asgi_server"]
@@ -106,14 +105,7 @@ def receiver() -> Iterator[Receiver]:
 @pytest.fixture
 def clean_redis() -> None:
     """This test's Redis database starts empty (no tasks queued by an earlier run)."""
-    url = os.environ.get("REDIS_URL")
-    if not url:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true but REDIS_URL is not set")
-        pytest.skip("needs Redis (set REDIS_URL)")
-    import redis
-
-    redis.Redis.from_url(url).flushdb()
+    empty_test_redis()
 
 
 @dataclass
@@ -124,12 +116,6 @@ class Live:
     fleet_key: str
     viewer_cookie: str
     no_role_cookie: str
-
-
-def _session_cookie(user: Any) -> str:
-    client = Client()
-    client.force_login(user)
-    return str(client.cookies["sessionid"].value)
 
 
 @pytest.fixture
@@ -143,8 +129,8 @@ def live(
         fleet=fleet,
         publisher=publisher,
         fleet_key=fleet_enrollment_key_rotate(actor=publisher, fleet=fleet),
-        viewer_cookie=_session_cookie(UserFactory(role=Role.VIEWER, username="vic")),
-        no_role_cookie=_session_cookie(UserFactory(role=None, username="nobody")),
+        viewer_cookie=session_cookie(UserFactory(role=Role.VIEWER, username="vic")),
+        no_role_cookie=session_cookie(UserFactory(role=None, username="nobody")),
     )
 
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-from django.test import Client
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -24,7 +23,7 @@ from routing_policies.roles import Role
 from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
 from tests.factories import UserFactory, make_fleet
 from tests.integration.test_telemetry_durability import Worker
-from tests.live_server import asgi_server
+from tests.live_server import asgi_server, empty_test_redis, session_cookie
 from tests.unit.telemetry.factories import make_events
 
 __all__ = ["asgi_server"]
@@ -45,23 +44,10 @@ class Live:
     device_token: str
 
 
-def _session_cookie(user: Any) -> str:
-    client = Client()
-    client.force_login(user)
-    return str(client.cookies["sessionid"].value)
-
-
 @pytest.fixture
 def own_redis_db() -> None:
     """This test's Redis database starts empty (no queued tasks or views of an earlier run)."""
-    url = os.environ.get("REDIS_URL")
-    if not url:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true but REDIS_URL is not set")
-        pytest.skip("needs Redis (set REDIS_URL)")
-    import redis
-
-    redis.Redis.from_url(url).flushdb()
+    empty_test_redis()
 
 
 @pytest.fixture
@@ -74,8 +60,8 @@ def live(
     _, token = device_enroll(fleet_key=key, device_id="phone-1", platform="android")
     return Live(
         base_url=asgi_server,
-        viewer_cookie=_session_cookie(UserFactory(role=Role.VIEWER, username="vic")),
-        no_role_cookie=_session_cookie(UserFactory(role=None, username="nobody")),
+        viewer_cookie=session_cookie(UserFactory(role=Role.VIEWER, username="vic")),
+        no_role_cookie=session_cookie(UserFactory(role=None, username="nobody")),
         device_token=token,
     )
 
