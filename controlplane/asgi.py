@@ -1,5 +1,6 @@
 """ASGI entry point: HTTP (Django) and WebSockets (Channels) from one process."""
 
+import gc
 import os
 from typing import Any
 
@@ -37,3 +38,10 @@ async def websocket_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 application = ProtocolTypeRouter(
     {"http": TelemetryIngestApp(django_asgi_app), "websocket": websocket_app}
 )
+
+# Everything loaded so far (Django, the apps, their modules: ~90,000 objects) lives as long as
+# the process. Frozen, it is left out of the collector's full passes, which otherwise walk every
+# object of the process: measured with bench/fanout at 5,000 sockets, a full pass took 333 ms,
+# 262 ms with this (it stalls pushes and everything else in the process while it runs).
+gc.collect()
+gc.freeze()
