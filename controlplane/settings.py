@@ -141,6 +141,11 @@ ALERT_WEBHOOK_BACKOFF_S = env.float("ALERT_WEBHOOK_BACKOFF_S", default=5.0)
 ALERT_WEBHOOK_BACKOFF_MAX_S = env.float("ALERT_WEBHOOK_BACKOFF_MAX_S", default=600.0)
 ALERT_WEBHOOK_MAX_ATTEMPTS = env.int("ALERT_WEBHOOK_MAX_ATTEMPTS", default=6)
 ALERT_WEBHOOK_TIMEOUT_S = env.float("ALERT_WEBHOOK_TIMEOUT_S", default=5.0)
+# Webhooks to loopback, private, link-local and other non-public addresses are refused unless
+# this is set (telemetry/services/webhooks.py: the workers sit inside the network).
+ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS = env.bool(
+    "ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS", default=False
+)
 
 # Telemetry (docs/telemetry.md). Raw events are kept TELEMETRY_RETENTION_DAYS (and events
 # older than that are refused); minute rollups and hour rollups longer.

@@ -2,7 +2,7 @@
 
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -152,3 +152,13 @@ def fleet_key(fleet: Any, publisher: Any) -> str:
     from routing_policies.services import fleet_enrollment_key_rotate
 
     return fleet_enrollment_key_rotate(actor=publisher, fleet=fleet)
+
+
+@pytest.fixture
+def background() -> Iterator[Any]:
+    """An asyncio loop on a thread of its own (`BackgroundLoop`), for clients that the
+    synchronous tests drive: simulated fleets, SDK devices, WebSocket clients."""
+    from tests.integration.ws_clients import BackgroundLoop
+
+    with BackgroundLoop() as loop:
+        yield loop

@@ -22,7 +22,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote
 
 import pytest
@@ -31,14 +31,27 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 30.0
 
 
+def skip_or_fail(message: str) -> NoReturn:
+    """A real service the test needs is missing: skip it, or fail under CI=true (no skips)."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true: {message}")
+    pytest.skip(message)
+
+
+def require_postgres_and_redis(what: str) -> None:
+    """Skip (fail under CI) unless the test database is PostgreSQL and REDIS_URL is set."""
+    from django.db import connection
+
+    if not os.environ.get("REDIS_URL") or "postgresql" not in connection.settings_dict["ENGINE"]:
+        skip_or_fail(f"{what} needs PostgreSQL (DATABASE_URL) and Redis (REDIS_URL)")
+
+
 def empty_test_redis() -> None:
     """Empty this run's Redis database (`REDIS_URL`), so no task or key of an earlier test is
     left; without Redis the test is skipped, and under CI=true it fails instead."""
     url = os.environ.get("REDIS_URL")
     if not url:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true but REDIS_URL is not set")
-        pytest.skip("needs Redis (set REDIS_URL)")
+        skip_or_fail("needs Redis (set REDIS_URL)")
     import redis
 
     redis.Redis.from_url(url).flushdb()
@@ -173,9 +186,6 @@ def asgi_server(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
     from django.db import connection
 
     if is_in_memory(connection.settings_dict):
-        message = "a live server needs a shared test database: set DATABASE_URL to PostgreSQL"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_or_fail("a live server needs a shared test database: set DATABASE_URL to PostgreSQL")
     with running_asgi_server(dict(connection.settings_dict)) as base_url:
         yield base_url

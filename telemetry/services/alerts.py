@@ -37,6 +37,7 @@ from ..alert_models import (
 from ..alerting import LATENCY_METRICS, Judgement, figures_of, judge_rule, parse_scope
 from ..notify import broadcast_alerts, webhook_payload
 from ..selectors import alerts as alert_selectors
+from .webhooks import url_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -293,6 +294,14 @@ def alert_webhook_create(
         parsed = urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             problems.append(_problem("url", "an http(s) URL"))
+        elif (refusal := url_refusal(url)) is not None:
+            problems.append(
+                _problem(
+                    "url",
+                    f"a public address ({refusal}; ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS allows "
+                    "addresses inside the network)",
+                )
+            )
     if format not in WebhookFormat.values:
         problems.append(_problem("format", f"one of {', '.join(WebhookFormat.values)}"))
     rule = None

@@ -5,12 +5,24 @@ does nothing), POSTs the JSON body, and logs the outcome. 2xx is delivered; a ne
 a timeout, 408, 429 or 5xx is retried after ALERT_WEBHOOK_BACKOFF_S × 2^(attempt − 1) seconds
 (capped at ALERT_WEBHOOK_BACKOFF_MAX_S) up to ALERT_WEBHOOK_MAX_ATTEMPTS; any other answer
 (a 4xx the receiver means) fails it at once.
+
+Webhook URLs are typed in by publishers, and the worker that posts to them sits inside the
+deployment's network: unless ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS is set, a URL whose host is
+(or, at delivery, resolves to) a loopback, private, link-local or otherwise non-public address
+is refused, so a webhook cannot be used to reach the database, Redis, a cloud metadata
+endpoint or an internal service (server-side request forgery). The name is resolved again at
+each attempt; a name that resolves to a public address when checked and to another one a
+moment later (DNS rebinding) is not caught here, which is why the outbound firewall of the
+workers should say the same.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import socket
 from datetime import timedelta
+from urllib.parse import urlparse
 
 import httpx
 from django.conf import settings
@@ -22,6 +34,53 @@ from ..alert_models import WebhookDelivery
 logger = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 425, 429})
+
+
+class _Refused(Exception):
+    """The delivery's URL points inside the network (see the module's docstring)."""
+
+
+def _non_public(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone is not part of it
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return not ip.is_global or ip.is_multicast
+
+
+def url_refusal(url: str) -> str | None:
+    """Why `url` may not be a webhook, judged on its text alone (no DNS), or None."""
+    if settings.ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS:
+        return None
+    host = (urlparse(url).hostname or "").rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return f"{host} is this machine"
+    try:
+        non_public = _non_public(host)
+    except ValueError:
+        return None  # a name: checked where it resolves, at each delivery
+    if non_public:
+        return f"{host} is not a public address"
+    return None
+
+
+def delivery_refusal(url: str) -> str | None:
+    """Why posting to `url` is refused now (its host resolves to a non-public address)."""
+    if settings.ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS:
+        return None
+    refusal = url_refusal(url)
+    if refusal is not None:
+        return refusal
+    parsed = urlparse(url)
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        infos = socket.getaddrinfo(parsed.hostname or "", port, proto=socket.IPPROTO_TCP)
+    except (OSError, ValueError):
+        return None  # unresolvable: the POST fails as a network error and is retried
+    for info in infos:
+        address = str(info[4][0])
+        if _non_public(address):
+            return f"{parsed.hostname} resolves to {address}, not a public address"
+    return None
 
 
 def backoff_seconds(attempt: int) -> float:
@@ -43,7 +102,10 @@ def webhook_delivery_attempt(*, delivery_id: int) -> float | None:
             return None  # delivered, given up, or another worker is on it right now
         status_code: int | None = None
         error = ""
+        refusal = delivery_refusal(delivery.url)
         try:
+            if refusal is not None:
+                raise _Refused(refusal)
             response = httpx.post(
                 delivery.url,
                 json=delivery.payload,
@@ -60,6 +122,9 @@ def webhook_delivery_attempt(*, delivery_id: int) -> float | None:
             retryable = status_code >= 500 or status_code in RETRYABLE_STATUS
             if not delivered:
                 error = f"HTTP {status_code}: {response.text[:200]}"
+        except _Refused as exc:
+            delivered, retryable = False, False
+            error = f"refused: {exc} (ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS is off)"[:300]
         except httpx.HTTPError as exc:
             delivered, retryable = False, True
             error = f"{type(exc).__name__}: {exc}"[:300]

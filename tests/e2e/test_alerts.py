@@ -6,7 +6,6 @@ on the open page without a reload, naming the rule and the jump. The alerts page
 the rule firing, and its history. Screenshots are kept in test-artifacts/.
 """
 
-import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -35,11 +34,8 @@ LIVE_TIMEOUT_MS = 40_000
 def worker() -> Iterator[Worker]:
     """A Celery worker with beat (alerts judged every second); this test's Redis db emptied."""
     empty_test_redis()
-    started = Worker({"TELEMETRY_RATE_LIMIT_BATCHES": "0", "ALERT_EVALUATE_INTERVAL_S": "1"})
-    started.start()
-    yield started
-    started.stop()
-    os.unlink(started.log.name)
+    with Worker({"TELEMETRY_RATE_LIMIT_BATCHES": "0", "ALERT_EVALUATE_INTERVAL_S": "1"}) as started:
+        yield started
 
 
 class Phone:

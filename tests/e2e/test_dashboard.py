@@ -14,7 +14,6 @@ import math
 import random
 import re
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -254,12 +253,6 @@ def test_dashboard__simulated_reports__charts_filled_and_updated_live(
     expect(page).to_have_url(f"{asgi_server}/fleets/{SLUG}/dashboard/?window=1h")
     page.wait_for_function("() => window.dashboardLive.payload.buckets.length === 60")
     assert page.evaluate("() => window.__e2eMarker") == "before-update"
-
-
-@pytest.fixture
-def background() -> Iterator[BackgroundLoop]:
-    with BackgroundLoop() as loop:
-        yield loop
 
 
 def test_dashboard__simulated_fleet__charts_filled_and_following_it_live(

@@ -13,12 +13,9 @@ and a real HTTP receiver for webhooks (http.server in a thread of the test).
 
 import asyncio
 import json
-import os
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -35,8 +32,9 @@ from telemetry.services.alerts import alert_rule_create, alert_webhook_create
 from telemetry.services.guards import rollout_start_guarded
 from tests.factories import UserFactory, make_fleet
 from tests.integration.test_telemetry_durability import Worker, _wait_until
-from tests.live_server import asgi_server, empty_test_redis, free_port, session_cookie
+from tests.live_server import asgi_server, empty_test_redis, session_cookie
 from tests.unit.telemetry.factories import iso, make_events
+from tests.webhook_receiver import Receiver
 
 __all__ = ["asgi_server"]
 
@@ -47,55 +45,10 @@ WAIT_S = 40.0
 BACKOFF_S = 0.2
 
 
-@dataclass
-class Receiver:
-    """A webhook receiver on 127.0.0.1: answers each path's `statuses` in turn (then 200) and
-    keeps every call."""
-
-    statuses: dict[str, list[int]] = field(default_factory=dict)
-    received: list[dict[str, Any]] = field(default_factory=list)
-    server: ThreadingHTTPServer | None = None
-
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-    def start(self) -> None:
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length))
-                waiting = receiver.statuses.get(self.path)
-                answer = waiting.pop(0) if waiting else 200
-                receiver.received.append(
-                    {
-                        "path": self.path,
-                        "delivery": self.headers.get("X-Alert-Delivery"),
-                        "answered": answer,
-                        "body": body,
-                    }
-                )
-                self.send_response(answer)
-                self.end_headers()
-                self.wfile.write(b"ok" if answer == 200 else b"busy")
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-
-
 @pytest.fixture
-def receiver() -> Iterator[Receiver]:
+def receiver(settings: Any) -> Iterator[Receiver]:
+    """The receiver, on loopback: webhooks inside the network allowed (here and in the worker)."""
+    settings.ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS = True
     started = Receiver()
     started.start()
     yield started
@@ -137,17 +90,15 @@ def live(
 @pytest.fixture
 def worker() -> Iterator[Worker]:
     """A Celery worker with beat: alerts judged each second, webhooks retried after 0.2 s."""
-    started = Worker(
+    with Worker(
         {
             "TELEMETRY_RATE_LIMIT_BATCHES": "0",
             "ALERT_EVALUATE_INTERVAL_S": "1",
             "ALERT_WEBHOOK_BACKOFF_S": str(BACKOFF_S),
+            "ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "1",
         }
-    )
-    started.start()
-    yield started
-    started.stop()
-    os.unlink(started.log.name)
+    ) as started:
+        yield started
 
 
 def _enroll(live: Live, device_id: str) -> str:

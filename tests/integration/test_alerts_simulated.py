@@ -7,21 +7,20 @@ The simulated devices are the SDK's `Device` (edge_sdk.simulate); devices runnin
 less confident model, so their cloud share goes from about 30% to about 70%.
 """
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connection
 
-from edge_sdk.simulate.fleet import FleetConfig, SimulatedFleet
+from edge_sdk.simulate.fleet import SimulatedFleet
 from routing_policies.models import AuditEntry, Rollout, RolloutEvent
 from routing_policies.services import fleet_switch_version
 from telemetry.models import AlertRule, RolloutGuardSet
 from telemetry.services.alerts import alert_rule_create
 from telemetry.services.guards import rollout_start_guarded
-from tests.live_server import asgi_server
+from tests.live_server import asgi_server, empty_test_redis, require_postgres_and_redis
 
+from .simulated import buggy_candidate_fleet
 from .test_telemetry_durability import Worker
 from .ws_clients import BackgroundLoop, wait_until
 
@@ -36,32 +35,17 @@ RATE = 40.0  # tasks per second for the whole fleet
 @pytest.fixture
 def worker(transactional_db: None) -> Iterator[Worker]:
     """A real Celery worker with beat, judging alerts every second."""
-    if not os.environ.get("REDIS_URL") or "postgresql" not in connection.settings_dict["ENGINE"]:
-        message = "the simulated fleet needs PostgreSQL (DATABASE_URL) and Redis (REDIS_URL)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    import redis
-
-    redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
-    process = Worker(
+    require_postgres_and_redis("the simulated fleet")
+    empty_test_redis()
+    with Worker(
         {
             "TELEMETRY_SWEEP_AFTER_S": "1",
             "TELEMETRY_SWEEP_INTERVAL_S": "1",
             "TELEMETRY_RATE_LIMIT_BATCHES": "0",
             "ALERT_EVALUATE_INTERVAL_S": "1",
         }
-    )
-    process.start()
-    yield process
-    process.stop()
-    os.unlink(process.log.name)
-
-
-@pytest.fixture
-def background() -> Iterator[BackgroundLoop]:
-    with BackgroundLoop() as loop:
-        yield loop
+    ) as process:
+        yield process
 
 
 def _all_on(sim: SimulatedFleet, version: int) -> bool:
@@ -93,19 +77,8 @@ def test_buggy_candidate__guarded_rollout_rolls_back_then_jump_rule_fires_on_the
         window_minutes=1,
         min_samples=100,
     )
-    sim = SimulatedFleet(
-        FleetConfig(
-            base_url=asgi_server,
-            fleet_key=fleet_key,
-            devices=DEVICES,
-            rate=RATE,
-            scenario="buggy-candidate",
-            buggy_version=2,
-            connect_per_s=25,
-            telemetry_flush_s=1.0,
-            progress_s=3600,
-            offline_spells=False,
-        )
+    sim = buggy_candidate_fleet(
+        base_url=asgi_server, fleet_key=fleet_key, devices=DEVICES, rate=RATE
     )
     background.run(sim.start())
     try:

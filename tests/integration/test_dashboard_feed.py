@@ -8,7 +8,6 @@ computation fanned out), never one computation each.
 
 import asyncio
 import json
-import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -69,11 +68,8 @@ def live(
 @pytest.fixture
 def worker(own_redis_db: None) -> Iterator[Worker]:
     """A real Celery worker (solo pool, beat) on the test database and this test's Redis."""
-    started = Worker({"TELEMETRY_RATE_LIMIT_BATCHES": "0"})
-    started.start()
-    yield started
-    started.stop()
-    os.unlink(started.log.name)
+    with Worker({"TELEMETRY_RATE_LIMIT_BATCHES": "0"}) as started:
+        yield started
 
 
 def _ws_url(base_url: str, slug: str = SLUG) -> str:

@@ -30,7 +30,14 @@ from routing_policies.services import (
     rollout_rollback,
     rollout_start,
 )
-from tests.live_server import REPO_ROOT, STARTUP_TIMEOUT_S, _answers, free_port, server_environment
+from tests.live_server import (
+    REPO_ROOT,
+    STARTUP_TIMEOUT_S,
+    _answers,
+    free_port,
+    require_postgres_and_redis,
+    server_environment,
+)
 
 from .ws_clients import (
     CLOSE_SUPERSEDED,
@@ -115,11 +122,7 @@ class AsgiProcess:
 @pytest.fixture(scope="module")
 def servers(django_db_setup: None, django_db_blocker: Any) -> Iterator[list[AsgiProcess]]:
     """Two ASGI processes sharing the test database and one Redis."""
-    if not os.environ.get("REDIS_URL") or "postgresql" not in connection.settings_dict["ENGINE"]:
-        message = "live push needs PostgreSQL (DATABASE_URL) and Redis (REDIS_URL)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_postgres_and_redis("live push")
     processes = [AsgiProcess(dict(connection.settings_dict)) for _ in range(2)]
     try:
         for process in processes:
@@ -128,12 +131,6 @@ def servers(django_db_setup: None, django_db_blocker: Any) -> Iterator[list[Asgi
     finally:
         for process in processes:
             process.stop()
-
-
-@pytest.fixture
-def background() -> Iterator[BackgroundLoop]:
-    with BackgroundLoop() as loop:
-        yield loop
 
 
 @pytest.fixture

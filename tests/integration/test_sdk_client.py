@@ -7,7 +7,6 @@ devices talk through `TcpProxy`, a real TCP proxy in the same process.
 """
 
 import json
-import os
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from routing_policies.services import (
 )
 from telemetry.models import Event, EventKey
 from telemetry.services.processing import landed_batches_process
+from tests.live_server import require_postgres_and_redis
 
 from .tcp_proxy import TcpProxy
 from .test_device_push import AsgiProcess
@@ -65,23 +65,13 @@ async def _on_cloud(task: Task, decision: Decision) -> str:
 @pytest.fixture(scope="module")
 def server(django_db_setup: None, django_db_blocker: Any) -> Iterator[AsgiProcess]:
     """One uvicorn process over the test database; tests may kill and restart it in place."""
-    if not os.environ.get("REDIS_URL") or "postgresql" not in connection.settings_dict["ENGINE"]:
-        message = "the SDK's integration tests need PostgreSQL (DATABASE_URL) and Redis"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_postgres_and_redis("the SDK's integration tests")
     process = AsgiProcess(dict(connection.settings_dict))
     try:
         process.start()
         yield process
     finally:
         process.stop()
-
-
-@pytest.fixture
-def background() -> Iterator[BackgroundLoop]:
-    with BackgroundLoop() as loop:
-        yield loop
 
 
 @pytest.fixture

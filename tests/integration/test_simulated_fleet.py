@@ -8,21 +8,23 @@ equal the simulator's; nothing pending, dropped or rejected).
 """
 
 import asyncio
-import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.db.models import Count
 
-from edge_sdk.simulate.fleet import FleetConfig, SimulatedFleet, reported_by_device
+from edge_sdk.simulate.fleet import SimulatedFleet, reported_by_device
 from routing_policies.assignment import bucket
 from routing_policies.services import rollout_advance, rollout_rollback, rollout_start
 from telemetry.models import Event, LandedBatch
-from tests.live_server import asgi_server  # noqa: F401 (session fixture)
+from tests.live_server import (  # noqa: F401 (asgi_server: a session fixture)
+    asgi_server,
+    require_postgres_and_redis,
+)
 
+from .simulated import buggy_candidate_fleet
 from .test_telemetry_durability import Worker
 from .ws_clients import BackgroundLoop, wait_until
 
@@ -36,22 +38,9 @@ RUN_PER_STAGE_S = 4.0  # simulated traffic at each stage (the whole run stays we
 @pytest.fixture
 def worker(transactional_db: None) -> Iterator[Worker]:
     """A real Celery worker (solo pool, beat) draining landed telemetry into events."""
-    if not os.environ.get("REDIS_URL") or "postgresql" not in connection.settings_dict["ENGINE"]:
-        message = "the simulated fleet needs PostgreSQL (DATABASE_URL) and Redis (REDIS_URL)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    process = Worker({"TELEMETRY_SWEEP_AFTER_S": "1", "TELEMETRY_SWEEP_INTERVAL_S": "1"})
-    process.start()
-    yield process
-    process.stop()
-    os.unlink(process.log.name)
-
-
-@pytest.fixture
-def background() -> Iterator[BackgroundLoop]:
-    with BackgroundLoop() as loop:
-        yield loop
+    require_postgres_and_redis("the simulated fleet")
+    with Worker({"TELEMETRY_SWEEP_AFTER_S": "1", "TELEMETRY_SWEEP_INTERVAL_S": "1"}) as process:
+        yield process
 
 
 def _versions(fleet: SimulatedFleet) -> dict[str, int | None]:
@@ -91,21 +80,8 @@ def test_simulated_fleet__rollout_5_25_and_rollback__devices_run_and_report_thei
     # Given 200 simulated devices of a fleet on v1, with v2 published (a buggy candidate:
     # devices that run v2 use the less confident model)
     publish_version(fleet, threshold=0.7)
-    sim = SimulatedFleet(
-        FleetConfig(
-            base_url=asgi_server,
-            fleet_key=fleet_key,
-            devices=DEVICES,
-            rate=RATE,
-            scenario="buggy-candidate",
-            buggy_version=2,
-            # About what one server process enrols per second: faster only queues them.
-            connect_per_s=25,
-            telemetry_flush_s=1.0,
-            progress_s=3600,
-            # Every device online throughout, so each stage change reaches it at once.
-            offline_spells=False,
-        )
+    sim = buggy_candidate_fleet(
+        base_url=asgi_server, fleet_key=fleet_key, devices=DEVICES, rate=RATE
     )
     background.run(sim.start())
     try:

@@ -166,6 +166,14 @@ class Worker:
             self.sigkill()
         self.log.close()
 
+    def __enter__(self) -> "Worker":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        os.unlink(self.log.name)
+
     def output(self) -> str:
         return Path(self.log.name).read_text(errors="replace")
 

@@ -207,22 +207,22 @@ def test_alert_webhooks_api__add_duplicate_bad__refused(
 ) -> None:
     client = client_as(publisher)
     made = client.post(
-        WEBHOOKS, {"url": "http://127.0.0.1:9/hook", "format": "slack"}, format="json"
+        WEBHOOKS, {"url": "https://hooks.example.com/T01/alerts", "format": "slack"}, format="json"
     )
     assert made.status_code == 201, made.content
     before = _state()
     duplicate = client.post(
-        WEBHOOKS, {"url": "http://127.0.0.1:9/hook", "format": "slack"}, format="json"
+        WEBHOOKS, {"url": "https://hooks.example.com/T01/alerts", "format": "slack"}, format="json"
     )
     assert_error(duplicate, 409, "duplicate_webhook")
     for body, field in [
-        ({"url": "ftp://127.0.0.1/x"}, "url"),
+        ({"url": "ftp://hooks.example.com/x"}, "url"),
         ({"url": "not a url"}, "url"),
         ({"url": 7}, "url"),
-        ({"url": "http://127.0.0.1/x", "format": "xml"}, "format"),
-        ({"url": "http://127.0.0.1/x", "rule_id": 999}, "rule_id"),
-        ({"url": "http://127.0.0.1/x", "rule_id": "1"}, "rule_id"),
-        ({"url": "http://127.0.0.1/x", "colour": 1}, "colour"),
+        ({"url": "https://hooks.example.com/x", "format": "xml"}, "format"),
+        ({"url": "https://hooks.example.com/x", "rule_id": 999}, "rule_id"),
+        ({"url": "https://hooks.example.com/x", "rule_id": "1"}, "rule_id"),
+        ({"url": "https://hooks.example.com/x", "colour": 1}, "colour"),
         ({}, "url"),
     ]:
         error = assert_error(client.post(WEBHOOKS, body, format="json"), 400)
@@ -231,6 +231,40 @@ def test_alert_webhooks_api__add_duplicate_bad__refused(
     webhook_id = made.json()["id"]
     assert client.delete(f"{WEBHOOKS}{webhook_id}/").status_code == 204
     assert client.delete(f"{WEBHOOKS}{webhook_id}/").status_code == 204
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8000/hook",
+        "http://localhost/hook",
+        "http://grafana.localhost/hook",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://10.0.0.5/hook",
+        "https://192.168.1.1/hook",
+        "http://[::1]:8000/hook",
+        "http://[::ffff:127.0.0.1]/hook",
+        "http://0.0.0.0:6379/",
+    ],
+)
+def test_alert_webhooks_api__address_inside_the_network__refused_unless_allowed(
+    url: str, rule: dict[str, Any], publisher: Any, client_as: Client, settings: Any
+) -> None:
+    # Given a publisher, and webhooks inside the network not allowed (the default)
+    client = client_as(publisher)
+    before = _state()
+
+    # When they add a webhook whose host is this machine, a private or link-local address
+    error = assert_error(client.post(WEBHOOKS, {"url": url}, format="json"), 400)
+
+    # Then it is refused, saying why and how to allow it, and nothing is stored
+    assert [detail["field"] for detail in error["details"]] == ["url"]
+    assert "ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS" in error["details"][0]["message"]
+    assert _state() == before
+
+    # And with the setting on (a receiver on the operator's own network), it is accepted
+    settings.ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS = True
+    assert client.post(WEBHOOKS, {"url": url}, format="json").status_code == 201
 
 
 def test_alerts_api__bad_limit__400(fleet: Any, viewer: Any, client_as: Client) -> None:
