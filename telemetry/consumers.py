@@ -8,7 +8,10 @@ higher) connects, then says which view it shows:
     ← {"type": "dashboard", "view_key": "...", "payload": {...}}        (each update)
 
 `"snapshot": true` in a subscribe also sends the view's payload at once (used when the page
-switches window or filters). A malformed, oversized or unknown message gets
+switches window or filters). Snapshots are computed off the message loop, at most one per
+SNAPSHOT_MIN_INTERVAL_S per socket, the latest asked for winning (a burst of filter changes
+costs two computations, not one each), and sockets of this process asking for the same view
+at the same moment share one computation. A malformed, oversized or unknown message gets
 `{"type": "error", "code", "message", "details"}` and the socket stays open with its current
 view; anonymous users are closed with 4401, users without a role with 4403, an unknown fleet
 with 4404. The payloads are computed once per view by dashboard_feed and arrive here as text
@@ -21,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import uuid
 from typing import Any, Final
 
 from channels.db import database_sync_to_async
@@ -36,6 +40,9 @@ from .selectors.dashboard import DashboardView, fleet_dashboard, parse_view
 logger = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES: Final = 4096
+# A snapshot of a 24-hour view over millions of events is ~0.5 s of database work, on the
+# process's one sync thread that device sockets use too: at most one per socket this often.
+SNAPSHOT_MIN_INTERVAL_S = 1.0
 # Close codes of the browser feeds (this one and the alert feed), after HTTP's 401/403/404.
 CLOSE_UNAUTHENTICATED: Final = 4401
 CLOSE_FORBIDDEN: Final = 4403
@@ -47,7 +54,24 @@ def _fleet_for(slug: str, user: Any) -> tuple[Fleet | None, Role]:
 
 
 def _snapshot(fleet: Fleet, view: DashboardView) -> str:
-    return dashboard_feed.encode(fleet_dashboard(fleet=fleet, view=view))
+    payload = fleet_dashboard(fleet=fleet, view=view)
+    payload["computation"] = uuid.uuid4().hex
+    return dashboard_feed.encode(payload)
+
+
+# Snapshots being computed in this process, by (event loop, fleet, view): joined, not repeated.
+_computing: dict[tuple[int, int, str], asyncio.Future[str]] = {}
+
+
+async def shared_snapshot(fleet: Fleet, view: DashboardView) -> str:
+    """The view's snapshot; a request for one already being computed waits for that one."""
+    key = (id(asyncio.get_running_loop()), fleet.pk, view.key)
+    future = _computing.get(key)
+    if future is None:
+        future = asyncio.ensure_future(database_sync_to_async(_snapshot)(fleet, view))
+        _computing[key] = future
+        future.add_done_callback(lambda _: _computing.pop(key, None))
+    return await asyncio.shield(future)
 
 
 class DashboardConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
@@ -56,6 +80,9 @@ class DashboardConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channe
     fleet: Fleet | None = None
     view_key: str | None = None
     _refresher: asyncio.Task[None] | None = None
+    _snapshots: asyncio.Task[None] | None = None
+    _wanted: DashboardView | None = None  # the latest snapshot asked for, not yet sent
+    _last_snapshot_at = float("-inf")
 
     async def connect(self) -> None:
         # Accepted first, then closed with a code, so the page can tell why it cannot follow.
@@ -75,8 +102,9 @@ class DashboardConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channe
         self.fleet = fleet
 
     async def disconnect(self, code: int) -> None:
-        if self._refresher is not None:
-            self._refresher.cancel()
+        for task in (self._refresher, self._snapshots):
+            if task is not None:
+                task.cancel()
         await self._leave()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -133,8 +161,30 @@ class DashboardConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channe
             )
         )
         if message.get("snapshot") is True:
-            text = await database_sync_to_async(_snapshot)(self.fleet, view)
-            await self.send(text_data=text)
+            self._wanted = view
+            if self._snapshots is None or self._snapshots.done():
+                self._snapshots = asyncio.create_task(self._send_snapshots())
+
+    async def _send_snapshots(self) -> None:
+        """Send the latest snapshot asked for, at most one per SNAPSHOT_MIN_INTERVAL_S."""
+        loop = asyncio.get_running_loop()
+        while self._wanted is not None and self.fleet is not None:
+            wait = self._last_snapshot_at + SNAPSHOT_MIN_INTERVAL_S - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            view, self._wanted = self._wanted, None
+            if view is None or view.key != self.view_key:
+                continue  # the page has moved on to another view since
+            try:
+                text = await shared_snapshot(self.fleet, view)
+            except Exception:
+                logger.warning("dashboard.snapshot_failed fleet=%s", self.fleet.pk, exc_info=True)
+                await self._error("snapshot_failed", "The view could not be computed; try again.")
+                continue
+            finally:
+                self._last_snapshot_at = loop.time()
+            if view.key == self.view_key:
+                await self.send(text_data=text)
 
     async def _keep_subscribed(self) -> None:
         """Renew the view's registration while the socket is open (it expires otherwise)."""

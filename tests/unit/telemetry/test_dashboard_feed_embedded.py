@@ -1,6 +1,7 @@
 """The dashboard feed in embedded mode (no Redis): in-memory channel layer, rollups processed in
 the process that holds the sockets. Two browsers on one view get one computation per update."""
 
+import asyncio
 import json
 from typing import Any
 
@@ -10,8 +11,11 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.test import Client
 
+from routing_policies.models import Fleet
 from routing_policies.roles import Role
 from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
+from telemetry import consumers
+from telemetry.selectors.dashboard import parse_view
 from telemetry.services import landed_batches_process, telemetry_batch_ingest
 from tests.factories import UserFactory, make_fleet
 
@@ -111,3 +115,63 @@ async def test_dashboard_feed_embedded__two_browsers__one_computation_per_update
 
     for browser in browsers:
         await browser.close()
+
+
+async def _send(browser: Browser, message: dict[str, Any]) -> None:
+    await browser.app.send_input({"type": "websocket.receive", "text": json.dumps(message)})
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_dashboard_feed_embedded__burst_of_snapshots__latest_view_sent_at_most_two(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given embedded mode, a browser on the 15-minute view, and reported events
+    settings.REDIS_URL = ""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    monkeypatch.setattr(consumers, "SNAPSHOT_MIN_INTERVAL_S", 2.0)
+    device, cookie = await database_sync_to_async(_setup)()
+    await database_sync_to_async(telemetry_batch_ingest)(
+        device=device, body=json.dumps({"events": make_events(3)}).encode()
+    )
+    browser = await _browser(cookie)
+
+    # When the page asks for four views' snapshots in a row (a user clicking through windows)
+    windows = ["1h", "24h", "15m", "7d"]
+    for window in windows:
+        await _send(browser, {"type": "subscribe", "window": window, "snapshot": True})
+
+    # Then every subscription is confirmed, the last view's snapshot arrives, and no more
+    # than two snapshots are computed for the burst (the first, then the latest)
+    frames = []
+    while not any(f["type"] == "dashboard" and f["view_key"] == "window=7d" for f in frames):
+        frames.append(await browser.receive())
+    assert await browser.app.receive_nothing(timeout=2.5)
+    assert [f["view_key"] for f in frames if f["type"] == "subscribed"] == [
+        f"window={w}" for w in windows
+    ]
+    snapshots = [f for f in frames if f["type"] == "dashboard"]
+    assert 1 <= len(snapshots) <= 2
+    assert snapshots[-1]["payload"]["view"]["window"] == "7d"
+    await browser.close()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_shared_snapshot__two_asks_for_one_view_at_once__one_computation() -> None:
+    # Given a fleet and a view
+    await database_sync_to_async(_setup)()
+    fleet = await database_sync_to_async(Fleet.objects.get)(slug=SLUG)
+    view = parse_view({"window": "1h"})
+
+    # When two sockets ask for its snapshot at the same moment
+    first, second = await asyncio.gather(
+        consumers.shared_snapshot(fleet, view), consumers.shared_snapshot(fleet, view)
+    )
+
+    # Then both get the same computation; a later ask computes afresh
+    assert (
+        json.loads(first)["payload"]["computation"] == json.loads(second)["payload"]["computation"]
+    )
+    later = await consumers.shared_snapshot(fleet, view)
+    assert (
+        json.loads(later)["payload"]["computation"] != json.loads(first)["payload"]["computation"]
+    )
