@@ -12,6 +12,12 @@
   var guardAction = null; // the latest rollback / advance / completion by a rollout's guards
   var GUARD_WORDS = { rolled_back: "rolled back", advanced: "advanced", completed: "completed" };
   var retryMs = 500;
+  var connectedBefore = false;
+
+  // Tell the page (alerts_page.js) which fleet's alerts changed; null: maybe any (a reconnect).
+  function announce(fleet) {
+    document.dispatchEvent(new CustomEvent("alerts:changed", { detail: { fleet: fleet } }));
+  }
 
   // A page's figure of one fleet's firing alerts (the dashboard's big figure), if it has one.
   function renderFigures() {
@@ -74,7 +80,11 @@
         data.firing.forEach(function (alert) {
           (firingByFleet[alert.fleet] = firingByFleet[alert.fleet] || []).push(alert);
         });
+        // The first list after a reconnect: changes may have been missed while away.
+        if (connectedBefore) announce(null);
+        connectedBefore = true;
       } else {
+        announce(data.fleet);
         firingByFleet[data.fleet] = data.firing;
         if (data.event && GUARD_WORDS[data.event.kind]) {
           guardAction = { fleet: data.fleet, kind: data.event.kind, message: data.event.message };

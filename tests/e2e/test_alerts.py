@@ -194,3 +194,33 @@ def test_alert_banner__guards_roll_the_candidate_back__open_rollout_page_told_wi
     expect(page.locator("[data-field=state]")).to_have_text("rolled back")
     expect(page.locator("[data-field=reason-text]")).to_contain_text("Guard fired")
     expect(page.locator("[data-field=guard-verdict]")).to_have_text("rolled back by a guard")
+
+
+def test_alerts_page__rule_fires__its_row_and_history_change_without_reload(
+    asgi_server: str, phone: Phone, browser_page: Page
+) -> None:
+    page = browser_page
+    loads: list[str] = []
+    page.on("load", lambda: loads.append(page.url))
+
+    # Given a viewer with the fleet's alerts page open, the jump rule not firing
+    _login(page, asgi_server)
+    page.goto(f"{asgi_server}/fleets/{SLUG}/alerts/")
+    expect(page.locator("#alert-banner")).to_have_attribute(
+        "data-live", "true", timeout=LIVE_TIMEOUT_MS
+    )
+    row = page.locator("#alert-rules tr", has_text="Cloud share jump")
+    expect(row).not_to_have_attribute("data-state", "firing")
+    expect(page.locator("#alert-history tr[data-kind=firing]")).to_have_count(0)
+    loads_before = len(loads)
+
+    # When the fleet's cloud share jumps from 30% to 70%
+    phone.report(at=datetime.now(UTC), cloud=140, on_device=60)
+
+    # Then, on the open page, the rule's row turns firing, the history gains the firing, and
+    # the count in the title follows, with no reload
+    expect(row).to_have_attribute("data-state", "firing", timeout=LIVE_TIMEOUT_MS)
+    expect(page.locator("#alert-history tr[data-kind=firing]")).to_contain_text("Cloud share jump")
+    expect(page.locator("[data-field=firing-count]")).to_have_text("1")
+    assert len(loads) == loads_before, f"the page reloaded: {loads[loads_before:]}"
+    page.screenshot(path=str(screenshot_path("alerts-page-live")), full_page=False)
