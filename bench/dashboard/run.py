@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.ingest.run import BenchEvent, _profiles, _raw_row
+from bench.ingest.history import store_history
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ADMIN_URL = "postgres://root@127.0.0.1:5432/root"
@@ -128,82 +128,17 @@ def _make_fleet() -> Any:
     return fleet
 
 
-def _copy_rollups(table: str, key_columns: list[str], tallies: dict[Any, Any]) -> int:
-    import psycopg
-
-    from telemetry.rollup import METRIC_FIELDS
-
-    columns = [*key_columns, *METRIC_FIELDS, "latency_hist", "score_hist", "compacted"]
-    with psycopg.connect(BENCH_URL) as conn, conn.cursor() as cursor:
-        with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
-            for key, tally in tallies.items():
-                values = tally.columns()
-                copy.write_row(
-                    [
-                        *key,
-                        *(values[name] for name in METRIC_FIELDS),
-                        json.dumps(values["latency_hist"]),
-                        json.dumps(values["score_hist"]),
-                        True,
-                    ]
-                )
-        conn.commit()
-    return len(tallies)
-
-
 def _generate(fleet_id: int, total: int, start: datetime) -> dict[str, Any]:
     """`total` events from `start` (the 24-hour window's first hour) until now: raw rows and
     the three rollup levels."""
-    import psycopg
-
-    from telemetry.rollup import RollupAccumulator
-    from telemetry.services.processing import EVENT_COLUMNS
-
-    profiles, weights = _profiles()
-    rng = random.Random(2)
-    step = (datetime.now(UTC) - start) / total
-    accumulator = RollupAccumulator()
-    began = time.perf_counter()
-    chunk = 200_000
-    with psycopg.connect(BENCH_URL) as conn, conn.cursor() as cursor:
-        with cursor.copy(f"COPY telemetry_event ({', '.join(EVENT_COLUMNS)}) FROM STDIN") as copy:
-            for offset in range(0, total, chunk):
-                size = min(chunk, total - offset)
-                for index, profile in enumerate(rng.choices(profiles, weights, k=size)):
-                    event = BenchEvent(profile, start + step * (offset + index), rng)
-                    accumulator.add(fleet_id, profile.cohort, event)
-                    copy.write_row(_raw_row(event, fleet_id, "dev-00000", profile.cohort))
-                print(f"    … {offset + size:,} events", flush=True)
-        conn.commit()
-    cell = [
-        "fleet_id",
-        "minute",
-        "policy_version",
-        "cohort",
-        "task_type",
-        "latency_budget",
-        "privacy_tier",
-        "route",
-    ]
-    minute_rows = _copy_rollups("telemetry_minuterollup", cell, accumulator.minutes())
-    hour_rows = _copy_rollups(
-        "telemetry_hourrollup", ["hour" if c == "minute" else c for c in cell], accumulator.hours()
+    return store_history(
+        BENCH_URL,
+        fleet_id=fleet_id,
+        total=total,
+        start=start,
+        end=datetime.now(UTC),
+        device_id="dev-00000",
     )
-    fleet_rows = _copy_rollups(
-        "telemetry_fleethourrollup",
-        ["fleet_id", "hour", "policy_version", "cohort", "route", "decided_by"],
-        accumulator.fleet_hours(),
-    )
-    with psycopg.connect(BENCH_URL, autocommit=True) as conn:
-        for table in ("event", "minuterollup", "hourrollup", "fleethourrollup"):
-            conn.execute(f"VACUUM ANALYZE telemetry_{table}")
-    return {
-        "events": total,
-        "seconds": round(time.perf_counter() - began, 1),
-        "minute_rollup_rows": minute_rows,
-        "hour_rollup_rows": hour_rows,
-        "fleet_hour_rollup_rows": fleet_rows,
-    }
 
 
 def _timed(function: Any, reps: int, cpu: list[float] | None = None) -> tuple[list[float], Any]:

@@ -620,85 +620,29 @@ def bench_end_to_end(
 # --- (b) the 24-hour query ---------------------------------------------------------------------
 
 
-def _copy_rollups(table: str, key_columns: list[str], tallies: dict[Any, Any]) -> int:
-    import psycopg
-
-    from telemetry.rollup import METRIC_FIELDS
-
-    columns = [*key_columns, *METRIC_FIELDS, "latency_hist", "score_hist", "compacted"]
-    with psycopg.connect(BENCH_URL) as conn, conn.cursor() as cursor:
-        with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
-            for key, tally in tallies.items():
-                values = tally.columns()
-                copy.write_row(
-                    [
-                        *key,
-                        *(values[name] for name in METRIC_FIELDS),
-                        json.dumps(values["latency_hist"]),
-                        json.dumps(values["score_hist"]),
-                        True,
-                    ]
-                )
-        conn.commit()
-    return len(tallies)
-
-
 def bench_day_query(args: argparse.Namespace) -> dict[str, Any]:
-    import psycopg
     from django.db import connection
 
-    from telemetry.rollup import RollupAccumulator
     from telemetry.selectors import fleet_metrics, plan_window
-    from telemetry.services.processing import EVENT_COLUMNS
+
+    from .history import store_history
 
     fleet_id, _ = _make_fleet("bench-day", 0)
-    profiles, weights = _profiles()
-    rng = random.Random(2)
     total = args.query_events
     now = datetime.now(UTC)
-    start = now - timedelta(hours=24)
-    step = timedelta(hours=24) / total
-    accumulator = RollupAccumulator()
-    generation_started = time.perf_counter()
-    chunk = 200_000
-    with psycopg.connect(BENCH_URL) as conn, conn.cursor() as cursor:
-        with cursor.copy(f"COPY telemetry_event ({', '.join(EVENT_COLUMNS)}) FROM STDIN") as copy:
-            for offset in range(0, total, chunk):
-                size = min(chunk, total - offset)
-                for index, profile in enumerate(rng.choices(profiles, weights, k=size)):
-                    event = BenchEvent(profile, start + step * (offset + index), rng)
-                    accumulator.add(fleet_id, profile.cohort, event)
-                    copy.write_row(_raw_row(event, fleet_id, "dev", profile.cohort))
-                print(f"    … {offset + size:,} events", flush=True)
-        conn.commit()
-    cell = [
-        "fleet_id",
-        "minute",
-        "policy_version",
-        "cohort",
-        "task_type",
-        "latency_budget",
-        "privacy_tier",
-        "route",
-    ]
-    rows = _copy_rollups("telemetry_minuterollup", cell, accumulator.minutes())
-    rows += _copy_rollups(
-        "telemetry_hourrollup", ["hour" if c == "minute" else c for c in cell], accumulator.hours()
+    stored = store_history(
+        BENCH_URL,
+        fleet_id=fleet_id,
+        total=total,
+        start=now - timedelta(hours=24),
+        end=now,
+        device_id="dev",
     )
-    fleet_rows = _copy_rollups(
-        "telemetry_fleethourrollup",
-        ["fleet_id", "hour", "policy_version", "cohort", "route", "decided_by"],
-        accumulator.fleet_hours(),
-    )
-    generated = time.perf_counter() - generation_started
-    with psycopg.connect(BENCH_URL, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE telemetry_event")
-        conn.execute("VACUUM ANALYZE telemetry_minuterollup")
-        conn.execute("VACUUM ANALYZE telemetry_hourrollup")
-        conn.execute("VACUUM ANALYZE telemetry_fleethourrollup")
+    rollup_rows = stored["minute_rollup_rows"] + stored["hour_rollup_rows"]
+    fleet_rows = stored["fleet_hour_rollup_rows"]
     print(
-        f"(b) {total:,} events generated and stored in {generated:.0f} s "
-        f"({rows + fleet_rows:,} rollup rows, {fleet_rows} fleet-hour rows)",
+        f"(b) {total:,} events generated and stored in {stored['seconds']:.0f} s "
+        f"({rollup_rows + fleet_rows:,} rollup rows, {fleet_rows} fleet-hour rows)",
         flush=True,
     )
 
