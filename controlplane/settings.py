@@ -174,6 +174,9 @@ METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 # Live dashboards (telemetry/dashboard_feed.py): at most one push per fleet this often (a burst
 # of batches is one or two updates); refresh open views this often anyway.
 DASHBOARD_PUSH_DELAY_S = env.float("DASHBOARD_PUSH_DELAY_S", default=1.0)
+# Each ASGI process re-reads its fleets' assignments this often and pushes what a lost Redis
+# message left out (routing_policies/push.py); also at once when its subscription comes back.
+PUSH_RECONCILE_S = env.float("PUSH_RECONCILE_S", default=60.0)
 DASHBOARD_REFRESH_INTERVAL_S = env.float("DASHBOARD_REFRESH_INTERVAL_S", default=15.0)
 CELERY_BEAT_SCHEDULE = {
     "telemetry-sweep-landed": {

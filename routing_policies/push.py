@@ -7,6 +7,15 @@ Redis channel, and each assignment change is published ONCE (ids and version num
 documents); each process then works out which of its own devices changed and writes to them.
 
 In embedded mode (no REDIS_URL) the same hub dispatches in-process.
+
+Redis pub/sub delivers at most once: a message published while a process's subscription is
+down (Redis restarting, a network cut) or while Redis cannot be reached from the publisher is
+lost for good. So each process also reconciles: when its subscription comes back, and every
+PUSH_RECONCILE_S besides, it reads each of its fleets' current assignment (one query per fleet)
+and dispatches it like a push (only devices whose version differs get a frame), and closes
+sockets whose device was revoked or enrolled again meanwhile. A lost push is late by at most
+PUSH_RECONCILE_S, never lost; a failed PUBLISH is logged, not raised, since the change it
+announces is committed already.
 """
 
 import asyncio
@@ -14,6 +23,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
@@ -62,6 +72,9 @@ class PushHub:
         self._heartbeat: asyncio.Task[None] | None = None
         self.fleet_handlers: dict[str, Handler] = {}
         self._stragglers: set[asyncio.Task[None]] = set()
+        # Per fleet: when an assignment was last dispatched here (monotonic clock).
+        self.dispatched_at: dict[int, float] = {}
+        self._reconciler: asyncio.Task[None] | None = None
 
     async def register(self, target: PushTarget) -> None:
         """Hold this socket; start listening on first use."""
@@ -87,6 +100,8 @@ class PushHub:
             self.loop = asyncio.get_running_loop()
         if self._heartbeat is None:
             self._heartbeat = self.loop.create_task(self._beat())
+        if self._reconciler is None:
+            self._reconciler = self.loop.create_task(self._reconcile_every())
         if settings.REDIS_URL and self._listener is None:
             ready: asyncio.Future[None] = self.loop.create_future()
             self._listener = self.loop.create_task(self._listen(ready))
@@ -96,6 +111,7 @@ class PushHub:
         import redis.asyncio as aioredis
 
         backoff = 0.2
+        subscribed_before = False
         while True:
             client = aioredis.Redis.from_url(settings.REDIS_URL)
             try:
@@ -104,6 +120,11 @@ class PushHub:
                 if not ready.done():
                     ready.set_result(None)
                 backoff = 0.2
+                if subscribed_before:
+                    # Pushes published while the subscription was down are lost: catch up.
+                    logger.warning("push.resubscribed: reconciling this process's sockets")
+                    self._spawn(self.reconcile())
+                subscribed_before = True
                 async for raw in pubsub.listen():
                     if raw.get("type") != "message":
                         continue
@@ -144,11 +165,68 @@ class PushHub:
                 except Exception:
                     logger.warning("push.heartbeat_failed", exc_info=True)
 
+    def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._stragglers.add(task)
+        task.add_done_callback(self._straggler_done)
+
+    async def _reconcile_every(self) -> None:
+        while True:
+            await asyncio.sleep(settings.PUSH_RECONCILE_S)
+            try:
+                await self.reconcile()
+            except Exception:  # the database away for a moment: next round
+                logger.warning("push.reconcile_failed", exc_info=True)
+
+    async def reconcile(self) -> int:
+        """Dispatch each local fleet's assignment as read now; close revoked devices' sockets.
+
+        Returns how many fleets' assignments were dispatched. A fleet whose push arrives while
+        its assignment is being read is skipped: that push is at least as new as the read.
+        """
+        from channels.db import database_sync_to_async
+
+        dispatched = 0
+        for fleet_id in list(self.targets):
+            began = time.monotonic()
+            local = dict(self.targets.get(fleet_id, {}))
+            if not local:
+                continue
+            assignment, tokens = await database_sync_to_async(_fleet_now)(fleet_id, list(local))
+            for device_pk, target in local.items():
+                token_hash = getattr(target, "token_hash", None)
+                if tokens.get(device_pk) != token_hash:  # revoked, or enrolled again since
+                    # Closed before the assignment below, which then passes the socket by.
+                    await target.on_push(
+                        {"kind": "revoke", "fleet_id": fleet_id, "token_hash": token_hash}
+                    )
+            if self.dispatched_at.get(fleet_id, float("-inf")) >= began:
+                continue
+            rollout = (
+                {"id": assignment.rollout_id, "stage": assignment.percent}
+                if assignment.rollout_id is not None
+                else None
+            )
+            await self.dispatch(
+                {
+                    "kind": "assignment",
+                    "fleet_id": fleet_id,
+                    "assignment": assignment.as_dict(),
+                    "rollout": rollout,
+                    "sent_at": time.time(),
+                    "reconcile": True,
+                }
+            )
+            dispatched += 1
+        return dispatched
+
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Hand one message to every local socket of its fleet (or one device)."""
         fleet_id = message.get("fleet_id")
         if not isinstance(fleet_id, int):
             return
+        if message.get("kind") == "assignment":
+            self.dispatched_at[fleet_id] = time.monotonic()
         fleet = self.targets.get(fleet_id, {})
         device_pk = message.get("device_pk")
         if isinstance(device_pk, int):
@@ -238,6 +316,19 @@ async def _wait_done(future: "asyncio.Future[Any]") -> None:
         await waiter
 
 
+def _fleet_now(fleet_id: int, device_pks: list[int]) -> tuple[Any, dict[int, str]]:
+    """The fleet's assignment, and the current token hash of each live (unrevoked) device."""
+    from .models import Device
+    from .selectors import fleet_assignment
+
+    tokens = dict(
+        Device.objects.filter(pk__in=device_pks, revoked_at__isnull=True).values_list(
+            "pk", "token_hash"
+        )
+    )
+    return fleet_assignment(fleet_id), tokens
+
+
 _hub: PushHub | None = None
 _hub_lock = threading.Lock()
 
@@ -251,22 +342,44 @@ def get_hub() -> PushHub:
         return _hub
 
 
-_redis_client: Any = None
+_redis_clients: dict[str, Any] = {}
 
 
 def _redis() -> Any:
-    global _redis_client
-    if _redis_client is None:
+    client = _redis_clients.get(settings.REDIS_URL)
+    if client is None:
         import redis
 
-        _redis_client = redis.Redis.from_url(settings.REDIS_URL)
-    return _redis_client
+        client = _redis_clients[settings.REDIS_URL] = redis.Redis.from_url(
+            settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=5
+        )
+    return client
+
+
+def _publish_failed(messages: list[dict[str, Any]]) -> None:
+    logger.warning(
+        "push.publish_failed kinds=%s fleets=%s: the change is committed; connected devices "
+        "get it at their processes' next reconcile (PUSH_RECONCILE_S=%s)",
+        sorted({str(m.get("kind")) for m in messages}),
+        sorted({str(m.get("fleet_id")) for m in messages}),
+        settings.PUSH_RECONCILE_S,
+        exc_info=True,
+    )
 
 
 def publish(message: dict[str, Any]) -> None:
-    """Send one push message to every process (call after the transaction commits)."""
+    """Send one push message to every process (call after the transaction commits).
+
+    Never raises for Redis being away: what it announces is committed, and the processes'
+    reconcile delivers it (see the module's docstring).
+    """
     if settings.REDIS_URL:
-        _redis().publish(push_channel(), json.dumps(message, separators=(",", ":")))
+        import redis
+
+        try:
+            _redis().publish(push_channel(), json.dumps(message, separators=(",", ":")))
+        except (redis.RedisError, OSError):
+            _publish_failed([message])
         return
     hub = get_hub()
     if hub.loop is not None and not hub.loop.is_closed():
@@ -282,8 +395,13 @@ def publish_many(messages: list[dict[str, Any]]) -> None:
         for message in messages:
             publish(message)
         return
+    import redis
+
     channel = push_channel()
-    with _redis().pipeline(transaction=False) as pipe:
-        for message in messages:
-            pipe.publish(channel, json.dumps(message, separators=(",", ":")))
-        pipe.execute()
+    try:
+        with _redis().pipeline(transaction=False) as pipe:
+            for message in messages:
+                pipe.publish(channel, json.dumps(message, separators=(",", ":")))
+            pipe.execute()
+    except (redis.RedisError, OSError):
+        _publish_failed(messages)

@@ -62,8 +62,14 @@ QUIET_S = 1.0  # after the last expected message: long enough for any stray one 
 class AsgiProcess:
     """One uvicorn process over the test database; it can be SIGKILLed and restarted in place."""
 
-    def __init__(self, settings_dict: dict[str, Any], port: int | None = None) -> None:
+    def __init__(
+        self,
+        settings_dict: dict[str, Any],
+        port: int | None = None,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.settings_dict = settings_dict
+        self.extra_env = extra_env or {}
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
@@ -87,7 +93,7 @@ class AsgiProcess:
                 "off",
             ],
             cwd=REPO_ROOT,
-            env=server_environment(self.settings_dict),
+            env={**server_environment(self.settings_dict), **self.extra_env},
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
