@@ -12,8 +12,9 @@ Redis pub/sub delivers at most once: a message published while a process's subsc
 down (Redis restarting, a network cut) or while Redis cannot be reached from the publisher is
 lost for good. So each process also reconciles: when its subscription comes back, and every
 PUSH_RECONCILE_S besides, it reads each of its fleets' current assignment (one query per fleet)
-and dispatches it like a push (only devices whose version differs get a frame), and closes
-sockets whose device was revoked or enrolled again meanwhile. A lost push is late by at most
+and dispatches it like a push (only devices whose version differs get a frame), passes on a
+live cloud-pressure nudge it never passed on, and closes sockets whose device was revoked or
+enrolled again meanwhile. A lost push is late by at most
 PUSH_RECONCILE_S, never lost; a failed PUBLISH is logged, not raised, since the change it
 announces is committed already.
 """
@@ -72,8 +73,10 @@ class PushHub:
         self._heartbeat: asyncio.Task[None] | None = None
         self.fleet_handlers: dict[str, Handler] = {}
         self._stragglers: set[asyncio.Task[None]] = set()
-        # Per fleet: when an assignment was last dispatched here (monotonic clock).
+        # Per fleet: when an assignment was last dispatched here (monotonic clock), and the
+        # cloud-pressure nudge (its end, a timestamp) last dispatched here.
         self.dispatched_at: dict[int, float] = {}
+        self.pressure_until: dict[int, float] = {}
         self._reconciler: asyncio.Task[None] | None = None
 
     async def register(self, target: PushTarget) -> None:
@@ -192,7 +195,9 @@ class PushHub:
             local = dict(self.targets.get(fleet_id, {}))
             if not local:
                 continue
-            assignment, tokens = await database_sync_to_async(_fleet_now)(fleet_id, list(local))
+            assignment, tokens, pressure = await database_sync_to_async(_fleet_now)(
+                fleet_id, list(local)
+            )
             for device_pk, target in local.items():
                 token_hash = getattr(target, "token_hash", None)
                 if tokens.get(device_pk) != token_hash:  # revoked, or enrolled again since
@@ -200,6 +205,9 @@ class PushHub:
                     await target.on_push(
                         {"kind": "revoke", "fleet_id": fleet_id, "token_hash": token_hash}
                     )
+            if pressure is not None and pressure["until"] != self.pressure_until.get(fleet_id):
+                # A live nudge this process never passed on (its push was lost).
+                await self.dispatch({"kind": "cloud_pressure", "fleet_id": fleet_id, **pressure})
             if self.dispatched_at.get(fleet_id, float("-inf")) >= began:
                 continue
             rollout = (
@@ -227,6 +235,8 @@ class PushHub:
             return
         if message.get("kind") == "assignment":
             self.dispatched_at[fleet_id] = time.monotonic()
+        elif message.get("kind") == "cloud_pressure" and isinstance(message.get("until"), float):
+            self.pressure_until[fleet_id] = message["until"]
         fleet = self.targets.get(fleet_id, {})
         device_pk = message.get("device_pk")
         if isinstance(device_pk, int):
@@ -316,9 +326,12 @@ async def _wait_done(future: "asyncio.Future[Any]") -> None:
         await waiter
 
 
-def _fleet_now(fleet_id: int, device_pks: list[int]) -> tuple[Any, dict[int, str]]:
-    """The fleet's assignment, and the current token hash of each live (unrevoked) device."""
-    from .models import Device
+def _fleet_now(
+    fleet_id: int, device_pks: list[int]
+) -> tuple[Any, dict[int, str], dict[str, float] | None]:
+    """The fleet's assignment, the current token hash of each live (unrevoked) device, and
+    the cloud-pressure nudge in force (theta_offset, until), if any."""
+    from .models import Device, FleetRouting
     from .selectors import fleet_assignment
 
     tokens = dict(
@@ -326,7 +339,17 @@ def _fleet_now(fleet_id: int, device_pks: list[int]) -> tuple[Any, dict[int, str
             "pk", "token_hash"
         )
     )
-    return fleet_assignment(fleet_id), tokens
+    routing = (
+        FleetRouting.objects.filter(fleet_id=fleet_id)
+        .only("cloud_pressure_offset", "cloud_pressure_until")
+        .first()
+    )
+    pressure = None
+    if routing is not None and routing.cloud_pressure_until is not None:
+        until = routing.cloud_pressure_until.timestamp()
+        if until - time.time() >= 1:
+            pressure = {"theta_offset": routing.cloud_pressure_offset, "until": until}
+    return fleet_assignment(fleet_id), tokens, pressure
 
 
 _hub: PushHub | None = None

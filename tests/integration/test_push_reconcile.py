@@ -19,6 +19,7 @@ from django.db import connection
 from routing_policies.assignment import bucket
 from routing_policies.models import Device
 from routing_policies.services import (
+    cloud_pressure_set,
     device_revoke,
     fleet_switch_version,
     rollout_advance,
@@ -28,7 +29,7 @@ from tests.live_server import free_port, require_postgres_and_redis
 
 from .tcp_proxy import TcpProxy
 from .test_device_push import AsgiProcess, _connect_all, _enrol_split
-from .ws_clients import CLOSE_UNAUTHORISED, BackgroundLoop, device_clients, wait_until
+from .ws_clients import CLOSE_UNAUTHORISED, BackgroundLoop, Frame, device_clients, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -48,12 +49,15 @@ def redis_proxy(background: BackgroundLoop) -> Iterator[TcpProxy]:
 
 @pytest.fixture
 def server_behind_proxy(transactional_db: None, redis_proxy: TcpProxy) -> Iterator[AsgiProcess]:
-    """One ASGI process whose Redis is reached through `redis_proxy` (reconcile: 60 s)."""
+    """One ASGI process whose Redis is reached through `redis_proxy` (no periodic reconcile
+    within the test)."""
     redis_url = urlparse(os.environ["REDIS_URL"])
     process = AsgiProcess(
         dict(connection.settings_dict),
         extra_env={
-            "REDIS_URL": redis_url._replace(netloc=f"127.0.0.1:{redis_proxy.port}").geturl()
+            "REDIS_URL": redis_url._replace(netloc=f"127.0.0.1:{redis_proxy.port}").geturl(),
+            # Only the resubscription may catch up here, not the periodic round.
+            "PUSH_RECONCILE_S": "3600",
         },
     )
     process.start()
@@ -69,6 +73,10 @@ def server_reconciling_each_second(transactional_db: None) -> Iterator[AsgiProce
     process.start()
     yield process
     process.stop()
+
+
+def _nudged(frame: Frame | None) -> bool:
+    return frame is not None and frame.message.get("theta_offset") == 0.1
 
 
 def test_push_reconcile__subscription_cut_during_a_switch__devices_catch_up_on_resubscribe(
@@ -87,23 +95,32 @@ def test_push_reconcile__subscription_cut_during_a_switch__devices_catch_up_on_r
         _connect_all(clients, fleet, version=1)
         revoked = next(iter(clients))
 
-        # When the link to Redis is cut, and meanwhile the fleet is switched to v2 and one
-        # device is revoked (both published to Redis, which the server no longer hears)
+        # When the link to Redis is cut, and meanwhile the fleet is switched to v2, a cloud
+        # pressure nudge is sent and one device is revoked (all published to Redis, which the
+        # server no longer hears)
         redis_proxy.mode = "down"
         background.run(redis_proxy.drop_connections())
         time.sleep(0.5)
         fleet_switch_version(actor=publisher, fleet=fleet, version=2)
+        cloud_pressure_set(actor=publisher, fleet=fleet, theta_offset=0.1, ttl_s=600)
         device_revoke(actor=publisher, device=Device.objects.get(fleet=fleet, device_id=revoked))
         time.sleep(1.0)
         assert all(c.policy_version == 1 for c in clients.values()), "a push got through"
 
         # Then, once the link is back, the server resubscribes and reconciles: every device
-        # runs v2, and the revoked one's socket is closed with 4401
+        # runs v2 and has the nudge, and the revoked one's socket is closed with 4401
         redis_proxy.mode = "pass"
         wait_until(
             lambda: all(c.policy_version == 2 for d, c in clients.items() if d != revoked),
             timeout=WAIT_S,
             what="every device to catch up with v2 after the cut",
+        )
+        wait_until(
+            lambda: all(
+                _nudged(c.last("cloud_pressure")) for d, c in clients.items() if d != revoked
+            ),
+            timeout=WAIT_S,
+            what="every device to get the cloud pressure nudge after the cut",
         )
         wait_until(
             lambda: CLOSE_UNAUTHORISED in clients[revoked].close_codes,
