@@ -93,18 +93,27 @@ def _login(page: Page, base_url: str) -> None:
     expect(page.locator(".who-name")).to_have_text("vera")
 
 
+def _open_live(page: Page, base_url: str, path: str) -> list[str]:
+    """Log in as the viewer and open `path` with its alert feed live; the pages loaded since
+    (a list that grows: a reload would show in it)."""
+    loads: list[str] = []
+    page.on("load", lambda: loads.append(page.url))
+    _login(page, base_url)
+    page.goto(f"{base_url}{path}")
+    expect(page.locator("#alert-banner")).to_have_attribute(
+        "data-live", "true", timeout=LIVE_TIMEOUT_MS
+    )
+    return loads
+
+
 def test_alert_banner__cloud_share_jumps__appears_on_the_open_page_without_reload(
     asgi_server: str, phone: Phone, browser_page: Page
 ) -> None:
     page = browser_page
-    loads: list[str] = []
-    page.on("load", lambda: loads.append(page.url))
 
     # Given a viewer with the fleet's rollout page open, its alert feed live, no banner
-    _login(page, asgi_server)
-    page.goto(f"{asgi_server}/fleets/{SLUG}/rollout/")
+    loads = _open_live(page, asgi_server, f"/fleets/{SLUG}/rollout/")
     banner = page.locator("#alert-banner")
-    expect(banner).to_have_attribute("data-live", "true", timeout=LIVE_TIMEOUT_MS)
     expect(banner).to_be_hidden()
     loads_before = len(loads)
 
@@ -167,12 +176,8 @@ def test_alert_banner__guards_roll_the_candidate_back__open_rollout_page_told_wi
         for d in (on_candidate, on_stable)
     }
     page = browser_page
-    loads: list[str] = []
-    page.on("load", lambda: loads.append(page.url))
-    _login(page, asgi_server)
-    page.goto(f"{asgi_server}/fleets/{SLUG}/rollout/")
+    loads = _open_live(page, asgi_server, f"/fleets/{SLUG}/rollout/")
     banner = page.locator("#alert-banner")
-    expect(banner).to_have_attribute("data-live", "true", timeout=LIVE_TIMEOUT_MS)
     loads_before = len(loads)
 
     # When the stable phone reports 30% cloud and the candidate phone 70%
@@ -200,15 +205,9 @@ def test_alerts_page__rule_fires__its_row_and_history_change_without_reload(
     asgi_server: str, phone: Phone, browser_page: Page
 ) -> None:
     page = browser_page
-    loads: list[str] = []
-    page.on("load", lambda: loads.append(page.url))
 
     # Given a viewer with the fleet's alerts page open, the jump rule not firing
-    _login(page, asgi_server)
-    page.goto(f"{asgi_server}/fleets/{SLUG}/alerts/")
-    expect(page.locator("#alert-banner")).to_have_attribute(
-        "data-live", "true", timeout=LIVE_TIMEOUT_MS
-    )
+    loads = _open_live(page, asgi_server, f"/fleets/{SLUG}/alerts/")
     row = page.locator("#alert-rules tr", has_text="Cloud share jump")
     expect(row).not_to_have_attribute("data-state", "firing")
     expect(page.locator("#alert-history tr[data-kind=firing]")).to_have_count(0)
