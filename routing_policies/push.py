@@ -334,11 +334,13 @@ def _fleet_now(
     from .models import Device, FleetRouting
     from .selectors import fleet_assignment
 
-    tokens = dict(
-        Device.objects.filter(pk__in=device_pks, revoked_at__isnull=True).values_list(
-            "pk", "token_hash"
+    tokens: dict[int, str] = {}
+    for start in range(0, len(device_pks), 5000):  # bounded IN lists, however many sockets
+        tokens.update(
+            Device.objects.filter(
+                pk__in=device_pks[start : start + 5000], revoked_at__isnull=True
+            ).values_list("pk", "token_hash")
         )
-    )
     routing = (
         FleetRouting.objects.filter(fleet_id=fleet_id)
         .only("cloud_pressure_offset", "cloud_pressure_until")
