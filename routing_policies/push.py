@@ -187,46 +187,54 @@ class PushHub:
         Returns how many fleets' assignments were dispatched. A fleet whose push arrives while
         its assignment is being read is skipped: that push is at least as new as the read.
         """
-        from channels.db import database_sync_to_async
 
         dispatched = 0
         for fleet_id in list(self.targets):
-            began = time.monotonic()
-            local = dict(self.targets.get(fleet_id, {}))
-            if not local:
-                continue
-            assignment, tokens, pressure = await database_sync_to_async(_fleet_now)(
-                fleet_id, list(local)
-            )
-            for device_pk, target in local.items():
-                token_hash = getattr(target, "token_hash", None)
-                if tokens.get(device_pk) != token_hash:  # revoked, or enrolled again since
-                    # Closed before the assignment below, which then passes the socket by.
+            try:
+                dispatched += await self._reconcile_fleet(fleet_id)
+            except Exception:  # one fleet's trouble does not hold up the others
+                logger.warning("push.reconcile_failed fleet=%s", fleet_id, exc_info=True)
+        return dispatched
+
+    async def _reconcile_fleet(self, fleet_id: int) -> int:
+        from channels.db import database_sync_to_async
+
+        began = time.monotonic()
+        local = dict(self.targets.get(fleet_id, {}))
+        if not local:
+            return 0
+        assignment, tokens, pressure = await database_sync_to_async(_fleet_now)(
+            fleet_id, list(local)
+        )
+        for device_pk, target in local.items():
+            token_hash = getattr(target, "token_hash", None)
+            if tokens.get(device_pk) != token_hash:  # revoked, or enrolled again since
+                # Closed before the assignment below, which then passes the socket by.
+                with contextlib.suppress(Exception):  # a socket already gone
                     await target.on_push(
                         {"kind": "revoke", "fleet_id": fleet_id, "token_hash": token_hash}
                     )
-            if pressure is not None and pressure["until"] != self.pressure_until.get(fleet_id):
-                # A live nudge this process never passed on (its push was lost).
-                await self.dispatch({"kind": "cloud_pressure", "fleet_id": fleet_id, **pressure})
-            if self.dispatched_at.get(fleet_id, float("-inf")) >= began:
-                continue
-            rollout = (
-                {"id": assignment.rollout_id, "stage": assignment.percent}
-                if assignment.rollout_id is not None
-                else None
-            )
-            await self.dispatch(
-                {
-                    "kind": "assignment",
-                    "fleet_id": fleet_id,
-                    "assignment": assignment.as_dict(),
-                    "rollout": rollout,
-                    "sent_at": time.time(),
-                    "reconcile": True,
-                }
-            )
-            dispatched += 1
-        return dispatched
+        if pressure is not None and pressure["until"] != self.pressure_until.get(fleet_id):
+            # A live nudge this process never passed on (its push was lost).
+            await self.dispatch({"kind": "cloud_pressure", "fleet_id": fleet_id, **pressure})
+        if self.dispatched_at.get(fleet_id, float("-inf")) >= began:
+            return 0
+        rollout = (
+            {"id": assignment.rollout_id, "stage": assignment.percent}
+            if assignment.rollout_id is not None
+            else None
+        )
+        await self.dispatch(
+            {
+                "kind": "assignment",
+                "fleet_id": fleet_id,
+                "assignment": assignment.as_dict(),
+                "rollout": rollout,
+                "sent_at": time.time(),
+                "reconcile": True,
+            }
+        )
+        return 1
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Hand one message to every local socket of its fleet (or one device)."""
