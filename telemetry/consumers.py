@@ -184,7 +184,10 @@ class DashboardConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channe
             finally:
                 self._last_snapshot_at = loop.time()
             if view.key == self.view_key:
-                await self.send(text_data=text)
+                try:
+                    await self.send(text_data=text)
+                except Exception:  # the socket closed meanwhile: nobody to tell
+                    return
 
     async def _keep_subscribed(self) -> None:
         """Renew the view's registration while the socket is open (it expires otherwise)."""
