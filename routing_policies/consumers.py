@@ -219,6 +219,7 @@ class DeviceStore:
         self._worker: asyncio.Task[None] | None = None
         self._lazy_timer: asyncio.TimerHandle | None = None
         self._lazy_loop: asyncio.AbstractEventLoop | None = None
+        self.batches_written = 0  # for the logs and the tests: how many batches went out
 
     def _submit(self, kind: str, item: Any, wait: bool) -> "asyncio.Future[Any] | None":
         loop = asyncio.get_running_loop()
@@ -262,8 +263,8 @@ class DeviceStore:
         return result
 
     def ack(self, device_pk: int, version: int) -> None:
-        """Record the ack (in the next batch; nothing to wait for)."""
-        self._submit("ack", (device_pk, version), wait=False)
+        """Record the ack, with the moment it arrived (in the next batch; nothing to wait for)."""
+        self._submit("ack", (device_pk, version, timezone.now()), wait=False)
 
     def disconnected(self, token_hash: str) -> None:
         """Mark offline the device whose current token this is (in the next batch)."""
@@ -278,6 +279,7 @@ class DeviceStore:
             items = {kind: [item for item, _ in entries] for kind, entries in batch.items()}
             try:
                 results = await database_sync_to_async(_write_batch)(items)
+                self.batches_written += 1
             except Exception as error:
                 logger.warning(
                     "device.batch_failed sizes=%s",

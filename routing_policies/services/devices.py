@@ -3,9 +3,11 @@
 import hashlib
 import logging
 import secrets
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from controlplane.exceptions import ApplicationError, Conflict
@@ -152,18 +154,35 @@ def device_seen(*, device_pk: int, connected: bool | None = None, **fields: Any)
     devices_seen(device_pks=[device_pk], **fields)
 
 
-def devices_ack(*, acks: list[tuple[int, int]]) -> None:
-    """Devices applied versions: `(device_pk, version)` pairs, one UPDATE per version.
-
-    A device's last ack in the list wins.
+def devices_ack(*, acks: Sequence[tuple[int, int] | tuple[int, int, datetime]]) -> None:
+    """Devices applied versions: `(device_pk, version)` pairs, acked now, or
+    `(device_pk, version, at)` with the moment each ack was received (a batch written a
+    little later keeps each device's own time: the rollout page's propagation figures are
+    computed from it). A device's last ack in the list wins.
     """
-    by_version: dict[int, list[int]] = {}
-    for device_pk, version in dict(acks).items():
-        by_version.setdefault(version, []).append(device_pk)
     now = timezone.now()
-    for version, device_pks in by_version.items():
+    latest: dict[int, tuple[int, datetime]] = {}
+    for ack in acks:
+        latest[ack[0]] = (ack[1], ack[2] if len(ack) == 3 else now)
+    if not latest:
+        return
+    if connection.vendor == "postgresql":
+        # One statement for the whole batch, each row with its own version and time.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE routing_policies_device AS d SET acked_version = a.version, "
+                "acked_at = a.at, last_seen_at = GREATEST(d.last_seen_at, a.at) "
+                "FROM unnest(%s::bigint[], %s::integer[], %s::timestamptz[]) AS a(pk, version, at) "
+                "WHERE d.id = a.pk",
+                [list(latest), [v for v, _ in latest.values()], [t for _, t in latest.values()]],
+            )
+        return
+    by_moment: dict[tuple[int, datetime], list[int]] = {}
+    for device_pk, version_at in latest.items():
+        by_moment.setdefault(version_at, []).append(device_pk)
+    for (version, at), device_pks in by_moment.items():
         Device.objects.filter(pk__in=device_pks).update(
-            acked_version=version, acked_at=now, last_seen_at=now
+            acked_version=version, acked_at=at, last_seen_at=at
         )
 
 

@@ -40,7 +40,7 @@ async def _until(check: Any, timeout: float = 10.0) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_device_store__acks_arriving_one_by_one__written_together_in_one_update() -> None:
+async def test_device_store__acks_arriving_one_by_one__one_batch_each_with_its_own_time() -> None:
     # Given enrolled devices and a store
     devices = await database_sync_to_async(_enrolled)()
     store = DeviceStore()
@@ -51,10 +51,14 @@ async def test_device_store__acks_arriving_one_by_one__written_together_in_one_u
         store.ack(device.pk, 1)
         await asyncio.sleep(0)
 
-    # Then every ack is recorded, all by one UPDATE (one timestamp): without the wait for
-    # company the first ack is written alone and the others in a second batch
+    # Then every ack is recorded in one batch (without the wait for company the first ack is
+    # written alone and the others in a second batch), each device with the moment its own
+    # ack arrived (the rollout page's propagation times come from it), in arrival order
     await _until(lambda: all(version == 1 for version, _ in _acks()))
-    assert len({acked_at for _, acked_at in await database_sync_to_async(_acks)()}) == 1
+    assert store.batches_written == 1
+    acked_at = [at for _, at in await database_sync_to_async(_acks)()]
+    assert acked_at == sorted(acked_at)
+    assert len(set(acked_at)) == len(acked_at)
 
 
 @pytest.mark.django_db(transaction=True)
