@@ -176,9 +176,11 @@ def _hello_states(requests: list[tuple[int, int, dict[str, Any]]]) -> list[dict[
 _BATCH_KINDS = ("disconnect", "connect", "hello", "ack")
 # Requests per batch: a connect costs a query each (token lookup), the rest are set-based.
 BATCH_LIMITS = {"disconnect": 5000, "connect": 500, "hello": 1000, "ack": 5000}
-# Writes nobody waits for (acks, disconnects) are held this long for company: the acks of a
-# push arrive within milliseconds of each other while the push is still reaching the rest of
-# the fleet, and one UPDATE for all of them then costs less CPU than a batch every few acks.
+# Acks are held this long for company: the acks of a push arrive within milliseconds of each
+# other while the push is still reaching the rest of the fleet, and one UPDATE for all of them
+# then costs less CPU than a batch every few acks. (Each keeps its own receipt time.)
+# Disconnects are not held: a device that drops and reconnects at once to another process
+# must not be marked offline after its new socket was marked online.
 LAZY_WRITE_DELAY_S = 0.1
 
 
@@ -208,8 +210,8 @@ class DeviceStore:
     bench/fanout, 5,000 devices took minutes to connect and a restart did not recover in
     two minutes. Here a request that arrives while a batch is being written waits for the
     next batch and goes with the others, in a few set-based statements on one connection;
-    on a quiet server a request that is waited on (connect, hello) is written at once, alone,
-    and one that is not (ack, disconnect) within LAZY_WRITE_DELAY_S.
+    on a quiet server a request is written at once, alone, except an ack, which waits up to
+    LAZY_WRITE_DELAY_S for the others of its push.
     """
 
     def __init__(self) -> None:
@@ -227,7 +229,7 @@ class DeviceStore:
         self._queues[kind].append((item, future))
         if self._draining(loop):
             return future  # the running drain takes it in its next batch
-        if wait:
+        if wait or kind != "ack":
             self._start_drain()
         elif self._lazy_timer is None or self._lazy_loop is not loop:
             self._lazy_timer = loop.call_later(LAZY_WRITE_DELAY_S, self._start_drain)
