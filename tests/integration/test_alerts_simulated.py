@@ -7,7 +7,9 @@ The simulated devices are the SDK's `Device` (edge_sdk.simulate); devices runnin
 less confident model, so their cloud share goes from about 30% to about 70%.
 """
 
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -46,6 +48,14 @@ def worker(transactional_db: None) -> Iterator[Worker]:
         }
     ) as process:
         yield process
+
+
+def _wait_for_the_start_of_a_minute(latest_second: float = 5.0) -> None:
+    """Return within the first `latest_second` seconds of a wall-clock minute."""
+    now = datetime.now(UTC)
+    into = now.second + now.microsecond / 1e6
+    if into > latest_second:
+        time.sleep(60 - into + 1.0)
 
 
 def _all_on(sim: SimulatedFleet, version: int) -> bool:
@@ -101,7 +111,18 @@ def test_buggy_candidate__guarded_rollout_rolls_back_then_jump_rule_fires_on_the
         )
         wait_until(lambda: _all_on(sim, 1), timeout=30, interval=0.2, what="devices back on v1")
 
-        # When an operator then switches the whole fleet to v2 at once (no guards)
+        # When an operator then switches the whole fleet to v2 at once (no guards), with a
+        # whole minute of traffic behind (the rule compares the current minute with the one
+        # before: in the fleet's first minute it has nothing to compare with) and early in a
+        # minute (a switch late in a minute splits the rise between two minutes, each below
+        # the threshold: this test failed that way in a CI run)
+        wait_until(
+            lambda: AlertRule.objects.get(pk=jump.pk).last_previous is not None,
+            timeout=150,
+            interval=0.5,
+            what="the jump rule to have a previous minute to compare with",
+        )
+        _wait_for_the_start_of_a_minute()
         fleet_switch_version(actor=publisher, fleet=fleet, version=2)
 
         # Then the cloud-share jump rule fires
