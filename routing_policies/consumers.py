@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from . import selectors, services
 from .assignment import FleetAssignment, bucket
-from .models import Device, FleetRouting, PolicyVersion
+from .models import Device, PolicyVersion
 from .push import get_hub, publish_many
 
 logger = logging.getLogger(__name__)
@@ -133,19 +133,6 @@ def _connect_states(tokens: list[str]) -> list[dict[str, Any] | None]:
     ]
 
 
-def _cloud_pressure(fleet_id: int) -> dict[str, Any] | None:
-    routing = (
-        FleetRouting.objects.filter(fleet_id=fleet_id)
-        .only("cloud_pressure_offset", "cloud_pressure_until")
-        .first()
-    )
-    if routing and routing.cloud_pressure_until:
-        remaining = routing.cloud_pressure_until.timestamp() - time.time()
-        if remaining >= 1:
-            return {"theta_offset": routing.cloud_pressure_offset, "ttl_s": int(remaining)}
-    return None
-
-
 def _hello_states(requests: list[tuple[int, int, dict[str, Any]]]) -> list[dict[str, Any]]:
     """Record what each device said; read its fleet's assignment (once per fleet) and more."""
     by_fields: dict[tuple[tuple[str, Any], ...], list[int]] = {}
@@ -154,7 +141,7 @@ def _hello_states(requests: list[tuple[int, int, dict[str, Any]]]) -> list[dict[
     for key, device_pks in by_fields.items():
         services.devices_seen(device_pks=device_pks, **dict(key))
     fleets = {
-        fleet_id: (selectors.fleet_assignment(fleet_id), _cloud_pressure(fleet_id))
+        fleet_id: (selectors.fleet_assignment(fleet_id), selectors.cloud_pressure_live(fleet_id))
         for fleet_id in {fleet_id for _, fleet_id, _ in requests}
     }
     revoked = set(
@@ -539,9 +526,17 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
                 await self.send_policy(assigned, rollout)
             else:
                 await self.send(text_data=json.dumps({"type": "up_to_date", "version": assigned}))
-            if state["pressure"]:
+            pressure = state["pressure"]
+            ttl = int(pressure["until"] - time.time()) if pressure else 0
+            if ttl >= 1:
                 await self.send(
-                    text_data=json.dumps({"type": "cloud_pressure", **state["pressure"]})
+                    text_data=json.dumps(
+                        {
+                            "type": "cloud_pressure",
+                            "theta_offset": pressure["theta_offset"],
+                            "ttl_s": ttl,
+                        }
+                    )
                 )
 
     async def on_ack(self, message: dict[str, Any]) -> None:

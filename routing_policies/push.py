@@ -339,8 +339,8 @@ def _fleet_now(
 ) -> tuple[Any, dict[int, str], dict[str, float] | None]:
     """The fleet's assignment, the current token hash of each live (unrevoked) device, and
     the cloud-pressure nudge in force (theta_offset, until), if any."""
-    from .models import Device, FleetRouting
-    from .selectors import fleet_assignment
+    from .models import Device
+    from .selectors import cloud_pressure_live, fleet_assignment
 
     tokens: dict[int, str] = {}
     for start in range(0, len(device_pks), 5000):  # bounded IN lists, however many sockets
@@ -349,17 +349,7 @@ def _fleet_now(
                 pk__in=device_pks[start : start + 5000], revoked_at__isnull=True
             ).values_list("pk", "token_hash")
         )
-    routing = (
-        FleetRouting.objects.filter(fleet_id=fleet_id)
-        .only("cloud_pressure_offset", "cloud_pressure_until")
-        .first()
-    )
-    pressure = None
-    if routing is not None and routing.cloud_pressure_until is not None:
-        until = routing.cloud_pressure_until.timestamp()
-        if until - time.time() >= 1:
-            pressure = {"theta_offset": routing.cloud_pressure_offset, "until": until}
-    return fleet_assignment(fleet_id), tokens, pressure
+    return fleet_assignment(fleet_id), tokens, cloud_pressure_live(fleet_id)
 
 
 _hub: PushHub | None = None

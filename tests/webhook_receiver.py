@@ -54,3 +54,10 @@ class Receiver:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+
+    def __enter__(self) -> "Receiver":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -32,17 +32,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from routing_policies.cell_schema import SEED_DIMENSIONS
+from routing_policies.documents import ordered_keys
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ADMIN_URL = "postgres://root@127.0.0.1:5432/root"
 BENCH_DB = "bench_alerts"
 REDIS_URL = "redis://127.0.0.1:6379/13"
 SLUG = "bench-alerts"
-CELLS = [
-    (task, budget, tier)
-    for task in ("voice", "text", "image")
-    for budget in ("interactive", "background")
-    for tier in ("sensitive", "normal")
-]
+CELLS = ordered_keys(SEED_DIMENSIONS)  # the demo table's 12 cells, in table order
 
 
 def _env() -> dict[str, str]:

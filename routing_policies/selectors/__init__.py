@@ -21,6 +21,7 @@ from .policy import (
 from .rollout import (
     ONLINE_WINDOW,
     candidate_cohort_count,
+    cloud_pressure_live,
     device_list,
     fleet_assignment,
     fleet_convergence,
@@ -39,6 +40,7 @@ __all__ = [
     "audit_list",
     "candidate_cohort_count",
     "cell_keys",
+    "cloud_pressure_live",
     "device_list",
     "draft_get",
     "fleet_assignment",

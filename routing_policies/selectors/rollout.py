@@ -48,6 +48,22 @@ def fleet_assignment(fleet_id: int) -> FleetAssignment:
     )
 
 
+def cloud_pressure_live(fleet_id: int) -> dict[str, float] | None:
+    """The fleet's cloud-pressure nudge while at least a second of it is left:
+    `{"theta_offset", "until"}` (a timestamp), else None."""
+    routing = (
+        FleetRouting.objects.filter(fleet_id=fleet_id)
+        .only("cloud_pressure_offset", "cloud_pressure_until")
+        .first()
+    )
+    if routing is None or routing.cloud_pressure_until is None:
+        return None
+    until = routing.cloud_pressure_until.timestamp()
+    if until - timezone.now().timestamp() < 1:
+        return None
+    return {"theta_offset": routing.cloud_pressure_offset, "until": until}
+
+
 def online_q(now: datetime | None = None) -> Q:
     """Devices with an open socket that reported recently (a killed server leaves stale flags)."""
     now = now or timezone.now()

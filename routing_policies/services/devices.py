@@ -177,13 +177,14 @@ def devices_ack(*, acks: Sequence[tuple[int, int] | tuple[int, int, datetime]]) 
                 [list(latest), [v for v, _ in latest.values()], [t for _, t in latest.values()]],
             )
         return
-    by_moment: dict[tuple[int, datetime], list[int]] = {}
-    for device_pk, version_at in latest.items():
-        by_moment.setdefault(version_at, []).append(device_pk)
-    for (version, at), device_pks in by_moment.items():
-        Device.objects.filter(pk__in=device_pks).update(
-            acked_version=version, acked_at=at, last_seen_at=at
-        )
+    Device.objects.bulk_update(
+        [
+            Device(pk=device_pk, acked_version=version, acked_at=at, last_seen_at=at)
+            for device_pk, (version, at) in latest.items()
+        ],
+        ["acked_version", "acked_at", "last_seen_at"],
+        batch_size=500,
+    )
 
 
 def device_ack(*, device_pk: int, version: int) -> None:

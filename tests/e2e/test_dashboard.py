@@ -21,7 +21,8 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from edge_sdk.simulate.fleet import FleetConfig, SimulatedFleet
+from routing_policies.cell_schema import SEED_DIMENSIONS
+from routing_policies.documents import ordered_keys
 from routing_policies.roles import Role
 from routing_policies.services import (
     device_enroll,
@@ -32,6 +33,7 @@ from routing_policies.services import (
     rollout_start,
 )
 from tests.factories import PASSWORD, UserFactory, make_fleet
+from tests.integration.simulated import buggy_candidate_fleet
 from tests.integration.test_dashboard_feed import own_redis_db, worker
 from tests.integration.test_telemetry_durability import Worker
 from tests.integration.ws_clients import BackgroundLoop, wait_until
@@ -44,12 +46,7 @@ __all__ = ["own_redis_db", "worker"]  # fixtures
 pytestmark = pytest.mark.e2e
 
 SLUG = "e2e-dashboard"
-CELLS = [
-    (task, budget, tier)
-    for task in ("voice", "text", "image")
-    for budget in ("interactive", "background")
-    for tier in ("sensitive", "normal")
-]
+CELLS = ordered_keys(SEED_DIMENSIONS)  # the demo table's 12 cells, in table order
 LIVE_TIMEOUT_MS = 30_000
 CHARTS = (
     "chart-shares",
@@ -271,20 +268,7 @@ def test_dashboard__simulated_fleet__charts_filled_and_following_it_live(
     # Given 60 simulated devices of a fleet on v1, and v2 (a buggy candidate that sends more
     # to the cloud) rolling out to 5% of them
     publish_version(fleet, threshold=0.7)
-    sim = SimulatedFleet(
-        FleetConfig(
-            base_url=asgi_server,
-            fleet_key=fleet_key,
-            devices=60,
-            rate=40.0,
-            scenario="buggy-candidate",
-            buggy_version=2,
-            connect_per_s=25,
-            telemetry_flush_s=1.0,
-            progress_s=3600,
-            offline_spells=False,
-        )
-    )
+    sim = buggy_candidate_fleet(base_url=asgi_server, fleet_key=fleet_key, devices=60, rate=40.0)
     background.run(sim.start())
     try:
         wait_until(

@@ -49,10 +49,8 @@ BACKOFF_S = 0.2
 def receiver(settings: Any) -> Iterator[Receiver]:
     """The receiver, on loopback: webhooks inside the network allowed (here and in the worker)."""
     settings.ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS = True
-    started = Receiver()
-    started.start()
-    yield started
-    started.stop()
+    with Receiver() as started:
+        yield started
 
 
 @pytest.fixture

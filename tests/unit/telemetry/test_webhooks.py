@@ -13,10 +13,8 @@ from tests.webhook_receiver import Receiver
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    started = Receiver()
-    started.start()
-    yield started
-    started.stop()
+    with Receiver() as started:
+        yield started
 
 
 def _this_machines_name() -> tuple[str, set[str]]:
