@@ -15,6 +15,7 @@ machine); `make run` itself is given that port through PORT, the Makefile's own 
 import re
 import signal
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,14 +164,8 @@ def test_documented_command__after_make_run__works_as_written(
         # Given the machine after a first `make run` / When the command is typed again
         with MakeRun(var_dir, command=command) as run:
             # Then it serves the product (the demo's login page) until Ctrl-C, and stops cleanly
-            login = subprocess.run(
-                ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"{run.url}/login/"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-            assert login.stdout == "200", run.console()
+            with urllib.request.urlopen(f"{run.url}/login/", timeout=60) as login:
+                assert login.status == 200, run.console()
             exit_code = run.stop()
         assert exit_code in (0, -signal.SIGINT), run.console()
         assert "make: ***" not in run.console()
