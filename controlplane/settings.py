@@ -41,11 +41,19 @@ VAR_DIR = BASE_DIR / env.str("VAR_DIR", default="var")
 
 DEBUG = env.bool("DEBUG", default=False)
 DATABASE_URL = env.str("DATABASE_URL", default="")
-# A deployment sets SECRET_KEY (docs/operations.md). Without it, the embedded mode (SQLite in
-# var/) and DEBUG runs use a key generated once on this machine and kept in var/secret_key.
+# HTTPS. A deployment (DATABASE_URL set, DEBUG off) serves HTTPS only, behind a TLS-terminating
+# load balancer that sets X-Forwarded-Proto: these defaults are what it wants, and
+# `manage.py check --deploy` is clean with them. HTTPS=0 is for what answers plain http on this
+# machine (`make run`, `make test`, the compose demo, bench/): no redirect to https, cookies not
+# marked Secure, no HSTS; the embedded mode (SQLite in var/) and DEBUG runs default to it.
+HTTPS = env.bool("HTTPS", default=bool(DATABASE_URL) and not DEBUG)
+
+# A deployment (HTTPS on) sets SECRET_KEY (docs/operations.md). Without HTTPS (the embedded
+# mode, `make run` with real services, DEBUG runs) a key generated once on this machine and
+# kept in var/secret_key serves every process and command there.
 SECRET_KEY = env.str("SECRET_KEY", default="")
 if not SECRET_KEY:
-    if DATABASE_URL and not DEBUG:
+    if HTTPS:
         raise ImproperlyConfigured(
             "Set the SECRET_KEY environment variable (50 or more random characters)."
         )
@@ -53,12 +61,7 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
-# HTTPS. A deployment (DATABASE_URL set, DEBUG off) serves HTTPS only, behind a TLS-terminating
-# load balancer that sets X-Forwarded-Proto: these defaults are what it wants, and
-# `manage.py check --deploy` is clean with them. HTTPS=0 is for what answers plain http on this
-# machine (`make run`, `make test`, the compose demo, bench/): no redirect to https, cookies not
-# marked Secure, no HSTS; the embedded mode (SQLite in var/) and DEBUG runs default to it.
-HTTPS = env.bool("HTTPS", default=bool(DATABASE_URL) and not DEBUG)
+# The HTTPS settings (docs/operations.md), each on by default with HTTPS.
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=HTTPS)
 # The balancer's health checks and the Prometheus scrape reach a process directly over http.
 SECURE_REDIRECT_EXEMPT = env.list("SECURE_REDIRECT_EXEMPT", default=[r"^healthz$", r"^metrics$"])
@@ -135,7 +138,7 @@ if DATABASE_URL:
             "max_size": DATABASE_POOL_MAX_SIZE,
         }
 else:
-    VAR_DIR.mkdir(exist_ok=True)
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",

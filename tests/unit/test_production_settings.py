@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS = ROOT / "docs" / "operations.md"
 TIMEOUT_S = 180
@@ -106,10 +108,27 @@ def test_production_settings__no_secret_key__refuses_to_start_naming_it() -> Non
     assert "Set the SECRET_KEY environment variable" in result.stderr
 
 
-def test_embedded_mode__no_secret_key__one_key_generated_and_kept_in_var(tmp_path: Path) -> None:
-    # Given the embedded mode (no DATABASE_URL, no SECRET_KEY) on a machine with an empty var/
+@pytest.mark.parametrize(
+    "mode",
+    [
+        pytest.param({}, id="embedded"),
+        pytest.param(
+            {
+                "DATABASE_URL": "postgres://root@127.0.0.1:5432/unused",
+                "REDIS_URL": "redis://127.0.0.1:6379/15",
+                "HTTPS": "0",
+            },
+            id="make-run-with-real-services",
+        ),
+    ],
+)
+def test_this_machine__no_secret_key__one_key_generated_and_kept_in_var(
+    tmp_path: Path, mode: dict[str, str]
+) -> None:
+    # Given plain http on this machine (the embedded mode, or `make run` with real services:
+    # HTTPS=0), no SECRET_KEY, an empty var/
     var_dir = tmp_path / "var"
-    env = _bare_environment(VAR_DIR=str(var_dir))
+    env = _bare_environment(VAR_DIR=str(var_dir), **mode)
     show = (
         "import django; django.setup(); from django.conf import settings as s; print(s.SECRET_KEY)"
     )
