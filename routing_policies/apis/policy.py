@@ -360,7 +360,9 @@ class PublishApi(APIView):
 
     class InputSerializer(serializers.Serializer[Any]):
         # Blank passes here: the service refuses it (naming `note`), for the page and the API.
-        note = serializers.CharField(max_length=2000, allow_blank=True)
+        note = serializers.CharField(
+            max_length=2000, allow_blank=True, help_text="The release note: what changed and why."
+        )
         revision = serializers.IntegerField(required=False)
 
         class Meta:

@@ -16,7 +16,7 @@
     var fleetUrl = form.dataset.fleetUrl;
     if (fleetUrl && window.location.pathname !== fleetUrl && window.history.replaceState) {
       var selection = Array.prototype.slice.call(document.querySelectorAll(".cell-select:checked"))
-        .map(function (box) { return "cell=" + encodeURIComponent(box.value); });
+        .map(function (box) { return "cell=" + encodeURIComponent(box.value).replace(/%2F/g, "/"); });
       window.history.replaceState(null, "", fleetUrl + (selection.length ? "?" + selection.join("&") : ""));
     }
     var refused = form.querySelector(".frow.invalid") !== null;

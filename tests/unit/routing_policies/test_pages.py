@@ -1121,7 +1121,7 @@ def test_fleet_page__draft_with_changes__changed_and_new_cells_marked_with_count
         f'<a href="{FLEET_URL}diff/?a=1&amp;b=draft">5 cells changed since v1</a>'
         in page.replace("&b=", "&amp;b=")
     )
-    assert "Devices keep running v1 until the new version is rolled out." in page
+    assert "Publishing changes no device: they keep running what they run now" in page
 
 
 def test_fleet_page__draft_equal_to_base__no_marks_and_zero_changes(
