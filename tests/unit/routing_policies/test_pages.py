@@ -1259,3 +1259,26 @@ def test_import__invalid_json_mentioning_delimiter__400_with_the_position(
     assert "The pasted text is not valid JSON" in page
     assert position in page
     assert selectors.draft_get(fleet=draft_fleet).revision == 1  # type: ignore[union-attr]
+
+
+def test_fleet_list__rollout_open_and_newer_version__says_what_devices_run(
+    client: Client, fleet: Fleet, publisher: Any, viewer: Any
+) -> None:
+    # Given v2 rolled out to 5% over v1, and v3 published but not rolled out
+    for note in ("v2", "v3"):
+        draft = services.policy_draft_create(actor=publisher, fleet=fleet)
+        services.policy_version_publish(
+            actor=publisher, fleet=fleet, revision=draft.revision, note=note
+        )
+    services.rollout_start(actor=publisher, fleet=fleet, version=2)
+
+    # When a viewer opens the fleet list
+    page = text_of(as_user(client, viewer).get("/"))
+
+    # Then the fleet's row says v3 runs on no device, and that devices run v1 and v2 on 5%
+    row = re.search(r'<span class="chip chip-published">v3</span>(.*?)</td>', page, re.S)
+    assert row is not None
+    assert '<div class="small idle-note" data-field="idle">on no device yet</div>' in row.group(1)
+    assert '<div class="muted small" data-field="runs">devices run v1, v2 on 5%</div>' in row.group(
+        1
+    )
