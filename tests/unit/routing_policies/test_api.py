@@ -540,9 +540,9 @@ def test_draft_cells_api__overflowing_number__400_names_field_nothing_stored(
         content_type="application/json",
     )
 
-    # Then 400 names the cell and field, and θ is not clamped to 1
+    # Then 400 names the cell edit and field, and θ is not clamped to 1
     error = assert_error(response, 400, "validation_failed")
-    assert _where(error) == {("voice/interactive/normal", "threshold")}
+    assert _where(error) == {(None, "cells[0].values.threshold")}
     assert version_table(version=draft)[("voice", "interactive", "normal")]["threshold"] == 0.65
 
 

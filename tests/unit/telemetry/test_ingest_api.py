@@ -65,13 +65,17 @@ def test_telemetry_ingest__processed__raw_events_and_rollups_once(phone_client: 
     assert not LandedBatch.objects.exists()
 
 
-def test_telemetry_ingest__empty_batch__202_nothing_landed(phone_client: APIClient) -> None:
-    # Given / When a device posts an empty batch (an SDK flushing an empty buffer)
+def test_telemetry_ingest__empty_batch__400_names_events_nothing_landed(
+    phone_client: APIClient,
+) -> None:
+    # Given / When a device posts an empty batch (a client whose batching sends empty buffers)
     response = _post(phone_client, [])
 
-    # Then it is accepted, with nothing to store
-    assert response.status_code == 202
-    assert response.json() == {"accepted": 0, "duplicates": 0}
+    # Then it is refused naming `events`, so the client's bug shows, and nothing is stored
+    assert response.status_code == 400
+    details = response.json()["error"]["details"]
+    assert [d["field"] for d in details] == ["events"]
+    assert "empty" in details[0]["message"]
     assert _nothing_stored()
 
 
