@@ -92,14 +92,11 @@ def depth_problem(raw: bytes, limit: int = MAX_DEPTH) -> JsonProblem | None:
     """
     if len(raw) <= limit:
         return None
-    if b"\\" in raw:
-        raw_unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
-    else:
-        raw_unescaped = raw
+    unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"") if b"\\" in raw else raw
     # Between the quotes that remain, every other piece is a string's content (an unterminated
     # string's content is dropped too: no parser recurses into a string). Adjacent quotes go
     # first, cheaply: removing two neighbours keeps every other quote's parity.
-    quoted = raw_unescaped.translate(None, _NOT_STRUCTURE).replace(b'""', b"")
+    quoted = unescaped.translate(None, _NOT_STRUCTURE).replace(b'""', b"")
     structure = b"".join(quoted.split(b'"')[::2]) if b'"' in quoted else quoted
     if max(accumulate(map(_STEP.__getitem__, structure)), default=0) <= limit:
         return None
@@ -176,7 +173,8 @@ def value_problem(value: Any, *, numbers: bool = True) -> JsonProblem | None:
                 children.append(([*path, key], child))
             stack.extend(reversed(children))
         elif isinstance(item, list):
-            stack.extend(([*path, index], child) for index, child in reversed(list(enumerate(item))))
+            indexed = [([*path, index], child) for index, child in enumerate(item)]
+            stack.extend(reversed(indexed))
     return None
 
 

@@ -1,5 +1,6 @@
 """The one JSON parser of the REST API: the body goes through controlplane.json_guard."""
 
+from collections.abc import Mapping
 from typing import IO, Any
 
 from rest_framework.exceptions import ParseError
@@ -17,7 +18,7 @@ class GuardedJSONParser(JSONParser):
         self,
         stream: IO[Any] | None,
         media_type: str | None = None,
-        parser_context: dict[str, Any] | None = None,
+        parser_context: Mapping[str, Any] | None = None,
     ) -> Any:
         # Imported here: DRF loads this class while controlplane.exceptions (which json_guard
         # needs) is still importing rest_framework.views.

@@ -220,7 +220,9 @@ def read_import_document(upload: UploadedFile | None, pasted: str) -> Any:
     try:
         return json_guard.loads(text)
     except json_guard.JsonRefused as refused:
-        raise ImportError_(f"{source} is refused: {refused.message} Nothing was imported.") from None
+        raise ImportError_(
+            f"{source} is refused: {refused.message} Nothing was imported."
+        ) from None
     except json.JSONDecodeError as exc:
         raise ImportError_(
             f"{source} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}. "

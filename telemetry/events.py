@@ -13,6 +13,7 @@ Unknown fields are ignored: the protocol grows by new optional fields.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import uuid
@@ -25,6 +26,8 @@ import msgspec
 
 from controlplane import json_guard
 from controlplane.exceptions import ValidationFailed
+
+logger = logging.getLogger(__name__)
 
 MAX_EVENTS: Final = 1000
 FUTURE_TOLERANCE: Final = timedelta(minutes=5)
@@ -398,6 +401,28 @@ def encode_landed(events: Sequence[TelemetryEvent], body: bytes | None = None) -
     return _ENCODER.encode(TelemetryBatch(events=list(events)))
 
 
+_EVENT_DECODER: Final = msgspec.json.Decoder(TelemetryEvent)
+
+
 def decode_landed(payload: bytes) -> list[TelemetryEvent]:
-    """The events of a landed batch's payload (validated when they were landed)."""
-    return _DECODER.decode(payload).events
+    """The events of a landed batch's payload (validated when they were landed).
+
+    A batch landed by an older version, before the numbers had physical ranges, may hold an
+    event out of them (`latency_ms: 1e308`): that event is left out (and logged), the others
+    are kept, so one such batch neither poisons the rollups nor stops processing.
+    """
+    try:
+        return _DECODER.decode(payload).events
+    except msgspec.ValidationError:
+        pass
+    kept: list[TelemetryEvent] = []
+    raw_events = msgspec.json.decode(payload)["events"]
+    for raw in raw_events:
+        try:
+            kept.append(_EVENT_DECODER.decode(_ENCODER.encode(raw)))
+        except msgspec.ValidationError:
+            continue
+    logger.warning(
+        "telemetry.landed_events_dropped count=%d reason=out_of_range", len(raw_events) - len(kept)
+    )
+    return kept

@@ -65,7 +65,7 @@ class _JsonStringMixin:
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("trim_whitespace", False)
         kwargs["validators"] = [*kwargs.get("validators", ()), refuse_untidy_text]
-        super().__init__(**kwargs)  # type: ignore[call-arg]
+        super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
