@@ -80,6 +80,16 @@ def recent_rows(
     return rows
 
 
+def cell_known(*, fleet_id: int, task_type: str, latency_budget: str, privacy_tier: str) -> bool:
+    """True when some version of the fleet (published or the draft) has this cell."""
+    return PolicyCell.objects.filter(
+        version__fleet_id=fleet_id,
+        task_type=task_type,
+        latency_budget=latency_budget,
+        privacy_tier=privacy_tier,
+    ).exists()
+
+
 def reported_before(*, fleet_id: int, before: datetime) -> bool:
     """True when the fleet has any minute rollup older than `before` (it reported once)."""
     return MinuteRollup.objects.filter(fleet_id=fleet_id, minute__lt=before).exists()

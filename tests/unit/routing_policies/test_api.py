@@ -22,6 +22,7 @@ from routing_policies.services import (
     policy_version_publish,
 )
 from tests.factories import PASSWORD, make_fleet
+from tests.hostile_json import HOSTILE_PARAMS, Hostile, assert_names, with_field
 
 pytestmark = pytest.mark.django_db
 
@@ -525,6 +526,48 @@ def test_api__body_over_limit__413_and_nothing_stored(
     error = assert_error(response, 413, "payload_too_large")
     assert str(settings.MAX_REQUEST_BYTES) in error["message"]
     assert _stored_state() == before
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_PARAMS)
+@pytest.mark.parametrize("write", WRITE_PARAMS)
+def test_api__hostile_json_value__400_names_field_nothing_stored(
+    client_as: Callable[[Any], APIClient],
+    publisher: Any,
+    state_for: Any,
+    write: Write,
+    hostile: Hostile,
+) -> None:
+    # Given a fleet ready for the write
+    state_for(write)
+    before = _stored_state()
+
+    # When a good body carries one field nested 1,000 deep, with a NUL, a lone surrogate, NaN
+    # or Infinity
+    raw = with_field(write.body(), "extra", hostile.raw)
+    response = _send_raw(client_as(publisher), write, raw)
+
+    # Then 400 names the field (never a 500 or a parse error without details), nothing stored
+    error = assert_error(response, 400, "validation_failed")
+    assert_names(error, "extra", hostile)
+    assert _stored_state() == before
+
+
+def test_draft_cells_api__nul_in_a_cell_key__400_names_it_nothing_stored(
+    client_as: Callable[[Any], APIClient], editor: Any, draft: PolicyVersion
+) -> None:
+    # Given a draft / When a cell edit names its task type with a NUL in it
+    response = client_as(editor).generic(
+        "PATCH",
+        f"{FLEET}/draft/cells/",
+        '{"revision": 1, "cells": [{"task_type": "voice\\u0000", "latency_budget": '
+        '"interactive", "privacy_tier": "normal", "values": {"threshold": 0.5}}]}',
+        content_type="application/json",
+    )
+
+    # Then 400 names that field of that edit, and the draft is untouched
+    error = assert_error(response, 400, "validation_failed")
+    assert _where(error) == {(None, "cells[0].task_type")}
+    assert PolicyVersion.objects.get(pk=draft.pk).revision == 1
 
 
 def test_draft_cells_api__overflowing_number__400_names_field_nothing_stored(
