@@ -202,13 +202,14 @@ def loads(raw: bytes | str, *, limit: int = MAX_DEPTH) -> Any:
 
 def check_raw(raw: bytes, *, limit: int = MAX_DEPTH) -> None:
     """For bodies another parser decodes (telemetry's msgspec): JsonRefused for depth and bad
-    strings; parsed here only when an escape that may be NUL or a surrogate is present."""
+    strings, at the cost of a scan; parsed here only when the bytes hold an escape that may be
+    a NUL or a surrogate. (That parser refuses NaN and Infinity itself: they are not JSON.)"""
     problem = depth_problem(raw, limit)
     if problem is None and _SUSPECT_ESCAPE.search(raw):
         try:
             value = json.loads(raw.decode("utf-8"))
         except ValueError:
             return  # malformed: the caller's parser says where
-        problem = value_problem(value, numbers=False)
+        problem = value_problem(value)
     if problem is not None:
         raise JsonRefused(problem)

@@ -58,13 +58,11 @@ class IsDevice(BasePermission):
 class _JsonStringMixin:
     """A JSON string only: DRF's CharField would quietly turn `123` or `1.5` into `"123"`.
 
-    Kept as sent: leading / trailing whitespace and control characters are refused, never
-    trimmed (controlplane.validators.text_problem).
+    Kept as sent, never trimmed: `"abc\n"` is refused, not stored as `"abc"`.
     """
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("trim_whitespace", False)
-        kwargs["validators"] = [*kwargs.get("validators", ()), refuse_untidy_text]
         super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> str:
@@ -74,7 +72,12 @@ class _JsonStringMixin:
 
 
 class JsonStringField(_JsonStringMixin, serializers.CharField):
-    """`CharField` that refuses numbers, booleans and objects."""
+    """`CharField` that refuses numbers, booleans and objects, and leading / trailing
+    whitespace and control characters (controlplane.validators.text_problem)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs["validators"] = [*kwargs.get("validators", ()), refuse_untidy_text]
+        super().__init__(**kwargs)
 
 
 class JsonRegexField(_JsonStringMixin, serializers.RegexField):
