@@ -378,9 +378,9 @@ def _complete_check(body: bytes, context: BatchContext) -> ValidationFailed | Ba
             {"event": index, "field": field, "message": message}
             for field, message in field_problems.items()
         )
-    if not details and (problem := json_guard.value_problem(document)) is not None:
+    if not details and (unread := json_guard.value_problem(document)) is not None:
         # NaN / Infinity in a field the protocol does not know (Python's json reads them).
-        details.append(_guard_problem(problem))
+        details.append(_guard_problem(unread))
     if not details:
         # The fast pass refused what the complete check accepts: say what msgspec said.
         try:
