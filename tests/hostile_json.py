@@ -49,3 +49,63 @@ def assert_names(error: dict[str, Any], field: str, hostile: Hostile) -> None:
     named = detail["field"]
     assert named == field or named.startswith((f"{field}.", f"{field}[")), detail
     assert hostile.says in detail["message"], detail
+
+
+# --- for property-based fuzzing (hypothesis) ---------------------------------------------------
+
+
+def _strategies() -> Any:
+    """(any JSON value, bodies shaped like `shape` with any values) as hypothesis strategies."""
+    from hypothesis import strategies as st
+
+    weird_text = st.text(
+        alphabet=st.one_of(
+            st.characters(codec="utf-8"),
+            st.sampled_from(["\x00", "\ud800", "\udfff", "\n", " ", "\u2028", "\ufeff", '"']),
+        ),
+        max_size=20,
+    )
+    numbers = st.one_of(
+        st.integers(min_value=-(10**30), max_value=10**30),
+        st.integers(min_value=10**300, max_value=10**310),
+        st.floats(),  # NaN and infinities included: written as NaN / Infinity tokens
+        st.sampled_from([1e308, -1e308, 5e-324, 2**63, -(2**63) - 1, 2**31]),
+    )
+    scalars = st.one_of(st.none(), st.booleans(), numbers, weird_text)
+    values = st.recursive(
+        scalars,
+        lambda children: st.one_of(
+            st.lists(children, max_size=4), st.dictionaries(weird_text, children, max_size=4)
+        ),
+        max_leaves=12,
+    )
+    return st, values
+
+
+def fuzz_bodies(shape: dict[str, Any]) -> Any:
+    """Bodies (bytes) a fuzzer sends where a `shape` object is expected: any JSON value, `shape`
+    with any field replaced or added, nested thousands deep, or any bytes at all."""
+    st, values = _strategies()
+
+    def encode(value: Any) -> bytes:
+        # ensure_ascii: lone surrogates travel as \\ud800 escapes, as a hostile client sends them
+        return json.dumps(value, ensure_ascii=True).encode()
+
+    def shaped(changes: dict[str, Any]) -> bytes:
+        return encode({**shape, **changes})
+
+    field_names = st.one_of(st.sampled_from(sorted(shape)), st.text(max_size=8))
+    deep = st.integers(min_value=30, max_value=5000).map(
+        lambda depth: ("[" * depth + "]" * depth).encode()
+    )
+    deep_objects = st.integers(min_value=30, max_value=3000).map(
+        lambda depth: ('{"a":' * depth + "1" + "}" * depth).encode()
+    )
+    return st.one_of(
+        values.map(encode),
+        st.dictionaries(field_names, values, max_size=4).map(shaped),
+        deep,
+        deep_objects,
+        st.binary(max_size=64),
+        st.sampled_from([b"NaN", b'{"a": Infinity}', b"[" * 100_000, b"\xed\xa0\x80"]),
+    )
