@@ -1,5 +1,6 @@
 """The REST API under /api/v1/: roles, revisions, malformed input, duplicates, documents, diffs."""
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -1193,6 +1194,49 @@ def test_api__method_a_route_does_not_serve__405_and_nothing_stored(
     # Then 405 in the error shape, and nothing changed
     assert_error(response, 405, "method_not_allowed")
     assert _stored_state() == before
+
+
+def _api_routes() -> list[tuple[str, type[Any]]]:
+    """(path with sample arguments, view class) of every DRF view under /api/v1/."""
+    from django.urls import URLPattern, URLResolver, get_resolver
+    from rest_framework.views import APIView
+
+    samples = {"slug": "fleet-a", "ref": "1", "rule_id": "1", "webhook_id": "1"}
+    samples |= {"device_id": "phone-1", "dimension": "task_type", "value": "voice"}
+    routes = []
+
+    def walk(patterns: list[Any], prefix: str) -> None:
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                walk(pattern.url_patterns, prefix + str(pattern.pattern))
+            elif isinstance(pattern, URLPattern):
+                view = getattr(pattern.callback, "cls", None)
+                path = prefix + str(pattern.pattern)
+                if isinstance(view, type) and issubclass(view, APIView) and "api/v1" in path:
+                    for name, sample in samples.items():
+                        path = re.sub(rf"<(?:\w+:)?{name}>", sample, path)
+                    routes.append(("/" + path, view))
+
+    walk(get_resolver().url_patterns, "")
+    return routes
+
+
+def test_api__trace_on_every_endpoint__405_with_allow_before_auth(
+    api_client: APIClient, fleet: Any
+) -> None:
+    # Given every endpoint of the API, and a client with no credentials at all
+    routes = _api_routes()
+    assert len(routes) > 30
+
+    for path, view in routes:
+        # When it is called with TRACE, which none of them serves
+        response = api_client.generic("TRACE", path)
+
+        # Then 405 in the error shape, with the methods it does serve (never 401 or 403)
+        assert response.status_code == 405, (path, response.content)
+        assert response.json()["error"]["code"] == "method_not_allowed"
+        served = {m.upper() for m in view.http_method_names if hasattr(view, m)}
+        assert set(response["Allow"].split(", ")) >= served, path
 
 
 def test_api__unsupported_method__405_with_error_shape(
