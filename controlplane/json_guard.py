@@ -26,8 +26,8 @@ from typing import Any, Final, NamedTuple
 
 from .exceptions import ValidationFailed
 
-# Policy documents and every other body of the API are 4 levels deep at most; 32 leaves room
-# for extension fields a newer client may add, and is far below Python's recursion limit.
+# The deepest body of the API, a cell edit with nested weights, is 5 levels deep; 32 leaves
+# room for extension fields a newer client may add, and is far below Python's recursion limit.
 MAX_DEPTH: Final = 32
 
 _STEP: Final = [0] * 256
