@@ -103,6 +103,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "controlplane.middleware.MethodNotAllowedMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -282,6 +283,10 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["routing_policies.permissions.IsViewer"],
+    # JSON only, through controlplane.json_guard: depth, NUL / lone surrogates and non-finite
+    # numbers refused naming the field (a form or multipart body is a 415).
+    "DEFAULT_PARSER_CLASSES": ["controlplane.parsers.GuardedJSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "controlplane.exceptions.api_exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",

@@ -21,6 +21,8 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils import timezone
 
+from controlplane import json_guard
+
 from . import selectors, services
 from .assignment import FleetAssignment, bucket
 from .models import Device, PolicyVersion
@@ -454,9 +456,13 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
             self.closing = True
             await self.close(code=code)
 
-    async def send_error(self, code: str, detail: str) -> None:
-        """PROTOCOL.md `error` frame; the socket stays open."""
-        await self.send(text_data=json.dumps({"type": "error", "code": code, "detail": detail}))
+    async def send_error(self, code: str, detail: str, field: str | None = None) -> None:
+        """PROTOCOL.md `error` frame (with the `field` at fault when known); the socket stays
+        open."""
+        frame: dict[str, Any] = {"type": "error", "code": code, "detail": detail}
+        if field is not None:
+            frame["field"] = field
+        await self.send(text_data=json.dumps(frame))
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if not self.authenticated:
@@ -471,7 +477,15 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
             await self.send_error("too_large", f"frame over {MAX_FRAME_BYTES} bytes")
             return
         try:
-            message = json.loads(text_data)
+            message = json_guard.loads(text_data)
+        except json_guard.JsonRefused as refused:
+            # Too deep, NUL / lone surrogate, NaN: refused before any handler (or the database)
+            # sees it, naming the field.
+            problem = refused.problem
+            await self.send_error(
+                "bad_message", f"{problem.field or 'frame'}: {problem.message}", field=problem.field
+            )
+            return
         except ValueError:
             await self.send_error("bad_message", "frame is not valid JSON")
             return

@@ -16,6 +16,8 @@ from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.http import QueryDict
 
+from controlplane import json_guard
+
 from .cell_schema import CELL_FIELDS, DIMENSION_LABELS, DIMENSIONS, CellKey, FieldSpec
 
 FIELD_PREFIX = "value-"
@@ -222,7 +224,11 @@ def read_import_document(upload: UploadedFile | None, pasted: str) -> Any:
     else:
         raise ImportError_("Choose a JSON file or paste a policy document.")
     try:
-        return json.loads(text)
+        return json_guard.loads(text)
+    except json_guard.JsonRefused as refused:
+        raise ImportError_(
+            f"{source} is refused: {refused.message} Nothing was imported."
+        ) from None
     except json.JSONDecodeError as exc:
         raise ImportError_(
             f"{source} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno} "

@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 
 from controlplane.exceptions import NotFound, ValidationFailed
 from controlplane.pagination import BoundedLimitOffsetPagination
+from controlplane.validators import refuse_untidy_text
 
 from .. import selectors, services
 from ..models import Device, PolicyVersion
@@ -56,7 +57,14 @@ class IsDevice(BasePermission):
 
 
 class _JsonStringMixin:
-    """A JSON string only: DRF's CharField would quietly turn `123` or `1.5` into `"123"`."""
+    """A JSON string only: DRF's CharField would quietly turn `123` or `1.5` into `"123"`.
+
+    Kept as sent, never trimmed: `"abc\n"` is refused, not stored as `"abc"`.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
@@ -65,11 +73,19 @@ class _JsonStringMixin:
 
 
 class JsonStringField(_JsonStringMixin, serializers.CharField):
-    """`CharField` that refuses numbers, booleans and objects."""
+    """`CharField` that refuses numbers, booleans and objects, and leading / trailing
+    whitespace and control characters (controlplane.validators.text_problem)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs["validators"] = [*kwargs.get("validators", ()), refuse_untidy_text]
+        super().__init__(**kwargs)
 
 
 class JsonRegexField(_JsonStringMixin, serializers.RegexField):
     """`RegexField` that refuses numbers, booleans and objects."""
+
+    def __init__(self, regex: Any, **kwargs: Any) -> None:
+        super().__init__(regex=regex, **kwargs)
 
 
 class EnrollApi(APIView):
@@ -80,7 +96,14 @@ class EnrollApi(APIView):
 
     class InputSerializer(serializers.Serializer[Any]):
         fleet_key = JsonStringField(max_length=200)
-        device_id = JsonRegexField(DEVICE_ID_RE, max_length=128)
+        device_id = JsonRegexField(
+            DEVICE_ID_RE,
+            max_length=128,
+            error_messages={
+                "invalid": "1 to 128 letters, digits and . _ : @ -, starting with a letter or "
+                "digit (no spaces, nothing trimmed)."
+            },
+        )
         platform = JsonStringField(max_length=64, required=False, allow_blank=True, default="")
         model = JsonStringField(max_length=128, required=False, allow_blank=True, default="")
         sdk = JsonStringField(max_length=64, required=False, allow_blank=True, default="")

@@ -19,6 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from controlplane.exceptions import Conflict, NotFound, ValidationFailed
+from controlplane.validators import text_problem
 from routing_policies.models import Fleet, Rollout
 from routing_policies.services.policy import Actor, audit_record
 
@@ -89,14 +90,15 @@ def _whole(values: dict[str, Any], name: str, low: int, high: int, problems: lis
         problems.append(_problem(name, f"a whole number from {low} to {high} (got {value!r})"))
 
 
-def _clean_rule(values: dict[str, Any]) -> dict[str, Any]:
+def _clean_rule(values: dict[str, Any], *, fleet_id: int) -> dict[str, Any]:
     """Check a rule's fields together; raise ValidationFailed naming every bad one."""
     problems: list[dict[str, str]] = []
     name = values.get("name")
-    if not isinstance(name, str) or not name.strip() or len(name.strip()) > 120:
+    if not isinstance(name, str) or not name or len(name) > 120:
         problems.append(_problem("name", "a name of 1 to 120 characters"))
-    else:
-        values["name"] = name.strip()
+    elif (untidy := text_problem(name)) is not None:
+        # Refused, not trimmed, as ids are: the name shown is the name sent.
+        problems.append(_problem("name", f"{untidy} Nothing is trimmed."))
     if values.get("metric") not in Metric.values:
         problems.append(_problem("metric", f"one of {', '.join(Metric.values)}"))
     if values.get("condition") not in Condition.values:
@@ -147,9 +149,19 @@ def _clean_rule(values: dict[str, Any]) -> dict[str, Any]:
         problems.append(_problem("scope_value", "text of at most 120 characters"))
     else:
         try:
-            parse_scope(scope, scope_value)
+            where = parse_scope(scope, scope_value)
         except ValueError as exc:
             problems.append(_problem("scope_value", str(exc)))
+        else:
+            if scope == Scope.CELL and not alert_selectors.cell_known(fleet_id=fleet_id, **where):
+                # A rule on a cell no version of the fleet has could never have data.
+                problems.append(
+                    _problem(
+                        "scope_value",
+                        f"the fleet's policy has no cell {'/'.join(where.values())} (in no "
+                        "version, nor the draft)",
+                    )
+                )
         if scope == Scope.FLEET:
             values["scope_value"] = ""
     if not isinstance(values.get("enabled"), bool):
@@ -207,7 +219,8 @@ def alert_rule_create(
             "scope": scope,
             "scope_value": scope_value,
             "enabled": enabled,
-        }
+        },
+        fleet_id=fleet.pk,
     )
     if AlertRule.objects.filter(fleet=fleet).count() >= MAX_RULES_PER_FLEET:
         raise Conflict(f"A fleet has at most {MAX_RULES_PER_FLEET} rules.", code="too_many_rules")
@@ -249,7 +262,7 @@ def alert_rule_update(
             f"Unknown field {unknown[0]!r}.", details=[_problem(n, "unknown") for n in unknown]
         )
     before = _rule_snapshot(rule)
-    values = _clean_rule({**before, **changes})
+    values = _clean_rule({**before, **changes}, fleet_id=fleet.pk)
     if values == before:
         return rule
     for name, value in values.items():

@@ -823,6 +823,32 @@ def test_import__invalid_json__clear_error_and_nothing_imported(
     assert selectors.draft_get(fleet=draft_fleet).revision == 1  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('{"cells": ' + "[" * 1000 + "]" * 1000 + "}", "levels deep"),
+        ('{"fleet": "fleet-a\\u0000", "cells": []}', "NUL"),
+        ('{"cells": [{"threshold": NaN}]}', "finite"),
+    ],
+    ids=["nested-1000-deep", "nul", "nan"],
+)
+def test_import__hostile_document__refused_naming_the_field_nothing_imported(
+    client: Client, draft_fleet: Fleet, editor: Any, text: str, says: str
+) -> None:
+    # Given an editor
+    as_user(client, editor)
+
+    # When they paste a document nested 1,000 deep, with a NUL, or with NaN
+    response = client.post(f"{FLEET_URL}draft/import/", {"revision": "1", "document_text": text})
+
+    # Then the page says what is wrong and nothing is imported (never a 500)
+    page = text_of(response)
+    assert response.status_code == 400
+    assert says in page
+    assert "Nothing was imported" in page
+    assert selectors.draft_get(fleet=draft_fleet).revision == 1  # type: ignore[union-attr]
+
+
 def test_import__invalid_cells__problems_per_cell_and_field(
     client: Client, draft_fleet: Fleet, editor: Any
 ) -> None:

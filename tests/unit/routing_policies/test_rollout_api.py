@@ -17,6 +17,7 @@ from routing_policies.services import (
     rollout_pause,
     rollout_start,
 )
+from tests.hostile_json import HOSTILE_PARAMS, Hostile, assert_names, with_field
 
 pytestmark = pytest.mark.django_db
 
@@ -273,6 +274,32 @@ def test_rollout_api__malformed_json__400_nothing_changed(
 
     # Then 400 and nothing changed
     assert_error(response, 400, "parse_error")
+    assert _state() == before
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_PARAMS)
+@pytest.mark.parametrize("action", [*ROLLOUT_ACTIONS, ACTION_PARAMS[7]])
+def test_rollout_api__hostile_json_value__400_names_field_nothing_changed(
+    client_as: Callable[[Any], APIClient],
+    fleet3: Any,
+    publisher: Any,
+    action: Action,
+    hostile: Hostile,
+) -> None:
+    # Given a fleet ready for the action
+    action.prepare(fleet3, publisher)
+    before = _state()
+
+    # When a good body carries a field nested 1,000 deep, a NUL, a lone surrogate or NaN
+    response = client_as(publisher).generic(
+        "POST",
+        action.path,
+        with_field(action.body, "reason", hostile.raw),
+        content_type="application/json",
+    )
+
+    # Then 400 names the field, and nothing changed
+    assert_names(assert_error(response, 400, "validation_failed"), "reason", hostile)
     assert _state() == before
 
 
