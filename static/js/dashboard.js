@@ -421,7 +421,9 @@
     draw("chart-convergence", traces, {
       font: FONT, barmode: "group", margin: { l: 150, r: 16, t: 6, b: 40 }, paper_bgcolor: "rgba(0,0,0,0)",
       plot_bgcolor: "#ffffff", legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" },
-      xaxis: { title: { text: "devices" }, rangemode: "tozero", gridcolor: "#eef1f5" },
+      // Whole devices: a small fleet's axis steps by one, never "0.5 devices".
+      xaxis: { title: { text: "devices" }, rangemode: "tozero", gridcolor: "#eef1f5", tickformat: ",d",
+               dtick: conv.devices <= 10 ? 1 : null },
       yaxis: { automargin: true, autorange: "reversed" }
     });
   }
