@@ -199,7 +199,9 @@
       { name: "draft-refine", y: percents(series.draft_refine_share), fillcolor: "rgba(138,85,201,0.5)", line: { color: ROUTE_COLOURS.draft_refine } },
       { name: "cloud", y: percents(series.cloud_share), fillcolor: "rgba(47,111,214,0.5)", line: { color: ROUTE_COLOURS.cloud } }
     ].map(function (trace) {
-      return Object.assign({ type: "scatter", mode: "lines", stackgroup: "share", hovertemplate: "%{y:.1f}%" },
+      // A young fleet has a bucket or two: markers, or a lone bucket draws nothing at all.
+      return Object.assign({ type: "scatter", mode: keptX.length < 3 ? "lines+markers" : "lines", stackgroup: "share",
+                             marker: { size: 7 }, hovertemplate: "%{y:.1f}%" },
                            trace, { x: keptX, y: kept(trace.y) });
     });
     traces.push({ x: x, y: series.events, name: "events", type: "scatter", mode: "lines", yaxis: "y2",

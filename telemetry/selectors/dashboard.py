@@ -64,7 +64,7 @@ MARKER_ACTIONS: Final = {
 }
 MAX_MARKERS: Final = 200
 # The time axis of a young fleet's charts spans at least this many buckets.
-MIN_SHOWN_BUCKETS: Final = 10
+MIN_SHOWN_BUCKETS: Final = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,7 +473,7 @@ def _fold(scan: Scan, buckets: int, compared: Mapping[str, int | None]) -> dict[
         versions = sorted(cohort_versions.get(cohort, ()))
         cohorts[cohort] = {
             "versions": versions,
-            "label": _cohort_label(cohort, versions),
+            "label": _cohort_label(cohort, versions, compared.get(cohort)),
             "summary": _figures(_merged(tallies)),
             "series": _series(tallies, buckets),
         }
@@ -485,8 +485,10 @@ def _fold(scan: Scan, buckets: int, compared: Mapping[str, int | None]) -> dict[
     }
 
 
-def _cohort_label(cohort: str, versions: list[int]) -> str:
+def _cohort_label(cohort: str, versions: list[int], compared: int | None) -> str:
     """The legend name of a cohort's line: `candidate v4`, `stable v3` (one version)."""
+    if compared is not None:
+        return f"{cohort} v{compared}"
     if not versions:
         return cohort
     return f"{cohort} {', '.join(f'v{v}' for v in versions)}"

@@ -46,8 +46,9 @@ def overflow(page: Page) -> dict[str, Any]:
               parent = parent.parentElement;
             }
             if (!clipped && culprits.length < 5) {
-              culprits.push(el.tagName.toLowerCase() + (el.className ? '.' + String(el.className).split(' ').join('.') : '')
-                            + ' right=' + Math.round(box.right));
+              const classes = String(el.className || '').split(' ').filter(Boolean);
+              const name = [el.tagName.toLowerCase(), ...classes].join('.');
+              culprits.push(name + ' right=' + Math.round(box.right));
             }
           }
           return { scrollWidth: document.documentElement.scrollWidth, innerWidth: width, culprits };
@@ -76,7 +77,8 @@ def assert_in_view_horizontally(page: Page, selector: str, what: str) -> None:
     width = page.evaluate("() => window.innerWidth")
     assert boxes, f"{what}: nothing matches {selector}"
     for left, right in boxes:
-        assert left >= -0.5 and right <= width + 0.5, f"{what}: {selector} at {left}..{right}"
+        assert left >= -0.5, f"{what}: {selector} cut off on the left at {left}"
+        assert right <= width + 0.5, f"{what}: {selector} cut off on the right at {right}"
 
 
 def text_boxes(page: Page, selector: str) -> list[dict[str, Any]]:
@@ -110,9 +112,11 @@ class ConsoleErrors:
         self.messages: list[str] = []
         page.on(
             "console",
-            lambda message: self.messages.append(f"{message.text} ({message.location})")
-            if message.type == "error"
-            else None,
+            lambda message: (
+                self.messages.append(f"{message.text} ({message.location})")
+                if message.type == "error"
+                else None
+            ),
         )
         page.on("pageerror", lambda error: self.messages.append(f"uncaught: {error}"))
 
