@@ -121,6 +121,7 @@ def test_first_hour__main_job_as_each_role__true_and_readable(
 ) -> None:
     page = browser_page
     page.set_default_timeout(30_000)  # a loaded 2-core machine
+    page.set_default_navigation_timeout(60_000)
     page.set_viewport_size(viewport)
     walk = Walk(page, asgi_server, viewport["width"])
 

@@ -134,6 +134,12 @@ PAGES = (
 )
 
 
+def _patient(page: Page) -> None:
+    """Waits long enough for a loaded 2-core machine (the dashboard computes on each load)."""
+    page.set_default_timeout(30_000)
+    page.set_default_navigation_timeout(60_000)
+
+
 def _settle(page: Page) -> None:
     """Wait for what the page draws after load (the dashboard's charts)."""
     page.wait_for_load_state("load")
@@ -146,6 +152,7 @@ def test_every_page__390px_phone__no_sideways_scroll(
     asgi_server: str, demo: dict[str, Any], browser_page: Page
 ) -> None:
     page = browser_page
+    _patient(page)
     errors = ConsoleErrors(page)
     page.set_viewport_size(PHONE)
 
@@ -179,6 +186,7 @@ def test_dashboard_header__no_rollout_open__no_empty_rolling_out_chip(
     asgi_server: str, demo: dict[str, Any], browser_page: Page
 ) -> None:
     page = browser_page
+    _patient(page)
     log_in(page, asgi_server, "publisher", DEMO_PASSWORD)
 
     # Given v2 rolling out / When the dashboard is opened / Then the header names it
@@ -219,6 +227,7 @@ def test_dashboard_charts__young_fleet_during_rollout__read_at_a_glance(
     asgi_server: str, demo: dict[str, Any], browser_page: Page, viewport: dict[str, int]
 ) -> None:
     page = browser_page
+    _patient(page)
     errors = ConsoleErrors(page)
     page.set_viewport_size(viewport)
     log_in(page, asgi_server, "publisher", DEMO_PASSWORD)
