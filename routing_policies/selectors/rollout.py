@@ -65,9 +65,15 @@ def cloud_pressure_live(fleet_id: int) -> dict[str, float] | None:
 
 
 def online_q(now: datetime | None = None) -> Q:
-    """Devices with an open socket that reported recently (a killed server leaves stale flags)."""
+    """Online devices: a live socket that said `hello` with the device's current token.
+
+    `connected` is set by that socket's `hello` (and its heartbeat), cleared when it closes,
+    when a new socket of the device connects (until that one says hello), when the device
+    re-enrols (its old token's socket is being closed) and when it is revoked. A killed server
+    leaves stale flags: those count only while seen within ONLINE_WINDOW.
+    """
     now = now or timezone.now()
-    return Q(connected=True, last_seen_at__gte=now - ONLINE_WINDOW)
+    return Q(connected=True, last_seen_at__gte=now - ONLINE_WINDOW, revoked_at__isnull=True)
 
 
 def live_devices(fleet: Fleet) -> QuerySet[Device]:
@@ -233,6 +239,8 @@ def rollout_out(rollout: Rollout) -> dict[str, Any]:
         "stable": rollout.stable.number,
         "stage": rollout.stage,
         "state": rollout.state,
+        # PROTOCOL.md: bucket = int(sha256(f"{salt}:{device_id}")[:8], 16) % 10000.
+        "salt": rollout.salt,
         "open": rollout.is_open,
         "started_at": rollout.started_at,
         "stage_changed_at": rollout.stage_changed_at,
@@ -275,6 +283,7 @@ def device_list(
                 "last_seen_at": device.last_seen_at,
                 "online": bool(
                     device.connected
+                    and not device.revoked_at
                     and device.last_seen_at
                     and device.last_seen_at >= now - ONLINE_WINDOW
                 ),

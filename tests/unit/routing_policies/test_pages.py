@@ -485,7 +485,7 @@ def test_cell_edit__whole_number_field_given_fraction__refused(
     # Then it is refused as not a whole number
     assert response.status_code == 400
     assert "Latency budget (ms): must be a whole number; got 12.5" in text_of(response)
-    assert cell_values(draft_fleet, TEXT_NORMAL)["latency_budget_ms"] == 800
+    assert cell_values(draft_fleet, TEXT_NORMAL)["latency_budget_ms"] == 1000
 
 
 def test_cell_edit__cloud_only_on_sensitive_without_upload__refused_with_contradiction(
@@ -591,7 +591,7 @@ def test_dimension_add__editor__new_row_copied_from_chosen_value(
     # Then the grid has code rows with text's values
     page = text_of(response)
     assert "Added task type &#x27;code&#x27;" in page
-    assert "800 ms" in cell_html(page, "code/interactive/normal")
+    assert "1,000 ms" in cell_html(page, "code/interactive/normal")
     assert cell_values(draft_fleet, ("code", "interactive", "normal")) == cell_values(
         draft_fleet, TEXT_NORMAL
     )

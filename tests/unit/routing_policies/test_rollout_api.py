@@ -206,6 +206,33 @@ def test_rollout_api__start__status_shows_stage_since_and_next(
     assert (rollout["next"], rollout["next_stage"]) == ("advance to 25%", 25)
 
 
+def test_rollout_api__start__salt_in_answer_status_and_audit_lets_a_device_check_its_bucket(
+    client_as: Callable[[Any], APIClient], fleet3: Any, publisher: Any, viewer: Any
+) -> None:
+    # Given a fleet on v1
+    # When a publisher starts v2, and a viewer then reads the rollout and the audit log
+    started = client_as(publisher).post(f"{FLEET}/rollout/start", {"version": 2}, format="json")
+    status = client_as(viewer).get(f"{FLEET}/rollout/").json()
+    audit = client_as(viewer).get(f"{FLEET}/audit/").json()
+
+    # Then the start's answer, the status and the audit entry of the start show the salt
+    salt = Rollout.objects.get(fleet=fleet3).salt
+    assert started.json()["rollout"]["salt"] == status["rollout"]["salt"] == salt
+    entries = audit["results"] if isinstance(audit, dict) else audit
+    (start_entry,) = [e for e in entries if e["action"] == "rollout.started"]
+    assert start_entry["after"]["salt"] == salt
+    # ... from which PROTOCOL.md's formula gives each device the version the server pushes
+    import hashlib
+
+    from routing_policies.selectors import fleet_assignment
+
+    assignment = fleet_assignment(fleet3.pk)
+    for device_id in (f"phone-{n}" for n in range(200)):
+        digest = hashlib.sha256(f"{salt}:{device_id}".encode()).hexdigest()
+        mine = 2 if int(digest[:8], 16) % 10000 < status["rollout"]["stage"] * 100 else 1
+        assert mine == assignment.version_for(device_id)
+
+
 def test_rollout_api__unknown_fleet__404(
     client_as: Callable[[Any], APIClient], publisher: Any, fleet3: Any
 ) -> None:

@@ -214,6 +214,20 @@ def test_rollout_start__publisher__rollout_at_5_percent_and_message(
     assert "Advance to 25%" in text_of(page)
 
 
+def test_rollout_page__open_rollout__shows_its_salt(
+    client: Client, two_versions: Fleet, publisher: Any, viewer: Any
+) -> None:
+    # Given v2 rolling out at 5%
+    rollout = services.rollout_start(actor=publisher, fleet=two_versions, version=2)
+
+    # When a viewer opens the rollout page
+    page = as_user(client, viewer).get(ROLLOUT_URL)
+
+    # Then it shows the rollout's salt, with how a device's bucket is computed from it
+    words = " ".join(re.sub(r"<[^>]+>", " ", text_of(page)).split())
+    assert f"Salt {rollout.salt} : a device's bucket is" in words
+
+
 def test_rollout_advance__same_to_stage_posted_twice__advances_once(
     client: Client, two_versions: Fleet, publisher: Any
 ) -> None:
