@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.exceptions import NotFound, ValidationFailed
+from controlplane.pagination import BoundedLimitOffsetPagination
 
 from .. import selectors, services
 from ..models import Device, PolicyVersion
@@ -271,37 +272,59 @@ class EnrollmentKeyApi(APIView):
 
 
 class DeviceListApi(APIView):
-    """The fleet's devices: `?version=`, `?online=true|false`, `?platform=` filter them."""
+    """The fleet's devices, a page at a time: `?version=`, `?online=true|false`, `?platform=`
+    filter them; `?limit=` (1–1000, default 200) and `?offset=` page through them."""
 
     permission_classes = [IsViewer]
+    pagination_class = BoundedLimitOffsetPagination
+
+    class OutputSerializer(serializers.Serializer[Any]):
+        device_id = serializers.CharField()
+        platform = serializers.CharField()
+        model = serializers.CharField()
+        sdk = serializers.CharField()
+        last_seen_at = serializers.DateTimeField(allow_null=True)
+        online = serializers.BooleanField()
+        assigned_version = serializers.IntegerField(allow_null=True)
+        acked_version = serializers.IntegerField(allow_null=True)
+        revoked = serializers.BooleanField()
+
+        class Meta:
+            ref_name = "Device"
 
     @extend_schema(
         parameters=[
             OpenApiParameter("version", int, required=False),
             OpenApiParameter("online", bool, required=False),
             OpenApiParameter("platform", str, required=False),
-            OpenApiParameter("limit", int, required=False),
         ],
-        responses=OpenApiTypes.OBJECT,
+        responses=OutputSerializer(many=True),
         operation_id="device_list",
     )
     def get(self, request: Request, slug: str) -> Response:
         params = request.query_params
         try:
             version = int(params["version"]) if params.get("version") else None
-            limit = max(1, min(5000, int(params.get("limit", 200))))
         except ValueError:
-            raise ValidationFailed("`version` and `limit` must be whole numbers.") from None
+            raise ValidationFailed(
+                "`version` must be a whole number.",
+                details=[{"field": "version", "message": "must be a whole number"}],
+            ) from None
         online_param = params.get("online") or ""
         online = online_param.lower() in ("1", "true", "yes") if online_param else None
-        rows = selectors.device_list(
-            fleet=_fleet(slug),
+        fleet = _fleet(slug)
+        assignment = selectors.fleet_assignment(fleet.pk)
+        devices = selectors.device_query(
+            fleet=fleet,
+            assignment=assignment,
             version=version,
             online=online,
             platform=params.get("platform") or None,
-            limit=limit,
         )
-        return Response({"results": rows})
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(devices, request, view=self)
+        assert page is not None  # this paginator always pages
+        return paginator.get_paginated_response(selectors.device_rows(page, assignment=assignment))
 
 
 class DeviceRevokeApi(APIView):
