@@ -81,33 +81,99 @@
       plot_bgcolor: "#ffffff",
       hovermode: "x unified",
       legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom", font: { size: 11 } },
-      xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", gridcolor: "#eef1f5", linecolor: "#c3cad6" },
+      xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", automargin: true, gridcolor: "#eef1f5", linecolor: "#c3cad6" },
       yaxis: { title: { text: yTitle }, gridcolor: "#eef1f5", zerolinecolor: "#c3cad6", rangemode: "tozero" }
     };
     Object.keys(extra || {}).forEach(function (key) { layout[key] = extra[key]; });
     return layout;
   }
 
+  // The drawn time axis: from the window's start, or later for a young fleet (the selector's
+  // `shown_from`: a fleet five minutes old is not drawn as an hour, 90% of it empty).
   function timeRange(payload) {
     var step = payload.window.bucket_seconds * 1000;
-    var first = new Date(payload.buckets[0]).getTime();
+    var first = new Date(payload.window.shown_from || payload.buckets[0]).getTime();
     var last = new Date(payload.buckets[payload.buckets.length - 1]).getTime() + step;
     return [new Date(first).toISOString(), new Date(last).toISOString()];
   }
 
-  // Vertical lines and labels for publishes, switches and rollout stages.
-  function markerShapes(payload) {
+  // The width in pixels of a chart's plot area (its box less the layout's side margins).
+  function plotWidth(id, margin) {
+    var el = document.getElementById(id);
+    var width = el && el.clientWidth ? el.clientWidth : 800;
+    return Math.max(100, width - margin.l - margin.r);
+  }
+
+  // About how wide a label is at `size` px (Plotly measures only once it has drawn).
+  function textWidth(text, size) { return 0.6 * size * String(text).length + 8; }
+
+  // Vertical lines and labels for publishes, switches and rollout stages. Markers within one
+  // bucket share one label ("v2 published · 5%"); labels that would touch go on a lower row,
+  // so each reads on its own rather than as "v1 pu5%hed".
+  function markerShapes(payload, id, margin) {
     var shapes = [];
     var annotations = [];
-    payload.markers.forEach(function (marker, index) {
+    var range = timeRange(payload);
+    var t0 = new Date(range[0]).getTime();
+    var span = Math.max(1, new Date(range[1]).getTime() - t0);
+    var width = plotWidth(id, margin);
+    var step = payload.window.bucket_seconds * 1000;
+    var groups = [];
+    payload.markers.forEach(function (marker) {
+      var at = new Date(marker.at).getTime();
+      if (at < t0) { return; }
       var colour = MARKER_COLOURS[marker.kind] || "#6b7685";
       shapes.push({ type: "line", xref: "x", yref: "paper", x0: marker.at, x1: marker.at, y0: 0, y1: 1,
                     line: { color: colour, width: 1.5, dash: marker.kind === "published" ? "dot" : "solid" } });
-      annotations.push({ x: marker.at, xref: "x", yref: "paper", y: 1 - 0.08 * (index % 3), yanchor: "bottom",
-                         text: marker.label, showarrow: false, font: { size: 10, color: colour },
-                         bgcolor: "rgba(255,255,255,0.85)", hovertext: marker.summary });
+      var last = groups[groups.length - 1];
+      if (last && Math.floor(at / step) === Math.floor(last.at / step)) {
+        last.labels.push(marker.label);
+        last.summaries.push(marker.summary);
+        last.colour = colour;
+      } else {
+        groups.push({ at: at, iso: marker.at, labels: [marker.label], summaries: [marker.summary], colour: colour });
+      }
+    });
+    var rowsEnd = [];
+    groups.forEach(function (group) {
+      var text = group.labels.join(" · ");
+      var px = width * (group.at - t0) / span;
+      var w = textWidth(text, 10);
+      var right = px + w > width;
+      var left = right ? px - w : px;
+      var row = 0;
+      while (rowsEnd[row] !== undefined && rowsEnd[row] > left - 4) { row += 1; }
+      rowsEnd[row] = right ? px : px + w;
+      annotations.push({ x: group.iso, xref: "x", yref: "paper", y: 1, yanchor: "top", yshift: -2 - 15 * row,
+                         xanchor: right ? "right" : "left", xshift: right ? -3 : 3,
+                         text: text, showarrow: false, font: { size: 10, color: group.colour },
+                         bgcolor: "rgba(255,255,255,0.9)", hovertext: group.summaries.join("<br>"),
+                         name: "marker" });
     });
     return { shapes: shapes, annotations: annotations };
+  }
+
+  // Ticks of a log axis in ms that read as numbers: 1-2-5 steps (or decades when there are
+  // many), written "200 ms", "1 s", never Plotly's bare "2, 5, 1000, 2, 5".
+  function logTicks(low, high) {
+    function within(factors) {
+      var values = [];
+      for (var k = Math.floor(Math.log10(low)); k <= Math.ceil(Math.log10(high)); k += 1) {
+        factors.forEach(function (f) {
+          var v = f * Math.pow(10, k);
+          if (v >= low && v <= high) { values.push(v); }
+        });
+      }
+      return values;
+    }
+    var values = within([1, 2, 5]);
+    if (values.length > 10) { values = within([1, 3]); }
+    if (values.length > 10) { values = within([1]); }
+    if (values.length < 2) { values = within([1, 2, 5]); }
+    return { tickvals: values, ticktext: values.map(function (v) {
+      if (v >= 1000) { return (v / 1000).toLocaleString("en-US") + " s"; }
+      return v.toLocaleString("en-US") + " ms";
+    }) };
   }
 
   function draw(id, traces, layout) {
@@ -133,65 +199,91 @@
       { name: "draft-refine", y: percents(series.draft_refine_share), fillcolor: "rgba(138,85,201,0.5)", line: { color: ROUTE_COLOURS.draft_refine } },
       { name: "cloud", y: percents(series.cloud_share), fillcolor: "rgba(47,111,214,0.5)", line: { color: ROUTE_COLOURS.cloud } }
     ].map(function (trace) {
-      return Object.assign({ type: "scatter", mode: "lines", stackgroup: "share", hovertemplate: "%{y:.1f}%" },
+      // A young fleet has a bucket or two: markers, or a lone bucket draws nothing at all.
+      return Object.assign({ type: "scatter", mode: keptX.length < 3 ? "lines+markers" : "lines", stackgroup: "share",
+                             marker: { size: 7 }, hovertemplate: "%{y:.1f}%" },
                            trace, { x: keptX, y: kept(trace.y) });
     });
     traces.push({ x: x, y: series.events, name: "events", type: "scatter", mode: "lines", yaxis: "y2",
                   line: { color: "#4a5568", width: 1, dash: "dot" }, hovertemplate: "%{y:,} events" });
-    var marks = markerShapes(payload);
+    var margin = { l: 62, r: 62, t: 10, b: 42 };
+    var marks = markerShapes(payload, "chart-shares", margin);
     draw("chart-shares", traces, baseLayout("share of events (%)", {
       yaxis: { title: { text: "share of events (%)" }, range: [0, 100], ticksuffix: "%", gridcolor: "#eef1f5" },
-      yaxis2: { title: { text: "events per " + payload.window.resolution }, overlaying: "y", side: "right", rangemode: "tozero", showgrid: false },
-      xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", range: timeRange(payload), gridcolor: "#eef1f5" },
-      margin: { l: 62, r: 62, t: 10, b: 42 },
+      yaxis2: { title: { text: payload.captions.events_axis }, overlaying: "y", side: "right", rangemode: "tozero",
+                showgrid: false, tickmode: "auto", nticks: 5, tickformat: ",d" },
+      xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", automargin: true, range: timeRange(payload), gridcolor: "#eef1f5" },
+      margin: margin,
       shapes: marks.shapes, annotations: marks.annotations
     }));
   }
 
   function drawLatency(payload, x) {
+    // One legend entry per route (its P95); P50 and P99 follow it in the same colour, dotted
+    // and dashed, as the subtitle says.
     var traces = [];
     ["device", "cloud", "draft_refine"].forEach(function (route) {
       var figures = payload.routes[route];
       if (!figures || !figures.events) { return; }
-      ["p50_ms", "p95_ms", "p99_ms"].forEach(function (name) {
-        traces.push({ x: x, y: figures[name], type: "scatter", mode: "lines+markers", marker: { size: 4 },
+      ["p95_ms", "p50_ms", "p99_ms"].forEach(function (name) {
+        var p95 = name === "p95_ms";
+        traces.push({ x: x, y: figures[name], type: "scatter", mode: p95 ? "lines+markers" : "lines", marker: { size: 4 },
                       name: ROUTE_LABELS[route] + " " + name.replace("_ms", "").toUpperCase(),
-                      line: { color: ROUTE_COLOURS[route], dash: PERCENTILE_DASH[name], width: name === "p95_ms" ? 2.2 : 1.3 },
+                      legendgroup: route, showlegend: p95,
+                      line: { color: ROUTE_COLOURS[route], dash: PERCENTILE_DASH[name], width: p95 ? 2.2 : 1.2 },
                       hovertemplate: "%{y:,.0f} ms" });
       });
     });
     var range = timeRange(payload);
     var values = [];
     traces.forEach(function (t) { t.y.forEach(function (v) { if (v) { values.push(v); } }); });
-    var low = values.length ? Math.min.apply(null, values) : 10;
-    var high = values.length ? Math.max.apply(null, values) : 1000;
     var budgetsMs = payload.budgets.map(function (b) { return b.budget_ms; });
-    // Show the data and the nearest budget above it; budgets far above are named, not drawn.
-    var top = Math.max(high * 1.6, Math.min.apply(null, budgetsMs.concat([high * 1.6])) * 1.25);
+    // Every budget is drawn (a log axis has room for them), with the data in between.
+    var all = values.concat(budgetsMs);
+    var low = all.length ? Math.max(1, Math.min.apply(null, all) / 1.5) : 10;
+    var high = all.length ? Math.max.apply(null, all) * 1.4 : 1000;
+    var lo = Math.log10(low);
+    var hi = Math.log10(high);
+    var margin = { l: 70, r: 16, t: 10, b: 42 };
+    var el = document.getElementById("chart-latency");
+    var plotHeight = Math.max(80, (el && el.clientHeight ? el.clientHeight : 300) - margin.t - margin.b);
+    // On a phone the two label columns would meet: one column, the milliseconds only.
+    var narrow = plotWidth("chart-latency", margin) < 520;
+    // Budgets of the same milliseconds share a line and a label.
+    var byMs = {};
+    payload.budgets.forEach(function (budget) {
+      var entry = byMs[budget.budget_ms] = byMs[budget.budget_ms] || { ms: budget.budget_ms, names: [] };
+      var tasks = (budget.task_types || []).join("/");
+      entry.names.push(budget.latency_budget + (tasks ? " " + tasks : ""));
+    });
+    var lines = Object.keys(byMs).map(function (key) { return byMs[key]; })
+      .sort(function (a, b) { return a.ms - b.ms; });
+    // Labels sit at the left or right edge beside their line: each goes to the side where it
+    // needs the least push to clear the label below it (13 px a line), so none overlap.
+    var previous = [-Infinity, -Infinity];
     var shapes = [];
     var annotations = [];
-    var beyond = [];
-    payload.budgets.forEach(function (budget, index) {
-      if (budget.budget_ms > top) {
-        beyond.push(budget.latency_budget + " " + count(budget.budget_ms));
-        return;
-      }
-      shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: budget.budget_ms, y1: budget.budget_ms,
-                    line: { color: "#b42318", width: 1.2, dash: "dash" } });
-      annotations.push({ xref: "paper", x: index % 2 ? 0.01 : 0.99, xanchor: index % 2 ? "left" : "right",
-                         y: Math.log10(budget.budget_ms), yanchor: "bottom",
-                         text: budget.latency_budget + " budget " + count(budget.budget_ms) + " ms",
-                         showarrow: false, font: { size: 10, color: "#b42318" }, bgcolor: "rgba(255,255,255,0.8)" });
+    lines.forEach(function (line) {
+      var px = plotHeight * (Math.log10(line.ms) - lo) / (hi - lo);
+      var side = Math.max(px, previous[0] + 13) - px <= Math.max(px, previous[1] + 13) - px ? 0 : 1;
+      if (narrow) { side = 0; }
+      var placed = Math.max(px, previous[side] + 13);
+      previous[side] = placed;
+      shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: line.ms, y1: line.ms,
+                    line: { color: "#b42318", width: 1.1, dash: "dash" } });
+      annotations.push({ xref: "paper", x: side ? 0.995 : 0.005, xanchor: side ? "right" : "left",
+                         y: Math.log10(line.ms), yanchor: "bottom",
+                         yshift: placed - px,
+                         text: narrow ? "budget " + count(line.ms) + " ms" : "budget " + count(line.ms) + " ms · " + line.names.join(", "),
+                         showarrow: false, font: { size: 10, color: "#b42318" }, bgcolor: "rgba(255,255,255,0.85)",
+                         name: "budget" });
     });
-    if (beyond.length) {
-      annotations.push({ xref: "paper", yref: "paper", x: 1, y: 1, xanchor: "right", yanchor: "bottom", showarrow: false,
-                         text: "budgets above the chart: " + beyond.join(", ") + " ms", font: { size: 10, color: "#b42318" } });
-    }
-    draw("chart-latency", traces, baseLayout("latency (ms, log scale)", {
-      yaxis: { title: { text: "latency (ms, log scale)" }, type: "log", gridcolor: "#eef1f5",
-               range: [Math.log10(Math.max(1, low / 1.5)), Math.log10(top)] },
-      xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", range: range, gridcolor: "#eef1f5" },
-      shapes: shapes, annotations: annotations
+    var ticks = logTicks(low, high);
+    draw("chart-latency", traces, baseLayout("latency (log scale)", {
+      yaxis: { title: { text: "latency (log scale)" }, type: "log", gridcolor: "#eef1f5", range: [lo, hi],
+               tickmode: "array", tickvals: ticks.tickvals, ticktext: ticks.ticktext },
+      xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", automargin: true, range: range, gridcolor: "#eef1f5" },
+      margin: margin, shapes: shapes, annotations: annotations
     }));
   }
 
@@ -209,7 +301,7 @@
     });
     draw("chart-rates", traces, baseLayout("% of events", {
       yaxis: { title: { text: "% of events" }, ticksuffix: "%", rangemode: "tozero", gridcolor: "#eef1f5" },
-      xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", range: timeRange(payload), gridcolor: "#eef1f5" }
+      xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", automargin: true, range: timeRange(payload), gridcolor: "#eef1f5" }
     }));
   }
 
@@ -220,7 +312,7 @@
                               marker: { color: any ? "#b42318" : "#8fd0a6" }, hovertemplate: "%{y} violations" }],
          baseLayout("violations (events)", {
            yaxis: { title: { text: "violations (events)" }, rangemode: "tozero", range: any ? null : [0, 1], dtick: any ? null : 1, gridcolor: "#eef1f5" },
-           xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", range: timeRange(payload), gridcolor: "#eef1f5" },
+           xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", automargin: true, range: timeRange(payload), gridcolor: "#eef1f5" },
            showlegend: false,
            annotations: any ? [] : [{ xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false,
                                       text: "none in this window", font: { size: 13, color: "#1d7a3e" } }]
@@ -287,9 +379,12 @@
     card.hidden = !showing;
     if (!showing) { return; }
     var stable = payload.cohorts.stable;
-    var note = payload.rollout
-      ? "v" + payload.rollout.candidate + " (candidate, " + payload.rollout.stage + "%) against v" + payload.rollout.stable + " (stable)"
-      : "candidate events in this window";
+    var compared = payload.compared_rollout || payload.rollout;
+    var note = "candidate events in this window";
+    if (compared) {
+      var how = compared.open ? compared.stage + "%" : compared.state.replace("_", " ") + " at " + compared.stage + "%";
+      note = "v" + compared.candidate + " (candidate, " + how + ") against v" + compared.stable + " (stable)";
+    }
     setText("cohorts-note", note);
     var charts = [
       ["chart-cohort-alpha", "alpha", "α on device (%)", true],
@@ -300,15 +395,14 @@
     charts.forEach(function (chart) {
       var traces = ["stable", "candidate"].map(function (cohort) {
         var values = payload.cohorts[cohort].series[chart[1]];
-        var versions = payload.cohorts[cohort].versions.map(function (v) { return "v" + v; }).join(", ");
         return { x: x, y: chart[3] ? percents(values) : values, type: "scatter", mode: "lines+markers", marker: { size: 4 },
-                 name: cohort + (versions ? " (" + versions + ")" : ""), line: { color: COHORT_COLOURS[cohort], width: 2 },
+                 name: payload.cohorts[cohort].label || cohort, line: { color: COHORT_COLOURS[cohort], width: 2 },
                  hovertemplate: chart[3] ? "%{y:.1f}%" : "%{y:,.0f} ms" };
       });
       draw(chart[0], traces, baseLayout(chart[2], {
         margin: { l: 54, r: 8, t: 24, b: 40 },
         legend: { orientation: "h", x: 0, y: 1.0, yanchor: "bottom", font: { size: 10 } },
-        xaxis: { title: { text: "time (UTC)", standoff: 4 }, type: "date", range: timeRange(payload), gridcolor: "#eef1f5", nticks: 4 }
+        xaxis: { title: { text: "time (UTC)", standoff: 4 }, type: "date", automargin: true, range: timeRange(payload), gridcolor: "#eef1f5", nticks: 4 }
       }));
     });
     return stable;
@@ -329,7 +423,9 @@
     draw("chart-convergence", traces, {
       font: FONT, barmode: "group", margin: { l: 150, r: 16, t: 6, b: 40 }, paper_bgcolor: "rgba(0,0,0,0)",
       plot_bgcolor: "#ffffff", legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" },
-      xaxis: { title: { text: "devices" }, rangemode: "tozero", gridcolor: "#eef1f5" },
+      // Whole devices: a small fleet's axis steps by one, never "0.5 devices".
+      xaxis: { title: { text: "devices" }, rangemode: "tozero", gridcolor: "#eef1f5", tickformat: ",d",
+               dtick: conv.devices <= 10 ? 1 : null },
       yaxis: { automargin: true, autorange: "reversed" }
     });
   }
@@ -381,7 +477,8 @@
       generated.setAttribute("datetime", payload.generated_at);
       generated.textContent = payload.generated_at.slice(11, 19) + " UTC";
     }
-    setText("window-note", payload.window.resolution + " buckets from " + payload.window.from.slice(11, 16) + " UTC");
+    setText("window-note", payload.captions.window);
+    setText("caption-shares", payload.captions.shares);
     refreshOptions(payload);
   }
 

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from controlplane.exceptions import ValidationFailed
 from routing_policies.assignment import FleetAssignment
-from routing_policies.models import AuditEntry, Device, Fleet, FleetRouting, PolicyCell
+from routing_policies.models import AuditEntry, Device, Fleet, FleetRouting, PolicyCell, Rollout
 from routing_policies.selectors.rollout import (
     candidate_cohort_count,
     online_q,
@@ -64,6 +64,8 @@ MARKER_ACTIONS: Final = {
     "rollout.rolled_back": "rolled_back",
 }
 MAX_MARKERS: Final = 200
+# The time axis of a young fleet's charts spans at least this many buckets.
+MIN_SHOWN_BUCKETS: Final = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,9 +276,11 @@ def _as_utc(value: Any) -> datetime:
 
 @dataclass(slots=True)
 class Scan:
-    """Rollup rows folded per bucket × route × cohort and per cell (what every chart needs)."""
+    """Rollup rows folded per bucket × route × cohort × version and per cell (what every chart
+    needs). The version is kept so the cohort charts compare one rollout's two versions, not
+    every version a cohort ran in the window."""
 
-    by_bucket: dict[tuple[int, str, str], Tally] = field(default_factory=dict)
+    by_bucket: dict[tuple[int, str, str, int], Tally] = field(default_factory=dict)
     by_cell: dict[tuple[str, str, str], Tally] = field(default_factory=dict)
     versions_by_cohort: dict[str, set[int]] = field(default_factory=dict)
 
@@ -344,7 +348,7 @@ def _fold_rows(
             into_bucket = into_cell = spare
             if buckets:
                 index = int((_as_utc(moment) - plan.start).total_seconds() // step_s)
-                bucket_key = (min(max(index, 0), last), route, cohort)
+                bucket_key = (min(max(index, 0), last), route, cohort, version)
                 tally = by_bucket.get(bucket_key)
                 if tally is None:
                     tally = by_bucket[bucket_key] = Tally()
@@ -422,9 +426,12 @@ def _merged(tallies: dict[int, Tally]) -> Tally:
     return total
 
 
-def _fold(scan: Scan, buckets: int) -> dict[str, Any]:
+def _fold(scan: Scan, buckets: int, compared: Mapping[str, int | None]) -> dict[str, Any]:
     """Series for the fleet, per route and per cohort; the summary.
 
+    Each cohort's series counts only the version `compared` names for it (the rollout's
+    candidate and stable), so a past rollout in the window is not mixed in; a cohort whose
+    version is None counts every version it ran.
     Histograms are merged only where a percentile is shown: per bucket × route and per
     bucket × cohort; the fleet's own series carry no latency, and its headline percentiles
     come from the three route totals.
@@ -432,12 +439,17 @@ def _fold(scan: Scan, buckets: int) -> dict[str, Any]:
     fleet: dict[int, Tally] = {}
     per_route: dict[str, dict[int, Tally]] = {route: {} for route in ROUTES}
     per_cohort: dict[str, dict[int, Tally]] = {cohort: {} for cohort in COHORTS}
-    for (index, route, cohort), tally in scan.by_bucket.items():
-        for target, with_latency in (
+    cohort_versions: dict[str, set[int]] = {}
+    for (index, route, cohort, version), tally in scan.by_bucket.items():
+        targets: list[tuple[dict[int, Tally], bool]] = [
             (fleet, False),
             (per_route.setdefault(route, {}), True),
-            (per_cohort.setdefault(cohort, {}), True),
-        ):
+        ]
+        wanted = compared.get(cohort)
+        if wanted is None or wanted == version:
+            targets.append((per_cohort.setdefault(cohort, {}), True))
+            cohort_versions.setdefault(cohort, set()).add(version)
+        for target, with_latency in targets:
             existing = target.get(index)
             if existing is None:
                 existing = target[index] = Tally()
@@ -462,8 +474,10 @@ def _fold(scan: Scan, buckets: int) -> dict[str, Any]:
     cohorts = {}
     for cohort in COHORTS:
         tallies = per_cohort[cohort]
+        versions = sorted(cohort_versions.get(cohort, ()))
         cohorts[cohort] = {
-            "versions": sorted(scan.versions_by_cohort.get(cohort, ())),
+            "versions": versions,
+            "label": _cohort_label(cohort, versions, compared.get(cohort)),
             "summary": _figures(_merged(tallies)),
             "series": _series(tallies, buckets),
         }
@@ -473,6 +487,55 @@ def _fold(scan: Scan, buckets: int) -> dict[str, Any]:
         "routes": routes,
         "cohorts": cohorts,
     }
+
+
+def _cohort_label(cohort: str, versions: list[int], compared: int | None) -> str:
+    """The legend name of a cohort's line: `candidate v4`, `stable v3` (one version)."""
+    if compared is not None:
+        return f"{cohort} v{compared}"
+    if not versions:
+        return cohort
+    return f"{cohort} {', '.join(f'v{v}' for v in versions)}"
+
+
+def _compared_rollout(fleet_id: int, rollout: Rollout | None, scan: Scan) -> Rollout | None:
+    """The rollout whose two versions the cohort charts compare: the open one, else (when the
+    window holds candidate events) the latest one, finished since."""
+    if rollout is not None or not scan.versions_by_cohort.get(Cohort.CANDIDATE.value):
+        return rollout
+    return (
+        Rollout.objects.filter(fleet_id=fleet_id)
+        .select_related("candidate", "stable")
+        .order_by("-started_at", "-id")
+        .first()
+    )
+
+
+def _captions(plan: Plan, shown_from: datetime) -> dict[str, str]:
+    """The words under the chart titles that depend on the window (bucket size, start)."""
+    per = f"per {plan.resolution}"
+    since = shown_from.astimezone(UTC)
+    when = since.strftime("%H:%M") if plan.resolution == "minute" else since.strftime("%d %b %H:%M")
+    return {
+        "shares": f"share of events {per}, with versions and rollout stages",
+        "events_axis": f"events {per}",
+        "window": f"{plan.resolution} buckets from {when} UTC",
+    }
+
+
+def _shown_from(fleet: Fleet, plan: Plan, scan: Scan) -> datetime:
+    """Where the charts' time axis starts: the window's start, or later for a young fleet.
+
+    A fleet five minutes old would otherwise draw an hour, 90% of it empty. The axis starts at
+    the fleet's creation or its first reported bucket, whichever is earlier (events may predate
+    the fleet's record), and spans at least MIN_SHOWN_BUCKETS buckets.
+    """
+    first_reported = min((key[0] for key in scan.by_bucket), default=None)
+    created = _as_utc(fleet.created_at)
+    created_index = max(0, int((created - plan.start).total_seconds() // plan.step.total_seconds()))
+    index = created_index if first_reported is None else min(created_index, first_reported)
+    index = max(0, min(index, plan.buckets - MIN_SHOWN_BUCKETS))
+    return plan.start + plan.step * index
 
 
 # --- policy, markers, convergence --------------------------------------------------------------
@@ -533,13 +596,21 @@ def _budgets(
 ) -> list[dict[str, Any]]:
     """Each latency budget's millisecond limits in the current policy (lines on the chart)."""
     limits: dict[tuple[str, int], int] = {}
+    tasks: dict[tuple[str, int], set[str]] = {}
     for (task, budget, _tier), policy in cells.items():
         if task_type is not None and task != task_type:
             continue
         key = (budget, policy["budget_ms"])
         limits[key] = limits.get(key, 0) + 1
+        tasks.setdefault(key, set()).add(task)
     return [
-        {"latency_budget": budget, "budget_ms": ms, "cells": count}
+        {
+            "latency_budget": budget,
+            "budget_ms": ms,
+            "cells": count,
+            # Which task types have this limit: the chart's label says whose line it is.
+            "task_types": sorted(tasks[(budget, ms)]),
+        }
         for (budget, ms), count in sorted(limits.items(), key=lambda item: item[0][1])
     ]
 
@@ -625,7 +696,6 @@ def fleet_dashboard(
     now = now or timezone.now()
     plan = plan_view(view, now)
     scan = _scan(fleet.pk, view, plan)
-    folded = _fold(scan, plan.buckets)
 
     stable_id, stable_number = (
         FleetRouting.objects.filter(fleet=fleet)
@@ -633,6 +703,15 @@ def fleet_dashboard(
         .first()
     ) or (None, None)
     rollout = open_rollout(fleet.pk)
+    compared = _compared_rollout(fleet.pk, rollout, scan)
+    folded = _fold(
+        scan,
+        plan.buckets,
+        {
+            Cohort.STABLE.value: compared.stable.number if compared else None,
+            Cohort.CANDIDATE.value: compared.candidate.number if compared else None,
+        },
+    )
     version_ids = [stable_id] if stable_id is not None else []
     if rollout is not None:
         version_ids = [rollout.stable_id, rollout.candidate_id]
@@ -653,6 +732,7 @@ def fleet_dashboard(
 
     buckets = [_iso(plan.start + plan.step * i) for i in range(plan.buckets)]
     markers = _markers(fleet.pk, plan.start)
+    shown_from = _shown_from(fleet, plan, scan)
     return {
         "fleet": fleet.slug,
         "view": view.as_json(),
@@ -663,7 +743,9 @@ def fleet_dashboard(
             "to": _iso(now),
             "resolution": plan.resolution,
             "bucket_seconds": int(plan.step.total_seconds()),
+            "shown_from": _iso(shown_from),
         },
+        "captions": _captions(plan, shown_from),
         "buckets": buckets,
         **folded,
         "budgets": _budgets(stable_cells, view.task_type),
@@ -678,6 +760,8 @@ def fleet_dashboard(
         },
         "stable_version": stable_number,
         "rollout": _rollout_json(rollout),
+        # The rollout the cohort charts compare (the open one, or the latest finished one).
+        "compared_rollout": _rollout_json(compared),
         "convergence": _convergence(fleet, assignment, now),
         # The page's Firing-alerts figure is kept live by the alert feed (alerts_banner.js);
         # a dict here ({"firing": n, "summary": text}) would be drawn by dashboard.js too.

@@ -1,0 +1,126 @@
+"""What a person sees on a page, measured in the browser: sideways overflow, overlapping labels,
+console errors. Shared by the layout tests and the first-hour walk."""
+
+from typing import Any
+
+from playwright.sync_api import Page, expect
+
+from tests.factories import PASSWORD
+
+PHONE = {"width": 390, "height": 844}
+LAPTOP = {"width": 1366, "height": 800}
+
+
+def log_in(page: Page, base_url: str, username: str, password: str = PASSWORD) -> None:
+    """Log in through the login form; the top bar then names the user."""
+    page.goto(f"{base_url}/login/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.locator(".who-name")).to_have_text(username)
+
+
+def log_out(page: Page) -> None:
+    page.get_by_role("button", name="Log out").click()
+    expect(page.get_by_role("button", name="Log in")).to_be_visible()
+
+
+def overflow(page: Page) -> dict[str, Any]:
+    """How far the page reaches past the viewport sideways, and which elements do it.
+
+    The page scrolls sideways when the document is wider than the window; the culprits named
+    are the outermost visible elements whose right edge passes the window's (boxes that
+    scroll inside themselves do not count: their content does not move the page).
+    """
+    return page.evaluate(
+        """() => {
+          const width = window.innerWidth;
+          const culprits = [];
+          for (const el of document.querySelectorAll('body *')) {
+            const box = el.getBoundingClientRect();
+            if (box.width === 0 || box.right <= width + 0.5) { continue; }
+            let parent = el.parentElement, clipped = false;
+            while (parent && parent !== document.body) {
+              const style = getComputedStyle(parent);
+              if (style.overflowX !== 'visible') { clipped = true; break; }
+              parent = parent.parentElement;
+            }
+            if (!clipped && culprits.length < 5) {
+              const classes = String(el.className || '').split(' ').filter(Boolean);
+              const name = [el.tagName.toLowerCase(), ...classes].join('.');
+              culprits.push(name + ' right=' + Math.round(box.right));
+            }
+          }
+          return { scrollWidth: document.documentElement.scrollWidth, innerWidth: width, culprits };
+        }"""
+    )
+
+
+def assert_no_sideways_scroll(page: Page, what: str) -> None:
+    """The page is no wider than the window (document.documentElement.scrollWidth)."""
+    measured = overflow(page)
+    assert measured["scrollWidth"] <= measured["innerWidth"], (
+        f"{what}: the page scrolls sideways ({measured['scrollWidth']} px in a "
+        f"{measured['innerWidth']} px window); widest: {measured['culprits']}"
+    )
+
+
+def assert_in_view_horizontally(page: Page, selector: str, what: str) -> None:
+    """Each matching visible element lies within the window's width (not cut off at a side)."""
+    boxes = page.evaluate(
+        """sel => [...document.querySelectorAll(sel)]
+             .map(el => el.getBoundingClientRect())
+             .filter(b => b.width > 0)
+             .map(b => [b.left, b.right])""",
+        selector,
+    )
+    width = page.evaluate("() => window.innerWidth")
+    assert boxes, f"{what}: nothing matches {selector}"
+    for left, right in boxes:
+        assert left >= -0.5, f"{what}: {selector} cut off on the left at {left}"
+        assert right <= width + 0.5, f"{what}: {selector} cut off on the right at {right}"
+
+
+def text_boxes(page: Page, selector: str) -> list[dict[str, Any]]:
+    """The text and bounding box of each visible element matching `selector`."""
+    return page.evaluate(  # type: ignore[no-any-return]
+        """sel => [...document.querySelectorAll(sel)]
+             .map(el => ({ text: el.textContent, box: el.getBoundingClientRect().toJSON() }))
+             .filter(t => t.box.width > 0 && t.text.trim() !== '')""",
+        selector,
+    )
+
+
+def overlapping(boxes: list[dict[str, Any]], slack: float = 1.0) -> list[tuple[str, str]]:
+    """Pairs of labels whose boxes overlap (by more than `slack` px each way)."""
+    pairs = []
+    for i, first in enumerate(boxes):
+        for second in boxes[i + 1 :]:
+            a, b = first["box"], second["box"]
+            if (
+                min(a["right"], b["right"]) - max(a["left"], b["left"]) > slack
+                and min(a["bottom"], b["bottom"]) - max(a["top"], b["top"]) > slack
+            ):
+                pairs.append((first["text"], second["text"]))
+    return pairs
+
+
+class ConsoleErrors:
+    """Every console error and uncaught page error of a page, from when it is attached."""
+
+    def __init__(self, page: Page) -> None:
+        self.messages: list[str] = []
+        page.on(
+            "console",
+            lambda message: (
+                self.messages.append(f"{message.text} ({message.location})")
+                if message.type == "error"
+                else None
+            ),
+        )
+        page.on("pageerror", lambda error: self.messages.append(f"uncaught: {error}"))
+
+    def take(self) -> list[str]:
+        """The errors since the last call."""
+        taken, self.messages[:] = list(self.messages), []
+        return taken

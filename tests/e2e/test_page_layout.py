@@ -1,0 +1,284 @@
+"""Pages as a person sees them in a real Chromium: no page scrolls sideways on a 390 px phone,
+the `hidden` attribute hides, and the dashboard's charts read at a glance (labels that do not
+overlap, log-axis ticks that read as milliseconds, legends that name one rollout's versions,
+captions that name the buckets drawn, a time axis that starts where a young fleet's data does).
+
+Screenshots: `test-artifacts/layout-<page>-390.png` and `test-artifacts/dashboard-reading-*.png`.
+"""
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from playwright.sync_api import Page, expect
+
+from routing_policies.demo import DEMO_FLEET, DEMO_FLEET_KEY, demo_seed
+from routing_policies.models import Device, Fleet
+from routing_policies.services import (
+    device_enroll,
+    policy_draft_create,
+    policy_draft_update_cells,
+    policy_version_publish,
+    rollout_rollback,
+    rollout_start,
+)
+from telemetry.services import landed_batches_process, telemetry_batch_ingest
+from tests.unit.telemetry.factories import iso, make_event
+
+from .conftest import screenshot_path
+from .pages import (
+    LAPTOP,
+    PHONE,
+    ConsoleErrors,
+    assert_in_view_horizontally,
+    assert_no_sideways_scroll,
+    log_in,
+    overlapping,
+    text_boxes,
+)
+
+pytestmark = pytest.mark.e2e
+
+SLUG = DEMO_FLEET
+DEMO_PASSWORD = "demo-publisher"
+
+
+def _report(device: Device, events: list[dict[str, Any]]) -> None:
+    telemetry_batch_ingest(device=device, body=json.dumps({"events": events}).encode())
+    landed_batches_process()
+
+
+@pytest.fixture
+def demo(transactional_db: None) -> dict[str, Any]:
+    """The demo (seed_demo), five minutes old: phones that reported on v1, v2 published and
+    rolling out at 5% with candidate events, and a draft with one edited cell."""
+    demo_seed()
+    fleet = Fleet.objects.get(slug=SLUG)
+    Fleet.objects.filter(pk=fleet.pk).update(created_at=datetime.now(UTC) - timedelta(minutes=5))
+    publisher = get_user_model().objects.get(username="publisher")
+    phones = [
+        device_enroll(fleet_key=DEMO_FLEET_KEY, device_id=f"phone-{n}", platform="android")[0]
+        for n in range(3)
+    ]
+    now = datetime.now(UTC)
+    for minutes in (4, 3, 2, 1):
+        for phone in phones:
+            _report(
+                phone,
+                [
+                    make_event(
+                        phone.device_id,
+                        ts=iso(now - timedelta(minutes=minutes)),
+                        route=route,
+                        latency_ms=latency,
+                    )
+                    for route, latency in (("device", 40.0), ("cloud", 420.0), ("device", 55.0))
+                ],
+            )
+    draft = policy_draft_create(actor=publisher, fleet=fleet)
+    policy_draft_update_cells(
+        actor=publisher,
+        fleet=fleet,
+        revision=draft.revision,
+        edits=[
+            {
+                "task_type": "text",
+                "latency_budget": "interactive",
+                "privacy_tier": "normal",
+                "values": {"threshold": 0.5},
+            }
+        ],
+    )
+    policy_version_publish(
+        actor=publisher, fleet=fleet, revision=draft.revision + 1, note="θ 0.5 for text"
+    )
+    rollout_start(actor=publisher, fleet=fleet, version=2)
+    started = iso(datetime.now(UTC))
+    _report(
+        phones[0],
+        [make_event("phone-0", ts=started, policy_version=2, route="cloud") for _ in range(4)],
+    )
+    # A draft open again, so the fleet page shows the editor's grid.
+    draft = policy_draft_create(actor=publisher, fleet=fleet)
+    policy_draft_update_cells(
+        actor=publisher,
+        fleet=fleet,
+        revision=draft.revision,
+        edits=[
+            {
+                "task_type": "voice",
+                "latency_budget": "interactive",
+                "privacy_tier": "normal",
+                "values": {"threshold": 0.65},
+            }
+        ],
+    )
+    return {"fleet": fleet, "publisher": publisher}
+
+
+PAGES = (
+    ("fleet-list", "/"),
+    ("editor", f"/fleets/{SLUG}/"),
+    ("version-1", f"/fleets/{SLUG}/?version=1"),
+    ("versions", f"/fleets/{SLUG}/versions/"),
+    ("diff", f"/fleets/{SLUG}/diff/?a=1&b=2"),
+    ("audit", f"/fleets/{SLUG}/audit/"),
+    ("import", f"/fleets/{SLUG}/draft/import/"),
+    ("devices", f"/fleets/{SLUG}/devices/"),
+    ("rollout", f"/fleets/{SLUG}/rollout/"),
+    ("dashboard", f"/fleets/{SLUG}/dashboard/"),
+    ("alerts", f"/fleets/{SLUG}/alerts/"),
+)
+
+
+def _patient(page: Page) -> None:
+    """Waits long enough for a loaded 2-core machine (the dashboard computes on each load)."""
+    page.set_default_timeout(30_000)
+    page.set_default_navigation_timeout(60_000)
+
+
+def _settle(page: Page) -> None:
+    """Wait for what the page draws after load (the dashboard's charts)."""
+    page.wait_for_load_state("load")
+    if page.locator("#dashboard-config").count():
+        page.wait_for_function("() => window.dashboardLive && window.dashboardLive.renders > 0")
+        expect(page.locator("#chart-shares .main-svg").first).to_be_attached()
+
+
+def test_every_page__390px_phone__no_sideways_scroll(
+    asgi_server: str, demo: dict[str, Any], browser_page: Page
+) -> None:
+    page = browser_page
+    _patient(page)
+    errors = ConsoleErrors(page)
+    page.set_viewport_size(PHONE)
+
+    # Given a phone 390 px wide / When a logged-out person opens the login page
+    page.goto(f"{asgi_server}/login/")
+    # Then it fits
+    assert_no_sideways_scroll(page, "login")
+    page.screenshot(path=str(screenshot_path("layout-login-390")), full_page=True, timeout=60_000)
+
+    # When the publisher opens every page of the demo fleet
+    log_in(page, asgi_server, "publisher", DEMO_PASSWORD)
+    for name, path in PAGES:
+        page.goto(f"{asgi_server}{path}")
+        _settle(page)
+        # Then none scrolls sideways, and the top bar's "Log out" is whole on screen
+        assert_no_sideways_scroll(page, name)
+        assert_in_view_horizontally(page, ".topbar button", name)
+        page.screenshot(
+            path=str(screenshot_path(f"layout-{name}-390")), full_page=True, timeout=60_000
+        )
+
+    # and the matrix, wider than the phone, scrolls inside its own box
+    page.goto(f"{asgi_server}/fleets/{SLUG}/")
+    wrap = page.locator(".grid-wrap").first
+    assert wrap.evaluate("el => el.scrollWidth > el.clientWidth")
+    assert wrap.evaluate("el => getComputedStyle(el).overflowX") == "auto"
+    assert errors.take() == []
+
+
+def test_dashboard_header__no_rollout_open__no_empty_rolling_out_chip(
+    asgi_server: str, demo: dict[str, Any], browser_page: Page
+) -> None:
+    page = browser_page
+    _patient(page)
+    log_in(page, asgi_server, "publisher", DEMO_PASSWORD)
+
+    # Given v2 rolling out / When the dashboard is opened / Then the header names it
+    page.goto(f"{asgi_server}/fleets/{SLUG}/dashboard/")
+    rolling = page.locator('[data-field="rollout"]')
+    expect(rolling).to_be_visible()
+    expect(rolling).to_have_text(re.compile(r"Rolling out\s+v2\s+at\s+5%"))
+
+    # When the rollout is rolled back and the page is opened again
+    rollout_rollback(actor=demo["publisher"], fleet=demo["fleet"], reason="layout test")
+    page.goto(f"{asgi_server}/fleets/{SLUG}/dashboard/")
+    page.wait_for_function("() => window.dashboardLive && window.dashboardLive.renders > 0")
+
+    # Then the header says only what runs: no "Rolling out [empty chip] at"
+    expect(rolling).to_be_hidden()
+    assert "Rolling out" not in page.locator(".version-meta").inner_text()
+    # and no element the page hides with the attribute takes room on screen
+    shown = page.evaluate(
+        "() => [...document.querySelectorAll('[hidden]')]"
+        ".filter(el => getComputedStyle(el).display !== 'none')"
+        ".map(el => el.outerHTML.slice(0, 80))"
+    )
+    assert shown == []
+
+
+def _tick_values(texts: list[str]) -> list[float]:
+    values = []
+    for text in texts:
+        match = re.fullmatch(r"([\d,.]+) (ms|s)", text.strip())
+        assert match, f"log-axis tick {text!r} does not read as a duration"
+        number = float(match.group(1).replace(",", ""))
+        values.append(number * (1000 if match.group(2) == "s" else 1))
+    return values
+
+
+@pytest.mark.parametrize("viewport", [LAPTOP, PHONE], ids=["1366", "390"])
+def test_dashboard_charts__young_fleet_during_rollout__read_at_a_glance(
+    asgi_server: str, demo: dict[str, Any], browser_page: Page, viewport: dict[str, int]
+) -> None:
+    page = browser_page
+    _patient(page)
+    errors = ConsoleErrors(page)
+    page.set_viewport_size(viewport)
+    log_in(page, asgi_server, "publisher", DEMO_PASSWORD)
+
+    # Given the five-minute-old demo rolling out v2 / When its dashboard is opened (1 hour)
+    page.goto(f"{asgi_server}/fleets/{SLUG}/dashboard/")
+    _settle(page)
+    width = viewport["width"]
+
+    # Then the time axis starts near the fleet's first minutes, not an hour back
+    start, end = page.evaluate(
+        "() => document.getElementById('chart-shares').layout.xaxis.range"
+        ".map(t => new Date(t).getTime())"
+    )
+    assert (end - start) / 60_000 <= 7, "a five-minute-old fleet drawn over an hour"
+
+    # and the version and stage labels on it do not run into each other
+    markers = text_boxes(page, "#chart-shares .annotation-text-g text")
+    assert any("v2 published" in m["text"] for m in markers), markers
+    assert any("5%" in m["text"] for m in markers), markers
+    assert overlapping(markers) == []
+
+    # and the latency axis reads as durations, each tick once and in order
+    ticks = [t["text"] for t in text_boxes(page, "#chart-latency .ytick text")]
+    values = _tick_values(ticks)
+    assert values == sorted(set(values)), ticks
+    # and the budget labels stand apart
+    budgets = text_boxes(page, "#chart-latency .annotation-text-g text")
+    assert budgets
+    assert all("budget" in b["text"] for b in budgets)
+    assert overlapping(budgets) == []
+
+    # and the cohort legend names the open rollout's two versions, nothing else
+    legend = [t["text"] for t in text_boxes(page, "#chart-cohort-alpha .legendtext")]
+    assert legend == ["stable v1", "candidate v2"]
+
+    # and the captions say minutes for minute buckets
+    caption = page.locator('[data-field="caption-shares"]')
+    expect(caption).to_contain_text("per minute")
+    page.screenshot(
+        path=str(screenshot_path(f"dashboard-reading-1h-{width}")), full_page=True, timeout=60_000
+    )
+
+    # When the window becomes 24 hours (in place, no reload)
+    page.locator(".dash-window", has_text="24h").click()
+    page.wait_for_function("() => window.dashboardLive.payload.window.resolution === 'hour'")
+
+    # Then every caption and axis says hours
+    expect(caption).to_contain_text("per hour")
+    expect(page.locator('[data-field="window-note"]')).to_contain_text("hour buckets")
+    axis = page.evaluate("() => document.getElementById('chart-shares').layout.yaxis2.title.text")
+    assert axis == "events per hour"
+    assert "per minute" not in page.locator(".dash-grid").inner_text()
+    assert errors.take() == []
