@@ -56,6 +56,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "controlplane.middleware.ApiParameterCharactersMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -235,7 +236,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["routing_policies.permissions.IsViewer"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "controlplane.openapi.ApiAutoSchema",
     "EXCEPTION_HANDLER": "controlplane.exceptions.api_exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
@@ -250,6 +251,15 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Choice sets that share a field name get names of their own (generated clients' enums).
+    "ENUM_NAME_OVERRIDES": {
+        "VersionStatusEnum": ["draft", "published"],
+        "DiffCellStatusEnum": ["changed", "added", "removed"],
+        "DeliveryStatusEnum": ["pending", "delivered", "failed"],
+        "RolloutStageEnum": [(5, 5), (25, 25), (100, 100)],
+        "AlertMetricEnum": "telemetry.alert_models.Metric.values",
+        "GuardMetricEnum": "telemetry.alerting.GUARD_METRICS",
+    },
 }
 
 LOGGING = {

@@ -8,8 +8,7 @@ import re
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import AuthenticationFailed
@@ -19,12 +18,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.exceptions import NotFound, ValidationFailed
+from controlplane.openapi import error_response, error_responses, query_params_validate
+from telemetry.api_schemas import RolloutGuardsInputSerializer
 
 from .. import selectors, services
-from ..models import Device, PolicyVersion
+from ..models import Device, PolicyVersion, Rollout
 from ..permissions import IsPublisher, IsViewer
-from .policy import _require_object
+from . import schemas
+from .policy import IF_NONE_MATCH, NOT_MODIFIED, _require_object
 
+MAX_VERSION = 2**31 - 1
 DEVICE_ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
 
 
@@ -88,7 +91,16 @@ class EnrollApi(APIView):
             ref_name = "DeviceEnrollInput"
 
     @extend_schema(
-        request=InputSerializer, responses={201: OpenApiTypes.OBJECT}, operation_id="device_enroll"
+        request=InputSerializer,
+        responses={
+            201: schemas.EnrollmentSerializer,
+            401: OpenApiResponse(
+                error_response(401).response,
+                description="Unknown fleet key (`bad_fleet_key`).",
+            ),
+            **error_responses(409),
+        },
+        operation_id="device_enroll",
     )
     def post(self, request: Request) -> Response:
         serializer = self.InputSerializer(data=_require_object(request.data))
@@ -106,7 +118,18 @@ class DevicePolicyApi(APIView):
     authentication_classes = [DeviceTokenAuthentication]
     permission_classes = [IsDevice]
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT, 304: None}, operation_id="device_policy")
+    @extend_schema(
+        parameters=[IF_NONE_MATCH],
+        responses={
+            200: schemas.PolicyDocumentSerializer,
+            304: NOT_MODIFIED,
+            404: OpenApiResponse(
+                error_response(404).response,
+                description="The fleet has no published policy yet (`no_policy`).",
+            ),
+        },
+        operation_id="device_policy",
+    )
     def get(self, request: Request) -> Response:
         device = request.auth
         assert isinstance(device, Device)
@@ -140,7 +163,7 @@ class RolloutStatusApi(APIView):
 
     permission_classes = [IsViewer]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="rollout_status")
+    @extend_schema(responses=schemas.RolloutStatusSerializer, operation_id="rollout_status")
     def get(self, request: Request, slug: str) -> Response:
         return _status_response(slug)
 
@@ -149,7 +172,7 @@ class _RolloutActionApi(APIView):
     permission_classes = [IsPublisher]
 
     class InputSerializer(serializers.Serializer[Any]):
-        version = serializers.IntegerField(min_value=1, required=False)
+        version = serializers.IntegerField(min_value=1, max_value=MAX_VERSION, required=False)
         to_stage = serializers.ChoiceField(choices=[5, 25, 100], required=False)
         reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
@@ -159,7 +182,6 @@ class _RolloutActionApi(APIView):
     def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    @extend_schema(request=InputSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, slug: str) -> Response:
         fleet = _fleet(slug)
         # An empty body is an empty object; `[]`, `null` or `"x"` are refused, not read as `{}`.
@@ -167,6 +189,53 @@ class _RolloutActionApi(APIView):
         serializer.is_valid(raise_exception=True)
         self.perform(request, fleet, serializer.validated_data)
         return _status_response(slug)
+
+
+class RolloutVersionInputSerializer(serializers.Serializer[Any]):
+    version = serializers.IntegerField(min_value=1, max_value=MAX_VERSION, help_text="published")
+
+    class Meta:
+        ref_name = "RolloutVersionInput"
+
+
+class RolloutStartInputSerializer(RolloutVersionInputSerializer, RolloutGuardsInputSerializer):
+    """The version to roll out at 5%, and optionally its guards (docs/alerts.md)."""
+
+    class Meta:
+        ref_name = "RolloutStartInput"
+
+
+class RolloutAdvanceInputSerializer(serializers.Serializer[Any]):
+    to_stage = serializers.ChoiceField(
+        choices=list(Rollout.STAGES), required=False, help_text="default: the next stage"
+    )
+
+    class Meta:
+        ref_name = "RolloutAdvanceInput"
+
+
+class RolloutRollbackInputSerializer(serializers.Serializer[Any]):
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True)
+
+    class Meta:
+        ref_name = "RolloutRollbackInput"
+
+
+class EmptyInputSerializer(serializers.Serializer[Any]):
+    """An empty JSON object (or no body at all)."""
+
+    class Meta:
+        ref_name = "EmptyInput"
+
+
+def _rollout_action(request: type[serializers.Serializer[Any]]) -> Any:
+    """The schema of a rollout action: its own body, the rollout status back, 409 on a clash."""
+    return extend_schema_view(
+        post=extend_schema(
+            request=request,
+            responses={200: schemas.RolloutStatusSerializer, **error_responses(409)},
+        )
+    )
 
 
 def _need_version(data: dict[str, Any]) -> int:
@@ -178,6 +247,7 @@ def _need_version(data: dict[str, Any]) -> int:
     return int(data["version"])
 
 
+@_rollout_action(RolloutStartInputSerializer)
 class RolloutStartApi(_RolloutActionApi):
     """Start rolling a published version out at 5%."""
 
@@ -195,6 +265,7 @@ class RolloutStartApi(_RolloutActionApi):
         )
 
 
+@_rollout_action(RolloutAdvanceInputSerializer)
 class RolloutAdvanceApi(_RolloutActionApi):
     """Advance to the next stage (or `to_stage`; naming a stage already reached is a no-op)."""
 
@@ -202,6 +273,7 @@ class RolloutAdvanceApi(_RolloutActionApi):
         services.rollout_advance(actor=request.user, fleet=fleet, to_stage=data.get("to_stage"))
 
 
+@_rollout_action(EmptyInputSerializer)
 class RolloutPauseApi(_RolloutActionApi):
     """Pause at the current stage."""
 
@@ -209,6 +281,7 @@ class RolloutPauseApi(_RolloutActionApi):
         services.rollout_pause(actor=request.user, fleet=fleet)
 
 
+@_rollout_action(EmptyInputSerializer)
 class RolloutResumeApi(_RolloutActionApi):
     """Resume a paused rollout."""
 
@@ -216,6 +289,7 @@ class RolloutResumeApi(_RolloutActionApi):
         services.rollout_resume(actor=request.user, fleet=fleet)
 
 
+@_rollout_action(EmptyInputSerializer)
 class RolloutCompleteApi(_RolloutActionApi):
     """At 100%, make the candidate stable."""
 
@@ -223,6 +297,7 @@ class RolloutCompleteApi(_RolloutActionApi):
         services.rollout_complete(actor=request.user, fleet=fleet)
 
 
+@_rollout_action(RolloutRollbackInputSerializer)
 class RolloutRollbackApi(_RolloutActionApi):
     """Return every device to the stable version."""
 
@@ -230,6 +305,7 @@ class RolloutRollbackApi(_RolloutActionApi):
         services.rollout_rollback(actor=request.user, fleet=fleet, reason=data.get("reason", ""))
 
 
+@_rollout_action(RolloutVersionInputSerializer)
 class FleetSwitchApi(_RolloutActionApi):
     """Switch the whole fleet to a published version at once."""
 
@@ -243,7 +319,9 @@ class CloudPressureApi(APIView):
     permission_classes = [IsPublisher]
 
     @extend_schema(
-        request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT, operation_id="cloud_pressure"
+        request=schemas.CloudPressureInputSerializer,
+        responses=schemas.RolloutStatusSerializer,
+        operation_id="cloud_pressure",
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = _fleet(slug)
@@ -263,7 +341,9 @@ class EnrollmentKeyApi(APIView):
     permission_classes = [IsPublisher]
 
     @extend_schema(
-        request=None, responses={201: OpenApiTypes.OBJECT}, operation_id="enrollment_key_rotate"
+        request=None,
+        responses={201: schemas.EnrollmentKeySerializer},
+        operation_id="enrollment_key_rotate",
     )
     def post(self, request: Request, slug: str) -> Response:
         key = services.fleet_enrollment_key_rotate(actor=request.user, fleet=_fleet(slug))
@@ -275,31 +355,30 @@ class DeviceListApi(APIView):
 
     permission_classes = [IsViewer]
 
+    class QuerySerializer(serializers.Serializer[Any]):
+        version = serializers.IntegerField(
+            min_value=1, max_value=MAX_VERSION, required=False, help_text="assigned or acked"
+        )
+        online = serializers.BooleanField(required=False, allow_null=True, default=None)
+        platform = serializers.CharField(trim_whitespace=False, max_length=64, required=False)
+        limit = serializers.IntegerField(min_value=1, max_value=5000, default=200)
+
+        class Meta:
+            ref_name = "DeviceListQuery"
+
     @extend_schema(
-        parameters=[
-            OpenApiParameter("version", int, required=False),
-            OpenApiParameter("online", bool, required=False),
-            OpenApiParameter("platform", str, required=False),
-            OpenApiParameter("limit", int, required=False),
-        ],
-        responses=OpenApiTypes.OBJECT,
+        parameters=[QuerySerializer],
+        responses=schemas.DeviceListSerializer,
         operation_id="device_list",
     )
     def get(self, request: Request, slug: str) -> Response:
-        params = request.query_params
-        try:
-            version = int(params["version"]) if params.get("version") else None
-            limit = max(1, min(5000, int(params.get("limit", 200))))
-        except ValueError:
-            raise ValidationFailed("`version` and `limit` must be whole numbers.") from None
-        online_param = params.get("online") or ""
-        online = online_param.lower() in ("1", "true", "yes") if online_param else None
+        query = query_params_validate(self.QuerySerializer, request)
         rows = selectors.device_list(
             fleet=_fleet(slug),
-            version=version,
-            online=online,
-            platform=params.get("platform") or None,
-            limit=limit,
+            version=query.get("version"),
+            online=query.get("online"),
+            platform=query.get("platform"),
+            limit=query["limit"],
         )
         return Response({"results": rows})
 
@@ -309,7 +388,9 @@ class DeviceRevokeApi(APIView):
 
     permission_classes = [IsPublisher]
 
-    @extend_schema(request=None, responses=OpenApiTypes.OBJECT, operation_id="device_revoke")
+    @extend_schema(
+        request=None, responses=schemas.DeviceRevokedSerializer, operation_id="device_revoke"
+    )
     def post(self, request: Request, slug: str, device_id: str) -> Response:
         fleet = _fleet(slug)
         device = Device.objects.filter(fleet=fleet, device_id=device_id).first()
