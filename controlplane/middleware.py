@@ -89,3 +89,23 @@ class ApiParameterCharactersMiddleware:
             ),
             status=400,
         )
+
+
+class ApiNotFoundMiddleware:
+    """A path under /api/ that no route matches answers the API's JSON 404, not the HTML page
+    (a client of the JSON API parses every answer as JSON)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if (
+            response.status_code == 404
+            and request.path.startswith("/api/")
+            and getattr(request, "resolver_match", None) is None
+        ):
+            return JsonResponse(
+                error_body("not_found", "No API operation at this path."), status=404
+            )
+        return response

@@ -10,7 +10,7 @@ can answer (409, 428, 429) with `error_responses(...)` in its `extend_schema(res
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
@@ -30,6 +30,9 @@ class ErrorDetailSerializer(serializers.Serializer[Any]):
 
     field = serializers.CharField(help_text="The field, query parameter or header at fault.")
     message = serializers.CharField(required=False)
+    cell = serializers.CharField(
+        required=False, help_text="Policy validation: the cell, task_type/latency_budget/tier."
+    )
     event = serializers.IntegerField(
         required=False, help_text="Telemetry only: the index of the bad event in the batch."
     )
@@ -190,6 +193,27 @@ class ApiAutoSchema(AutoSchema):
                     error_response(status), str(status), direction=direction
                 )
         return dict(sorted(responses.items()))
+
+
+# --- bodies that refuse unknown fields ------------------------------------------------------
+
+_CLOSED_BODIES: set[str] = set()
+SerializerClass = TypeVar("SerializerClass", bound=type[serializers.Serializer[Any]])
+
+
+def closed_body(serializer_class: SerializerClass) -> SerializerClass:
+    """Mark an input serializer whose body the server refuses unknown fields in (a typo must not
+    be silently ignored): its request component says `additionalProperties: false`."""
+    _CLOSED_BODIES.add(serializer_class.Meta.ref_name)  # type: ignore[attr-defined]
+    return serializer_class
+
+
+def postprocess_closed_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: close the request components `closed_body` marked."""
+    for name, component in result.get("components", {}).get("schemas", {}).items():
+        if name.endswith("Request") and name.removesuffix("Request") in _CLOSED_BODIES:
+            component["additionalProperties"] = False
+    return result
 
 
 # --- security schemes --------------------------------------------------------------------------

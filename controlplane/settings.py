@@ -57,6 +57,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "controlplane.middleware.ApiParameterCharactersMiddleware",
+    "controlplane.middleware.ApiNotFoundMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -237,6 +238,9 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["routing_policies.permissions.IsViewer"],
     "DEFAULT_SCHEMA_CLASS": "controlplane.openapi.ApiAutoSchema",
+    # A JSON API: bodies are JSON objects (a form or multipart body is a 415), as the schema says.
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "EXCEPTION_HANDLER": "controlplane.exceptions.api_exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
@@ -248,6 +252,12 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # A PATCH body is described as it must be sent (its required fields stay required).
+    "COMPONENT_SPLIT_PATCH": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "controlplane.openapi.postprocess_closed_bodies",
+    ],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
@@ -259,6 +269,8 @@ SPECTACULAR_SETTINGS = {
         "RolloutStageEnum": [(5, 5), (25, 25), (100, 100)],
         "AlertMetricEnum": "telemetry.alert_models.Metric.values",
         "GuardMetricEnum": "telemetry.alerting.GUARD_METRICS",
+        "CellFallbackEnum": "routing_policies.cell_schema.FALLBACKS",
+        "EventFallbackEnum": "telemetry.events.FALLBACK_KINDS",
     },
 }
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from controlplane.openapi import closed_body
 from routing_policies.apis.schemas import RolloutSerializer
 from routing_policies.models import Rollout
 
@@ -322,22 +323,28 @@ def _rule_input_fields(*, partial: bool) -> dict[str, Any]:
     }
 
 
-AlertRuleCreateSerializer = type(
-    "AlertRuleCreateSerializer",
-    (serializers.Serializer,),
-    {
-        **_rule_input_fields(partial=False),
-        "Meta": type("Meta", (), {"ref_name": "AlertRuleCreate"}),
-    },
+AlertRuleCreateSerializer = closed_body(
+    type(
+        "AlertRuleCreateSerializer",
+        (serializers.Serializer,),
+        {
+            **_rule_input_fields(partial=False),
+            "Meta": type("Meta", (), {"ref_name": "AlertRuleCreate"}),
+        },
+    )
 )
-AlertRuleUpdateSerializer = type(
-    "AlertRuleUpdateSerializer",
-    (serializers.Serializer,),
-    {
-        "revision": serializers.IntegerField(help_text="the rule's revision from the last read"),
-        **_rule_input_fields(partial=True),
-        "Meta": type("Meta", (), {"ref_name": "AlertRuleUpdate"}),
-    },
+AlertRuleUpdateSerializer = closed_body(
+    type(
+        "AlertRuleUpdateSerializer",
+        (serializers.Serializer,),
+        {
+            "revision": serializers.IntegerField(
+                help_text="the rule's revision from the last read"
+            ),
+            **_rule_input_fields(partial=True),
+            "Meta": type("Meta", (), {"ref_name": "AlertRuleUpdate"}),
+        },
+    )
 )
 
 
@@ -405,6 +412,7 @@ class AlertWebhookListSerializer(serializers.Serializer[Any]):
         ref_name = "AlertWebhookList"
 
 
+@closed_body
 class AlertWebhookCreateSerializer(serializers.Serializer[Any]):
     url = serializers.URLField(
         max_length=500, help_text="http(s), a public address unless the deployment allows others"
@@ -519,6 +527,7 @@ class BakeMinutesSerializer(serializers.Serializer[Any]):
         }
 
 
+@closed_body
 class RolloutGuardsInputSerializer(serializers.Serializer[Any]):
     """The guards of an open rollout (PUT), or of the rollout a start opens."""
 

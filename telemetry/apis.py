@@ -37,7 +37,8 @@ class TelemetryIngestApi(APIView):
     parser_classes: list[Any] = []  # the body is read raw and decoded by msgspec
 
     @extend_schema(
-        request=api_schemas.TelemetryBatchSerializer,
+        # The body is read raw (no DRF parser), so its media type is named here.
+        request={"application/json": api_schemas.TelemetryBatchSerializer},
         responses={202: api_schemas.TelemetryAcceptedSerializer, **error_responses(429)},
         operation_id="telemetry_ingest",
         description=f"At most {MAX_EVENTS} events and 1 MiB. See PROTOCOL.md.",

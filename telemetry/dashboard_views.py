@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.exceptions import ApplicationError
+from controlplane.openapi import query_params_validate
 from routing_policies.roles import Role
 from routing_policies.selectors import fleet_get
 from routing_policies.views import _fleet_or_404, role_required
@@ -71,6 +72,7 @@ class FleetDashboardApi(APIView):
         ),
     )
     def get(self, request: Request, slug: str) -> Response:
+        query_params_validate(self.QuerySerializer, request)  # types, ranges; no empty values
         fleet = fleet_get(slug=slug)
         view = parse_view(request.query_params)
         return Response(fleet_dashboard(fleet=fleet, view=view))

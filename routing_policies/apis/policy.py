@@ -25,14 +25,24 @@ from ..validation import DIMENSION_VALUE_RE
 from . import schemas
 
 _IF_MATCH_RE = re.compile(r'^\s*(?:W/)?"r(\d+)"\s*$')
-IF_MATCH = OpenApiParameter(
-    "If-Match",
-    str,
-    OpenApiParameter.HEADER,
-    required=False,
-    pattern=r'^(?:W/)?"r[0-9]+"$',
-    description='The draft ETag you read, e.g. "r3" (or send `revision` in the body).',
-)
+
+
+# A draft edit names the revision it changes: a `revision` field of the body (a query parameter
+# for a DELETE), or an `If-Match: "r<revision>"` header, which the schema leaves out so that
+# one way is documented as required.
+class RevisionQuerySerializer(serializers.Serializer[Any]):
+    """`?revision=`: the draft revision a DELETE applies to."""
+
+    revision = serializers.IntegerField(
+        min_value=1,
+        max_value=999_999_999,
+        help_text='The draft revision you read (or an If-Match: "r<revision>" header).',
+    )
+
+    class Meta:
+        ref_name = "DraftRevisionQuery"
+
+
 IF_NONE_MATCH = OpenApiParameter(
     "If-None-Match",
     str,
@@ -41,15 +51,6 @@ IF_NONE_MATCH = OpenApiParameter(
     description="An ETag you already have: 304 while it is still current.",
 )
 NOT_MODIFIED = OpenApiResponse(description="Not modified: the ETag you sent is still current.")
-
-
-class RevisionSerializer(serializers.Serializer[Any]):
-    """The draft revision a change applies to, when no If-Match header says it."""
-
-    revision = serializers.IntegerField(min_value=1, required=False)
-
-    class Meta:
-        ref_name = "DraftRevision"
 
 
 # A version as the diff names it: a number, `draft` or `latest`.
@@ -68,6 +69,15 @@ def _revision(request: Request, data: Any = None) -> int:
             )
         return int(match.group(1))
     value = data.get("revision") if isinstance(data, dict) else None
+    query_value = request.query_params.get("revision")
+    if value is None and query_value is not None:
+        # A DELETE has no body in OpenAPI: its revision may come as `?revision=`.
+        if not query_value.isascii() or not query_value.isdigit() or len(query_value) > 9:
+            raise ValidationFailed(
+                "`revision` must be a positive whole number.",
+                details=[{"field": "revision", "message": f"got {query_value[:40]!r}"}],
+            )
+        value = int(query_value)
     if value is None:
         raise ApplicationError(
             "Say which draft revision you are changing (If-Match header or `revision` field), "
@@ -156,9 +166,9 @@ class FleetListApi(APIView):
     """List fleets; publishers create them."""
 
     class InputSerializer(serializers.Serializer[Any]):
-        slug = serializers.SlugField(max_length=64)
-        name = serializers.CharField(max_length=200)
-        description = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+        slug = schemas.JsonSlugField(max_length=64)
+        name = schemas.JsonStringField(max_length=200)
+        description = schemas.JsonStringField(max_length=2000, required=False, allow_blank=True)
 
         class Meta:
             ref_name = "FleetCreate"  # OpenAPI component names must be unique
@@ -254,7 +264,12 @@ class DraftApi(APIView):
     """Read, start (from the latest or a chosen version) and discard the fleet's draft."""
 
     class CreateSerializer(serializers.Serializer[Any]):
-        from_version = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+        from_version = schemas.JsonIntegerField(
+            min_value=1, max_value=999_999_999, required=False, allow_null=True
+        )
+
+        class Meta:
+            ref_name = "DraftCreate"
 
     def get_permissions(self) -> list[Any]:
         return [IsViewer()] if self.request.method == "GET" else [IsEditor()]
@@ -280,8 +295,7 @@ class DraftApi(APIView):
         return _draft_response(draft, status.HTTP_201_CREATED)
 
     @extend_schema(
-        parameters=[IF_MATCH],
-        request=RevisionSerializer,
+        parameters=[RevisionQuerySerializer],
         responses={204: None, **error_responses(409, 428)},
     )
     def delete(self, request: Request, slug: str) -> Response:
@@ -307,7 +321,6 @@ class DraftCellsApi(APIView):
     permission_classes = [IsEditor]
 
     @extend_schema(
-        parameters=[IF_MATCH],
         request=schemas.DraftCellsEditSerializer,
         responses={200: schemas.VersionWithDocumentSerializer, **error_responses(409, 428)},
     )
@@ -336,9 +349,9 @@ class DraftDimensionsApi(APIView):
     permission_classes = [IsEditor]
 
     class InputSerializer(serializers.Serializer[Any]):
-        dimension = serializers.ChoiceField(choices=DIMENSIONS)
-        value = serializers.RegexField(DIMENSION_VALUE_RE, trim_whitespace=False, max_length=32)
-        copy_from = serializers.RegexField(
+        dimension = schemas.JsonChoiceField(choices=DIMENSIONS)
+        value = schemas.JsonRegexField(DIMENSION_VALUE_RE, trim_whitespace=False, max_length=32)
+        copy_from = schemas.JsonRegexField(
             DIMENSION_VALUE_RE,
             trim_whitespace=False,
             max_length=32,
@@ -346,14 +359,21 @@ class DraftDimensionsApi(APIView):
             allow_null=True,
             help_text="an existing value of the dimension whose cells the new ones copy",
         )
-        revision = serializers.IntegerField(min_value=1, required=False)
+        revision = schemas.JsonIntegerField(min_value=1, required=False)
+
+        class Meta:
+            ref_name = "DimensionValueAddCheck"
+
+    class DocumentedInputSerializer(InputSerializer):
+        """The body as documented: `revision` required (If-Match may stand in for it)."""
+
+        revision = schemas.DRAFT_REVISION()
 
         class Meta:
             ref_name = "DimensionValueAdd"
 
     @extend_schema(
-        parameters=[IF_MATCH],
-        request=InputSerializer,
+        request=DocumentedInputSerializer,
         responses={201: schemas.VersionWithDocumentSerializer, **error_responses(409, 428)},
     )
     def post(self, request: Request, slug: str) -> Response:
@@ -379,8 +399,7 @@ class DraftDimensionValueApi(APIView):
     permission_classes = [IsEditor]
 
     @extend_schema(
-        parameters=[IF_MATCH],
-        request=RevisionSerializer,
+        parameters=[RevisionQuerySerializer],
         responses={200: schemas.VersionWithDocumentSerializer, **error_responses(409, 428)},
     )
     def delete(self, request: Request, slug: str, dimension: str, value: str) -> Response:
@@ -401,7 +420,6 @@ class DraftImportApi(APIView):
     permission_classes = [IsEditor]
 
     @extend_schema(
-        parameters=[IF_MATCH],
         request=schemas.PolicyDocumentImportSerializer,
         responses={200: schemas.VersionWithDocumentSerializer, **error_responses(409, 428)},
     )
@@ -423,15 +441,24 @@ class PublishApi(APIView):
     permission_classes = [IsPublisher]
 
     class InputSerializer(serializers.Serializer[Any]):
-        note = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
-        revision = serializers.IntegerField(min_value=1, required=False)
+        note = schemas.JsonStringField(
+            max_length=2000, allow_blank=True, required=False, default=""
+        )
+        revision = schemas.JsonIntegerField(min_value=1, required=False)
+
+        class Meta:
+            ref_name = "PublishCheck"
+
+    class DocumentedInputSerializer(InputSerializer):
+        """The body as documented: `revision` required (If-Match may stand in for it)."""
+
+        revision = schemas.DRAFT_REVISION()
 
         class Meta:
             ref_name = "Publish"
 
     @extend_schema(
-        parameters=[IF_MATCH],
-        request=InputSerializer,
+        request=DocumentedInputSerializer,
         responses={201: schemas.VersionSerializer, **error_responses(409, 428)},
     )
     def post(self, request: Request, slug: str) -> Response:
@@ -484,7 +511,10 @@ class AuditApi(APIView):
         class Meta:
             ref_name = "AuditQuery"
 
-    @extend_schema(parameters=[QuerySerializer], responses=schemas.AuditListSerializer)
+    @extend_schema(
+        parameters=[QuerySerializer],
+        responses={200: schemas.AuditListSerializer, **error_responses(404)},
+    )
     def get(self, request: Request, slug: str | None = None) -> Response:
         query = query_params_validate(self.QuerySerializer, request)
         fleet_slug = slug or query.get("fleet")

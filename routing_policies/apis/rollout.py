@@ -26,6 +26,12 @@ from ..models import Device, PolicyVersion, Rollout
 from ..permissions import IsPublisher, IsViewer
 from . import schemas
 from .policy import IF_NONE_MATCH, NOT_MODIFIED, _require_object
+from .schemas import (
+    JsonChoiceField,
+    JsonIntegerField,
+    JsonRegexField,
+    JsonStringField,
+)
 
 MAX_VERSION = 2**31 - 1
 DEVICE_ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
@@ -55,23 +61,6 @@ class IsDevice(BasePermission):
 
     def has_permission(self, request: Request, view: Any) -> bool:
         return isinstance(request.auth, Device)
-
-
-class _JsonStringMixin:
-    """A JSON string only: DRF's CharField would quietly turn `123` or `1.5` into `"123"`."""
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")  # type: ignore[attr-defined]
-        return super().to_internal_value(data)  # type: ignore[misc,no-any-return]
-
-
-class JsonStringField(_JsonStringMixin, serializers.CharField):
-    """`CharField` that refuses numbers, booleans and objects."""
-
-
-class JsonRegexField(_JsonStringMixin, serializers.RegexField):
-    """`RegexField` that refuses numbers, booleans and objects."""
 
 
 class EnrollApi(APIView):
@@ -172,9 +161,9 @@ class _RolloutActionApi(APIView):
     permission_classes = [IsPublisher]
 
     class InputSerializer(serializers.Serializer[Any]):
-        version = serializers.IntegerField(min_value=1, max_value=MAX_VERSION, required=False)
-        to_stage = serializers.ChoiceField(choices=[5, 25, 100], required=False)
-        reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+        version = JsonIntegerField(min_value=1, max_value=MAX_VERSION, required=False)
+        to_stage = JsonChoiceField(choices=[5, 25, 100], required=False)
+        reason = JsonStringField(max_length=500, required=False, allow_blank=True, default="")
 
         class Meta:
             ref_name = "RolloutActionInput"

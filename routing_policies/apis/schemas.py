@@ -13,10 +13,63 @@ from typing import Any
 
 from rest_framework import serializers
 
+from controlplane.openapi import closed_body
+
 from ..cell_schema import CELL_FIELDS, DIMENSIONS, FieldSpec
 from ..models import Rollout
 from ..services.rollout import MAX_CLOUD_PRESSURE_TTL_S
 from ..validation import DIMENSION_VALUE_RE, MAX_CELLS, MAX_DIMENSION_VALUES
+
+# --- JSON-typed fields: the input serializers the views validate with take JSON as it is typed.
+# DRF's fields coerce (`123` becomes "123", "5" becomes 5, "yes" becomes True); the schema says
+# string, integer, boolean, and the server must refuse what the schema refuses.
+
+
+class _JsonStringMixin:
+    """A JSON string only: DRF's CharField would quietly turn `123` or `1.5` into `"123"`."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")  # type: ignore[attr-defined]
+        return super().to_internal_value(data)  # type: ignore[misc,no-any-return]
+
+
+class JsonStringField(_JsonStringMixin, serializers.CharField):
+    """`CharField` that refuses numbers, booleans and objects."""
+
+
+class JsonRegexField(_JsonStringMixin, serializers.RegexField):
+    """`RegexField` that refuses numbers, booleans and objects."""
+
+
+class JsonSlugField(_JsonStringMixin, serializers.SlugField):
+    """`SlugField` that refuses numbers, booleans and objects."""
+
+
+class JsonIntegerField(serializers.IntegerField):
+    """A JSON number that is whole: not `"5"`, not `true`."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class JsonChoiceField(serializers.ChoiceField):
+    """A choice of the JSON type of its choices: `5` for a stage, never `"5"` or `true`."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, bool) or not any(type(data) is type(c) for c in self.choices):
+            self.fail("invalid_choice", input=data)
+        return super().to_internal_value(data)
+
+
+def DRAFT_REVISION() -> JsonIntegerField:  # reads as a field
+    """The draft revision a change applies to (an `If-Match: "r<n>"` header says it too; the
+    schema asks for the field, which every client can send)."""
+    return JsonIntegerField(
+        min_value=1, help_text='the draft revision (or If-Match: "r<revision>")'
+    )
 
 
 def _cell_field(spec: FieldSpec, *, partial: bool) -> serializers.Field[Any, Any, Any, Any]:
@@ -63,10 +116,10 @@ def _cell_serializer(
             (serializers.Serializer,),
             {**fields, "Meta": type("Meta", (), {"ref_name": f"{name}{head.title()}"})},
         )
-        attrs[head] = group(required=not partial)
+        attrs[head] = closed_body(group)(required=not partial)
     attrs.update(top)
     attrs["Meta"] = type("Meta", (), {"ref_name": name})
-    return type(f"{name}Serializer", (serializers.Serializer,), attrs)
+    return closed_body(type(f"{name}Serializer", (serializers.Serializer,), attrs))
 
 
 PolicyCellSerializer = _cell_serializer("PolicyCell", partial=False, with_key=True)
@@ -113,9 +166,7 @@ class PolicyDocumentImportSerializer(serializers.Serializer[Any]):
     version = serializers.IntegerField(required=False, allow_null=True, help_text="ignored")
     etag = serializers.CharField(required=False, allow_blank=True, help_text="ignored")
     published_at = serializers.DateTimeField(required=False, allow_null=True, help_text="ignored")
-    revision = serializers.IntegerField(
-        min_value=1, required=False, help_text="the draft revision, unless If-Match says it"
-    )
+    revision = DRAFT_REVISION()
 
     class Meta:
         ref_name = "PolicyDocumentImport"
@@ -173,6 +224,7 @@ class VersionWithDocumentSerializer(VersionSerializer):
         ref_name = "VersionWithDocument"
 
 
+@closed_body
 class DraftCellEditSerializer(serializers.Serializer[Any]):
     """One cell's new values: flat (`"weights.length": 0.4`) or nested as in the document."""
 
@@ -187,9 +239,7 @@ class DraftCellEditSerializer(serializers.Serializer[Any]):
 
 class DraftCellsEditSerializer(serializers.Serializer[Any]):
     cells = DraftCellEditSerializer(many=True, allow_empty=False)
-    revision = serializers.IntegerField(
-        min_value=1, required=False, help_text="the draft revision, unless If-Match says it"
-    )
+    revision = DRAFT_REVISION()
 
     class Meta:
         ref_name = "DraftCellsEdit"

@@ -237,3 +237,53 @@ def test_schema__query_parameters__typed_and_bounded(schema: dict[str, Any]) -> 
     assert by_name["cohort"]["enum"] == ["stable", "candidate"]
     assert by_name["platform"]["maxLength"] == 64
     assert "pattern" in by_name["window"]
+
+
+def test_draft_discard__revision_as_query_parameter__discarded(
+    fleet: Any, editor: Any, client_as: Any
+) -> None:
+    # Given a draft at revision 1 (a DELETE has no body in OpenAPI)
+    client = client_as(editor)
+    assert client.post("/api/v1/fleets/fleet-a/draft/", {}).status_code == 201
+
+    # When it is discarded with ?revision=abc, then with ?revision=1
+    bad = client.delete("/api/v1/fleets/fleet-a/draft/?revision=abc")
+    good = client.delete("/api/v1/fleets/fleet-a/draft/?revision=1")
+
+    # Then the first is a 400 naming `revision`, the second discards the draft
+    assert _refused_fields(bad) == ["revision"]
+    assert good.status_code == 204
+    assert client.get("/api/v1/fleets/fleet-a/draft/").status_code == 404
+
+
+def test_dashboard_api__empty_window__400_naming_it(
+    fleet: Any, viewer: Any, client_as: Any
+) -> None:
+    # Given / When a viewer asks for the dashboard with an empty window
+    response = client_as(viewer).get("/api/v1/fleets/fleet-a/dashboard?window=")
+
+    # Then it is refused, naming `window` (the schema's window is one of 15m, 1h, 24h, 7d)
+    assert _refused_fields(response) == ["window"]
+
+
+def test_api__no_such_route__json_404(viewer: Any, client_as: Any) -> None:
+    # Given / When a path under /api/ that no route matches is asked for
+    response = client_as(viewer).get("/api/v1/fleets/not a slug/")
+
+    # Then the answer is the API's JSON error body, not the HTML page
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
+def test_api__form_encoded_body__415(fleet: Any, publisher: Any, client_as: Any) -> None:
+    # Given a publisher
+    client = client_as(publisher)
+
+    # When a fleet is created with a form-encoded body instead of JSON
+    response = client.post(
+        "/api/v1/fleets/", "slug=x&name=X", content_type="application/x-www-form-urlencoded"
+    )
+
+    # Then it is refused as an unsupported media type (the API speaks JSON, as its schema says)
+    assert response.status_code == 415
+    assert response.json()["error"]["code"] == "unsupported_media_type"
