@@ -67,6 +67,9 @@ class TelemetryEvent(msgspec.Struct, kw_only=True):
     rtt_ms: NonNegative | None = None
     bandwidth_kbps: NonNegative | None = None
     device_load: Unit | None = None
+    # PROTOCOL.md extensions: whether any of the task's data left the device; None (omitted by
+    # older devices) is judged from route, fallback and cache hit (`rollup.left_device`).
+    uploaded: bool | None = None
 
 
 class TelemetryBatch(msgspec.Struct):
@@ -119,6 +122,7 @@ FIELDS: Final[tuple[FieldRule, ...]] = (
     FieldRule("rtt_ms", "float", required=False, minimum=0.0),
     FieldRule("bandwidth_kbps", "float", required=False, minimum=0.0),
     FieldRule("device_load", "float", required=False, minimum=0.0, maximum=1.0),
+    FieldRule("uploaded", "bool", required=False),
 )
 
 

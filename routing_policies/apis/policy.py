@@ -441,8 +441,9 @@ class PublishApi(APIView):
     permission_classes = [IsPublisher]
 
     class InputSerializer(serializers.Serializer[Any]):
+        # Blank passes here: the service refuses it (naming `note`), for the page and the API.
         note = schemas.JsonStringField(
-            max_length=2000, allow_blank=True, required=False, default=""
+            max_length=2000, allow_blank=True, help_text="The release note: what changed and why."
         )
         revision = schemas.JsonIntegerField(min_value=1, required=False)
 

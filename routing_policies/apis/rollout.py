@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 
 from controlplane.exceptions import NotFound, ValidationFailed
 from controlplane.openapi import error_response, error_responses, query_params_validate
+from controlplane.pagination import BoundedLimitOffsetPagination
 from telemetry.api_schemas import RolloutGuardsInputSerializer
 
 from .. import selectors, services
@@ -340,9 +341,25 @@ class EnrollmentKeyApi(APIView):
 
 
 class DeviceListApi(APIView):
-    """The fleet's devices: `?version=`, `?online=true|false`, `?platform=` filter them."""
+    """The fleet's devices, a page at a time: `?version=`, `?online=true|false`, `?platform=`
+    filter them; `?limit=` (1–1000, default 200) and `?offset=` page through them."""
 
     permission_classes = [IsViewer]
+    pagination_class = BoundedLimitOffsetPagination
+
+    class OutputSerializer(serializers.Serializer[Any]):
+        device_id = serializers.CharField()
+        platform = serializers.CharField()
+        model = serializers.CharField()
+        sdk = serializers.CharField()
+        last_seen_at = serializers.DateTimeField(allow_null=True)
+        online = serializers.BooleanField()
+        assigned_version = serializers.IntegerField(allow_null=True)
+        acked_version = serializers.IntegerField(allow_null=True)
+        revoked = serializers.BooleanField()
+
+        class Meta:
+            ref_name = "Device"
 
     class QuerySerializer(serializers.Serializer[Any]):
         version = serializers.IntegerField(
@@ -350,26 +367,30 @@ class DeviceListApi(APIView):
         )
         online = serializers.BooleanField(required=False, allow_null=True, default=None)
         platform = serializers.CharField(trim_whitespace=False, max_length=64, required=False)
-        limit = serializers.IntegerField(min_value=1, max_value=5000, default=200)
 
         class Meta:
             ref_name = "DeviceListQuery"
 
     @extend_schema(
         parameters=[QuerySerializer],
-        responses=schemas.DeviceListSerializer,
+        responses=OutputSerializer(many=True),
         operation_id="device_list",
     )
     def get(self, request: Request, slug: str) -> Response:
         query = query_params_validate(self.QuerySerializer, request)
-        rows = selectors.device_list(
-            fleet=_fleet(slug),
+        fleet = _fleet(slug)
+        assignment = selectors.fleet_assignment(fleet.pk)
+        devices = selectors.device_query(
+            fleet=fleet,
+            assignment=assignment,
             version=query.get("version"),
             online=query.get("online"),
             platform=query.get("platform"),
-            limit=query["limit"],
         )
-        return Response({"results": rows})
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(devices, request, view=self)
+        assert page is not None  # this paginator always pages
+        return paginator.get_paginated_response(selectors.device_rows(page, assignment=assignment))
 
 
 class DeviceRevokeApi(APIView):

@@ -405,28 +405,6 @@ class EnrollmentKeySerializer(serializers.Serializer[Any]):
         ref_name = "EnrollmentKey"
 
 
-class DeviceSerializer(serializers.Serializer[Any]):
-    device_id = serializers.CharField()
-    platform = serializers.CharField(allow_blank=True)
-    model = serializers.CharField(allow_blank=True)
-    sdk = serializers.CharField(allow_blank=True)
-    last_seen_at = serializers.DateTimeField(allow_null=True)
-    online = serializers.BooleanField()
-    assigned_version = serializers.IntegerField(allow_null=True)
-    acked_version = serializers.IntegerField(allow_null=True)
-    revoked = serializers.BooleanField()
-
-    class Meta:
-        ref_name = "Device"
-
-
-class DeviceListSerializer(serializers.Serializer[Any]):
-    results = DeviceSerializer(many=True)
-
-    class Meta:
-        ref_name = "DeviceList"
-
-
 class DeviceRevokedSerializer(serializers.Serializer[Any]):
     device_id = serializers.CharField()
     revoked_at = serializers.DateTimeField()

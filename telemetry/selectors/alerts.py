@@ -125,6 +125,7 @@ def rule_out(rule: AlertRule) -> dict[str, Any]:
         "window_minutes": rule.window_minutes,
         "min_samples": rule.min_samples,
         "for_seconds": rule.for_seconds,
+        "hysteresis": rule.hysteresis,
         "scope": rule.scope,
         "scope_value": rule.scope_value,
         "enabled": rule.enabled,

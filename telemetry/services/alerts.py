@@ -34,7 +34,14 @@ from ..alert_models import (
     WebhookDelivery,
     WebhookFormat,
 )
-from ..alerting import LATENCY_METRICS, Judgement, figures_of, judge_rule, parse_scope
+from ..alerting import (
+    LATENCY_METRICS,
+    RATE_METRICS,
+    Judgement,
+    figures_of,
+    judge_rule,
+    parse_scope,
+)
 from ..notify import broadcast_alerts, webhook_payload
 from ..selectors import alerts as alert_selectors
 from .webhooks import url_refusal
@@ -62,6 +69,7 @@ RULE_FIELDS = (
     "window_minutes",
     "min_samples",
     "for_seconds",
+    "hysteresis",
     "scope",
     "scope_value",
     "enabled",
@@ -103,20 +111,29 @@ def _clean_rule(values: dict[str, Any]) -> dict[str, Any]:
         problems.append(_problem("threshold", f"a finite number (got {threshold!r})"))
     else:
         values["threshold"] = float(threshold)
-        if (
-            values.get("metric")
-            in (
-                Metric.CLOUD_SHARE,
-                Metric.ALPHA,
-                Metric.FALLBACK_RATE,
-                Metric.ERROR_RATE,
-            )
-            and not -1.0 <= threshold <= 1.0
-        ):
+        if values.get("metric") in RATE_METRICS and not -1.0 <= threshold <= 1.0:
             problems.append(_problem("threshold", "a share: a fraction from 0 to 1 (0.2 is 20%)"))
     _whole(values, "window_minutes", 1, 360, problems)
     _whole(values, "min_samples", 0, 10_000_000, problems)
     _whole(values, "for_seconds", 0, 86_400, problems)
+    hysteresis = values.get("hysteresis")
+    if (
+        isinstance(hysteresis, bool)
+        or not isinstance(hysteresis, int | float)
+        or not math.isfinite(hysteresis)
+        or not 0 <= hysteresis <= 1e9
+    ):
+        problems.append(
+            _problem(
+                "hysteresis", f"a finite number ≥ 0, in the threshold's unit (got {hysteresis!r})"
+            )
+        )
+    else:
+        values["hysteresis"] = float(hysteresis)
+        if values.get("metric") in RATE_METRICS and hysteresis > 1.0:
+            problems.append(
+                _problem("hysteresis", "a share: a fraction from 0 to 1 (0.01 is 1 pt)")
+            )
     if values.get("metric") == Metric.EVENTS and values.get("condition") in (
         Condition.RISES_BY,
         Condition.FALLS_BY,
@@ -171,6 +188,7 @@ def alert_rule_create(
     window_minutes: object = 10,
     min_samples: object = 50,
     for_seconds: object = 0,
+    hysteresis: object = 0.0,
     scope: object = Scope.FLEET.value,
     scope_value: object = "",
     enabled: object = True,
@@ -185,6 +203,7 @@ def alert_rule_create(
             "window_minutes": window_minutes,
             "min_samples": min_samples,
             "for_seconds": for_seconds,
+            "hysteresis": hysteresis,
             "scope": scope,
             "scope_value": scope_value,
             "enabled": enabled,
@@ -396,10 +415,14 @@ def _record(
     )
 
 
-def _next_state(rule: AlertRule, outcome: str, now: datetime) -> str:
+def _next_state(rule: AlertRule, judgement: Judgement, now: datetime) -> str:
+    outcome = judgement.outcome
     if outcome == "no_data":
         return AlertState.NO_DATA
     if outcome == "ok":
+        if judgement.held and rule.state in (AlertState.PENDING, AlertState.FIRING):
+            # Inside the hysteresis band: not cleared yet, and no nearer to firing either.
+            return rule.state
         return AlertState.OK
     if rule.state == AlertState.FIRING:
         return AlertState.FIRING
@@ -413,7 +436,7 @@ def _next_state(rule: AlertRule, outcome: str, now: datetime) -> str:
 def _apply(rule: AlertRule, judgement: Judgement, now: datetime) -> list[AlertEvent]:
     """Move the rule to its new state; record the changes people care about."""
     before = rule.state
-    after = _next_state(rule, judgement.outcome, now)
+    after = _next_state(rule, judgement, now)
     events: list[AlertEvent] = []
 
     def note(kind: str, state_before: str, state_after: str) -> None:
@@ -561,6 +584,7 @@ def _judge(rule: AlertRule, rows: list[Any], budgets: dict[Any, int], now: datet
         previous=previous,
         budgets=budgets,
         reported_before=reported,
+        hysteresis=rule.hysteresis,
     )
 
 
@@ -623,6 +647,10 @@ def _deliveries_for(events: list[AlertEvent]) -> list[WebhookDelivery]:
 
 # --- seed ---------------------------------------------------------------------------------------
 
+# Each with a hysteresis (in the threshold's unit) that keeps a value hovering at the threshold
+# from flapping: a P95 that breached 1.0× its budget clears at 0.9×, a fallback rate that
+# breached 5% clears at 4%. Counts (privacy violations, silence) clear as soon as they are
+# not breached: any violation is one too many.
 SEED_RULES: tuple[dict[str, Any], ...] = (
     {
         "name": "Cloud share jump",
@@ -631,6 +659,7 @@ SEED_RULES: tuple[dict[str, Any], ...] = (
         "threshold": 0.2,
         "window_minutes": 5,
         "min_samples": 100,
+        "hysteresis": 0.05,
     },
     {
         "name": "Device share α drop",
@@ -639,6 +668,7 @@ SEED_RULES: tuple[dict[str, Any], ...] = (
         "threshold": 0.15,
         "window_minutes": 10,
         "min_samples": 100,
+        "hysteresis": 0.05,
     },
     {
         "name": "Fallback rate above 5%",
@@ -648,6 +678,7 @@ SEED_RULES: tuple[dict[str, Any], ...] = (
         "window_minutes": 10,
         "min_samples": 100,
         "for_seconds": 60,
+        "hysteresis": 0.01,
     },
     {
         "name": "Error rate above 2%",
@@ -657,6 +688,7 @@ SEED_RULES: tuple[dict[str, Any], ...] = (
         "window_minutes": 10,
         "min_samples": 100,
         "for_seconds": 60,
+        "hysteresis": 0.005,
     },
     {
         "name": "Privacy violation",
@@ -674,6 +706,7 @@ SEED_RULES: tuple[dict[str, Any], ...] = (
         "window_minutes": 10,
         "min_samples": 50,
         "for_seconds": 120,
+        "hysteresis": 0.1,
     },
     {
         "name": "Fleet silent",

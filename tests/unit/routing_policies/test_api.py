@@ -775,6 +775,25 @@ def test_publish_api__same_revision_twice__second_409(
     ) == [1, 2]
 
 
+@pytest.mark.parametrize("body", [{"note": ""}, {"note": "  \n "}, {}])
+def test_publish_api__blank_or_missing_note__400_naming_note_and_still_a_draft(
+    client_as: Callable[[Any], APIClient],
+    publisher: Any,
+    draft: PolicyVersion,
+    body: dict[str, Any],
+) -> None:
+    # Given a draft at revision 1
+    # When it is published without a release note (empty, only whitespace, or left out)
+    response = client_as(publisher).post(
+        f"{FLEET}/draft/publish/", {"revision": 1, **body}, format="json"
+    )
+
+    # Then 400 names `note`, and the draft is not published
+    error = assert_error(response, 400, "validation_failed")
+    assert [detail["field"] for detail in error["details"]] == ["note"]
+    assert PolicyVersion.objects.filter(pk=draft.pk, number__isnull=True).exists()
+
+
 def test_draft_import_api__duplicated_cell__400_names_it(
     client_as: Callable[[Any], APIClient], editor: Any, draft: PolicyVersion
 ) -> None:
@@ -885,7 +904,7 @@ def test_version_document_api__new_version_published__200_with_new_etag(
     policy_draft_update_cells(
         actor=publisher, fleet=fleet, revision=1, edits=[_cell_edit(threshold=0.7)]
     )
-    policy_version_publish(actor=publisher, fleet=fleet, revision=2, note="")
+    policy_version_publish(actor=publisher, fleet=fleet, revision=2, note="next")
 
     # When it polls `latest` with its old ETag
     response = client.get(f"{FLEET}/versions/latest/document", HTTP_IF_NONE_MATCH=old_etag)
@@ -1004,7 +1023,7 @@ def test_fleet_detail_api__draft_and_versions__reported(
 ) -> None:
     # Given fleet-a at v2 with a new draft edited to revision 2, and fleet-b never published
     policy_draft_create(actor=publisher, fleet=fleet)
-    policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="")
+    policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="next")
     policy_draft_create(actor=publisher, fleet=fleet)
     policy_draft_update_cells(
         actor=publisher, fleet=fleet, revision=1, edits=[_cell_edit(threshold=0.7)]
@@ -1082,7 +1101,7 @@ def test_version_list_api__n_versions__constant_query_count(
     # Given N published versions and a draft
     for _ in range(versions - 1):
         policy_draft_create(actor=publisher, fleet=fleet)
-        policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="")
+        policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="next")
     policy_draft_create(actor=publisher, fleet=fleet)
     client = client_as(viewer)
 

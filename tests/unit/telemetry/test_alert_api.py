@@ -110,6 +110,9 @@ def test_alert_rules_api__duplicate_name__409_nothing_added(
         ({"window_minutes": 0}, {"window_minutes"}),
         ({"window_minutes": 361}, {"window_minutes"}),
         ({"min_samples": -1}, {"min_samples"}),
+        ({"hysteresis": -0.1}, {"hysteresis"}),
+        ({"hysteresis": "0.1"}, {"hysteresis"}),
+        ({"hysteresis": 5}, {"hysteresis"}),  # a share metric: a fraction
         ({"scope": "cell", "scope_value": "voice"}, {"scope_value"}),
         ({"scope": "cohort", "scope_value": "canary"}, {"scope_value"}),
         ({"scope": "version", "scope_value": "latest"}, {"scope_value"}),
