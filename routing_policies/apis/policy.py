@@ -451,8 +451,12 @@ class PublishApi(APIView):
             ref_name = "PublishCheck"
 
     class DocumentedInputSerializer(InputSerializer):
-        """The body as documented: `revision` required (If-Match may stand in for it)."""
+        """The body as documented: `revision` required (If-Match may stand in for it), a note
+        with some text (the service refuses a blank one)."""
 
+        note = schemas.JsonStringField(
+            min_length=1, max_length=2000, help_text="The release note: what changed and why."
+        )
         revision = schemas.DRAFT_REVISION()
 
         class Meta:
