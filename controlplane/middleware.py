@@ -1,5 +1,6 @@
 """Request-level guards shared by every endpoint."""
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,84 @@ class RequestSizeLimitMiddleware:
                 status=413,
             )
         return self.get_response(request)
+
+
+_UNSTORABLE_RE = re.compile("[\x00\ud800-\udfff]")
+
+
+def unstorable_character(text: str) -> bool:
+    """True when `text` holds a NUL or a lone surrogate: PostgreSQL cannot store either, and a
+    lone surrogate cannot even be encoded as UTF-8."""
+    return _UNSTORABLE_RE.search(text) is not None
+
+
+class ApiParameterCharactersMiddleware:
+    """Refuse an API request whose query parameters or path parameters hold a NUL or a lone
+    surrogate with a 400 naming the parameter, before any view hands one to the database.
+
+    Query serializers refuse them in the parameters a view declares; this covers the rest (path
+    parameters such as a device id, and parameters a view does not read) in one place.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_view(
+        self,
+        request: HttpRequest,
+        view_func: Callable[..., Any],
+        view_args: tuple[Any, ...],
+        view_kwargs: dict[str, Any],
+    ) -> HttpResponse | None:
+        if not request.path.startswith("/api/"):
+            return None
+        bad = [
+            name
+            for name, values in request.GET.lists()
+            if unstorable_character(name) or any(unstorable_character(v) for v in values)
+        ]
+        bad += [
+            name
+            for name, value in view_kwargs.items()
+            if isinstance(value, str) and unstorable_character(value)
+        ]
+        if not bad:
+            return None
+        shown = [name.encode("unicode_escape").decode("ascii") for name in bad]
+        return JsonResponse(
+            error_body(
+                "validation_failed",
+                f"Parameter `{shown[0]}` holds a NUL or a lone surrogate character.",
+                [
+                    {"field": name, "message": "NUL and lone surrogates are refused"}
+                    for name in shown
+                ],
+            ),
+            status=400,
+        )
+
+
+class ApiNotFoundMiddleware:
+    """A path under /api/ that no route matches answers the API's JSON 404, not the HTML page
+    (a client of the JSON API parses every answer as JSON)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if (
+            response.status_code == 404
+            and request.path.startswith("/api/")
+            and getattr(request, "resolver_match", None) is None
+        ):
+            return JsonResponse(
+                error_body("not_found", "No API operation at this path."), status=404
+            )
+        return response
 
 
 class MethodNotAllowedMiddleware:

@@ -104,6 +104,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "controlplane.middleware.MethodNotAllowedMiddleware",
+    "controlplane.middleware.ApiParameterCharactersMiddleware",
+    "controlplane.middleware.ApiNotFoundMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -287,7 +289,7 @@ REST_FRAMEWORK = {
     # numbers refused naming the field (a form or multipart body is a 415).
     "DEFAULT_PARSER_CLASSES": ["controlplane.parsers.GuardedJSONParser"],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "controlplane.openapi.ApiAutoSchema",
     "EXCEPTION_HANDLER": "controlplane.exceptions.api_exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
@@ -299,11 +301,28 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # A PATCH body is described as it must be sent (its required fields stay required).
+    "COMPONENT_SPLIT_PATCH": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "controlplane.openapi.postprocess_closed_bodies",
+    ],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     # API_DOCS_ACCESS below: logged-in users and API tokens, or everyone.
     "SERVE_PERMISSIONS": ["controlplane.api_docs.CanReadApiDocs"],
+    # Choice sets that share a field name get names of their own (generated clients' enums).
+    "ENUM_NAME_OVERRIDES": {
+        "VersionStatusEnum": ["draft", "published"],
+        "DiffCellStatusEnum": ["changed", "added", "removed"],
+        "DeliveryStatusEnum": ["pending", "delivered", "failed"],
+        "RolloutStageEnum": [(5, 5), (25, 25), (100, 100)],
+        "AlertMetricEnum": "telemetry.alert_models.Metric.values",
+        "GuardMetricEnum": "telemetry.alerting.GUARD_METRICS",
+        "CellFallbackEnum": "routing_policies.cell_schema.FALLBACKS",
+        "EventFallbackEnum": "telemetry.events.FALLBACK_KINDS",
+    },
 }
 # Who reads /api/schema/ and /api/docs/ (controlplane/api_docs.py): `authenticated` (any
 # logged-in user or API token) or `public`.

@@ -8,20 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import status
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.exceptions import Conflict, ValidationFailed
+from controlplane.openapi import error_responses, query_params_validate
 from routing_policies import selectors as policy_selectors
 from routing_policies.apis.policy import _require_object
 from routing_policies.models import Fleet, Rollout
 from routing_policies.permissions import IsEditor, IsPublisher, IsViewer
 
+from . import api_schemas as schemas
 from .alert_models import AlertRule
 from .selectors import alerts as selectors
 from .services import alerts as services
@@ -40,14 +41,18 @@ def _write_permission(
     return [read()] if request.method in ("GET", "HEAD", "OPTIONS") else [write()]
 
 
-def _limit(request: Request, default: int, maximum: int) -> int:
-    raw = request.query_params.get("limit", str(default))
-    try:
-        return max(1, min(maximum, int(raw)))
-    except ValueError:
-        raise ValidationFailed(
-            "`limit` must be a whole number.", details=[{"field": "limit", "message": raw[:40]}]
-        ) from None
+class HistoryQuerySerializer(serializers.Serializer[Any]):
+    limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
+
+    class Meta:
+        ref_name = "AlertHistoryQuery"
+
+
+class DeliveryQuerySerializer(serializers.Serializer[Any]):
+    limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
+
+    class Meta:
+        ref_name = "WebhookDeliveryQuery"
 
 
 class AlertRuleListApi(APIView):
@@ -56,7 +61,7 @@ class AlertRuleListApi(APIView):
     def get_permissions(self) -> list[BasePermission]:
         return _write_permission(self.request, IsViewer, IsEditor)
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="alert_rule_list")
+    @extend_schema(responses=schemas.AlertRuleListSerializer, operation_id="alert_rule_list")
     def get(self, request: Request, slug: str) -> Response:
         fleet = _fleet(slug)
         return Response(
@@ -64,8 +69,8 @@ class AlertRuleListApi(APIView):
         )
 
     @extend_schema(
-        request=OpenApiTypes.OBJECT,
-        responses={201: OpenApiTypes.OBJECT},
+        request=schemas.AlertRuleCreateSerializer,
+        responses={201: schemas.AlertRuleSerializer, **error_responses(409)},
         operation_id="alert_rule_create",
         description=f"Example: {_RULE_EXAMPLE}. Shares are fractions (0.2 is 20%); latency "
         "metrics are ratios to each cell's budget (1.0 is the budget).",
@@ -95,7 +100,7 @@ class AlertRuleDetailApi(APIView):
     def get_permissions(self) -> list[BasePermission]:
         return _write_permission(self.request, IsViewer, IsEditor)
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="alert_rule_get")
+    @extend_schema(responses=schemas.AlertRuleSerializer, operation_id="alert_rule_get")
     def get(self, request: Request, slug: str, rule_id: int) -> Response:
         fleet = _fleet(slug)
         rule = AlertRule.objects.filter(fleet=fleet, pk=rule_id).first()
@@ -106,7 +111,9 @@ class AlertRuleDetailApi(APIView):
         return Response(selectors.rule_out(rule))
 
     @extend_schema(
-        request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT, operation_id="alert_rule_update"
+        request=schemas.AlertRuleUpdateSerializer,
+        responses={200: schemas.AlertRuleSerializer, **error_responses(409)},
+        operation_id="alert_rule_update",
     )
     def patch(self, request: Request, slug: str, rule_id: int) -> Response:
         fleet = _fleet(slug)
@@ -129,13 +136,14 @@ class AlertHistoryApi(APIView):
     permission_classes = [IsViewer]
 
     @extend_schema(
-        parameters=[OpenApiParameter("limit", int, required=False)],
-        responses=OpenApiTypes.OBJECT,
+        parameters=[HistoryQuerySerializer],
+        responses=schemas.AlertEventListSerializer,
         operation_id="alert_history",
     )
     def get(self, request: Request, slug: str) -> Response:
+        query = query_params_validate(HistoryQuerySerializer, request)
         fleet = _fleet(slug)
-        events = selectors.alert_history(fleet_id=fleet.pk, limit=_limit(request, 100, 1000))
+        events = selectors.alert_history(fleet_id=fleet.pk, limit=query["limit"])
         return Response({"results": [selectors.event_out(e) for e in events]})
 
 
@@ -144,7 +152,7 @@ class FiringAlertsApi(APIView):
 
     permission_classes = [IsViewer]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="alerts_firing")
+    @extend_schema(responses=schemas.FiringAlertListSerializer, operation_id="alerts_firing")
     def get(self, request: Request) -> Response:
         return Response({"results": selectors.firing_alerts()})
 
@@ -156,7 +164,7 @@ class AlertWebhookListApi(APIView):
     def get_permissions(self) -> list[BasePermission]:
         return _write_permission(self.request, IsViewer, IsPublisher)
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="alert_webhook_list")
+    @extend_schema(responses=schemas.AlertWebhookListSerializer, operation_id="alert_webhook_list")
     def get(self, request: Request, slug: str) -> Response:
         fleet = _fleet(slug)
         return Response(
@@ -168,8 +176,8 @@ class AlertWebhookListApi(APIView):
         )
 
     @extend_schema(
-        request=OpenApiTypes.OBJECT,
-        responses={201: OpenApiTypes.OBJECT},
+        request=schemas.AlertWebhookCreateSerializer,
+        responses={201: schemas.AlertWebhookSerializer, **error_responses(409)},
         operation_id="alert_webhook_create",
     )
     def post(self, request: Request, slug: str) -> Response:
@@ -209,13 +217,14 @@ class WebhookDeliveryListApi(APIView):
     permission_classes = [IsViewer]
 
     @extend_schema(
-        parameters=[OpenApiParameter("limit", int, required=False)],
-        responses=OpenApiTypes.OBJECT,
+        parameters=[DeliveryQuerySerializer],
+        responses=schemas.WebhookDeliveryListSerializer,
         operation_id="alert_webhook_deliveries",
     )
     def get(self, request: Request, slug: str) -> Response:
+        query = query_params_validate(DeliveryQuerySerializer, request)
         fleet = _fleet(slug)
-        deliveries = selectors.delivery_list(fleet_id=fleet.pk, limit=_limit(request, 50, 500))
+        deliveries = selectors.delivery_list(fleet_id=fleet.pk, limit=query["limit"])
         return Response({"results": [selectors.delivery_out(d) for d in deliveries]})
 
 
@@ -242,15 +251,15 @@ class RolloutGuardsApi(APIView):
             policy_selectors.open_rollout(fleet.pk) or Rollout.objects.filter(fleet=fleet).first()
         )
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="rollout_guards_get")
+    @extend_schema(responses=schemas.RolloutGuardsSerializer, operation_id="rollout_guards_get")
     def get(self, request: Request, slug: str) -> Response:
         rollout = self._rollout(_fleet(slug))
         guards = selectors.guard_status(rollout_id=rollout.pk) if rollout else None
         return Response({"rollout": rollout.pk if rollout else None, "guards": guards})
 
     @extend_schema(
-        request=OpenApiTypes.OBJECT,
-        responses=OpenApiTypes.OBJECT,
+        request=schemas.RolloutGuardsInputSerializer,
+        responses={200: schemas.RolloutGuardsSerializer, **error_responses(409)},
         operation_id="rollout_guards_set",
     )
     def put(self, request: Request, slug: str) -> Response:

@@ -10,20 +10,23 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.exceptions import ApplicationError
+from controlplane.openapi import query_params_validate
 from routing_policies.roles import Role
 from routing_policies.selectors import fleet_get
 from routing_policies.views import _fleet_or_404, role_required
 
+from .api_schemas import FleetDashboardSerializer
 from .models import Cohort
 from .selectors.dashboard import (
     DEFAULT_WINDOW,
+    MAX_VERSION,
     ROUTES,
     WINDOWS,
     DashboardView,
@@ -35,17 +38,30 @@ from .selectors.dashboard import (
 class FleetDashboardApi(APIView):
     """Everything a fleet's dashboard draws for one window and filters, from rollups only."""
 
+    class QuerySerializer(serializers.Serializer[Any]):
+        """The schema of the view's query; `parse_view` checks it (the live feed shares it)."""
+
+        window = serializers.ChoiceField(
+            choices=list(WINDOWS), required=False, help_text=f"default {DEFAULT_WINDOW}"
+        )
+        version = serializers.IntegerField(
+            min_value=1, max_value=MAX_VERSION, required=False, help_text="only this version"
+        )
+        cohort = serializers.ChoiceField(choices=[c.value for c in Cohort], required=False)
+        task_type = serializers.RegexField(
+            r"\A[a-z0-9][a-z0-9_-]{0,31}\Z",
+            trim_whitespace=False,
+            required=False,
+            help_text="only this task type",
+        )
+        route = serializers.ChoiceField(choices=list(ROUTES), required=False)
+
+        class Meta:
+            ref_name = "FleetDashboardQuery"
+
     @extend_schema(
-        parameters=[
-            OpenApiParameter(
-                "window", str, enum=list(WINDOWS), description=f"default {DEFAULT_WINDOW}"
-            ),
-            OpenApiParameter("version", int, description="only events of this policy version"),
-            OpenApiParameter("cohort", str, enum=[c.value for c in Cohort]),
-            OpenApiParameter("task_type", str, description="only this task type"),
-            OpenApiParameter("route", str, enum=list(ROUTES)),
-        ],
-        responses={200: OpenApiTypes.OBJECT, 400: None, 401: None, 403: None, 404: None},
+        parameters=[QuerySerializer],
+        responses=FleetDashboardSerializer,
         operation_id="fleet_dashboard",
         description=(
             "Headline figures (α, cloud share, P95, fallback rate), series per time bucket "
@@ -56,6 +72,7 @@ class FleetDashboardApi(APIView):
         ),
     )
     def get(self, request: Request, slug: str) -> Response:
+        query_params_validate(self.QuerySerializer, request)  # types, ranges; no empty values
         fleet = fleet_get(slug=slug)
         view = parse_view(request.query_params)
         return Response(fleet_dashboard(fleet=fleet, view=view))

@@ -8,21 +8,53 @@ gets 409, a missing one 428.
 import re
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.exceptions import ApplicationError, ValidationFailed
+from controlplane.openapi import error_responses, query_params_validate
 
 from .. import selectors, services
 from ..cell_schema import DIMENSIONS, flatten
 from ..models import AuditEntry, PolicyVersion
 from ..permissions import IsEditor, IsPublisher, IsViewer
+from ..validation import DIMENSION_VALUE_RE
+from . import schemas
 
 _IF_MATCH_RE = re.compile(r'^\s*(?:W/)?"r(\d+)"\s*$')
+
+
+# A draft edit names the revision it changes: a `revision` field of the body (a query parameter
+# for a DELETE), or an `If-Match: "r<revision>"` header, which the schema leaves out so that
+# one way is documented as required.
+class RevisionQuerySerializer(serializers.Serializer[Any]):
+    """`?revision=`: the draft revision a DELETE applies to."""
+
+    revision = serializers.IntegerField(
+        min_value=1,
+        max_value=999_999_999,
+        help_text='The draft revision you read (or an If-Match: "r<revision>" header).',
+    )
+
+    class Meta:
+        ref_name = "DraftRevisionQuery"
+
+
+IF_NONE_MATCH = OpenApiParameter(
+    "If-None-Match",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description="An ETag you already have: 304 while it is still current.",
+)
+NOT_MODIFIED = OpenApiResponse(description="Not modified: the ETag you sent is still current.")
+
+
+# A version as the diff names it: a number, `draft` or `latest`.
+VERSION_REF_RE = re.compile(r"\A(?:[1-9][0-9]{0,8}|draft|latest)\Z")
 
 
 def _revision(request: Request, data: Any = None) -> int:
@@ -37,6 +69,15 @@ def _revision(request: Request, data: Any = None) -> int:
             )
         return int(match.group(1))
     value = data.get("revision") if isinstance(data, dict) else None
+    query_value = request.query_params.get("revision")
+    if value is None and query_value is not None:
+        # A DELETE has no body in OpenAPI: its revision may come as `?revision=`.
+        if not query_value.isascii() or not query_value.isdigit() or len(query_value) > 9:
+            raise ValidationFailed(
+                "`revision` must be a positive whole number.",
+                details=[{"field": "revision", "message": f"got {query_value[:40]!r}"}],
+            )
+        value = int(query_value)
     if value is None:
         raise ApplicationError(
             "Say which draft revision you are changing (If-Match header or `revision` field), "
@@ -125,9 +166,9 @@ class FleetListApi(APIView):
     """List fleets; publishers create them."""
 
     class InputSerializer(serializers.Serializer[Any]):
-        slug = serializers.SlugField(max_length=64)
-        name = serializers.CharField(max_length=200)
-        description = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+        slug = schemas.JsonSlugField(max_length=64)
+        name = schemas.JsonStringField(max_length=200)
+        description = schemas.JsonStringField(max_length=2000, required=False, allow_blank=True)
 
         class Meta:
             ref_name = "FleetCreate"  # OpenAPI component names must be unique
@@ -135,11 +176,14 @@ class FleetListApi(APIView):
     def get_permissions(self) -> list[Any]:
         return [IsPublisher()] if self.request.method == "POST" else [IsViewer()]
 
-    @extend_schema(operation_id="v1_fleets_list", responses=OpenApiTypes.OBJECT)
+    @extend_schema(operation_id="v1_fleets_list", responses=schemas.FleetListSerializer)
     def get(self, request: Request) -> Response:
         return Response({"results": [fleet_out(f) for f in selectors.fleet_list()]})
 
-    @extend_schema(request=InputSerializer, responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(
+        request=InputSerializer,
+        responses={201: schemas.FleetSerializer, **error_responses(409)},
+    )
     def post(self, request: Request) -> Response:
         serializer = self.InputSerializer(data=_require_object(request.data))
         serializer.is_valid(raise_exception=True)
@@ -152,7 +196,7 @@ class FleetListApi(APIView):
 class FleetDetailApi(APIView):
     """One fleet."""
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses=schemas.FleetSerializer)
     def get(self, request: Request, slug: str) -> Response:
         return Response(fleet_out(selectors.fleet_state_get(slug=slug)))
 
@@ -160,7 +204,7 @@ class FleetDetailApi(APIView):
 class VersionListApi(APIView):
     """Every version of a fleet, the draft first."""
 
-    @extend_schema(operation_id="v1_fleets_versions_list", responses=OpenApiTypes.OBJECT)
+    @extend_schema(operation_id="v1_fleets_versions_list", responses=schemas.VersionListSerializer)
     def get(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
         return Response({"results": [version_out(v) for v in selectors.versions_list(fleet=fleet)]})
@@ -169,7 +213,7 @@ class VersionListApi(APIView):
 class VersionDetailApi(APIView):
     """A version's metadata and document; `ref` is a number, `draft` or `latest`."""
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses=schemas.VersionWithDocumentSerializer)
     def get(self, request: Request, slug: str, ref: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
         version = selectors.version_get(fleet=fleet, ref=ref)
@@ -181,11 +225,20 @@ class VersionDetailApi(APIView):
 class VersionDocumentApi(APIView):
     """The policy document of PROTOCOL.md (the export format), with ETag / If-None-Match."""
 
+    class QuerySerializer(serializers.Serializer[Any]):
+        download = serializers.BooleanField(
+            required=False, help_text="true: answer as an attachment (Content-Disposition)"
+        )
+
+        class Meta:
+            ref_name = "VersionDocumentQuery"
+
     @extend_schema(
-        parameters=[OpenApiParameter("download", OpenApiTypes.BOOL, required=False)],
-        responses={200: OpenApiTypes.OBJECT, 304: None},
+        parameters=[QuerySerializer, IF_NONE_MATCH],
+        responses={200: schemas.PolicyDocumentSerializer, 304: NOT_MODIFIED},
     )
     def get(self, request: Request, slug: str, ref: str) -> Response:
+        query = query_params_validate(self.QuerySerializer, request)
         fleet = selectors.fleet_get(slug=slug)
         version = selectors.version_get(fleet=fleet, ref=ref)
         etag = version.etag if not version.is_draft else f'"r{version.revision}"'
@@ -200,7 +253,7 @@ class VersionDocumentApi(APIView):
         else:
             response = Response(selectors.version_document(version=version))
         response["ETag"] = etag
-        if request.query_params.get("download"):
+        if query.get("download"):
             response["Content-Disposition"] = (
                 f'attachment; filename="{fleet.slug}-{version.label}.json"'
             )
@@ -211,17 +264,25 @@ class DraftApi(APIView):
     """Read, start (from the latest or a chosen version) and discard the fleet's draft."""
 
     class CreateSerializer(serializers.Serializer[Any]):
-        from_version = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+        from_version = schemas.JsonIntegerField(
+            min_value=1, max_value=999_999_999, required=False, allow_null=True
+        )
+
+        class Meta:
+            ref_name = "DraftCreate"
 
     def get_permissions(self) -> list[Any]:
         return [IsViewer()] if self.request.method == "GET" else [IsEditor()]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses=schemas.VersionWithDocumentSerializer)
     def get(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
         return _draft_response(selectors.version_get(fleet=fleet, ref="draft"))
 
-    @extend_schema(request=CreateSerializer, responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(
+        request=CreateSerializer,
+        responses={201: schemas.VersionWithDocumentSerializer, **error_responses(409)},
+    )
     def post(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
         serializer = self.CreateSerializer(data=_require_object(request.data))
@@ -233,7 +294,10 @@ class DraftApi(APIView):
         )
         return _draft_response(draft, status.HTTP_201_CREATED)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(
+        parameters=[RevisionQuerySerializer],
+        responses={204: None, **error_responses(409, 428)},
+    )
     def delete(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
         services.policy_draft_discard(
@@ -257,14 +321,8 @@ class DraftCellsApi(APIView):
     permission_classes = [IsEditor]
 
     @extend_schema(
-        request=inline_serializer(
-            "DraftCellsEdit",
-            {
-                "revision": serializers.IntegerField(required=False),
-                "cells": serializers.ListField(child=serializers.DictField()),
-            },
-        ),
-        responses=OpenApiTypes.OBJECT,
+        request=schemas.DraftCellsEditSerializer,
+        responses={200: schemas.VersionWithDocumentSerializer, **error_responses(409, 428)},
     )
     def patch(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
@@ -291,15 +349,33 @@ class DraftDimensionsApi(APIView):
     permission_classes = [IsEditor]
 
     class InputSerializer(serializers.Serializer[Any]):
-        dimension = serializers.ChoiceField(choices=DIMENSIONS)
-        value = serializers.CharField(max_length=64)
-        copy_from = serializers.CharField(max_length=64, required=False, allow_null=True)
-        revision = serializers.IntegerField(required=False)
+        dimension = schemas.JsonChoiceField(choices=DIMENSIONS)
+        value = schemas.JsonRegexField(DIMENSION_VALUE_RE, trim_whitespace=False, max_length=32)
+        copy_from = schemas.JsonRegexField(
+            DIMENSION_VALUE_RE,
+            trim_whitespace=False,
+            max_length=32,
+            required=False,
+            allow_null=True,
+            help_text="an existing value of the dimension whose cells the new ones copy",
+        )
+        revision = schemas.JsonIntegerField(min_value=1, required=False)
+
+        class Meta:
+            ref_name = "DimensionValueAddCheck"
+
+    class DocumentedInputSerializer(InputSerializer):
+        """The body as documented: `revision` required (If-Match may stand in for it)."""
+
+        revision = schemas.DRAFT_REVISION()
 
         class Meta:
             ref_name = "DimensionValueAdd"
 
-    @extend_schema(request=InputSerializer, responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        request=DocumentedInputSerializer,
+        responses={201: schemas.VersionWithDocumentSerializer, **error_responses(409, 428)},
+    )
     def post(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
         data = _require_object(request.data)
@@ -322,7 +398,10 @@ class DraftDimensionValueApi(APIView):
 
     permission_classes = [IsEditor]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        parameters=[RevisionQuerySerializer],
+        responses={200: schemas.VersionWithDocumentSerializer, **error_responses(409, 428)},
+    )
     def delete(self, request: Request, slug: str, dimension: str, value: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
         draft = services.policy_draft_remove_dimension_value(
@@ -340,7 +419,10 @@ class DraftImportApi(APIView):
 
     permission_classes = [IsEditor]
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        request=schemas.PolicyDocumentImportSerializer,
+        responses={200: schemas.VersionWithDocumentSerializer, **error_responses(409, 428)},
+    )
     def put(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
         document = _require_object(request.data)
@@ -360,15 +442,30 @@ class PublishApi(APIView):
 
     class InputSerializer(serializers.Serializer[Any]):
         # Blank passes here: the service refuses it (naming `note`), for the page and the API.
-        note = serializers.CharField(
+        note = schemas.JsonStringField(
             max_length=2000, allow_blank=True, help_text="The release note: what changed and why."
         )
-        revision = serializers.IntegerField(required=False)
+        revision = schemas.JsonIntegerField(min_value=1, required=False)
+
+        class Meta:
+            ref_name = "PublishCheck"
+
+    class DocumentedInputSerializer(InputSerializer):
+        """The body as documented: `revision` required (If-Match may stand in for it), a note
+        with some text (the service refuses a blank one)."""
+
+        note = schemas.JsonStringField(
+            min_length=1, max_length=2000, help_text="The release note: what changed and why."
+        )
+        revision = schemas.DRAFT_REVISION()
 
         class Meta:
             ref_name = "Publish"
 
-    @extend_schema(request=InputSerializer, responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(
+        request=DocumentedInputSerializer,
+        responses={201: schemas.VersionSerializer, **error_responses(409, 428)},
+    )
     def post(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
         data = _require_object(request.data)
@@ -389,44 +486,43 @@ class PublishApi(APIView):
 class DiffApi(APIView):
     """Field-by-field diff between two versions (`a`, `b`: numbers, `draft` or `latest`)."""
 
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("a", str, required=True),
-            OpenApiParameter("b", str, required=True),
-        ],
-        responses=OpenApiTypes.OBJECT,
-    )
+    class QuerySerializer(serializers.Serializer[Any]):
+        a = serializers.RegexField(
+            VERSION_REF_RE, trim_whitespace=False, help_text="a version number, draft or latest"
+        )
+        b = serializers.RegexField(
+            VERSION_REF_RE, trim_whitespace=False, help_text="a version number, draft or latest"
+        )
+
+        class Meta:
+            ref_name = "DiffQuery"
+
+    @extend_schema(parameters=[QuerySerializer], responses=schemas.DiffSerializer)
     def get(self, request: Request, slug: str) -> Response:
+        query = query_params_validate(self.QuerySerializer, request)
         fleet = selectors.fleet_get(slug=slug)
-        a, b = request.query_params.get("a"), request.query_params.get("b")
-        if not a or not b:
-            raise ValidationFailed(
-                "Name two versions: ?a=1&b=2 (numbers, draft or latest).",
-                details=[{"field": "a" if not a else "b", "message": "is required"}],
-            )
-        return Response(selectors.version_diff(fleet=fleet, a=a, b=b))
+        return Response(selectors.version_diff(fleet=fleet, a=query["a"], b=query["b"]))
 
 
 class AuditApi(APIView):
     """The audit log, newest first; `?fleet=` narrows it to one fleet."""
 
+    class QuerySerializer(serializers.Serializer[Any]):
+        fleet = serializers.SlugField(
+            max_length=64, required=False, help_text="only this fleet's entries (on /audit/)"
+        )
+        limit = serializers.IntegerField(min_value=1, max_value=1000, default=200)
+
+        class Meta:
+            ref_name = "AuditQuery"
+
     @extend_schema(
-        parameters=[
-            OpenApiParameter("fleet", str, required=False),
-            OpenApiParameter("limit", int, required=False),
-        ],
-        responses=OpenApiTypes.OBJECT,
+        parameters=[QuerySerializer],
+        responses={200: schemas.AuditListSerializer, **error_responses(404)},
     )
     def get(self, request: Request, slug: str | None = None) -> Response:
-        fleet_slug = slug or request.query_params.get("fleet")
+        query = query_params_validate(self.QuerySerializer, request)
+        fleet_slug = slug or query.get("fleet")
         fleet = selectors.fleet_get(slug=fleet_slug) if fleet_slug else None
-        try:
-            limit = max(1, min(1000, int(request.query_params.get("limit", 200))))
-        except ValueError:
-            raise ValidationFailed(
-                "`limit` must be a whole number.",
-                details=[{"field": "limit", "message": "not a number"}],
-            ) from None
-        return Response(
-            {"results": [audit_out(e) for e in selectors.audit_list(fleet=fleet, limit=limit)]}
-        )
+        entries = selectors.audit_list(fleet=fleet, limit=query["limit"])
+        return Response({"results": [audit_out(e) for e in entries]})

@@ -8,8 +8,7 @@ import re
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import AuthenticationFailed
@@ -19,14 +18,23 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.exceptions import NotFound, ValidationFailed
+from controlplane.openapi import error_response, error_responses, query_params_validate
 from controlplane.pagination import BoundedLimitOffsetPagination
-from controlplane.validators import refuse_untidy_text
+from telemetry.api_schemas import RolloutGuardsInputSerializer
 
 from .. import selectors, services
-from ..models import Device, PolicyVersion
+from ..models import Device, PolicyVersion, Rollout
 from ..permissions import IsPublisher, IsViewer
-from .policy import _require_object
+from . import schemas
+from .policy import IF_NONE_MATCH, NOT_MODIFIED, _require_object
+from .schemas import (
+    JsonChoiceField,
+    JsonIntegerField,
+    JsonRegexField,
+    TidyJsonStringField,
+)
 
+MAX_VERSION = 2**31 - 1
 DEVICE_ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
 
 
@@ -56,38 +64,6 @@ class IsDevice(BasePermission):
         return isinstance(request.auth, Device)
 
 
-class _JsonStringMixin:
-    """A JSON string only: DRF's CharField would quietly turn `123` or `1.5` into `"123"`.
-
-    Kept as sent, never trimmed: `"abc\n"` is refused, not stored as `"abc"`.
-    """
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("trim_whitespace", False)
-        super().__init__(**kwargs)
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")  # type: ignore[attr-defined]
-        return super().to_internal_value(data)  # type: ignore[misc,no-any-return]
-
-
-class JsonStringField(_JsonStringMixin, serializers.CharField):
-    """`CharField` that refuses numbers, booleans and objects, and leading / trailing
-    whitespace and control characters (controlplane.validators.text_problem)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs["validators"] = [*kwargs.get("validators", ()), refuse_untidy_text]
-        super().__init__(**kwargs)
-
-
-class JsonRegexField(_JsonStringMixin, serializers.RegexField):
-    """`RegexField` that refuses numbers, booleans and objects."""
-
-    def __init__(self, regex: Any, **kwargs: Any) -> None:
-        super().__init__(regex=regex, **kwargs)
-
-
 class EnrollApi(APIView):
     """Enrol a device with its fleet's key; the device token is shown once."""
 
@@ -95,7 +71,7 @@ class EnrollApi(APIView):
     permission_classes = [AllowAny]
 
     class InputSerializer(serializers.Serializer[Any]):
-        fleet_key = JsonStringField(max_length=200)
+        fleet_key = TidyJsonStringField(max_length=200)
         device_id = JsonRegexField(
             DEVICE_ID_RE,
             max_length=128,
@@ -104,15 +80,24 @@ class EnrollApi(APIView):
                 "digit (no spaces, nothing trimmed)."
             },
         )
-        platform = JsonStringField(max_length=64, required=False, allow_blank=True, default="")
-        model = JsonStringField(max_length=128, required=False, allow_blank=True, default="")
-        sdk = JsonStringField(max_length=64, required=False, allow_blank=True, default="")
+        platform = TidyJsonStringField(max_length=64, required=False, allow_blank=True, default="")
+        model = TidyJsonStringField(max_length=128, required=False, allow_blank=True, default="")
+        sdk = TidyJsonStringField(max_length=64, required=False, allow_blank=True, default="")
 
         class Meta:
             ref_name = "DeviceEnrollInput"
 
     @extend_schema(
-        request=InputSerializer, responses={201: OpenApiTypes.OBJECT}, operation_id="device_enroll"
+        request=InputSerializer,
+        responses={
+            201: schemas.EnrollmentSerializer,
+            401: OpenApiResponse(
+                error_response(401).response,
+                description="Unknown fleet key (`bad_fleet_key`).",
+            ),
+            **error_responses(409),
+        },
+        operation_id="device_enroll",
     )
     def post(self, request: Request) -> Response:
         serializer = self.InputSerializer(data=_require_object(request.data))
@@ -130,7 +115,18 @@ class DevicePolicyApi(APIView):
     authentication_classes = [DeviceTokenAuthentication]
     permission_classes = [IsDevice]
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT, 304: None}, operation_id="device_policy")
+    @extend_schema(
+        parameters=[IF_NONE_MATCH],
+        responses={
+            200: schemas.PolicyDocumentSerializer,
+            304: NOT_MODIFIED,
+            404: OpenApiResponse(
+                error_response(404).response,
+                description="The fleet has no published policy yet (`no_policy`).",
+            ),
+        },
+        operation_id="device_policy",
+    )
     def get(self, request: Request) -> Response:
         device = request.auth
         assert isinstance(device, Device)
@@ -164,7 +160,7 @@ class RolloutStatusApi(APIView):
 
     permission_classes = [IsViewer]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="rollout_status")
+    @extend_schema(responses=schemas.RolloutStatusSerializer, operation_id="rollout_status")
     def get(self, request: Request, slug: str) -> Response:
         return _status_response(slug)
 
@@ -173,9 +169,9 @@ class _RolloutActionApi(APIView):
     permission_classes = [IsPublisher]
 
     class InputSerializer(serializers.Serializer[Any]):
-        version = serializers.IntegerField(min_value=1, required=False)
-        to_stage = serializers.ChoiceField(choices=[5, 25, 100], required=False)
-        reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+        version = JsonIntegerField(min_value=1, max_value=MAX_VERSION, required=False)
+        to_stage = JsonChoiceField(choices=[5, 25, 100], required=False)
+        reason = TidyJsonStringField(max_length=500, required=False, allow_blank=True, default="")
 
         class Meta:
             ref_name = "RolloutActionInput"
@@ -183,7 +179,6 @@ class _RolloutActionApi(APIView):
     def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    @extend_schema(request=InputSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, slug: str) -> Response:
         fleet = _fleet(slug)
         # An empty body is an empty object; `[]`, `null` or `"x"` are refused, not read as `{}`.
@@ -191,6 +186,53 @@ class _RolloutActionApi(APIView):
         serializer.is_valid(raise_exception=True)
         self.perform(request, fleet, serializer.validated_data)
         return _status_response(slug)
+
+
+class RolloutVersionInputSerializer(serializers.Serializer[Any]):
+    version = serializers.IntegerField(min_value=1, max_value=MAX_VERSION, help_text="published")
+
+    class Meta:
+        ref_name = "RolloutVersionInput"
+
+
+class RolloutStartInputSerializer(RolloutVersionInputSerializer, RolloutGuardsInputSerializer):
+    """The version to roll out at 5%, and optionally its guards (docs/alerts.md)."""
+
+    class Meta:
+        ref_name = "RolloutStartInput"
+
+
+class RolloutAdvanceInputSerializer(serializers.Serializer[Any]):
+    to_stage = serializers.ChoiceField(
+        choices=list(Rollout.STAGES), required=False, help_text="default: the next stage"
+    )
+
+    class Meta:
+        ref_name = "RolloutAdvanceInput"
+
+
+class RolloutRollbackInputSerializer(serializers.Serializer[Any]):
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True)
+
+    class Meta:
+        ref_name = "RolloutRollbackInput"
+
+
+class EmptyInputSerializer(serializers.Serializer[Any]):
+    """An empty JSON object (or no body at all)."""
+
+    class Meta:
+        ref_name = "EmptyInput"
+
+
+def _rollout_action(request: type[serializers.Serializer[Any]]) -> Any:
+    """The schema of a rollout action: its own body, the rollout status back, 409 on a clash."""
+    return extend_schema_view(
+        post=extend_schema(
+            request=request,
+            responses={200: schemas.RolloutStatusSerializer, **error_responses(409)},
+        )
+    )
 
 
 def _need_version(data: dict[str, Any]) -> int:
@@ -202,6 +244,7 @@ def _need_version(data: dict[str, Any]) -> int:
     return int(data["version"])
 
 
+@_rollout_action(RolloutStartInputSerializer)
 class RolloutStartApi(_RolloutActionApi):
     """Start rolling a published version out at 5%."""
 
@@ -219,6 +262,7 @@ class RolloutStartApi(_RolloutActionApi):
         )
 
 
+@_rollout_action(RolloutAdvanceInputSerializer)
 class RolloutAdvanceApi(_RolloutActionApi):
     """Advance to the next stage (or `to_stage`; naming a stage already reached is a no-op)."""
 
@@ -226,6 +270,7 @@ class RolloutAdvanceApi(_RolloutActionApi):
         services.rollout_advance(actor=request.user, fleet=fleet, to_stage=data.get("to_stage"))
 
 
+@_rollout_action(EmptyInputSerializer)
 class RolloutPauseApi(_RolloutActionApi):
     """Pause at the current stage."""
 
@@ -233,6 +278,7 @@ class RolloutPauseApi(_RolloutActionApi):
         services.rollout_pause(actor=request.user, fleet=fleet)
 
 
+@_rollout_action(EmptyInputSerializer)
 class RolloutResumeApi(_RolloutActionApi):
     """Resume a paused rollout."""
 
@@ -240,6 +286,7 @@ class RolloutResumeApi(_RolloutActionApi):
         services.rollout_resume(actor=request.user, fleet=fleet)
 
 
+@_rollout_action(EmptyInputSerializer)
 class RolloutCompleteApi(_RolloutActionApi):
     """At 100%, make the candidate stable."""
 
@@ -247,6 +294,7 @@ class RolloutCompleteApi(_RolloutActionApi):
         services.rollout_complete(actor=request.user, fleet=fleet)
 
 
+@_rollout_action(RolloutRollbackInputSerializer)
 class RolloutRollbackApi(_RolloutActionApi):
     """Return every device to the stable version."""
 
@@ -254,6 +302,7 @@ class RolloutRollbackApi(_RolloutActionApi):
         services.rollout_rollback(actor=request.user, fleet=fleet, reason=data.get("reason", ""))
 
 
+@_rollout_action(RolloutVersionInputSerializer)
 class FleetSwitchApi(_RolloutActionApi):
     """Switch the whole fleet to a published version at once."""
 
@@ -267,7 +316,9 @@ class CloudPressureApi(APIView):
     permission_classes = [IsPublisher]
 
     @extend_schema(
-        request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT, operation_id="cloud_pressure"
+        request=schemas.CloudPressureInputSerializer,
+        responses=schemas.RolloutStatusSerializer,
+        operation_id="cloud_pressure",
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = _fleet(slug)
@@ -287,7 +338,9 @@ class EnrollmentKeyApi(APIView):
     permission_classes = [IsPublisher]
 
     @extend_schema(
-        request=None, responses={201: OpenApiTypes.OBJECT}, operation_id="enrollment_key_rotate"
+        request=None,
+        responses={201: schemas.EnrollmentKeySerializer},
+        operation_id="enrollment_key_rotate",
     )
     def post(self, request: Request, slug: str) -> Response:
         key = services.fleet_enrollment_key_rotate(actor=request.user, fleet=_fleet(slug))
@@ -315,34 +368,31 @@ class DeviceListApi(APIView):
         class Meta:
             ref_name = "Device"
 
+    class QuerySerializer(serializers.Serializer[Any]):
+        version = serializers.IntegerField(
+            min_value=1, max_value=MAX_VERSION, required=False, help_text="assigned or acked"
+        )
+        online = serializers.BooleanField(required=False, allow_null=True, default=None)
+        platform = serializers.CharField(trim_whitespace=False, max_length=64, required=False)
+
+        class Meta:
+            ref_name = "DeviceListQuery"
+
     @extend_schema(
-        parameters=[
-            OpenApiParameter("version", int, required=False),
-            OpenApiParameter("online", bool, required=False),
-            OpenApiParameter("platform", str, required=False),
-        ],
+        parameters=[QuerySerializer],
         responses=OutputSerializer(many=True),
         operation_id="device_list",
     )
     def get(self, request: Request, slug: str) -> Response:
-        params = request.query_params
-        try:
-            version = int(params["version"]) if params.get("version") else None
-        except ValueError:
-            raise ValidationFailed(
-                "`version` must be a whole number.",
-                details=[{"field": "version", "message": "must be a whole number"}],
-            ) from None
-        online_param = params.get("online") or ""
-        online = online_param.lower() in ("1", "true", "yes") if online_param else None
+        query = query_params_validate(self.QuerySerializer, request)
         fleet = _fleet(slug)
         assignment = selectors.fleet_assignment(fleet.pk)
         devices = selectors.device_query(
             fleet=fleet,
             assignment=assignment,
-            version=version,
-            online=online,
-            platform=params.get("platform") or None,
+            version=query.get("version"),
+            online=query.get("online"),
+            platform=query.get("platform"),
         )
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(devices, request, view=self)
@@ -355,7 +405,9 @@ class DeviceRevokeApi(APIView):
 
     permission_classes = [IsPublisher]
 
-    @extend_schema(request=None, responses=OpenApiTypes.OBJECT, operation_id="device_revoke")
+    @extend_schema(
+        request=None, responses=schemas.DeviceRevokedSerializer, operation_id="device_revoke"
+    )
     def post(self, request: Request, slug: str, device_id: str) -> Response:
         fleet = _fleet(slug)
         device = Device.objects.filter(fleet=fleet, device_id=device_id).first()

@@ -1,0 +1,547 @@
+"""Serializers that describe the telemetry, metrics, dashboard and alert APIs in the OpenAPI schema.
+
+The views answer with the selectors' dicts (the same ones the pages and the live feeds use);
+these serializers are their contract. The input bodies are checked by the services (msgspec for
+telemetry, hand-written checks for rules, webhooks and guards, which name every bad field);
+the input serializers declare the same limits from the same constants, so a generated client
+refuses what the server would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from controlplane.openapi import closed_body
+from routing_policies.apis.schemas import RolloutSerializer
+from routing_policies.models import Rollout
+
+from .alert_models import (
+    AlertState,
+    Condition,
+    GuardComparison,
+    Metric,
+    RolloutGuardSet,
+    Scope,
+    WebhookDelivery,
+    WebhookFormat,
+)
+from .alerting import GUARD_METRICS
+from .events import FIELDS, MAX_EVENTS, FieldRule
+from .services.guards import MAX_GUARDS
+
+# --- telemetry ingest ------------------------------------------------------------------------
+
+
+def _event_field(rule: FieldRule) -> serializers.Field[Any, Any, Any, Any]:
+    options: dict[str, Any] = {"required": rule.required}
+    if not rule.required:
+        options["allow_null"] = rule.kind != "bool"
+    if rule.kind == "uuid":
+        return serializers.UUIDField(**options)
+    if rule.kind == "datetime":
+        return serializers.DateTimeField(help_text="RFC 3339 with a time zone", **options)
+    if rule.kind == "enum":
+        return serializers.ChoiceField(choices=list(rule.choices), **options)
+    if rule.kind == "bool":
+        return serializers.BooleanField(**options)
+    if rule.kind == "str":
+        return serializers.CharField(min_length=1, max_length=rule.max_length, **options)
+    numeric: dict[str, Any] = {**options, "min_value": rule.minimum, "max_value": rule.maximum}
+    if rule.kind == "int":
+        return serializers.IntegerField(**numeric)
+    return serializers.FloatField(**numeric)
+
+
+TelemetryEventSerializer = type(
+    "TelemetryEventSerializer",
+    (serializers.Serializer,),
+    {
+        **{rule.name: _event_field(rule) for rule in FIELDS},
+        "__doc__": "One routing decision as a device reports it (PROTOCOL.md).",
+        "Meta": type("Meta", (), {"ref_name": "TelemetryEvent"}),
+    },
+)
+
+
+class TelemetryBatchSerializer(serializers.Serializer[Any]):
+    events = serializers.ListField(child=TelemetryEventSerializer(), max_length=MAX_EVENTS)
+
+    class Meta:
+        ref_name = "TelemetryBatch"
+
+
+class TelemetryAcceptedSerializer(serializers.Serializer[Any]):
+    accepted = serializers.IntegerField(min_value=0, help_text="new events, now durable")
+    duplicates = serializers.IntegerField(min_value=0, help_text="event ids already received")
+
+    class Meta:
+        ref_name = "TelemetryAccepted"
+
+
+class IngestStatusSerializer(serializers.Serializer[Any]):
+    landed_batches = serializers.IntegerField(min_value=0)
+    landed_events = serializers.IntegerField(min_value=0)
+    lag_seconds = serializers.FloatField(min_value=0)
+
+    class Meta:
+        ref_name = "IngestStatus"
+
+
+# --- metrics ------------------------------------------------------------------------------------
+
+
+class LatencyFiguresSerializer(serializers.Serializer[Any]):
+    mean = serializers.FloatField(allow_null=True)
+    p50 = serializers.FloatField(allow_null=True)
+    p95 = serializers.FloatField(allow_null=True)
+    p99 = serializers.FloatField(allow_null=True)
+
+    class Meta:
+        ref_name = "LatencyFigures"
+
+
+class FallbackRatesSerializer(serializers.Serializer[Any]):
+    cloud_to_device = serializers.FloatField(allow_null=True)
+    device_to_cloud = serializers.FloatField(allow_null=True)
+
+    class Meta:
+        ref_name = "FallbackRates"
+
+
+class ScoreHistogramSerializer(serializers.Serializer[Any]):
+    bin_width = serializers.FloatField()
+    counts = serializers.ListField(child=serializers.IntegerField(min_value=0))
+
+    class Meta:
+        ref_name = "ScoreHistogram"
+
+
+class MetricsGroupSerializer(serializers.Serializer[Any]):
+    """One group's figures; its `group_by` keys (version, cohort, route, cell dimensions) too."""
+
+    version = serializers.IntegerField(required=False)
+    cohort = serializers.CharField(required=False)
+    route = serializers.CharField(required=False)
+    task_type = serializers.CharField(required=False)
+    latency_budget = serializers.CharField(required=False)
+    privacy_tier = serializers.CharField(required=False)
+    events = serializers.IntegerField(min_value=0)
+    alpha = serializers.FloatField(allow_null=True, help_text="device share")
+    cloud_share = serializers.FloatField(allow_null=True)
+    draft_refine_share = serializers.FloatField(allow_null=True)
+    fallback_rate = serializers.FloatField(allow_null=True)
+    fallback_rates = FallbackRatesSerializer()
+    cache_hit_rate = serializers.FloatField(allow_null=True)
+    error_rate = serializers.FloatField(allow_null=True)
+    privacy_violations = serializers.IntegerField(min_value=0)
+    latency_ms = LatencyFiguresSerializer()
+    score_mean = serializers.FloatField(allow_null=True)
+    score_histogram = ScoreHistogramSerializer(required=False, help_text="with ?scores=true")
+
+    class Meta:
+        ref_name = "MetricsGroup"
+
+
+class MetricsWindowSerializer(serializers.Serializer[Any]):
+    to = serializers.DateTimeField()
+    resolution = serializers.ChoiceField(choices=["minute", "hour"])
+
+    class Meta:
+        ref_name = "MetricsWindow"
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        # `from` is a Python keyword: it cannot be a class attribute.
+        return {"from": serializers.DateTimeField(), **super().get_fields()}
+
+
+class FleetMetricsSerializer(serializers.Serializer[Any]):
+    fleet = serializers.SlugField()
+    window = MetricsWindowSerializer()
+    group_by = serializers.ListField(child=serializers.CharField())
+    filters = serializers.DictField(child=serializers.JSONField(), help_text="the filters set")
+    groups = MetricsGroupSerializer(many=True)
+
+    class Meta:
+        ref_name = "FleetMetrics"
+
+
+# --- dashboard ----------------------------------------------------------------------------------
+
+
+class DashboardWindowSerializer(MetricsWindowSerializer):
+    bucket_seconds = serializers.IntegerField(min_value=1)
+
+    class Meta:
+        ref_name = "DashboardWindow"
+
+
+class DashboardMarkerSerializer(serializers.Serializer[Any]):
+    at = serializers.DateTimeField()
+    kind = serializers.ChoiceField(choices=["published", "switched", "rollout", "rolled_back"])
+    label = serializers.CharField()  # type: ignore[assignment]  # a declared field
+    summary = serializers.CharField(allow_blank=True)
+
+    class Meta:
+        ref_name = "DashboardMarker"
+
+
+class DashboardOptionsSerializer(serializers.Serializer[Any]):
+    versions = serializers.ListField(child=serializers.IntegerField())
+    task_types = serializers.ListField(child=serializers.CharField())
+
+    class Meta:
+        ref_name = "DashboardOptions"
+
+
+class DashboardConvergenceVersionSerializer(serializers.Serializer[Any]):
+    version = serializers.IntegerField()
+    role = serializers.ChoiceField(choices=["stable", "candidate", "other"])
+    assigned = serializers.IntegerField(min_value=0)
+    acked = serializers.IntegerField(min_value=0)
+    online = serializers.IntegerField(min_value=0)
+
+    class Meta:
+        ref_name = "DashboardConvergenceVersion"
+
+
+class DashboardConvergenceSerializer(serializers.Serializer[Any]):
+    devices = serializers.IntegerField(min_value=0)
+    online = serializers.IntegerField(min_value=0)
+    versions = DashboardConvergenceVersionSerializer(many=True)
+
+    class Meta:
+        ref_name = "DashboardConvergence"
+
+
+class DashboardViewSerializer(serializers.Serializer[Any]):
+    window = serializers.CharField()
+    version = serializers.IntegerField(allow_null=True)
+    cohort = serializers.CharField(allow_null=True)
+    task_type = serializers.CharField(allow_null=True)
+    route = serializers.CharField(allow_null=True)
+
+    class Meta:
+        ref_name = "DashboardView"
+
+
+class FleetDashboardSerializer(serializers.Serializer[Any]):
+    """Everything the fleet dashboard draws; series are lists aligned with `buckets`."""
+
+    fleet = serializers.SlugField()
+    view = DashboardViewSerializer()
+    view_key = serializers.CharField()
+    generated_at = serializers.DateTimeField()
+    window = DashboardWindowSerializer()
+    buckets = serializers.ListField(child=serializers.DateTimeField())
+    summary = serializers.DictField(help_text="headline figures of the whole view")
+    series = serializers.DictField(help_text="per-bucket series, each a list aligned with buckets")
+    routes = serializers.DictField(help_text="latency and shares per route")
+    cohorts = serializers.DictField(help_text="figures and series of the stable and candidate")
+    budgets = serializers.JSONField(help_text="the policy's latency budgets per route")
+    grid = serializers.JSONField(help_text="cloud share and P95 per policy cell")
+    markers = DashboardMarkerSerializer(many=True)
+    options = DashboardOptionsSerializer()
+    stable_version = serializers.IntegerField(allow_null=True)
+    rollout = RolloutSerializer(allow_null=True)
+    convergence = DashboardConvergenceSerializer()
+    alerts = serializers.JSONField(allow_null=True, help_text="kept live by the alert feed")
+
+    class Meta:
+        ref_name = "FleetDashboard"
+
+
+# --- alert rules ----------------------------------------------------------------------------------
+
+RULE_NAME_PATTERN = r"^\S(?:.*\S)?$"
+
+
+class AlertRuleSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    metric = serializers.ChoiceField(choices=Metric.values)
+    condition = serializers.ChoiceField(choices=Condition.values)
+    threshold = serializers.FloatField()
+    window_minutes = serializers.IntegerField()
+    min_samples = serializers.IntegerField()
+    for_seconds = serializers.IntegerField()
+    scope = serializers.ChoiceField(choices=Scope.values)
+    scope_value = serializers.CharField(allow_blank=True)
+    enabled = serializers.BooleanField()
+    revision = serializers.IntegerField()
+    state = serializers.ChoiceField(choices=AlertState.values)
+    state_since = serializers.DateTimeField()
+    value = serializers.FloatField(allow_null=True)
+    previous_value = serializers.FloatField(allow_null=True)
+    samples = serializers.IntegerField(allow_null=True)
+    message = serializers.CharField(allow_blank=True)
+    evaluated_at = serializers.DateTimeField(allow_null=True)
+
+    class Meta:
+        ref_name = "AlertRule"
+
+
+class AlertRuleListSerializer(serializers.Serializer[Any]):
+    results = AlertRuleSerializer(many=True)
+
+    class Meta:
+        ref_name = "AlertRuleList"
+
+
+def _rule_input_fields(*, partial: bool) -> dict[str, Any]:
+    required = not partial
+    return {
+        "name": serializers.RegexField(
+            RULE_NAME_PATTERN, min_length=1, max_length=120, required=required
+        ),
+        "metric": serializers.ChoiceField(choices=Metric.values, required=required),
+        "condition": serializers.ChoiceField(
+            choices=Condition.values,
+            required=required,
+            help_text="events (silence) is judged above or below a count, not rises_by/falls_by",
+        ),
+        "threshold": serializers.FloatField(
+            min_value=-1e9,
+            max_value=1e9,
+            required=required,
+            help_text="shares (cloud_share, alpha, fallback_rate, error_rate) are fractions "
+            "from -1 to 1; latency metrics are ratios to each cell's budget",
+        ),
+        "window_minutes": serializers.IntegerField(min_value=1, max_value=360, required=False),
+        "min_samples": serializers.IntegerField(min_value=0, max_value=10_000_000, required=False),
+        "for_seconds": serializers.IntegerField(min_value=0, max_value=86_400, required=False),
+        "scope": serializers.ChoiceField(choices=Scope.values, required=False),
+        "scope_value": serializers.CharField(
+            max_length=120,
+            allow_blank=True,
+            required=False,
+            help_text="version: a number; cohort: stable or candidate; "
+            "cell: task_type/latency_budget/privacy_tier; fleet: empty",
+        ),
+        "enabled": serializers.BooleanField(required=False),
+    }
+
+
+AlertRuleCreateSerializer = closed_body(
+    type(
+        "AlertRuleCreateSerializer",
+        (serializers.Serializer,),
+        {
+            **_rule_input_fields(partial=False),
+            "Meta": type("Meta", (), {"ref_name": "AlertRuleCreate"}),
+        },
+    )
+)
+AlertRuleUpdateSerializer = closed_body(
+    type(
+        "AlertRuleUpdateSerializer",
+        (serializers.Serializer,),
+        {
+            "revision": serializers.IntegerField(
+                help_text="the rule's revision from the last read"
+            ),
+            **_rule_input_fields(partial=True),
+            "Meta": type("Meta", (), {"ref_name": "AlertRuleUpdate"}),
+        },
+    )
+)
+
+
+class AlertEventSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    kind = serializers.CharField()
+    rule_id = serializers.IntegerField(allow_null=True)
+    rule = serializers.CharField(allow_blank=True)
+    rollout_id = serializers.IntegerField(allow_null=True)
+    state_before = serializers.CharField(allow_blank=True)
+    state_after = serializers.CharField(allow_blank=True)
+    value = serializers.FloatField(allow_null=True)
+    previous_value = serializers.FloatField(allow_null=True)
+    samples = serializers.IntegerField(allow_null=True)
+    message = serializers.CharField(allow_blank=True)
+    at = serializers.DateTimeField()
+
+    class Meta:
+        ref_name = "AlertEvent"
+
+
+class AlertEventListSerializer(serializers.Serializer[Any]):
+    results = AlertEventSerializer(many=True)
+
+    class Meta:
+        ref_name = "AlertEventList"
+
+
+class FiringAlertSerializer(serializers.Serializer[Any]):
+    rule_id = serializers.IntegerField()
+    fleet = serializers.SlugField()
+    name = serializers.CharField()
+    message = serializers.CharField(allow_blank=True)
+    since = serializers.DateTimeField(allow_null=True)
+
+    class Meta:
+        ref_name = "FiringAlert"
+
+
+class FiringAlertListSerializer(serializers.Serializer[Any]):
+    results = FiringAlertSerializer(many=True)
+
+    class Meta:
+        ref_name = "FiringAlertList"
+
+
+# --- webhooks ---------------------------------------------------------------------------------
+
+
+class AlertWebhookSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    url = serializers.URLField()
+    format = serializers.ChoiceField(choices=WebhookFormat.values)
+    rule_id = serializers.IntegerField(allow_null=True)
+    enabled = serializers.BooleanField()
+
+    class Meta:
+        ref_name = "AlertWebhook"
+
+
+class AlertWebhookListSerializer(serializers.Serializer[Any]):
+    results = AlertWebhookSerializer(many=True)
+
+    class Meta:
+        ref_name = "AlertWebhookList"
+
+
+@closed_body
+class AlertWebhookCreateSerializer(serializers.Serializer[Any]):
+    url = serializers.URLField(
+        max_length=500, help_text="http(s), a public address unless the deployment allows others"
+    )
+    format = serializers.ChoiceField(choices=WebhookFormat.values, required=False)
+    rule_id = serializers.IntegerField(
+        required=False, allow_null=True, help_text="one rule of this fleet; null: every rule"
+    )
+
+    class Meta:
+        ref_name = "AlertWebhookCreate"
+
+
+class WebhookDeliverySerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    webhook_id = serializers.IntegerField(allow_null=True)
+    alert_event_id = serializers.IntegerField(allow_null=True)
+    url = serializers.CharField()
+    status = serializers.ChoiceField(choices=WebhookDelivery.Status.values)
+    attempts = serializers.IntegerField(min_value=0)
+    attempt_log = serializers.JSONField(help_text="each attempt: when, status code, error")
+    next_attempt_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    payload = serializers.JSONField()
+
+    class Meta:
+        ref_name = "WebhookDelivery"
+
+
+class WebhookDeliveryListSerializer(serializers.Serializer[Any]):
+    results = WebhookDeliverySerializer(many=True)
+
+    class Meta:
+        ref_name = "WebhookDeliveryList"
+
+
+# --- rollout guards -------------------------------------------------------------------------------
+
+
+class GuardStateSerializer(serializers.Serializer[Any]):
+    metric = serializers.ChoiceField(choices=sorted(GUARD_METRICS))
+    metric_label = serializers.CharField()
+    comparison = serializers.ChoiceField(choices=GuardComparison.values)
+    comparison_label = serializers.CharField()
+    threshold = serializers.FloatField()
+    threshold_text = serializers.CharField()
+    min_samples = serializers.IntegerField()
+    state = serializers.CharField()
+    candidate_value = serializers.FloatField(allow_null=True)
+    stable_value = serializers.FloatField(allow_null=True)
+    candidate_samples = serializers.IntegerField(allow_null=True)
+    stable_samples = serializers.IntegerField(allow_null=True)
+    message = serializers.CharField(allow_blank=True)
+
+    class Meta:
+        ref_name = "GuardState"
+
+
+class GuardSetSerializer(serializers.Serializer[Any]):
+    window_minutes = serializers.IntegerField()
+    bake_minutes = serializers.DictField(
+        child=serializers.IntegerField(), help_text="minutes per stage: 5, 25, 100"
+    )
+    auto_advance = serializers.BooleanField()
+    verdict = serializers.ChoiceField(choices=RolloutGuardSet.Verdict.values)
+    verdict_label = serializers.CharField()
+    reason = serializers.CharField(allow_blank=True)
+    quiet_since = serializers.DateTimeField(allow_null=True)
+    evaluated_at = serializers.DateTimeField(allow_null=True)
+    guards = GuardStateSerializer(many=True)
+
+    class Meta:
+        ref_name = "GuardSet"
+
+
+class RolloutGuardsSerializer(serializers.Serializer[Any]):
+    rollout = serializers.IntegerField(allow_null=True, help_text="the open (or last) rollout")
+    guards = GuardSetSerializer(allow_null=True, help_text="null: the rollout has no guards")
+
+    class Meta:
+        ref_name = "RolloutGuards"
+
+
+class GuardInputSerializer(serializers.Serializer[Any]):
+    metric = serializers.ChoiceField(choices=sorted(GUARD_METRICS))
+    comparison = serializers.ChoiceField(choices=GuardComparison.values)
+    threshold = serializers.FloatField(
+        min_value=-1e9,
+        max_value=1e9,
+        help_text="shares are fractions from -1 to 1 (0.02 is 2 points)",
+    )
+    min_samples = serializers.IntegerField(min_value=0, max_value=10**7, required=False)
+
+    class Meta:
+        ref_name = "GuardInput"
+
+
+_BAKE_MAX = 7 * 24 * 60
+
+
+class BakeMinutesSerializer(serializers.Serializer[Any]):
+    """Minutes to bake at each stage (a missing stage bakes 0)."""
+
+    class Meta:
+        ref_name = "BakeMinutesPerStage"
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        return {
+            str(stage): serializers.IntegerField(min_value=0, max_value=_BAKE_MAX, required=False)
+            for stage in Rollout.STAGES
+        }
+
+
+@closed_body
+class RolloutGuardsInputSerializer(serializers.Serializer[Any]):
+    """The guards of an open rollout (PUT), or of the rollout a start opens."""
+
+    guards = serializers.JSONField(
+        required=False,
+        help_text=f'"default", or a list of 1 to {MAX_GUARDS} guards (GuardInput)',
+    )
+    bake_minutes = serializers.JSONField(
+        required=False,
+        help_text=f"minutes from 0 to {_BAKE_MAX} at every stage, or BakeMinutesPerStage",
+    )
+    auto_advance = serializers.BooleanField(required=False)
+    window_minutes = serializers.IntegerField(min_value=1, max_value=360, required=False)
+    min_samples = serializers.IntegerField(min_value=0, max_value=10**7, required=False)
+
+    class Meta:
+        ref_name = "RolloutGuardsInput"
