@@ -41,11 +41,16 @@ $(VENDOR): $(STAMP)
 static: $(VENDOR)
 
 migrate: $(STAMP)
-	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py migrate --noinput -v0
+	@$(BIN)/python manage.py migrate --noinput -v0
 
 seed: migrate
-	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py seed_demo
+	@LOG_LEVEL=WARNING $(BIN)/python manage.py seed_demo -v0
 
+# `make run` answers plain http on this machine with DEBUG off, so a wrong address shows the
+# product's 404 page: HTTPS=0 (no redirect to https, cookies not Secure; controlplane/settings.py)
+# for the server, the worker, the simulator and the prerequisites. Without SECRET_KEY they all
+# read the key generated once in var/secret_key.
+run: export HTTPS ?= 0
 run: static seed
 	@echo ""
 	@echo "  Edge routing control plane: http://$(HOST):$(PORT)/"
@@ -57,18 +62,25 @@ run: static seed
 	@# stops with it; embedded (no REDIS_URL) everything runs in the one server process.
 	@# A simulated fleet (SIM_DEVICES devices, SIM_RATE tasks/s in all; SIM=0: none) starts once
 	@# the server answers and stops with it, so the demo shows live traffic within a minute.
-	@if [ -n "$$REDIS_URL" ]; then \
-	  DEBUG=$${DEBUG:-1} $(BIN)/celery -A controlplane worker -B --loglevel WARNING --schedule var/celerybeat-schedule & \
+	@# Ctrl-C (SIGINT to every process here) or SIGTERM: each process is asked to stop once
+	@# with SIGTERM (a second SIGINT would make uvicorn drop its connections), the recipe waits
+	@# for them and ends with 0; a server that stops by itself passes its exit code on.
+	@export LOG_LEVEL=$(RUN_LOG_LEVEL); \
+	trap 'trap "" INT TERM; kill -TERM $$server $$sim $$worker 2>/dev/null; wait; exit 0' INT TERM; \
+	if [ -n "$$REDIS_URL" ]; then \
+	  $(BIN)/celery -A controlplane worker -B --loglevel WARNING --schedule $${VAR_DIR:-var}/celerybeat-schedule & \
 	  worker=$$!; \
 	fi; \
 	if [ "$(SIM)" != "0" ]; then \
 	  ( $(BIN)/python scripts/wait_for.py --http http://$(HOST):$(PORT)/healthz --timeout 60 && \
-	    DEBUG=$${DEBUG:-1} LOG_LEVEL=$(RUN_LOG_LEVEL) exec $(BIN)/python manage.py simulate_fleet --url http://$(HOST):$(PORT) \
+	    exec $(BIN)/python manage.py simulate_fleet --url http://$(HOST):$(PORT) \
 	      --devices $(SIM_DEVICES) --rate $(SIM_RATE) --connect-rate 20 --progress 30 ) & \
 	  sim=$$!; \
 	fi; \
-	trap 'kill $$sim $$worker 2>/dev/null' EXIT INT TERM; \
-	DEBUG=$${DEBUG:-1} LOG_LEVEL=$(RUN_LOG_LEVEL) $(BIN)/python -m uvicorn controlplane.asgi:application --host $(HOST) --port $(PORT) $(UVICORN_FLAGS) $(RUN_UVICORN_LOG)
+	$(BIN)/python -m uvicorn controlplane.asgi:application --host $(HOST) --port $(PORT) $(UVICORN_FLAGS) $(RUN_UVICORN_LOG) & \
+	server=$$!; \
+	wait $$server; status=$$?; \
+	trap "" INT TERM; kill -TERM $$sim $$worker 2>/dev/null; wait; exit $$status
 
 # The suite runs against the real PostgreSQL and Redis on 127.0.0.1 when they answer; with
 # CI=true it refuses to run (rather than skip) when either is missing.

@@ -1,9 +1,11 @@
 """Request-level guards shared by every endpoint."""
 
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from rest_framework.views import APIView
 
 from controlplane.exceptions import error_body
 
@@ -29,3 +31,42 @@ class RequestSizeLimitMiddleware:
                 status=413,
             )
         return self.get_response(request)
+
+
+class MethodNotAllowedMiddleware:
+    """A method an API view does not serve answers 405 with `Allow`, before authentication.
+
+    DRF authenticates and checks permissions before it looks for the method's handler, so an
+    anonymous `TRACE` on a device endpoint would be a 401 (or a 403), which tells a client to
+    fix its token rather than its method.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_view(
+        self,
+        request: HttpRequest,
+        view_func: Callable[..., Any],
+        view_args: Any,
+        view_kwargs: Any,
+    ) -> HttpResponse | None:
+        view_class = getattr(view_func, "cls", None)
+        if not isinstance(view_class, type) or not issubclass(view_class, APIView):
+            return None
+        allowed = [m for m in view_class.http_method_names if hasattr(view_class, m)]
+        if "get" in allowed and "head" not in allowed:
+            allowed.append("head")  # View.setup serves HEAD with GET
+        method = (request.method or "").lower()
+        if method in allowed:
+            return None
+        response = JsonResponse(
+            error_body("method_not_allowed", f'Method "{request.method}" not allowed.'),
+            status=405,
+        )
+        order = [m for m in view_class.http_method_names if m in allowed]
+        response["Allow"] = ", ".join(m.upper() for m in order)
+        return response

@@ -2,32 +2,79 @@
 
 Two running modes:
 - embedded (no DATABASE_URL / REDIS_URL): SQLite file, in-memory channel layer, Celery tasks
-  run in-process. For a newcomer's laptop; tests do not rely on it.
-- real services: PostgreSQL (psycopg 3), Redis channel layer and Celery broker.
+  run in-process, a secret key generated once in var/, plain http. For a newcomer's laptop
+  (`make run`); tests do not rely on it.
+- real services: PostgreSQL (psycopg 3), Redis channel layer and Celery broker; SECRET_KEY
+  from the environment and HTTPS settings a deployment wants (docs/operations.md).
 """
 
 from pathlib import Path
 
 import django_stubs_ext
 import environ
+from django.core.exceptions import ImproperlyConfigured
+
+from controlplane.embedded import embedded_secret_key
 
 # Lets admin classes be subscripted at runtime (ModelAdmin[Fleet]) as the stubs want.
 django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = BASE_DIR / "var"
 
 env = environ.Env()
 
+
+def proxy_ssl_header(value: str) -> tuple[str, str] | None:
+    """`X-Forwarded-Proto: https` as Django's SECURE_PROXY_SSL_HEADER; None when empty."""
+    if not value.strip():
+        return None
+    name, sep, expected = value.partition(":")
+    if not sep or not name.strip() or not expected.strip():
+        raise ImproperlyConfigured(
+            f"SECURE_PROXY_SSL_HEADER={value!r}: write it as `Header-Name: value`, or empty"
+        )
+    return "HTTP_" + name.strip().upper().replace("-", "_"), expected.strip()
+
+
+# The embedded mode's files (SQLite database, secret key, static root, beat schedule).
+VAR_DIR = BASE_DIR / env.str("VAR_DIR", default="var")
+
 DEBUG = env.bool("DEBUG", default=False)
-# A secret has a default only in embedded development mode (DEBUG on).
-SECRET_KEY = (
-    env.str("SECRET_KEY", default="embedded-dev-only-not-secret")
-    if DEBUG
-    else env.str("SECRET_KEY")
-)
+DATABASE_URL = env.str("DATABASE_URL", default="")
+# HTTPS. A deployment (DATABASE_URL set, DEBUG off) serves HTTPS only, behind a TLS-terminating
+# load balancer that sets X-Forwarded-Proto: these defaults are what it wants, and
+# `manage.py check --deploy` is clean with them. HTTPS=0 is for what answers plain http on this
+# machine (`make run`, `make test`, the compose demo, bench/): no redirect to https, cookies not
+# marked Secure, no HSTS; the embedded mode (SQLite in var/) and DEBUG runs default to it.
+HTTPS = env.bool("HTTPS", default=bool(DATABASE_URL) and not DEBUG)
+
+# A deployment (HTTPS on) sets SECRET_KEY (docs/operations.md). Without HTTPS (the embedded
+# mode, `make run` with real services, DEBUG runs) a key generated once on this machine and
+# kept in var/secret_key serves every process and command there.
+SECRET_KEY = env.str("SECRET_KEY", default="")
+if not SECRET_KEY:
+    if HTTPS:
+        raise ImproperlyConfigured(
+            "Set the SECRET_KEY environment variable (50 or more random characters)."
+        )
+    SECRET_KEY = embedded_secret_key(VAR_DIR)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# The HTTPS settings (docs/operations.md), each on by default with HTTPS.
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=HTTPS)
+# The balancer's health checks and the Prometheus scrape reach a process directly over http.
+SECURE_REDIRECT_EXEMPT = env.list("SECURE_REDIRECT_EXEMPT", default=[r"^healthz$", r"^metrics$"])
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=HTTPS)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=HTTPS)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=365 * 24 * 3600 if HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=True)
+# `Header-Name: value` the balancer sets on requests that reached it over TLS (it must overwrite
+# whatever a client sent); empty when the processes terminate TLS themselves or no proxy does.
+SECURE_PROXY_SSL_HEADER = proxy_ssl_header(
+    env.str("SECURE_PROXY_SSL_HEADER", default="X-Forwarded-Proto: https")
+)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -48,7 +95,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "controlplane.static_files.StaticFilesMiddleware",  # WhiteNoise, streamed async under ASGI
     "controlplane.middleware.RequestSizeLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -56,6 +103,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "controlplane.middleware.MethodNotAllowedMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -78,7 +126,6 @@ TEMPLATES = [
     },
 ]
 
-DATABASE_URL = env.str("DATABASE_URL", default="")
 if DATABASE_URL:
     DATABASES = {"default": env.db_url_config(DATABASE_URL)}
     DATABASES["default"].setdefault("CONN_MAX_AGE", 0)
@@ -92,7 +139,7 @@ if DATABASE_URL:
             "max_size": DATABASE_POOL_MAX_SIZE,
         }
 else:
-    VAR_DIR.mkdir(exist_ok=True)
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -123,7 +170,8 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-CELERY_BROKER_URL = REDIS_URL or "memory://"
+# Embedded: a hostname in the in-memory URL, or kombu warns "No hostname was supplied" at start.
+CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 CELERY_TASK_EAGER_PROPAGATES = True
@@ -235,6 +283,10 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["routing_policies.permissions.IsViewer"],
+    # JSON only, through controlplane.json_guard: depth, NUL / lone surrogates and non-finite
+    # numbers refused naming the field (a form or multipart body is a 415).
+    "DEFAULT_PARSER_CLASSES": ["controlplane.parsers.GuardedJSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "controlplane.exceptions.api_exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
@@ -250,14 +302,33 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # API_DOCS_ACCESS below: logged-in users and API tokens, or everyone.
+    "SERVE_PERMISSIONS": ["controlplane.api_docs.CanReadApiDocs"],
 }
+# Who reads /api/schema/ and /api/docs/ (controlplane/api_docs.py): `authenticated` (any
+# logged-in user or API token) or `public`.
+API_DOCS_ACCESS = env.str("API_DOCS_ACCESS", default="authenticated")
+if API_DOCS_ACCESS not in ("authenticated", "public"):
+    raise ImproperlyConfigured(
+        f"API_DOCS_ACCESS={API_DOCS_ACCESS!r}: use `authenticated` (the default) or `public`"
+    )
 
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        # Django's default config gives "django" a console handler of its own (with DEBUG on):
+        # every line it logs was printed twice, once there and once by the root handler.
+        "django": {"handlers": [], "level": LOG_LEVEL, "propagate": True},
+        # django.request logs each 4xx as a warning, a refused role with a 30-line traceback:
+        # they are answers to the client, not faults (the access log lists them). Server errors
+        # (5xx) are logged with their traceback. django.security (CSRF, bad Host) still warns.
+        "django.request": {"level": env.str("REQUEST_LOG_LEVEL", default="ERROR")},
+    },
 }
 
 # Alerts: judge every fleet's rules and rollout guards on a beat (telemetry/alert_tasks.py).

@@ -2,9 +2,10 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework import exceptions
 
 from telemetry import apis as telemetry_apis
 
@@ -12,6 +13,17 @@ from telemetry import apis as telemetry_apis
 def healthz(request: HttpRequest) -> JsonResponse:
     """Liveness probe for load balancers and `make run`."""
     return JsonResponse({"status": "ok"})
+
+
+class ApiDocsView(SpectacularSwaggerView):
+    """Swagger UI (API_DOCS_ACCESS, controlplane/api_docs.py); a browser that is not logged in
+    is sent to the login page and back, rather than shown a JSON 401."""
+
+    # A redirect is no DRF Response, and DRF passes any HttpResponseBase on unchanged.
+    def handle_exception(self, exc: Exception) -> HttpResponseBase:  # type: ignore[override]
+        if isinstance(exc, exceptions.NotAuthenticated):
+            return auth_views.redirect_to_login(self.request.get_full_path())
+        return super().handle_exception(exc)
 
 
 urlpatterns = [
@@ -29,7 +41,7 @@ urlpatterns = [
     path("", include("telemetry.alert_page_urls")),
     path("metrics", telemetry_apis.prometheus_metrics, name="prometheus-metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/docs/", ApiDocsView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("telemetry.page_urls")),
     path("", include("routing_policies.page_urls")),
 ]

@@ -27,6 +27,8 @@ __all__ = [
     "TaskSignals",
     "decide",
     "fallback_route",
+    "left_device_by_route",
+    "privacy_violation",
 ]
 
 Route: TypeAlias = Literal["device", "cloud", "draft_refine"]
@@ -296,6 +298,36 @@ def fallback_route(cell: Cell, route: Route, failed_side: Side) -> FallbackKind:
     if cell.keeps_data_on_device:
         return "none"
     return "device_to_cloud"
+
+
+def left_device_by_route(route: str, fallback: str, cache_hit: bool) -> bool:
+    """Whether a task's data left the device, judged from an event's route, fallback and
+    cache hit (PROTOCOL.md extensions, for events without `uploaded`): a cache hit never
+    left; a task meant for the cloud (or for refinement by it) left, even if the call then
+    failed or timed out; a device task that fell back to the cloud left."""
+    if cache_hit:
+        return False
+    return route != "device" or fallback == "device_to_cloud"
+
+
+def privacy_violation(
+    *,
+    privacy_tier: str,
+    upload_allowed: bool,
+    upload_deidentify: bool,
+    left_device: bool,
+    deidentified: bool,
+) -> bool:
+    """PROTOCOL.md extensions: a sensitive-tier task whose data left the device where its cell
+    forbids upload, or left without de-identification where the cell requires it.
+
+    A task whose data never left the device (answered on it, from its cache, or failed there)
+    is never a violation, whatever its route; nor is a normal-tier task, nor a sensitive one
+    sent as its cell allows.
+    """
+    if privacy_tier != _SENSITIVE or not left_device:
+        return False
+    return not upload_allowed or (upload_deidentify and not deidentified)
 
 
 def _decide_by_score(cell: Cell, task: TaskSignals, device: DeviceState) -> Decision:

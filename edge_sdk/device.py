@@ -100,7 +100,13 @@ class Device:
         cloud_infer: CloudInfer,
         http: httpx.AsyncClient | None = None,
         rng: random.Random | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        # `clock` (seconds, monotonic) times tasks and cache TTLs; `wall_clock` (Unix seconds)
+        # stamps telemetry. A simulation on a virtual clock passes its own (simulate.virtual).
+        self._clock = clock
+        self._wall_clock = wall_clock
         self.config = config
         self._readings = readings
         self._device_infer = device_infer
@@ -118,7 +124,7 @@ class Device:
             poster=self._post_telemetry,
             on_full=self._wake_telemetry,
         )
-        self.cache = ResultCache(config.cache_max_entries)
+        self.cache = ResultCache(config.cache_max_entries, clock=clock)
         self.connection_state = "stopped"
         self.last_error: str | None = None
         self.token: str | None = None
@@ -231,7 +237,7 @@ class Device:
                 result=None,
                 policy_version=version,
             )
-        started = time.perf_counter()
+        started = self._clock()
         cache_key: Any = None
         cached: Any = _MISSING
         if task.cache_key is not None and cell is not None and cell.cache_ttl_s > 0:
@@ -246,10 +252,12 @@ class Device:
         cache_hit = cached is not _MISSING
         route: Route
         fallback: FallbackKind
-        if cache_hit:
-            route, fallback, ok, result = decision.route, "none", True, cached
+        if cache_hit:  # answered from the cache: nothing of the task left the device
+            route, fallback, ok, result, uploaded = decision.route, "none", True, cached, False
         else:
-            route, fallback, ok, result = await self._execute(task, decision, cell, readings.online)
+            route, fallback, ok, result, uploaded = await self._execute(
+                task, decision, cell, readings.online
+            )
             if ok and cache_key is not None and cell is not None:
                 self.cache.put(cache_key, result, cell.cache_ttl_s)
         return self._finish(
@@ -264,6 +272,7 @@ class Device:
             ok,
             result,
             cache_hit=cache_hit,
+            uploaded=uploaded,
         )
 
     # --- execution ---------------------------------------------------------------------------
@@ -282,8 +291,9 @@ class Device:
         result: Any,
         *,
         cache_hit: bool,
+        uploaded: bool,
     ) -> Outcome:
-        latency_ms = (time.perf_counter() - started) * 1000
+        latency_ms = (self._clock() - started) * 1000
         if cell is None or version is None:
             self.telemetry.skipped += 1  # nothing to report against: no published version
         else:
@@ -299,9 +309,10 @@ class Device:
                     latency_ms=latency_ms,
                     cache_hit=cache_hit,
                     ok=ok,
+                    uploaded=uploaded,
                     # The app's cloud_infer strips identifiers when the cell asks for it.
-                    deidentified=route != "device" and not cache_hit and cell.upload_deidentify,
-                    ts=time.time(),
+                    deidentified=uploaded and cell.upload_deidentify,
+                    ts=self._wall_clock(),
                 )
             )
         return Outcome(
@@ -318,34 +329,37 @@ class Device:
 
     async def _execute(
         self, task: Task, decision: Decision, cell: Cell | None, online: bool
-    ) -> tuple[Route, FallbackKind, bool, Any]:
-        """(route taken, fallback, ok, result or the error) under the cell's fallback setting."""
+    ) -> tuple[Route, FallbackKind, bool, Any, bool]:
+        """(route taken, fallback, ok, result or the error, whether the task's data left the
+        device) under the cell's fallback setting. Data leaves with every cloud call made
+        while online, even one that then fails or times out; offline, a cloud call fails
+        before sending anything."""
         route = decision.route
         if route == "device" or cell is None:
             ok, result = await self._on_device(task)
             if ok or cell is None or fallback_route(cell, "device", "device") == "none":
-                return "device", "none", ok, result
+                return "device", "none", ok, result, False
             ok, result = await self._on_cloud(task, decision, cell, online)
-            return "cloud", "device_to_cloud", ok, result
+            return "cloud", "device_to_cloud", ok, result, online
         if route == "cloud":
             ok, result = await self._on_cloud(task, decision, cell, online)
             if ok or fallback_route(cell, "cloud", "cloud") == "none":
-                return "cloud", "none", ok, result
+                return "cloud", "none", ok, result, online
             ok, result = await self._on_device(task)
-            return "device", "cloud_to_device", ok, result
+            return "device", "cloud_to_device", ok, result, online
         # draft_refine: the device drafts, the cloud refines the draft.
         ok, draft = await self._on_device(task)
         if not ok:
             if fallback_route(cell, route, "device") == "none":
-                return "device", "none", False, draft
+                return "device", "none", False, draft, False
             ok, result = await self._on_cloud(task, decision, cell, online)
-            return "cloud", "device_to_cloud", ok, result
+            return "cloud", "device_to_cloud", ok, result, online
         ok, refined = await self._on_cloud(task, decision, cell, online)
         if ok:
-            return "draft_refine", "none", True, refined
+            return "draft_refine", "none", True, refined, online
         if fallback_route(cell, route, "cloud") == "none":
-            return "draft_refine", "none", False, refined
-        return "device", "cloud_to_device", True, draft
+            return "draft_refine", "none", False, refined, online
+        return "device", "cloud_to_device", True, draft, online
 
     async def _on_device(self, task: Task) -> tuple[bool, Any]:
         try:

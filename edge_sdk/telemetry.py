@@ -87,13 +87,16 @@ def build_event(
     ok: bool,
     deidentified: bool,
     ts: float,
+    uploaded: bool | None = None,
 ) -> dict[str, Any]:
     """One PROTOCOL.md telemetry event, with values kept inside what the server accepts.
 
     `route` is where the task was meant to run (the decision's route); `fallback` says
     whether it ran on the other side instead. Out-of-range signals from the app are clamped
     (a confidence of 1.02 becomes 1.0) and non-finite optional ones are left out, so one odd
-    reading never gets a whole batch refused.
+    reading never gets a whole batch refused. `uploaded` says whether any of the task's data
+    left the device (PROTOCOL.md extensions: what privacy violations are judged by);
+    None leaves it out, and the server judges from the route, fallback and cache hit.
     """
     event: dict[str, Any] = {
         "event_id": _uuid4(),
@@ -113,6 +116,8 @@ def build_event(
         "tokens": max(0, min(int(task.tokens), 2**31 - 1)),
         "upload_bytes": max(0, min(int(task.upload_bytes), 2**62)),
     }
+    if uploaded is not None:
+        event["uploaded"] = uploaded
     for name, value in (
         ("score", None if decision.score is None else _unit(decision.score)),
         ("threshold", None if decision.threshold is None else _unit(decision.threshold)),

@@ -21,6 +21,8 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils import timezone
 
+from controlplane import json_guard
+
 from . import selectors, services
 from .assignment import FleetAssignment, bucket
 from .models import Device, PolicyVersion
@@ -99,12 +101,16 @@ def _bearer(scope: dict[str, Any]) -> str:
 
 
 def _connect_states(tokens: list[str]) -> list[dict[str, Any] | None]:
-    """Authenticate sockets; mark their devices connected; supersede their older sockets."""
+    """Authenticate sockets; supersede their devices' older sockets.
+
+    A device is online only once this socket says `hello` (`_hello_states`): until then it is
+    marked offline, as its only live socket (the new one supersedes any older) has not.
+    """
     devices = [services.device_authenticate(token) for token in tokens]
     live = [device for device in devices if device is not None]
     if not live:
         return [None] * len(tokens)
-    services.devices_seen(device_pks=[device.pk for device in live], connected=True)
+    services.devices_seen(device_pks=[device.pk for device in live], connected=False)
     connected_at = time.time()
     # Tell every process: an older socket of this device, wherever it is (a half-open one on
     # another process after a network switch), is superseded. Locally `register` does it too.
@@ -133,29 +139,32 @@ def _connect_states(tokens: list[str]) -> list[dict[str, Any] | None]:
     ]
 
 
-def _hello_states(requests: list[tuple[int, int, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Record what each device said; read its fleet's assignment (once per fleet) and more."""
-    by_fields: dict[tuple[tuple[str, Any], ...], list[int]] = {}
-    for device_pk, _, fields in requests:
-        by_fields.setdefault(tuple(sorted(fields.items())), []).append(device_pk)
-    for key, device_pks in by_fields.items():
-        services.devices_seen(device_pks=device_pks, **dict(key))
+def _hello_states(requests: list[tuple[int, int, dict[str, Any], str]]) -> list[dict[str, Any]]:
+    """Record what each device said and mark it online; read its fleet's assignment (once per
+    fleet) and more. Only a socket whose token is still the device's current one, not
+    revoked, counts: one opened with a token that a re-enrolment replaced is told `revoked`."""
+    by_fields: dict[tuple[tuple[str, Any], ...], list[str]] = {}
+    for _, _, fields, token_hash in requests:
+        by_fields.setdefault(tuple(sorted(fields.items())), []).append(token_hash)
+    for key, token_hashes in by_fields.items():
+        services.devices_seen_by_token(token_hashes=token_hashes, connected=True, **dict(key))
     fleets = {
         fleet_id: (selectors.fleet_assignment(fleet_id), selectors.cloud_pressure_live(fleet_id))
-        for fleet_id in {fleet_id for _, fleet_id, _ in requests}
+        for fleet_id in {fleet_id for _, fleet_id, _, _ in requests}
     }
-    revoked = set(
+    current = set(
         Device.objects.filter(
-            pk__in=[device_pk for device_pk, _, _ in requests], revoked_at__isnull=False
-        ).values_list("pk", flat=True)
+            token_hash__in=[token_hash for _, _, _, token_hash in requests],
+            revoked_at__isnull=True,
+        ).values_list("token_hash", flat=True)
     )
     return [
         {
             "assignment": fleets[fleet_id][0],
             "pressure": fleets[fleet_id][1],
-            "revoked": device_pk in revoked,
+            "revoked": token_hash not in current,
         }
-        for device_pk, fleet_id, _ in requests
+        for _, fleet_id, _, token_hash in requests
     ]
 
 
@@ -244,9 +253,12 @@ class DeviceStore:
         result: dict[str, Any] | None = await future
         return result
 
-    async def hello(self, device_pk: int, fleet_id: int, fields: dict[str, Any]) -> dict[str, Any]:
-        """Record the hello; the fleet's assignment, cloud pressure and the revoked flag."""
-        future = self._submit("hello", (device_pk, fleet_id, fields), wait=True)
+    async def hello(
+        self, device_pk: int, fleet_id: int, fields: dict[str, Any], token_hash: str
+    ) -> dict[str, Any]:
+        """Record the hello (the device is online from now); the fleet's assignment, cloud
+        pressure and the revoked flag (the token is revoked or no longer the device's)."""
+        future = self._submit("hello", (device_pk, fleet_id, fields, token_hash), wait=True)
         assert future is not None
         result: dict[str, Any] = await future
         return result
@@ -444,9 +456,13 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
             self.closing = True
             await self.close(code=code)
 
-    async def send_error(self, code: str, detail: str) -> None:
-        """PROTOCOL.md `error` frame; the socket stays open."""
-        await self.send(text_data=json.dumps({"type": "error", "code": code, "detail": detail}))
+    async def send_error(self, code: str, detail: str, field: str | None = None) -> None:
+        """PROTOCOL.md `error` frame (with the `field` at fault when known); the socket stays
+        open."""
+        frame: dict[str, Any] = {"type": "error", "code": code, "detail": detail}
+        if field is not None:
+            frame["field"] = field
+        await self.send(text_data=json.dumps(frame))
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if not self.authenticated:
@@ -461,7 +477,15 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
             await self.send_error("too_large", f"frame over {MAX_FRAME_BYTES} bytes")
             return
         try:
-            message = json.loads(text_data)
+            message = json_guard.loads(text_data)
+        except json_guard.JsonRefused as refused:
+            # Too deep, NUL / lone surrogate, NaN: refused before any handler (or the database)
+            # sees it, naming the field.
+            problem = refused.problem
+            await self.send_error(
+                "bad_message", f"{problem.field or 'frame'}: {problem.message}", field=problem.field
+            )
+            return
         except ValueError:
             await self.send_error("bad_message", "frame is not valid JSON")
             return
@@ -506,7 +530,7 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         self.hello_done = False
         for _ in range(3):
             seen = self.pushes_before_hello
-            state = await store.hello(self.device_pk, self.fleet_id, fields)
+            state = await store.hello(self.device_pk, self.fleet_id, fields, self.token_hash)
             if self.pushes_before_hello == seen:
                 break
         if state["revoked"]:

@@ -44,8 +44,8 @@ DEMO_OVERRIDES: dict[tuple[str, str, str], dict[str, Any]] = {
     },
     ("voice", "background", "normal"): {"latency_budget_ms": 5000, "cloud_timeout_ms": 8000},
     # Text sits in between: auto with θ 0.6 and weights 0.4/0.3/0.3 over 400 tokens.
-    ("text", "interactive", "sensitive"): {"latency_budget_ms": 800, "cloud_timeout_ms": 1500},
-    ("text", "interactive", "normal"): {"latency_budget_ms": 800, "cloud_timeout_ms": 1500},
+    ("text", "interactive", "sensitive"): {"latency_budget_ms": 1000, "cloud_timeout_ms": 1500},
+    ("text", "interactive", "normal"): {"latency_budget_ms": 1000, "cloud_timeout_ms": 1500},
     ("text", "background", "sensitive"): {"latency_budget_ms": 10000, "cloud_timeout_ms": 15000},
     ("text", "background", "normal"): {"latency_budget_ms": 10000, "cloud_timeout_ms": 15000},
     ("image", "interactive", "sensitive"): {
@@ -55,8 +55,8 @@ DEMO_OVERRIDES: dict[tuple[str, str, str], dict[str, Any]] = {
     },
     ("image", "interactive", "normal"): {
         "mode": "draft_refine",
-        "latency_budget_ms": 1500,
-        "cloud_timeout_ms": 3000,
+        "latency_budget_ms": 2500,
+        "cloud_timeout_ms": 4000,
         "upload.max_bytes": 2_097_152,
     },
     ("image", "background", "sensitive"): {

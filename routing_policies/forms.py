@@ -16,6 +16,8 @@ from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.http import QueryDict
 
+from controlplane import json_guard
+
 from .cell_schema import CELL_FIELDS, DIMENSION_LABELS, DIMENSIONS, CellKey, FieldSpec
 
 FIELD_PREFIX = "value-"
@@ -188,7 +190,11 @@ class DimensionValueRemoveForm(forms.Form):
 
 
 class ImportError_(Exception):
-    """The uploaded or pasted document could not be read as JSON."""
+    """The uploaded or pasted document could not be read as JSON (answered 400)."""
+
+
+class ImportTooLarge(ImportError_):
+    """The uploaded document is over the request size limit (answered 413)."""
 
 
 def read_import_document(upload: UploadedFile | None, pasted: str) -> Any:
@@ -196,13 +202,15 @@ def read_import_document(upload: UploadedFile | None, pasted: str) -> Any:
     limit: int = settings.MAX_REQUEST_BYTES
     if upload is not None:
         if upload.size is not None and upload.size > limit:
-            raise ImportError_(
+            raise ImportTooLarge(
                 f"The file is {upload.size:,} bytes; the limit is {limit:,} bytes. "
                 "Nothing was imported."
             )
         raw = upload.read(limit + 1)
         if len(raw) > limit:
-            raise ImportError_(f"The file is over the {limit:,} byte limit. Nothing was imported.")
+            raise ImportTooLarge(
+                f"The file is over the {limit:,} byte limit. Nothing was imported."
+            )
         try:
             text = raw.decode("utf-8-sig")
         except UnicodeDecodeError:
@@ -216,9 +224,13 @@ def read_import_document(upload: UploadedFile | None, pasted: str) -> Any:
     else:
         raise ImportError_("Choose a JSON file or paste a policy document.")
     try:
-        return json.loads(text)
+        return json_guard.loads(text)
+    except json_guard.JsonRefused as refused:
+        raise ImportError_(
+            f"{source} is refused: {refused.message} Nothing was imported."
+        ) from None
     except json.JSONDecodeError as exc:
         raise ImportError_(
-            f"{source} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}. "
-            "Nothing was imported."
+            f"{source} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno} "
+            f"(character {exc.pos + 1}). Nothing was imported."
         ) from None

@@ -55,6 +55,9 @@ class PushTarget(Protocol):
     fleet_id: int
     device_pk: int
     device_id: str
+    token_hash: str  # of the token the socket was opened with
+    hello_done: bool  # the socket said `hello`: only then is its device online
+    closing: bool  # being closed (revoked, superseded): no longer its device's socket
 
     async def on_push(self, message: dict[str, Any]) -> None:
         """Handle one fleet-wide push message (decide whether it concerns this device)."""
@@ -149,22 +152,27 @@ class PushHub:
                 await client.aclose()
 
     async def _beat(self) -> None:
-        """Mark this process's connected devices as seen, in one UPDATE every interval."""
+        """Mark this process's online devices as seen, in one UPDATE every interval: those
+        whose socket said `hello`, by the socket's token, so a socket whose token a
+        re-enrolment replaced (it is being closed) never marks its device online again."""
         from channels.db import database_sync_to_async
 
-        from .models import Device
+        from .services import devices_seen_by_token
 
-        def touch(pks: list[int]) -> None:
-            from django.utils import timezone
-
-            Device.objects.filter(pk__in=pks).update(last_seen_at=timezone.now(), connected=True)
+        def touch(token_hashes: list[str]) -> None:
+            devices_seen_by_token(token_hashes=token_hashes, connected=True)
 
         while True:
             await asyncio.sleep(HEARTBEAT_S)
-            pks = [pk for fleet in self.targets.values() for pk in fleet]
-            for start in range(0, len(pks), 5000):
+            hashes = [
+                target.token_hash
+                for fleet in self.targets.values()
+                for target in fleet.values()
+                if target.hello_done and not target.closing
+            ]
+            for start in range(0, len(hashes), 5000):
                 try:
-                    await database_sync_to_async(touch)(pks[start : start + 5000])
+                    await database_sync_to_async(touch)(hashes[start : start + 5000])
                 except Exception:
                     logger.warning("push.heartbeat_failed", exc_info=True)
 

@@ -23,6 +23,11 @@ class Role(IntEnum):
         """Lower-case name, as used for the group."""
         return self.name.lower()
 
+    @property
+    def with_article(self) -> str:
+        """`a viewer`, `an editor`: the label as a sentence says it."""
+        return f"{'an' if self.label[0] in 'aeiou' else 'a'} {self.label}"
+
 
 ROLE_GROUPS = {Role.VIEWER: "viewer", Role.EDITOR: "editor", Role.PUBLISHER: "publisher"}
 

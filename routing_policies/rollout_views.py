@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
+from django.core.paginator import Paginator
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
@@ -27,7 +28,7 @@ from .selectors import rollout_pages
 from .services.rollout import MAX_CLOUD_PRESSURE_TTL_S
 from .views import _fleet_or_404, role_required
 
-DEVICE_PAGE_LIMIT = 200
+DEVICE_PAGE_SIZE = 50
 ONLINE_CHOICES = ("all", "online", "offline")
 STATE_LABELS = {
     Rollout.State.ACTIVE: "active",
@@ -432,16 +433,37 @@ def _devices_page(
     request: HttpRequest, fleet: Fleet, *, new_key: str = "", status: int = 200
 ) -> HttpResponse:
     shown, query, problem = _device_filters(request)
-    rows = [] if problem else selectors.device_list(fleet=fleet, limit=DEVICE_PAGE_LIMIT, **query)
+    assignment = selectors.fleet_assignment(fleet.pk)
+    devices = selectors.device_query(fleet=fleet, assignment=assignment, **query)
+    # `get_page` answers the last page for a number past the end and the first for a bad one.
+    page = Paginator(devices if not problem else Device.objects.none(), DEVICE_PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
+    filters = {name: value for name, value in shown.items() if value and value != "all"}
     context = {
         "fleet": fleet,
-        "devices": rows,
+        "devices": selectors.device_rows(page.object_list, assignment=assignment),
+        "page": page,
+        "page_links": [
+            {
+                "number": number,
+                "url": f"?{urlencode({**filters, 'page': number})}"
+                if isinstance(number, int)
+                else "",
+            }
+            # Gaps (…) come as a text, not a number.
+            for number in page.paginator.get_elided_page_range(page.number, on_each_side=2)
+        ],
+        "previous_url": f"?{urlencode({**filters, 'page': page.previous_page_number()})}"
+        if page.has_previous()
+        else "",
+        "next_url": f"?{urlencode({**filters, 'page': page.next_page_number()})}"
+        if page.has_next()
+        else "",
         "filters": shown,
         "filtered": any(shown[name] for name in ("version", "platform"))
         or shown["online"] != "all",
         "error": problem,
-        "limit": DEVICE_PAGE_LIMIT,
-        "full": len(rows) >= DEVICE_PAGE_LIMIT,
         "versions": rollout_pages.published_versions(fleet=fleet),
         "platforms": rollout_pages.device_platforms(fleet=fleet),
         "counts": rollout_pages.device_counts(fleet=fleet),
@@ -484,7 +506,7 @@ def device_revoke(request: HttpRequest, slug: str, device_id: str) -> HttpRespon
     # Back to the same filtered list; only the filter names are carried over.
     filters = {
         name: request.POST[name]
-        for name in ("version", "online", "platform")
+        for name in ("version", "online", "platform", "page")
         if request.POST.get(name)
     }
     return HttpResponseRedirect(f"{url}?{urlencode(filters)}" if filters else url)

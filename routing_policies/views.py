@@ -8,6 +8,7 @@ Roles are checked with `roles.has_role`, exactly as the API's permissions do.
 import functools
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
@@ -38,6 +39,7 @@ from .forms import (
     DimensionValueRemoveForm,
     FleetCreateForm,
     ImportError_,
+    ImportTooLarge,
     input_name,
     parse_cell_edit,
     parse_revision,
@@ -47,6 +49,7 @@ from .forms import (
 from .models import Fleet, PolicyVersion
 from .permissions import IsEditor, IsPublisher, IsViewer
 from .roles import Role, has_role, user_role
+from .selectors import rollout_pages
 
 View = TypeVar("View", bound=Callable[..., HttpResponse])
 
@@ -64,6 +67,9 @@ MODE_DESCRIPTIONS = {
     "draft_refine": "device drafts, cloud refines",
 }
 
+# Modes that route without scoring the task: θ is stored but does nothing there.
+PINNED_MODES = ("device_only", "cloud_only")
+
 STALE_MESSAGE = (
     "Someone else changed this draft since you opened it (you had revision {mine}, it is now "
     "{current}). Your changes were not saved. Reload to see their changes."
@@ -80,7 +86,7 @@ def role_required(role: Role) -> Callable[[View], View]:
                 return redirect_to_login(request.get_full_path())
             if not has_role(request.user, role):
                 current = user_role(request.user)
-                you_are = f"You are a {current.label}" if current else "You have no role yet"
+                you_are = f"You are {current.with_article}" if current else "You have no role yet"
                 raise PermissionDenied(f"{_ROLE_REFUSALS[role]} {you_are}.")
             return view(request, *args, **kwargs)
 
@@ -123,7 +129,7 @@ def field_label(path: str) -> str:
     """`Threshold θ` for `threshold`; `Latency budget (ms)`; other names as they are."""
     spec = FIELDS_BY_PATH.get(path)
     if spec is None:
-        return {"weights": "Weights (sum)", "cell": "Cell"}.get(path, path)
+        return {"weights": "Weights (sum)", "cell": "Cell", "note": "Release note"}.get(path, path)
     return f"{spec.label} ({spec.unit})" if spec.unit else spec.label
 
 
@@ -182,6 +188,7 @@ def _grid(
                         "missing": values is None,
                         "mode": values["mode"] if values else "",
                         "threshold": values["threshold"] if values else None,
+                        "theta_applies": values is not None and values["mode"] not in PINNED_MODES,
                         "latency_budget_display": (
                             f"{values['latency_budget_ms']:,}" if values else ""
                         ),
@@ -216,6 +223,51 @@ def _grid(
     return {"tiers": dims["privacy_tier"], "groups": groups}
 
 
+def _diff_marks(
+    diff: dict[str, Any],
+) -> tuple[dict[str, dict[str, tuple[str, str]]], list[str]]:
+    """A version diff as grid marks: {cell: {field: (before, after)}} and the added cells."""
+    changes = {
+        cell["cell"]: {
+            f["field"]: (display_value(f["before"]), display_value(f["after"]))
+            for f in cell["fields"]
+        }
+        for cell in diff["cells"]
+        if cell["status"] == "changed"
+    }
+    added = [cell["cell"] for cell in diff["cells"] if cell["status"] == "added"]
+    return changes, added
+
+
+def _draft_changes(fleet: Fleet, draft: PolicyVersion) -> dict[str, Any] | None:
+    """How the draft differs from the version it started from, for the grid and Publish."""
+    base = draft.based_on.number if draft.based_on else None
+    if base is None:
+        return None  # the fleet's first table: nothing to compare with
+    diff = selectors.version_diff(fleet=fleet, a=base, b="draft")
+    changes, added = _diff_marks(diff)
+    count = diff["changed_cells"]
+    return {
+        "base": f"v{base}",
+        "changes": changes,
+        "added": added,
+        "count": count,
+        "summary": f"{count} cell{'' if count == 1 else 's'} changed since v{base}",
+        "removed": sum(1 for cell in diff["cells"] if cell["status"] == "removed"),
+        "diff_url": f"{reverse('version-diff', args=[fleet.slug])}?a={base}&b=draft",
+    }
+
+
+def _version_running(version: PolicyVersion, running: dict[str, Any]) -> str:
+    """`stable`, `candidate` or `idle`: whether devices run this published version."""
+    rollout = running["rollout"]
+    if version.number == running["stable"]:
+        return "stable"
+    if rollout and version.number == rollout["candidate"]:
+        return "candidate"
+    return "idle"
+
+
 def _legend() -> list[dict[str, str]]:
     return [{"mode": mode, "description": MODE_DESCRIPTIONS[mode]} for mode in MODES]
 
@@ -248,6 +300,8 @@ def _edit_fields(edit: CellEdit | None, problems: Iterable[dict[str, Any]]) -> l
                     "kind": spec.kind,
                     "choices": spec.choices,
                     "hint": range_hint(spec),
+                    "minimum": spec.minimum,
+                    "maximum": spec.maximum,
                     "help": spec.help,
                     "value": raw.get(path, ""),
                     "errors": messages_by_path.get(path, []),
@@ -304,22 +358,36 @@ def _fleet_page(
             .values_list("number", flat=True)
         ),
         "legend": _legend(),
+        "running": rollout_pages.fleet_running(fleet=fleet),
     }
     if version is None:
         return render(request, "routing_policies/fleet_detail.html", context, status=status)
     table = selectors.version_table(version=version)
     editable = version.is_draft and has_role(request.user, Role.EDITOR)
     revision = form_revision if form_revision is not None else version.revision
+    changes = _draft_changes(fleet, version) if version.is_draft else None
+    if edit:
+        selected = ["/".join(key) for key in edit.cells]
+    else:
+        # After a save the page comes back with the cells that were edited still selected.
+        known = {cell_key_label(key) for key in table}
+        selected = [label for label in request.GET.getlist("cell") if label in known and editable]
+    running = context["running"]
     context.update(
         {
             "is_current": version == (draft or latest),
             "editable": editable,
             "form_revision": revision,
+            "draft_changes": changes,
+            "version_running": "" if version.is_draft else _version_running(version, running),
+            "marks_against": changes["base"] if changes else "",
             "grid": _grid(
                 version,
                 table,
                 problems=problems,
-                selected=["/".join(key) for key in edit.cells] if edit else (),
+                changes=changes["changes"] if changes else None,
+                added=changes["added"] if changes else (),
+                selected=selected,
             ),
             "export_url": _export_url(fleet, version),
             "dimensions": [
@@ -476,7 +544,9 @@ def draft_cells_update(request: HttpRequest, slug: str) -> HttpResponse:
             request,
             f"Saved {fields} on {labels}{more}; the draft is now at revision {draft.revision}.",
         )
-    return redirect("fleet-detail", slug=fleet.slug)
+    # The edited cells stay selected, so a second change to them is one click away.
+    selection = urlencode([("cell", cell_key_label(key)) for key in edit.cells], safe="/")
+    return HttpResponseRedirect(f"{reverse('fleet-detail', args=[fleet.slug])}?{selection}")
 
 
 @role_required(Role.EDITOR)
@@ -607,10 +677,15 @@ def draft_publish(request: HttpRequest, slug: str) -> HttpResponse:
         )
     except ApplicationError as exc:
         return _refusal(request, fleet, exc, posted_revision=revision, publish_note=note)
-    messages.success(
-        request,
-        f"Published v{version.number}. Devices on this fleet's stable line receive it next.",
-    )
+    running = rollout_pages.fleet_running(fleet=fleet)
+    if running["stable"] == version.number:
+        what_next = "It is the fleet's first version, so every device runs it now."
+    else:
+        what_next = (
+            f"Devices still run v{running['stable']}: no device runs v{version.number} until "
+            "a publisher starts a rollout of it or switches the fleet to it."
+        )
+    messages.success(request, f"Published v{version.number}. {what_next}")
     return HttpResponseRedirect(_fleet_url(fleet, version))
 
 
@@ -639,7 +714,7 @@ def draft_import_page(request: HttpRequest, slug: str) -> HttpResponse:
         document = read_import_document(request.FILES.get("document_file"), pasted)
     except ImportError_ as exc:
         context["error"] = str(exc)
-        status = 413 if "limit" in str(exc) else 400
+        status = 413 if isinstance(exc, ImportTooLarge) else 400
         return render(request, "routing_policies/import.html", context, status=status)
     try:
         draft = services.policy_draft_import(
@@ -726,14 +801,10 @@ def diff_page(request: HttpRequest, slug: str) -> HttpResponse:
         return render(request, "routing_policies/diff.html", context)
     version_a, version_b = _version_or_404(fleet, ref_a), _version_or_404(fleet, ref_b)
     diff = selectors.version_diff(fleet=fleet, a=ref_a, b=ref_b)
-    changes: dict[str, dict[str, tuple[str, str]]] = {}
+    changes, added = _diff_marks(diff)
     rows = []
     for cell in diff["cells"]:
         if cell["status"] == "changed":
-            changes[cell["cell"]] = {
-                f["field"]: (display_value(f["before"]), display_value(f["after"]))
-                for f in cell["fields"]
-            }
             for index, change in enumerate(cell["fields"]):
                 rows.append(
                     {
@@ -776,8 +847,9 @@ def diff_page(request: HttpRequest, slug: str) -> HttpResponse:
                 version_b,
                 selectors.version_table(version=version_b),
                 changes=changes,
-                added=[cell["cell"] for cell in diff["cells"] if cell["status"] == "added"],
+                added=added,
             ),
+            "marks_against": version_a.label,
         }
     )
     return render(request, "routing_policies/diff.html", context)

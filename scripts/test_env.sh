@@ -4,6 +4,9 @@ PG_URL=${PG_URL:-postgres://root@127.0.0.1:5432/root}
 REDIS_TEST_URL=${REDIS_TEST_URL:-redis://127.0.0.1:6379/15}
 export SECRET_KEY=${SECRET_KEY:-tests-only-secret}
 export DEBUG=0
+# The suite's clients, live servers and Chromium speak plain http to 127.0.0.1 (no redirect to
+# https, cookies not Secure): the production HTTPS settings are tested by check --deploy.
+export HTTPS=0
 
 if .venv/bin/python scripts/wait_for.py --postgres "$PG_URL" --timeout 5; then
   export DATABASE_URL=${DATABASE_URL:-$PG_URL}

@@ -65,6 +65,10 @@ class AlertRule(models.Model):
     window_minutes = models.PositiveIntegerField(default=10)
     min_samples = models.PositiveIntegerField(default=50)
     for_seconds = models.PositiveIntegerField(default=0)
+    # Hysteresis, in the threshold's unit: a pending or firing rule clears only once the value
+    # is back on the healthy side of the threshold by this much (0: as soon as not breached),
+    # so a value hovering at the threshold does not flap between pending and cleared.
+    hysteresis = models.FloatField(default=0.0)
     scope = models.CharField(max_length=8, choices=Scope.choices, default=Scope.FLEET)
     # "3" for a version, "candidate" for a cohort, "text/interactive/normal" for a cell.
     scope_value = models.CharField(max_length=120, blank=True)

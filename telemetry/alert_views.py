@@ -19,7 +19,7 @@ from routing_policies.roles import Role, has_role
 from routing_policies.views import _fleet_or_404, role_required
 
 from .alert_models import AlertRule, Condition, Metric, Scope, WebhookFormat
-from .alerting import format_threshold, format_value
+from .alerting import format_clear, format_threshold, format_value
 from .selectors import alerts as selectors
 from .services import alerts as services
 
@@ -31,6 +31,7 @@ def _rule_row(rule: AlertRule) -> dict[str, Any]:
     return {
         "rule": rule,
         "condition_text": format_threshold(rule.metric, rule.condition, rule.threshold),
+        "clear_text": format_clear(rule.metric, rule.condition, rule.threshold, rule.hysteresis),
         "value_text": format_value(rule.metric, rule.last_value),
         "scope_text": scope,
         "state_label": STATE_LABELS.get(rule.state, rule.state),
@@ -45,6 +46,7 @@ def _form_values(rule: AlertRule | None) -> dict[str, str]:
             "window_minutes": "10",
             "min_samples": "50",
             "for_seconds": "0",
+            "hysteresis": "0",
             "scope": Scope.FLEET,
             "enabled": "on",
         }
@@ -56,6 +58,7 @@ def _form_values(rule: AlertRule | None) -> dict[str, str]:
         "window_minutes": str(rule.window_minutes),
         "min_samples": str(rule.min_samples),
         "for_seconds": str(rule.for_seconds),
+        "hysteresis": f"{rule.hysteresis:g}",
         "scope": rule.scope,
         "scope_value": rule.scope_value,
         "enabled": "on" if rule.enabled else "",
@@ -125,6 +128,7 @@ def _posted_rule(request: HttpRequest) -> dict[str, Any]:
         "window_minutes": _number(post.get("window_minutes", ""), "window_minutes", whole=True),
         "min_samples": _number(post.get("min_samples", ""), "min_samples", whole=True),
         "for_seconds": _number(post.get("for_seconds", "0") or "0", "for_seconds", whole=True),
+        "hysteresis": _number(post.get("hysteresis", "0") or "0", "hysteresis", whole=False),
         "scope": post.get("scope", ""),
         "scope_value": post.get("scope_value", "").strip(),
         "enabled": post.get("enabled") == "on",

@@ -59,6 +59,8 @@ class Figures:
     privacy_violations: int = 0
     # Per (version, cell): events and the merged latency histogram.
     cells: dict[tuple[int, str, str, str], tuple[int, dict[str, int]]] = field(default_factory=dict)
+    # Per (version, cell): privacy violations, where there were any (the alert names them).
+    violations: dict[tuple[int, str, str, str], int] = field(default_factory=dict)
 
     def add(self, row: RollupRow, with_latency: bool) -> None:
         """Fold one row in."""
@@ -70,6 +72,9 @@ class Figures:
         self.fallbacks += row.fallbacks
         self.errors += row.errors
         self.privacy_violations += row.privacy_violations
+        if row.privacy_violations:
+            key = (row.policy_version, row.task_type, row.latency_budget, row.privacy_tier)
+            self.violations[key] = self.violations.get(key, 0) + row.privacy_violations
         if with_latency and row.latency_hist:
             key = (row.policy_version, row.task_type, row.latency_budget, row.privacy_tier)
             count, hist = self.cells.get(key, (0, {}))
@@ -138,7 +143,7 @@ def reading(metric: str, figures: Figures, budgets: Budgets, min_samples: int) -
     if metric == Metric.EVENTS:
         return Reading(float(events), events)
     if metric == Metric.PRIVACY_VIOLATIONS:
-        return Reading(float(figures.privacy_violations), events)
+        return Reading(float(figures.privacy_violations), events, _violation_detail(figures))
     if metric in RATE_METRICS:
         if not events:
             return Reading(None, 0)
@@ -162,13 +167,25 @@ def reading(metric: str, figures: Figures, budgets: Budgets, min_samples: int) -
         if worst is None or (worst.value is not None and ratio > worst.value):
             label = "/".join(key[1:])
             worst = Reading(
-                ratio, count, f"{label} v{key[0]}: {latency:,.0f} ms of a {budget:,} ms budget"
+                ratio,
+                count,
+                f"worst cell {label} v{key[0]}: {latency:,.0f} ms of a {budget:,} ms budget",
             )
     if worst is None:
         # No cell has enough samples: say how many the busiest one had.
         busiest = max((count for count, _ in figures.cells.values()), default=0)
         return Reading(None, busiest)
     return worst
+
+
+def _violation_detail(figures: Figures) -> str:
+    """`in text/interactive/sensitive v2: 3, image/background/sensitive v2: 1` (most first)."""
+    if not figures.violations:
+        return ""
+    ranked = sorted(figures.violations.items(), key=lambda item: (-item[1], item[0]))
+    shown = ", ".join(f"{'/'.join(key[1:])} v{key[0]}: {count:,}" for key, count in ranked[:3])
+    more = f" and {len(ranked) - 3} more cells" if len(ranked) > 3 else ""
+    return f"in {shown}{more}"
 
 
 def _breach(condition: str, value: float, threshold: float, previous: float | None) -> bool:
@@ -182,15 +199,28 @@ def _breach(condition: str, value: float, threshold: float, previous: float | No
     return previous - value >= threshold
 
 
+def clear_level(condition: str, threshold: float, hysteresis: float) -> float:
+    """The level past which a breached rule clears: the threshold moved to the healthy side
+    by the hysteresis (down for above / rises by / falls by, up for below)."""
+    if condition == Condition.BELOW:
+        return threshold + hysteresis
+    return threshold - hysteresis
+
+
 @dataclass(frozen=True, slots=True)
 class Judgement:
-    """A rule's outcome, its value (and the previous window's), samples and a sentence."""
+    """A rule's outcome, its value (and the previous window's), samples and a sentence.
+
+    `held`: not breached, but not yet past the clear level either (inside the hysteresis
+    band): a pending or firing rule stays as it is.
+    """
 
     outcome: Outcome
     value: float | None
     previous: float | None
     samples: int
     message: str
+    held: bool = False
 
 
 def format_value(metric: str, value: float | None) -> str:
@@ -229,8 +259,10 @@ def judge_rule(
     previous: Figures | None,
     budgets: Budgets,
     reported_before: bool = True,
+    hysteresis: float = 0.0,
 ) -> Judgement:
-    """Breach, ok or no_data for one rule over its current (and previous) window."""
+    """Breach, ok or no_data for one rule over its current (and previous) window; an ok
+    inside the hysteresis band is `held`."""
     now_reading = reading(metric, current, budgets, min_samples)
     label = Metric(metric).label
     if metric == Metric.EVENTS:
@@ -243,7 +275,10 @@ def judge_rule(
         )
         rule_text = format_threshold(metric, condition, threshold)
         text = f"{current.events:,} events in the window (alert if {rule_text})"
-        return Judgement(outcome, now_reading.value, None, current.events, text)
+        held = outcome == "ok" and _breach(
+            condition, now_reading.value, clear_level(condition, threshold, hysteresis), None
+        )
+        return Judgement(outcome, now_reading.value, None, current.events, text, held)
     conclusive_violation = (
         metric == Metric.PRIVACY_VIOLATIONS
         and condition == Condition.ABOVE
@@ -272,22 +307,45 @@ def judge_rule(
                 f"too few samples in the previous window: {before.samples:,} of the "
                 f"{min_samples:,} needed",
             )
-    breached = _breach(
-        condition, now_reading.value, threshold, before.value if before is not None else None
-    )
+    previous_value = before.value if before is not None else None
+    breached = _breach(condition, now_reading.value, threshold, previous_value)
+    level = clear_level(condition, threshold, hysteresis)
+    held = not breached and _breach(condition, now_reading.value, level, previous_value)
     shown = format_value(metric, now_reading.value)
     if before is not None:
         shown = f"{format_value(metric, before.value)} → {shown}"
-    text = f"{label} {shown} (alert if {format_threshold(metric, condition, threshold)})"
+    rule_text = format_threshold(metric, condition, threshold)
+    if hysteresis > 0:
+        rule_text += f"; {format_clear(metric, condition, threshold, hysteresis)}"
+    text = f"{label} {shown} (alert if {rule_text})"
     if now_reading.detail:
-        text += f"; worst cell {now_reading.detail}"
+        text += f"; {now_reading.detail}"
     return Judgement(
         "breach" if breached else "ok",
         now_reading.value,
-        before.value if before is not None else None,
+        previous_value,
         now_reading.samples,
         text,
+        held,
     )
+
+
+def format_clear(metric: str, condition: str, threshold: float, hysteresis: float) -> str:
+    """Where a breached rule clears: `clears at ≤ 0.90× budget`, `clears at a rise < 15.0 pts`,
+    `clears at ≥ 2`; "" without hysteresis (it clears as soon as it is not breached)."""
+    if hysteresis <= 0:
+        return ""
+    level = clear_level(condition, threshold, hysteresis)
+    return f"clears {_clear_words(metric, condition, level)}"
+
+
+def _clear_words(metric: str, condition: str, level: float) -> str:
+    if condition in (Condition.RISES_BY, Condition.FALLS_BY):
+        amount = f"{level * 100:.1f} pts" if metric in RATE_METRICS else format_value(metric, level)
+        change = "rise" if condition == Condition.RISES_BY else "fall"
+        return f"at a {change} < {amount}"
+    sign = "≥" if condition == Condition.BELOW else "≤"
+    return f"at {sign} {format_value(metric, level)}"
 
 
 def judge_guard(
@@ -324,7 +382,7 @@ def judge_guard(
             f"({'above' if breached else 'within'} {format_value(metric, threshold)})"
         )
         if mine.detail:
-            text += f"; worst cell {mine.detail}"
+            text += f"; {mine.detail}"
         return Judgement("breach" if breached else "ok", mine.value, None, mine.samples, text)
     theirs = reading(metric, stable, budgets, min_samples)
     if theirs.value is None or theirs.samples < min_samples:

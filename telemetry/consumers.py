@@ -30,6 +30,7 @@ from typing import Any, Final
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from controlplane import json_guard
 from controlplane.exceptions import ApplicationError
 from routing_policies.models import Fleet
 from routing_policies.roles import Role, user_role
@@ -117,7 +118,10 @@ class DashboardConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channe
             await self._error("too_large", f"A message is at most {MAX_MESSAGE_BYTES} bytes.")
             return
         try:
-            message = json.loads(text_data)
+            message = json_guard.loads(text_data)
+        except json_guard.JsonRefused as refused:
+            await self._error("bad_message", refused.message, details=refused.details)
+            return
         except ValueError:
             await self._error("bad_message", "A message must be a JSON object.")
             return

@@ -13,7 +13,9 @@ Unknown fields are ignored: the protocol grows by new optional fields.
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,12 +24,22 @@ from typing import Annotated, Any, Final, Literal, Protocol
 
 import msgspec
 
+from controlplane import json_guard
 from controlplane.exceptions import ValidationFailed
+
+logger = logging.getLogger(__name__)
 
 MAX_EVENTS: Final = 1000
 FUTURE_TOLERANCE: Final = timedelta(minutes=5)
 MAX_INT32: Final = 2**31 - 1
 MAX_ERRORS: Final = 200  # a 400 names at most this many problems
+# Physical ranges (docs/PROTOCOL.md, extensions): generous for any real device, but finite, so
+# that no sum or sketch of stored figures can overflow (1e308 twice is infinity).
+MAX_LATENCY_MS: Final = 86_400_000.0  # a day: a background task queued while offline
+MAX_RTT_MS: Final = 600_000.0  # ten minutes
+MAX_BANDWIDTH_KBPS: Final = 100_000_000.0  # 100 Gbit/s
+MAX_TOKENS: Final = 10_000_000
+MAX_UPLOAD_BYTES: Final = 2**40  # 1 TiB
 
 ROUTES: Final = ("device", "cloud", "draft_refine")
 DECIDED_BY: Final = ("policy", "privacy", "offline", "threshold", "latency")
@@ -37,7 +49,9 @@ Route = Literal["device", "cloud", "draft_refine"]
 DecidedBy = Literal["policy", "privacy", "offline", "threshold", "latency"]
 FallbackKind = Literal["none", "cloud_to_device", "device_to_cloud"]
 Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
-NonNegative = Annotated[float, msgspec.Meta(ge=0.0)]
+LatencyMs = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_LATENCY_MS)]
+RttMs = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_RTT_MS)]
+BandwidthKbps = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_BANDWIDTH_KBPS)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=32)]
 
 
@@ -54,19 +68,22 @@ class TelemetryEvent(msgspec.Struct, kw_only=True):
     route: Route
     decided_by: DecidedBy
     fallback: FallbackKind
-    latency_ms: NonNegative
+    latency_ms: LatencyMs
     cache_hit: bool
     ok: bool
     deidentified: bool = False
     score: Unit | None = None
     threshold: Unit | None = None
-    tokens: Annotated[int, msgspec.Meta(ge=0, le=MAX_INT32)] | None = None
+    tokens: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] | None = None
     intent_conf: Unit | None = None
     lm_conf: Unit | None = None
-    upload_bytes: Annotated[int, msgspec.Meta(ge=0, le=2**62)] | None = None
-    rtt_ms: NonNegative | None = None
-    bandwidth_kbps: NonNegative | None = None
+    upload_bytes: Annotated[int, msgspec.Meta(ge=0, le=MAX_UPLOAD_BYTES)] | None = None
+    rtt_ms: RttMs | None = None
+    bandwidth_kbps: BandwidthKbps | None = None
     device_load: Unit | None = None
+    # PROTOCOL.md extensions: whether any of the task's data left the device; None (omitted by
+    # older devices) is judged from route, fallback and cache hit (`rollup.left_device`).
+    uploaded: bool | None = None
 
 
 class TelemetryBatch(msgspec.Struct):
@@ -106,19 +123,20 @@ FIELDS: Final[tuple[FieldRule, ...]] = (
     FieldRule("route", "enum", choices=ROUTES),
     FieldRule("decided_by", "enum", choices=DECIDED_BY),
     FieldRule("fallback", "enum", choices=FALLBACK_KINDS),
-    FieldRule("latency_ms", "float", minimum=0.0),
+    FieldRule("latency_ms", "float", minimum=0.0, maximum=MAX_LATENCY_MS),
     FieldRule("cache_hit", "bool"),
     FieldRule("ok", "bool"),
     FieldRule("deidentified", "bool", required=False),
     FieldRule("score", "float", required=False, minimum=0.0, maximum=1.0),
     FieldRule("threshold", "float", required=False, minimum=0.0, maximum=1.0),
-    FieldRule("tokens", "int", required=False, minimum=0, maximum=MAX_INT32),
+    FieldRule("tokens", "int", required=False, minimum=0, maximum=MAX_TOKENS),
     FieldRule("intent_conf", "float", required=False, minimum=0.0, maximum=1.0),
     FieldRule("lm_conf", "float", required=False, minimum=0.0, maximum=1.0),
-    FieldRule("upload_bytes", "int", required=False, minimum=0, maximum=2**62),
-    FieldRule("rtt_ms", "float", required=False, minimum=0.0),
-    FieldRule("bandwidth_kbps", "float", required=False, minimum=0.0),
+    FieldRule("upload_bytes", "int", required=False, minimum=0, maximum=MAX_UPLOAD_BYTES),
+    FieldRule("rtt_ms", "float", required=False, minimum=0.0, maximum=MAX_RTT_MS),
+    FieldRule("bandwidth_kbps", "float", required=False, minimum=0.0, maximum=MAX_BANDWIDTH_KBPS),
     FieldRule("device_load", "float", required=False, minimum=0.0, maximum=1.0),
+    FieldRule("uploaded", "bool", required=False),
 )
 
 
@@ -254,8 +272,29 @@ class BatchTooLarge(Exception):
     """More than MAX_EVENTS events (answered 413)."""
 
 
+_EMPTY: Final = {
+    "field": "events",
+    "message": f"A batch holds 1 to {MAX_EVENTS} events; this one is empty (send nothing instead).",
+}
+_EVENT_PATH: Final = re.compile(r"\Aevents\[(\d+)\](?:\.(.*))?\Z", re.DOTALL)
+
+
+def _guard_problem(problem: json_guard.JsonProblem) -> dict[str, Any]:
+    """A json_guard refusal as a telemetry detail: `events[3].x` names event 3, field `x`."""
+    match = _EVENT_PATH.match(problem.field)
+    if match is None:
+        return {"field": problem.field or "events", "message": problem.message}
+    return {"event": int(match.group(1)), "field": match.group(2) or "", "message": problem.message}
+
+
 def decode_batch(body: bytes, context: BatchContext) -> list[TelemetryEvent]:
     """The batch's events, all valid; raises ValidationFailed naming each bad event and field."""
+    try:
+        # Before any parser: depth (a recursive parser would overflow the stack), NUL and lone
+        # surrogates (never storable); both name the event and field.
+        json_guard.check_raw(body)
+    except json_guard.JsonRefused as refused:
+        raise _refuse([_guard_problem(refused.problem)]) from None
     try:
         batch = _DECODER.decode(body)
     except msgspec.MsgspecError:
@@ -263,6 +302,8 @@ def decode_batch(body: bytes, context: BatchContext) -> list[TelemetryEvent]:
     events = batch.events
     if len(events) > MAX_EVENTS:
         raise BatchTooLarge(f"{len(events)} events; at most {MAX_EVENTS} per batch.")
+    if not events:
+        raise _refuse([dict(_EMPTY)])
     details: list[dict[str, Any]] = []
     device_id = context.device_id
     newest = context.now + FUTURE_TOLERANCE
@@ -297,14 +338,17 @@ def decode_batch(body: bytes, context: BatchContext) -> list[TelemetryEvent]:
 def _complete_check(body: bytes, context: BatchContext) -> ValidationFailed | BatchTooLarge:
     """Check the whole body by hand and name every problem (the fast pass stopped at one)."""
     try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        # UTF-8 only, as msgspec reads it (json.loads would guess UTF-16 or UTF-32 too).
+        document = json.loads(body.decode("utf-8"))
+    except ValueError as exc:
         return ValidationFailed(f"The body is not valid JSON: {exc}", code="malformed_json")
     if not isinstance(document, dict) or not isinstance(document.get("events"), list):
         return _refuse([{"field": "events", "message": 'The body must be {"events": [...]}.'}])
     events = document["events"]
     if len(events) > MAX_EVENTS:
         return BatchTooLarge(f"{len(events)} events; at most {MAX_EVENTS} per batch.")
+    if not events:
+        return _refuse([dict(_EMPTY)])
     details: list[dict[str, Any]] = []
     for index, raw in enumerate(events):
         if not isinstance(raw, dict):
@@ -338,6 +382,9 @@ def _complete_check(body: bytes, context: BatchContext) -> ValidationFailed | Ba
             {"event": index, "field": field, "message": message}
             for field, message in field_problems.items()
         )
+    if not details and (unread := json_guard.value_problem(document)) is not None:
+        # NaN / Infinity in a field the protocol does not know (Python's json reads them).
+        details.append(_guard_problem(unread))
     if not details:
         # The fast pass refused what the complete check accepts: say what msgspec said.
         try:
@@ -361,6 +408,28 @@ def encode_landed(events: Sequence[TelemetryEvent], body: bytes | None = None) -
     return _ENCODER.encode(TelemetryBatch(events=list(events)))
 
 
+_EVENT_DECODER: Final = msgspec.json.Decoder(TelemetryEvent)
+
+
 def decode_landed(payload: bytes) -> list[TelemetryEvent]:
-    """The events of a landed batch's payload (validated when they were landed)."""
-    return _DECODER.decode(payload).events
+    """The events of a landed batch's payload (validated when they were landed).
+
+    A batch landed by an older version, before the numbers had physical ranges, may hold an
+    event out of them (`latency_ms: 1e308`): that event is left out (and logged), the others
+    are kept, so one such batch neither poisons the rollups nor stops processing.
+    """
+    try:
+        return _DECODER.decode(payload).events
+    except msgspec.ValidationError:
+        pass
+    kept: list[TelemetryEvent] = []
+    raw_events = msgspec.json.decode(payload)["events"]
+    for raw in raw_events:
+        try:
+            kept.append(_EVENT_DECODER.decode(_ENCODER.encode(raw)))
+        except msgspec.ValidationError:
+            continue
+    logger.warning(
+        "telemetry.landed_events_dropped count=%d reason=out_of_range", len(raw_events) - len(kept)
+    )
+    return kept

@@ -96,6 +96,8 @@ class Event(models.Model):
     rtt_ms = models.FloatField(null=True)
     bandwidth_kbps = models.FloatField(null=True)
     device_load = models.FloatField(null=True)
+    # Whether the task's data left the device, as the device said (None: it did not say).
+    uploaded = models.BooleanField(null=True)
 
     class Meta:
         indexes = [models.Index(fields=["fleet", "ts"], name="telemetry_event_fleet_ts")]

@@ -6,6 +6,7 @@ histograms per fleet and route use fixed `le` bounds, and two gauges tell the in
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,11 @@ def latency_bins(latency_hist: Mapping[str, int]) -> list[int]:
     """
     bins = [0] * len(LATENCY_BUCKETS_MS)
     for key, count in latency_hist.items():
-        position = bisect_left(LATENCY_BUCKETS_MS, bucket_value(int(key)))
+        try:
+            index = int(key)
+        except (TypeError, ValueError):
+            continue  # a bad stored key: left out, not a failed compaction
+        position = bisect_left(LATENCY_BUCKETS_MS, bucket_value(index))
         if position < len(bins):
             bins[position] += count
     return bins
@@ -42,6 +47,12 @@ def _labels(pairs: Sequence[tuple[str, str]]) -> str:
 
 
 def _number(value: float) -> str:
+    # A sum made infinite or NaN by a row stored before telemetry numbers had ranges is
+    # exposed as the format spells it, never a failed scrape of every fleet.
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
     if value == int(value) and abs(value) < 1e15:
         return str(int(value))
     return repr(float(value))

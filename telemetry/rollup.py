@@ -14,9 +14,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from edge_sdk.decision import left_device_by_route, privacy_violation
+
 from .sketch import SCORE_BINS, bucket_index, merge_counts
 
 SENSITIVE_TIER = "sensitive"
+# A cell's privacy handling: (upload.allowed, upload.deidentify).
+UploadHandling = tuple[bool, bool]
 
 # (fleet_id, minute since epoch, version, cohort, task_type, latency_budget, privacy_tier,
 #  route, decided_by)
@@ -72,6 +76,35 @@ class EventLike(Protocol):
     def score(self) -> float | None: ...
     @property
     def tokens(self) -> int | None: ...
+    @property
+    def uploaded(self) -> bool | None: ...
+
+
+def left_device(event: EventLike) -> bool:
+    """Whether the event's task data left the device: what the device said (`uploaded`), or,
+    from a device that does not say, its route, fallback and cache hit. A cache hit never left.
+    """
+    if event.cache_hit:
+        return False
+    if event.uploaded is not None:
+        return event.uploaded
+    return left_device_by_route(event.route, event.fallback, event.cache_hit)
+
+
+def is_privacy_violation(event: EventLike, handling: UploadHandling) -> bool:
+    """PROTOCOL.md extensions: a sensitive task's data left the device where its cell
+    (`handling`, of the version the event ran) forbids upload, or left without
+    de-identification where the cell requires it."""
+    if event.privacy_tier != SENSITIVE_TIER:
+        return False
+    allowed, deidentify = handling
+    return privacy_violation(
+        privacy_tier=event.privacy_tier,
+        upload_allowed=allowed,
+        upload_deidentify=deidentify,
+        left_device=left_device(event),
+        deidentified=event.deidentified,
+    )
 
 
 @dataclass(slots=True)
@@ -91,8 +124,9 @@ class Tally:
     latency_hist: dict[int, int] = field(default_factory=dict)
     score_hist: dict[int, int] = field(default_factory=dict)
 
-    def add(self, event: EventLike) -> None:
-        """Count one event."""
+    def add(self, event: EventLike, violation: bool = False) -> None:
+        """Count one event; `violation`: it is a privacy violation (`is_privacy_violation`,
+        which needs the cell's handling, so the caller judges it)."""
         self.events += 1
         fallback = event.fallback
         if fallback == "cloud_to_device":
@@ -103,11 +137,7 @@ class Tally:
             self.cache_hits += 1
         if not event.ok:
             self.errors += 1
-        if (
-            event.privacy_tier == SENSITIVE_TIER
-            and event.route != "device"
-            and not event.deidentified
-        ):
+        if violation:
             self.privacy_violations += 1
         latency = event.latency_ms
         self.latency_sum_ms += latency
@@ -193,8 +223,8 @@ class RollupAccumulator:
     def __init__(self) -> None:
         self.fine: dict[FineKey, Tally] = {}
 
-    def add(self, fleet_id: int, cohort: str, event: EventLike) -> None:
-        """Count one event of `fleet_id`, attributed to `cohort`."""
+    def add(self, fleet_id: int, cohort: str, event: EventLike, violation: bool = False) -> None:
+        """Count one event of `fleet_id`, attributed to `cohort` (`violation`: see Tally.add)."""
         key: FineKey = (
             fleet_id,
             _epoch_minute(event.ts),
@@ -209,7 +239,7 @@ class RollupAccumulator:
         tally = self.fine.get(key)
         if tally is None:
             tally = self.fine[key] = Tally()
-        tally.add(event)
+        tally.add(event, violation)
 
     def _level(self, make_key: Any) -> dict[Any, Tally]:
         out: dict[Any, Tally] = {}

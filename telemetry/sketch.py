@@ -14,6 +14,7 @@ Values at or below MIN_VALUE (latencies of 0 ms) share one zero bucket, represen
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Final
 
@@ -39,7 +40,12 @@ def bucket_value(index: int) -> float:
     """The representative value of bucket `index` (within ALPHA of all its values)."""
     if index == ZERO_INDEX:
         return 0.0
-    return math.exp(index * LOG_GAMMA) * _REPRESENTATIVE_FACTOR
+    try:
+        return math.exp(index * LOG_GAMMA) * _REPRESENTATIVE_FACTOR
+    except OverflowError:
+        # Only a row stored before telemetry numbers had physical ranges (latency 1e308) has
+        # such a bucket: the largest float, so that every figure read from it stays finite.
+        return sys.float_info.max
 
 
 def score_bin(score: float) -> int:
@@ -65,8 +71,17 @@ class LatencySketch:
 
     @classmethod
     def from_json(cls, data: Mapping[str, int]) -> LatencySketch:
-        """Inverse of `to_json`."""
-        return cls({int(key): int(count) for key, count in data.items()})
+        """Inverse of `to_json`; an entry that is not `"<whole number>": count >= 0` (a bad
+        row stored by hand or by an older version) is left out rather than failing the read."""
+        counts: dict[int, int] = {}
+        for key, count in data.items():
+            try:
+                index = int(key)
+            except (TypeError, ValueError):
+                continue
+            if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+                counts[index] = counts.get(index, 0) + count
+        return cls(counts)
 
     def to_json(self) -> dict[str, int]:
         """JSON-friendly form (object keys must be strings)."""

@@ -105,6 +105,7 @@ def server_environment(settings_dict: dict[str, Any]) -> dict[str, str]:
         {
             "SECRET_KEY": os.environ.get("SECRET_KEY") or "tests-only-secret",
             "DEBUG": "0",
+            "HTTPS": "0",  # plain http on 127.0.0.1: no https redirect, cookies not Secure
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "DJANGO_SETTINGS_MODULE": "controlplane.settings",
             "PYTHONUNBUFFERED": "1",

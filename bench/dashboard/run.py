@@ -60,6 +60,7 @@ def _env() -> dict[str, str]:
             "REDIS_URL": "",
             "SECRET_KEY": "bench-only",
             "DEBUG": "0",
+            "HTTPS": "0",  # plain http to 127.0.0.1 (docs/operations.md)
             "ALLOWED_HOSTS": "testserver,127.0.0.1",
             "DJANGO_SETTINGS_MODULE": "controlplane.settings",
             "LOG_LEVEL": "WARNING",

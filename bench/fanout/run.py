@@ -959,6 +959,7 @@ def main(argv: list[str] | None = None) -> int:
             "REDIS_URL": args.redis_url,
             "SECRET_KEY": env.get("SECRET_KEY") or "bench-only-secret",
             "DEBUG": "0",
+            "HTTPS": "0",  # plain http to 127.0.0.1 (docs/operations.md)
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "DJANGO_SETTINGS_MODULE": "controlplane.settings",
             "LOG_LEVEL": "INFO",  # one `push.assignment` line per push: the server's own timing

@@ -19,7 +19,7 @@ import random
 import statistics
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -183,6 +183,8 @@ class SimDevice:
             cloud_infer=self.cloud_infer,
             http=fleet.http,
             rng=random.Random(rng.random()),
+            clock=fleet.clock,
+            wall_clock=fleet.wall_clock,
         )
         self.device.add_listener(self._on_event)
         self._loop_task: asyncio.Task[None] | None = None
@@ -252,6 +254,10 @@ class SimDevice:
     async def start(self) -> None:
         """Start the SDK device and this device's stream of tasks."""
         await self.device.start()
+        self.start_tasks()
+
+    def start_tasks(self) -> None:
+        """Start this device's stream of tasks (the SDK device's connection is not touched)."""
         self._loop_task = asyncio.create_task(self._task_loop(), name=f"tasks {self.device_id}")
 
     async def stop_tasks(self) -> None:
@@ -324,7 +330,13 @@ class SimulatedFleet:
         *,
         http: httpx.AsyncClient | None = None,
         output: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        # The scenarios' and the devices' clocks (seconds): the real ones, or a virtual clock
+        # (simulate.virtual) under which the whole fleet runs without sleeping.
+        self.clock = clock
+        self.wall_clock = wall_clock
         self.config = config
         self.scenario: Scenario = scenario_named(config.scenario)
         self.buggy_rule = BuggyRule(version=config.buggy_version, stable=config.stable_version)
@@ -358,7 +370,7 @@ class SimulatedFleet:
         """Seconds since the fleet started (the scenarios' clock)."""
         if self._started_at is None:
             return 0.0
-        return time.monotonic() - self._started_at
+        return self.clock() - self._started_at
 
     def workload_for(self, document: Mapping[str, Any] | None) -> Workload:
         """The task mix of the policy a device runs (one Workload per set of dimensions)."""
@@ -390,12 +402,16 @@ class SimulatedFleet:
 
     async def start(self) -> None:
         """Create the devices and start them, staggered, in the background."""
-        self._started_at = time.monotonic()
+        self.create_devices()
+        self._runner = asyncio.create_task(self._start_staggered(), name="fleet start")
+
+    def create_devices(self) -> None:
+        """Start the scenario clock and create the devices (not started)."""
+        self._started_at = self.clock()
         rng = random.Random(self.config.seed)
         for index in range(self.config.devices):
             sim = SimDevice(self, index, random.Random(rng.random()))
             self.devices[sim.device_id] = sim
-        self._runner = asyncio.create_task(self._start_staggered(), name="fleet start")
 
     async def _start_staggered(self) -> None:
         gap = 1.0 / self.config.connect_per_s

@@ -359,7 +359,10 @@ class PublishApi(APIView):
     permission_classes = [IsPublisher]
 
     class InputSerializer(serializers.Serializer[Any]):
-        note = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
+        # Blank passes here: the service refuses it (naming `note`), for the page and the API.
+        note = serializers.CharField(
+            max_length=2000, allow_blank=True, help_text="The release note: what changed and why."
+        )
         revision = serializers.IntegerField(required=False)
 
         class Meta:

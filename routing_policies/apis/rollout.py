@@ -19,6 +19,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.exceptions import NotFound, ValidationFailed
+from controlplane.pagination import BoundedLimitOffsetPagination
+from controlplane.validators import refuse_untidy_text
 
 from .. import selectors, services
 from ..models import Device, PolicyVersion
@@ -55,7 +57,14 @@ class IsDevice(BasePermission):
 
 
 class _JsonStringMixin:
-    """A JSON string only: DRF's CharField would quietly turn `123` or `1.5` into `"123"`."""
+    """A JSON string only: DRF's CharField would quietly turn `123` or `1.5` into `"123"`.
+
+    Kept as sent, never trimmed: `"abc\n"` is refused, not stored as `"abc"`.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
@@ -64,11 +73,19 @@ class _JsonStringMixin:
 
 
 class JsonStringField(_JsonStringMixin, serializers.CharField):
-    """`CharField` that refuses numbers, booleans and objects."""
+    """`CharField` that refuses numbers, booleans and objects, and leading / trailing
+    whitespace and control characters (controlplane.validators.text_problem)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs["validators"] = [*kwargs.get("validators", ()), refuse_untidy_text]
+        super().__init__(**kwargs)
 
 
 class JsonRegexField(_JsonStringMixin, serializers.RegexField):
     """`RegexField` that refuses numbers, booleans and objects."""
+
+    def __init__(self, regex: Any, **kwargs: Any) -> None:
+        super().__init__(regex=regex, **kwargs)
 
 
 class EnrollApi(APIView):
@@ -79,7 +96,14 @@ class EnrollApi(APIView):
 
     class InputSerializer(serializers.Serializer[Any]):
         fleet_key = JsonStringField(max_length=200)
-        device_id = JsonRegexField(DEVICE_ID_RE, max_length=128)
+        device_id = JsonRegexField(
+            DEVICE_ID_RE,
+            max_length=128,
+            error_messages={
+                "invalid": "1 to 128 letters, digits and . _ : @ -, starting with a letter or "
+                "digit (no spaces, nothing trimmed)."
+            },
+        )
         platform = JsonStringField(max_length=64, required=False, allow_blank=True, default="")
         model = JsonStringField(max_length=128, required=False, allow_blank=True, default="")
         sdk = JsonStringField(max_length=64, required=False, allow_blank=True, default="")
@@ -271,37 +295,59 @@ class EnrollmentKeyApi(APIView):
 
 
 class DeviceListApi(APIView):
-    """The fleet's devices: `?version=`, `?online=true|false`, `?platform=` filter them."""
+    """The fleet's devices, a page at a time: `?version=`, `?online=true|false`, `?platform=`
+    filter them; `?limit=` (1–1000, default 200) and `?offset=` page through them."""
 
     permission_classes = [IsViewer]
+    pagination_class = BoundedLimitOffsetPagination
+
+    class OutputSerializer(serializers.Serializer[Any]):
+        device_id = serializers.CharField()
+        platform = serializers.CharField()
+        model = serializers.CharField()
+        sdk = serializers.CharField()
+        last_seen_at = serializers.DateTimeField(allow_null=True)
+        online = serializers.BooleanField()
+        assigned_version = serializers.IntegerField(allow_null=True)
+        acked_version = serializers.IntegerField(allow_null=True)
+        revoked = serializers.BooleanField()
+
+        class Meta:
+            ref_name = "Device"
 
     @extend_schema(
         parameters=[
             OpenApiParameter("version", int, required=False),
             OpenApiParameter("online", bool, required=False),
             OpenApiParameter("platform", str, required=False),
-            OpenApiParameter("limit", int, required=False),
         ],
-        responses=OpenApiTypes.OBJECT,
+        responses=OutputSerializer(many=True),
         operation_id="device_list",
     )
     def get(self, request: Request, slug: str) -> Response:
         params = request.query_params
         try:
             version = int(params["version"]) if params.get("version") else None
-            limit = max(1, min(5000, int(params.get("limit", 200))))
         except ValueError:
-            raise ValidationFailed("`version` and `limit` must be whole numbers.") from None
+            raise ValidationFailed(
+                "`version` must be a whole number.",
+                details=[{"field": "version", "message": "must be a whole number"}],
+            ) from None
         online_param = params.get("online") or ""
         online = online_param.lower() in ("1", "true", "yes") if online_param else None
-        rows = selectors.device_list(
-            fleet=_fleet(slug),
+        fleet = _fleet(slug)
+        assignment = selectors.fleet_assignment(fleet.pk)
+        devices = selectors.device_query(
+            fleet=fleet,
+            assignment=assignment,
             version=version,
             online=online,
             platform=params.get("platform") or None,
-            limit=limit,
         )
-        return Response({"results": rows})
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(devices, request, view=self)
+        assert page is not None  # this paginator always pages
+        return paginator.get_paginated_response(selectors.device_rows(page, assignment=assignment))
 
 
 class DeviceRevokeApi(APIView):

@@ -9,7 +9,7 @@ from controlplane.exceptions import NotFound
 
 from ..cell_schema import DIMENSIONS, CellKey
 from ..documents import Table, build_document, diff_tables, ordered_keys
-from ..models import AuditEntry, Fleet, PolicyCell, PolicyVersion
+from ..models import AuditEntry, Fleet, PolicyCell, PolicyVersion, Rollout
 
 VersionRef = int | str  # a number, "draft" or "latest"
 
@@ -20,6 +20,9 @@ class FleetState(TypedDict):
     latest_number: int | None
     has_draft: bool
     draft_revision: int | None
+    stable_number: int | None
+    candidate_number: int | None
+    candidate_stage: int | None
 
 
 if TYPE_CHECKING:  # WithAnnotations takes a TypedDict only for the type checker
@@ -29,12 +32,19 @@ else:
 
 
 def fleet_list() -> QuerySet[FleetWithState]:
-    """Fleets with their latest published number and their draft's revision (None: no draft)."""
+    """Fleets with their latest published number, their draft's revision (None: no draft), and
+    what their devices run: the stable number, and the open rollout's candidate and stage."""
     drafts = PolicyVersion.objects.filter(fleet=OuterRef("pk"), published_at__isnull=True)
+    open_rollouts = Rollout.objects.filter(
+        fleet=OuterRef("pk"), state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED]
+    )
     return Fleet.objects.annotate(
         latest_number=Max("versions__number"),
         has_draft=Exists(drafts),
         draft_revision=Subquery(drafts.values("revision")[:1]),
+        stable_number=F("routing__stable_version__number"),
+        candidate_number=Subquery(open_rollouts.values("candidate__number")[:1]),
+        candidate_stage=Subquery(open_rollouts.values("stage")[:1]),
     ).order_by("slug")
 
 

@@ -1,6 +1,7 @@
 """Reads for devices and rollouts: assignment counts, convergence, propagation, device lists."""
 
 import math
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -65,9 +66,15 @@ def cloud_pressure_live(fleet_id: int) -> dict[str, float] | None:
 
 
 def online_q(now: datetime | None = None) -> Q:
-    """Devices with an open socket that reported recently (a killed server leaves stale flags)."""
+    """Online devices: a live socket that said `hello` with the device's current token.
+
+    `connected` is set by that socket's `hello` (and its heartbeat), cleared when it closes,
+    when a new socket of the device connects (until that one says hello), when the device
+    re-enrols (its old token's socket is being closed) and when it is revoked. A killed server
+    leaves stale flags: those count only while seen within ONLINE_WINDOW.
+    """
     now = now or timezone.now()
-    return Q(connected=True, last_seen_at__gte=now - ONLINE_WINDOW)
+    return Q(connected=True, last_seen_at__gte=now - ONLINE_WINDOW, revoked_at__isnull=True)
 
 
 def live_devices(fleet: Fleet) -> QuerySet[Device]:
@@ -233,6 +240,8 @@ def rollout_out(rollout: Rollout) -> dict[str, Any]:
         "stable": rollout.stable.number,
         "stage": rollout.stage,
         "state": rollout.state,
+        # PROTOCOL.md: bucket = int(sha256(f"{salt}:{device_id}")[:8], 16) % 10000.
+        "salt": rollout.salt,
         "open": rollout.is_open,
         "started_at": rollout.started_at,
         "stage_changed_at": rollout.stage_changed_at,
@@ -243,6 +252,88 @@ def rollout_out(rollout: Rollout) -> dict[str, Any]:
     }
 
 
+def _assigned_q(fleet: Fleet, assignment: FleetAssignment, version: int) -> Q:
+    """Live devices that PROTOCOL.md's bucket assigns `version` to, as a filter (in SQL on
+    PostgreSQL, so a page of a large fleet is counted and sliced by the database)."""
+    live = Q(revoked_at__isnull=True)
+    nothing = Q(pk__in=[])
+    if assignment.candidate is None or assignment.percent <= 0:
+        return live if version == assignment.stable else nothing
+    if assignment.percent >= 100:
+        return live if version == assignment.candidate else nothing
+    if version not in (assignment.stable, assignment.candidate):
+        return nothing
+    limit = assignment.percent * BUCKETS // 100
+    if connection.vendor == "postgresql":
+        cohort = Q(
+            pk__in=Device.objects.filter(fleet=fleet)
+            .extra(  # noqa: S610  # salt is a parameter, not interpolated
+                where=[f"{_PG_BUCKET_SQL} < %s"], params=[assignment.salt, limit]
+            )
+            .values("pk")
+        )
+    else:
+        cohort = Q(
+            pk__in=[
+                pk
+                for pk, device_id in live_devices(fleet).values_list("pk", "device_id")
+                if assignment.version_for(device_id) == assignment.candidate
+            ]
+        )
+    return live & (cohort if version == assignment.candidate else ~cohort)
+
+
+def device_query(
+    *,
+    fleet: Fleet,
+    assignment: FleetAssignment,
+    version: int | None = None,
+    online: bool | None = None,
+    platform: str | None = None,
+) -> QuerySet[Device]:
+    """The fleet's devices matching the filters, by device id: what the registry pages through.
+
+    A version matches devices assigned it (under `assignment`) or running it (acked).
+    """
+    now = timezone.now()
+    devices = Device.objects.filter(fleet=fleet).order_by("device_id")
+    if platform:
+        devices = devices.filter(platform=platform)
+    if online is True:
+        devices = devices.filter(online_q(now))
+    elif online is False:
+        devices = devices.exclude(online_q(now))
+    if version is not None:
+        devices = devices.filter(Q(acked_version=version) | _assigned_q(fleet, assignment, version))
+    return devices
+
+
+def device_rows(devices: Iterable[Device], *, assignment: FleetAssignment) -> list[dict[str, Any]]:
+    """Devices with their assigned version (computed), acked version and presence."""
+    now = timezone.now()
+    return [
+        {
+            "device_id": device.device_id,
+            "platform": device.platform,
+            "model": device.model,
+            "sdk": device.sdk,
+            "last_seen_at": device.last_seen_at,
+            "online": bool(
+                device.connected
+                and not device.revoked_at
+                and device.last_seen_at
+                and device.last_seen_at >= now - ONLINE_WINDOW
+            ),
+            "assigned_version": None
+            if device.revoked_at
+            else assignment.version_for(device.device_id),
+            "acked_version": device.acked_version,
+            "revoked": device.revoked_at is not None,
+        }
+        for device in devices
+    ]
+
+
 def device_list(
     *,
     fleet: Fleet,
@@ -251,38 +342,9 @@ def device_list(
     platform: str | None = None,
     limit: int = 200,
 ) -> list[dict[str, Any]]:
-    """Devices with their assigned version (computed), acked version and presence."""
-    now = timezone.now()
+    """The first `limit` matching devices as rows (the registry pages through `device_query`)."""
     assignment = fleet_assignment(fleet.pk)
-    devices = Device.objects.filter(fleet=fleet).order_by("device_id")
-    if platform:
-        devices = devices.filter(platform=platform)
-    if online is True:
-        devices = devices.filter(online_q(now))
-    elif online is False:
-        devices = devices.exclude(online_q(now))
-    rows = []
-    for device in devices.iterator(chunk_size=2000):
-        assigned = None if device.revoked_at else assignment.version_for(device.device_id)
-        if version is not None and assigned != version and device.acked_version != version:
-            continue
-        rows.append(
-            {
-                "device_id": device.device_id,
-                "platform": device.platform,
-                "model": device.model,
-                "sdk": device.sdk,
-                "last_seen_at": device.last_seen_at,
-                "online": bool(
-                    device.connected
-                    and device.last_seen_at
-                    and device.last_seen_at >= now - ONLINE_WINDOW
-                ),
-                "assigned_version": assigned,
-                "acked_version": device.acked_version,
-                "revoked": device.revoked_at is not None,
-            }
-        )
-        if len(rows) >= limit:
-            break
-    return rows
+    devices = device_query(
+        fleet=fleet, assignment=assignment, version=version, online=online, platform=platform
+    )
+    return device_rows(devices[:limit], assignment=assignment)

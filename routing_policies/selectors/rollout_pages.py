@@ -2,10 +2,11 @@
 
 from typing import Any
 
+from django.db.models import Max
 from django.utils import timezone
 
 from ..models import Device, Fleet, FleetRouting, PolicyVersion, RolloutEvent
-from .rollout import live_devices, online_q
+from .rollout import live_devices, online_q, open_rollout, rollout_out
 
 ROLLOUT_HISTORY_LIMIT = 50
 
@@ -59,4 +60,25 @@ def device_counts(*, fleet: Fleet) -> dict[str, int]:
         "devices": live.count(),
         "online": live.filter(online_q(timezone.now())).count(),
         "revoked": Device.objects.filter(fleet=fleet, revoked_at__isnull=False).count(),
+    }
+
+
+def fleet_running(*, fleet: Fleet) -> dict[str, Any]:
+    """What the fleet's devices run now and what ships the newest version to them.
+
+    `stable` is what every device runs outside a rollout; `rollout` (candidate, stage, state,
+    next step) while one is open; `idle` is the newest published version that runs on no
+    device (published, but neither stable nor the candidate): it needs a rollout or a switch.
+    """
+    routing = FleetRouting.objects.select_related("stable_version").filter(fleet=fleet).first()
+    stable = routing.stable_version.number if routing and routing.stable_version else None
+    rollout = open_rollout(fleet.pk)
+    latest = PolicyVersion.objects.filter(fleet=fleet).aggregate(m=Max("number"))["m"]
+    running = {stable, rollout.candidate.number if rollout else None}
+    return {
+        "stable": stable,
+        "rollout": rollout_out(rollout) if rollout else None,
+        "stable_share": 100 - rollout.stage if rollout else 100,
+        "latest": latest,
+        "idle": latest if latest is not None and latest not in running else None,
     }

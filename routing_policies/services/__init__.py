@@ -10,6 +10,7 @@ from .devices import (
     device_seen,
     devices_ack,
     devices_seen,
+    devices_seen_by_token,
     fleet_enrollment_key_rotate,
     hash_secret,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "device_seen",
     "devices_ack",
     "devices_seen",
+    "devices_seen_by_token",
     "fleet_create",
     "fleet_enrollment_key_rotate",
     "fleet_switch_version",

@@ -97,6 +97,9 @@ def device_enroll(
         for name, value in fields.items():
             setattr(device, name, value)
         device.revoked_at = None
+        # Offline until a socket with the new token says hello: the old token's socket is
+        # being closed, and its close (by the old token) no longer finds this device.
+        device.connected = False
         device.save()
         # Close only the socket opened with the old token, not one opened with the new.
         transaction.on_commit(lambda: token_cache.forget(old_hash))
@@ -122,7 +125,8 @@ def device_revoke(*, actor: Actor, device: Device) -> Device:
     device = Device.objects.select_for_update().get(pk=device.pk)
     if device.revoked_at is None:
         device.revoked_at = timezone.now()
-        device.save(update_fields=["revoked_at"])
+        device.connected = False  # its socket is being closed: no longer online
+        device.save(update_fields=["revoked_at", "connected"])
         audit_record(
             actor=actor,
             action="device.revoked",
@@ -145,6 +149,14 @@ def device_revoke(*, actor: Actor, device: Device) -> Device:
 def devices_seen(*, device_pks: list[int], **fields: Any) -> None:
     """Record presence and what devices said (hello fields) for many devices: one UPDATE."""
     Device.objects.filter(pk__in=device_pks).update(last_seen_at=timezone.now(), **fields)
+
+
+def devices_seen_by_token(*, token_hashes: list[str], **fields: Any) -> None:
+    """`devices_seen` for the live devices whose current tokens these are: a socket opened
+    with a token since revoked, or replaced by a re-enrolment, changes nothing."""
+    Device.objects.filter(token_hash__in=token_hashes, revoked_at__isnull=True).update(
+        last_seen_at=timezone.now(), **fields
+    )
 
 
 def device_seen(*, device_pk: int, connected: bool | None = None, **fields: Any) -> None:

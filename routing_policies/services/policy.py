@@ -514,14 +514,20 @@ def policy_version_publish(
 
     The fleet row is locked, so two publishers cannot both win and numbers stay consecutive.
     """
-    fleet = _lock_fleet(fleet)
-    draft = _lock_draft(fleet=fleet, revision=revision)
     note = note.strip()
+    if not note:
+        # A version runs on devices for weeks; the note is how people later tell why it exists.
+        raise ValidationFailed(
+            "Write a release note: what changed and why.",
+            details=[{"field": "note", "message": "must not be empty"}],
+        )
     if len(note) > 2000:
         raise ValidationFailed(
             "The note is too long (2,000 characters at most).",
             details=[{"field": "note", "message": "at most 2000 characters"}],
         )
+    fleet = _lock_fleet(fleet)
+    draft = _lock_draft(fleet=fleet, revision=revision)
     table = version_table(version=draft)
     problems = validate_dimensions(draft.dimensions)
     if not problems:
@@ -559,7 +565,7 @@ def policy_version_publish(
         action="policy_version.published",
         fleet=fleet,
         target=f"{fleet.slug} v{draft.number}",
-        summary=f"Published v{draft.number}: {note}" if note else f"Published v{draft.number}",
+        summary=f"Published v{draft.number}: {note}",
         before={"version": last or None},
         after={"version": draft.number, "etag": draft.etag},
         diff=diff,

@@ -131,6 +131,9 @@ def rollout_start(*, actor: Actor, fleet: Fleet, version: int) -> Rollout:
             "stable": routing.stable_version.number,
             "candidate": version,
             "stage": rollout.stage,
+            # PROTOCOL.md's bucket is computed from it: kept with the start, so anyone can
+            # check which devices a stage reached.
+            "salt": rollout.salt,
         },
     )
     _push_assignment_on_commit(fleet, _assignment_of(rollout), rollout)

@@ -10,6 +10,16 @@
     var dataNode = document.getElementById("cell-values");
     if (!form || !dataNode) { return; }
     var cellValues = JSON.parse(dataNode.textContent);
+    var PINNED_MODES = ["device_only", "cloud_only"];
+    // A refused save is rendered by the POST it answered (/draft/cells/, /draft/publish/…); put
+    // the fleet page back in the address bar, so a reload or a shared link opens the grid.
+    var fleetUrl = form.dataset.fleetUrl;
+    if (fleetUrl && window.location.pathname !== fleetUrl && window.history.replaceState) {
+      var selection = Array.prototype.slice.call(document.querySelectorAll(".cell-select:checked"))
+        .map(function (box) { return "cell=" + encodeURIComponent(box.value).replace(/%2F/g, "/"); });
+      window.history.replaceState(null, "", fleetUrl + (selection.length ? "?" + selection.join("&") : ""));
+    }
+    var refused = form.querySelector(".frow.invalid") !== null;
     var panel = form.closest(".edit-panel");
     var summary = form.querySelector("[data-selection-summary]");
     var saveButton = form.querySelector("[data-save]");
@@ -45,6 +55,11 @@
 
     function markDirty(event) {
       var field = event.target;
+      // A fixed value clears its message at once; a new mistake waits for Save.
+      if (field.closest(".frow").querySelector("[data-client-error]") && !fieldProblem(field)) {
+        showProblem(field, "");
+      }
+      if (field === modeField) { refreshThetaNote(selectedLabels()); }
       var single = selectedLabels();
       var original = single.length === 1 ? asText(cellValues[single[0]][field.dataset.path]) : "";
       var dirty = field.value !== original;
@@ -84,12 +99,79 @@
         var ref = document.createElement("span");
         ref.className = "cell-ref";
         ref.textContent = labels[0];
-        summary.append(ref, ". Change any field, then save.");
+        summary.append(ref, refused ? ". Nothing was saved: fix the fields marked below, then save again." : ". Change any field, then save.");
       } else {
-        summary.append("Editing " + labels.length + " cells. Only the fields you fill in change, on every selected cell.");
+        summary.append("Editing " + labels.length + " cells. " + (refused ? "Nothing was saved: fix the fields marked below, then save again." : "Only the fields you fill in change, on every selected cell."));
       }
       panel.classList.toggle("has-selection", labels.length > 0);
       saveButton.disabled = labels.length === 0;
+    }
+
+    // θ does nothing where the mode pins the route; say so beside the field instead of
+    // letting people tune a number that no device reads.
+    var thetaField = form.querySelector('[data-path="threshold"]');
+    var modeField = form.querySelector('[data-path="mode"]');
+    var thetaNote = null;
+    if (thetaField) {
+      thetaNote = document.createElement("div");
+      thetaNote.className = "fhint theta-na-note";
+      thetaNote.setAttribute("data-theta-na", "");
+      thetaNote.hidden = true;
+      thetaField.closest(".frow").appendChild(thetaNote);
+    }
+
+    function refreshThetaNote(labels) {
+      if (!thetaNote) { return; }
+      var modes = labels.map(function (label) {
+        return modeField && modeField.value ? modeField.value : cellValues[label].mode;
+      });
+      var pinned = modes.length > 0 && modes.every(function (mode) { return PINNED_MODES.indexOf(mode) >= 0; });
+      thetaNote.hidden = !pinned;
+      thetaNote.textContent = pinned
+        ? "Not used: " + modes.filter(function (m, i) { return modes.indexOf(m) === i; }).join(" and ") +
+          " cells route without a score, so θ changes nothing there."
+        : "";
+    }
+
+    // The browser checks what it can (numbers, whole numbers, ranges) before the round trip;
+    // the server checks everything again and stays the authority.
+    function fieldProblem(field) {
+      var kind = field.dataset.kind;
+      var text = field.value.trim();
+      if ((kind !== "float" && kind !== "int") || text === "") { return ""; }
+      var number = Number(text);
+      if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(text) || !isFinite(number)) {
+        var example = kind === "int" ? "a whole number such as 300" : "a number such as 0.6";
+        return "must be " + example + "; got '" + text + "'";
+      }
+      if (kind === "int" && !Number.isInteger(number)) { return "must be a whole number; got " + text; }
+      var low = field.dataset.min, high = field.dataset.max;
+      if (low !== undefined && high !== undefined && (number < Number(low) || number > Number(high))) {
+        return "must be in " + field.dataset.range + "; got " + text;
+      }
+      return "";
+    }
+
+    function showProblem(field, message) {
+      var row = field.closest(".frow");
+      var node = row.querySelector("[data-client-error]");
+      if (!message) {
+        if (node) { node.remove(); }
+        if (!row.querySelector(".field-error")) { row.classList.remove("invalid"); }
+        field.removeAttribute("aria-invalid");
+        return;
+      }
+      if (!node) {
+        node = document.createElement("div");
+        node.className = "field-error";
+        node.setAttribute("data-client-error", "");
+        node.id = field.id + "-client-error";
+        row.appendChild(node);
+      }
+      node.textContent = field.dataset.label + ": " + message;
+      row.classList.add("invalid");
+      field.setAttribute("aria-invalid", "true");
+      field.setAttribute("aria-describedby", node.id);
     }
 
     function syncToggle(toggle, members) {
@@ -111,6 +193,7 @@
       });
       refreshFields(labels);
       refreshSummary(labels);
+      refreshThetaNote(labels);
     }
 
     boxes.forEach(function (box) { box.addEventListener("change", refresh); });
@@ -139,7 +222,19 @@
     });
 
     // Send only what the user changed: prefilled values of a single cell are not edits.
-    form.addEventListener("submit", function () {
+    form.addEventListener("submit", function (event) {
+      var first = null;
+      fields.forEach(function (field) {
+        if (field.dataset.dirty !== "1") { return; }
+        var problem = fieldProblem(field);
+        showProblem(field, problem);
+        if (problem && !first) { first = field; }
+      });
+      if (first) {
+        event.preventDefault();
+        first.focus();
+        return;
+      }
       fields.forEach(function (field) {
         if (field.dataset.dirty !== "1") { field.disabled = true; }
       });

@@ -120,7 +120,8 @@
     setText("[data-field=rollout-stable]", "v" + rollout.stable, statusCard);
     setText("[data-field=rollout-id]", "rollout #" + rollout.id, statusCard);
     setText("[data-field=reason-text]", rollout.reason || "", statusCard);
-    all("[data-field=rollout-id], [data-field=state], [data-field=since]", statusCard).forEach(function (el) {
+    setText("[data-field=salt]", rollout.salt || "", statusCard);
+    all("[data-field=rollout-id], [data-field=state], [data-field=since], [data-field=salt-line]", statusCard).forEach(function (el) {
       el.hidden = false;
     });
     all("[data-field=no-rollout]", statusCard).forEach(function (el) { el.hidden = true; });

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import msgspec
 from django.db import connection
 
 from routing_policies.models import PolicyCell
@@ -13,10 +12,10 @@ from routing_policies.models import PolicyCell
 from ..alert_models import AlertEvent, AlertRule, AlertWebhook, RolloutGuardSet, WebhookDelivery
 from ..alerting import RATE_METRICS, RollupRow, format_value
 from ..models import MinuteRollup
+from .metrics import _hist
 
 HISTORY_LIMIT = 100
 DELIVERY_LIMIT = 50
-_DECODE = msgspec.json.Decoder(dict[str, int])
 
 
 def minute_floor(moment: datetime) -> datetime:
@@ -61,7 +60,7 @@ def recent_rows(
         hist = None
         if with_latency:
             raw = row[11]
-            hist = _DECODE.decode(raw) if isinstance(raw, str | bytes) else (raw or None)
+            hist = _hist(raw) or None  # a bad stored histogram reads as none
         rows.append(
             RollupRow(
                 minute=minute,
@@ -79,6 +78,16 @@ def recent_rows(
             )
         )
     return rows
+
+
+def cell_known(*, fleet_id: int, task_type: str, latency_budget: str, privacy_tier: str) -> bool:
+    """True when some version of the fleet (published or the draft) has this cell."""
+    return PolicyCell.objects.filter(
+        version__fleet_id=fleet_id,
+        task_type=task_type,
+        latency_budget=latency_budget,
+        privacy_tier=privacy_tier,
+    ).exists()
 
 
 def reported_before(*, fleet_id: int, before: datetime) -> bool:
@@ -125,6 +134,7 @@ def rule_out(rule: AlertRule) -> dict[str, Any]:
         "window_minutes": rule.window_minutes,
         "min_samples": rule.min_samples,
         "for_seconds": rule.for_seconds,
+        "hysteresis": rule.hysteresis,
         "scope": rule.scope,
         "scope_value": rule.scope_value,
         "enabled": rule.enabled,

@@ -9,10 +9,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from routing_policies.models import PolicyVersion, Rollout
+from routing_policies.models import PolicyCell, PolicyVersion, Rollout
 
 from ..events import VersionDimensions
 from ..models import Cohort
+from ..rollup import UploadHandling
 
 _CACHE_TTL_S = 60.0
 _CANDIDATE: str = Cohort.CANDIDATE.value
@@ -59,6 +60,40 @@ class VersionCatalog:
             self._versions = self._reload()
             found = self._versions.get(number)
         return found
+
+
+# (fleet id, version number) → cell key → (upload.allowed, upload.deidentify). Published
+# versions never change, so an entry never goes stale; bounded by dropping the oldest.
+_handling_cache: dict[tuple[int, int], dict[tuple[str, str, str], UploadHandling]] = {}
+_HANDLING_CACHE_SIZE = 512
+# A cell a version does not have (telemetry of unknown cells is refused at ingest, so never
+# met): judged as strictly as the strictest cell.
+STRICTEST: UploadHandling = (False, True)
+
+
+class CellPrivacy:
+    """The upload handling of each published cell, by fleet and version (for privacy
+    violations, which depend on what the event's cell allows)."""
+
+    def handling(
+        self, fleet_id: int, version: int, task_type: str, latency_budget: str, tier: str
+    ) -> UploadHandling:
+        """(upload.allowed, upload.deidentify) of that cell of that published version."""
+        key = (fleet_id, version)
+        with _cache_lock:
+            cells = _handling_cache.get(key)
+        if cells is None:
+            rows = PolicyCell.objects.filter(
+                version__fleet_id=fleet_id, version__number=version
+            ).values_list(
+                "task_type", "latency_budget", "privacy_tier", "upload_allowed", "upload_deidentify"
+            )
+            cells = {(t, b, p): (allowed, deid) for t, b, p, allowed, deid in rows}
+            with _cache_lock:
+                while len(_handling_cache) >= _HANDLING_CACHE_SIZE:
+                    _handling_cache.pop(next(iter(_handling_cache)))
+                _handling_cache[key] = cells
+        return cells.get((task_type, latency_budget, tier), STRICTEST)
 
 
 @dataclass(slots=True)

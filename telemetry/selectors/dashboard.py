@@ -14,6 +14,7 @@ API's answer, the page's first paint and the live feed's message.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -198,7 +199,10 @@ class Tally:
 
 
 def _ratio(part: float, whole: float) -> float | None:
-    return part / whole if whole else None
+    if not whole:
+        return None
+    value = part / whole
+    return value if math.isfinite(value) else None
 
 
 def _figures(tally: Tally) -> dict[str, Any]:

@@ -8,11 +8,12 @@ the fleet-hour rollups, which have no cell dimension and so far fewer rows.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import msgspec
 from django.db import connection
@@ -21,7 +22,7 @@ from django.utils import timezone
 from controlplane.exceptions import ValidationFailed
 
 from ..models import FleetHourRollup, HourRollup, LandedBatch, MinuteRollup, RouteCounter
-from ..prometheus import IngestGauges, RouteTotals
+from ..prometheus import LATENCY_BUCKETS_MS, IngestGauges, RouteTotals
 from ..sketch import SCORE_BINS, LatencySketch, merge_counts
 
 MINUTE_RESOLUTION_UP_TO: Final = timedelta(hours=6)
@@ -38,7 +39,7 @@ GROUPS: Final = {
 }
 _WINDOW_RE = re.compile(r"\A(\d{1,5})(m|h|d)\Z")
 _UNITS = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1)}
-_DECODE = msgspec.json.Decoder(dict[str, int])
+_DECODE = msgspec.json.Decoder(dict[str, Annotated[int, msgspec.Meta(ge=0)]])
 
 
 def parse_window(text: str) -> timedelta:
@@ -120,7 +121,12 @@ class GroupFigures:
 
 
 def _ratio(part: float, whole: float) -> float | None:
-    return part / whole if whole else None
+    """part / whole; None when unknown: no whole, or a sum made infinite or NaN by a row stored
+    before telemetry numbers had ranges (JSON has no infinity: the answer would be a 500)."""
+    if not whole:
+        return None
+    value = part / whole
+    return value if math.isfinite(value) else None
 
 
 def _figures_out(
@@ -159,7 +165,8 @@ def _figures_out(
     if with_scores:
         counts = [0] * SCORE_BINS
         for key, count in (figures.score_hist or {}).items():
-            counts[int(key)] += count
+            if key.isdigit() and int(key) < SCORE_BINS:  # a bad stored key is left out
+                counts[int(key)] += count
         out["score_histogram"] = {"bin_width": 1 / SCORE_BINS, "counts": counts}
     return out
 
@@ -257,9 +264,27 @@ def fleet_metrics(
 
 
 def _hist(value: Any) -> dict[str, int]:
+    """A stored histogram column as `{"<bucket>": count}`, whatever the row holds.
+
+    Counts are whole numbers >= 0; anything else (a row written by hand or by an older
+    version) is left out, so one bad row never fails a read of the fleet, or of every fleet.
+    Keys are checked where they are read as numbers (LatencySketch.from_json).
+    """
     if isinstance(value, str | bytes):
-        return _DECODE.decode(value)
-    return dict(value or {})
+        try:
+            return _DECODE.decode(value)
+        except msgspec.DecodeError:
+            try:
+                value = msgspec.json.decode(value)
+            except msgspec.DecodeError:
+                return {}
+    if not isinstance(value, Mapping):
+        return {}
+    return {
+        str(key): count
+        for key, count in value.items()
+        if isinstance(count, int) and not isinstance(count, bool) and count >= 0
+    }
 
 
 # --- Prometheus ---------------------------------------------------------------------------------
@@ -278,10 +303,19 @@ def route_totals() -> list[RouteTotals]:
             cache_hits=counter.cache_hits,
             privacy_violations=counter.privacy_violations,
             latency_sum_ms=counter.latency_sum_ms,
-            latency_bins=list(counter.latency_le),
+            latency_bins=stored_latency_bins(counter.latency_le),
         )
         for counter, slug in _counters_with_slugs()
     ]
+
+
+def stored_latency_bins(value: Any) -> list[int]:
+    """A counter's stored `latency_le`, one whole count >= 0 per bound (a bad stored row reads
+    as zeros, so that it cannot break the scrape of every fleet)."""
+    width = len(LATENCY_BUCKETS_MS)
+    if not isinstance(value, list) or len(value) != width:
+        return [0] * width
+    return [c if isinstance(c, int) and not isinstance(c, bool) and c >= 0 else 0 for c in value]
 
 
 def _counters_with_slugs() -> list[tuple[RouteCounter, str]]:

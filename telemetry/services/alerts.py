@@ -19,6 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from controlplane.exceptions import Conflict, NotFound, ValidationFailed
+from controlplane.validators import text_problem
 from routing_policies.models import Fleet, Rollout
 from routing_policies.services.policy import Actor, audit_record
 
@@ -34,7 +35,14 @@ from ..alert_models import (
     WebhookDelivery,
     WebhookFormat,
 )
-from ..alerting import LATENCY_METRICS, Judgement, figures_of, judge_rule, parse_scope
+from ..alerting import (
+    LATENCY_METRICS,
+    RATE_METRICS,
+    Judgement,
+    figures_of,
+    judge_rule,
+    parse_scope,
+)
 from ..notify import broadcast_alerts, webhook_payload
 from ..selectors import alerts as alert_selectors
 from .webhooks import url_refusal
@@ -62,6 +70,7 @@ RULE_FIELDS = (
     "window_minutes",
     "min_samples",
     "for_seconds",
+    "hysteresis",
     "scope",
     "scope_value",
     "enabled",
@@ -81,14 +90,15 @@ def _whole(values: dict[str, Any], name: str, low: int, high: int, problems: lis
         problems.append(_problem(name, f"a whole number from {low} to {high} (got {value!r})"))
 
 
-def _clean_rule(values: dict[str, Any]) -> dict[str, Any]:
+def _clean_rule(values: dict[str, Any], *, fleet_id: int) -> dict[str, Any]:
     """Check a rule's fields together; raise ValidationFailed naming every bad one."""
     problems: list[dict[str, str]] = []
     name = values.get("name")
-    if not isinstance(name, str) or not name.strip() or len(name.strip()) > 120:
+    if not isinstance(name, str) or not name or len(name) > 120:
         problems.append(_problem("name", "a name of 1 to 120 characters"))
-    else:
-        values["name"] = name.strip()
+    elif (untidy := text_problem(name)) is not None:
+        # Refused, not trimmed, as ids are: the name shown is the name sent.
+        problems.append(_problem("name", f"{untidy} Nothing is trimmed."))
     if values.get("metric") not in Metric.values:
         problems.append(_problem("metric", f"one of {', '.join(Metric.values)}"))
     if values.get("condition") not in Condition.values:
@@ -103,20 +113,29 @@ def _clean_rule(values: dict[str, Any]) -> dict[str, Any]:
         problems.append(_problem("threshold", f"a finite number (got {threshold!r})"))
     else:
         values["threshold"] = float(threshold)
-        if (
-            values.get("metric")
-            in (
-                Metric.CLOUD_SHARE,
-                Metric.ALPHA,
-                Metric.FALLBACK_RATE,
-                Metric.ERROR_RATE,
-            )
-            and not -1.0 <= threshold <= 1.0
-        ):
+        if values.get("metric") in RATE_METRICS and not -1.0 <= threshold <= 1.0:
             problems.append(_problem("threshold", "a share: a fraction from 0 to 1 (0.2 is 20%)"))
     _whole(values, "window_minutes", 1, 360, problems)
     _whole(values, "min_samples", 0, 10_000_000, problems)
     _whole(values, "for_seconds", 0, 86_400, problems)
+    hysteresis = values.get("hysteresis")
+    if (
+        isinstance(hysteresis, bool)
+        or not isinstance(hysteresis, int | float)
+        or not math.isfinite(hysteresis)
+        or not 0 <= hysteresis <= 1e9
+    ):
+        problems.append(
+            _problem(
+                "hysteresis", f"a finite number ≥ 0, in the threshold's unit (got {hysteresis!r})"
+            )
+        )
+    else:
+        values["hysteresis"] = float(hysteresis)
+        if values.get("metric") in RATE_METRICS and hysteresis > 1.0:
+            problems.append(
+                _problem("hysteresis", "a share: a fraction from 0 to 1 (0.01 is 1 pt)")
+            )
     if values.get("metric") == Metric.EVENTS and values.get("condition") in (
         Condition.RISES_BY,
         Condition.FALLS_BY,
@@ -130,9 +149,19 @@ def _clean_rule(values: dict[str, Any]) -> dict[str, Any]:
         problems.append(_problem("scope_value", "text of at most 120 characters"))
     else:
         try:
-            parse_scope(scope, scope_value)
+            where = parse_scope(scope, scope_value)
         except ValueError as exc:
             problems.append(_problem("scope_value", str(exc)))
+        else:
+            if scope == Scope.CELL and not alert_selectors.cell_known(fleet_id=fleet_id, **where):
+                # A rule on a cell no version of the fleet has could never have data.
+                problems.append(
+                    _problem(
+                        "scope_value",
+                        f"the fleet's policy has no cell {'/'.join(where.values())} (in no "
+                        "version, nor the draft)",
+                    )
+                )
         if scope == Scope.FLEET:
             values["scope_value"] = ""
     if not isinstance(values.get("enabled"), bool):
@@ -171,6 +200,7 @@ def alert_rule_create(
     window_minutes: object = 10,
     min_samples: object = 50,
     for_seconds: object = 0,
+    hysteresis: object = 0.0,
     scope: object = Scope.FLEET.value,
     scope_value: object = "",
     enabled: object = True,
@@ -185,10 +215,12 @@ def alert_rule_create(
             "window_minutes": window_minutes,
             "min_samples": min_samples,
             "for_seconds": for_seconds,
+            "hysteresis": hysteresis,
             "scope": scope,
             "scope_value": scope_value,
             "enabled": enabled,
-        }
+        },
+        fleet_id=fleet.pk,
     )
     if AlertRule.objects.filter(fleet=fleet).count() >= MAX_RULES_PER_FLEET:
         raise Conflict(f"A fleet has at most {MAX_RULES_PER_FLEET} rules.", code="too_many_rules")
@@ -230,7 +262,7 @@ def alert_rule_update(
             f"Unknown field {unknown[0]!r}.", details=[_problem(n, "unknown") for n in unknown]
         )
     before = _rule_snapshot(rule)
-    values = _clean_rule({**before, **changes})
+    values = _clean_rule({**before, **changes}, fleet_id=fleet.pk)
     if values == before:
         return rule
     for name, value in values.items():
@@ -396,10 +428,14 @@ def _record(
     )
 
 
-def _next_state(rule: AlertRule, outcome: str, now: datetime) -> str:
+def _next_state(rule: AlertRule, judgement: Judgement, now: datetime) -> str:
+    outcome = judgement.outcome
     if outcome == "no_data":
         return AlertState.NO_DATA
     if outcome == "ok":
+        if judgement.held and rule.state in (AlertState.PENDING, AlertState.FIRING):
+            # Inside the hysteresis band: not cleared yet, and no nearer to firing either.
+            return rule.state
         return AlertState.OK
     if rule.state == AlertState.FIRING:
         return AlertState.FIRING
@@ -413,7 +449,7 @@ def _next_state(rule: AlertRule, outcome: str, now: datetime) -> str:
 def _apply(rule: AlertRule, judgement: Judgement, now: datetime) -> list[AlertEvent]:
     """Move the rule to its new state; record the changes people care about."""
     before = rule.state
-    after = _next_state(rule, judgement.outcome, now)
+    after = _next_state(rule, judgement, now)
     events: list[AlertEvent] = []
 
     def note(kind: str, state_before: str, state_after: str) -> None:
@@ -561,6 +597,7 @@ def _judge(rule: AlertRule, rows: list[Any], budgets: dict[Any, int], now: datet
         previous=previous,
         budgets=budgets,
         reported_before=reported,
+        hysteresis=rule.hysteresis,
     )
 
 
@@ -623,6 +660,10 @@ def _deliveries_for(events: list[AlertEvent]) -> list[WebhookDelivery]:
 
 # --- seed ---------------------------------------------------------------------------------------
 
+# Each with a hysteresis (in the threshold's unit) that keeps a value hovering at the threshold
+# from flapping: a P95 that breached 1.0× its budget clears at 0.9×, a fallback rate that
+# breached 5% clears at 4%. Counts (privacy violations, silence) clear as soon as they are
+# not breached: any violation is one too many.
 SEED_RULES: tuple[dict[str, Any], ...] = (
     {
         "name": "Cloud share jump",
@@ -631,6 +672,7 @@ SEED_RULES: tuple[dict[str, Any], ...] = (
         "threshold": 0.2,
         "window_minutes": 5,
         "min_samples": 100,
+        "hysteresis": 0.05,
     },
     {
         "name": "Device share α drop",
@@ -639,6 +681,7 @@ SEED_RULES: tuple[dict[str, Any], ...] = (
         "threshold": 0.15,
         "window_minutes": 10,
         "min_samples": 100,
+        "hysteresis": 0.05,
     },
     {
         "name": "Fallback rate above 5%",
@@ -648,6 +691,7 @@ SEED_RULES: tuple[dict[str, Any], ...] = (
         "window_minutes": 10,
         "min_samples": 100,
         "for_seconds": 60,
+        "hysteresis": 0.01,
     },
     {
         "name": "Error rate above 2%",
@@ -657,6 +701,7 @@ SEED_RULES: tuple[dict[str, Any], ...] = (
         "window_minutes": 10,
         "min_samples": 100,
         "for_seconds": 60,
+        "hysteresis": 0.005,
     },
     {
         "name": "Privacy violation",
@@ -674,6 +719,7 @@ SEED_RULES: tuple[dict[str, Any], ...] = (
         "window_minutes": 10,
         "min_samples": 50,
         "for_seconds": 120,
+        "hysteresis": 0.1,
     },
     {
         "name": "Fleet silent",

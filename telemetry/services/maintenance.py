@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import msgspec
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
@@ -18,6 +17,7 @@ from .. import partitions
 from ..models import EventKey, FleetHourRollup, HourRollup, LandedBatch, MinuteRollup, RouteCounter
 from ..prometheus import latency_bins
 from ..rollup import METRIC_FIELDS, merge_columns
+from ..selectors.metrics import _hist, stored_latency_bins
 from .processing import partitions_ensure_window
 
 logger = logging.getLogger(__name__)
@@ -42,11 +42,10 @@ LEVELS = (
 )
 
 
-def _json(value: Any) -> Any:
-    """A JSON column as the raw cursor returns it (text on PostgreSQL via Django, or text)."""
-    if isinstance(value, str | bytes):
-        return msgspec.json.decode(value)
-    return value
+def _bucket_counts(value: Any) -> dict[str, int]:
+    """A stored histogram with only whole-number buckets and counts (the merged row is clean
+    even when a row an older version stored was not)."""
+    return {key: count for key, count in _hist(value).items() if key.lstrip("-").isdigit()}
 
 
 def _compact_level(level: Level, max_buckets: int) -> tuple[int, int]:
@@ -81,8 +80,9 @@ def _compact_level(level: Level, max_buckets: int) -> tuple[int, int]:
         moment = row[time_col]
         if isinstance(moment, datetime) and moment.tzinfo is None:
             row[time_col] = moment.replace(tzinfo=UTC)  # SQLite hands back naive UTC
-        row["latency_hist"] = _json(row["latency_hist"])
-        row["score_hist"] = _json(row["score_hist"])
+        # Robust to a bad row stored by an older version (counts kept only when whole and >= 0).
+        row["latency_hist"] = _bucket_counts(row["latency_hist"])
+        row["score_hist"] = _bucket_counts(row["score_hist"])
         key = (row["fleet_id"], row[time_col], *(row[name] for name in level.key_fields))
         groups[key].append(row)
     doomed: list[int] = []
@@ -145,7 +145,7 @@ def _count_for_prometheus(partials: list[dict[str, Any]]) -> None:
         counter.cache_hits += total["cache_hits"]
         counter.privacy_violations += total["privacy_violations"]
         counter.latency_sum_ms += total["latency_sum_ms"]
-        old = list(counter.latency_le) or [0] * len(total["latency_le"])
+        old = stored_latency_bins(counter.latency_le)
         counter.latency_le = [a + b for a, b in zip(old, total["latency_le"], strict=True)]
         counter.save()
 

@@ -27,8 +27,8 @@ from psycopg.types.json import Jsonb, set_json_dumps
 from .. import partitions
 from ..events import TelemetryEvent, decode_landed
 from ..models import Event, FleetHourRollup, HourRollup, LandedBatch, MinuteRollup
-from ..rollup import METRIC_FIELDS, RollupAccumulator, Tally
-from ..selectors.catalog import CohortResolver
+from ..rollup import METRIC_FIELDS, SENSITIVE_TIER, RollupAccumulator, Tally, is_privacy_violation
+from ..selectors.catalog import CellPrivacy, CohortResolver
 from ..signals import send_rollups_stored
 from .ingest import retention_start
 
@@ -62,6 +62,7 @@ EVENT_COLUMN_TYPES = (
     ("rtt_ms", "float8"),
     ("bandwidth_kbps", "float8"),
     ("device_load", "float8"),
+    ("uploaded", "bool"),
 )
 EVENT_COLUMNS = tuple(name for name, _ in EVENT_COLUMN_TYPES)
 _METRIC_TYPES = (
@@ -186,6 +187,7 @@ def _event_row(
         event.rtt_ms,
         event.bandwidth_kbps,
         event.device_load,
+        event.uploaded,
     )
 
 
@@ -294,6 +296,7 @@ def landed_batches_process(
         if not claimed:
             return ProcessResult(batches=0, events=0, expired=0)
         resolver = CohortResolver(fleet_id for _, fleet_id, _, _ in claimed)
+        privacy = CellPrivacy()
         accumulator = RollupAccumulator()
         rows: list[tuple[Any, ...]] = []
         expired = 0
@@ -304,7 +307,17 @@ def landed_batches_process(
                     continue
                 cohort = resolver.cohort(fleet_id, event.policy_version, event.ts)
                 rows.append(_event_row(event, fleet_id, received_at, cohort))
-                accumulator.add(fleet_id, cohort, event)
+                violation = event.privacy_tier == SENSITIVE_TIER and is_privacy_violation(
+                    event,
+                    privacy.handling(
+                        fleet_id,
+                        event.policy_version,
+                        event.task_type,
+                        event.latency_budget,
+                        event.privacy_tier,
+                    ),
+                )
+                accumulator.add(fleet_id, cohort, event, violation)
         if rows:
             _store_raw(rows)
             store_rollups(accumulator)

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 import socket
+import unicodedata
 from datetime import timedelta
+from typing import Final
 from urllib.parse import urlparse
 
 import httpx
@@ -40,18 +43,67 @@ class _Refused(Exception):
     """The delivery's URL points inside the network (see the module's docstring)."""
 
 
+_INET_ATON_PART: Final = re.compile(r"0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*")
+_NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
+# Dots a URL parser (UTS #46, as httpx's IDNA encoding) reads as the full stop.
+_DOTS: Final = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
+
+
+def _inet_aton(host: str) -> ipaddress.IPv4Address | None:
+    """`host` read as libc's inet_aton (and so getaddrinfo, curl, httpx) reads an IPv4
+    address: 1 to 4 parts, each decimal, octal (`0177`) or hex (`0x7f`), the last one filling
+    the remaining bytes (`127.1`, `2130706433`, `0x7f000001`); None when it is not one."""
+    parts = host.split(".")
+    if not 1 <= len(parts) <= 4 or not all(_INET_ATON_PART.fullmatch(p) for p in parts):
+        return None
+    numbers = [
+        int(p, 16) if p[:2] in ("0x", "0X") else int(p, 8) if p.startswith("0") else int(p)
+        for p in parts
+    ]
+    *head, last = numbers
+    if any(n > 255 for n in head) or last >= 1 << (8 * (4 - len(head))):
+        return None
+    value = last
+    for position, number in enumerate(head):
+        value |= number << (24 - 8 * position)
+    return ipaddress.IPv4Address(value)
+
+
+def _ip_of(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address a URL's host spells, in any of its spellings, or None for a name."""
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0])  # an IPv6 zone is not part of it
+    except ValueError:
+        return _inet_aton(host)
+
+
 def _non_public(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone is not part of it
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    ip = _ip_of(address)
+    if ip is None:
+        raise ValueError(f"{address!r} is not an address")
+    if isinstance(ip, ipaddress.IPv6Address):
+        # An IPv4 address carried inside IPv6 (mapped, 6to4, Teredo, NAT64, compatible) is
+        # judged as that IPv4 address.
+        embedded = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+        if embedded is None and ip in _NAT64:
+            embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if embedded is None and int(ip) >> 32 == 0 and int(ip) > 1:
+            embedded = ipaddress.IPv4Address(int(ip))  # ::a.b.c.d, IPv4-compatible
+        if embedded is not None:
+            return not embedded.is_global or embedded.is_multicast
     return not ip.is_global or ip.is_multicast
 
 
 def url_refusal(url: str) -> str | None:
-    """Why `url` may not be a webhook, judged on its text alone (no DNS), or None."""
+    """Why `url` may not be a webhook, judged on its text alone (no DNS), or None.
+
+    Every spelling of an address counts: `127.1`, `2130706433`, `0x7f000001`, `0177.0.0.1`,
+    `[::ffff:127.0.0.1]`, a trailing dot, full-width digits.
+    """
     if settings.ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS:
         return None
-    host = (urlparse(url).hostname or "").rstrip(".").lower()
+    host = unicodedata.normalize("NFKC", urlparse(url).hostname or "").translate(_DOTS)
+    host = host.rstrip(".").lower()
     if host == "localhost" or host.endswith(".localhost"):
         return f"{host} is this machine"
     try:
@@ -59,7 +111,9 @@ def url_refusal(url: str) -> str | None:
     except ValueError:
         return None  # a name: checked where it resolves, at each delivery
     if non_public:
-        return f"{host} is not a public address"
+        ip = _ip_of(host)
+        spelled = f" ({ip})" if ip is not None and str(ip) != host else ""
+        return f"{host}{spelled} is not a public address"
     return None
 
 

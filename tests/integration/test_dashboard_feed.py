@@ -227,6 +227,17 @@ def test_dashboard_feed__bad_messages__clear_error_and_socket_stays_open(live: L
         assert bad_filter["details"][0]["field"] == "route"
         unknown = await error_for(json.dumps({"type": "subscribe", "colour": "red"}))
         assert unknown["details"][0]["field"] == "colour"
+        # Refused before any handler reads them, naming the field: nested 1,000 deep (a
+        # recursive parser would overflow), a NUL, a lone surrogate, NaN
+        for frame, named in [
+            ('{"type": "subscribe", "route": ' + "[" * 1000 + "]" * 1000 + "}", "route[0]"),
+            ('{"type": "subscribe", "route": "cloud\\u0000"}', "route"),
+            ('{"type": "subscribe", "task_type": "\\ud800"}', "task_type"),
+            ('{"type": "subscribe", "version": NaN}', "version"),
+        ]:
+            hostile = await error_for(frame)
+            assert hostile["code"] == "bad_message"
+            assert hostile["details"][0]["field"].startswith(named), hostile
 
         # The socket still works: a subscription twice is answered twice, and a snapshot
         # asked for arrives with the view's figures

@@ -9,11 +9,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from routing_policies.models import Device
 from routing_policies.services import device_enroll, device_revoke
+from tests.hostile_json import HOSTILE_PARAMS, Hostile, assert_names, fuzz_bodies, with_field
 from tests.live_server import asgi_server
 
 from .ws_clients import CLOSE_UNAUTHORISED, close_code, open_socket, recv_json
@@ -203,6 +206,79 @@ def test_device_socket__frame_over_64_kib__error_too_large_and_no_crash(
     assert (error["type"], error["code"]) == ("error", "too_large")
     assert answer["type"] == "policy"
     assert Device.objects.get(device_id="phone-1").sdk == "t/1"
+
+
+@pytest.mark.parametrize("field", ["sdk", "platform", "extra"])
+@pytest.mark.parametrize("hostile", HOSTILE_PARAMS)
+def test_device_socket__hostile_json_value__error_names_field_nothing_stored(
+    asgi_server: str, phone: tuple[str, str], hostile: Hostile, field: str
+) -> None:
+    # Given a connected device
+    # When its hello carries a field nested 1,000 deep, a NUL or lone surrogate, or NaN
+    frame = with_field(json.loads(_hello(sdk="evil/1")), field, hostile.raw)
+
+    async def scenario(socket: ClientConnection) -> tuple[dict[str, Any], str, dict[str, Any]]:
+        await socket.send(frame)
+        error = await recv_json(socket)
+        sdk = (await Device.objects.aget(device_id="phone-1")).sdk
+        return error, sdk, await _still_works(socket)
+
+    error, sdk_after_error, answer = _run(asgi_server, phone[1], scenario)
+
+    # Then an error frame names the field, the hello is not recorded, the socket still works
+    assert (error["type"], error["code"]) == ("error", "bad_message")
+    assert_names(
+        {"details": [{"field": error["field"], "message": error["detail"]}]}, field, hostile
+    )
+    assert sdk_after_error == ""
+    assert answer["type"] == "policy"
+    assert Device.objects.get(device_id="phone-1").sdk == "t/1"
+
+
+_ANSWERS = {"policy", "up_to_date"}
+_KNOWN_ERRORS = {"bad_message", "unknown_type", "too_large", "device_mismatch", "not_assigned"}
+FRAMES = st.one_of(
+    fuzz_bodies(json.loads(_hello())),
+    fuzz_bodies({"type": "ack", "version": 1}),
+    fuzz_bodies({"type": "hello"}),
+)
+
+
+def test_device_socket__fuzzed_frames__never_dropped_or_stored_socket_stays_sane(
+    asgi_server: str, phone: tuple[str, str]
+) -> None:
+    # Given an enrolled device
+    @settings(
+        max_examples=60,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(frame=FRAMES)
+    def check(frame: bytes) -> None:
+        # When a socket sends any frame at all (text when it is UTF-8, else binary), then hello
+        async def scenario(socket: ClientConnection) -> list[dict[str, Any]]:
+            try:
+                await socket.send(frame.decode())
+            except UnicodeDecodeError:
+                await socket.send(frame)
+            await socket.send(_hello())
+            received = [await recv_json(socket)]
+            while received[-1]["type"] not in _ANSWERS:
+                received.append(await recv_json(socket))
+            return received
+
+        received = _run(asgi_server, phone[1], scenario)
+
+        # Then every frame before the answer is an error the protocol names or a policy frame,
+        # the socket answered the hello, and nothing but that hello was recorded
+        for message in received[:-1]:
+            assert message["type"] in {"error", "cloud_pressure", *_ANSWERS}, (frame, message)
+            if message["type"] == "error":
+                assert message["code"] in _KNOWN_ERRORS, (frame, message)
+        assert Device.objects.count() == 1
+        assert Device.objects.get(device_id="phone-1").sdk == "t/1"
+
+    check()
 
 
 # --- acks and identities ---------------------------------------------------------------------

@@ -585,6 +585,62 @@ def test_device_connects_twice__older_socket_closes__device_still_online(
     background.run(scenario())
 
 
+def _enrol_one(
+    background: BackgroundLoop, servers: list[AsgiProcess], fleet_key: str
+) -> tuple[str, str]:
+    """One device enrolled over HTTP: (device id, token)."""
+    ((device_id, (_, token)),) = _enrol_split(background, servers, fleet_key, 1).items()
+    return device_id, token
+
+
+def _registry_online(fleet: Any, device_id: str) -> tuple[bool, int]:
+    """What an operator sees: the registry's online flag of the device, and the rollout
+    page's count of online devices."""
+    (row,) = [r for r in device_list(fleet=fleet, limit=5000) if r["device_id"] == device_id]
+    return row["online"], fleet_convergence(fleet)["online"]
+
+
+def test_device_online__reenrolled_then_new_socket_before_hello__offline_until_hello(
+    transactional_db: None,
+    servers: list[AsgiProcess],
+    background: BackgroundLoop,
+    fleet: Any,
+    fleet_key: str,
+) -> None:
+    # Given a device online through a socket that said hello with its token
+    device_id, token = _enrol_one(background, servers, fleet_key)
+
+    async def scenario() -> list[tuple[bool, int]]:
+        seen = []
+        old = await open_socket(servers[0].url, token)
+        await old.send(_hello(device_id, 1))
+        await recv_json(old)
+        seen.append(await _to_thread(lambda: _registry_online(fleet, device_id)))
+
+        # When the app is reinstalled: it enrols again, and its old token's socket is closed
+        _, new_token = await _to_thread(
+            lambda: device_enroll(fleet_key=fleet_key, device_id=device_id)
+        )
+        await close_code(old)
+        seen.append(await _to_thread(lambda: _registry_online(fleet, device_id)))
+
+        # ... then it connects with the new token (accepted), first saying nothing, then hello
+        new = await open_socket(servers[1].url, new_token)
+        seen.append(await _to_thread(lambda: _registry_online(fleet, device_id)))
+        await new.send(_hello(device_id, 1))
+        await recv_json(new)
+        seen.append(await _to_thread(lambda: _registry_online(fleet, device_id)))
+        await new.close()
+        return seen
+
+    seen = background.run(scenario())
+
+    # Then the registry and the rollout page show it online, offline as soon as the old socket
+    # closed (not minutes later), still offline while the new socket has not said hello (an
+    # open socket alone is not online), and online once it has
+    assert seen == [(True, 1), (False, 0), (False, 0), (True, 1)]
+
+
 def _hello(device_id: str, version: int | None) -> str:
     import json
 

@@ -18,6 +18,13 @@ ASSET_URL_RE = re.compile(
 )
 
 
+@pytest.fixture
+def api_client(client_as: Callable[[Any], Any], make_user: Callable[..., Any]) -> Any:
+    """Logged in: the schema is read by logged-in users and API tokens (API_DOCS_ACCESS;
+    tests/unit/test_api_docs_access.py)."""
+    return client_as(make_user(None))
+
+
 def _openapi_path(pattern: URLPattern | URLResolver) -> str:
     """`fleets/<slug:slug>/` as OpenAPI writes it: `/api/v1/fleets/{slug}/`."""
     route = str(pattern.pattern)
@@ -28,7 +35,7 @@ def test_schema__get__valid_openapi_listing_every_api_route(api_client: Any) -> 
     # Given the API's URL routes
     expected = {_openapi_path(p) for p in api_urlpatterns}
 
-    # When the schema is fetched (no login needed: it describes, it does not reveal data)
+    # When the schema is fetched by a logged-in user
     response = api_client.get("/api/schema/?format=json")
 
     # Then it is a valid OpenAPI 3 document listing every /api/v1/ route

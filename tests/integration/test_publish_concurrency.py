@@ -111,7 +111,7 @@ def test_policy_version_publish__racing_rounds_after_new_drafts__versions_1_2_3(
         policy_draft_create(actor=publisher, fleet=fleet)
         outcomes = _race(
             3,
-            lambda i: policy_version_publish(actor=publisher, fleet=fleet, revision=1, note=""),
+            lambda i: policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="race"),
         )
 
         # Then each round publishes exactly one version, the next number

@@ -14,6 +14,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         created = demo_seed()
+        if options["verbosity"] == 0:  # `make run`: its banner names the logins
+            return
         if created:
             self.stdout.write("Created: " + ", ".join(created))
         else:

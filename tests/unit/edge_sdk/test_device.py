@@ -262,6 +262,59 @@ async def test_run__new_policy_version__earlier_answers_not_served() -> None:
     assert again.cache_hit is False
 
 
+# --- privacy: what left the device ------------------------------------------------------------
+
+SENSITIVE_CLOUD = {"text/interactive/sensitive": {"upload_deidentify": True}}
+
+
+async def test_run__sensitive_cache_hit_on_cloud_route__reported_as_not_uploaded() -> None:
+    # Given a sensitive cell that uploads de-identified, and a task it sends to the cloud
+    inference = Inference()
+    device = _device(inference, document=policy_document(**SENSITIVE_CLOUD))
+    sensitive = task(privacy_tier="sensitive", cache_key="weather")
+
+    # When the task runs twice: the second is answered from the device's cache
+    first = await device.run(sensitive)
+    second = await device.run(sensitive)
+
+    # Then the first left the device de-identified, the second never left it
+    assert (first.route, second.cache_hit) == ("cloud", True)
+    assert [(e["route"], e["uploaded"], e["deidentified"]) for e in _events(device)] == [
+        ("cloud", True, True),
+        ("cloud", False, False),
+    ]
+
+
+async def test_run__device_failure_falls_back_to_cloud__reported_as_uploaded() -> None:
+    # Given a sensitive cell that uploads de-identified and a task it answers on the device
+    inference = Inference()
+    inference.device_fails = True
+    device = _device(inference, document=policy_document(**SENSITIVE_CLOUD))
+
+    # When the device fails and the task falls back to the cloud
+    outcome = await device.run(task(privacy_tier="sensitive", tokens=10, intent_conf=0.95))
+
+    # Then its data left the device, de-identified as the cell asks
+    assert outcome.fallback == "device_to_cloud"
+    (event,) = _events(device)
+    assert (event["route"], event["uploaded"], event["deidentified"]) == ("device", True, True)
+
+
+async def test_run__cloud_call_while_offline__reported_as_not_uploaded() -> None:
+    # Given a device that is offline, whose on-device model fails
+    inference = Inference()
+    inference.device_fails = True
+    device = _device(inference, Network(online=False), document=policy_document(**SENSITIVE_CLOUD))
+
+    # When a task falls back to the cloud, which fails at once with no network
+    outcome = await device.run(task(privacy_tier="sensitive", tokens=10, intent_conf=0.95))
+
+    # Then nothing of it left the device
+    assert (outcome.fallback, outcome.ok) == ("device_to_cloud", False)
+    (event,) = _events(device)
+    assert (event["uploaded"], event["deidentified"]) == (False, False)
+
+
 # --- offline queue ----------------------------------------------------------------------------
 
 

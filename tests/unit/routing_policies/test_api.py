@@ -1,5 +1,6 @@
 """The REST API under /api/v1/: roles, revisions, malformed input, duplicates, documents, diffs."""
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from routing_policies.services import (
     policy_version_publish,
 )
 from tests.factories import PASSWORD, make_fleet
+from tests.hostile_json import HOSTILE_PARAMS, Hostile, assert_names, with_field
 
 pytestmark = pytest.mark.django_db
 
@@ -527,6 +529,48 @@ def test_api__body_over_limit__413_and_nothing_stored(
     assert _stored_state() == before
 
 
+@pytest.mark.parametrize("hostile", HOSTILE_PARAMS)
+@pytest.mark.parametrize("write", WRITE_PARAMS)
+def test_api__hostile_json_value__400_names_field_nothing_stored(
+    client_as: Callable[[Any], APIClient],
+    publisher: Any,
+    state_for: Any,
+    write: Write,
+    hostile: Hostile,
+) -> None:
+    # Given a fleet ready for the write
+    state_for(write)
+    before = _stored_state()
+
+    # When a good body carries one field nested 1,000 deep, with a NUL, a lone surrogate, NaN
+    # or Infinity
+    raw = with_field(write.body(), "extra", hostile.raw)
+    response = _send_raw(client_as(publisher), write, raw)
+
+    # Then 400 names the field (never a 500 or a parse error without details), nothing stored
+    error = assert_error(response, 400, "validation_failed")
+    assert_names(error, "extra", hostile)
+    assert _stored_state() == before
+
+
+def test_draft_cells_api__nul_in_a_cell_key__400_names_it_nothing_stored(
+    client_as: Callable[[Any], APIClient], editor: Any, draft: PolicyVersion
+) -> None:
+    # Given a draft / When a cell edit names its task type with a NUL in it
+    response = client_as(editor).generic(
+        "PATCH",
+        f"{FLEET}/draft/cells/",
+        '{"revision": 1, "cells": [{"task_type": "voice\\u0000", "latency_budget": '
+        '"interactive", "privacy_tier": "normal", "values": {"threshold": 0.5}}]}',
+        content_type="application/json",
+    )
+
+    # Then 400 names that field of that edit, and the draft is untouched
+    error = assert_error(response, 400, "validation_failed")
+    assert _where(error) == {(None, "cells[0].task_type")}
+    assert PolicyVersion.objects.get(pk=draft.pk).revision == 1
+
+
 def test_draft_cells_api__overflowing_number__400_names_field_nothing_stored(
     client_as: Callable[[Any], APIClient], editor: Any, draft: PolicyVersion
 ) -> None:
@@ -540,9 +584,9 @@ def test_draft_cells_api__overflowing_number__400_names_field_nothing_stored(
         content_type="application/json",
     )
 
-    # Then 400 names the cell and field, and θ is not clamped to 1
+    # Then 400 names the cell edit and field, and θ is not clamped to 1
     error = assert_error(response, 400, "validation_failed")
-    assert _where(error) == {("voice/interactive/normal", "threshold")}
+    assert _where(error) == {(None, "cells[0].values.threshold")}
     assert version_table(version=draft)[("voice", "interactive", "normal")]["threshold"] == 0.65
 
 
@@ -775,6 +819,25 @@ def test_publish_api__same_revision_twice__second_409(
     ) == [1, 2]
 
 
+@pytest.mark.parametrize("body", [{"note": ""}, {"note": "  \n "}, {}])
+def test_publish_api__blank_or_missing_note__400_naming_note_and_still_a_draft(
+    client_as: Callable[[Any], APIClient],
+    publisher: Any,
+    draft: PolicyVersion,
+    body: dict[str, Any],
+) -> None:
+    # Given a draft at revision 1
+    # When it is published without a release note (empty, only whitespace, or left out)
+    response = client_as(publisher).post(
+        f"{FLEET}/draft/publish/", {"revision": 1, **body}, format="json"
+    )
+
+    # Then 400 names `note`, and the draft is not published
+    error = assert_error(response, 400, "validation_failed")
+    assert [detail["field"] for detail in error["details"]] == ["note"]
+    assert PolicyVersion.objects.filter(pk=draft.pk, number__isnull=True).exists()
+
+
 def test_draft_import_api__duplicated_cell__400_names_it(
     client_as: Callable[[Any], APIClient], editor: Any, draft: PolicyVersion
 ) -> None:
@@ -885,7 +948,7 @@ def test_version_document_api__new_version_published__200_with_new_etag(
     policy_draft_update_cells(
         actor=publisher, fleet=fleet, revision=1, edits=[_cell_edit(threshold=0.7)]
     )
-    policy_version_publish(actor=publisher, fleet=fleet, revision=2, note="")
+    policy_version_publish(actor=publisher, fleet=fleet, revision=2, note="next")
 
     # When it polls `latest` with its old ETag
     response = client.get(f"{FLEET}/versions/latest/document", HTTP_IF_NONE_MATCH=old_etag)
@@ -1004,7 +1067,7 @@ def test_fleet_detail_api__draft_and_versions__reported(
 ) -> None:
     # Given fleet-a at v2 with a new draft edited to revision 2, and fleet-b never published
     policy_draft_create(actor=publisher, fleet=fleet)
-    policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="")
+    policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="next")
     policy_draft_create(actor=publisher, fleet=fleet)
     policy_draft_update_cells(
         actor=publisher, fleet=fleet, revision=1, edits=[_cell_edit(threshold=0.7)]
@@ -1082,7 +1145,7 @@ def test_version_list_api__n_versions__constant_query_count(
     # Given N published versions and a draft
     for _ in range(versions - 1):
         policy_draft_create(actor=publisher, fleet=fleet)
-        policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="")
+        policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="next")
     policy_draft_create(actor=publisher, fleet=fleet)
     client = client_as(viewer)
 
@@ -1150,6 +1213,49 @@ def test_api__method_a_route_does_not_serve__405_and_nothing_stored(
     # Then 405 in the error shape, and nothing changed
     assert_error(response, 405, "method_not_allowed")
     assert _stored_state() == before
+
+
+def _api_routes() -> list[tuple[str, type[Any]]]:
+    """(path with sample arguments, view class) of every DRF view under /api/v1/."""
+    from django.urls import URLPattern, URLResolver, get_resolver
+    from rest_framework.views import APIView
+
+    samples = {"slug": "fleet-a", "ref": "1", "rule_id": "1", "webhook_id": "1"}
+    samples |= {"device_id": "phone-1", "dimension": "task_type", "value": "voice"}
+    routes = []
+
+    def walk(patterns: list[Any], prefix: str) -> None:
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                walk(pattern.url_patterns, prefix + str(pattern.pattern))
+            elif isinstance(pattern, URLPattern):
+                view = getattr(pattern.callback, "cls", None)
+                path = prefix + str(pattern.pattern)
+                if isinstance(view, type) and issubclass(view, APIView) and "api/v1" in path:
+                    for name, sample in samples.items():
+                        path = re.sub(rf"<(?:\w+:)?{name}>", sample, path)
+                    routes.append(("/" + path, view))
+
+    walk(get_resolver().url_patterns, "")
+    return routes
+
+
+def test_api__trace_on_every_endpoint__405_with_allow_before_auth(
+    api_client: APIClient, fleet: Any
+) -> None:
+    # Given every endpoint of the API, and a client with no credentials at all
+    routes = _api_routes()
+    assert len(routes) > 30
+
+    for path, view in routes:
+        # When it is called with TRACE, which none of them serves
+        response = api_client.generic("TRACE", path)
+
+        # Then 405 in the error shape, with the methods it does serve (never 401 or 403)
+        assert response.status_code == 405, (path, response.content)
+        assert response.json()["error"]["code"] == "method_not_allowed"
+        served = {m.upper() for m in view.http_method_names if hasattr(view, m)}
+        assert set(response["Allow"].split(", ")) >= served, path
 
 
 def test_api__unsupported_method__405_with_error_shape(

@@ -15,6 +15,7 @@ from routing_policies.assignment import bucket
 from routing_policies.models import Device, PolicyVersion
 from routing_policies.services import device_revoke, rollout_advance, rollout_start
 from tests.factories import PASSWORD
+from tests.hostile_json import HOSTILE_PARAMS, Hostile, assert_names, with_field
 
 pytestmark = pytest.mark.django_db
 
@@ -143,6 +144,93 @@ def test_device_enroll__bad_field__400_names_it(
     assert response.status_code == 400, response.content
     assert field in {d["field"] for d in response.json()["error"]["details"]}
     assert not Device.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"device_id": "abc\n"}, "device_id"),
+        ({"device_id": "abc "}, "device_id"),
+        ({"device_id": " abc"}, "device_id"),
+        ({"device_id": "\tabc"}, "device_id"),
+        ({"device_id": "abc\r\n"}, "device_id"),
+        ({"device_id": "ab\u0085c"}, "device_id"),
+        ({"platform": "android\n"}, "platform"),
+        ({"platform": " android"}, "platform"),
+        ({"platform": "   "}, "platform"),
+        ({"model": "Pixel 8 "}, "model"),
+        ({"model": "Pixel\u00078"}, "model"),
+        ({"sdk": "edge-sdk/1.0\t"}, "sdk"),
+        ({"fleet_key": "fk_abc\n"}, "fleet_key"),
+    ],
+)
+def test_device_enroll__edge_whitespace_or_control_char__400_names_it_never_trimmed(
+    api_client: APIClient, fleet: Any, fleet_key: str, change: dict[str, Any], field: str
+) -> None:
+    # Given a valid enrolment request
+    body = {"fleet_key": fleet_key, "device_id": "abc", "platform": "android", **change}
+
+    # When an id or name carries leading/trailing whitespace or a control character
+    response = api_client.post(ENROLL, body, format="json")
+
+    # Then 400 names that field (it is not trimmed and enrolled as "abc"), nothing is enrolled
+    assert response.status_code == 400, response.content
+    assert [d["field"] for d in response.json()["error"]["details"]] == [field]
+    assert not Device.objects.exists()
+
+
+def test_device_enroll__inner_space_in_a_name__201_kept_as_sent(
+    api_client: APIClient, fleet: Any, fleet_key: str
+) -> None:
+    # Given / When a device enrols with a model name that has a space inside
+    response = _enrol(api_client, fleet_key, model="Pixel 8 Pro")
+
+    # Then it is enrolled with that name as sent
+    assert response.status_code == 201, response.content
+    assert Device.objects.get().model == "Pixel 8 Pro"
+
+
+@pytest.mark.parametrize("field", ["device_id", "platform", "extra"])
+@pytest.mark.parametrize("hostile", HOSTILE_PARAMS)
+def test_device_enroll__hostile_json_value__400_names_field_nothing_enrolled(
+    api_client: APIClient, fleet: Any, fleet_key: str, hostile: Hostile, field: str
+) -> None:
+    # Given a valid enrolment request
+    body = {"fleet_key": fleet_key, "device_id": "phone-1", "platform": "android"}
+
+    # When one field is nested 1,000 deep, holds a NUL or a lone surrogate, or is NaN/Infinity
+    response = api_client.generic(
+        "POST", ENROLL, with_field(body, field, hostile.raw), content_type="application/json"
+    )
+
+    # Then 400 names that field (never a 500 nor a parse error without details), none enrolled
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["code"] == "validation_failed"
+    assert_names(error, field, hostile)
+    assert not Device.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("path", "allow"),
+    [
+        (ENROLL, "POST, OPTIONS"),
+        (POLICY, "GET, HEAD, OPTIONS"),
+        ("/api/v1/telemetry", "POST, OPTIONS"),
+    ],
+)
+@pytest.mark.parametrize("method", ["TRACE", "PUT", "PATCH", "DELETE", "CONNECT", "BREW"])
+def test_device_endpoints__undeclared_method__405_with_allow_before_auth(
+    api_client: APIClient, fleet: Any, path: str, allow: str, method: str
+) -> None:
+    # Given no token (a device endpoint would otherwise ask for one first)
+    # When a method the endpoint does not serve is used
+    response = api_client.generic(method, path, "{}", content_type="application/json")
+
+    # Then 405 in the error shape, with the methods it does serve
+    assert response.status_code == 405, response.content
+    assert response.json()["error"]["code"] == "method_not_allowed"
+    assert response["Allow"] == allow
 
 
 @pytest.mark.parametrize("missing", ["fleet_key", "device_id"])

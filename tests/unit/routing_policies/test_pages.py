@@ -337,10 +337,13 @@ def test_cell_edit__editor_changes_threshold__grid_shows_new_value(
         f"{FLEET_URL}draft/cells/", edit_form(1, [TEXT_NORMAL], threshold="0.72")
     )
 
-    # Then they are sent back to the grid, which shows the new value and the next revision
+    # Then they are sent back to the grid, the cell still selected, which shows the new value
+    # and the next revision
     assert response.status_code == 302
-    assert response["Location"] == FLEET_URL
-    page = text_of(client.get(FLEET_URL))
+    assert response["Location"] == f"{FLEET_URL}?cell=text/interactive/normal"
+    page = text_of(client.get(response["Location"]))
+    assert "selected" in cell_html(page, "text/interactive/normal").split('"')[1]
+    assert re.search(r'value="text/interactive/normal"[^>]* checked', page)
     assert theta_shown(page, "text/interactive/normal") == "0.72"
     assert "Saved Threshold θ on text/interactive/normal" in page
     assert "revision 2" in page
@@ -485,7 +488,7 @@ def test_cell_edit__whole_number_field_given_fraction__refused(
     # Then it is refused as not a whole number
     assert response.status_code == 400
     assert "Latency budget (ms): must be a whole number; got 12.5" in text_of(response)
-    assert cell_values(draft_fleet, TEXT_NORMAL)["latency_budget_ms"] == 800
+    assert cell_values(draft_fleet, TEXT_NORMAL)["latency_budget_ms"] == 1000
 
 
 def test_cell_edit__cloud_only_on_sensitive_without_upload__refused_with_contradiction(
@@ -591,7 +594,7 @@ def test_dimension_add__editor__new_row_copied_from_chosen_value(
     # Then the grid has code rows with text's values
     page = text_of(response)
     assert "Added task type &#x27;code&#x27;" in page
-    assert "800 ms" in cell_html(page, "code/interactive/normal")
+    assert "1,000 ms" in cell_html(page, "code/interactive/normal")
     assert cell_values(draft_fleet, ("code", "interactive", "normal")) == cell_values(
         draft_fleet, TEXT_NORMAL
     )
@@ -820,6 +823,32 @@ def test_import__invalid_json__clear_error_and_nothing_imported(
     assert selectors.draft_get(fleet=draft_fleet).revision == 1  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('{"cells": ' + "[" * 1000 + "]" * 1000 + "}", "levels deep"),
+        ('{"fleet": "fleet-a\\u0000", "cells": []}', "NUL"),
+        ('{"cells": [{"threshold": NaN}]}', "finite"),
+    ],
+    ids=["nested-1000-deep", "nul", "nan"],
+)
+def test_import__hostile_document__refused_naming_the_field_nothing_imported(
+    client: Client, draft_fleet: Fleet, editor: Any, text: str, says: str
+) -> None:
+    # Given an editor
+    as_user(client, editor)
+
+    # When they paste a document nested 1,000 deep, with a NUL, or with NaN
+    response = client.post(f"{FLEET_URL}draft/import/", {"revision": "1", "document_text": text})
+
+    # Then the page says what is wrong and nothing is imported (never a 500)
+    page = text_of(response)
+    assert response.status_code == 400
+    assert says in page
+    assert "Nothing was imported" in page
+    assert selectors.draft_get(fleet=draft_fleet).revision == 1  # type: ignore[union-attr]
+
+
 def test_import__invalid_cells__problems_per_cell_and_field(
     client: Client, draft_fleet: Fleet, editor: Any
 ) -> None:
@@ -904,7 +933,9 @@ def test_diff_page__changed_threshold__cell_and_field_highlighted(
             }
         ],
     )
-    services.policy_version_publish(actor=publisher, fleet=draft_fleet, revision=2, note="")
+    services.policy_version_publish(
+        actor=publisher, fleet=draft_fleet, revision=2, note="Raise θ for text"
+    )
     as_user(client, publisher)
 
     # When the diff v1 → v2 is opened
@@ -990,3 +1021,290 @@ def test_versions_list__draft_row__marked_draft(
     assert page.index("draft · r1") < page.index(">v1<")
     assert "Start draft from" not in page
     assert PolicyVersion.objects.filter(fleet=draft_fleet).count() == 2
+
+
+# --- what devices run, what changed, what a publish needs --------------------------------------
+
+
+def _edit_text_normal(fleet: Fleet, actor: Any, revision: int = 1, **values: Any) -> None:
+    services.policy_draft_update_cells(
+        actor=actor,
+        fleet=fleet,
+        revision=revision,
+        edits=[
+            {
+                **dict(
+                    zip(("task_type", "latency_budget", "privacy_tier"), TEXT_NORMAL, strict=True)
+                ),
+                "values": values,
+            }
+        ],
+    )
+
+
+def test_publish__second_version__page_says_devices_still_run_v1_and_how_to_ship_v2(
+    client: Client, draft_fleet: Fleet, publisher: Any
+) -> None:
+    # Given a draft with one change on a fleet whose devices run v1
+    _edit_text_normal(draft_fleet, publisher, threshold=0.7)
+    as_user(client, publisher)
+
+    # When the publisher publishes it
+    response = client.post(
+        f"{FLEET_URL}draft/publish/", {"revision": "2", "note": "Raise θ for text"}, follow=True
+    )
+
+    # Then the page does not pretend v2 is live: devices run v1, v2 runs on no device, and the
+    # next step (a rollout or a switch) links to the rollout page
+    page = text_of(response)
+    assert "Published v2. Devices still run v1: no device runs v2 until" in page
+    assert "receive it next" not in page
+    assert 'data-version-running="idle">runs on no device<' in page
+    runs = re.search(r"<p data-runs>(.*?)</p>", page, re.S)
+    assert runs is not None
+    assert re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", runs.group(1))).strip() == (
+        "Devices run v1 (stable): every device."
+    )
+    next_step = re.search(r"<p data-next-step>(.*?)</p>", page, re.S)
+    assert next_step is not None
+    assert "v2 is published but runs on no device yet." in next_step.group(1)
+    assert f'<a href="{FLEET_URL}rollout/">Start a rollout of v2</a>' in next_step.group(1)
+    assert f'<a href="{FLEET_URL}rollout/">switch every device to it</a>' in next_step.group(1)
+
+
+def test_fleet_page__rollout_open__says_both_versions_with_shares_and_next_stage(
+    client: Client, draft_fleet: Fleet, publisher: Any, viewer: Any
+) -> None:
+    # Given v2 rolled out to 5% over v1
+    _edit_text_normal(draft_fleet, publisher, threshold=0.7)
+    services.policy_version_publish(actor=publisher, fleet=draft_fleet, revision=2, note="θ up")
+    services.rollout_start(actor=publisher, fleet=draft_fleet, version=2)
+
+    # When a viewer opens v2 on the fleet page
+    page = text_of(as_user(client, viewer).get(f"{FLEET_URL}?version=2"))
+
+    # Then it says v1 runs on 95% and v2 on 5%, v2 is the candidate, and a publisher advances it
+    runs = re.search(r"<p data-runs>(.*?)</p>", page, re.S)
+    assert runs is not None
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", runs.group(1))).strip()
+    assert text == (
+        "Devices run v1 (stable) on 95% of devices and v2 (candidate) on 5%: "
+        "a rollout is under way."
+    )
+    assert 'data-version-running="candidate">candidate: 5% of devices run it<' in page
+    assert "A publisher can advance to 25% (or roll back)" in page
+
+
+def test_fleet_page__first_publish__every_device_runs_it(
+    client: Client, publisher: Any, db: None
+) -> None:
+    # Given a new fleet whose first draft was never published
+    as_user(client, publisher)
+    client.post("/fleets/new/", {"slug": "car", "name": "Car", "description": ""})
+
+    # When the publisher publishes it as v1
+    page = text_of(
+        client.post("/fleets/car/draft/publish/", {"revision": "1", "note": "first"}, follow=True)
+    )
+
+    # Then the page says every device runs it, with nothing left to ship
+    assert (
+        "Published v1. It is the fleet&#x27;s first version, so every device runs it now." in page
+    )
+    assert 'data-version-running="stable">stable: devices run it<' in page
+    assert "Nothing to ship: every device runs the latest version." in page
+
+
+def test_fleet_page__draft_with_changes__changed_and_new_cells_marked_with_count_and_diff_link(
+    client: Client, draft_fleet: Fleet, editor: Any
+) -> None:
+    # Given a draft from v1 with θ changed on one cell and a task type "code" added (4 new cells)
+    _edit_text_normal(draft_fleet, editor, threshold=0.7)
+    services.policy_draft_add_dimension_value(
+        actor=editor, fleet=draft_fleet, revision=2, dimension="task_type", value="code"
+    )
+
+    # When the editor opens the draft
+    page = text_of(as_user(client, editor).get(FLEET_URL))
+
+    # Then the changed cell is marked "changed" in words, its θ highlighted with old → new,
+    # the four new cells say "new cell", the others carry no mark, and a legend explains them
+    changed = cell_html(page, "text/interactive/normal")
+    assert "changed" in changed.split('"')[1]
+    assert '<span class="mark-tag mark-changed">changed</span>' in changed
+    assert '<span class="v theta hl">0.7</span>' in changed
+    assert "<del>0.6</del> → <ins>0.7</ins>" in changed
+    for tier in ("sensitive", "normal"):
+        for budget in ("interactive", "background"):
+            assert '<span class="mark-tag mark-added">new cell</span>' in cell_html(
+                page, f"code/{budget}/{tier}"
+            )
+    assert "mark-tag" not in cell_html(page, "voice/interactive/normal")
+    assert "differs from v1" in page
+    assert "not in v1" in page
+    # ... and beside Publish, the count links to the draft's diff against v1
+    assert (
+        f'<a href="{FLEET_URL}diff/?a=1&amp;b=draft">5 cells changed since v1</a>'
+        in page.replace("&b=", "&amp;b=")
+    )
+    assert "Publishing changes no device: they keep running what they run now" in page
+
+
+def test_fleet_page__draft_equal_to_base__no_marks_and_zero_changes(
+    client: Client, draft_fleet: Fleet, publisher: Any
+) -> None:
+    # Given a draft just started from v1
+    # When the publisher opens it
+    page = text_of(as_user(client, publisher).get(FLEET_URL))
+
+    # Then no cell is marked and Publish says nothing changed yet
+    assert "mark-tag mark-" not in page.split('id="matrix"')[1]
+    assert "0 cells changed since v1" in page
+
+
+@pytest.mark.parametrize("note", ["", "   ", "\t\n"])
+def test_publish__blank_note__400_naming_the_note_and_still_a_draft(
+    client: Client, draft_fleet: Fleet, publisher: Any, note: str
+) -> None:
+    # Given a publisher on a draft
+    as_user(client, publisher)
+
+    # When they publish with an empty or whitespace-only release note
+    response = client.post(f"{FLEET_URL}draft/publish/", {"revision": "1", "note": note})
+
+    # Then it is refused, naming the note, and nothing is published
+    page = text_of(response)
+    assert response.status_code == 400
+    assert "Write a release note: what changed and why." in page
+    assert "Release note: must not be empty" in page
+    assert selectors.latest_published(fleet=draft_fleet).number == 1  # type: ignore[union-attr]
+    assert selectors.draft_get(fleet=draft_fleet) is not None
+
+
+def test_fleet_page__publish_form__note_required_in_the_browser(
+    client: Client, draft_fleet: Fleet, publisher: Any
+) -> None:
+    # Given a publisher on a draft
+    # When they open it
+    page = text_of(as_user(client, publisher).get(FLEET_URL))
+
+    # Then the note field is required (and must hold more than spaces) before the form is sent
+    field = re.search(r'<input type="text" id="publish-note"[^>]*>', page)
+    assert field is not None
+    assert " required" in field.group(0)
+    assert 'pattern=".*\\S.*"' in field.group(0)
+    assert "Release note (required)" in field.group(0)
+
+
+def test_fleet_page__pinned_modes__theta_marked_not_used(
+    client: Client, draft_fleet: Fleet, viewer: Any
+) -> None:
+    # Given the seed table: voice/interactive/sensitive is device_only, image/background/normal
+    # cloud_only, text/interactive/normal auto
+    # When a viewer opens the grid
+    page = text_of(as_user(client, viewer).get(FLEET_URL))
+
+    # Then θ reads "not used" on the pinned cells and as a number where it decides
+    for label in ("voice/interactive/sensitive", "image/background/normal"):
+        cell = cell_html(page, label)
+        assert 'class="v theta' not in cell
+        assert '<span class="na">not used</span>' in cell
+    assert theta_shown(page, "text/interactive/normal") == "0.6"
+
+
+def test_cell_edit__refused__fleet_url_given_to_the_script_and_cell_kept_selected(
+    client: Client, draft_fleet: Fleet, editor: Any
+) -> None:
+    # Given an editor
+    as_user(client, editor)
+
+    # When a save is refused
+    response = client.post(f"{FLEET_URL}draft/cells/", edit_form(1, [TEXT_NORMAL], threshold="2"))
+
+    # Then the page keeps the cell selected and tells the editor script the fleet page's address
+    # (it puts it back in the address bar)
+    page = text_of(response)
+    assert response.status_code == 400
+    assert "selected" in cell_html(page, "text/interactive/normal").split('"')[1]
+    assert f'data-fleet-url="{FLEET_URL}"' in page
+
+
+def test_edit_panel__number_fields__carry_label_and_range_for_the_browser_check(
+    client: Client, draft_fleet: Fleet, editor: Any
+) -> None:
+    # Given an editor on the draft
+    # When they open it
+    page = text_of(as_user(client, editor).get(FLEET_URL))
+
+    # Then θ's field names itself and its range, so the browser can refuse "abc" or 1.5
+    field = re.search(r'<input [^>]*id="field-threshold"[^>]*>', page)
+    assert field is not None
+    for attribute in ('data-label="Threshold θ"', 'data-min="0.0"', 'data-max="1.0"'):
+        assert attribute in field.group(0)
+
+
+@pytest.mark.parametrize(
+    ("role", "refusal"),
+    [(Role.EDITOR, "You are an editor."), (Role.VIEWER, "You are a viewer.")],
+)
+def test_publish__below_publisher__refusal_uses_the_right_article(
+    client: Client, draft_fleet: Fleet, make_user: Any, role: Role, refusal: str
+) -> None:
+    # Given a user below the publisher role
+    as_user(client, make_user(role, username="someone"))
+
+    # When they post the publish form
+    response = client.post(f"{FLEET_URL}draft/publish/", {"revision": "1", "note": "go"})
+
+    # Then the refusal names their role with the right article
+    assert response.status_code == 403
+    assert refusal in text_of(response)
+    assert "a editor" not in text_of(response)
+
+
+@pytest.mark.parametrize(
+    ("pasted", "position"),
+    [
+        ('{"cells" 1}', "Expecting &#x27;:&#x27; delimiter at line 1, column 10 (character 10)"),
+        ('{"a": 1,\n "b" 2}', "Expecting &#x27;:&#x27; delimiter at line 2, column 6"),
+        ("[1, 2", "at line 1, column 6 (character 6)"),
+    ],
+)
+def test_import__invalid_json_mentioning_delimiter__400_with_the_position(
+    client: Client, draft_fleet: Fleet, editor: Any, pasted: str, position: str
+) -> None:
+    # Given an editor
+    as_user(client, editor)
+
+    # When they paste JSON whose parse error says "delimiter" (which once read as a size limit)
+    response = client.post(f"{FLEET_URL}draft/import/", {"revision": "1", "document_text": pasted})
+
+    # Then it is a 400 saying where the text breaks, and nothing is imported
+    page = text_of(response)
+    assert response.status_code == 400
+    assert "The pasted text is not valid JSON" in page
+    assert position in page
+    assert selectors.draft_get(fleet=draft_fleet).revision == 1  # type: ignore[union-attr]
+
+
+def test_fleet_list__rollout_open_and_newer_version__says_what_devices_run(
+    client: Client, fleet: Fleet, publisher: Any, viewer: Any
+) -> None:
+    # Given v2 rolled out to 5% over v1, and v3 published but not rolled out
+    for note in ("v2", "v3"):
+        draft = services.policy_draft_create(actor=publisher, fleet=fleet)
+        services.policy_version_publish(
+            actor=publisher, fleet=fleet, revision=draft.revision, note=note
+        )
+    services.rollout_start(actor=publisher, fleet=fleet, version=2)
+
+    # When a viewer opens the fleet list
+    page = text_of(as_user(client, viewer).get("/"))
+
+    # Then the fleet's row says v3 runs on no device, and that devices run v1 and v2 on 5%
+    row = re.search(r'<span class="chip chip-published">v3</span>(.*?)</td>', page, re.S)
+    assert row is not None
+    assert '<div class="small idle-note" data-field="idle">on no device yet</div>' in row.group(1)
+    assert '<div class="muted small" data-field="runs">devices run v1, v2 on 5%</div>' in row.group(
+        1
+    )

@@ -17,11 +17,14 @@ from routing_policies.services import (
     rollout_pause,
     rollout_start,
 )
+from tests.hostile_json import HOSTILE_PARAMS, Hostile, assert_names, with_field
 
 pytestmark = pytest.mark.django_db
 
 FLEET = "/api/v1/fleets/fleet-a"
 READS = [f"{FLEET}/rollout/", f"{FLEET}/devices/"]
+# user's groups, the fleet, its routing row, the open rollout, the count, the page
+DEVICE_LIST_QUERIES = 6
 
 
 def _start(fleet: Any, actor: Any) -> None:
@@ -206,6 +209,33 @@ def test_rollout_api__start__status_shows_stage_since_and_next(
     assert (rollout["next"], rollout["next_stage"]) == ("advance to 25%", 25)
 
 
+def test_rollout_api__start__salt_in_answer_status_and_audit_lets_a_device_check_its_bucket(
+    client_as: Callable[[Any], APIClient], fleet3: Any, publisher: Any, viewer: Any
+) -> None:
+    # Given a fleet on v1
+    # When a publisher starts v2, and a viewer then reads the rollout and the audit log
+    started = client_as(publisher).post(f"{FLEET}/rollout/start", {"version": 2}, format="json")
+    status = client_as(viewer).get(f"{FLEET}/rollout/").json()
+    audit = client_as(viewer).get(f"{FLEET}/audit/").json()
+
+    # Then the start's answer, the status and the audit entry of the start show the salt
+    salt = Rollout.objects.get(fleet=fleet3).salt
+    assert started.json()["rollout"]["salt"] == status["rollout"]["salt"] == salt
+    entries = audit["results"] if isinstance(audit, dict) else audit
+    (start_entry,) = [e for e in entries if e["action"] == "rollout.started"]
+    assert start_entry["after"]["salt"] == salt
+    # ... from which PROTOCOL.md's formula gives each device the version the server pushes
+    import hashlib
+
+    from routing_policies.selectors import fleet_assignment
+
+    assignment = fleet_assignment(fleet3.pk)
+    for device_id in (f"phone-{n}" for n in range(200)):
+        digest = hashlib.sha256(f"{salt}:{device_id}".encode()).hexdigest()
+        mine = 2 if int(digest[:8], 16) % 10000 < status["rollout"]["stage"] * 100 else 1
+        assert mine == assignment.version_for(device_id)
+
+
 def test_rollout_api__unknown_fleet__404(
     client_as: Callable[[Any], APIClient], publisher: Any, fleet3: Any
 ) -> None:
@@ -244,6 +274,32 @@ def test_rollout_api__malformed_json__400_nothing_changed(
 
     # Then 400 and nothing changed
     assert_error(response, 400, "parse_error")
+    assert _state() == before
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_PARAMS)
+@pytest.mark.parametrize("action", [*ROLLOUT_ACTIONS, ACTION_PARAMS[7]])
+def test_rollout_api__hostile_json_value__400_names_field_nothing_changed(
+    client_as: Callable[[Any], APIClient],
+    fleet3: Any,
+    publisher: Any,
+    action: Action,
+    hostile: Hostile,
+) -> None:
+    # Given a fleet ready for the action
+    action.prepare(fleet3, publisher)
+    before = _state()
+
+    # When a good body carries a field nested 1,000 deep, a NUL, a lone surrogate or NaN
+    response = client_as(publisher).generic(
+        "POST",
+        action.path,
+        with_field(action.body, "reason", hostile.raw),
+        content_type="application/json",
+    )
+
+    # Then 400 names the field, and nothing changed
+    assert_names(assert_error(response, 400, "validation_failed"), "reason", hostile)
     assert _state() == before
 
 
@@ -462,6 +518,131 @@ def test_device_list_api__bad_number__400(
 
     # Then 400
     assert_error(response, 400)
+
+
+def test_device_list_api__limit_and_offset__count_next_previous_and_every_device_once(
+    client_as: Callable[[Any], APIClient], fleet3: Any, viewer: Any
+) -> None:
+    # Given 250 devices (phone-1 and 249 more)
+    Device.objects.bulk_create(
+        Device(
+            fleet=fleet3,
+            device_id=f"dev-{index:03d}",
+            token_hash=f"{index:064d}",
+            platform="android",
+        )
+        for index in range(249)
+    )
+    client = client_as(viewer)
+
+    # When a client reads the default page, then follows `next` to the end
+    first = client.get(f"{FLEET}/devices/").json()
+    seen = [row["device_id"] for row in first["results"]]
+    url = first["next"]
+    pages = 1
+    while url:
+        body = client.get(url).json()
+        seen.extend(row["device_id"] for row in body["results"])
+        url = body["next"]
+        pages += 1
+
+    # Then the first page holds 200 with the total count and a next link, and the pages
+    # together hold every device once, in order
+    assert first["count"] == 250
+    assert len(first["results"]) == 200
+    assert first["previous"] is None
+    assert first["next"].endswith(f"{FLEET}/devices/?limit=200&offset=200")
+    assert pages == 2
+    assert seen == sorted(d.device_id for d in Device.objects.filter(fleet=fleet3))
+
+    # And a smaller limit with an offset and a filter pages through that filter only
+    body = client.get(f"{FLEET}/devices/?platform=android&limit=10&offset=240").json()
+    assert body["count"] == 249
+    assert [row["device_id"] for row in body["results"]] == [
+        "dev-240",
+        "dev-241",
+        "dev-242",
+        "dev-243",
+        "dev-244",
+        "dev-245",
+        "dev-246",
+        "dev-247",
+        "dev-248",
+    ]
+    assert body["next"] is None
+    assert "offset=230" in body["previous"]
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("limit=ten", "limit"),
+        ("offset=-1", "offset"),
+        ("offset=x", "offset"),
+    ],
+)
+def test_device_list_api__limit_or_offset_out_of_bounds__400_naming_it(
+    client_as: Callable[[Any], APIClient], fleet3: Any, viewer: Any, query: str, field: str
+) -> None:
+    # Given a viewer
+    # When they ask for a page size or offset the API does not serve
+    response = client_as(viewer).get(f"{FLEET}/devices/?{query}")
+
+    # Then 400 names the parameter instead of quietly serving another page size
+    error = assert_error(response, 400)
+    assert [detail["field"] for detail in error["details"]] == [field]
+
+
+def test_device_list_api__version_filter_during_rollout__paged_in_the_database(
+    client_as: Callable[[Any], APIClient], fleet3: Any, publisher: Any, viewer: Any
+) -> None:
+    # Given 40 devices and v2 at 25% over v1
+    Device.objects.bulk_create(
+        Device(fleet=fleet3, device_id=f"dev-{index:03d}", token_hash=f"{index:064d}")
+        for index in range(39)
+    )
+    rollout_start(actor=publisher, fleet=fleet3, version=2)
+    rollout_advance(actor=publisher, fleet=fleet3, to_stage=25)
+    client = client_as(viewer)
+    everyone = client.get(f"{FLEET}/devices/?limit=1000").json()["results"]
+    on_v2 = [row["device_id"] for row in everyone if row["assigned_version"] == 2]
+
+    # When the candidate's devices are listed five at a time
+    body = client.get(f"{FLEET}/devices/?version=2&limit=5").json()
+    rest = client.get(f"{FLEET}/devices/?version=2&limit=5&offset=5").json()
+
+    # Then the count is the candidate cohort's, and the pages hold its devices in order
+    assert body["count"] == len(on_v2)
+    assert [row["device_id"] for row in body["results"] + rest["results"]] == on_v2[:10]
+    assert all(row["assigned_version"] == 2 for row in body["results"])
+
+
+@pytest.mark.parametrize("devices", [1, 61])
+def test_device_list_api__n_devices_during_rollout__pinned_query_count(
+    client_as: Callable[[Any], APIClient],
+    fleet3: Any,
+    publisher: Any,
+    viewer: Any,
+    django_assert_num_queries: Any,
+    devices: int,
+) -> None:
+    # Given N devices and a rollout open (the version filter is computed from its buckets)
+    Device.objects.bulk_create(
+        Device(fleet=fleet3, device_id=f"dev-{index:03d}", token_hash=f"{index:064d}")
+        for index in range(devices - 1)
+    )
+    rollout_start(actor=publisher, fleet=fleet3, version=2)
+    Device.objects.update(acked_version=1)  # so v1's page is never empty, whatever the buckets
+    client = client_as(viewer)
+
+    # When a page of v1's devices is listed
+    with django_assert_num_queries(DEVICE_LIST_QUERIES):
+        response = client.get(f"{FLEET}/devices/?version=1")
+
+    # Then it costs the same number of queries whatever N is
+    assert response.json()["count"] == devices
 
 
 def test_device_revoke_api__twice__revoked_once(

@@ -214,6 +214,20 @@ def test_rollout_start__publisher__rollout_at_5_percent_and_message(
     assert "Advance to 25%" in text_of(page)
 
 
+def test_rollout_page__open_rollout__shows_its_salt(
+    client: Client, two_versions: Fleet, publisher: Any, viewer: Any
+) -> None:
+    # Given v2 rolling out at 5%
+    rollout = services.rollout_start(actor=publisher, fleet=two_versions, version=2)
+
+    # When a viewer opens the rollout page
+    page = as_user(client, viewer).get(ROLLOUT_URL)
+
+    # Then it shows the rollout's salt, with how a device's bucket is computed from it
+    words = " ".join(re.sub(r"<[^>]+>", " ", text_of(page)).split())
+    assert f"Salt {rollout.salt} : a device's bucket is" in words
+
+
 def test_rollout_advance__same_to_stage_posted_twice__advances_once(
     client: Client, two_versions: Fleet, publisher: Any
 ) -> None:
@@ -492,7 +506,11 @@ def test_fleet_page__published_fleet__links_rollout_and_devices_and_shows_stable
     # Then the header links to the rollout and device pages and says which version devices run
     assert f'href="{ROLLOUT_URL}">Rollout</a>' in page
     assert f'href="{DEVICES_URL}">Devices</a>' in page
-    assert "devices run v1 (stable)" in page
+    assert re.search(
+        rf'<span class="strong">Devices run</span>\s*<a href="/fleets/{SLUG}/\?version=1">v1</a>'
+        r" \(stable\): every device.",
+        page,
+    )
 
 
 # --- devices ----------------------------------------------------------------------------------
@@ -579,6 +597,54 @@ def test_device_list__more_devices__same_number_of_queries(
     # Then the page lists them all with the same number of queries
     assert len(device_ids(page)) == 26
     assert len(twenty_six) == len(six)
+
+
+def test_device_list__more_than_a_page__count_and_page_links_keep_filters(
+    client: Client, enrolled: list[Device], viewer: Any
+) -> None:
+    # Given 120 iOS devices on top of the six (3 of them iOS)
+    for index in range(120):
+        Device.objects.create(
+            fleet=enrolled[0].fleet,
+            device_id=f"ios-{index:03d}",
+            token_hash=f"ios{index:061d}",
+            platform="ios",
+        )
+    as_user(client, viewer)
+
+    # When a viewer lists the iOS devices, then follows "Next"
+    first = text_of(client.get(f"{DEVICES_URL}?platform=ios"))
+    second = text_of(client.get(f"{DEVICES_URL}?platform=ios&page=2"))
+    last = text_of(client.get(f"{DEVICES_URL}?platform=ios&page=3"))
+
+    # Then each page shows 50 devices in order, says which of how many, and links its neighbours
+    # and every page with the filter kept
+    assert device_ids(first) == sorted(d for d in device_ids(first))
+    assert len(device_ids(first)) == 50
+    assert "Devices 1–50 of 123 matching" in first
+    assert '<a class="btn btn-small" href="?platform=ios&amp;page=2" rel="next">Next →</a>' in first
+    assert '<a href="?platform=ios&amp;page=3" aria-label="Page 3">3</a>' in first
+    assert '<span class="pager-current" aria-current="page">1</span>' in first
+    assert device_ids(second)[0] == "ios-047"
+    assert "Devices 51–100 of 123 matching" in second
+    assert 'href="?platform=ios&amp;page=1" rel="prev">← Previous</a>' in second
+    assert "Devices 101–123 of 123 matching" in last
+    assert len(device_ids(last)) == 23
+    assert set(device_ids(first) + device_ids(second) + device_ids(last)) == {
+        d.device_id for d in Device.objects.filter(platform="ios")
+    }
+
+
+def test_device_list__one_page__count_without_page_links(
+    client: Client, enrolled: list[Device], viewer: Any
+) -> None:
+    # Given six devices
+    # When a viewer opens the list
+    page = text_of(as_user(client, viewer).get(DEVICES_URL))
+
+    # Then it says how many, with no page links
+    assert "Devices 1–6 of 6" in page
+    assert "Next →" not in page
 
 
 def test_device_list__viewer__no_revoke_or_new_key_buttons(

@@ -126,7 +126,7 @@ def test_policy_version_publish__three_times__numbers_1_2_3(publisher: Any) -> N
     fleet = fleet_create(actor=publisher, slug="fleet-new", name="New", table=demo_table())
 
     # When it is published, then drafted and published twice more
-    first = policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="")
+    first = policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="next")
     second = _publish_change(fleet, publisher, 0.7)
     third = _publish_change(fleet, publisher, 0.75)
 
@@ -157,7 +157,7 @@ def test_policy_version_publish__then_edit__conflict_no_draft_and_version_unchan
     fleet: Any, publisher: Any, draft: PolicyVersion
 ) -> None:
     # Given a draft published as v2
-    version = policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="")
+    version = policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="next")
     cells_before = version_table(version=version)
 
     # When someone edits with the revision they loaded before the publish
@@ -187,15 +187,30 @@ def test_policy_draft_update_cells__after_new_draft__published_versions_untouche
     assert version_table(version=draft)[("voice", "interactive", "normal")]["threshold"] == 0.9
 
 
+@pytest.mark.parametrize("note", ["", "   ", "\n\t"])
+def test_policy_version_publish__blank_note__refused_naming_note_and_still_a_draft(
+    fleet: Any, publisher: Any, draft: PolicyVersion, note: str
+) -> None:
+    # Given a draft
+    # When it is published without a release note
+    with pytest.raises(ValidationFailed) as refused:
+        policy_version_publish(actor=publisher, fleet=fleet, revision=1, note=note)
+
+    # Then the service refuses it (for the page and the API alike), naming the note
+    assert [problem["field"] for problem in refused.value.details] == ["note"]
+    assert draft_get(fleet=fleet) is not None
+    assert _numbers(fleet) == [1]
+
+
 def test_policy_version_publish__same_revision_twice__second_conflict(
     fleet: Any, publisher: Any, draft: PolicyVersion
 ) -> None:
     # Given a draft published once
-    policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="")
+    policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="next")
 
     # When the same revision is published again (a double click)
     with pytest.raises(Conflict) as refused:
-        policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="")
+        policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="next")
 
     # Then the second is refused and there is no v3
     assert refused.value.status_code == 409
@@ -441,7 +456,7 @@ def test_policy_draft_remove_dimension_value__image__removes_its_cells(
     table = version_table(version=draft)
     assert draft.dimensions["task_type"] == ["voice", "text"]
     assert table == {k: v for k, v in demo_table().items() if k[0] != "image"}
-    version = policy_version_publish(actor=publisher, fleet=fleet, revision=2, note="")
+    version = policy_version_publish(actor=publisher, fleet=fleet, revision=2, note="next")
     assert len(version_table(version=version)) == 8
 
 

@@ -10,6 +10,7 @@ from rest_framework.test import APIClient
 
 from routing_policies.models import AuditEntry, Rollout
 from telemetry.models import AlertRule, AlertWebhook, RolloutGuardSet
+from tests.hostile_json import HOSTILE_PARAMS, Hostile, assert_names, with_field
 
 pytestmark = pytest.mark.django_db
 
@@ -110,6 +111,9 @@ def test_alert_rules_api__duplicate_name__409_nothing_added(
         ({"window_minutes": 0}, {"window_minutes"}),
         ({"window_minutes": 361}, {"window_minutes"}),
         ({"min_samples": -1}, {"min_samples"}),
+        ({"hysteresis": -0.1}, {"hysteresis"}),
+        ({"hysteresis": "0.1"}, {"hysteresis"}),
+        ({"hysteresis": 5}, {"hysteresis"}),  # a share metric: a fraction
         ({"scope": "cell", "scope_value": "voice"}, {"scope_value"}),
         ({"scope": "cohort", "scope_value": "canary"}, {"scope_value"}),
         ({"scope": "version", "scope_value": "latest"}, {"scope_value"}),
@@ -245,6 +249,27 @@ def test_alert_webhooks_api__add_duplicate_bad__refused(
         "http://[::1]:8000/hook",
         "http://[::ffff:127.0.0.1]/hook",
         "http://0.0.0.0:6379/",
+        # Other spellings of the same addresses, as libc's inet_aton (and so httpx) reads them
+        "http://2130706433:9/",
+        "http://0x7f000001:9/",
+        "http://0X7F000001:9/",
+        "http://127.1:9/",
+        "http://0177.0.0.1:9/",
+        "http://0x7f.0.0.1:9/",
+        "http://017700000001:9/",
+        "http://0:6379/",
+        "http://10.1/hook",
+        "http://127.0.0.1./hook",
+        "http://0x7f000001./hook",
+        "http://169.254.169.254./latest/meta-data/",
+        "http://[::ffff:7f00:1]/hook",
+        "http://[0:0:0:0:0:ffff:127.0.0.1]/hook",
+        "http://[::]/hook",
+        "http://[2002:7f00:1::]/hook",
+        "http://[64:ff9b::a9fe:a9fe]/hook",
+        "http://[fe80::1%25eth0]/hook",
+        "http://１２７.０.０.１/hook",
+        "http://LOCALHOST./hook",
     ],
 )
 def test_alert_webhooks_api__address_inside_the_network__refused_unless_allowed(
@@ -265,6 +290,131 @@ def test_alert_webhooks_api__address_inside_the_network__refused_unless_allowed(
     # And with the setting on (a receiver on the operator's own network), it is accepted
     settings.ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS = True
     assert client.post(WEBHOOKS, {"url": url}, format="json").status_code == 201
+
+
+@pytest.mark.parametrize(
+    "url", ["https://8.8.8.8/hook", "https://hooks.example.com/x", "http://1.2.3/hook"]
+)
+def test_alert_webhooks_api__public_address_in_any_spelling__accepted(
+    url: str, rule: dict[str, Any], publisher: Any, client_as: Client
+) -> None:
+    # Given a publisher / When they add a webhook on a public address or a name
+    response = client_as(publisher).post(WEBHOOKS, {"url": url}, format="json")
+
+    # Then it is added (names are checked where they resolve, at each delivery)
+    assert response.status_code == 201, response.content
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_PARAMS)
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", RULES, RULE),
+        ("PATCH", f"{RULES}{{rule}}/", {"revision": 1}),
+        ("POST", WEBHOOKS, {"url": "https://hooks.example.com/x"}),
+        ("PUT", f"{BASE}/rollout/guards", {"auto_advance": True}),
+    ],
+    ids=["rule-create", "rule-change", "webhook-create", "guards-set"],
+)
+def test_alerts_api__hostile_json_value__400_names_field_nothing_changed(
+    rule: dict[str, Any],
+    publisher: Any,
+    client_as: Client,
+    method: str,
+    path: str,
+    body: dict[str, Any],
+    hostile: Hostile,
+) -> None:
+    # Given a fleet with a rule
+    before = _state()
+
+    # When a body carries a field nested 1,000 deep, a NUL, a lone surrogate or NaN
+    response = client_as(publisher).generic(
+        method,
+        path.format(rule=rule["id"]),
+        with_field(body, "name", hostile.raw),
+        content_type="application/json",
+    )
+
+    # Then 400 names the field (not a 500, not a parse error without details), nothing changed
+    assert_names(assert_error(response, 400, "validation_failed"), "name", hostile)
+    assert _state() == before
+    assert AlertRule.objects.get().name == RULE["name"]
+
+
+@pytest.mark.parametrize("raw", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_alert_rules_api__non_finite_threshold__400_names_threshold(
+    fleet: Any, editor: Any, client_as: Client, raw: str
+) -> None:
+    # Given an editor / When a rule's threshold is NaN or infinite (as some JSON writers emit)
+    before = _state()
+    response = client_as(editor).generic(
+        "POST", RULES, with_field(RULE, "threshold", raw), content_type="application/json"
+    )
+
+    # Then 400 names `threshold`, and no rule is added
+    error = assert_error(response, 400, "validation_failed")
+    assert [d["field"] for d in error["details"]] == ["threshold"]
+    assert _state() == before
+
+
+@pytest.mark.parametrize(
+    "name", [" Cloud share", "Cloud share ", "Cloud share\n", "\tCloud", "Cloud\u0007share"]
+)
+def test_alert_rules_api__name_with_edge_whitespace_or_control__400_not_trimmed(
+    rule: dict[str, Any], editor: Any, client_as: Client, name: str
+) -> None:
+    # Given a fleet with a rule
+    before = _state()
+    client = client_as(editor)
+
+    # When a rule is added, or the rule renamed, with spaces around its name or a control char
+    created = client.post(RULES, {**RULE, "name": name}, format="json")
+    renamed = client.patch(f"{RULES}{rule['id']}/", {"revision": 1, "name": name}, format="json")
+
+    # Then both are refused naming `name` (never trimmed into another name), nothing changed
+    for response in (created, renamed):
+        error = assert_error(response, 400, "validation_failed")
+        assert [d["field"] for d in error["details"]] == ["name"]
+        assert "trimmed" in error["details"][0]["message"]
+    assert _state() == before
+    assert AlertRule.objects.get().name == RULE["name"]
+
+
+@pytest.mark.parametrize(
+    "scope_value", ["a/b/c", "text/interactive/secret", "code/interactive/normal"]
+)
+def test_alert_rules_api__cell_scope_not_in_the_policy__400_names_scope_value(
+    fleet: Any, editor: Any, client_as: Client, scope_value: str
+) -> None:
+    # Given fleet-a, whose versions have the demo's 12 cells
+    before = _state()
+
+    # When a rule is scoped to a cell no version has
+    response = client_as(editor).post(
+        RULES, {**RULE, "scope": "cell", "scope_value": scope_value}, format="json"
+    )
+
+    # Then 400 names scope_value (the rule could never have data), and no rule is added
+    error = assert_error(response, 400, "validation_failed")
+    assert [d["field"] for d in error["details"]] == ["scope_value"]
+    assert scope_value in error["details"][0]["message"]
+    assert _state() == before
+
+
+def test_alert_rules_api__cell_scope_in_the_policy__201(
+    fleet: Any, editor: Any, client_as: Client
+) -> None:
+    # Given / When a rule is scoped to a cell of the fleet's table
+    response = client_as(editor).post(
+        RULES,
+        {**RULE, "scope": "cell", "scope_value": "text/interactive/normal"},
+        format="json",
+    )
+
+    # Then it is added
+    assert response.status_code == 201, response.content
+    assert response.json()["scope_value"] == "text/interactive/normal"
 
 
 def test_alerts_api__bad_limit__400(fleet: Any, viewer: Any, client_as: Client) -> None:

@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 from routing_policies.services import device_enroll, device_revoke
 from telemetry.models import Event, EventKey, LandedBatch, MinuteRollup
 from telemetry.services import landed_batches_process
+from tests.hostile_json import HOSTILE_PARAMS, Hostile, with_field
 
 from .conftest import AsgiClient
 from .factories import iso, make_event, make_events
@@ -65,13 +66,17 @@ def test_telemetry_ingest__processed__raw_events_and_rollups_once(phone_client: 
     assert not LandedBatch.objects.exists()
 
 
-def test_telemetry_ingest__empty_batch__202_nothing_landed(phone_client: APIClient) -> None:
-    # Given / When a device posts an empty batch (an SDK flushing an empty buffer)
+def test_telemetry_ingest__empty_batch__400_names_events_nothing_landed(
+    phone_client: APIClient,
+) -> None:
+    # Given / When a device posts an empty batch (a client whose batching sends empty buffers)
     response = _post(phone_client, [])
 
-    # Then it is accepted, with nothing to store
-    assert response.status_code == 202
-    assert response.json() == {"accepted": 0, "duplicates": 0}
+    # Then it is refused naming `events`, so the client's bug shows, and nothing is stored
+    assert response.status_code == 400
+    details = response.json()["error"]["details"]
+    assert [d["field"] for d in details] == ["events"]
+    assert "empty" in details[0]["message"]
     assert _nothing_stored()
 
 
@@ -252,6 +257,96 @@ def test_telemetry_ingest__nan_or_infinite_number__400(phone_client: APIClient, 
     assert response.status_code == 400, response.content
     (detail,) = response.json()["error"]["details"]
     assert (detail["event"], detail["field"]) == (0, "latency_ms")
+    assert _nothing_stored()
+
+
+# Each numeric field just past its physical range (docs/PROTOCOL.md, extensions), and at it.
+OUT_OF_RANGE = [
+    ("latency_ms", 86_400_000.5, 86_400_000),
+    ("latency_ms", 1e308, 86_400_000),
+    ("rtt_ms", 600_001, 600_000),
+    ("rtt_ms", 1.7e308, 600_000),
+    ("bandwidth_kbps", 100_000_001, 100_000_000),
+    ("bandwidth_kbps", 1.79e308, 100_000_000),
+    ("tokens", 10_000_001, 10_000_000),
+    ("upload_bytes", 2**40 + 1, 2**40),
+    ("upload_bytes", 2**62, 2**40),
+    ("score", 1.0000001, 1.0),
+    ("threshold", -0.1, 0.0),
+    ("intent_conf", 1.5, 1.0),
+    ("lm_conf", -1, 0.0),
+    ("device_load", 2, 1.0),
+    ("policy_version", 2**31, 1),
+]
+
+
+@pytest.mark.parametrize(("field", "bad", "good"), OUT_OF_RANGE)
+def test_telemetry_ingest__number_outside_physical_range__400_names_field_nothing_stored(
+    phone_client: APIClient, field: str, bad: float, good: float
+) -> None:
+    # Given a batch whose second event has a number no device can produce
+    events = [make_event(), make_event(**{field: bad})]
+
+    # When it is posted
+    response = _post(phone_client, events)
+
+    # Then it is refused naming that event and field, and nothing is stored
+    assert response.status_code == 400, response.content
+    details = response.json()["error"]["details"]
+    assert [(d.get("event"), d["field"]) for d in details] == [(1, field)]
+    assert _nothing_stored()
+
+    # And the same event at the edge of the range is accepted
+    accepted = _post(phone_client, [make_event(**{field: good})])
+    assert accepted.status_code == 202, accepted.content
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_PARAMS)
+@pytest.mark.parametrize("field", ["battery", "task_type"])
+def test_telemetry_ingest__hostile_json_value__400_names_event_and_field_nothing_stored(
+    phone_client: APIClient, hostile: Hostile, field: str
+) -> None:
+    # Given a batch whose second event has a field (unknown to the protocol, or a known one)
+    # nested 1,000 deep, with a NUL or a lone surrogate, or NaN / Infinity
+    event = with_field(make_event(), field, hostile.raw)
+    body = '{"events": [' + json.dumps(make_event()) + ", " + event + "]}"
+
+    # When it is posted
+    response = _post_raw(phone_client, body)
+
+    # Then 400 names the event and the field (or a path inside it), and nothing is stored
+    if (field, hostile.name) == ("battery", "overflowing"):
+        # (except a valid JSON number too large for a float in a field the protocol does not
+        # know: ignored with its field, as every unknown field is; stored as sent)
+        assert response.status_code == 202, response.content
+        return
+    assert response.status_code == 400, response.content
+    details = response.json()["error"]["details"]
+    assert details, response.content
+    assert all(d.get("event") == 1 for d in details), details
+    assert {d["field"].split("[")[0].split(".")[0] for d in details} == {field}, details
+    assert _nothing_stored()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"events": ' + "[" * 1000 + "]" * 1000 + "}",
+        "[" * 100_000,
+        '{"events": [], "x": ' + '{"a": ' * 5000 + "1" + "}" * 5000 + "}",
+    ],
+    ids=["events-1000-deep", "100k-open-brackets", "sibling-5000-deep"],
+)
+def test_telemetry_ingest__nested_too_deep__400_before_parsing(
+    phone_client: APIClient, body: str
+) -> None:
+    # Given / When a body nested far deeper than any batch (a recursive parser would overflow)
+    response = _post_raw(phone_client, body)
+
+    # Then 400 says so, naming where, and nothing is stored
+    assert response.status_code == 400, response.content
+    (detail,) = response.json()["error"]["details"]
+    assert "levels deep" in detail["message"]
     assert _nothing_stored()
 
 
