@@ -19,6 +19,7 @@ __all__ = ["asgi_server", "browser_page"]
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+PAGE_TIMEOUT_MS = 30_000
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -52,7 +53,7 @@ def browser_page(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     # Playwright's sync API keeps an event loop on this thread; the test's own ORM calls (to
     # create data and check what was saved) are plain synchronous code all the same.
@@ -63,7 +64,11 @@ def browser_page(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
         )
         context = browser.new_context(viewport={"width": 1440, "height": 900})
         page = context.new_page()
-        page.set_default_timeout(10_000)
+        # Outer bounds (a step goes on as soon as its page or element is there): on a loaded
+        # 2-core machine a page load or a redraw can take longer than the 10 s this page had
+        # and `expect`'s own default of 5 s.
+        page.set_default_timeout(PAGE_TIMEOUT_MS)
+        expect.set_options(timeout=PAGE_TIMEOUT_MS)
         try:
             yield page
         finally:

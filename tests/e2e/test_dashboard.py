@@ -9,7 +9,6 @@ Two sources of telemetry, both through the real ingest path (landing, Celery dra
   place. Screenshot: `test-artifacts/dashboard-posted.png`.
 """
 
-import asyncio
 import math
 import random
 import re
@@ -21,6 +20,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from routing_policies.assignment import bucket
 from routing_policies.cell_schema import SEED_DIMENSIONS
 from routing_policies.documents import ordered_keys
 from routing_policies.roles import Role
@@ -32,6 +32,7 @@ from routing_policies.services import (
     policy_version_publish,
     rollout_start,
 )
+from telemetry.models import MinuteRollup
 from tests.factories import PASSWORD, UserFactory, make_fleet
 from tests.integration.simulated import buggy_candidate_fleet
 from tests.integration.test_dashboard_feed import own_redis_db, worker
@@ -46,8 +47,11 @@ __all__ = ["own_redis_db", "worker"]  # fixtures
 pytestmark = pytest.mark.e2e
 
 SLUG = "e2e-dashboard"
+# The simulated fleet: its 5% cohort is drawn by the rollout's random salt, and of 60 devices it
+# was empty one time in 20 (0.95^60), leaving the candidate charts blank; of 200, one in 30,000.
+SIM_DEVICES = 200
 CELLS = ordered_keys(SEED_DIMENSIONS)  # the demo table's 12 cells, in table order
-LIVE_TIMEOUT_MS = 30_000
+LIVE_TIMEOUT_MS = 60_000  # an outer bound: each check passes as soon as the page shows it
 CHARTS = (
     "chart-shares",
     "chart-latency",
@@ -165,6 +169,11 @@ def reporting_fleet(
     return reporting
 
 
+def _rolled_up(fleet: Any, *, cohort: str) -> bool:
+    """The worker has stored minute rollups of this cohort's traffic for the fleet."""
+    return MinuteRollup.objects.filter(fleet=fleet, cohort=cohort, events__gt=0).exists()
+
+
 def _chart_points(page: Page, chart_id: str) -> int:
     return int(page.locator(f"#{chart_id}").get_attribute("data-points") or 0)
 
@@ -270,16 +279,25 @@ def test_dashboard__simulated_fleet__charts_filled_and_following_it_live(
     # Given 60 simulated devices of a fleet on v1, and v2 (a buggy candidate that sends more
     # to the cloud) rolling out to 5% of them
     publish_version(fleet, threshold=0.7)
-    sim = buggy_candidate_fleet(base_url=asgi_server, fleet_key=fleet_key, devices=60, rate=40.0)
+    sim = buggy_candidate_fleet(
+        base_url=asgi_server, fleet_key=fleet_key, devices=SIM_DEVICES, rate=40.0
+    )
     background.run(sim.start())
     try:
         wait_until(
             lambda: all(d.device.policy.version == 1 for d in sim.devices.values()),
-            timeout=90,
+            timeout=240,
             what="every simulated device to run v1",
         )
-        rollout_start(actor=publisher, fleet=fleet, version=2)
-        background.run(asyncio.sleep(6), timeout=20)
+        rollout = rollout_start(actor=publisher, fleet=fleet, version=2)
+        assert any(bucket(rollout.salt, d) < 500 for d in sim.devices), "an empty 5% cohort"
+        # (the charts are judged on what the worker has rolled up, not after a guessed while)
+        wait_until(
+            lambda: _rolled_up(fleet, cohort="candidate") and _rolled_up(fleet, cohort="stable"),
+            timeout=240,
+            interval=0.5,
+            what="rollups of the candidate's and the stable cohort's traffic",
+        )
 
         # When a viewer opens the fleet's dashboard
         page = browser_page
@@ -301,7 +319,9 @@ def test_dashboard__simulated_fleet__charts_filled_and_following_it_live(
             expect(page.locator(f"#{chart} .main-svg").first).to_be_attached()
             assert _chart_points(page, chart) > 0, f"{chart} drew nothing"
         expect(page.locator('[data-field="cohorts-note"]')).to_contain_text("v2 (candidate, 5%)")
-        expect(page.locator('[data-field="convergence-note"]')).to_contain_text("60 devices")
+        expect(page.locator('[data-field="convergence-note"]')).to_contain_text(
+            f"{SIM_DEVICES} devices"
+        )
         expect(page.locator("#figure-alerts")).to_be_visible()
 
         # and, while the devices keep working, it follows them without a reload

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from edge_sdk.simulate.fleet import SimulatedFleet
+from routing_policies.assignment import bucket
 from routing_policies.models import AuditEntry, Rollout, RolloutEvent
 from routing_policies.services import fleet_switch_version
 from telemetry.models import AlertRule, RolloutGuardSet
@@ -30,8 +31,20 @@ __all__ = ["asgi_server"]
 
 pytestmark = pytest.mark.integration
 
-DEVICES = 60
+# The 5% cohort is drawn by the rollout's random salt: of 60 devices it was empty one time in
+# 20 (0.95^60), and the guards then had nothing to judge. Of 200 it is empty one time in 30,000
+# and holds ~10 devices, ~5% of the traffic whatever the count.
+DEVICES = 200
 RATE = 40.0  # tasks per second for the whole fleet
+# The guards judge the candidate's cloud share (~0.66) against the stable one (~0.25) with a
+# 0.2-pt threshold. With n candidate events its standard error is sqrt(p(1-p)/n): 0.10 at n=20,
+# where the first judgement missed the breach one time in ~50 and a latency guard (slow on a
+# busy machine) could roll back alone; 0.06 at n=60, so the margin is over 3 standard errors.
+# ~2 candidate events a second: about 30 s of traffic.
+GUARD_MIN_SAMPLES = 60
+# Outer bounds: each wait ends as soon as its condition holds.
+CONNECT_TIMEOUT_S = 240.0  # 200 devices enrolling at 25/s, slower on a busy server
+GUARDS_TIMEOUT_S = 300.0
 
 
 @pytest.fixture
@@ -60,6 +73,18 @@ def _wait_for_the_start_of_a_minute(latest_second: float = 5.0) -> None:
 
 def _all_on(sim: SimulatedFleet, version: int) -> bool:
     return all(d.device.policy.version == version for d in sim.devices.values())
+
+
+def _guards_read(rollout: Rollout) -> str:
+    """What the guards last said (for a failure message): verdict, and each guard's reading."""
+    guard_set = RolloutGuardSet.objects.filter(rollout=rollout).first()
+    if guard_set is None:
+        return "no guard set"
+    guards = [
+        (g.metric, g.state, g.candidate_value, g.stable_value, g.candidate_samples)
+        for g in guard_set.guards.all()
+    ]
+    return f"verdict {guard_set.verdict} at {guard_set.evaluated_at}: {guards}"
 
 
 def test_buggy_candidate__guarded_rollout_rolls_back_then_jump_rule_fires_on_the_switch(
@@ -92,24 +117,40 @@ def test_buggy_candidate__guarded_rollout_rolls_back_then_jump_rule_fires_on_the
     )
     background.run(sim.start())
     try:
-        wait_until(lambda: _all_on(sim, 1), timeout=90, interval=0.2, what="every device on v1")
+        wait_until(
+            lambda: _all_on(sim, 1),
+            timeout=CONNECT_TIMEOUT_S,
+            interval=0.2,
+            what="every device on v1",
+        )
 
-        # When v2 is rolled out at 5% with the default guards (20 events suffice here)
+        # When v2 is rolled out at 5% with the default guards
         rollout = rollout_start_guarded(
             actor=publisher,
             fleet=fleet,
             version=2,
-            guard_options={"guards": "default", "min_samples": 20, "window_minutes": 10},
+            guard_options={
+                "guards": "default",
+                "min_samples": GUARD_MIN_SAMPLES,
+                "window_minutes": 10,
+            },
         )
+        cohort = {d for d in sim.devices if bucket(rollout.salt, d) < 500}
+        assert cohort, "no simulated device fell in the 5% cohort"
 
         # Then, with no one clicking, the guards roll it back and every device returns to v1
+        try:
+            wait_until(
+                lambda: Rollout.objects.get(pk=rollout.pk).state == Rollout.State.ROLLED_BACK,
+                timeout=GUARDS_TIMEOUT_S,
+                interval=0.5,
+                what="the guards to roll the buggy candidate back",
+            )
+        except AssertionError as failure:
+            raise AssertionError(f"{failure}; {_guards_read(rollout)}") from None
         wait_until(
-            lambda: Rollout.objects.get(pk=rollout.pk).state == Rollout.State.ROLLED_BACK,
-            timeout=120,
-            interval=0.5,
-            what="the guards to roll the buggy candidate back",
+            lambda: _all_on(sim, 1), timeout=CONNECT_TIMEOUT_S, interval=0.2, what="all on v1"
         )
-        wait_until(lambda: _all_on(sim, 1), timeout=30, interval=0.2, what="devices back on v1")
 
         # When an operator then switches the whole fleet to v2 at once (no guards), with a
         # whole minute of traffic behind (the rule compares the current minute with the one
@@ -118,7 +159,7 @@ def test_buggy_candidate__guarded_rollout_rolls_back_then_jump_rule_fires_on_the
         # the threshold: this test failed that way in a CI run)
         wait_until(
             lambda: AlertRule.objects.get(pk=jump.pk).last_previous is not None,
-            timeout=150,
+            timeout=240,
             interval=0.5,
             what="the jump rule to have a previous minute to compare with",
         )

@@ -55,7 +55,10 @@ from .ws_clients import (
 pytestmark = pytest.mark.integration
 
 DEVICES = 200
-DELIVERY_TIMEOUT_S = 10.0
+# Outer bounds: each wait ends as soon as what it waits for has happened (well under a second
+# for a push on a quiet machine); a loaded 2-core machine can take many seconds.
+DELIVERY_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 60.0  # 200 devices connecting (or reconnecting) and saying hello
 QUIET_S = 1.0  # after the last expected message: long enough for any stray one to arrive
 
 
@@ -171,7 +174,7 @@ def _connect_all(clients: dict[str, DeviceClient], fleet: Any, version: int) -> 
     """Every client connected, said hello, got `version` and acked it."""
     wait_until(
         lambda: all(c.policy_version == version for c in clients.values()),
-        timeout=20,
+        timeout=CONNECT_TIMEOUT_S,
         what=f"every device to receive v{version}",
     )
     _wait_acked(fleet, version, len(clients))
@@ -310,7 +313,7 @@ def test_device_push__stage_changes_during_connect_storm__every_device_ends_on_i
         # Then every device ends up running exactly its assignment, none stuck on a stale one
         wait_until(
             lambda: all(c.policy_version == assigned[d] for d, c in clients.items()),
-            timeout=20,
+            timeout=CONNECT_TIMEOUT_S,
             what="every device to hold its assignment",
         )
         wait_until(
@@ -393,7 +396,6 @@ def test_device_push__server_killed_and_restarted__every_client_reconnects_and_h
     publisher: Any,
 ) -> None:
     # Given 200 devices on two servers, v2 at 25%, every device acked its version
-    started = time.monotonic()
     tokens = _enrol_split(background, servers, fleet_key, DEVICES)
     with device_clients(background, tokens) as clients:
         _connect_all(clients, fleet, version=1)
@@ -412,7 +414,7 @@ def test_device_push__server_killed_and_restarted__every_client_reconnects_and_h
         servers[0].kill()
         wait_until(
             lambda: all(not clients[d].is_open for d in on_killed),
-            timeout=5,
+            timeout=DELIVERY_TIMEOUT_S,
             what="clients of the killed server to notice",
         )
         servers[0].start()
@@ -425,7 +427,7 @@ def test_device_push__server_killed_and_restarted__every_client_reconnects_and_h
                 clients[d].connections == 2 and clients[d].frames_since(killed_at)
                 for d in on_killed
             ),
-            timeout=20,
+            timeout=CONNECT_TIMEOUT_S,
             what="every client of the killed server to reconnect and hear back",
         )
         for device_id, client in clients.items():
@@ -445,7 +447,6 @@ def test_device_push__server_killed_and_restarted__every_client_reconnects_and_h
         on_v1 = {d for d, v in assigned.items() if v == 1}
         received = _receivers_after(clients, since, on_v1, version=2)
         assert set(received) == on_v1
-        assert time.monotonic() - started < 50
 
 
 def test_device_revoke__open_socket__closed_4401(

@@ -28,7 +28,13 @@ from telemetry.models import (
     MinuteRollup,
     RouteCounter,
 )
-from tests.live_server import REPO_ROOT, free_port, running_asgi_server, server_environment
+from tests.live_server import (
+    REPO_ROOT,
+    STARTUP_TIMEOUT_S,
+    free_port,
+    running_asgi_server,
+    server_environment,
+)
 from tests.unit.telemetry.factories import make_events
 
 pytestmark = pytest.mark.integration
@@ -166,8 +172,27 @@ class Worker:
             self.sigkill()
         self.log.close()
 
+    def wait_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        """Wait until the worker consumes its queue (it logs `… ready.`), so that a test's own
+        bounds time the pipeline, not the worker's start on a busy machine."""
+        _wait_until(
+            lambda: (
+                " ready." in self.output()
+                or self.process is None
+                or self.process.poll() is not None
+            ),
+            timeout_s,
+            "the Celery worker did not start",
+        )
+        assert self.process is not None
+        if self.process.poll() is not None:
+            pytest.fail(
+                f"the Celery worker exited with code {self.process.returncode}:\n{self.output()}"
+            )
+
     def __enter__(self) -> "Worker":
         self.start()
+        self.wait_ready()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -186,6 +211,7 @@ def start_worker() -> Iterator[Callable[..., Worker]]:
         worker = Worker(extra_env)
         worker.start()
         workers.append(worker)
+        worker.wait_ready()
         return worker
 
     yield _start

@@ -23,6 +23,10 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 T = TypeVar("T")
 
+# Outer bound of one socket step (open, a reply, a close): it ends as soon as the step is done,
+# in milliseconds on a quiet machine; a loaded 2-core machine can take seconds.
+STEP_TIMEOUT_S = 30.0
+
 CLOSE_UNAUTHORISED = 4401
 CLOSE_SUPERSEDED = 4409
 FINAL_CLOSE_CODES = frozenset({CLOSE_UNAUTHORISED, CLOSE_SUPERSEDED})
@@ -74,12 +78,12 @@ async def open_socket(base_url: str, token: str | None) -> ClientConnection:
         proxy=None,
         max_size=None,
         compression=None,
-        open_timeout=5,
+        open_timeout=STEP_TIMEOUT_S,
         close_timeout=2,
     )
 
 
-async def recv_json(socket: ClientConnection, timeout: float = 5.0) -> dict[str, Any]:
+async def recv_json(socket: ClientConnection, timeout: float = STEP_TIMEOUT_S) -> dict[str, Any]:
     """The next frame, parsed (fails the test if none comes within `timeout`)."""
     raw = await asyncio.wait_for(socket.recv(), timeout)
     message = json.loads(raw)
@@ -87,7 +91,7 @@ async def recv_json(socket: ClientConnection, timeout: float = 5.0) -> dict[str,
     return message
 
 
-async def close_code(socket: ClientConnection, timeout: float = 5.0) -> int | None:
+async def close_code(socket: ClientConnection, timeout: float = STEP_TIMEOUT_S) -> int | None:
     """Read until the server closes the socket; its close code."""
     with contextlib.suppress(ConnectionClosed):
         while True:
@@ -266,11 +270,11 @@ class BackgroundLoop:
         self._thread.join(timeout=10)
         self.loop.close()
 
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 2 * STEP_TIMEOUT_S) -> T:
         """Run a coroutine on the loop and wait for its result here."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def call(self, func: Callable[[], Awaitable[T]], timeout: float = 30.0) -> T:
+    def call(self, func: Callable[[], Awaitable[T]], timeout: float = 2 * STEP_TIMEOUT_S) -> T:
         """`run(func())`."""
 
         async def wrapper() -> T:

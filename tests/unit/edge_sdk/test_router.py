@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edge_sdk import NO_POLICY_DECISION, Decision, PolicyStore, Router, Task, decide
+from edge_sdk import router as router_module
 
 from .sdk_helpers import policy_document, readings, task
 from .test_decision import cell_documents
@@ -120,14 +121,21 @@ def test_route__new_policy_applied__routes_by_the_new_cells_at_once() -> None:
     assert (decision.route, decision.threshold) == ("device", 0.9)
 
 
-def test_route__cloud_pressure__applies_until_its_ttl_then_lapses() -> None:
+def test_route__cloud_pressure__applies_until_its_ttl_then_lapses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The router's clock, moved by hand: a real 50 ms TTL lapsed before the first route when a
+    # loaded machine paused the test between the two calls.
+    now = [1000.0]
+    monkeypatch.setattr(router_module, "time", SimpleNamespace(monotonic=lambda: now[0]))
     router = _router(policy_document())
     router.set_cloud_pressure(0.2, 0.05)
 
+    now[0] += 0.04
     held = router.route(task(), readings())
     assert (held.route, held.adjustments) == ("device", (("cloud_pressure", 0.2),))
 
-    time.sleep(0.06)
+    now[0] += 0.02
     lapsed = router.route(task(), readings())
     assert (lapsed.route, lapsed.adjustments) == ("cloud", ())
     assert router.cloud_pressure == 0.0

@@ -40,8 +40,12 @@ async def _until(check: Any, timeout: float = 10.0) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_device_store__acks_arriving_one_by_one__one_batch_each_with_its_own_time() -> None:
-    # Given enrolled devices and a store
+async def test_device_store__acks_arriving_one_by_one__one_batch_each_with_its_own_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given enrolled devices and a store whose acks wait 1 s for company (the 0.1 s of
+    # production could pass while a loaded machine paused this test between two acks)
+    monkeypatch.setattr(consumers, "LAZY_WRITE_DELAY_S", 1.0)
     devices = await database_sync_to_async(_enrolled)()
     store = DeviceStore()
 
