@@ -99,7 +99,10 @@ def _clean_rule(values: dict[str, Any], *, fleet_id: int) -> dict[str, Any]:
     elif (untidy := text_problem(name)) is not None:
         # Refused, not trimmed, as ids are: the name shown is the name sent.
         problems.append(_problem("name", f"{untidy} Nothing is trimmed."))
-    if values.get("metric") not in Metric.values:
+    # A metric of the wrong JSON type (a list, an object) is refused like an unknown one, and
+    # the checks below see None: it is unhashable, so `in RATE_METRICS` would raise.
+    metric = values.get("metric") if isinstance(values.get("metric"), str) else None
+    if metric not in Metric.values:
         problems.append(_problem("metric", f"one of {', '.join(Metric.values)}"))
     if values.get("condition") not in Condition.values:
         problems.append(_problem("condition", f"one of {', '.join(Condition.values)}"))
@@ -113,7 +116,7 @@ def _clean_rule(values: dict[str, Any], *, fleet_id: int) -> dict[str, Any]:
         problems.append(_problem("threshold", f"a finite number (got {threshold!r})"))
     else:
         values["threshold"] = float(threshold)
-        if values.get("metric") in RATE_METRICS and not -1.0 <= threshold <= 1.0:
+        if metric in RATE_METRICS and not -1.0 <= threshold <= 1.0:
             problems.append(_problem("threshold", "a share: a fraction from 0 to 1 (0.2 is 20%)"))
     _whole(values, "window_minutes", 1, 360, problems)
     _whole(values, "min_samples", 0, 10_000_000, problems)
@@ -132,11 +135,11 @@ def _clean_rule(values: dict[str, Any], *, fleet_id: int) -> dict[str, Any]:
         )
     else:
         values["hysteresis"] = float(hysteresis)
-        if values.get("metric") in RATE_METRICS and hysteresis > 1.0:
+        if metric in RATE_METRICS and hysteresis > 1.0:
             problems.append(
                 _problem("hysteresis", "a share: a fraction from 0 to 1 (0.01 is 1 pt)")
             )
-    if values.get("metric") == Metric.EVENTS and values.get("condition") in (
+    if metric == Metric.EVENTS and values.get("condition") in (
         Condition.RISES_BY,
         Condition.FALLS_BY,
     ):

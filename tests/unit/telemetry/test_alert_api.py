@@ -577,3 +577,25 @@ def test_alerts_reads__query_counts_pinned(
     # session, user, role groups, fleet, rules, history, webhooks, deliveries
     with django_assert_num_queries(8):
         assert client.get(f"/fleets/{fleet_obj.slug}/alerts/").status_code == 200
+
+
+@pytest.mark.parametrize("metric", [["cloud_share"], {"name": "cloud_share"}, 3, True, None])
+def test_alert_rules_api__metric_of_the_wrong_json_type__400_names_metric(
+    rule: dict[str, Any], editor: Any, client_as: Client, metric: Any
+) -> None:
+    # Given a fleet with a rule
+    before = _state()
+    client = client_as(editor)
+
+    # When a rule is added, or the rule changed, with a metric that is not a string
+    created = client.post(RULES, {**RULE, "metric": metric}, format="json")
+    changed = client.patch(
+        f"{RULES}{rule['id']}/", {"revision": 1, "metric": metric}, format="json"
+    )
+
+    # Then both are refused naming `metric` (a list was a 500), and nothing changed
+    for response in (created, changed):
+        error = assert_error(response, 400, "validation_failed")
+        assert "metric" in [d["field"] for d in error["details"]]
+    assert _state() == before
+    assert AlertRule.objects.get().metric == RULE["metric"]
