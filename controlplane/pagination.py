@@ -7,12 +7,15 @@ always says how many rows match (`count`) and where the next page is (`next`, `p
 The OpenAPI schema (limit, offset and the paginated body) is generated from this class.
 """
 
+import re
 from typing import Any
 
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 
 from .exceptions import ValidationFailed
+
+_DIGITS = re.compile(r"[0-9]{1,18}")
 
 
 class BoundedLimitOffsetPagination(LimitOffsetPagination):
@@ -25,12 +28,11 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
         self, request: Request, name: str, default: int, low: int, high: int | None
     ) -> int:
         raw = request.query_params.get(name)
-        if raw is None or raw == "":
+        if raw is None:
             return default
-        try:
-            value: int | None = int(raw)
-        except ValueError:
-            value = None
+        # ASCII digits only: int() would also take "", " 5", "+5" and "٥", which the schema's
+        # integer does not allow (an empty `limit=` is refused, not read as the default).
+        value = int(raw) if _DIGITS.fullmatch(raw) else None
         if value is None or value < low or (high is not None and value > high):
             bounds = f"from {low} to {high:,}" if high is not None else f"of {low} or more"
             raise ValidationFailed(

@@ -14,6 +14,7 @@ from typing import Any
 from rest_framework import serializers
 
 from controlplane.openapi import closed_body
+from controlplane.validators import TIDY_TEXT_PATTERN
 from routing_policies.apis.schemas import RolloutSerializer
 from routing_policies.models import Rollout
 
@@ -254,7 +255,7 @@ class FleetDashboardSerializer(serializers.Serializer[Any]):
 
 # --- alert rules ----------------------------------------------------------------------------------
 
-RULE_NAME_PATTERN = r"^\S(?:.*\S)?$"
+RULE_NAME_PATTERN = TIDY_TEXT_PATTERN  # the service refuses what text_problem refuses
 
 
 class AlertRuleSerializer(serializers.Serializer[Any]):

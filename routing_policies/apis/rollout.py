@@ -212,7 +212,7 @@ class RolloutAdvanceInputSerializer(serializers.Serializer[Any]):
 
 
 class RolloutRollbackInputSerializer(serializers.Serializer[Any]):
-    reason = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    reason = TidyJsonStringField(max_length=500, required=False, allow_blank=True)
 
     class Meta:
         ref_name = "RolloutRollbackInput"
@@ -372,7 +372,8 @@ class DeviceListApi(APIView):
         version = serializers.IntegerField(
             min_value=1, max_value=MAX_VERSION, required=False, help_text="assigned or acked"
         )
-        online = serializers.BooleanField(required=False, allow_null=True, default=None)
+        # Absent means either; an empty `online=` is refused, not read as absent.
+        online = serializers.BooleanField(required=False)
         platform = serializers.CharField(trim_whitespace=False, max_length=64, required=False)
 
         class Meta:

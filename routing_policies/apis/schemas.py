@@ -14,7 +14,7 @@ from typing import Any
 from rest_framework import serializers
 
 from controlplane.openapi import closed_body
-from controlplane.validators import refuse_untidy_text
+from controlplane.validators import TidyTextValidator
 
 from ..cell_schema import CELL_FIELDS, DIMENSIONS, FieldSpec
 from ..models import Rollout
@@ -41,12 +41,12 @@ class JsonStringField(_JsonStringMixin, serializers.CharField):
 
 class TidyJsonStringField(JsonStringField):
     """`JsonStringField` kept as sent, never trimmed: leading / trailing whitespace and control
-    characters are refused (controlplane.validators.refuse_untidy_text), so `"abc\\n"` is not
-    stored as `"abc"`."""
+    characters are refused (controlplane.validators.text_problem, declared in the schema as a
+    pattern), so `"abc\\n"` is not stored as `"abc"`."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("trim_whitespace", False)
-        kwargs["validators"] = [*kwargs.get("validators", ()), refuse_untidy_text]
+        kwargs["validators"] = [*kwargs.get("validators", ()), TidyTextValidator()]
         super().__init__(**kwargs)
 
 

@@ -27,7 +27,10 @@ def _refused_fields(response: Any) -> list[str]:
     ("path", "query", "field"),
     [
         (DEVICES, "online=-3196840896266", "online"),
+        (DEVICES, "online=", "online"),
         (DEVICES, "limit=0", "limit"),
+        (DEVICES, "limit=", "limit"),
+        (DEVICES, "offset=%2B5", "offset"),
         (DEVICES, "limit=-1", "limit"),
         (DEVICES, "version=2147483648", "version"),
         (DEVICES, "platform=%00", "platform"),
