@@ -23,6 +23,7 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
 
     default_limit = 200
     max_limit = 1000
+    max_offset = 2**31 - 1  # declared in the schema: a longer number is refused, not parsed
 
     def _whole_number(
         self, request: Request, name: str, default: int, low: int, high: int | None
@@ -48,7 +49,7 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
         )
 
     def get_offset(self, request: Request) -> int:
-        return self._whole_number(request, self.offset_query_param, 0, 0, None)
+        return self._whole_number(request, self.offset_query_param, 0, 0, self.max_offset)
 
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
         parameters: list[dict[str, Any]] = super().get_schema_operation_parameters(view)
@@ -58,7 +59,7 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
                 "maximum": self.max_limit,
                 "default": self.default_limit,
             },
-            self.offset_query_param: {"minimum": 0, "default": 0},
+            self.offset_query_param: {"minimum": 0, "maximum": self.max_offset, "default": 0},
         }
         for parameter in parameters:
             parameter["schema"].update(bounds.get(parameter["name"], {}))

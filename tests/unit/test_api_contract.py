@@ -31,6 +31,7 @@ def _refused_fields(response: Any) -> list[str]:
         (DEVICES, "limit=0", "limit"),
         (DEVICES, "limit=", "limit"),
         (DEVICES, "offset=%2B5", "offset"),
+        (DEVICES, "offset=79615802690047815318266395492352", "offset"),
         (DEVICES, "limit=-1", "limit"),
         (DEVICES, "version=2147483648", "version"),
         (DEVICES, "platform=%00", "platform"),
