@@ -63,6 +63,12 @@ class JsonRefused(ValidationFailed):
         self.problem = problem
 
 
+def unstorable_character(text: str) -> bool:
+    """True when `text` holds a NUL or a lone surrogate: PostgreSQL cannot store either, and a
+    lone surrogate cannot even be encoded as UTF-8."""
+    return _BAD_CHARACTER.search(text) is not None
+
+
 def printable(text: str) -> str:
     """`text` with NUL and lone surrogates spelled as escapes, safe in any answer or log."""
     return _BAD_CHARACTER.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

@@ -1,6 +1,5 @@
 """Request-level guards shared by every endpoint."""
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -9,6 +8,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework.views import APIView
 
 from controlplane.exceptions import error_body
+from controlplane.json_guard import unstorable_character
 
 
 class RequestSizeLimitMiddleware:
@@ -32,15 +32,6 @@ class RequestSizeLimitMiddleware:
                 status=413,
             )
         return self.get_response(request)
-
-
-_UNSTORABLE_RE = re.compile("[\x00\ud800-\udfff]")
-
-
-def unstorable_character(text: str) -> bool:
-    """True when `text` holds a NUL or a lone surrogate: PostgreSQL cannot store either, and a
-    lone surrogate cannot even be encoded as UTF-8."""
-    return _UNSTORABLE_RE.search(text) is not None
 
 
 class ApiParameterCharactersMiddleware:
