@@ -303,6 +303,7 @@ def _raw_row(event: BenchEvent, fleet_id: int, device_id: str, cohort: str) -> t
         80.0,
         5000.0,
         0.3,
+        event.route != "device" and not event.cache_hit,  # uploaded: the data left the device
     )
 
 
