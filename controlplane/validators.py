@@ -7,11 +7,21 @@ from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 _CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# The schema's patterns spell every class out: a JSON Schema pattern is ECMA-262, whose `\s`
+# is not Python's (ECMA counts U+FEFF, Python counts U+001C-U+001F and U+0085), so `\s` in a
+# pattern would let a client and the server disagree on the same text.
+_CTRL_CLASS: Final = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
+# What Python's str.strip() takes away (every c with c.isspace()), a test holds them equal.
+PY_SPACE_CLASS: Final = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 # text_problem's rule as a regular expression, for the OpenAPI schema (a generated client then
 # refuses what the server would): no control character, no whitespace at either end. Kept as
 # escapes, not characters, so the schema shows it readably; a property test holds the two equal.
-_CTRL_CLASS: Final = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
-TIDY_TEXT_PATTERN: Final = rf"^(?:[^{_CTRL_CLASS}\s](?:[^{_CTRL_CLASS}]*[^{_CTRL_CLASS}\s])?)?$"
+TIDY_TEXT_PATTERN: Final = (
+    rf"^(?:[^{_CTRL_CLASS}{PY_SPACE_CLASS}]"
+    rf"(?:[^{_CTRL_CLASS}]*[^{_CTRL_CLASS}{PY_SPACE_CLASS}])?)?$"
+)
+# Some text, not only whitespace: what a service that refuses `not value.strip()` accepts.
+SOME_TEXT_PATTERN: Final = rf"[^{PY_SPACE_CLASS}]"
 
 
 def text_problem(value: str) -> str | None:

@@ -8,6 +8,7 @@ gets 409, a missing one 428.
 import re
 from typing import Any
 
+from django.core.validators import RegexValidator
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -16,6 +17,7 @@ from rest_framework.views import APIView
 
 from controlplane.exceptions import ApplicationError, ValidationFailed
 from controlplane.openapi import error_responses, query_params_validate
+from controlplane.validators import SOME_TEXT_PATTERN
 
 from .. import selectors, services
 from ..cell_schema import DIMENSIONS, flatten
@@ -167,7 +169,7 @@ class FleetListApi(APIView):
 
     class InputSerializer(serializers.Serializer[Any]):
         slug = schemas.JsonSlugField(max_length=64)
-        name = schemas.JsonStringField(max_length=200)
+        name = schemas.TidyJsonStringField(max_length=200)
         description = schemas.JsonStringField(max_length=2000, required=False, allow_blank=True)
 
         class Meta:
@@ -455,7 +457,11 @@ class PublishApi(APIView):
         with some text (the service refuses a blank one)."""
 
         note = schemas.JsonStringField(
-            min_length=1, max_length=2000, help_text="The release note: what changed and why."
+            max_length=2000,
+            validators=[
+                RegexValidator(SOME_TEXT_PATTERN, "Must hold some text, not only whitespace.")
+            ],
+            help_text="The release note: what changed and why.",
         )
         revision = schemas.DRAFT_REVISION()
 
@@ -508,7 +514,7 @@ class AuditApi(APIView):
     """The audit log, newest first; `?fleet=` narrows it to one fleet."""
 
     class QuerySerializer(serializers.Serializer[Any]):
-        fleet = serializers.SlugField(
+        fleet = schemas.JsonSlugField(
             max_length=64, required=False, help_text="only this fleet's entries (on /audit/)"
         )
         limit = serializers.IntegerField(min_value=1, max_value=1000, default=200)

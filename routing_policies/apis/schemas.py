@@ -27,7 +27,15 @@ from ..validation import DIMENSION_VALUE_RE, MAX_CELLS, MAX_DIMENSION_VALUES
 
 
 class _JsonStringMixin:
-    """A JSON string only: DRF's CharField would quietly turn `123` or `1.5` into `"123"`."""
+    """A JSON string only: DRF's CharField would quietly turn `123` or `1.5` into `"123"`.
+
+    Kept as sent, never trimmed: DRF's default `trim_whitespace` would turn `"\\x1e"` (Python
+    counts the information separators as whitespace) into a blank the schema never refused.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
@@ -45,7 +53,6 @@ class TidyJsonStringField(JsonStringField):
     pattern), so `"abc\\n"` is not stored as `"abc"`."""
 
     def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("trim_whitespace", False)
         kwargs["validators"] = [*kwargs.get("validators", ()), TidyTextValidator()]
         super().__init__(**kwargs)
 
@@ -54,13 +61,13 @@ class JsonRegexField(_JsonStringMixin, serializers.RegexField):
     """`RegexField` that refuses numbers, booleans and objects, and is never trimmed (an id
     with a trailing newline is refused, not matched as the id without it)."""
 
-    def __init__(self, regex: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("trim_whitespace", False)
-        super().__init__(regex=regex, **kwargs)
 
+class JsonSlugField(JsonRegexField):
+    """A slug that refuses numbers, booleans and objects. Anchored with `\\Z`: DRF's
+    SlugField pattern ends in `$`, which also matches before a trailing newline."""
 
-class JsonSlugField(_JsonStringMixin, serializers.SlugField):
-    """`SlugField` that refuses numbers, booleans and objects."""
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(r"\A[-a-zA-Z0-9_]+\Z", **kwargs)
 
 
 class JsonIntegerField(serializers.IntegerField):

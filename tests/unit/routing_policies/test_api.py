@@ -707,6 +707,47 @@ def test_fleet_list_api__slug_not_a_slug__400_names_slug(
     assert not Fleet.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("name", "\x1e"),
+        ("name", " Cars"),
+        ("name", "Cars\n"),
+        ("slug", "cars\n"),
+        ("slug", " cars"),
+    ],
+)
+def test_fleet_list_api__untidy_name_or_slug__400_names_it_nothing_trimmed(
+    client_as: Callable[[Any], APIClient], publisher: Any, field: str, value: str
+) -> None:
+    # Given a publisher
+    # When a fleet's name or slug starts or ends with whitespace, or is only a separator
+    # character (Python's strip() takes "\x1e" away, which would leave a blank name)
+    body = {"slug": "cars-eu", "name": "Cars (EU)", field: value}
+    response = client_as(publisher).post("/api/v1/fleets/", body, format="json")
+
+    # Then 400 names the field, and no fleet exists under a trimmed spelling
+    error = assert_error(response, 400, "validation_failed")
+    assert _where(error) == {(None, field)}
+    assert not Fleet.objects.exists()
+
+
+def test_fleet_list_api__description__kept_as_sent(
+    client_as: Callable[[Any], APIClient], publisher: Any
+) -> None:
+    # Given a publisher
+    # When a fleet's description ends with a newline
+    response = client_as(publisher).post(
+        "/api/v1/fleets/",
+        {"slug": "cars-eu", "name": "Cars (EU)", "description": "EU cars.\n"},
+        format="json",
+    )
+
+    # Then it is stored as sent
+    assert response.status_code == 201, response.content
+    assert Fleet.objects.get(slug="cars-eu").description == "EU cars.\n"
+
+
 def test_draft_cells_api__same_cell_twice__400_names_cell(
     client_as: Callable[[Any], APIClient], editor: Any, draft: PolicyVersion
 ) -> None:
@@ -819,7 +860,7 @@ def test_publish_api__same_revision_twice__second_409(
     ) == [1, 2]
 
 
-@pytest.mark.parametrize("body", [{"note": ""}, {"note": "  \n "}, {}])
+@pytest.mark.parametrize("body", [{"note": ""}, {"note": "  \n "}, {"note": "\x1e"}, {}])
 def test_publish_api__blank_or_missing_note__400_naming_note_and_still_a_draft(
     client_as: Callable[[Any], APIClient],
     publisher: Any,
@@ -1060,6 +1101,18 @@ def test_audit_api__all_fleets_and_limit__filtered(
     assert len(only_b) == 2
     assert newest == everything[:1]
     assert _where(assert_error(bad_limit, 400)) == {(None, "limit")}
+
+
+@pytest.mark.parametrize("query", ["fleet-a%0A", "%20fleet-a"])
+def test_audit_api__fleet_with_whitespace__400_names_fleet(
+    client_as: Callable[[Any], APIClient], viewer: Any, fleet: Any, query: str
+) -> None:
+    # Given fleet-a
+    # When its log is asked for with a newline or a space about the slug
+    response = client_as(viewer).get(f"/api/v1/audit/?fleet={query}")
+
+    # Then 400 names `fleet`: the slug is not trimmed into one that exists
+    assert _where(assert_error(response, 400)) == {(None, "fleet")}
 
 
 def test_fleet_detail_api__draft_and_versions__reported(
