@@ -35,7 +35,7 @@ class _JsonStringMixin:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("trim_whitespace", False)
-        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        super().__init__(*args, **kwargs)
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
