@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.openapi import closed_body
@@ -28,7 +29,7 @@ from .alert_models import (
     WebhookDelivery,
     WebhookFormat,
 )
-from .alerting import GUARD_METRICS
+from .alerting import GUARD_METRICS, RATE_METRICS
 from .events import FIELDS, MAX_EVENTS, FieldRule
 from .services.guards import MAX_GUARDS
 
@@ -498,48 +499,75 @@ class RolloutGuardsSerializer(serializers.Serializer[Any]):
         ref_name = "RolloutGuards"
 
 
-class GuardInputSerializer(serializers.Serializer[Any]):
-    metric = serializers.ChoiceField(choices=sorted(GUARD_METRICS))
-    comparison = serializers.ChoiceField(choices=GuardComparison.values)
-    threshold = serializers.FloatField(
-        min_value=-1e9,
-        max_value=1e9,
-        help_text="shares are fractions from -1 to 1 (0.02 is 2 points)",
-    )
-    min_samples = serializers.IntegerField(min_value=0, max_value=10**7, required=False)
-
-    class Meta:
-        ref_name = "GuardInput"
-
-
 _BAKE_MAX = 7 * 24 * 60
+_MINUTES = {"type": "integer", "minimum": 0, "maximum": _BAKE_MAX}
 
 
-class BakeMinutesSerializer(serializers.Serializer[Any]):
-    """Minutes to bake at each stage (a missing stage bakes 0)."""
+def _guard_schema(metrics: frozenset[str], threshold: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "metric": {"type": "string", "enum": sorted(metrics)},
+            "comparison": {"type": "string", "enum": list(GuardComparison.values)},
+            "threshold": {"type": "number", **threshold},
+            "min_samples": {"type": "integer", "minimum": 0, "maximum": 10**7},
+        },
+        "required": ["metric", "comparison", "threshold"],
+    }
 
-    class Meta:
-        ref_name = "BakeMinutesPerStage"
 
-    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
-        return {
-            str(stage): serializers.IntegerField(min_value=0, max_value=_BAKE_MAX, required=False)
-            for stage in Rollout.STAGES
-        }
+# What services.guards._clean_guards accepts, as a schema: a share's threshold is a fraction.
+GUARDS_SCHEMA: dict[str, Any] = {
+    "oneOf": [
+        {"type": "string", "enum": ["default"]},
+        {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_GUARDS,
+            "items": {
+                "oneOf": [
+                    _guard_schema(RATE_METRICS, {"minimum": -1, "maximum": 1}),
+                    _guard_schema(GUARD_METRICS - RATE_METRICS, {"minimum": -1e9, "maximum": 1e9}),
+                ]
+            },
+        },
+    ],
+    "nullable": True,
+    "description": f'"default" (or null), or a list of 1 to {MAX_GUARDS} guards; a share\'s '
+    "threshold is a fraction from -1 to 1 (0.02 is 2 points)",
+}
+# What services.guards._clean_bake accepts: minutes at every stage, or per stage (missing: 0).
+BAKE_MINUTES_SCHEMA: dict[str, Any] = {
+    "oneOf": [
+        _MINUTES,
+        {
+            "type": "object",
+            "properties": {str(stage): _MINUTES for stage in Rollout.STAGES},
+            "additionalProperties": False,
+        },
+    ],
+    "nullable": True,
+    "description": f"minutes from 0 to {_BAKE_MAX} at every stage (null: 10), "
+    'or per stage: {"5": 10, "25": 20, "100": 30} (a missing stage bakes 0)',
+}
+
+
+@extend_schema_field(GUARDS_SCHEMA)
+class GuardsField(serializers.JSONField):
+    """The guards of a rollout, as the schema declares them; the service checks them."""
+
+
+@extend_schema_field(BAKE_MINUTES_SCHEMA)
+class BakeMinutesField(serializers.JSONField):
+    """The bake time of a rollout, as the schema declares it; the service checks it."""
 
 
 @closed_body
 class RolloutGuardsInputSerializer(serializers.Serializer[Any]):
     """The guards of an open rollout (PUT), or of the rollout a start opens."""
 
-    guards = serializers.JSONField(
-        required=False,
-        help_text=f'"default", or a list of 1 to {MAX_GUARDS} guards (GuardInput)',
-    )
-    bake_minutes = serializers.JSONField(
-        required=False,
-        help_text=f"minutes from 0 to {_BAKE_MAX} at every stage, or BakeMinutesPerStage",
-    )
+    guards = GuardsField(required=False)
+    bake_minutes = BakeMinutesField(required=False)
     auto_advance = serializers.BooleanField(required=False)
     window_minutes = serializers.IntegerField(min_value=1, max_value=360, required=False)
     min_samples = serializers.IntegerField(min_value=0, max_value=10**7, required=False)

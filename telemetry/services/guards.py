@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from django.db import transaction
 
@@ -49,6 +49,9 @@ DEFAULT_GUARDS: tuple[dict[str, Any], ...] = (
     {"metric": "privacy_violations", "comparison": "above", "threshold": 0},
     {"metric": "cloud_share", "comparison": "above_stable_by", "threshold": 0.2},
 )
+
+
+DEFAULT_BAKE_MINUTES: Final = 10
 
 
 def _problem(field_name: str, message: str) -> dict[str, str]:
@@ -108,6 +111,8 @@ def _clean_guards(guards: object, min_samples: object) -> list[dict[str, Any]]:
 
 
 def _clean_bake(bake_minutes: object) -> dict[str, int]:
+    if bake_minutes is None:  # as for the guards: null is the default
+        bake_minutes = DEFAULT_BAKE_MINUTES
     if isinstance(bake_minutes, int) and not isinstance(bake_minutes, bool):
         bake_minutes = {str(stage): bake_minutes for stage in Rollout.STAGES}
     if isinstance(bake_minutes, dict):
@@ -130,7 +135,7 @@ def rollout_guards_set(
     actor: Actor,
     rollout: Rollout,
     guards: object = "default",
-    bake_minutes: object = 10,
+    bake_minutes: object = DEFAULT_BAKE_MINUTES,
     auto_advance: object = False,
     window_minutes: object = 10,
     min_samples: object = 50,

@@ -456,6 +456,46 @@ def test_rollout_guards_api__set_on_the_open_rollout__shown(
     assert [g["metric"] for g in replaced.json()["guards"]["guards"]] == ["error_rate"]
 
 
+def test_rollout_start_api__null_guards_and_bake__the_defaults(
+    fleet: Any, publish_version: Any, publisher: Any, viewer: Any, client_as: Client
+) -> None:
+    # Given a published v2
+    publish_version(fleet)
+
+    # When a rollout starts with guards and bake_minutes null (the schema allows null for both)
+    body = {"version": 2, "guards": None, "bake_minutes": None}
+    started = client_as(publisher).post(f"{BASE}/rollout/start", body, format="json")
+
+    # Then it starts guarded by the default guards, baking 10 minutes at each stage
+    assert started.status_code == 200, started.content
+    shown = client_as(viewer).get(f"{BASE}/rollout/guards").json()["guards"]
+    assert shown["bake_minutes"] == {"5": 10, "25": 10, "100": 10}
+    assert len(shown["guards"]) == 4
+
+
+def test_rollout_start_api__share_threshold_over_one__400_as_the_schema_says(
+    fleet: Any, publish_version: Any, publisher: Any, client_as: Client
+) -> None:
+    # Given a published v2, and the schema's guard shape for shares (a fraction from -1 to 1)
+    publish_version(fleet)
+    schema = client_as(publisher).get("/api/schema/?format=json").json()
+    guards = schema["components"]["schemas"]["RolloutStartInputRequest"]["properties"]["guards"]
+    share_guard = guards["oneOf"][1]["items"]["oneOf"][0]["properties"]
+    assert "cloud_share" in share_guard["metric"]["enum"]
+    assert share_guard["threshold"]["maximum"] == 1
+
+    # When a cloud-share guard's threshold is 5 (500 points)
+    bad = {"metric": "cloud_share", "comparison": "above", "threshold": 5}
+    response = client_as(publisher).post(
+        f"{BASE}/rollout/start", {"version": 2, "guards": [bad]}, format="json"
+    )
+
+    # Then the server refuses what the schema refuses, and nothing starts
+    error = assert_error(response, 400)
+    assert [d["field"] for d in error["details"]] == ["guards[0].threshold"]
+    assert not Rollout.objects.exists()
+
+
 @pytest.mark.parametrize(
     ("extra", "field"),
     [
