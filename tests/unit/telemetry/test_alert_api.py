@@ -10,6 +10,7 @@ from rest_framework.test import APIClient
 
 from routing_policies.models import AuditEntry, Rollout
 from telemetry.models import AlertRule, AlertWebhook, RolloutGuardSet
+from tests.factories import make_events
 from tests.hostile_json import HOSTILE_PARAMS, Hostile, assert_names, with_field
 
 pytestmark = pytest.mark.django_db
@@ -556,8 +557,6 @@ def test_alerts_reads__query_counts_pinned(
 
     from telemetry.services import landed_batches_process, telemetry_batch_ingest
     from telemetry.services.alerts import alert_rules_seed, alerts_evaluate
-
-    from .factories import make_events
 
     fleet_obj = AlertRule.objects.get(pk=rule["id"]).fleet
     alert_rules_seed(actor=None, fleet=fleet_obj)

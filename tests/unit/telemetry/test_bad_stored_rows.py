@@ -24,9 +24,7 @@ from telemetry.models import (
 )
 from telemetry.services import landed_batches_process, rollups_compact, telemetry_batch_ingest
 from telemetry.services.alerts import SEED_RULES, alert_rules_seed, alerts_evaluate
-from tests.factories import make_fleet
-
-from .factories import make_event
+from tests.factories import make_event, make_fleet
 
 pytestmark = pytest.mark.django_db
 

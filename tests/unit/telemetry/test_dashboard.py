@@ -13,8 +13,7 @@ from routing_policies.models import Device
 from routing_policies.services import device_enroll, rollout_start
 from telemetry.selectors.dashboard import DashboardView, fleet_dashboard, parse_view
 from telemetry.services import landed_batches_process, telemetry_batch_ingest
-
-from .factories import iso, make_event
+from tests.factories import iso, make_event
 
 pytestmark = pytest.mark.django_db
 

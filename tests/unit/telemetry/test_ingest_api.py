@@ -11,10 +11,10 @@ from rest_framework.test import APIClient
 from routing_policies.services import device_enroll, device_revoke
 from telemetry.models import Event, EventKey, LandedBatch, MinuteRollup
 from telemetry.services import landed_batches_process
+from tests.factories import iso, make_event, make_events
 from tests.hostile_json import HOSTILE_PARAMS, Hostile, with_field
 
 from .conftest import AsgiClient
-from .factories import iso, make_event, make_events
 
 pytestmark = pytest.mark.django_db
 

@@ -11,8 +11,7 @@ from rest_framework.test import APIClient
 from routing_policies.models import Device
 from telemetry.prometheus import LATENCY_BUCKETS_MS
 from telemetry.services import landed_batches_process, rollups_compact, telemetry_batch_ingest
-
-from .factories import make_event
+from tests.factories import make_event
 
 pytestmark = pytest.mark.django_db
 

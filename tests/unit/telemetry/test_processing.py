@@ -32,8 +32,7 @@ from telemetry.services import (
     telemetry_batch_ingest,
 )
 from telemetry.sketch import exact_quantile
-
-from .factories import iso, make_event
+from tests.factories import iso, make_event
 
 pytestmark = pytest.mark.django_db
 
