@@ -131,6 +131,8 @@ def test_dashboard_api__bad_rows_stored__200(
 
     # Then it answers
     assert response.status_code == 200, response.content
+    # with the stored rows' events counted, not dropped
+    assert response.json()["summary"]["events"] == 4
 
 
 def test_alert_evaluation__bad_rows_stored__evaluates_every_rule(

@@ -93,6 +93,15 @@ def test_telemetry_ingest__optional_fields_absent__202(phone_client: APIClient) 
 
     # Then it is accepted
     assert response.status_code == 202, response.content
+    # and, once processed, stored with the fields it left out unknown (None), not made up
+    assert LandedBatch.objects.get().event_count == 1
+    landed_batches_process()
+    stored = Event.objects.get()
+    assert str(stored.event_id) == event["event_id"]
+    assert stored.decided_by == "policy"
+    absent = ("score", "threshold", "tokens", "intent_conf", "lm_conf", "upload_bytes")
+    absent += ("rtt_ms", "bandwidth_kbps", "device_load")
+    assert {name: getattr(stored, name) for name in absent} == dict.fromkeys(absent)
 
 
 # --- duplicates ---------------------------------------------------------------------------------
