@@ -47,7 +47,7 @@ seed: migrate
 	@LOG_LEVEL=WARNING $(BIN)/python manage.py seed_demo -v0
 
 # `make run` answers plain http on this machine with DEBUG off, so a wrong address shows the
-# product's 404 page: HTTPS=0 (no redirect to https, cookies not Secure; controlplane/settings.py)
+# product's 404 page: HTTPS=0 (no redirect to https, cookies not Secure; controlplane/settings/)
 # for the server, the worker, the simulator and the prerequisites. Without SECRET_KEY they all
 # read the key generated once in var/secret_key.
 run: export HTTPS ?= 0

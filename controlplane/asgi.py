@@ -39,9 +39,6 @@ application = ProtocolTypeRouter(
     {"http": TelemetryIngestApp(django_asgi_app), "websocket": websocket_app}
 )
 
-# Everything loaded so far (Django, the apps, their modules: ~90,000 objects) lives as long as
-# the process. Frozen, it is left out of the collector's full passes, which otherwise walk every
-# object of the process: measured with bench/fanout at 5,000 sockets, a full pass took 333 ms,
-# 262 ms with this (it stalls pushes and everything else in the process while it runs).
+# Start-up objects live as long as the process: frozen, full GC passes skip them (docs/capacity.md).
 gc.collect()
 gc.freeze()

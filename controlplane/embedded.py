@@ -1,4 +1,4 @@
-"""The embedded mode's secret key: generated once on this machine and kept in var/.
+"""The embedded mode's files in var/: its directories, and a secret key generated once there.
 
 `make run` serves with DEBUG off (the product's own 404 and 500 pages), and every command the
 README shows (`manage.py drf_create_token publisher`, …) runs afterwards without any variable
@@ -36,3 +36,10 @@ def embedded_secret_key(var_dir: Path) -> str:
     if not key:
         raise RuntimeError(f"{path} is empty: delete it and a new key is generated")
     return key
+
+
+def make_var_dirs(var_dir: Path, static_root: Path) -> None:
+    """Create var/ (the SQLite database, the beat schedule) and the static root (WhiteNoise warns
+    when it is missing): once a process has started (ControlPlaneConfig.ready), never at import."""
+    for directory in (var_dir, static_root):
+        directory.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from routing_policies.roles import Role
-
-from .factories import UserFactory, make_fleet
+from tests.factories import UserFactory, make_fleet
 
 ON_CI = os.environ.get("CI") == "true"
 

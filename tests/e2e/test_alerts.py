@@ -17,10 +17,9 @@ from playwright.sync_api import Page, expect
 from routing_policies.roles import Role
 from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
 from telemetry.services.alerts import alert_rules_seed
-from tests.factories import PASSWORD, UserFactory, make_fleet
+from tests.factories import PASSWORD, UserFactory, iso, make_events, make_fleet
 from tests.integration.test_telemetry_durability import Worker
 from tests.live_server import empty_test_redis
-from tests.unit.telemetry.factories import iso, make_events
 
 from .conftest import screenshot_path
 

@@ -33,12 +33,11 @@ from routing_policies.services import (
     rollout_start,
 )
 from telemetry.models import MinuteRollup
-from tests.factories import PASSWORD, UserFactory, make_fleet
+from tests.factories import PASSWORD, UserFactory, iso, make_fleet
 from tests.integration.simulated import buggy_candidate_fleet
 from tests.integration.test_dashboard_feed import own_redis_db, worker
 from tests.integration.test_telemetry_durability import Worker
 from tests.integration.ws_clients import BackgroundLoop, wait_until
-from tests.unit.telemetry.factories import iso
 
 from .conftest import screenshot_path
 

@@ -26,7 +26,7 @@ from routing_policies.services import (
     rollout_start,
 )
 from telemetry.services import landed_batches_process, telemetry_batch_ingest
-from tests.unit.telemetry.factories import iso, make_event
+from tests.factories import iso, make_event
 
 from .conftest import screenshot_path
 from .pages import (

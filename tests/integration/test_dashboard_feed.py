@@ -20,10 +20,9 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from routing_policies.roles import Role
 from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
-from tests.factories import UserFactory, make_fleet
+from tests.factories import UserFactory, make_events, make_fleet
 from tests.integration.test_telemetry_durability import Worker
 from tests.live_server import asgi_server, empty_test_redis, session_cookie
-from tests.unit.telemetry.factories import make_events
 
 __all__ = ["asgi_server"]
 

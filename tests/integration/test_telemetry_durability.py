@@ -28,6 +28,7 @@ from telemetry.models import (
     MinuteRollup,
     RouteCounter,
 )
+from tests.factories import make_events
 from tests.live_server import (
     REPO_ROOT,
     STARTUP_TIMEOUT_S,
@@ -35,7 +36,6 @@ from tests.live_server import (
     running_asgi_server,
     server_environment,
 )
-from tests.unit.telemetry.factories import make_events
 
 pytestmark = pytest.mark.integration
 

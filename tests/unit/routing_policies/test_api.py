@@ -132,6 +132,17 @@ WRITES = [
     ),
 ]
 WRITE_PARAMS = [pytest.param(w, id=w.name) for w in WRITES]
+# The audit entry each write leaves (what a successful write must have stored).
+AUDIT_ACTIONS = {
+    "fleet-create": "fleet.created",
+    "draft-create": "policy_draft.created",
+    "draft-discard": "policy_draft.discarded",
+    "cells-edit": "policy_cells.updated",
+    "dimension-add": "policy_dimension.value_added",
+    "dimension-remove": "policy_dimension.value_removed",
+    "import": "policy_draft.imported",
+    "publish": "policy_version.published",
+}
 DRAFT_WRITE_PARAMS = [pytest.param(w, id=w.name) for w in WRITES if w.takes_revision]
 READS = [
     "/api/v1/fleets/",
@@ -201,6 +212,14 @@ def _stored_state() -> tuple[int, list[tuple[int | None, int]], int]:
     """What a refused request must leave alone: fleets, versions with revisions, audit log."""
     versions = list(PolicyVersion.objects.order_by("pk").values_list("number", "revision"))
     return Fleet.objects.count(), versions, AuditEntry.objects.count()
+
+
+def _assert_stored(write: Write, before: tuple[Any, ...], actor: str) -> None:
+    """A write that succeeded changed what is stored and is the newest audit entry, by `actor`."""
+    assert _stored_state() != before
+    newest = AuditEntry.objects.first()
+    assert newest is not None
+    assert (newest.action, newest.actor_name) == (AUDIT_ACTIONS[write.name], actor)
 
 
 # --- roles ---------------------------------------------------------------------------------
@@ -276,9 +295,11 @@ def test_api__editor__write__allowed_except_publish_and_fleet_create(
     # When they do it
     response = _send(client_as(editor), write)
 
-    # Then draft work succeeds; publishing and creating fleets are refused with nothing changed
+    # Then draft work succeeds (and is stored); publishing and creating fleets are refused with
+    # nothing changed
     if write.least_role <= Role.EDITOR:
         assert response.status_code == write.success, response.content
+        _assert_stored(write, before, "editor")
     else:
         assert_error(response, 403, "permission_denied")
         assert _stored_state() == before
@@ -290,12 +311,15 @@ def test_api__publisher__every_write__allowed(
 ) -> None:
     # Given a publisher and a fleet ready for the write
     state_for(write)
+    before = _stored_state()
 
     # When they do it
     response = _send(client_as(publisher), write)
 
     # Then it succeeds
     assert response.status_code == write.success, response.content
+    # and is stored, audited as theirs
+    _assert_stored(write, before, "publisher")
 
 
 def test_api__token_header__script_reads_and_edits(
@@ -420,12 +444,15 @@ def test_api__draft_write_with_if_match__accepted(
     # Given a draft at revision 1
     state_for(write)
     body = {k: v for k, v in write.body().items() if k != "revision"}
+    before = _stored_state()
 
     # When the write names the revision in If-Match only
     response = _send(client_as(publisher), write, body, HTTP_IF_MATCH='"r1"')
 
     # Then it succeeds
     assert response.status_code == write.success, response.content
+    # and is stored, audited as the publisher's
+    _assert_stored(write, before, "publisher")
 
 
 @pytest.mark.parametrize("write", DRAFT_WRITE_PARAMS)
@@ -1184,6 +1211,9 @@ def test_fleet_list_api__n_fleets__constant_query_count(
 
     # Then all are there, in the same number of queries whatever N is
     assert len(response.json()["results"]) == fleets
+    # each with its own draft, or none
+    drafts = {row["slug"]: row["draft_revision"] for row in response.json()["results"]}
+    assert drafts == {f"fleet-{index}": (1 if index % 2 else None) for index in range(fleets)}
 
 
 @pytest.mark.parametrize("versions", [1, 6])
@@ -1208,6 +1238,9 @@ def test_version_list_api__n_versions__constant_query_count(
 
     # Then all are there, in the same number of queries whatever N is
     assert len(response.json()["results"]) == versions + 1
+    # the draft first, then the published versions, newest first
+    listed = [(row["status"], row["version"]) for row in response.json()["results"]]
+    assert listed == [("draft", None)] + [("published", n) for n in range(versions, 0, -1)]
 
 
 @pytest.mark.parametrize("path", list(AUDIT_LIST_QUERIES))
@@ -1237,6 +1270,13 @@ def test_audit_list_api__n_entries__constant_query_count(
 
     # Then every entry is there, in the same number of queries whatever N is
     assert len(response.json()["results"]) == edits + 3
+    # newest first
+    actions = [row["action"] for row in response.json()["results"]]
+    assert actions == ["policy_cells.updated"] * edits + [
+        "policy_draft.created",
+        "policy_version.published",
+        "fleet.created",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -485,3 +485,5 @@ def test_device_token__operator_endpoints__refused(
     # Then it is refused: devices are not operators
     for response in responses:
         assert response.status_code in (401, 403)
+    # and no rollout was stored
+    assert not fleet.rollouts.exists()

@@ -148,6 +148,13 @@ def test_rollout_api__viewer_read__200(
 
     # Then they see it
     assert response.status_code == 200, response.content
+    # as stored: v1 stable with no rollout open, or the fleet's one device on v1
+    body = response.json()
+    if path.endswith("/rollout/"):
+        assert (body["fleet"], body["stable_version"], body["rollout"]) == ("fleet-a", 1, None)
+    else:
+        devices = [(row["device_id"], row["assigned_version"]) for row in body["results"]]
+        assert devices == [("phone-1", 1)]
 
 
 @pytest.mark.parametrize("role", ["viewer", "editor"])
@@ -643,6 +650,11 @@ def test_device_list_api__n_devices_during_rollout__pinned_query_count(
 
     # Then it costs the same number of queries whatever N is
     assert response.json()["count"] == devices
+    # and the page holds every one of them, each on v1
+    results = response.json()["results"]
+    listed = {row["device_id"] for row in results}
+    assert listed == {"phone-1", *(f"dev-{index:03d}" for index in range(devices - 1))}
+    assert {row["acked_version"] for row in results} == {1}
 
 
 def test_device_revoke_api__twice__revoked_once(

@@ -10,6 +10,7 @@ from rest_framework.test import APIClient
 
 from routing_policies.models import AuditEntry, Rollout
 from telemetry.models import AlertRule, AlertWebhook, RolloutGuardSet
+from tests.factories import make_events
 from tests.hostile_json import HOSTILE_PARAMS, Hostile, assert_names, with_field
 
 pytestmark = pytest.mark.django_db
@@ -303,6 +304,8 @@ def test_alert_webhooks_api__public_address_in_any_spelling__accepted(
 
     # Then it is added (names are checked where they resolve, at each delivery)
     assert response.status_code == 201, response.content
+    # and stored as sent
+    assert list(AlertWebhook.objects.values_list("url", flat=True)) == [url]
 
 
 @pytest.mark.parametrize("hostile", HOSTILE_PARAMS)
@@ -590,14 +593,11 @@ def test_alerts_reads__query_counts_pinned(
     client: Any,
     django_assert_num_queries: Any,
 ) -> None:
-    # Given seven rules, one of them fired by a privacy violation (history), the reads cost a
-    # fixed number of queries
+    # Given seven rules, one of them fired by a privacy violation (history)
     import json
 
     from telemetry.services import landed_batches_process, telemetry_batch_ingest
     from telemetry.services.alerts import alert_rules_seed, alerts_evaluate
-
-    from .factories import make_events
 
     fleet_obj = AlertRule.objects.get(pk=rule["id"]).fleet
     alert_rules_seed(actor=None, fleet=fleet_obj)
@@ -606,7 +606,10 @@ def test_alerts_reads__query_counts_pinned(
     landed_batches_process()
     alerts_evaluate(fleet_id=fleet_obj.pk)
     api = client_as(viewer)
-    # fleet + rules; fleet + history (the role is cached on the forced user after one call)
+
+    # When a viewer reads the rules and the history through the API, then the alerts page
+    # Then each read costs a fixed number of queries: fleet + rules; fleet + history (the role
+    # is cached on the forced user after one call)
     api.get(RULES)
     with django_assert_num_queries(2):
         assert len(api.get(RULES).json()["results"]) == 7
@@ -617,6 +620,16 @@ def test_alerts_reads__query_counts_pinned(
     # session, user, role groups, fleet, rules, history, webhooks, deliveries
     with django_assert_num_queries(8):
         assert client.get(f"/fleets/{fleet_obj.slug}/alerts/").status_code == 200
+    # and they show the privacy rule firing, after its pending step
+    states = {row["name"]: row["state"] for row in api.get(RULES).json()["results"]}
+    assert states["Privacy violation"] == "firing"
+    history = api.get(f"{BASE}/alerts/history/").json()["results"]
+    assert [(row["rule"], row["kind"]) for row in history] == [
+        ("Privacy violation", "firing"),
+        ("Privacy violation", "pending"),
+    ]
+    page = client.get(f"/fleets/{fleet_obj.slug}/alerts/").content.decode()
+    assert "Privacy violation" in page
 
 
 @pytest.mark.parametrize("metric", [["cloud_share"], {"name": "cloud_share"}, 3, True, None])

@@ -15,8 +15,7 @@ from routing_policies.models import Device
 from telemetry.models import AlertEvent, AlertRule
 from telemetry.services import landed_batches_process, telemetry_batch_ingest
 from telemetry.services.alerts import alert_rule_create, alerts_evaluate
-
-from .factories import iso, make_events
+from tests.factories import iso, make_events
 
 pytestmark = pytest.mark.usefixtures("requires_postgres")
 

@@ -24,9 +24,7 @@ from telemetry.models import (
 )
 from telemetry.services import landed_batches_process, rollups_compact, telemetry_batch_ingest
 from telemetry.services.alerts import SEED_RULES, alert_rules_seed, alerts_evaluate
-from tests.factories import make_fleet
-
-from .factories import make_event
+from tests.factories import make_event, make_fleet
 
 pytestmark = pytest.mark.django_db
 
@@ -133,6 +131,8 @@ def test_dashboard_api__bad_rows_stored__200(
 
     # Then it answers
     assert response.status_code == 200, response.content
+    # with the stored rows' events counted, not dropped
+    assert response.json()["summary"]["events"] == 4
 
 
 def test_alert_evaluation__bad_rows_stored__evaluates_every_rule(

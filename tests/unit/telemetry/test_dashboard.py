@@ -13,8 +13,7 @@ from routing_policies.models import Device
 from routing_policies.services import device_enroll, rollout_start
 from telemetry.selectors.dashboard import DashboardView, fleet_dashboard, parse_view
 from telemetry.services import landed_batches_process, telemetry_batch_ingest
-
-from .factories import iso, make_event
+from tests.factories import iso, make_event
 
 pytestmark = pytest.mark.django_db
 
@@ -174,20 +173,35 @@ def test_fleet_dashboard__pinned_queries(
     queries: int,
     django_assert_num_queries: Any,
 ) -> None:
-    # Rollup scan (hour windows: fleet-hour rollups for the series, hour rollups for the grid,
-    # unless filtered by task type), routing, open rollout, cells, markers, convergence.
+    # Given six reported events, two of them voice
+    view = DashboardView(window=window, task_type=task_type)
+
+    # When the dashboard is computed for a window, whole or for one task type
+    # Then it costs a fixed number of queries: the rollup scan (hour windows: fleet-hour
+    # rollups for the series, hour rollups for the grid, unless filtered by task type),
+    # routing, open rollout, cells, markers, convergence
     with django_assert_num_queries(queries):
-        fleet_dashboard(fleet=fleet, view=DashboardView(window=window, task_type=task_type))
+        payload = fleet_dashboard(fleet=fleet, view=view)
+    # and they count every event of the view
+    assert payload["summary"]["events"] == (2 if task_type == "voice" else 6)
+    assert payload["view"]["window"] == window
 
 
 def test_fleet_dashboard__pinned_queries_during_rollout(
     reported: None, fleet: Any, publisher: Any, publish_version: Any, django_assert_num_queries: Any
 ) -> None:
+    # Given six reported events and v2 rolling out to 5%
     publish_version(fleet)
     rollout_start(actor=publisher, fleet=fleet, version=2)
-    # One more: the candidate's share of the devices (counted in SQL over their buckets).
+
+    # When the last hour's dashboard is computed
+    # Then it costs one query more: the candidate's share of the devices (counted in SQL
+    # over their buckets)
     with django_assert_num_queries(7):
-        fleet_dashboard(fleet=fleet, view=DashboardView(window="1h"))
+        payload = fleet_dashboard(fleet=fleet, view=DashboardView(window="1h"))
+    # and shows the rollout beside every event
+    assert (payload["rollout"]["candidate"], payload["rollout"]["stage"]) == (2, 5)
+    assert payload["summary"]["events"] == 6
 
 
 @pytest.mark.parametrize(
@@ -277,11 +291,18 @@ def test_dashboard_api__unknown_fleet__404(viewer: Any, client_as: Any) -> None:
 def test_dashboard_api__pinned_queries(
     reported: None, viewer: Any, client_as: Any, django_assert_num_queries: Any
 ) -> None:
+    # Given six reported events and a viewer
     client = client_as(viewer)
-    # The role check, the fleet, then the selector's seven (a 24-hour window).
+
+    # When the viewer reads the last 24 hours
+    # Then it costs the role check, the fleet, then the selector's seven
     with django_assert_num_queries(9):
         response = client.get(API, {"window": "24h"})
     assert response.status_code == 200
+    # and the answer counts every event
+    body = response.json()
+    assert body["view"]["window"] == "24h"
+    assert body["summary"]["events"] == 6
 
 
 def test_dashboard_page__viewer__charts_and_payload(

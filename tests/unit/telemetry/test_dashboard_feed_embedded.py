@@ -17,9 +17,7 @@ from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
 from telemetry import consumers
 from telemetry.selectors.dashboard import parse_view
 from telemetry.services import landed_batches_process, telemetry_batch_ingest
-from tests.factories import UserFactory, make_fleet
-
-from .factories import make_events
+from tests.factories import UserFactory, make_events, make_fleet
 
 SLUG = "dash-embedded"
 

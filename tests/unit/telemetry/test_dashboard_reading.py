@@ -17,8 +17,7 @@ from routing_policies.services import (
 )
 from telemetry.selectors.dashboard import DashboardView, fleet_dashboard
 from telemetry.services import landed_batches_process, telemetry_batch_ingest
-
-from .factories import iso, make_event
+from tests.factories import iso, make_event
 
 pytestmark = pytest.mark.django_db
 

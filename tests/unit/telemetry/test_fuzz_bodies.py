@@ -12,10 +12,10 @@ from rest_framework.test import APIClient
 
 from routing_policies.models import Device
 from telemetry.models import EventKey, LandedBatch
+from tests.factories import make_event
 from tests.hostile_json import fuzz_bodies
 
 from .conftest import AsgiClient
-from .factories import make_event
 
 pytestmark = pytest.mark.django_db
 

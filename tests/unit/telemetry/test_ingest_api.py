@@ -11,10 +11,10 @@ from rest_framework.test import APIClient
 from routing_policies.services import device_enroll, device_revoke
 from telemetry.models import Event, EventKey, LandedBatch, MinuteRollup
 from telemetry.services import landed_batches_process
+from tests.factories import iso, make_event, make_events
 from tests.hostile_json import HOSTILE_PARAMS, Hostile, with_field
 
 from .conftest import AsgiClient
-from .factories import iso, make_event, make_events
 
 pytestmark = pytest.mark.django_db
 
@@ -93,6 +93,15 @@ def test_telemetry_ingest__optional_fields_absent__202(phone_client: APIClient) 
 
     # Then it is accepted
     assert response.status_code == 202, response.content
+    # and, once processed, stored with the fields it left out unknown (None), not made up
+    assert LandedBatch.objects.get().event_count == 1
+    landed_batches_process()
+    stored = Event.objects.get()
+    assert str(stored.event_id) == event["event_id"]
+    assert stored.decided_by == "policy"
+    absent = ("score", "threshold", "tokens", "intent_conf", "lm_conf", "upload_bytes")
+    absent += ("rtt_ms", "bandwidth_kbps", "device_load")
+    assert {name: getattr(stored, name) for name in absent} == dict.fromkeys(absent)
 
 
 # --- duplicates ---------------------------------------------------------------------------------

@@ -11,8 +11,7 @@ from rest_framework.test import APIClient
 from routing_policies.models import Device
 from telemetry.prometheus import LATENCY_BUCKETS_MS
 from telemetry.services import landed_batches_process, rollups_compact, telemetry_batch_ingest
-
-from .factories import make_event
+from tests.factories import make_event
 
 pytestmark = pytest.mark.django_db
 
@@ -92,12 +91,18 @@ def test_fleet_metrics_api__unknown_fleet__404(viewer: Any, client_as: Any) -> N
 def test_fleet_metrics_api__pinned_queries(
     reported: None, viewer: Any, client_as: Any, django_assert_max_num_queries: Any
 ) -> None:
-    # Given a logged-in viewer / When they read a week grouped by version, cohort and cell
+    # Given four reported events and a logged-in viewer
     client = client_as(viewer)
+
+    # When they read a week grouped by version, cohort and cell
     # Then it costs the fleet lookup, the role check and one rollup query
     with django_assert_max_num_queries(3):
         response = client.get(METRICS, {"window": "7d", "group_by": "version,cohort,cell"})
     assert response.status_code == 200
+    # and the four events are in their one group
+    (group,) = response.json()["groups"]
+    assert group["events"] == 4
+    assert (group["version"], group["cohort"]) == (1, "stable")
 
 
 def test_ingest_status_api__landed_batch_waiting__lag_and_backlog(
@@ -190,10 +195,16 @@ def test_prometheus_metrics__landed_backlog__lag_gauge(
 def test_prometheus_metrics__token_set__bearer_required(
     reported: None, api_client: APIClient, settings: Any
 ) -> None:
+    # Given a scrape token set
     settings.METRICS_TOKEN = "scrape-secret"
+
+    # When Prometheus scrapes without it / Then it is refused
     assert api_client.get("/metrics").status_code == 401
+    # When it scrapes with it / Then it gets the samples
     api_client.credentials(HTTP_AUTHORIZATION="Bearer scrape-secret")
     assert api_client.get("/metrics").status_code == 200
+    scraped = _samples(api_client.get("/metrics").content.decode())
+    assert "controlplane_telemetry_landed_batches" in scraped
 
 
 def test_fleet_metrics_api__day_window__current_hour_and_23_before(

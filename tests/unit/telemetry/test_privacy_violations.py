@@ -15,8 +15,7 @@ from routing_policies.models import Device
 from telemetry.models import AlertRule
 from telemetry.services import landed_batches_process, telemetry_batch_ingest
 from telemetry.services.alerts import alert_rules_seed, alerts_evaluate
-
-from .factories import make_event
+from tests.factories import make_event
 
 pytestmark = pytest.mark.django_db
 

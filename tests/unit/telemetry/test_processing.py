@@ -32,8 +32,7 @@ from telemetry.services import (
     telemetry_batch_ingest,
 )
 from telemetry.sketch import exact_quantile
-
-from .factories import iso, make_event
+from tests.factories import iso, make_event
 
 pytestmark = pytest.mark.django_db
 
@@ -266,9 +265,15 @@ def test_fleet_metrics__any_window__one_query(
     for window in (timedelta(minutes=15), timedelta(hours=1), timedelta(hours=24)):
         for group_by in ([], ["version", "cohort"], ["task_type", "route"]):
             with django_assert_num_queries(1):
-                fleet_metrics(fleet_id=fleet.pk, window=window, group_by=group_by)
+                result = fleet_metrics(fleet_id=fleet.pk, window=window, group_by=group_by)
+            # and holds both events, split by route only when grouped by it
+            assert sum(group["events"] for group in result["groups"]) == 2
+            assert len(result["groups"]) == (2 if "route" in group_by else 1)
     with django_assert_num_queries(1):
-        fleet_metrics(fleet_id=fleet.pk, window=timedelta(days=7), with_scores=True)
+        week = fleet_metrics(fleet_id=fleet.pk, window=timedelta(days=7), with_scores=True)
+    (group,) = week["groups"]
+    assert group["events"] == 2
+    assert sum(group["score_histogram"]["counts"]) == 2
 
 
 def test_landed_batches_process__event_past_retention_by_now__dropped_as_expired(

@@ -14,8 +14,7 @@ from telemetry.models import AlertEvent, RolloutGuardSet
 from telemetry.services import landed_batches_process, telemetry_batch_ingest
 from telemetry.services.alerts import alerts_evaluate
 from telemetry.services.guards import rollout_start_guarded
-
-from .factories import iso, make_events
+from tests.factories import iso, make_events
 
 pytestmark = pytest.mark.usefixtures("requires_postgres")
 

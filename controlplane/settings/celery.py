@@ -1,0 +1,42 @@
+"""Celery (controlplane/celery.py reads the CELERY_ names): broker, delivery, the one beat."""
+
+from typing import Any
+
+from controlplane.settings.alerts import ALERT_EVALUATE_INTERVAL_S
+from controlplane.settings.env import REDIS_URL
+from controlplane.settings.telemetry import (
+    DASHBOARD_REFRESH_INTERVAL_S,
+    TELEMETRY_COMPACT_INTERVAL_S,
+    TELEMETRY_SWEEP_INTERVAL_S,
+)
+
+# Embedded: a hostname in the in-memory URL, or kombu warns "No hostname was supplied" at start.
+CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TIMEZONE = "UTC"
+
+
+def periodic(task: str, every_s: float) -> dict[str, Any]:
+    """A beat entry that expires after its own interval: a late run is dropped, never stacked."""
+    return {"task": task, "schedule": every_s, "options": {"expires": every_s}}
+
+
+# Every periodic task of the project, here and nowhere else.
+CELERY_BEAT_SCHEDULE = {
+    "telemetry-sweep-landed": periodic("telemetry.sweep_landed", TELEMETRY_SWEEP_INTERVAL_S),
+    "telemetry-compact-rollups": periodic(
+        "telemetry.compact_rollups", TELEMETRY_COMPACT_INTERVAL_S
+    ),
+    # Partitions and retention (telemetry/partitions.py).
+    "telemetry-maintain-storage": periodic("telemetry.maintain_storage", 3600.0),
+    "telemetry-dashboard-refresh": periodic(
+        "telemetry.dashboard_refresh", DASHBOARD_REFRESH_INTERVAL_S
+    ),
+    # Judge every fleet's rules and rollout guards (telemetry/alert_tasks.py).
+    "alerts-evaluate-all": periodic("telemetry.evaluate_all_alerts", ALERT_EVALUATE_INTERVAL_S),
+}
