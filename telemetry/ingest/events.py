@@ -202,7 +202,7 @@ class VersionDimensions:
 
 
 class VersionLookup(Protocol):
-    """A fleet's published versions by number (telemetry.selectors.VersionCatalog)."""
+    """A fleet's published versions by number (telemetry.ingest.selectors.VersionCatalog)."""
 
     def get(self, number: int, /) -> VersionDimensions | None:
         """The version's dimensions, or None when there is no such published version."""

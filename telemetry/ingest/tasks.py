@@ -1,4 +1,8 @@
-"""Celery tasks: thin, each calls one service. Beat runs the sweep, compaction and retention."""
+"""Celery tasks of the telemetry pipeline: thin, each calls one service.
+
+Process and drain landed batches (woken by ingest, telemetry.ingest.wakeup); beat runs the
+sweep of landed batches, rollup compaction, and partitions with retention.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ from celery import shared_task
 from django.conf import settings
 from django.db import DatabaseError
 
-from . import services
+from ..services import landed_sweep, rollups_compact, storage_maintain
+from .services import landed_batches_process, landed_drain
 
 _embedded_lock = threading.Lock()
 _embedded_last_compaction = 0.0
@@ -24,7 +29,7 @@ _embedded_last_compaction = 0.0
 )
 def process_landed(batch_ids: list[int] | None = None) -> int:
     """Process these landed batches (and others waiting, up to the per-task maximum)."""
-    result = services.landed_batches_process(batch_ids=batch_ids or ())
+    result = landed_batches_process(batch_ids=batch_ids or ())
     if settings.CELERY_TASK_ALWAYS_EAGER:
         _compact_when_embedded()
     return result.events
@@ -38,7 +43,7 @@ def _compact_when_embedded() -> None:
         if time.monotonic() - _embedded_last_compaction < interval:
             return
         _embedded_last_compaction = time.monotonic()
-    services.rollups_compact(time_budget_s=2.0)
+    rollups_compact(time_budget_s=2.0)
 
 
 @shared_task(  # type: ignore[untyped-decorator]
@@ -52,38 +57,22 @@ def _compact_when_embedded() -> None:
 def drain_landed(slot: int = 0) -> int:
     """Process landed batches until none is left (enqueued by the first request to wake it,
     or, with `slot` > 0, as a helper by a drain that found a backlog)."""
-    return services.landed_drain(slot=slot)
+    return landed_drain(slot=slot)
 
 
 @shared_task(name="telemetry.sweep_landed", ignore_result=True)  # type: ignore[untyped-decorator]
 def sweep_landed() -> int:
     """Re-enqueue batches that waited too long (their task was lost)."""
-    return services.landed_sweep()
+    return landed_sweep()
 
 
 @shared_task(name="telemetry.compact_rollups", ignore_result=True)  # type: ignore[untyped-decorator]
 def compact_rollups() -> int:
     """Merge partial rollup rows."""
-    return services.rollups_compact()
+    return rollups_compact()
 
 
 @shared_task(name="telemetry.maintain_storage", ignore_result=True)  # type: ignore[untyped-decorator]
 def maintain_storage() -> None:
     """Partitions ahead, retention behind."""
-    services.storage_maintain()
-
-
-@shared_task(name="telemetry.dashboard_push", ignore_result=True)  # type: ignore[untyped-decorator]
-def dashboard_push(fleet_id: int) -> int:
-    """Compute each open dashboard view of the fleet once and fan it out (dashboard_feed)."""
-    from .dashboard_feed import dashboard_views_push
-
-    return dashboard_views_push(fleet_id=fleet_id)
-
-
-@shared_task(name="telemetry.dashboard_refresh", ignore_result=True)  # type: ignore[untyped-decorator]
-def dashboard_refresh() -> int:
-    """Beat: push every open dashboard view, so windows slide while a fleet is quiet."""
-    from .dashboard_feed import dashboard_all_refresh
-
-    return dashboard_all_refresh()
+    storage_maintain()

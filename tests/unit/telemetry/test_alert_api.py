@@ -554,8 +554,8 @@ def test_alerts_reads__query_counts_pinned(
     # fixed number of queries
     import json
 
-    from telemetry.services import landed_batches_process, telemetry_batch_ingest
-    from telemetry.services.alerts import alert_rules_seed, alerts_evaluate
+    from telemetry.alerts.services import alert_rules_seed, alerts_evaluate
+    from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 
     from .factories import make_events
 

@@ -9,8 +9,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from routing_policies.services import device_enroll, device_revoke
+from telemetry.ingest.services import landed_batches_process
 from telemetry.models import Event, EventKey, LandedBatch, MinuteRollup
-from telemetry.services import landed_batches_process
 from tests.hostile_json import HOSTILE_PARAMS, Hostile, with_field
 
 from .conftest import AsgiClient
@@ -455,7 +455,7 @@ def test_telemetry_ingest__over_rate_limit__429_with_retry_after(
     assert other_status == 202
 
 
-# --- the fast path (telemetry/fastpath.py) answers as the DRF view does ------------------------
+# --- the fast path (telemetry/ingest/fastpath.py) answers as the DRF view does -----------------
 
 
 @pytest.mark.parametrize(
