@@ -19,7 +19,7 @@ from controlplane.routing import (  # noqa: E402
     browser_websocket_urlpatterns,
     device_websocket_urlpatterns,
 )
-from telemetry.fastpath import TelemetryIngestApp  # noqa: E402
+from telemetry.ingest.fastpath import TelemetryIngestApp  # noqa: E402
 
 device_websockets = URLRouter(device_websocket_urlpatterns)
 # Browser pages use session cookies: check the Origin against ALLOWED_HOSTS.
@@ -34,7 +34,7 @@ async def websocket_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await app(scope, receive, send)
 
 
-# Telemetry ingest, the hottest path, is answered before Django (telemetry/fastpath.py).
+# Telemetry ingest, the hottest path, is answered before Django (telemetry/ingest/fastpath.py).
 application = ProtocolTypeRouter(
     {"http": TelemetryIngestApp(django_asgi_app), "websocket": websocket_app}
 )

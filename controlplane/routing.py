@@ -9,8 +9,8 @@ from typing import Any
 from django.urls import path
 
 from routing_policies.consumers import DeviceConsumer
-from telemetry.alert_consumers import AlertFeedConsumer
-from telemetry.consumers import DashboardConsumer
+from telemetry.alerts.consumers import AlertFeedConsumer
+from telemetry.dashboards.consumers import DashboardConsumer
 
 device_websocket_urlpatterns: list[Any] = [
     path("ws/device/", DeviceConsumer.as_asgi()),

@@ -7,8 +7,6 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework import exceptions
 
-from telemetry import apis as telemetry_apis
-
 
 def healthz(request: HttpRequest) -> JsonResponse:
     """Liveness probe for load balancers and `make run`."""
@@ -37,9 +35,6 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("api/v1/", include("routing_policies.urls")),
     path("api/v1/", include("telemetry.urls")),
-    path("api/v1/", include("telemetry.alert_urls")),
-    path("", include("telemetry.alert_page_urls")),
-    path("metrics", telemetry_apis.prometheus_metrics, name="prometheus-metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", ApiDocsView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("telemetry.page_urls")),

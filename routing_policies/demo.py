@@ -118,7 +118,7 @@ def demo_seed() -> list[str]:
         fleet_enrollment_key_rotate(actor=None, fleet=fleet, key=DEMO_FLEET_KEY)
         created.append(f"enrolment key {DEMO_FLEET_KEY}")
     # Alert rules (docs/alerts.md), the cloud-share jump among them.
-    from telemetry.services.alerts import alert_rules_seed
+    from telemetry.alerts.services import alert_rules_seed
 
     created.extend(alert_rules_seed(actor=None, fleet=fleet))
     return created

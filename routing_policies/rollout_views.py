@@ -262,7 +262,7 @@ def rollout_start(request: HttpRequest, slug: str) -> HttpResponse:
     """Start rolling a published version out at 5%."""
     fleet = _fleet_or_404(slug)
     try:
-        from telemetry.services.guards import rollout_start_guarded
+        from telemetry.alerts.services import rollout_start_guarded
 
         version = _posted_int(request, "version", "The version to roll out")
         rollout = rollout_start_guarded(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal
 
-from .alert_models import Condition, GuardComparison, Metric, Scope
+from .alerts.models import Condition, GuardComparison, Metric, Scope
 from .sketch import LatencySketch, merge_counts
 
 Outcome = Literal["breach", "ok", "no_data"]

@@ -19,7 +19,8 @@ from controlplane.validators import TIDY_TEXT_PATTERN
 from routing_policies.apis.schemas import RolloutSerializer
 from routing_policies.models import Rollout
 
-from .alert_models import (
+from .alerting import GUARD_METRICS, RATE_METRICS
+from .alerts.models import (
     AlertState,
     Condition,
     GuardComparison,
@@ -29,9 +30,8 @@ from .alert_models import (
     WebhookDelivery,
     WebhookFormat,
 )
-from .alerting import GUARD_METRICS, RATE_METRICS
-from .events import FIELDS, MAX_EVENTS, FieldRule
-from .services.guards import MAX_GUARDS
+from .alerts.services.guards import MAX_GUARDS
+from .ingest.events import FIELDS, MAX_EVENTS, FieldRule
 
 # --- telemetry ingest ------------------------------------------------------------------------
 

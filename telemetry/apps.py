@@ -10,12 +10,13 @@ class TelemetryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Connect the live dashboard feed to new rollups."""
-        from .dashboard_feed import on_rollups_stored
+        """Connect the live dashboard feed and the alert evaluation to new rollups."""
+        from .alerts.tasks import on_rollups_stored as alerts_on_rollups_stored
+        from .dashboards.tasks import on_rollups_stored as dashboards_on_rollups_stored
         from .signals import rollups_stored
 
-        rollups_stored.connect(on_rollups_stored, dispatch_uid="telemetry.dashboard_feed")
+        rollups_stored.connect(
+            dashboards_on_rollups_stored, dispatch_uid="telemetry.dashboard_feed"
+        )
         # Alert rules and rollout guards are judged as rollups arrive (coalesced per fleet).
-        from .alert_tasks import on_rollups_stored as alerts_on_rollups_stored
-
         rollups_stored.connect(alerts_on_rollups_stored, dispatch_uid="telemetry.alerts")

@@ -1,9 +1,8 @@
-"""Page routes of telemetry: the fleet dashboard."""
+"""Routes of telemetry outside /api/v1/: each part's pages, and the Prometheus scrape."""
 
-from django.urls import path
-
-from . import dashboard_views
+from django.urls import include, path
 
 urlpatterns = [
-    path("fleets/<slug:slug>/dashboard/", dashboard_views.dashboard_page, name="fleet-dashboard"),
+    path("", include("telemetry.alerts.page_urls")),
+    path("", include("telemetry.dashboards.page_urls")),
 ]

@@ -1,89 +1,29 @@
-"""Celery tasks: thin, each calls one service. Beat runs the sweep, compaction and retention."""
+"""Where Celery finds telemetry's tasks (`autodiscover_tasks` imports `<app>.tasks`).
 
-from __future__ import annotations
+Each part keeps its own (`ingest/tasks.py`, `dashboards/tasks.py`, `alerts/tasks.py`); they are
+registered under `telemetry.<task>` names, which Celery beat and queued messages use, so a
+task's module can move without a deployed beat or worker noticing.
+"""
 
-import threading
-import time
-
-from celery import shared_task
-from django.conf import settings
-from django.db import DatabaseError
-
-from . import services
-
-_embedded_lock = threading.Lock()
-_embedded_last_compaction = 0.0
-
-
-@shared_task(  # type: ignore[untyped-decorator]  # Celery ships no type hints
-    name="telemetry.process_landed",
-    autoretry_for=(DatabaseError,),
-    retry_backoff=True,
-    retry_backoff_max=30,
-    max_retries=None,
+from .alerts.tasks import deliver_webhook, evaluate_alerts, evaluate_all_alerts
+from .dashboards.tasks import dashboard_push, dashboard_refresh
+from .ingest.tasks import (
+    compact_rollups,
+    drain_landed,
+    maintain_storage,
+    process_landed,
+    sweep_landed,
 )
-def process_landed(batch_ids: list[int] | None = None) -> int:
-    """Process these landed batches (and others waiting, up to the per-task maximum)."""
-    result = services.landed_batches_process(batch_ids=batch_ids or ())
-    if settings.CELERY_TASK_ALWAYS_EAGER:
-        _compact_when_embedded()
-    return result.events
 
-
-def _compact_when_embedded() -> None:
-    """Embedded mode has no beat: compact from time to time after processing instead."""
-    global _embedded_last_compaction
-    interval: float = settings.TELEMETRY_COMPACT_INTERVAL_S
-    with _embedded_lock:
-        if time.monotonic() - _embedded_last_compaction < interval:
-            return
-        _embedded_last_compaction = time.monotonic()
-    services.rollups_compact(time_budget_s=2.0)
-
-
-@shared_task(  # type: ignore[untyped-decorator]
-    name="telemetry.drain_landed",
-    ignore_result=True,
-    autoretry_for=(DatabaseError,),
-    retry_backoff=True,
-    retry_backoff_max=30,
-    max_retries=None,
-)
-def drain_landed(slot: int = 0) -> int:
-    """Process landed batches until none is left (enqueued by the first request to wake it,
-    or, with `slot` > 0, as a helper by a drain that found a backlog)."""
-    return services.landed_drain(slot=slot)
-
-
-@shared_task(name="telemetry.sweep_landed", ignore_result=True)  # type: ignore[untyped-decorator]
-def sweep_landed() -> int:
-    """Re-enqueue batches that waited too long (their task was lost)."""
-    return services.landed_sweep()
-
-
-@shared_task(name="telemetry.compact_rollups", ignore_result=True)  # type: ignore[untyped-decorator]
-def compact_rollups() -> int:
-    """Merge partial rollup rows."""
-    return services.rollups_compact()
-
-
-@shared_task(name="telemetry.maintain_storage", ignore_result=True)  # type: ignore[untyped-decorator]
-def maintain_storage() -> None:
-    """Partitions ahead, retention behind."""
-    services.storage_maintain()
-
-
-@shared_task(name="telemetry.dashboard_push", ignore_result=True)  # type: ignore[untyped-decorator]
-def dashboard_push(fleet_id: int) -> int:
-    """Compute each open dashboard view of the fleet once and fan it out (dashboard_feed)."""
-    from .dashboard_feed import dashboard_views_push
-
-    return dashboard_views_push(fleet_id=fleet_id)
-
-
-@shared_task(name="telemetry.dashboard_refresh", ignore_result=True)  # type: ignore[untyped-decorator]
-def dashboard_refresh() -> int:
-    """Beat: push every open dashboard view, so windows slide while a fleet is quiet."""
-    from .dashboard_feed import dashboard_all_refresh
-
-    return dashboard_all_refresh()
+__all__ = [
+    "compact_rollups",
+    "dashboard_push",
+    "dashboard_refresh",
+    "deliver_webhook",
+    "drain_landed",
+    "evaluate_alerts",
+    "evaluate_all_alerts",
+    "maintain_storage",
+    "process_landed",
+    "sweep_landed",
+]

@@ -107,9 +107,9 @@ def _populate(events: int) -> Any:
         policy_version_publish,
         rollout_advance,
     )
-    from telemetry.services import landed_batches_process, rollups_compact, telemetry_batch_ingest
-    from telemetry.services.alerts import alert_rules_seed
-    from telemetry.services.guards import rollout_start_guarded
+    from telemetry.alerts.services import alert_rules_seed, rollout_start_guarded
+    from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
+    from telemetry.services import rollups_compact
 
     fleet = fleet_create(actor=None, slug=SLUG, name=SLUG, table=demo_table())
     policy_version_publish(actor=None, fleet=fleet, revision=1, note="v1")
@@ -160,9 +160,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=20)
     args = parser.parse_args(argv)
     _setup()
+    from telemetry.alerts.services import alerts_evaluate
     from telemetry.models import AlertRule, MinuteRollup, RolloutGuardSet
     from telemetry.selectors import fleet_metrics
-    from telemetry.services.alerts import alerts_evaluate
 
     began = time.perf_counter()
     fleet = _populate(args.events)
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     # Coalescing: 1,000 signals back to back through the receiver.
     import redis
 
-    from telemetry.alert_tasks import request_alert_evaluation
+    from telemetry.alerts.tasks import request_alert_evaluation
 
     queue = redis.Redis.from_url(REDIS_URL)
 

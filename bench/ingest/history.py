@@ -63,8 +63,8 @@ def store_history(
     """
     import psycopg
 
+    from telemetry.ingest.services.processing import EVENT_COLUMNS
     from telemetry.rollup import RollupAccumulator
-    from telemetry.services.processing import EVENT_COLUMNS
 
     profiles, weights = _profiles()
     rng = random.Random(2)

@@ -390,7 +390,7 @@ def _copy_baseline(rows: list[tuple[Any, ...]], binary: bool) -> float:
     """Seconds to COPY `rows` into the raw table (then emptied again)."""
     import psycopg
 
-    from telemetry.services.processing import EVENT_COLUMN_TYPES
+    from telemetry.ingest.services.processing import EVENT_COLUMN_TYPES
 
     columns = ", ".join(name for name, _ in EVENT_COLUMN_TYPES)
     with psycopg.connect(BENCH_URL, autocommit=False) as conn:

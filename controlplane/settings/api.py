@@ -44,10 +44,10 @@ SPECTACULAR_SETTINGS = {
         "DiffCellStatusEnum": ["changed", "added", "removed"],
         "DeliveryStatusEnum": ["pending", "delivered", "failed"],
         "RolloutStageEnum": [(5, 5), (25, 25), (100, 100)],
-        "AlertMetricEnum": "telemetry.alert_models.Metric.values",
+        "AlertMetricEnum": "telemetry.alerts.models.Metric.values",
         "GuardMetricEnum": "telemetry.alerting.GUARD_METRICS",
         "CellFallbackEnum": "routing_policies.cell_schema.FALLBACKS",
-        "EventFallbackEnum": "telemetry.events.FALLBACK_KINDS",
+        "EventFallbackEnum": "telemetry.ingest.events.FALLBACK_KINDS",
     },
 }
 # Who reads /api/schema/ and /api/docs/ (controlplane/api_docs.py): `authenticated` (any

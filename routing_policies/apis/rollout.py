@@ -251,8 +251,8 @@ class RolloutStartApi(_RolloutActionApi):
     def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
         # Optional guards (telemetry/alert_apis.py, docs/alerts.md): guards, bake_minutes,
         # auto_advance, window_minutes, min_samples; set in the same transaction as the start.
-        from telemetry.alert_apis import guard_options
-        from telemetry.services.guards import rollout_start_guarded
+        from telemetry.alerts.apis import guard_options
+        from telemetry.alerts.services import rollout_start_guarded
 
         rollout_start_guarded(
             actor=request.user,

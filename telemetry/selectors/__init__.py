@@ -1,6 +1,8 @@
-"""Reads of telemetry: fleet catalog and cohorts, routing figures from rollups, ingest gauges."""
+"""Reads of telemetry: routing figures from rollups, ingest gauges.
 
-from .catalog import CohortResolver, VersionCatalog
+The fleet catalog and cohorts that ingest resolves are in `telemetry.ingest.selectors`.
+"""
+
 from .metrics import (
     fleet_metrics,
     ingest_gauges,
@@ -11,8 +13,6 @@ from .metrics import (
 )
 
 __all__ = [
-    "CohortResolver",
-    "VersionCatalog",
     "fleet_metrics",
     "ingest_gauges",
     "parse_group_by",

@@ -9,8 +9,8 @@ from django.db import connection
 
 from routing_policies.models import PolicyCell
 
-from ..alert_models import AlertEvent, AlertRule, AlertWebhook, RolloutGuardSet, WebhookDelivery
 from ..alerting import RATE_METRICS, RollupRow, format_value
+from ..alerts.models import AlertEvent, AlertRule, AlertWebhook, RolloutGuardSet, WebhookDelivery
 from ..models import MinuteRollup
 from .metrics import _hist
 

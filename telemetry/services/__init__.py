@@ -1,23 +1,8 @@
-"""Writes of telemetry: ingest (landing), processing, compaction, retention, sweeping."""
+"""Writes of telemetry's storage: the sweep of landed batches, compaction, retention.
 
-from .ingest import IngestResult, retention_start, telemetry_batch_ingest
+Landing and processing are the ingest part's (`telemetry.ingest.services`).
+"""
+
 from .maintenance import landed_sweep, rollups_compact, storage_maintain
-from .processing import (
-    ProcessResult,
-    landed_batches_process,
-    landed_drain,
-    partitions_ensure_window,
-)
 
-__all__ = [
-    "IngestResult",
-    "ProcessResult",
-    "landed_batches_process",
-    "landed_drain",
-    "landed_sweep",
-    "partitions_ensure_window",
-    "retention_start",
-    "rollups_compact",
-    "storage_maintain",
-    "telemetry_batch_ingest",
-]
+__all__ = ["landed_sweep", "rollups_compact", "storage_maintain"]

@@ -13,12 +13,12 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from .. import partitions
+from ..ingest import partitions
+from ..ingest.services.processing import partitions_ensure_window
 from ..models import EventKey, FleetHourRollup, HourRollup, LandedBatch, MinuteRollup, RouteCounter
 from ..prometheus import latency_bins
 from ..rollup import METRIC_FIELDS, merge_columns
 from ..selectors.metrics import _hist, stored_latency_bins
-from .processing import partitions_ensure_window
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from playwright.sync_api import Page, expect
 
 from routing_policies.roles import Role
 from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
-from telemetry.services.alerts import alert_rules_seed
+from telemetry.alerts.services import alert_rules_seed
 from tests.factories import PASSWORD, UserFactory, iso, make_events, make_fleet
 from tests.integration.test_telemetry_durability import Worker
 from tests.live_server import empty_test_redis
@@ -156,7 +156,7 @@ def test_alert_banner__guards_roll_the_candidate_back__open_rollout_page_told_wi
     publish_version: Any,
 ) -> None:
     from routing_policies.assignment import bucket
-    from telemetry.services.guards import rollout_start_guarded
+    from telemetry.alerts.services import rollout_start_guarded
 
     # Given v2 rolled out at 5% with the default guards, one phone on each side
     publisher: Any = UserFactory(role=Role.PUBLISHER, username="pia")

@@ -25,7 +25,7 @@ from routing_policies.services import (
     rollout_rollback,
     rollout_start,
 )
-from telemetry.services import landed_batches_process, telemetry_batch_ingest
+from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from tests.factories import iso, make_event
 
 from .conftest import screenshot_path

@@ -18,9 +18,8 @@ from edge_sdk.simulate.fleet import SimulatedFleet
 from routing_policies.assignment import bucket
 from routing_policies.models import AuditEntry, Rollout, RolloutEvent
 from routing_policies.services import fleet_switch_version
+from telemetry.alerts.services import alert_rule_create, rollout_start_guarded
 from telemetry.models import AlertRule, RolloutGuardSet
-from telemetry.services.alerts import alert_rule_create
-from telemetry.services.guards import rollout_start_guarded
 from tests.live_server import asgi_server, empty_test_redis, require_postgres_and_redis
 
 from .simulated import buggy_candidate_fleet

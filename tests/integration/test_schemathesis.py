@@ -25,7 +25,7 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework.authtoken.models import Token
 
 from routing_policies.services import device_enroll, policy_draft_create
-from telemetry.services.alerts import alert_rule_create, alert_webhook_create
+from telemetry.alerts.services import alert_rule_create, alert_webhook_create
 from tests.live_server import REPO_ROOT, asgi_server, require_postgres_and_redis
 
 __all__ = ["asgi_server"]

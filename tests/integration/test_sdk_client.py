@@ -23,8 +23,8 @@ from routing_policies.services import (
     rollout_advance,
     rollout_start,
 )
+from telemetry.ingest.services import landed_batches_process
 from telemetry.models import Event, EventKey
-from telemetry.services.processing import landed_batches_process
 from tests.live_server import require_postgres_and_redis
 
 from .tcp_proxy import TcpProxy

@@ -22,10 +22,9 @@ from routing_policies.demo import DEMO_FLEET, DEMO_FLEET_KEY, demo_seed
 from routing_policies.models import Device, Fleet, PolicyVersion
 from routing_policies.selectors import version_document
 from routing_policies.services import device_enroll
+from telemetry.alerts.services import alerts_evaluate
+from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from telemetry.models import AlertEvent, AlertRule, Event
-from telemetry.services.alerts import alerts_evaluate
-from telemetry.services.ingest import telemetry_batch_ingest
-from telemetry.services.processing import landed_batches_process
 
 pytestmark = pytest.mark.integration
 

@@ -59,7 +59,7 @@ class Command(BaseCommand):
             if action in ("start", "switch") and options["policy_version"] is None:
                 raise CommandError(f"`{action}` needs --policy-version N.")
             if action == "start":
-                from telemetry.services.guards import rollout_start_guarded
+                from telemetry.alerts.services import rollout_start_guarded
 
                 rollout_start_guarded(
                     actor=actor,

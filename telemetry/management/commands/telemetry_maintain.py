@@ -4,7 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from telemetry import services
+from telemetry.ingest.services import landed_batches_process
+from telemetry.services import rollups_compact, storage_maintain
 
 
 class Command(BaseCommand):
@@ -25,15 +26,15 @@ class Command(BaseCommand):
         if run_all or options["sweep"]:
             events = 0
             while True:
-                result = services.landed_batches_process()
+                result = landed_batches_process()
                 events += result.events
                 if not result.batches:
                     break
             self.stdout.write(f"processed {events} landed events")
         if run_all or options["compact"]:
-            self.stdout.write(f"compacted into {services.rollups_compact()} rollup rows")
+            self.stdout.write(f"compacted into {rollups_compact()} rollup rows")
         if run_all or options["storage"]:
-            storage = services.storage_maintain()
+            storage = storage_maintain()
             self.stdout.write(
                 f"partitions created {len(storage.partitions_created)}, dropped "
                 f"{len(storage.partitions_dropped)}; ids pruned {storage.event_keys_deleted}; "

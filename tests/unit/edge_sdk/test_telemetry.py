@@ -16,7 +16,7 @@ import pytest
 
 from edge_sdk import Decision, PolicyStore, Router, TelemetryQueue, TelemetryRevoked, build_event
 from edge_sdk.telemetry import MAX_BATCH_BYTES, PostResult
-from telemetry.events import BatchContext, VersionDimensions, decode_batch
+from telemetry.ingest.events import BatchContext, VersionDimensions, decode_batch
 
 from .sdk_helpers import policy_document, readings, task
 
@@ -57,7 +57,7 @@ class _Versions:
 
 
 def _server_accepts(events: Iterable[dict[str, Any]]) -> int:
-    """Run the server's own validation (telemetry.events.decode_batch) on a batch."""
+    """Run the server's own validation (telemetry.ingest.events.decode_batch) on a batch."""
     now = datetime.now(UTC)
     context = BatchContext(
         device_id=DEVICE, now=now, oldest=now - timedelta(days=30), versions=_Versions()

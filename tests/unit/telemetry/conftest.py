@@ -37,9 +37,9 @@ class AsgiResponse:
 
 class AsgiClient:
     """Requests through `controlplane.asgi.application`, as uvicorn makes them: the telemetry
-    fast path (telemetry/fastpath.py) and, for what it leaves to Django, Django's ASGI handler.
-    Same calls as APIClient; the application runs its database work on this thread, in the
-    test's transaction."""
+    fast path (telemetry/ingest/fastpath.py) and, for what it leaves to Django, Django's ASGI
+    handler. Same calls as APIClient; the application runs its database work on this thread,
+    in the test's transaction."""
 
     def __init__(self) -> None:
         self.authorization: str | None = None

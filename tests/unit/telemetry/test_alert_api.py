@@ -596,8 +596,8 @@ def test_alerts_reads__query_counts_pinned(
     # Given seven rules, one of them fired by a privacy violation (history)
     import json
 
-    from telemetry.services import landed_batches_process, telemetry_batch_ingest
-    from telemetry.services.alerts import alert_rules_seed, alerts_evaluate
+    from telemetry.alerts.services import alert_rules_seed, alerts_evaluate
+    from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 
     fleet_obj = AlertRule.objects.get(pk=rule["id"]).fleet
     alert_rules_seed(actor=None, fleet=fleet_obj)

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from routing_policies.models import Device
+from telemetry.alerts.services import alert_rule_create, alerts_evaluate
+from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from telemetry.models import AlertEvent, AlertRule
-from telemetry.services import landed_batches_process, telemetry_batch_ingest
-from telemetry.services.alerts import alert_rule_create, alerts_evaluate
 from tests.factories import iso, make_events
 
 pytestmark = pytest.mark.usefixtures("requires_postgres")
@@ -155,7 +155,7 @@ def test_alert_rule__cloud_share_30_to_70__seeded_jump_rule_fires(
     fleet: Any, device: Device
 ) -> None:
     # Given the seed's rules, and a fleet whose cloud share goes from 30% to 70%
-    from telemetry.services.alerts import alert_rules_seed
+    from telemetry.alerts.services import alert_rules_seed
 
     alert_rules_seed(actor=None, fleet=fleet)
     now = datetime.now(UTC)
@@ -271,7 +271,7 @@ def test_alert_rules_seed__every_rule__shows_its_hysteresis_in_the_api(
     fleet: Any, viewer: Any, client_as: Any
 ) -> None:
     # Given the seeded rules
-    from telemetry.services.alerts import alert_rules_seed
+    from telemetry.alerts.services import alert_rules_seed
 
     alert_rules_seed(actor=None, fleet=fleet)
 

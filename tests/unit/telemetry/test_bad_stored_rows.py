@@ -14,6 +14,8 @@ from rest_framework.test import APIClient
 
 from routing_policies.models import Fleet
 from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
+from telemetry.alerts.services import SEED_RULES, alert_rules_seed, alerts_evaluate
+from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from telemetry.models import (
     Event,
     FleetHourRollup,
@@ -22,8 +24,7 @@ from telemetry.models import (
     MinuteRollup,
     RouteCounter,
 )
-from telemetry.services import landed_batches_process, rollups_compact, telemetry_batch_ingest
-from telemetry.services.alerts import SEED_RULES, alert_rules_seed, alerts_evaluate
+from telemetry.services import rollups_compact
 from tests.factories import make_event, make_fleet
 
 pytestmark = pytest.mark.django_db

@@ -14,9 +14,9 @@ from django.test import Client
 from routing_policies.models import Fleet
 from routing_policies.roles import Role
 from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
-from telemetry import consumers
+from telemetry.dashboards import consumers
+from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from telemetry.selectors.dashboard import parse_view
-from telemetry.services import landed_batches_process, telemetry_batch_ingest
 from tests.factories import UserFactory, make_events, make_fleet
 
 SLUG = "dash-embedded"

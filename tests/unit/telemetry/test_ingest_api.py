@@ -9,8 +9,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from routing_policies.services import device_enroll, device_revoke
+from telemetry.ingest.services import landed_batches_process
 from telemetry.models import Event, EventKey, LandedBatch, MinuteRollup
-from telemetry.services import landed_batches_process
 from tests.factories import iso, make_event, make_events
 from tests.hostile_json import HOSTILE_PARAMS, Hostile, with_field
 
@@ -257,7 +257,10 @@ def test_telemetry_ingest__several_bad_events__each_named(phone_client: APIClien
 @pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity", "1e999"])
 def test_telemetry_ingest__nan_or_infinite_number__400(phone_client: APIClient, token: str) -> None:
     # Given a body whose latency is NaN or infinite (as some JSON writers emit)
-    body = json.dumps({"events": [make_event(latency_ms=12.5)]}).replace("12.5", token)
+    # (only the field's text is replaced: the timestamp may hold "12.5" too, at hh:mm:12.5)
+    body = json.dumps({"events": [make_event(latency_ms=12.5)]}).replace(
+        '"latency_ms": 12.5', f'"latency_ms": {token}'
+    )
 
     # When it is posted
     response = _post_raw(phone_client, body)
@@ -464,7 +467,7 @@ def test_telemetry_ingest__over_rate_limit__429_with_retry_after(
     assert other_status == 202
 
 
-# --- the fast path (telemetry/fastpath.py) answers as the DRF view does ------------------------
+# --- the fast path (telemetry/ingest/fastpath.py) answers as the DRF view does -----------------
 
 
 @pytest.mark.parametrize(

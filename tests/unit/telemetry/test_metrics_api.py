@@ -9,8 +9,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from routing_policies.models import Device
+from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from telemetry.prometheus import LATENCY_BUCKETS_MS
-from telemetry.services import landed_batches_process, rollups_compact, telemetry_batch_ingest
+from telemetry.services import rollups_compact
 from tests.factories import make_event
 
 pytestmark = pytest.mark.django_db

@@ -14,6 +14,7 @@ from django.db import connection
 
 from routing_policies.models import Device
 from routing_policies.services import rollout_rollback, rollout_start
+from telemetry.ingest.services import landed_batches_process, landed_drain, telemetry_batch_ingest
 from telemetry.models import (
     Event,
     EventKey,
@@ -24,13 +25,7 @@ from telemetry.models import (
     RouteCounter,
 )
 from telemetry.selectors import fleet_metrics
-from telemetry.services import (
-    landed_batches_process,
-    landed_drain,
-    rollups_compact,
-    storage_maintain,
-    telemetry_batch_ingest,
-)
+from telemetry.services import rollups_compact, storage_maintain
 from telemetry.sketch import exact_quantile
 from tests.factories import iso, make_event
 

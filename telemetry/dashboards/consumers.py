@@ -14,7 +14,7 @@ costs two computations, not one each), and sockets of this process asking for th
 at the same moment share one computation. A malformed, oversized or unknown message gets
 `{"type": "error", "code", "message", "details"}` and the socket stays open with its current
 view; anonymous users are closed with 4401, users without a role with 4403, an unknown fleet
-with 4404. The payloads are computed once per view by dashboard_feed and arrive here as text
+with 4404. The payloads are computed once per view by dashboards.feed and arrive here as text
 through the view's channel-layer group; this consumer only forwards them.
 """
 
@@ -35,8 +35,9 @@ from controlplane.exceptions import ApplicationError
 from routing_policies.models import Fleet
 from routing_policies.roles import Role, user_role
 
-from . import dashboard_feed
-from .selectors.dashboard import DashboardView, fleet_dashboard, parse_view
+from ..close_codes import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
+from ..selectors.dashboard import DashboardView, fleet_dashboard, parse_view
+from . import feed
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +45,6 @@ MAX_MESSAGE_BYTES: Final = 4096
 # A snapshot of a 24-hour view over millions of events is ~0.5 s of database work, on the
 # process's one sync thread that device sockets use too: at most one per socket this often.
 SNAPSHOT_MIN_INTERVAL_S = 1.0
-# Close codes of the browser feeds (this one and the alert feed), after HTTP's 401/403/404.
-CLOSE_UNAUTHENTICATED: Final = 4401
-CLOSE_FORBIDDEN: Final = 4403
-CLOSE_NOT_FOUND: Final = 4404
 
 
 def _fleet_for(slug: str, user: Any) -> tuple[Fleet | None, Role]:
@@ -57,7 +54,7 @@ def _fleet_for(slug: str, user: Any) -> tuple[Fleet | None, Role]:
 def _snapshot(fleet: Fleet, view: DashboardView) -> str:
     payload = fleet_dashboard(fleet=fleet, view=view)
     payload["computation"] = uuid.uuid4().hex
-    return dashboard_feed.encode(payload)
+    return feed.encode(payload)
 
 
 # Snapshots being computed in this process, by (event loop, fleet, view): joined, not repeated.
@@ -152,11 +149,9 @@ class DashboardConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channe
             await self._leave()
             self.view_key = view.key
             await self.channel_layer.group_add(
-                dashboard_feed.group_name(self.fleet.pk, view.key), self.channel_name
+                feed.group_name(self.fleet.pk, view.key), self.channel_name
             )
-        await database_sync_to_async(dashboard_feed.view_subscribe)(
-            fleet_id=self.fleet.pk, view_key=view.key
-        )
+        await database_sync_to_async(feed.view_subscribe)(fleet_id=self.fleet.pk, view_key=view.key)
         if self._refresher is None:
             self._refresher = asyncio.create_task(self._keep_subscribed())
         await self.send(
@@ -196,10 +191,10 @@ class DashboardConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channe
     async def _keep_subscribed(self) -> None:
         """Renew the view's registration while the socket is open (it expires otherwise)."""
         while True:
-            await asyncio.sleep(dashboard_feed.REFRESH_EVERY_S)
+            await asyncio.sleep(feed.REFRESH_EVERY_S)
             if self.fleet is not None and self.view_key is not None:
                 try:
-                    await database_sync_to_async(dashboard_feed.view_subscribe)(
+                    await database_sync_to_async(feed.view_subscribe)(
                         fleet_id=self.fleet.pk, view_key=self.view_key
                     )
                 except Exception:  # Redis away for a moment: try again next round
@@ -209,7 +204,7 @@ class DashboardConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channe
         if self.fleet is not None and self.view_key is not None:
             with contextlib.suppress(Exception):
                 await self.channel_layer.group_discard(
-                    dashboard_feed.group_name(self.fleet.pk, self.view_key), self.channel_name
+                    feed.group_name(self.fleet.pk, self.view_key), self.channel_name
                 )
         self.view_key = None
 

@@ -24,13 +24,14 @@ from django.db import connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb, set_json_dumps
 
-from .. import partitions
+from ...models import FleetHourRollup, HourRollup, MinuteRollup
+from ...rollup import METRIC_FIELDS, SENSITIVE_TIER, RollupAccumulator, Tally, is_privacy_violation
+from ...signals import send_rollups_stored
+from .. import partitions, wakeup
 from ..events import TelemetryEvent, decode_landed
-from ..models import Event, FleetHourRollup, HourRollup, LandedBatch, MinuteRollup
-from ..rollup import METRIC_FIELDS, SENSITIVE_TIER, RollupAccumulator, Tally, is_privacy_violation
-from ..selectors.catalog import CellPrivacy, CohortResolver
-from ..signals import send_rollups_stored
-from .ingest import retention_start
+from ..models import Event, LandedBatch
+from ..selectors import CellPrivacy, CohortResolver
+from .landing import retention_start
 
 logger = logging.getLogger(__name__)
 
@@ -330,7 +331,7 @@ def landed_batches_process(
 
 
 def landed_drain(*, slot: int = 0, budget_s: float = 60.0) -> int:
-    """Process landed batches until none is left (the wake-up protocol of telemetry.wakeup).
+    """Process landed batches until none is left (the wake-up protocol of ingest.wakeup).
 
     When a transaction found fewer than half the maximum, it waits TELEMETRY_PROCESS_LINGER_S
     before the next, so that transactions stay large (fewer, fuller partial rollup rows) at a
@@ -338,8 +339,6 @@ def landed_drain(*, slot: int = 0, budget_s: float = 60.0) -> int:
     the next slot, up to TELEMETRY_DRAINS. After `budget_s` it hands over to a fresh task.
     Slot 0 is the drain requests wake; helpers (slot > 0) stop when they find nothing.
     """
-    from .. import wakeup
-
     limit: int = settings.TELEMETRY_PROCESS_MAX_BATCHES
     linger: float = settings.TELEMETRY_PROCESS_LINGER_S
     drains: int = settings.TELEMETRY_DRAINS
@@ -364,7 +363,7 @@ def landed_drain(*, slot: int = 0, budget_s: float = 60.0) -> int:
             time.sleep(linger)
     wakeup.release(slot)
     if slot == 0:
-        from ..tasks import drain_landed
+        from ..tasks import drain_landed  # the tasks module imports this one
 
         drain_landed.apply_async()
     return events

@@ -21,10 +21,10 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from routing_policies.roles import Role, user_role
 
-from .alert_tasks import embedded_beat_start
-from .consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
+from ..close_codes import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
+from ..selectors.alerts import firing_alerts
 from .notify import ALERTS_GROUP
-from .selectors.alerts import firing_alerts
+from .tasks import embedded_beat_start
 
 MAX_MESSAGE_BYTES: Final = 1024
 
@@ -68,7 +68,7 @@ class AlertFeedConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channe
         )
 
     async def alerts_changed(self, event: dict[str, Any]) -> None:
-        """A fleet's firing alerts changed (telemetry.notify.broadcast_alerts)."""
+        """A fleet's firing alerts changed (alerts.notify.broadcast_alerts)."""
         await self.send(
             text_data=json.dumps(
                 {

@@ -1,7 +1,7 @@
 """Telling people: the live banner feed (channel layer group) and webhook payloads.
 
 `broadcast_alerts` is called after a commit that changed what fires; every open page's
-`/ws/ui/alerts/` socket (telemetry.consumers.AlertFeedConsumer) is in the group and shows it.
+`/ws/ui/alerts/` socket (alerts.consumers.AlertFeedConsumer) is in the group and shows it.
 """
 
 from __future__ import annotations
@@ -12,6 +12,10 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from routing_policies.models import Fleet
+
+from ..selectors.alerts import firing_alerts
+
 logger = logging.getLogger(__name__)
 
 ALERTS_GROUP = "ui.alerts"
@@ -19,10 +23,6 @@ ALERTS_GROUP = "ui.alerts"
 
 def broadcast_alerts(*, fleet_id: int, event: dict[str, Any] | None = None) -> None:
     """Send the fleet's firing alerts (and what just happened) to every open page."""
-    from routing_policies.models import Fleet
-
-    from .selectors.alerts import firing_alerts
-
     try:
         slug = Fleet.objects.filter(pk=fleet_id).values_list("slug", flat=True).first()
         message = {

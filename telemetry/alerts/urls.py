@@ -1,8 +1,8 @@
-"""API routes of alerts and rollout guards, mounted under /api/v1/."""
+"""API routes of alerts and rollout guards, mounted under /api/v1/ (telemetry.urls)."""
 
 from django.urls import path
 
-from . import alert_apis as apis
+from . import apis
 
 urlpatterns = [
     path("alerts/firing", apis.FiringAlertsApi.as_view(), name="api-alerts-firing"),

@@ -15,10 +15,10 @@ with its own key) that claims other batches beside it and stops when none is lef
 from __future__ import annotations
 
 import logging
-from functools import lru_cache
-from typing import Any
 
 from django.conf import settings
+
+from ..redis_client import redis_client
 
 logger = logging.getLogger(__name__)
 
@@ -26,17 +26,9 @@ WAKE_KEY = "telemetry:drain"
 WAKE_TTL_MS = 5000
 
 
-@lru_cache(maxsize=4)
-def redis_client(url: str) -> Any:
-    """A Redis client with short timeouts (a down Redis must not stall a request)."""
-    import redis
-
-    return redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
-
-
 def wake_worker(batch_id: int) -> None:
     """Called after the landing commit: make sure a drain will see `batch_id`."""
-    from .tasks import drain_landed, process_landed
+    from .tasks import drain_landed, process_landed  # tasks → services → this module
 
     try:
         if not settings.REDIS_URL or settings.CELERY_TASK_ALWAYS_EAGER:
@@ -67,7 +59,7 @@ def wake_helper(slot: int) -> None:
     while CPU is idle; helpers claim other batches beside it (`SKIP LOCKED`) and stop when they
     find none.
     """
-    from .tasks import drain_landed
+    from .tasks import drain_landed  # tasks → services → this module
 
     if not settings.REDIS_URL or settings.CELERY_TASK_ALWAYS_EAGER:
         return

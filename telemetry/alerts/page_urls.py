@@ -1,8 +1,8 @@
-"""Page routes of alerts (the API is in `alert_urls`)."""
+"""Page routes of alerts (telemetry.page_urls; the API is in `alerts.urls`)."""
 
 from django.urls import path
 
-from . import alert_views as views
+from . import views
 
 urlpatterns = [
     path("fleets/<slug:slug>/alerts/", views.alerts_page, name="fleet-alerts"),

@@ -18,10 +18,10 @@ from routing_policies.models import Fleet
 from routing_policies.roles import Role, has_role
 from routing_policies.views import _fleet_or_404, role_required
 
-from .alert_models import AlertRule, Condition, Metric, Scope, WebhookFormat
-from .alerting import format_clear, format_threshold, format_value
-from .selectors import alerts as selectors
-from .services import alerts as services
+from ..alerting import format_clear, format_threshold, format_value
+from ..selectors import alerts as selectors
+from . import services
+from .models import AlertRule, Condition, Metric, Scope, WebhookFormat
 
 STATE_LABELS = {"ok": "ok", "pending": "pending", "firing": "firing", "no_data": "too few samples"}
 

@@ -14,7 +14,7 @@ import time
 
 from django.conf import settings
 
-from .wakeup import redis_client
+from ..redis_client import redis_client
 
 logger = logging.getLogger(__name__)
 

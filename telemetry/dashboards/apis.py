@@ -1,4 +1,4 @@
-"""HTTP for telemetry: device ingest, routing figures for operators, Prometheus scrape."""
+"""HTTP of the routing figures: a fleet's metrics over a window, and the Prometheus scrape."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import hmac
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -15,44 +14,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.exceptions import NotFound, error_body
-from controlplane.openapi import error_responses, query_params_validate
-from routing_policies.apis.rollout import MAX_VERSION, DeviceTokenAuthentication, IsDevice
-from routing_policies.models import Device, Fleet
+from controlplane.openapi import query_params_validate
+from routing_policies.apis.rollout import MAX_VERSION
+from routing_policies.models import Fleet
 from routing_policies.validation import DIMENSION_VALUE_RE
 
-from . import api_schemas, prometheus, selectors
-from .events import MAX_EVENTS
-from .fastpath import ingest_outcome
-
-
-class TelemetryIngestApi(APIView):
-    """`POST /api/v1/telemetry`: a device's batch of events; 202 once it is durable.
-
-    Under the ASGI server `telemetry.fastpath` answers this path before Django; this view
-    documents it in the schema and serves it elsewhere (test client, runserver), alike.
-    """
-
-    authentication_classes = [DeviceTokenAuthentication]
-    permission_classes = [IsDevice]
-    parser_classes: list[Any] = []  # the body is read raw and decoded by msgspec
-
-    @extend_schema(
-        # The body is read raw (no DRF parser), so its media type is named here.
-        request={"application/json": api_schemas.TelemetryBatchSerializer},
-        responses={202: api_schemas.TelemetryAcceptedSerializer, **error_responses(429)},
-        operation_id="telemetry_ingest",
-        description=f"At most {MAX_EVENTS} events and 1 MiB. See PROTOCOL.md.",
-    )
-    def post(self, request: Request) -> Response:
-        device = request.auth
-        assert isinstance(device, Device)
-        try:
-            body: bytes | None = request.body
-        except RequestDataTooBig:
-            body = None
-        status_code, data, headers = ingest_outcome(device, body)
-        return Response(data, status=status_code, headers=headers)
-
+from .. import api_schemas, prometheus, selectors
 
 _FILTERS = ("version", "cohort", "route", "task_type", "latency_budget", "privacy_tier")
 # 1 to 99999 minutes, 9600 hours or 400 days (the longest window the rollups keep).
@@ -117,23 +84,6 @@ class FleetMetricsApi(APIView):
             with_scores=query["scores"],
         )
         return Response({"fleet": fleet.slug, **result})
-
-
-class IngestStatusApi(APIView):
-    """Accepted batches and events waiting for a worker, and the age of the oldest."""
-
-    @extend_schema(
-        responses=api_schemas.IngestStatusSerializer, operation_id="telemetry_ingest_status"
-    )
-    def get(self, request: Request) -> Response:
-        gauges = selectors.ingest_gauges()
-        return Response(
-            {
-                "landed_batches": gauges.landed_batches,
-                "landed_events": gauges.landed_events,
-                "lag_seconds": gauges.lag_seconds,
-            }
-        )
 
 
 def prometheus_metrics(request: HttpRequest) -> HttpResponse:

@@ -1,7 +1,7 @@
 """The fleet dashboard: the page (`/fleets/<slug>/dashboard/`) and its JSON API
 (`GET /api/v1/fleets/<slug>/dashboard`). Both return what `selectors.fleet_dashboard` computes
 for the view named by the query (window and filters); the page paints it at once and then
-follows the live feed (telemetry.consumers.DashboardConsumer)."""
+follows the live feed (dashboards.consumers.DashboardConsumer)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from routing_policies.roles import Role
 from routing_policies.selectors import fleet_get
 from routing_policies.views import _fleet_or_404, role_required
 
-from .api_schemas import FleetDashboardSerializer
-from .models import Cohort
-from .selectors.dashboard import (
+from ..api_schemas import FleetDashboardSerializer
+from ..models import Cohort
+from ..selectors.dashboard import (
     DEFAULT_WINDOW,
     MAX_VERSION,
     ROUTES,

@@ -11,9 +11,9 @@ from datetime import datetime
 
 from routing_policies.models import PolicyCell, PolicyVersion, Rollout
 
-from ..events import VersionDimensions
-from ..models import Cohort
 from ..rollup import UploadHandling
+from .events import VersionDimensions
+from .models import Cohort
 
 _CACHE_TTL_S = 60.0
 _CANDIDATE: str = Cohort.CANDIDATE.value

@@ -32,7 +32,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from ..alert_models import WebhookDelivery
+from ..models import WebhookDelivery
 
 logger = logging.getLogger(__name__)
 

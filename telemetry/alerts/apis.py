@@ -22,10 +22,10 @@ from routing_policies.apis.policy import _require_object
 from routing_policies.models import Fleet, Rollout
 from routing_policies.permissions import IsEditor, IsPublisher, IsViewer
 
-from . import api_schemas as schemas
-from .alert_models import AlertRule
-from .selectors import alerts as selectors
-from .services import alerts as services
+from .. import api_schemas as schemas
+from ..selectors import alerts as selectors
+from . import services
+from .models import AlertRule
 from .services.guards import rollout_guards_set
 
 _RULE_EXAMPLE = services.SEED_RULES[0]

@@ -1,20 +1,21 @@
 """The dashboards' live feed: one computation per (fleet, view) update, fanned out to every
 browser that shows that view.
 
-- Each open dashboard socket (telemetry.consumers.DashboardConsumer) joins the channel-layer
+- Each open dashboard socket (dashboards.consumers.DashboardConsumer) joins the channel-layer
   group of its view and registers the view's key as subscribed, with an expiry it refreshes
   while the socket is open. The registry is a Redis sorted set per fleet (score = expiry), so
   the Celery worker sees what the web processes' browsers show; embedded (no Redis), a dict
   in the one process that does everything.
 - When new rollups are stored (`telemetry.signals.rollups_stored`, after commit, in the worker),
-  `on_rollups_stored` looks for subscribed views of those fleets. For a fleet that has some, at
-  most one push per `DASHBOARD_PUSH_DELAY_S`: the first rollups after a quiet spell are pushed
+  `on_rollups_stored` (dashboards.tasks) looks for subscribed views of those fleets. For a
+  fleet that has some, at most one push per `DASHBOARD_PUSH_DELAY_S`
+  (`push_now_or_mark_due`): the first rollups after a quiet spell are pushed
   at once by the worker that stored them (a queued task would wait behind that worker's drain,
   which keeps its slot while traffic flows); rollups stored within the interval mark the fleet
   "due" and enqueue ONE `telemetry.dashboard_push` for the end of the interval (or the next
   store past it pushes first). A push clears the "due" mark before it computes, so rollups
   stored while it computes cause the next push and none is left unshown.
-- `dashboard_push` computes each subscribed view once (telemetry.selectors.fleet_dashboard),
+- `dashboard_push` computes each subscribed view once (selectors.dashboard.fleet_dashboard),
   encodes it once, and `group_send`s the text to the view's group; every socket in it writes
   the same text. Each computation carries its own id, so a browser (and a test) can tell one
   computation fanned out from several.
@@ -39,8 +40,10 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 
 from controlplane.exceptions import ApplicationError
+from routing_policies.models import Fleet
 
-from .selectors.dashboard import DashboardView, fleet_dashboard, parse_view
+from ..redis_client import redis_client
+from ..selectors.dashboard import DashboardView, fleet_dashboard, parse_view
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +65,6 @@ def group_name(fleet_id: int, view_key: str) -> str:
 
 
 def _redis() -> Any:
-    from .wakeup import redis_client
-
     return redis_client(settings.REDIS_URL)
 
 
@@ -142,36 +143,23 @@ def subscribed_fleets() -> list[int]:
     return [int(m) for m in members]
 
 
-def on_rollups_stored(sender: Any, fleet_ids: frozenset[int], **kwargs: Any) -> None:
-    """`rollups_stored` receiver: schedule one push per fleet that has open dashboards."""
-    for fleet_id in sorted(fleet_ids):
-        try:
-            if not subscribed_views(fleet_id):
-                continue
-            _schedule_push(fleet_id)
-        except Exception:  # a dashboard must never break the ingest worker
-            logger.exception("dashboard.schedule_failed fleet=%s", fleet_id)
-
-
-def _schedule_push(fleet_id: int) -> None:
-    from .tasks import dashboard_push
-
+def push_now_or_mark_due(*, fleet_id: int, interval_s: float) -> bool:
+    """After new rollups of a fleet with open dashboards: push its views now, or mark a push
+    due; True when this call marked it, and the caller enqueues the one push for later."""
     if _embedded():
         # Everything runs in this process: push now (each ingest request is one update).
         dashboard_views_push(fleet_id=fleet_id)
-        return
+        return False
     redis = _redis()
-    interval_s: float = settings.DASHBOARD_PUSH_DELAY_S
     # Leading edge: the first rollups of a quiet spell are pushed at once, by the worker that
     # stored them. A queued task would wait behind that worker's drain, which under steady
     # traffic keeps its slot for up to a minute.
     if redis.set(_RECENT_KEY.format(fleet_id=fleet_id), "1", nx=True, px=int(interval_s * 1000)):
         dashboard_views_push(fleet_id=fleet_id)
-        return
+        return False
     # Trailing edge: rollups stored within the interval get one push after it, by the next
-    # store past the interval (above) or by this task when the burst has ended.
-    if redis.set(_DUE_KEY.format(fleet_id=fleet_id), "1", nx=True, px=DUE_TTL_MS):
-        dashboard_push.apply_async(args=[fleet_id], countdown=interval_s)
+    # store past the interval (above) or by the caller's task when the burst has ended.
+    return bool(redis.set(_DUE_KEY.format(fleet_id=fleet_id), "1", nx=True, px=DUE_TTL_MS))
 
 
 def encode(payload: dict[str, Any]) -> str:
@@ -193,8 +181,6 @@ def dashboard_views_push(*, fleet_id: int) -> int:
 
     Returns how many views were computed.
     """
-    from routing_policies.models import Fleet
-
     if not _embedded():
         _redis().delete(_DUE_KEY.format(fleet_id=fleet_id))
     keys = subscribed_views(fleet_id)

@@ -13,10 +13,11 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 
-from .services.alerts import alerts_evaluate
-from .services.webhooks import webhook_deliveries_overdue, webhook_delivery_attempt
+from ..redis_client import redis_client
+from ..selectors.alerts import fleets_to_evaluate
+from .services import alerts_evaluate, webhook_deliveries_overdue, webhook_delivery_attempt
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +41,6 @@ def evaluate_alerts(fleet_id: int) -> None:
 def evaluate_all_alerts() -> int:
     """Beat: judge every fleet with rules or guards (so silence is noticed), and re-send
     webhook deliveries whose task was lost."""
-    from .selectors.alerts import fleets_to_evaluate
-
     fleet_ids = fleets_to_evaluate()
     for fleet_id in fleet_ids:
         try:
@@ -76,8 +75,6 @@ def enqueue_delivery(delivery_id: int) -> None:
 
 
 def _deliver_embedded(delivery_id: int) -> None:
-    from django.db import connection
-
     try:
         while (retry_in := webhook_delivery_attempt(delivery_id=delivery_id)) is not None:
             time.sleep(retry_in)
@@ -93,8 +90,6 @@ def request_alert_evaluation(fleet_ids: frozenset[int]) -> None:
     The task starts after the key expired, so it sees every rollup whose request it absorbed.
     Embedded (no Redis), the fleet is evaluated at once.
     """
-    from .wakeup import redis_client
-
     delay: float = settings.ALERT_EVALUATE_COALESCE_S
     for fleet_id in sorted(fleet_ids):
         if settings.CELERY_TASK_ALWAYS_EAGER or not settings.REDIS_URL:
@@ -138,8 +133,6 @@ def embedded_beat_start() -> None:
 
 
 def _embedded_beat_loop() -> None:
-    from django.db import connection
-
     while True:
         time.sleep(settings.ALERT_EVALUATE_INTERVAL_S)
         try:

@@ -22,14 +22,7 @@ from routing_policies import services as rollout_services
 from routing_policies.models import Rollout
 from routing_policies.services.policy import Actor, audit_record
 
-from ..alert_models import (
-    AlertEvent,
-    GuardComparison,
-    Metric,
-    RolloutGuard,
-    RolloutGuardSet,
-)
-from ..alerting import (
+from ...alerting import (
     GUARD_METRICS,
     LATENCY_METRICS,
     RATE_METRICS,
@@ -37,7 +30,15 @@ from ..alerting import (
     figures_of,
     judge_guard,
 )
-from ..selectors.alerts import minute_floor, window_bounds
+from ...selectors.alerts import minute_floor, window_bounds
+from ..models import (
+    AlertEvent,
+    GuardComparison,
+    Metric,
+    RolloutGuard,
+    RolloutGuardSet,
+)
+from .problems import field_problem
 
 logger = logging.getLogger(__name__)
 
@@ -54,35 +55,31 @@ DEFAULT_GUARDS: tuple[dict[str, Any], ...] = (
 DEFAULT_BAKE_MINUTES: Final = 10
 
 
-def _problem(field_name: str, message: str) -> dict[str, str]:
-    return {"field": field_name, "message": message}
-
-
 def _clean_guards(guards: object, min_samples: object) -> list[dict[str, Any]]:
     if guards is None or guards == "default":
         guards = [dict(g) for g in DEFAULT_GUARDS]
     if not isinstance(guards, list) or not guards or len(guards) > MAX_GUARDS:
         raise ValidationFailed(
             f'`guards` is a list of 1 to {MAX_GUARDS} guards or "default".',
-            details=[_problem("guards", "a list")],
+            details=[field_problem("guards", "a list")],
         )
     problems: list[dict[str, str]] = []
     cleaned = []
     for index, guard in enumerate(guards):
         where = f"guards[{index}]"
         if not isinstance(guard, dict):
-            problems.append(_problem(where, "an object with metric, comparison, threshold"))
+            problems.append(field_problem(where, "an object with metric, comparison, threshold"))
             continue
         metric, comparison = guard.get("metric"), guard.get("comparison")
         threshold = guard.get("threshold")
         samples = guard.get("min_samples", min_samples)
         if metric not in GUARD_METRICS:
             problems.append(
-                _problem(f"{where}.metric", f"one of {', '.join(sorted(GUARD_METRICS))}")
+                field_problem(f"{where}.metric", f"one of {', '.join(sorted(GUARD_METRICS))}")
             )
         if comparison not in GuardComparison.values:
             problems.append(
-                _problem(f"{where}.comparison", f"one of {', '.join(GuardComparison.values)}")
+                field_problem(f"{where}.comparison", f"one of {', '.join(GuardComparison.values)}")
             )
         if (
             isinstance(threshold, bool)
@@ -90,13 +87,13 @@ def _clean_guards(guards: object, min_samples: object) -> list[dict[str, Any]]:
             or not math.isfinite(threshold)
             or not -1e9 <= threshold <= 1e9
         ):
-            problems.append(_problem(f"{where}.threshold", "a finite number"))
+            problems.append(field_problem(f"{where}.threshold", "a finite number"))
         elif metric in RATE_METRICS and not -1 <= threshold <= 1:
             problems.append(
-                _problem(f"{where}.threshold", "a fraction from 0 to 1 (0.02 is 2 pts)")
+                field_problem(f"{where}.threshold", "a fraction from 0 to 1 (0.02 is 2 pts)")
             )
         if isinstance(samples, bool) or not isinstance(samples, int) or not 0 <= samples <= 10**7:
-            problems.append(_problem(f"{where}.min_samples", "a whole number ≥ 0"))
+            problems.append(field_problem(f"{where}.min_samples", "a whole number ≥ 0"))
         cleaned.append(
             {
                 "metric": metric,
@@ -125,7 +122,7 @@ def _clean_bake(bake_minutes: object) -> dict[str, int]:
     raise ValidationFailed(
         "`bake_minutes` is minutes from 0 to 10080, or one per stage: "
         '{"5": 10, "25": 20, "100": 30}.',
-        details=[_problem("bake_minutes", "minutes, or minutes per stage 5, 25, 100")],
+        details=[field_problem("bake_minutes", "minutes, or minutes per stage 5, 25, 100")],
     )
 
 
@@ -143,7 +140,7 @@ def rollout_guards_set(
     """Guard an open rollout (replacing its guards, if any); the verdict starts afresh."""
     if not isinstance(auto_advance, bool):
         raise ValidationFailed(
-            "`auto_advance` is true or false.", details=[_problem("auto_advance", "a boolean")]
+            "`auto_advance` is true or false.", details=[field_problem("auto_advance", "a boolean")]
         )
     if (
         isinstance(window_minutes, bool)
@@ -151,7 +148,7 @@ def rollout_guards_set(
         or not 1 <= window_minutes <= 360
     ):
         raise ValidationFailed(
-            "`window_minutes` is 1 to 360.", details=[_problem("window_minutes", "1 to 360")]
+            "`window_minutes` is 1 to 360.", details=[field_problem("window_minutes", "1 to 360")]
         )
     cleaned = _clean_guards(guards, min_samples)
     bake = _clean_bake(bake_minutes)

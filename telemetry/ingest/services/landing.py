@@ -1,4 +1,4 @@
-"""Ingest: validate a batch and make it durable (landed in the database) before the 202."""
+"""Landing: validate a batch and make it durable (landed in the database) before the 202."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from routing_policies.models import Device
 
 from ..events import BatchContext, TelemetryEvent, decode_batch, encode_landed
 from ..models import EventKey, LandedBatch
-from ..selectors.catalog import VersionCatalog
+from ..selectors import VersionCatalog
 from ..wakeup import wake_worker
 
 logger = logging.getLogger(__name__)

@@ -1,0 +1,42 @@
+"""Writes of alerts: rules, webhooks, rollout guards, evaluation, webhook delivery, seeding."""
+
+from .delivery import webhook_deliveries_overdue, webhook_delivery_attempt
+from .evaluation import Evaluation, alerts_evaluate
+from .guards import (
+    DEFAULT_GUARDS,
+    MAX_GUARDS,
+    guard_input_defaults,
+    rollout_guards_set,
+    rollout_start_guarded,
+)
+from .rules import (
+    MAX_RULES_PER_FLEET,
+    RULE_FIELDS,
+    alert_rule_create,
+    alert_rule_delete,
+    alert_rule_update,
+)
+from .seeding import SEED_RULES, alert_rules_seed
+from .webhooks import MAX_WEBHOOKS_PER_FLEET, alert_webhook_create, alert_webhook_delete
+
+__all__ = [
+    "DEFAULT_GUARDS",
+    "MAX_GUARDS",
+    "MAX_RULES_PER_FLEET",
+    "MAX_WEBHOOKS_PER_FLEET",
+    "RULE_FIELDS",
+    "SEED_RULES",
+    "Evaluation",
+    "alert_rule_create",
+    "alert_rule_delete",
+    "alert_rule_update",
+    "alert_rules_seed",
+    "alert_webhook_create",
+    "alert_webhook_delete",
+    "alerts_evaluate",
+    "guard_input_defaults",
+    "rollout_guards_set",
+    "rollout_start_guarded",
+    "webhook_deliveries_overdue",
+    "webhook_delivery_attempt",
+]

@@ -1,0 +1,161 @@
+"""Alert webhooks: register and remove a fleet's webhooks; the deliveries an alert owes them.
+
+Publishers add a URL (every rule's alerts, or one rule's) in JSON or Slack format; a URL
+inside the network is refused unless ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS (see
+`alerts.services.delivery`, which posts them). When an evaluation records a firing, a
+resolution or a guard's action, `webhook_deliveries_create` writes one pending delivery per
+matching webhook in the same transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlparse
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from controlplane.exceptions import Conflict, ValidationFailed
+from routing_policies.models import Fleet
+from routing_policies.services.policy import Actor, audit_record
+
+from ..models import AlertEvent, AlertRule, AlertWebhook, WebhookDelivery, WebhookFormat
+from ..notify import webhook_payload
+from .delivery import url_refusal
+from .problems import field_problem
+from .rules import rule_snapshot
+
+MAX_WEBHOOKS_PER_FLEET = 20
+
+
+@transaction.atomic
+def alert_webhook_create(
+    *, actor: Actor, fleet: Fleet, url: object, format: object = "json", rule_id: object = None
+) -> AlertWebhook:
+    """Add a webhook for every alert of the fleet (or one rule's); a repeat is refused (409)."""
+    problems = []
+    if not isinstance(url, str) or len(url) > 500:
+        problems.append(field_problem("url", "an http(s) URL of at most 500 characters"))
+    else:
+        parsed = urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            problems.append(field_problem("url", "an http(s) URL"))
+        elif (refusal := url_refusal(url)) is not None:
+            problems.append(
+                field_problem(
+                    "url",
+                    f"a public address ({refusal}; ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS allows "
+                    "addresses inside the network)",
+                )
+            )
+    if format not in WebhookFormat.values:
+        problems.append(field_problem("format", f"one of {', '.join(WebhookFormat.values)}"))
+    rule = None
+    if rule_id is not None:
+        if isinstance(rule_id, bool) or not isinstance(rule_id, int):
+            problems.append(field_problem("rule_id", "a rule id or null"))
+        else:
+            rule = AlertRule.objects.filter(fleet=fleet, pk=rule_id).first()
+            if rule is None:
+                problems.append(
+                    field_problem("rule_id", f"fleet {fleet.slug!r} has no rule {rule_id}")
+                )
+    if problems:
+        raise ValidationFailed("The webhook is invalid.", details=problems)
+    assert isinstance(url, str)
+    assert isinstance(format, str)
+    if AlertWebhook.objects.filter(fleet=fleet).count() >= MAX_WEBHOOKS_PER_FLEET:
+        raise Conflict(
+            f"A fleet has at most {MAX_WEBHOOKS_PER_FLEET} webhooks.", code="too_many_webhooks"
+        )
+    try:
+        with transaction.atomic():
+            webhook = AlertWebhook.objects.create(fleet=fleet, url=url, format=format, rule=rule)
+    except IntegrityError:
+        raise Conflict(
+            "This fleet already posts to that URL in that format.",
+            code="duplicate_webhook",
+            details=[field_problem("url", "already registered")],
+        ) from None
+    audit_record(
+        actor=actor,
+        action="alert_webhook.created",
+        fleet=fleet,
+        target=f"webhook {webhook.pk}",
+        summary=f"Alerts of {rule.name if rule else 'every rule'} are posted to {url} ({format})",
+    )
+    return webhook
+
+
+@transaction.atomic
+def alert_webhook_delete(*, actor: Actor, fleet: Fleet, webhook_id: int) -> None:
+    """Stop posting to a webhook (its delivery log stays); a repeat is a no-op."""
+    webhook = AlertWebhook.objects.filter(fleet=fleet, pk=webhook_id).first()
+    if webhook is None:
+        return
+    url = webhook.url
+    webhook.delete()
+    audit_record(
+        actor=actor,
+        action="alert_webhook.deleted",
+        fleet=fleet,
+        target=f"webhook {webhook_id}",
+        summary=f"Alerts are no longer posted to {url}",
+    )
+
+
+def _event_body(event: AlertEvent) -> dict[str, Any]:
+    fleet_slug = Fleet.objects.filter(pk=event.fleet_id).values_list("slug", flat=True).first()
+    rule = event.rule
+    body: dict[str, Any] = {
+        "kind": f"rollout.{event.kind}" if event.rollout_id else f"alert.{event.kind}",
+        "fleet": fleet_slug,
+        "state": event.state_after,
+        "message": event.message,
+        "value": event.value,
+        "previous_value": event.previous,
+        "samples": event.samples,
+        "at": event.at.isoformat(),
+        "rule": None,
+        "rollout": None,
+        "alert_event_id": event.pk,
+    }
+    if rule is not None:
+        body["rule"] = {"id": rule.pk, **rule_snapshot(rule)}
+    if event.rollout is not None:
+        body["rollout"] = {
+            "id": event.rollout_id,
+            "candidate": event.rollout.candidate.number,
+            "stable": event.rollout.stable.number,
+            "stage": event.rollout.stage,
+            "state": event.rollout.state,
+        }
+    return body
+
+
+def webhook_deliveries_create(*, events: list[AlertEvent]) -> list[WebhookDelivery]:
+    """One pending delivery per (event, matching webhook), created in this transaction."""
+    if not events:
+        return []
+    fleet_ids = {e.fleet_id for e in events}
+    webhooks = list(AlertWebhook.objects.filter(fleet_id__in=fleet_ids, enabled=True))
+    deliveries = []
+    now = timezone.now()
+    for event in events:
+        body = _event_body(event)
+        for webhook in webhooks:
+            if webhook.fleet_id != event.fleet_id:
+                continue
+            if webhook.rule_id is not None and webhook.rule_id != event.rule_id:
+                continue
+            deliveries.append(
+                WebhookDelivery(
+                    fleet_id=event.fleet_id,
+                    webhook=webhook,
+                    alert_event=event,
+                    url=webhook.url,
+                    payload=webhook_payload(format=webhook.format, body=body),
+                    next_attempt_at=now,
+                )
+            )
+    return WebhookDelivery.objects.bulk_create(deliveries)

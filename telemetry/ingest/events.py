@@ -1,0 +1,435 @@
+"""The telemetry event of PROTOCOL.md: decoding, validation and the landed (stored) form.
+
+Validation is in two passes, both without a serializer per event:
+- fast: msgspec decodes the whole body into typed structs in C, checking types, enums and
+  ranges; then one Python loop checks what depends on the request (the device, the clock,
+  the fleet's versions and dimension values). A good batch of 1,000 events takes ~2 ms.
+- complete: only when the fast pass refuses the body, the body is parsed again with the
+  standard library and every event is checked by hand against FIELDS, so the 400 names every
+  bad event and field, not just the first msgspec met.
+Unknown fields are ignored: the protocol grows by new optional fields.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Final, Literal, Protocol
+
+import msgspec
+
+from controlplane import json_guard
+from controlplane.exceptions import ValidationFailed
+
+logger = logging.getLogger(__name__)
+
+MAX_EVENTS: Final = 1000
+FUTURE_TOLERANCE: Final = timedelta(minutes=5)
+MAX_INT32: Final = 2**31 - 1
+MAX_ERRORS: Final = 200  # a 400 names at most this many problems
+# Physical ranges (docs/PROTOCOL.md, extensions): generous for any real device, but finite, so
+# that no sum or sketch of stored figures can overflow (1e308 twice is infinity).
+MAX_LATENCY_MS: Final = 86_400_000.0  # a day: a background task queued while offline
+MAX_RTT_MS: Final = 600_000.0  # ten minutes
+MAX_BANDWIDTH_KBPS: Final = 100_000_000.0  # 100 Gbit/s
+MAX_TOKENS: Final = 10_000_000
+MAX_UPLOAD_BYTES: Final = 2**40  # 1 TiB
+
+ROUTES: Final = ("device", "cloud", "draft_refine")
+DECIDED_BY: Final = ("policy", "privacy", "offline", "threshold", "latency")
+FALLBACK_KINDS: Final = ("none", "cloud_to_device", "device_to_cloud")
+
+Route = Literal["device", "cloud", "draft_refine"]
+DecidedBy = Literal["policy", "privacy", "offline", "threshold", "latency"]
+FallbackKind = Literal["none", "cloud_to_device", "device_to_cloud"]
+Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+LatencyMs = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_LATENCY_MS)]
+RttMs = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_RTT_MS)]
+BandwidthKbps = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_BANDWIDTH_KBPS)]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=32)]
+
+
+class TelemetryEvent(msgspec.Struct, kw_only=True):
+    """One event as a device sends it; field order is the landed (array) order too."""
+
+    event_id: uuid.UUID
+    device_id: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    ts: Annotated[datetime, msgspec.Meta(tz=True)]
+    policy_version: Annotated[int, msgspec.Meta(ge=1, le=MAX_INT32)]
+    task_type: Name
+    latency_budget: Name
+    privacy_tier: Name
+    route: Route
+    decided_by: DecidedBy
+    fallback: FallbackKind
+    latency_ms: LatencyMs
+    cache_hit: bool
+    ok: bool
+    deidentified: bool = False
+    score: Unit | None = None
+    threshold: Unit | None = None
+    tokens: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] | None = None
+    intent_conf: Unit | None = None
+    lm_conf: Unit | None = None
+    upload_bytes: Annotated[int, msgspec.Meta(ge=0, le=MAX_UPLOAD_BYTES)] | None = None
+    rtt_ms: RttMs | None = None
+    bandwidth_kbps: BandwidthKbps | None = None
+    device_load: Unit | None = None
+    # PROTOCOL.md extensions: whether any of the task's data left the device; None (omitted by
+    # older devices) is judged from route, fallback and cache hit (`rollup.left_device`).
+    uploaded: bool | None = None
+
+
+class TelemetryBatch(msgspec.Struct):
+    """The body of `POST /api/v1/telemetry`."""
+
+    events: list[TelemetryEvent]
+
+
+_DECODER: Final = msgspec.json.Decoder(TelemetryBatch)
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+# --- the hand-written complete check: one row per field, in the struct's order ---------------
+
+
+@dataclass(frozen=True, slots=True)
+class FieldRule:
+    """What one event field must be."""
+
+    name: str
+    kind: Literal["uuid", "str", "datetime", "int", "float", "enum", "bool"]
+    required: bool = True
+    minimum: float | None = None
+    maximum: float | None = None
+    max_length: int = 0
+    choices: tuple[str, ...] = ()
+
+
+FIELDS: Final[tuple[FieldRule, ...]] = (
+    FieldRule("event_id", "uuid"),
+    FieldRule("device_id", "str", max_length=128),
+    FieldRule("ts", "datetime"),
+    FieldRule("policy_version", "int", minimum=1, maximum=MAX_INT32),
+    FieldRule("task_type", "str", max_length=32),
+    FieldRule("latency_budget", "str", max_length=32),
+    FieldRule("privacy_tier", "str", max_length=32),
+    FieldRule("route", "enum", choices=ROUTES),
+    FieldRule("decided_by", "enum", choices=DECIDED_BY),
+    FieldRule("fallback", "enum", choices=FALLBACK_KINDS),
+    FieldRule("latency_ms", "float", minimum=0.0, maximum=MAX_LATENCY_MS),
+    FieldRule("cache_hit", "bool"),
+    FieldRule("ok", "bool"),
+    FieldRule("deidentified", "bool", required=False),
+    FieldRule("score", "float", required=False, minimum=0.0, maximum=1.0),
+    FieldRule("threshold", "float", required=False, minimum=0.0, maximum=1.0),
+    FieldRule("tokens", "int", required=False, minimum=0, maximum=MAX_TOKENS),
+    FieldRule("intent_conf", "float", required=False, minimum=0.0, maximum=1.0),
+    FieldRule("lm_conf", "float", required=False, minimum=0.0, maximum=1.0),
+    FieldRule("upload_bytes", "int", required=False, minimum=0, maximum=MAX_UPLOAD_BYTES),
+    FieldRule("rtt_ms", "float", required=False, minimum=0.0, maximum=MAX_RTT_MS),
+    FieldRule("bandwidth_kbps", "float", required=False, minimum=0.0, maximum=MAX_BANDWIDTH_KBPS),
+    FieldRule("device_load", "float", required=False, minimum=0.0, maximum=1.0),
+    FieldRule("uploaded", "bool", required=False),
+)
+
+
+def _rule_problem(rule: FieldRule, value: Any) -> str | None:
+    """Why `value` breaks `rule`, or None."""
+    if value is None:
+        return "This field is required." if rule.required else None
+    kind = rule.kind
+    if kind == "bool":
+        return None if isinstance(value, bool) else "Must be true or false."
+    if kind in ("str", "uuid", "datetime", "enum") and not isinstance(value, str):
+        return "Must be a string."
+    if kind == "str":
+        if not value or len(value) > rule.max_length:
+            return f"Must be 1 to {rule.max_length} characters."
+        return None
+    if kind == "uuid":
+        try:
+            uuid.UUID(value)
+        except ValueError:
+            return "Must be a UUID."
+        return None
+    if kind == "datetime":
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            return "Must be an RFC 3339 timestamp."
+        return None if moment.tzinfo is not None else "Must carry a time zone (e.g. Z)."
+    if kind == "enum":
+        return None if value in rule.choices else f"Must be one of {', '.join(rule.choices)}."
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "Must be a number." if kind == "float" else "Must be a whole number."
+    if kind == "int" and not isinstance(value, int):
+        return "Must be a whole number."
+    if isinstance(value, float) and not math.isfinite(value):
+        return "Must be a finite number (not NaN or infinite)."
+    if rule.minimum is not None and value < rule.minimum:
+        return f"Must be at least {rule.minimum:g}."
+    if rule.maximum is not None and value > rule.maximum:
+        return f"Must be at most {rule.maximum:g}."
+    return None
+
+
+# --- what the request brings: the device, the clock, the fleet's versions ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class VersionDimensions:
+    """The dimension values a published version's table has."""
+
+    task_types: frozenset[str]
+    latency_budgets: frozenset[str]
+    privacy_tiers: frozenset[str]
+
+    @classmethod
+    def of(cls, dimensions: Mapping[str, Sequence[str]]) -> VersionDimensions:
+        """From a version's `dimensions` document."""
+        return cls(
+            task_types=frozenset(dimensions.get("task_type", ())),
+            latency_budgets=frozenset(dimensions.get("latency_budget", ())),
+            privacy_tiers=frozenset(dimensions.get("privacy_tier", ())),
+        )
+
+
+class VersionLookup(Protocol):
+    """A fleet's published versions by number (telemetry.ingest.selectors.VersionCatalog)."""
+
+    def get(self, number: int, /) -> VersionDimensions | None:
+        """The version's dimensions, or None when there is no such published version."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchContext:
+    """Who sends the batch and what its events may say."""
+
+    device_id: str
+    now: datetime
+    oldest: datetime  # the retention window's start
+    versions: VersionLookup
+
+
+def _context_problems(
+    context: BatchContext,
+    device_id: str,
+    ts: datetime,
+    version: int,
+    task_type: str,
+    latency_budget: str,
+    privacy_tier: str,
+) -> list[tuple[str, str]]:
+    """(field, message) for what this event says that the request does not allow."""
+    problems: list[tuple[str, str]] = []
+    if device_id != context.device_id:
+        problems.append(
+            (
+                "device_id",
+                f"The event claims device {device_id!r}; this token belongs to "
+                f"{context.device_id!r}.",
+            )
+        )
+    if ts > context.now + FUTURE_TOLERANCE:
+        problems.append(("ts", "More than 5 minutes in the future."))
+    elif ts < context.oldest:
+        problems.append(
+            ("ts", f"Older than the retention window (since {context.oldest:%Y-%m-%dT%H:%M:%SZ}).")
+        )
+    dims = context.versions.get(version)
+    if dims is None:
+        problems.append(("policy_version", f"The fleet has no published version {version}."))
+        return problems
+    if task_type not in dims.task_types:
+        problems.append(("task_type", f"Unknown task type {task_type!r} in v{version}."))
+    if latency_budget not in dims.latency_budgets:
+        problems.append(
+            ("latency_budget", f"Unknown latency budget {latency_budget!r} in v{version}.")
+        )
+    if privacy_tier not in dims.privacy_tiers:
+        problems.append(("privacy_tier", f"Unknown privacy tier {privacy_tier!r} in v{version}."))
+    return problems
+
+
+def _refuse(details: list[dict[str, Any]]) -> ValidationFailed:
+    bad_events = len({d["event"] for d in details if "event" in d})
+    message = (
+        f"{bad_events} event(s) are invalid; nothing of this batch was stored."
+        if bad_events
+        else "The batch is invalid; nothing of it was stored."
+    )
+    return ValidationFailed(message, details=details[:MAX_ERRORS])
+
+
+class BatchTooLarge(Exception):
+    """More than MAX_EVENTS events (answered 413)."""
+
+
+_EMPTY: Final = {
+    "field": "events",
+    "message": f"A batch holds 1 to {MAX_EVENTS} events; this one is empty (send nothing instead).",
+}
+_EVENT_PATH: Final = re.compile(r"\Aevents\[(\d+)\](?:\.(.*))?\Z", re.DOTALL)
+
+
+def _guard_problem(problem: json_guard.JsonProblem) -> dict[str, Any]:
+    """A json_guard refusal as a telemetry detail: `events[3].x` names event 3, field `x`."""
+    match = _EVENT_PATH.match(problem.field)
+    if match is None:
+        return {"field": problem.field or "events", "message": problem.message}
+    return {"event": int(match.group(1)), "field": match.group(2) or "", "message": problem.message}
+
+
+def decode_batch(body: bytes, context: BatchContext) -> list[TelemetryEvent]:
+    """The batch's events, all valid; raises ValidationFailed naming each bad event and field."""
+    try:
+        # Before any parser: depth (a recursive parser would overflow the stack), NUL and lone
+        # surrogates (never storable); both name the event and field.
+        json_guard.check_raw(body)
+    except json_guard.JsonRefused as refused:
+        raise _refuse([_guard_problem(refused.problem)]) from None
+    try:
+        batch = _DECODER.decode(body)
+    except msgspec.MsgspecError:
+        raise _complete_check(body, context) from None
+    events = batch.events
+    if len(events) > MAX_EVENTS:
+        raise BatchTooLarge(f"{len(events)} events; at most {MAX_EVENTS} per batch.")
+    if not events:
+        raise _refuse([dict(_EMPTY)])
+    details: list[dict[str, Any]] = []
+    device_id = context.device_id
+    newest = context.now + FUTURE_TOLERANCE
+    oldest = context.oldest
+    versions = context.versions
+    for index, event in enumerate(events):
+        dims = versions.get(event.policy_version)
+        if (
+            event.device_id == device_id
+            and oldest <= event.ts <= newest
+            and dims is not None
+            and event.task_type in dims.task_types
+            and event.latency_budget in dims.latency_budgets
+            and event.privacy_tier in dims.privacy_tiers
+        ):
+            continue
+        for field, message in _context_problems(
+            context,
+            event.device_id,
+            event.ts,
+            event.policy_version,
+            event.task_type,
+            event.latency_budget,
+            event.privacy_tier,
+        ):
+            details.append({"event": index, "field": field, "message": message})
+    if details:
+        raise _refuse(details)
+    return events
+
+
+def _complete_check(body: bytes, context: BatchContext) -> ValidationFailed | BatchTooLarge:
+    """Check the whole body by hand and name every problem (the fast pass stopped at one)."""
+    try:
+        # UTF-8 only, as msgspec reads it (json.loads would guess UTF-16 or UTF-32 too).
+        document = json.loads(body.decode("utf-8"))
+    except ValueError as exc:
+        return ValidationFailed(f"The body is not valid JSON: {exc}", code="malformed_json")
+    if not isinstance(document, dict) or not isinstance(document.get("events"), list):
+        return _refuse([{"field": "events", "message": 'The body must be {"events": [...]}.'}])
+    events = document["events"]
+    if len(events) > MAX_EVENTS:
+        return BatchTooLarge(f"{len(events)} events; at most {MAX_EVENTS} per batch.")
+    if not events:
+        return _refuse([dict(_EMPTY)])
+    details: list[dict[str, Any]] = []
+    for index, raw in enumerate(events):
+        if not isinstance(raw, dict):
+            details.append({"event": index, "field": "", "message": "Must be an object."})
+            continue
+        field_problems = {}
+        for rule in FIELDS:
+            problem = _rule_problem(rule, raw.get(rule.name))
+            if problem is not None:
+                field_problems[rule.name] = problem
+        context_fields = (
+            "device_id",
+            "ts",
+            "policy_version",
+            "task_type",
+            "latency_budget",
+            "privacy_tier",
+        )
+        if not any(name in field_problems for name in context_fields):
+            for field, message in _context_problems(
+                context,
+                raw["device_id"],
+                datetime.fromisoformat(raw["ts"]),
+                raw["policy_version"],
+                raw["task_type"],
+                raw["latency_budget"],
+                raw["privacy_tier"],
+            ):
+                field_problems.setdefault(field, message)
+        details.extend(
+            {"event": index, "field": field, "message": message}
+            for field, message in field_problems.items()
+        )
+    if not details and (unread := json_guard.value_problem(document)) is not None:
+        # NaN / Infinity in a field the protocol does not know (Python's json reads them).
+        details.append(_guard_problem(unread))
+    if not details:
+        # The fast pass refused what the complete check accepts: say what msgspec said.
+        try:
+            _DECODER.decode(body)
+        except msgspec.MsgspecError as exc:
+            details.append({"field": "events", "message": str(exc)})
+    return _refuse(details)
+
+
+# --- the landed form ---------------------------------------------------------------------------
+
+
+def encode_landed(events: Sequence[TelemetryEvent], body: bytes | None = None) -> bytes:
+    """The payload of a landed batch: a batch body in the JSON of the protocol.
+
+    When every event of the request is landed, the request's own (validated) body is the
+    payload, at no cost; otherwise the landed events are encoded again.
+    """
+    if body is not None:
+        return body
+    return _ENCODER.encode(TelemetryBatch(events=list(events)))
+
+
+_EVENT_DECODER: Final = msgspec.json.Decoder(TelemetryEvent)
+
+
+def decode_landed(payload: bytes) -> list[TelemetryEvent]:
+    """The events of a landed batch's payload (validated when they were landed).
+
+    A batch landed by an older version, before the numbers had physical ranges, may hold an
+    event out of them (`latency_ms: 1e308`): that event is left out (and logged), the others
+    are kept, so one such batch neither poisons the rollups nor stops processing.
+    """
+    try:
+        return _DECODER.decode(payload).events
+    except msgspec.ValidationError:
+        pass
+    kept: list[TelemetryEvent] = []
+    raw_events = msgspec.json.decode(payload)["events"]
+    for raw in raw_events:
+        try:
+            kept.append(_EVENT_DECODER.decode(_ENCODER.encode(raw)))
+        except msgspec.ValidationError:
+            continue
+    logger.warning(
+        "telemetry.landed_events_dropped count=%d reason=out_of_range", len(raw_events) - len(kept)
+    )
+    return kept
