@@ -19,3 +19,28 @@ class TelemetryConfig(AppConfig):
         from .alert_tasks import on_rollups_stored as alerts_on_rollups_stored
 
         rollups_stored.connect(alerts_on_rollups_stored, dispatch_uid="telemetry.alerts")
+        # Rollout guards and the demo's alert rules, plugged into routing_policies (which never
+        # imports telemetry): routing_policies/extensions.py.
+        from routing_policies.extensions import (
+            RolloutGuards,
+            demo_seeder_register,
+            rollout_guards_register,
+        )
+
+        from .alert_apis import guard_options
+        from .api_schemas import RolloutGuardsInputSerializer
+        from .selectors.alerts import guard_status
+        from .services.alerts import alert_rules_seed
+        from .services.guards import rollout_start_guarded
+
+        rollout_guards_register(
+            RolloutGuards(
+                start=rollout_start_guarded,
+                status=guard_status,
+                options_of=guard_options,
+                start_fields=RolloutGuardsInputSerializer,
+            )
+        )
+        demo_seeder_register(
+            "telemetry.alert_rules", lambda fleet: alert_rules_seed(actor=None, fleet=fleet)
+        )
