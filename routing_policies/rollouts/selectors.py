@@ -34,15 +34,22 @@ def fleet_assignment(fleet_id: int) -> FleetAssignment:
     )
     stable = routing.stable_version.number if routing and routing.stable_version else None
     rollout = open_rollout(fleet_id)
-    if rollout is None:
-        return FleetAssignment(stable=stable)
-    return FleetAssignment(
-        stable=rollout.stable.number,
-        candidate=rollout.candidate.number,
-        salt=rollout.salt,
-        percent=rollout.stage,
-        rollout_id=rollout.pk,
-    )
+    return rollout_assignment(rollout) if rollout is not None else FleetAssignment(stable=stable)
+
+
+def rollout_assignment(rollout: Rollout) -> FleetAssignment:
+    """What the fleet runs under this rollout: split by bucket while it is open; after it,
+    everyone on the version that won (the candidate if completed, else the stable one)."""
+    if rollout.is_open:
+        return FleetAssignment(
+            stable=rollout.stable.number,
+            candidate=rollout.candidate.number,
+            salt=rollout.salt,
+            percent=rollout.stage,
+            rollout_id=rollout.pk,
+        )
+    winner = rollout.candidate if rollout.state == Rollout.State.COMPLETED else rollout.stable
+    return FleetAssignment(stable=winner.number)
 
 
 def cloud_pressure_live(fleet_id: int) -> dict[str, float] | None:

@@ -21,7 +21,7 @@ from ..policies.models import Fleet, PolicyVersion
 from ..push.frames import assignment_message, cloud_pressure_message
 from ..push.publish import publish_on_commit
 from .models import FleetRouting, Rollout, RolloutEvent
-from .selectors import open_rollout
+from .selectors import open_rollout, rollout_assignment
 
 logger = logging.getLogger(__name__)
 
@@ -126,22 +126,9 @@ def rollout_start(*, actor: Actor, fleet: Fleet, version: int) -> Rollout:
             "salt": rollout.salt,
         },
     )
-    _push_assignment_on_commit(fleet, _assignment_of(rollout))
+    _push_assignment_on_commit(fleet, rollout_assignment(rollout))
     logger.info("rollout.started fleet=%s rollout=%d version=%d", fleet.slug, rollout.pk, version)
     return rollout
-
-
-def _assignment_of(rollout: Rollout) -> FleetAssignment:
-    if rollout.is_open:
-        return FleetAssignment(
-            stable=rollout.stable.number,
-            candidate=rollout.candidate.number,
-            salt=rollout.salt,
-            percent=rollout.stage,
-            rollout_id=rollout.pk,
-        )
-    winner = rollout.candidate if rollout.state == Rollout.State.COMPLETED else rollout.stable
-    return FleetAssignment(stable=winner.number)
 
 
 def _stage_valid(target: int) -> None:
@@ -180,7 +167,7 @@ def rollout_advance(*, actor: Actor, fleet: Fleet, to_stage: int | None = None) 
         before={"stage": before},
         after={"stage": target},
     )
-    _push_assignment_on_commit(fleet, _assignment_of(rollout))
+    _push_assignment_on_commit(fleet, rollout_assignment(rollout))
     return rollout
 
 
@@ -260,7 +247,7 @@ def rollout_complete(*, actor: Actor, fleet: Fleet) -> Rollout:
     )
     # No device changes version at completion (all already run the candidate), but the push
     # tells every process the rollout is over.
-    _push_assignment_on_commit(fleet, _assignment_of(rollout))
+    _push_assignment_on_commit(fleet, rollout_assignment(rollout))
     return rollout
 
 
@@ -296,7 +283,7 @@ def rollout_rollback(*, actor: Actor, fleet: Fleet, reason: str = "") -> Rollout
         before={"candidate": rollout.candidate.number, "stage": before},
         after={"candidate": None, "stage": 0, "stable": rollout.stable.number},
     )
-    _push_assignment_on_commit(fleet, _assignment_of(rollout))
+    _push_assignment_on_commit(fleet, rollout_assignment(rollout))
     logger.info("rollout.rolled_back fleet=%s rollout=%d", fleet.slug, rollout.pk)
     return rollout
 
