@@ -67,8 +67,8 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Without Channels' close of stale database connections before every handler (a trip
-        # to the sync thread per frame): this consumer reaches the database only through
-        # `store` and `documents`, whose database_sync_to_async calls do that themselves.
+        # to the sync thread per frame; bench/fanout): this consumer reaches the database only
+        # through `store` and `documents`, whose database_sync_to_async calls do that.
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")

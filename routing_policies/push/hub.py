@@ -138,7 +138,8 @@ class PushHub:
 
     async def _on_assignment(self, message: dict[str, Any], targets: list[PushTarget]) -> None:
         """A fleet's assignment changed: decide per socket, build each version's frame once
-        (one ASGI event shared by its sockets), write without a task per socket."""
+        (one ASGI event shared by its sockets), write without a task per socket (bench/fanout:
+        no per-socket JSON, no task per socket; docs/capacity.md)."""
         started = time.time()
         assignment = FleetAssignment.from_dict(message["assignment"])
         changed: dict[int, list[PushTarget]] = {}
