@@ -8,7 +8,7 @@ from typing import Any
 
 from django.urls import path
 
-from routing_policies.consumers import DeviceConsumer
+from routing_policies.push.consumer import DeviceConsumer
 from telemetry.alerts.consumers import AlertFeedConsumer
 from telemetry.dashboards.consumers import DashboardConsumer
 

@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 
-from .models import AuditEntry, Fleet, PolicyCell, PolicyVersion
+from .policies.models import AuditEntry, Fleet, PolicyCell, PolicyVersion
 
 
 @admin.register(Fleet)

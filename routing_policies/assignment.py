@@ -2,13 +2,21 @@
 
 PROTOCOL.md: `bucket = int(sha256(f"{salt}:{device_id}").hexdigest()[:8], 16) % 10000`; a device
 gets the candidate when `bucket < stage_percent * 100`. Stages only ever add devices, so a
-stage change reaches exactly the buckets between the old and the new percentage.
+stage change reaches exactly the buckets between the old and the new percentage. The rule is
+here once, in Python (`FleetAssignment.version_at`) and in SQL (`BUCKET_SQL`).
 """
 
 import hashlib
 from dataclasses import dataclass
 
 BUCKETS = 10_000
+
+# `bucket` in PostgreSQL, so counting or paging a million devices never leaves the database. The
+# salt is its one parameter (`%s`); `%%` is a literal `%` in Django's `extra()` SQL.
+BUCKET_SQL = (
+    "(('x' || substr(encode(sha256(convert_to(%s || ':' || device_id, 'UTF8')), 'hex'), 1, 8))"
+    "::bit(32)::bigint %% 10000)"
+)
 
 
 def bucket(salt: str, device_id: str) -> int:
@@ -30,13 +38,27 @@ class FleetAssignment:
     percent: int = 0
     rollout_id: int | None = None
 
-    def version_for(self, device_id: str) -> int | None:
-        """The version this device must run."""
+    @property
+    def splits(self) -> bool:
+        """Part of the fleet runs the candidate, the rest the stable version: buckets decide."""
+        return self.candidate is not None and 0 < self.percent < 100
+
+    @property
+    def candidate_buckets(self) -> int:
+        """How many of the BUCKETS run the candidate: those below this number."""
+        return self.percent * BUCKETS // 100
+
+    def version_at(self, device_bucket: int) -> int | None:
+        """The version a device in this bucket must run."""
         if self.candidate is None or self.percent <= 0:
             return self.stable
         if self.percent >= 100:
             return self.candidate
-        return self.candidate if bucket(self.salt, device_id) < self.percent * 100 else self.stable
+        return self.candidate if device_bucket < self.candidate_buckets else self.stable
+
+    def version_for(self, device_id: str) -> int | None:
+        """The version this device must run."""
+        return self.version_at(bucket(self.salt, device_id) if self.splits else 0)
 
     def in_candidate_cohort(self, device_id: str) -> bool:
         """True when the device is (at this stage) one of the candidate's devices."""
@@ -62,6 +84,30 @@ class FleetAssignment:
             percent=int(data.get("percent") or 0),
             rollout_id=_opt_int(data.get("rollout_id")),
         )
+
+
+class DeviceBucket:
+    """One connected device's bucket, hashed once per rollout salt.
+
+    A rollout keeps its salt for all its stages, so a stage change hashes nothing for a device
+    whose socket stays open (bench/fanout: a SHA-256 per socket per push otherwise).
+    """
+
+    __slots__ = ("_bucket", "_salt", "device_id")
+
+    def __init__(self, device_id: str) -> None:
+        self.device_id = device_id
+        self._salt: str | None = None
+        self._bucket = 0
+
+    def version_under(self, assignment: FleetAssignment) -> int | None:
+        """`assignment.version_for(device_id)`, without hashing again for a known salt."""
+        if not assignment.splits:
+            return assignment.version_at(0)
+        if self._salt != assignment.salt:
+            self._bucket = bucket(assignment.salt, self.device_id)
+            self._salt = assignment.salt
+        return assignment.version_at(self._bucket)
 
 
 def _opt_int(value: int | str | None) -> int | None:

@@ -6,10 +6,13 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from .cell_schema import DEFAULT_CELL_VALUES, SEED_DIMENSIONS
+from .devices.services import fleet_enrollment_key_rotate
 from .documents import Table, ordered_keys
-from .models import Fleet, FleetRouting
+from .extensions import demo_seeders
+from .policies.models import Fleet
+from .policies.services import fleet_create, policy_version_publish
 from .roles import ROLE_GROUPS, Role, ensure_role_groups
-from .services import fleet_create, fleet_enrollment_key_rotate, policy_version_publish
+from .rollouts.models import FleetRouting
 
 DEMO_FLEET = "voice-assistant-android"
 # The demo fleet's enrolment key, fixed so the simulated fleet of `make run` can enrol. Real
@@ -117,10 +120,9 @@ def demo_seed() -> list[str]:
     if not FleetRouting.objects.filter(fleet=fleet).exclude(enrollment_key_hash="").exists():
         fleet_enrollment_key_rotate(actor=None, fleet=fleet, key=DEMO_FLEET_KEY)
         created.append(f"enrolment key {DEMO_FLEET_KEY}")
-    # Alert rules (docs/alerts.md), the cloud-share jump among them.
-    from telemetry.alerts.services import alert_rules_seed
-
-    created.extend(alert_rules_seed(actor=None, fleet=fleet))
+    # What other apps add to the demo (telemetry: its alert rules, docs/alerts.md).
+    for seed in demo_seeders():
+        created.extend(seed(fleet))
     return created
 
 

@@ -35,3 +35,11 @@ class IsPublisher(_RolePermission):
 
     required = Role.PUBLISHER
     message = "You need the publisher role for this (publishing, creating fleets)."
+
+
+# The same refusal texts for the pages (controlplane.pages.role_required) as for the API.
+ROLE_REFUSALS = {
+    Role.VIEWER: IsViewer.message,
+    Role.EDITOR: IsEditor.message,
+    Role.PUBLISHER: IsPublisher.message,
+}

@@ -25,6 +25,8 @@ from .cell_schema import (
 )
 
 DIMENSION_VALUE_RE = re.compile(r"\A[a-z][a-z0-9_-]{0,31}\Z")
+# The largest version number an API accepts (a PostgreSQL integer).
+MAX_VERSION = 2**31 - 1
 MAX_DIMENSION_VALUES = 32
 MAX_CELLS = 4096
 

@@ -20,3 +20,27 @@ class TelemetryConfig(AppConfig):
         )
         # Alert rules and rollout guards are judged as rollups arrive (coalesced per fleet).
         rollups_stored.connect(alerts_on_rollups_stored, dispatch_uid="telemetry.alerts")
+        # Rollout guards and the demo's alert rules, plugged into routing_policies (which never
+        # imports telemetry): routing_policies/extensions.py.
+        from routing_policies.extensions import (
+            RolloutGuards,
+            demo_seeder_register,
+            rollout_guards_register,
+        )
+
+        from .alerts.apis import guard_options
+        from .alerts.services import alert_rules_seed, rollout_start_guarded
+        from .api_schemas import RolloutGuardsInputSerializer
+        from .selectors.alerts import guard_status
+
+        rollout_guards_register(
+            RolloutGuards(
+                start=rollout_start_guarded,
+                status=guard_status,
+                options_of=guard_options,
+                start_fields=RolloutGuardsInputSerializer,
+            )
+        )
+        demo_seeder_register(
+            "telemetry.alert_rules", lambda fleet: alert_rules_seed(actor=None, fleet=fleet)
+        )

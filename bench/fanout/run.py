@@ -471,8 +471,8 @@ def prepare_world(device_count: int) -> World:
 def frame_text(world: World, version: int, rollout: dict[str, Any] | None) -> str:
     """The exact `policy` frame our server sends for this version (for the baseline)."""
     from routing_policies import selectors
-    from routing_policies.consumers import policy_frame
     from routing_policies.models import PolicyVersion
+    from routing_policies.push.frames import policy_frame
 
     document = selectors.version_document(
         version=PolicyVersion.objects.select_related("fleet").get(fleet=world.fleet, number=version)

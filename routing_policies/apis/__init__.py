@@ -1,1 +1,1 @@
-"""REST API views: the policy table (`policy`), devices and rollouts (`rollout`)."""
+"""Old import paths only (see each module): the APIs live in each part's `apis`."""

@@ -1,6 +1,9 @@
-"""Every read of the app (see each module)."""
+"""The app's reads, for other apps, commands and tests; each lives in its part's `selectors`
+(policies, rollouts, devices), where the app's own views call it."""
 
-from .policy import (
+from ..devices.models import ONLINE_WINDOW, online_q
+from ..devices.selectors import device_list, device_query, device_rows
+from ..policies.selectors import (
     FleetState,
     FleetWithState,
     VersionRef,
@@ -18,17 +21,11 @@ from .policy import (
     version_table,
     versions_list,
 )
-from .rollout import (
-    ONLINE_WINDOW,
+from ..rollouts.selectors import (
     candidate_cohort_count,
     cloud_pressure_live,
-    device_list,
-    device_query,
-    device_rows,
     fleet_assignment,
     fleet_convergence,
-    live_devices,
-    online_q,
     open_rollout,
     rollout_out,
     rollout_status,
@@ -53,7 +50,6 @@ __all__ = [
     "fleet_list",
     "fleet_state_get",
     "latest_published",
-    "live_devices",
     "online_q",
     "open_rollout",
     "rollout_out",

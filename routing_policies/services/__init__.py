@@ -1,10 +1,9 @@
-"""Every write a user or device can cause, one function per use case (see each module)."""
+"""The app's writes, for other apps, commands and tests; each lives in its part's `services`
+(policies, rollouts, devices), where the app's own views call it."""
 
-from .devices import (
-    DEVICE_TOKEN_PREFIX,
-    FLEET_KEY_PREFIX,
+from ..devices.selectors import device_authenticate
+from ..devices.services import (
     device_ack,
-    device_authenticate,
     device_enroll,
     device_revoke,
     device_seen,
@@ -12,11 +11,10 @@ from .devices import (
     devices_seen,
     devices_seen_by_token,
     fleet_enrollment_key_rotate,
-    hash_secret,
 )
-from .policy import (
-    Actor,
-    audit_record,
+from ..devices.tokens import DEVICE_TOKEN_PREFIX, FLEET_KEY_PREFIX, hash_secret
+from ..policies.audit import Actor, audit_record
+from ..policies.services import (
     default_table,
     fleet_create,
     policy_draft_add_dimension_value,
@@ -27,7 +25,7 @@ from .policy import (
     policy_draft_update_cells,
     policy_version_publish,
 )
-from .rollout import (
+from ..rollouts.services import (
     cloud_pressure_set,
     fleet_switch_version,
     rollout_advance,

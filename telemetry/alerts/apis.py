@@ -15,10 +15,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane.api import require_object
 from controlplane.exceptions import Conflict, ValidationFailed
 from controlplane.openapi import error_responses, query_params_validate
 from routing_policies import selectors as policy_selectors
-from routing_policies.apis.policy import _require_object
 from routing_policies.models import Fleet, Rollout
 from routing_policies.permissions import IsEditor, IsPublisher, IsViewer
 
@@ -77,7 +77,7 @@ class AlertRuleListApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = _fleet(slug)
-        data = _require_object(request.data)
+        data = require_object(request.data)
         unknown = sorted(set(data) - set(services.RULE_FIELDS))
         if unknown:
             raise ValidationFailed(
@@ -117,7 +117,7 @@ class AlertRuleDetailApi(APIView):
     )
     def patch(self, request: Request, slug: str, rule_id: int) -> Response:
         fleet = _fleet(slug)
-        data = dict(_require_object(request.data))
+        data = dict(require_object(request.data))
         revision = data.pop("revision", None)
         rule = services.alert_rule_update(
             actor=request.user, fleet=fleet, rule_id=rule_id, revision=revision, changes=data
@@ -182,7 +182,7 @@ class AlertWebhookListApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = _fleet(slug)
-        data = _require_object(request.data)
+        data = require_object(request.data)
         unknown = sorted(set(data) - {"url", "format", "rule_id"})
         if unknown or "url" not in data:
             raise ValidationFailed(
@@ -264,7 +264,7 @@ class RolloutGuardsApi(APIView):
     )
     def put(self, request: Request, slug: str) -> Response:
         fleet = _fleet(slug)
-        data = _require_object(request.data)
+        data = require_object(request.data)
         unknown = sorted(set(data) - set(GUARD_FIELDS))
         if unknown:
             raise ValidationFailed(

@@ -4,7 +4,6 @@ a refusal shown on the page with its HTTP status (nothing changed), success → 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django.contrib import messages
@@ -13,10 +12,18 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from controlplane.exceptions import ApplicationError, ValidationFailed
+from controlplane.exceptions import ApplicationError
+from controlplane.pages import (
+    NumberField,
+    PageForm,
+    WholeNumberField,
+    fleet_or_404,
+    posted_values,
+    refusal,
+    role_required,
+)
 from routing_policies.models import Fleet
 from routing_policies.roles import Role, has_role
-from routing_policies.views import _fleet_or_404, role_required
 
 from ..alerting import format_clear, format_threshold, format_value
 from ..selectors import alerts as selectors
@@ -103,19 +110,20 @@ def _to_page(fleet: Fleet) -> HttpResponseRedirect:
     return HttpResponseRedirect(reverse("fleet-alerts", args=[fleet.slug]))
 
 
-def _number(raw: str, name: str, whole: bool) -> Any:
-    text = raw.strip()
-    try:
-        value = int(text) if whole else float(text)
-    except ValueError:
-        value = None
-    if value is None or (not whole and not math.isfinite(value)):
-        kind = "a whole number" if whole else "a number"
-        raise ValidationFailed(
-            f"{name.replace('_', ' ').capitalize()} must be {kind} (got {text[:40]!r}).",
-            details=[{"field": name, "message": kind}],
-        )
-    return value
+class _RuleNumbersForm(PageForm):
+    threshold = NumberField(label="Threshold")
+    window_minutes = WholeNumberField(label="Window minutes")
+    min_samples = WholeNumberField(label="Min samples")
+    for_seconds = WholeNumberField(label="For seconds", empty=0)
+    hysteresis = NumberField(label="Hysteresis", empty=0.0)
+
+
+class _RevisionForm(PageForm):
+    revision = WholeNumberField(label="Revision")
+
+
+class _WebhookRuleForm(PageForm):
+    rule_id = WholeNumberField(label="Rule id", empty=None)
 
 
 def _posted_rule(request: HttpRequest) -> dict[str, Any]:
@@ -124,11 +132,7 @@ def _posted_rule(request: HttpRequest) -> dict[str, Any]:
         "name": post.get("name", ""),
         "metric": post.get("metric", ""),
         "condition": post.get("condition", ""),
-        "threshold": _number(post.get("threshold", ""), "threshold", whole=False),
-        "window_minutes": _number(post.get("window_minutes", ""), "window_minutes", whole=True),
-        "min_samples": _number(post.get("min_samples", ""), "min_samples", whole=True),
-        "for_seconds": _number(post.get("for_seconds", "0") or "0", "for_seconds", whole=True),
-        "hysteresis": _number(post.get("hysteresis", "0") or "0", "hysteresis", whole=False),
+        **_RuleNumbersForm(post).values(),
         "scope": post.get("scope", ""),
         "scope_value": post.get("scope_value", "").strip(),
         "enabled": post.get("enabled") == "on",
@@ -138,29 +142,24 @@ def _posted_rule(request: HttpRequest) -> dict[str, Any]:
 def _refused(
     request: HttpRequest, fleet: Fleet, exc: ApplicationError, editing: AlertRule | None = None
 ) -> HttpResponse:
-    return _alerts_page(
-        request,
-        fleet,
-        status=exc.status_code,
-        error=f"{exc.message} Nothing was changed.",
-        problems=exc.details,
-        form={k: str(v) for k, v in request.POST.items() if k != "csrfmiddlewaretoken"},
-        editing=editing,
-    )
+    def page_again(**shown: Any) -> HttpResponse:
+        return _alerts_page(request, fleet, form=posted_values(request), editing=editing, **shown)
+
+    return refusal(page_again, exc)
 
 
 @role_required(Role.VIEWER)
 @require_GET
 def alerts_page(request: HttpRequest, slug: str) -> HttpResponse:
     """Rules and their states, history, webhooks and deliveries."""
-    return _alerts_page(request, _fleet_or_404(slug))
+    return _alerts_page(request, fleet_or_404(slug))
 
 
 @role_required(Role.EDITOR)
 @require_POST
 def alert_rule_create(request: HttpRequest, slug: str) -> HttpResponse:
     """Add a rule."""
-    fleet = _fleet_or_404(slug)
+    fleet = fleet_or_404(slug)
     try:
         rule = services.alert_rule_create(actor=request.user, fleet=fleet, **_posted_rule(request))
     except ApplicationError as exc:
@@ -173,14 +172,14 @@ def alert_rule_create(request: HttpRequest, slug: str) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def alert_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpResponse:
     """The page with the rule in the form (GET); save it (POST, with its revision)."""
-    fleet = _fleet_or_404(slug)
+    fleet = fleet_or_404(slug)
     rule = AlertRule.objects.filter(fleet=fleet, pk=rule_id).first()
     if rule is None:
         raise Http404(f"Fleet {slug!r} has no alert rule {rule_id}.")
     if request.method == "GET":
         return _alerts_page(request, fleet, editing=rule)
     try:
-        revision = _number(request.POST.get("revision", ""), "revision", whole=True)
+        revision = _RevisionForm(request.POST).values()["revision"]
         rule = services.alert_rule_update(
             actor=request.user,
             fleet=fleet,
@@ -198,7 +197,7 @@ def alert_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpRespon
 @require_POST
 def alert_rule_delete(request: HttpRequest, slug: str, rule_id: int) -> HttpResponse:
     """Remove a rule (its history stays)."""
-    fleet = _fleet_or_404(slug)
+    fleet = fleet_or_404(slug)
     services.alert_rule_delete(actor=request.user, fleet=fleet, rule_id=rule_id)
     messages.success(request, "Removed the rule.")
     return _to_page(fleet)
@@ -208,10 +207,9 @@ def alert_rule_delete(request: HttpRequest, slug: str, rule_id: int) -> HttpResp
 @require_POST
 def alert_webhook_create(request: HttpRequest, slug: str) -> HttpResponse:
     """Add a webhook for every rule or one."""
-    fleet = _fleet_or_404(slug)
-    raw_rule = request.POST.get("rule_id", "").strip()
+    fleet = fleet_or_404(slug)
     try:
-        rule_id = _number(raw_rule, "rule_id", whole=True) if raw_rule else None
+        rule_id = _WebhookRuleForm(request.POST).values()["rule_id"]
         webhook = services.alert_webhook_create(
             actor=request.user,
             fleet=fleet,
@@ -229,7 +227,7 @@ def alert_webhook_create(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def alert_webhook_delete(request: HttpRequest, slug: str, webhook_id: int) -> HttpResponse:
     """Stop posting to a webhook."""
-    fleet = _fleet_or_404(slug)
+    fleet = fleet_or_404(slug)
     services.alert_webhook_delete(actor=request.user, fleet=fleet, webhook_id=webhook_id)
     messages.success(request, "Removed the webhook.")
     return _to_page(fleet)

@@ -18,9 +18,9 @@ from rest_framework.views import APIView
 
 from controlplane.exceptions import ApplicationError
 from controlplane.openapi import query_params_validate
+from controlplane.pages import fleet_or_404, role_required
 from routing_policies.roles import Role
 from routing_policies.selectors import fleet_get
-from routing_policies.views import _fleet_or_404, role_required
 
 from ..api_schemas import FleetDashboardSerializer
 from ..models import Cohort
@@ -82,7 +82,7 @@ class FleetDashboardApi(APIView):
 @require_GET
 def dashboard_page(request: HttpRequest, slug: str) -> HttpResponse:
     """The fleet's live dashboard; a bad query shows the default view with the reason (400)."""
-    fleet = _fleet_or_404(slug)
+    fleet = fleet_or_404(slug)
     error = ""
     status = 200
     try:

@@ -8,7 +8,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
 
 from controlplane.exceptions import ApplicationError
-from routing_policies import selectors, services
+from routing_policies.extensions import rollout_guard_status, rollout_start_guarded
+from routing_policies.policies.selectors import fleet_get
+from routing_policies.rollouts import selectors, services
 
 ACTIONS = ("start", "advance", "pause", "resume", "rollback", "complete", "switch", "status")
 
@@ -55,12 +57,10 @@ class Command(BaseCommand):
             if actor is None:
                 raise CommandError(f"No user {options['as_user']!r}.")
         try:
-            fleet = selectors.fleet_get(slug=options["fleet"])
+            fleet = fleet_get(slug=options["fleet"])
             if action in ("start", "switch") and options["policy_version"] is None:
                 raise CommandError(f"`{action}` needs --policy-version N.")
             if action == "start":
-                from telemetry.alerts.services import rollout_start_guarded
-
                 rollout_start_guarded(
                     actor=actor,
                     fleet=fleet,
@@ -85,9 +85,7 @@ class Command(BaseCommand):
             raise CommandError(f"{error.code}: {error.message}") from error
         status = selectors.rollout_status(fleet)
         if status["rollout"] is not None:
-            from telemetry.selectors.alerts import guard_status
-
-            status["guards"] = guard_status(rollout_id=status["rollout"]["id"])
+            status["guards"] = rollout_guard_status(rollout_id=status["rollout"]["id"])
         self.stdout.write(json.dumps(status, cls=DjangoJSONEncoder, indent=2))
 
 

@@ -16,9 +16,10 @@ from controlplane.exceptions import ApplicationError
 from edge_sdk.simulate.__main__ import add_arguments, config_from_args
 from edge_sdk.simulate.__main__ import run as run_fleet
 from routing_policies.demo import DEMO_FLEET, DEMO_FLEET_KEY
-from routing_policies.models import FleetRouting
-from routing_policies.selectors import fleet_assignment, fleet_get
-from routing_policies.services.devices import hash_secret
+from routing_policies.devices.tokens import hash_secret
+from routing_policies.policies.selectors import fleet_get
+from routing_policies.rollouts.models import FleetRouting
+from routing_policies.rollouts.selectors import fleet_assignment
 
 
 class Command(BaseCommand):

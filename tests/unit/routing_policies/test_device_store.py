@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 
-from routing_policies import consumers
-from routing_policies.consumers import DeviceStore
 from routing_policies.models import Device
+from routing_policies.push import store as device_store
+from routing_policies.push.store import DeviceStore
 from routing_policies.roles import Role
 from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
 from tests.factories import UserFactory, make_fleet
@@ -45,7 +45,7 @@ async def test_device_store__acks_arriving_one_by_one__one_batch_each_with_its_o
 ) -> None:
     # Given enrolled devices and a store whose acks wait 1 s for company (the 0.1 s of
     # production could pass while a loaded machine paused this test between two acks)
-    monkeypatch.setattr(consumers, "LAZY_WRITE_DELAY_S", 1.0)
+    monkeypatch.setattr(device_store, "LAZY_WRITE_DELAY_S", 1.0)
     devices = await database_sync_to_async(_enrolled)()
     store = DeviceStore()
 
@@ -70,7 +70,7 @@ async def test_device_store__connect_while_acks_wait__written_at_once_with_the_a
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Given acks waiting for company, for longer than this test may take
-    monkeypatch.setattr(consumers, "LAZY_WRITE_DELAY_S", 600.0)
+    monkeypatch.setattr(device_store, "LAZY_WRITE_DELAY_S", 600.0)
     devices = await database_sync_to_async(_enrolled)()
     store = DeviceStore()
     for device in devices[1:]:

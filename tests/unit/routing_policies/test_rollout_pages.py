@@ -8,10 +8,11 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from controlplane.exceptions import ApplicationError
 from routing_policies import selectors, services
+from routing_policies.devices.tokens import hash_secret
 from routing_policies.models import Device, Fleet, FleetRouting, PolicyVersion, Rollout
 from routing_policies.roles import Role
-from routing_policies.services.devices import hash_secret
 
 SLUG = "fleet-a"
 ROLLOUT_URL = f"/fleets/{SLUG}/rollout/"
@@ -715,7 +716,7 @@ def test_enrollment_key_rotate__publisher__new_key_shown_once_then_only_its_pref
     assert "it is shown only this once" in page
     # ... it enrols devices, and the old key no longer does
     services.device_enroll(fleet_key=new_key, device_id="fresh")
-    with pytest.raises(services.devices.ApplicationError):
+    with pytest.raises(ApplicationError):
         services.device_enroll(fleet_key=FLEET_KEY, device_id="stale")
     # ... and the next visit shows only its prefix
     again = text_of(client.get(DEVICES_URL))

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from routing_policies import push, token_cache
+from routing_policies.devices import token_cache
 from routing_policies.models import Device
+from routing_policies.push import publish as push
 
 pytestmark = pytest.mark.django_db
 

@@ -15,16 +15,24 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane.api import (
+    JsonChoiceField,
+    JsonIntegerField,
+    JsonRegexField,
+    JsonSlugField,
+    JsonStringField,
+    TidyJsonStringField,
+    require_object,
+)
 from controlplane.exceptions import ApplicationError, ValidationFailed
 from controlplane.openapi import error_responses, query_params_validate
 from controlplane.validators import SOME_TEXT_PATTERN
 
-from .. import selectors, services
 from ..cell_schema import DIMENSIONS, flatten
-from ..models import AuditEntry, PolicyVersion
 from ..permissions import IsEditor, IsPublisher, IsViewer
 from ..validation import DIMENSION_VALUE_RE
-from . import schemas
+from . import schemas, selectors, services
+from .models import AuditEntry, PolicyVersion
 
 _IF_MATCH_RE = re.compile(r'^\s*(?:W/)?"r(\d+)"\s*$')
 
@@ -95,15 +103,6 @@ def _revision(request: Request, data: Any = None) -> int:
     return int(value)
 
 
-def _require_object(data: Any) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise ValidationFailed(
-            "The body must be a JSON object.",
-            details=[{"field": "body", "message": "expected an object"}],
-        )
-    return data
-
-
 def _user_name(user: Any) -> str | None:
     return user.get_username() if user is not None else None
 
@@ -168,9 +167,9 @@ class FleetListApi(APIView):
     """List fleets; publishers create them."""
 
     class InputSerializer(serializers.Serializer[Any]):
-        slug = schemas.JsonSlugField(max_length=64)
-        name = schemas.TidyJsonStringField(max_length=200)
-        description = schemas.JsonStringField(max_length=2000, required=False, allow_blank=True)
+        slug = JsonSlugField(max_length=64)
+        name = TidyJsonStringField(max_length=200)
+        description = JsonStringField(max_length=2000, required=False, allow_blank=True)
 
         class Meta:
             ref_name = "FleetCreate"  # OpenAPI component names must be unique
@@ -187,7 +186,7 @@ class FleetListApi(APIView):
         responses={201: schemas.FleetSerializer, **error_responses(409)},
     )
     def post(self, request: Request) -> Response:
-        serializer = self.InputSerializer(data=_require_object(request.data))
+        serializer = self.InputSerializer(data=require_object(request.data))
         serializer.is_valid(raise_exception=True)
         fleet = services.fleet_create(actor=request.user, **serializer.validated_data)
         return Response(
@@ -266,7 +265,7 @@ class DraftApi(APIView):
     """Read, start (from the latest or a chosen version) and discard the fleet's draft."""
 
     class CreateSerializer(serializers.Serializer[Any]):
-        from_version = schemas.JsonIntegerField(
+        from_version = JsonIntegerField(
             min_value=1, max_value=999_999_999, required=False, allow_null=True
         )
 
@@ -287,7 +286,7 @@ class DraftApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
-        serializer = self.CreateSerializer(data=_require_object(request.data))
+        serializer = self.CreateSerializer(data=require_object(request.data))
         serializer.is_valid(raise_exception=True)
         draft = services.policy_draft_create(
             actor=request.user,
@@ -305,7 +304,7 @@ class DraftApi(APIView):
         services.policy_draft_discard(
             actor=request.user,
             fleet=fleet,
-            revision=_revision(request, _require_object(request.data)),
+            revision=_revision(request, require_object(request.data)),
         )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -328,7 +327,7 @@ class DraftCellsApi(APIView):
     )
     def patch(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
-        data = _require_object(request.data)
+        data = require_object(request.data)
         revision = _revision(request, data)
         cells = data.get("cells")
         if not isinstance(cells, list):
@@ -351,9 +350,9 @@ class DraftDimensionsApi(APIView):
     permission_classes = [IsEditor]
 
     class InputSerializer(serializers.Serializer[Any]):
-        dimension = schemas.JsonChoiceField(choices=DIMENSIONS)
-        value = schemas.JsonRegexField(DIMENSION_VALUE_RE, trim_whitespace=False, max_length=32)
-        copy_from = schemas.JsonRegexField(
+        dimension = JsonChoiceField(choices=DIMENSIONS)
+        value = JsonRegexField(DIMENSION_VALUE_RE, trim_whitespace=False, max_length=32)
+        copy_from = JsonRegexField(
             DIMENSION_VALUE_RE,
             trim_whitespace=False,
             max_length=32,
@@ -361,7 +360,7 @@ class DraftDimensionsApi(APIView):
             allow_null=True,
             help_text="an existing value of the dimension whose cells the new ones copy",
         )
-        revision = schemas.JsonIntegerField(min_value=1, required=False)
+        revision = JsonIntegerField(min_value=1, required=False)
 
         class Meta:
             ref_name = "DimensionValueAddCheck"
@@ -380,7 +379,7 @@ class DraftDimensionsApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
-        data = _require_object(request.data)
+        data = require_object(request.data)
         revision = _revision(request, data)
         serializer = self.InputSerializer(data=data)
         serializer.is_valid(raise_exception=True)
@@ -409,7 +408,7 @@ class DraftDimensionValueApi(APIView):
         draft = services.policy_draft_remove_dimension_value(
             actor=request.user,
             fleet=fleet,
-            revision=_revision(request, _require_object(request.data)),
+            revision=_revision(request, require_object(request.data)),
             dimension=dimension,
             value=value,
         )
@@ -427,7 +426,7 @@ class DraftImportApi(APIView):
     )
     def put(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
-        document = _require_object(request.data)
+        document = require_object(request.data)
         has_draft = selectors.draft_get(fleet=fleet) is not None
         # A top-level `revision` is not part of the policy document; the import ignores it.
         revision = _revision(request, document) if has_draft else None
@@ -444,10 +443,10 @@ class PublishApi(APIView):
 
     class InputSerializer(serializers.Serializer[Any]):
         # Blank passes here: the service refuses it (naming `note`), for the page and the API.
-        note = schemas.JsonStringField(
+        note = JsonStringField(
             max_length=2000, allow_blank=True, help_text="The release note: what changed and why."
         )
-        revision = schemas.JsonIntegerField(min_value=1, required=False)
+        revision = JsonIntegerField(min_value=1, required=False)
 
         class Meta:
             ref_name = "PublishCheck"
@@ -456,7 +455,7 @@ class PublishApi(APIView):
         """The body as documented: `revision` required (If-Match may stand in for it), a note
         with some text (the service refuses a blank one)."""
 
-        note = schemas.JsonStringField(
+        note = JsonStringField(
             max_length=2000,
             validators=[
                 RegexValidator(SOME_TEXT_PATTERN, "Must hold some text, not only whitespace.")
@@ -474,7 +473,7 @@ class PublishApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
-        data = _require_object(request.data)
+        data = require_object(request.data)
         revision = _revision(request, data)
         serializer = self.InputSerializer(data=data)
         serializer.is_valid(raise_exception=True)
@@ -514,7 +513,7 @@ class AuditApi(APIView):
     """The audit log, newest first; `?fleet=` narrows it to one fleet."""
 
     class QuerySerializer(serializers.Serializer[Any]):
-        fleet = schemas.JsonSlugField(
+        fleet = JsonSlugField(
             max_length=64, required=False, help_text="only this fleet's entries (on /audit/)"
         )
         limit = serializers.IntegerField(min_value=1, max_value=1000, default=200)

@@ -1,8 +1,8 @@
-"""Devices: enrolment with the fleet's key, tokens (shown once, stored hashed), presence, acks."""
+"""Devices: enrolment with the fleet's key, tokens (shown once, stored hashed), presence, acks,
+and the batched writes of the push tier's sockets (connect, hello, disconnect)."""
 
-import hashlib
 import logging
-import secrets
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -12,37 +12,26 @@ from django.utils import timezone
 
 from controlplane.exceptions import ApplicationError, Conflict
 
-from .. import push, token_cache
-from ..models import Device, Fleet, FleetRouting
-from .policy import Actor, audit_record
+from ..policies.audit import Actor, audit_record
+from ..policies.models import Fleet
+from ..push.frames import revoke_message, superseded_message
+from ..push.publish import publish_many, publish_on_commit
+from ..rollouts.models import FleetRouting
+from ..rollouts.selectors import cloud_pressure_live, fleet_assignment
+from ..rollouts.services import fleet_routing_lock
+from . import token_cache
+from .models import Device
+from .selectors import device_authenticate
+from .tokens import hash_secret, new_device_token, new_fleet_key
 
 logger = logging.getLogger(__name__)
-
-DEVICE_TOKEN_PREFIX = "dt_"
-FLEET_KEY_PREFIX = "fk_"
-
-
-def hash_secret(secret: str) -> str:
-    """Tokens and keys are stored as SHA-256: they are long random strings, not passwords."""
-    return hashlib.sha256(secret.encode()).hexdigest()
-
-
-def _lock_routing(fleet: Fleet) -> FleetRouting:
-    # `of=("self",)`: the stable version is a nullable join, and PostgreSQL refuses FOR UPDATE
-    # on the nullable side of an outer join; only the routing row needs the lock anyway.
-    locked = FleetRouting.objects.select_for_update(of=("self",)).select_related("stable_version")
-    routing = locked.filter(fleet=fleet).first()
-    if routing is None:  # fleets made before routing rows existed, or by hand
-        FleetRouting.objects.get_or_create(fleet=fleet)
-        routing = locked.get(fleet=fleet)
-    return routing
 
 
 @transaction.atomic
 def fleet_enrollment_key_rotate(*, actor: Actor, fleet: Fleet, key: str | None = None) -> str:
     """Issue a new enrolment key (shown once, stored hashed); enrolled devices keep working."""
-    routing = _lock_routing(fleet)
-    key = key or FLEET_KEY_PREFIX + secrets.token_urlsafe(24)
+    routing = fleet_routing_lock(fleet)
+    key = key or new_fleet_key()
     routing.enrollment_key_hash = hash_secret(key)
     routing.enrollment_key_prefix = key[:10]
     routing.save(update_fields=["enrollment_key_hash", "enrollment_key_prefix", "updated_at"])
@@ -73,7 +62,7 @@ def device_enroll(
     )
     if routing is None:
         raise ApplicationError("Unknown fleet key.", code="bad_fleet_key", status=401)
-    token = DEVICE_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = new_device_token()
     fields = {"platform": platform, "model": model, "sdk": sdk, "token_hash": hash_secret(token)}
     device = (
         Device.objects.select_for_update().filter(fleet=routing.fleet, device_id=device_id).first()
@@ -88,12 +77,9 @@ def device_enroll(
             ) from None
     else:
         old_hash = device.token_hash
-        old_message = {
-            "kind": "revoke",
-            "fleet_id": routing.fleet_id,
-            "device_pk": device.pk,
-            "token_hash": old_hash,
-        }
+        old_message = revoke_message(
+            fleet_id=routing.fleet_id, device_pk=device.pk, token_hash=old_hash
+        )
         for name, value in fields.items():
             setattr(device, name, value)
         device.revoked_at = None
@@ -103,20 +89,9 @@ def device_enroll(
         device.save()
         # Close only the socket opened with the old token, not one opened with the new.
         transaction.on_commit(lambda: token_cache.forget(old_hash))
-        transaction.on_commit(lambda: push.publish(old_message))
+        publish_on_commit(old_message)
     logger.info("device.enrolled fleet=%s device=%s", routing.fleet.slug, device_id)
     return device, token
-
-
-def device_authenticate(token: str) -> Device | None:
-    """The live (not revoked) device owning this token."""
-    if not token.startswith(DEVICE_TOKEN_PREFIX) or len(token) > 200:
-        return None
-    return (
-        Device.objects.select_related("fleet")
-        .filter(token_hash=hash_secret(token), revoked_at__isnull=True)
-        .first()
-    )
 
 
 @transaction.atomic
@@ -134,15 +109,11 @@ def device_revoke(*, actor: Actor, device: Device) -> Device:
             target=f"device {device.device_id}",
             summary=f"Revoked {device.device_id}",
         )
-        message = {
-            "kind": "revoke",
-            "fleet_id": device.fleet_id,
-            "device_pk": device.pk,
-            "token_hash": device.token_hash,
-        }
         revoked_hash = device.token_hash
         transaction.on_commit(lambda: token_cache.forget(revoked_hash))
-        transaction.on_commit(lambda: push.publish(message))
+        publish_on_commit(
+            revoke_message(fleet_id=device.fleet_id, device_pk=device.pk, token_hash=revoked_hash)
+        )
     return device
 
 
@@ -202,3 +173,84 @@ def devices_ack(*, acks: Sequence[tuple[int, int] | tuple[int, int, datetime]]) 
 def device_ack(*, device_pk: int, version: int) -> None:
     """`devices_ack` for one device."""
     devices_ack(acks=[(device_pk, version)])
+
+
+# --- the push tier's sockets, in batches (push.store.DeviceStore) -----------------------------
+
+
+def devices_connect(*, tokens: list[str]) -> list[dict[str, Any] | None]:
+    """Sockets opening with these tokens: each one's device (None for a bad or revoked token).
+
+    Their devices are marked offline until the new socket says hello (`devices_hello`), as
+    their only live socket (the new one supersedes any older) has not yet; every process is
+    told that older sockets of these devices, wherever they are (a half-open one on another
+    process after a network switch), are superseded.
+    """
+    devices = [device_authenticate(token) for token in tokens]
+    live = [device for device in devices if device is not None]
+    if not live:
+        return [None] * len(tokens)
+    devices_seen(device_pks=[device.pk for device in live], connected=False)
+    connected_at = time.time()
+    publish_many(
+        [
+            superseded_message(
+                fleet_id=device.fleet_id, device_pk=device.pk, connected_at=connected_at
+            )
+            for device in live
+        ]
+    )
+    return [
+        None
+        if device is None
+        else {
+            "pk": device.pk,
+            "device_id": device.device_id,
+            "fleet_id": device.fleet_id,
+            "token_hash": device.token_hash,
+            "connected_at": connected_at,
+        }
+        for device in devices
+    ]
+
+
+def devices_hello(*, requests: list[tuple[int, int, dict[str, Any], str]]) -> list[dict[str, Any]]:
+    """Sockets that said hello, as `(device_pk, fleet_id, fields, token_hash)`: record what each
+    device said and mark it online; answer each with its fleet's assignment and cloud pressure
+    (read once per fleet) and whether it is `revoked`. Only a socket whose token is still the
+    device's current one, not revoked, counts: one opened with a token that a re-enrolment
+    replaced is told `revoked`."""
+    by_fields: dict[tuple[tuple[str, Any], ...], list[str]] = {}
+    for _, _, fields, token_hash in requests:
+        by_fields.setdefault(tuple(sorted(fields.items())), []).append(token_hash)
+    for key, token_hashes in by_fields.items():
+        devices_seen_by_token(token_hashes=token_hashes, connected=True, **dict(key))
+    fleets = {
+        fleet_id: (fleet_assignment(fleet_id), cloud_pressure_live(fleet_id))
+        for fleet_id in {fleet_id for _, fleet_id, _, _ in requests}
+    }
+    current = set(
+        Device.objects.filter(
+            token_hash__in=[token_hash for _, _, _, token_hash in requests],
+            revoked_at__isnull=True,
+        ).values_list("token_hash", flat=True)
+    )
+    return [
+        {
+            "assignment": fleets[fleet_id][0],
+            "pressure": fleets[fleet_id][1],
+            "revoked": token_hash not in current,
+        }
+        for _, fleet_id, _, token_hash in requests
+    ]
+
+
+def devices_disconnect(*, token_hashes: list[str]) -> None:
+    """Sockets closed: mark offline the devices whose current tokens these are.
+
+    By token hash, not device: a socket opened with a token that a re-enrolment has since
+    replaced must not mark offline the device now connected with the new token.
+    """
+    Device.objects.filter(token_hash__in=token_hashes).update(
+        connected=False, last_seen_at=timezone.now()
+    )

@@ -1,35 +1,39 @@
-"""Pages of gray release: the rollout page (stage, actions, live convergence) and the devices.
+"""Pages of gray release: the rollout page (stage, actions, live convergence, guards).
 
-Like `views`, these stay thin: reads through `selectors`, each action one `services` call, an
-application error shown on the page with its HTTP status, success answered with a redirect and
-a message (POST/redirect/GET). Viewers read; only publishers act.
+Thin like every page: reads through `selectors`, input through `forms`, each action one
+`services` call (a start through `extensions`, which guards it when asked), a refusal shown on
+the page with its HTTP status (`controlplane.pages.refusal`), success answered with a redirect
+and a message (POST/redirect/GET). Viewers read; only publishers act.
 """
 
-import math
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.core.paginator import Paginator
-from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from controlplane.exceptions import ApplicationError, ValidationFailed
+from controlplane.exceptions import ApplicationError
+from controlplane.pages import fleet_or_404, posted_values, refusal, role_required
 
+from ..extensions import rollout_guard_status, rollout_start_guarded
+from ..policies.models import Fleet
+from ..policies.selectors import published_versions
+from ..roles import Role
 from . import selectors, services
-from .models import Device, Fleet, Rollout
-from .roles import Role
-from .selectors import rollout_pages
-from .services.rollout import MAX_CLOUD_PRESSURE_TTL_S
-from .views import _fleet_or_404, role_required
+from .forms import (
+    CloudPressureForm,
+    FleetSwitchForm,
+    RolloutAdvanceForm,
+    RolloutStartForm,
+    guard_options,
+)
+from .models import Rollout
+from .services import MAX_CLOUD_PRESSURE_TTL_S
 
-DEVICE_PAGE_SIZE = 50
-ONLINE_CHOICES = ("all", "online", "offline")
 STATE_LABELS = {
     Rollout.State.ACTIVE: "active",
     Rollout.State.PAUSED: "paused",
@@ -150,7 +154,7 @@ def _rollout_page(
     rollout = state["rollout"]
     convergence = state["convergence"]
     stable = state["stable_version"]
-    versions = rollout_pages.published_versions(fleet=fleet)
+    versions = published_versions(fleet=fleet)
     is_open = bool(rollout and rollout["open"])
     context: dict[str, Any] = {
         "fleet": fleet,
@@ -171,10 +175,10 @@ def _rollout_page(
         "other_versions": [v for v in versions if v["number"] != stable],
         "history": [
             {"event": event, "label": EVENT_LABELS.get(event.action, event.action)}
-            for event in rollout_pages.rollout_history(fleet=fleet)
+            for event in selectors.rollout_history(fleet=fleet)
         ],
-        "history_limit": rollout_pages.ROLLOUT_HISTORY_LIMIT,
-        "guards": _guards_of(rollout),
+        "history_limit": selectors.ROLLOUT_HISTORY_LIMIT,
+        "guards": rollout_guard_status(rollout_id=rollout["id"]) if rollout else None,
         "max_ttl": MAX_CLOUD_PRESSURE_TTL_S,
         "error": error,
         "problems": problems or [],
@@ -183,63 +187,13 @@ def _rollout_page(
     return render(request, "routing_policies/rollout.html", context, status=status)
 
 
-def _guards_of(rollout: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The rollout's guards and their verdicts (telemetry.selectors.alerts), if it has any."""
-    from telemetry.selectors.alerts import guard_status
-
-    return guard_status(rollout_id=rollout["id"]) if rollout else None
-
-
-def _posted_guard_options(request: HttpRequest) -> dict[str, Any]:
-    """The start form's guard fields: none unless "guard this rollout" is ticked."""
-    if request.POST.get("guarded") != "on":
-        return {}
-    return {
-        "guards": "default",
-        "bake_minutes": _posted_int(request, "bake_minutes", "The bake time"),
-        "auto_advance": request.POST.get("auto_advance") == "on",
-        "window_minutes": _posted_int(request, "guard_window_minutes", "The guard window"),
-        "min_samples": _posted_int(request, "guard_min_samples", "The minimum events"),
-    }
-
-
 def _refused(request: HttpRequest, fleet: Fleet, exc: ApplicationError) -> HttpResponse:
     """The rollout page again, saying why the action was refused; nothing changed."""
-    return _rollout_page(
-        request,
-        fleet,
-        status=exc.status_code,
-        error=f"{exc.message} Nothing was changed.",
-        problems=exc.details,
-        form={
-            key: str(value) for key, value in request.POST.items() if key != "csrfmiddlewaretoken"
-        },
-    )
 
+    def page_again(**shown: Any) -> HttpResponse:
+        return _rollout_page(request, fleet, form=posted_values(request), **shown)
 
-def _posted_int(request: HttpRequest, name: str, label: str) -> int:
-    raw = (request.POST.get(name) or "").strip()
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValidationFailed(
-            f"{label} must be a whole number (got {raw[:40]!r}).",
-            details=[{"field": name, "message": "a whole number"}],
-        ) from None
-
-
-def _posted_float(request: HttpRequest, name: str, label: str) -> float:
-    raw = (request.POST.get(name) or "").strip()
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
-        raise ValidationFailed(
-            f"{label} must be a number (got {raw[:40]!r}).",
-            details=[{"field": name, "message": "a number"}],
-        )
-    return value
+    return refusal(page_again, exc)
 
 
 def _to_rollout(fleet: Fleet) -> HttpResponseRedirect:
@@ -253,23 +207,21 @@ def _to_rollout(fleet: Fleet) -> HttpResponseRedirect:
 @require_GET
 def rollout_page(request: HttpRequest, slug: str) -> HttpResponse:
     """Stable version, the open rollout and what comes next, fleet convergence, history."""
-    return _rollout_page(request, _fleet_or_404(slug))
+    return _rollout_page(request, fleet_or_404(slug))
 
 
 @role_required(Role.PUBLISHER)
 @require_POST
 def rollout_start(request: HttpRequest, slug: str) -> HttpResponse:
     """Start rolling a published version out at 5%."""
-    fleet = _fleet_or_404(slug)
+    fleet = fleet_or_404(slug)
     try:
-        from telemetry.alerts.services import rollout_start_guarded
-
-        version = _posted_int(request, "version", "The version to roll out")
+        version = RolloutStartForm(request.POST).values()["version"]
         rollout = rollout_start_guarded(
             actor=request.user,
             fleet=fleet,
             version=version,
-            guard_options=_posted_guard_options(request),
+            guard_options=guard_options(request.POST),
         )
     except ApplicationError as exc:
         return _refused(request, fleet, exc)
@@ -285,10 +237,10 @@ def rollout_start(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def rollout_advance(request: HttpRequest, slug: str) -> HttpResponse:
     """Advance to the stage the button named; a second click on the same button does nothing."""
-    fleet = _fleet_or_404(slug)
+    fleet = fleet_or_404(slug)
     before = selectors.open_rollout(fleet.pk)
     try:
-        to_stage = _posted_int(request, "to_stage", "The stage to advance to")
+        to_stage = RolloutAdvanceForm(request.POST).values()["to_stage"]
         rollout = services.rollout_advance(actor=request.user, fleet=fleet, to_stage=to_stage)
     except ApplicationError as exc:
         return _refused(request, fleet, exc)
@@ -305,7 +257,7 @@ def rollout_advance(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def rollout_pause(request: HttpRequest, slug: str) -> HttpResponse:
     """Hold the rollout at its stage."""
-    fleet = _fleet_or_404(slug)
+    fleet = fleet_or_404(slug)
     try:
         rollout = services.rollout_pause(actor=request.user, fleet=fleet)
     except ApplicationError as exc:
@@ -321,7 +273,7 @@ def rollout_pause(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def rollout_resume(request: HttpRequest, slug: str) -> HttpResponse:
     """Let a paused rollout advance again."""
-    fleet = _fleet_or_404(slug)
+    fleet = fleet_or_404(slug)
     try:
         rollout = services.rollout_resume(actor=request.user, fleet=fleet)
     except ApplicationError as exc:
@@ -334,7 +286,7 @@ def rollout_resume(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def rollout_complete(request: HttpRequest, slug: str) -> HttpResponse:
     """At 100%, make the candidate the fleet's stable version."""
-    fleet = _fleet_or_404(slug)
+    fleet = fleet_or_404(slug)
     try:
         rollout = services.rollout_complete(actor=request.user, fleet=fleet)
     except ApplicationError as exc:
@@ -351,7 +303,7 @@ def rollout_complete(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def rollout_rollback(request: HttpRequest, slug: str) -> HttpResponse:
     """One click: every device returns to the stable version."""
-    fleet = _fleet_or_404(slug)
+    fleet = fleet_or_404(slug)
     reason = (request.POST.get("reason") or "").strip()
     try:
         rollout = services.rollout_rollback(actor=request.user, fleet=fleet, reason=reason)
@@ -369,10 +321,10 @@ def rollout_rollback(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def fleet_switch(request: HttpRequest, slug: str) -> HttpResponse:
     """Move the whole fleet to a published version at once (no stages)."""
-    fleet = _fleet_or_404(slug)
+    fleet = fleet_or_404(slug)
     before = selectors.fleet_assignment(fleet.pk).stable
     try:
-        version = _posted_int(request, "version", "The version to switch to")
+        version = FleetSwitchForm(request.POST).values()["version"]
         services.fleet_switch_version(actor=request.user, fleet=fleet, version=version)
     except ApplicationError as exc:
         return _refused(request, fleet, exc)
@@ -387,10 +339,10 @@ def fleet_switch(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def cloud_pressure(request: HttpRequest, slug: str) -> HttpResponse:
     """Nudge θ for the whole fleet for a while, without a new version."""
-    fleet = _fleet_or_404(slug)
+    fleet = fleet_or_404(slug)
     try:
-        offset = _posted_float(request, "theta_offset", "The θ offset")
-        ttl_s = _posted_int(request, "ttl_s", "The duration in seconds")
+        pressure = CloudPressureForm(request.POST).values()
+        offset, ttl_s = pressure["theta_offset"], pressure["ttl_s"]
         services.cloud_pressure_set(
             actor=request.user, fleet=fleet, theta_offset=offset, ttl_s=ttl_s
         )
@@ -400,125 +352,3 @@ def cloud_pressure(request: HttpRequest, slug: str) -> HttpResponse:
         request, f"Sent cloud_pressure θ {offset:+.2f} for {ttl_s:,} s to the whole fleet."
     )
     return _to_rollout(fleet)
-
-
-# --- devices ----------------------------------------------------------------------------------
-
-
-def _device_filters(request: HttpRequest) -> tuple[dict[str, str], dict[str, Any], str]:
-    """The list's filters as shown in the form, as passed to the selector, and a problem."""
-    raw_version = (request.GET.get("version") or "").strip().lstrip("v")
-    online = request.GET.get("online") or "all"
-    shown = {
-        "version": raw_version,
-        "online": online if online in ONLINE_CHOICES else "all",
-        "platform": (request.GET.get("platform") or "").strip(),
-    }
-    problem = ""
-    version: int | None = None
-    if raw_version:
-        try:
-            version = int(raw_version)
-        except ValueError:
-            problem = f"{raw_version[:40]!r} is not a version number."
-    query: dict[str, Any] = {
-        "version": version,
-        "online": {"online": True, "offline": False}.get(shown["online"]),
-        "platform": shown["platform"] or None,
-    }
-    return shown, query, problem
-
-
-def _devices_page(
-    request: HttpRequest, fleet: Fleet, *, new_key: str = "", status: int = 200
-) -> HttpResponse:
-    shown, query, problem = _device_filters(request)
-    assignment = selectors.fleet_assignment(fleet.pk)
-    devices = selectors.device_query(fleet=fleet, assignment=assignment, **query)
-    # `get_page` answers the last page for a number past the end and the first for a bad one.
-    page = Paginator(devices if not problem else Device.objects.none(), DEVICE_PAGE_SIZE).get_page(
-        request.GET.get("page")
-    )
-    filters = {name: value for name, value in shown.items() if value and value != "all"}
-    context = {
-        "fleet": fleet,
-        "devices": selectors.device_rows(page.object_list, assignment=assignment),
-        "page": page,
-        "page_links": [
-            {
-                "number": number,
-                "url": f"?{urlencode({**filters, 'page': number})}"
-                if isinstance(number, int)
-                else "",
-            }
-            # Gaps (…) come as a text, not a number.
-            for number in page.paginator.get_elided_page_range(page.number, on_each_side=2)
-        ],
-        "previous_url": f"?{urlencode({**filters, 'page': page.previous_page_number()})}"
-        if page.has_previous()
-        else "",
-        "next_url": f"?{urlencode({**filters, 'page': page.next_page_number()})}"
-        if page.has_next()
-        else "",
-        "filters": shown,
-        "filtered": any(shown[name] for name in ("version", "platform"))
-        or shown["online"] != "all",
-        "error": problem,
-        "versions": rollout_pages.published_versions(fleet=fleet),
-        "platforms": rollout_pages.device_platforms(fleet=fleet),
-        "counts": rollout_pages.device_counts(fleet=fleet),
-        "key_prefix": rollout_pages.enrollment_key_prefix(fleet=fleet),
-        "new_key": new_key,
-    }
-    response = render(
-        request, "routing_policies/devices.html", context, status=400 if problem else status
-    )
-    if new_key:
-        response["Cache-Control"] = "no-store"  # the key is shown once; never from a cache
-    return response
-
-
-@role_required(Role.VIEWER)
-@require_GET
-def device_list_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """The fleet's devices, filtered by version, online state and platform."""
-    return _devices_page(request, _fleet_or_404(slug))
-
-
-@role_required(Role.PUBLISHER)
-@require_POST
-def device_revoke(request: HttpRequest, slug: str, device_id: str) -> HttpResponse:
-    """Revoke a device's token; its open connection is closed."""
-    fleet = _fleet_or_404(slug)
-    device = Device.objects.filter(fleet=fleet, device_id=device_id).first()
-    if device is None:
-        raise Http404(f"Fleet {slug!r} has no device {device_id!r}.")
-    already = device.revoked_at is not None
-    services.device_revoke(actor=request.user, device=device)
-    if already:
-        messages.info(request, f"{device_id} was already revoked.")
-    else:
-        messages.success(
-            request,
-            f"Revoked {device_id}: its token no longer works and its open connection was closed.",
-        )
-    url = reverse("device-list", args=[fleet.slug])
-    # Back to the same filtered list; only the filter names are carried over.
-    filters = {
-        name: request.POST[name]
-        for name in ("version", "online", "platform", "page")
-        if request.POST.get(name)
-    }
-    return HttpResponseRedirect(f"{url}?{urlencode(filters)}" if filters else url)
-
-
-@role_required(Role.PUBLISHER)
-@require_POST
-def enrollment_key_rotate(request: HttpRequest, slug: str) -> HttpResponse:
-    """Issue a new enrolment key and show it on this response only (it is stored hashed)."""
-    fleet = _fleet_or_404(slug)
-    # The service locks the routing row but does not open a transaction itself; outside one,
-    # PostgreSQL refuses select_for_update. Reported; this keeps the page working meanwhile.
-    with transaction.atomic():
-        key = services.fleet_enrollment_key_rotate(actor=request.user, fleet=fleet)
-    return _devices_page(request, fleet, new_key=key)

@@ -17,8 +17,9 @@ from django.core.files.uploadedfile import UploadedFile
 from django.http import QueryDict
 
 from controlplane import json_guard
+from controlplane.pages import PageForm, WholeNumberField
 
-from .cell_schema import CELL_FIELDS, DIMENSION_LABELS, DIMENSIONS, CellKey, FieldSpec
+from ..cell_schema import CELL_FIELDS, DIMENSION_LABELS, DIMENSIONS, CellKey, FieldSpec
 
 FIELD_PREFIX = "value-"
 
@@ -71,13 +72,24 @@ def _parse_cell_key(label: str) -> CellKey | None:
     return (parts[0], parts[1], parts[2])
 
 
-def parse_revision(raw: str | None) -> int | None:
-    """The draft revision a form carries, or None when it is missing or not a positive number."""
-    try:
-        revision = int((raw or "").strip())
-    except ValueError:
-        return None
-    return revision if revision >= 1 else None
+class DraftRevisionForm(PageForm):
+    """The draft revision an editor form carries (a hidden field)."""
+
+    revision = WholeNumberField(label="The draft revision", minimum=1, empty=None)
+
+
+def draft_revision(data: QueryDict) -> int | None:
+    """The draft revision posted, or None when it is missing or not a positive number."""
+    form = DraftRevisionForm(data)
+    return form.cleaned_data["revision"] if form.is_valid() else None
+
+
+class DraftStartForm(PageForm):
+    """Start the draft from a published version (blank: the latest)."""
+
+    from_version = WholeNumberField(
+        label="The version", minimum=1, empty=None, invalid="{text!r} is not a version number."
+    )
 
 
 def _parse_number(spec: FieldSpec, text: str) -> tuple[Any, str | None]:
@@ -113,7 +125,7 @@ def parse_value(spec: FieldSpec, text: str) -> tuple[Any, str | None]:
 
 def parse_cell_edit(post: QueryDict) -> CellEdit:
     """Read the edit panel: selected cells (`cell`), revision and the filled-in fields."""
-    revision = parse_revision(post.get("revision"))
+    revision = draft_revision(post)
     cells: list[CellKey] = []
     problems: list[dict[str, Any]] = []
     for label in post.getlist("cell"):

@@ -9,50 +9,40 @@ import logging
 import math
 import secrets
 from datetime import timedelta
-from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from controlplane.exceptions import Conflict, NotFound, ValidationFailed
 
-from .. import push
 from ..assignment import FleetAssignment
-from ..models import Fleet, FleetRouting, PolicyVersion, Rollout, RolloutEvent
-from ..selectors.rollout import open_rollout
-from .devices import _lock_routing
-from .policy import Actor, _user_or_none, audit_record
+from ..policies.audit import Actor, actor_name, actor_user, audit_record
+from ..policies.models import Fleet, PolicyVersion
+from ..push.frames import assignment_message, cloud_pressure_message
+from ..push.publish import publish_on_commit
+from .models import FleetRouting, Rollout, RolloutEvent
+from .selectors import open_rollout, rollout_assignment
 
 logger = logging.getLogger(__name__)
 
 MAX_CLOUD_PRESSURE_TTL_S = 24 * 3600
 
 
-def _actor_name(actor: Actor) -> str:
-    return actor.get_username() if actor is not None and actor.is_authenticated else "system"
+def fleet_routing_lock(fleet: Fleet) -> FleetRouting:
+    """The fleet's routing row, locked until the transaction ends: every change of what the
+    fleet runs (a switch, a rollout's start or end, cloud pressure, the enrolment key) takes it."""
+    # `of=("self",)`: the stable version is a nullable join, and PostgreSQL refuses FOR UPDATE
+    # on the nullable side of an outer join; only the routing row needs the lock anyway.
+    locked = FleetRouting.objects.select_for_update(of=("self",)).select_related("stable_version")
+    routing = locked.filter(fleet=fleet).first()
+    if routing is None:  # fleets made before routing rows existed, or by hand
+        FleetRouting.objects.get_or_create(fleet=fleet)
+        routing = locked.get(fleet=fleet)
+    return routing
 
 
-def _push_assignment_on_commit(
-    fleet: Fleet, assignment: FleetAssignment, rollout: Rollout | None
-) -> None:
-    _push_on_commit(
-        fleet,
-        assignment,
-        {"id": rollout.pk, "stage": rollout.stage} if rollout and rollout.is_open else None,
-    )
-
-
-def _push_on_commit(
-    fleet: Fleet, assignment: FleetAssignment, rollout: dict[str, int] | None
-) -> None:
-    message: dict[str, Any] = {
-        "kind": "assignment",
-        "fleet_id": fleet.pk,
-        "assignment": assignment.as_dict(),
-        "rollout": rollout,
-        "sent_at": timezone.now().timestamp(),
-    }
-    transaction.on_commit(lambda: push.publish(message))
+def _push_assignment_on_commit(fleet: Fleet, assignment: FleetAssignment) -> None:
+    publish_on_commit(assignment_message(fleet_id=fleet.pk, assignment=assignment))
 
 
 def _published(fleet: Fleet, number: int) -> PolicyVersion:
@@ -70,7 +60,7 @@ def _event(
         action=action,
         stage_before=before,
         stage_after=after,
-        actor_name=_actor_name(actor),
+        actor_name=actor_name(actor),
     )
 
 
@@ -89,7 +79,7 @@ def _require_open(fleet: Fleet) -> Rollout:
 @transaction.atomic
 def rollout_start(*, actor: Actor, fleet: Fleet, version: int) -> Rollout:
     """Start rolling `version` out at 5% with a new random salt (a repeat is a no-op)."""
-    routing = _lock_routing(fleet)
+    routing = fleet_routing_lock(fleet)
     candidate = _published(fleet, version)
     current = open_rollout(fleet.pk)
     if current is not None:
@@ -113,7 +103,7 @@ def rollout_start(*, actor: Actor, fleet: Fleet, version: int) -> Rollout:
         stable=routing.stable_version,
         salt=secrets.token_hex(8),
         stage=Rollout.STAGES[0],
-        started_by=_user_or_none(actor),
+        started_by=actor_user(actor),
         stage_changed_at=now,
     )
     _event(rollout, "started", None, rollout.stage, actor)
@@ -136,22 +126,9 @@ def rollout_start(*, actor: Actor, fleet: Fleet, version: int) -> Rollout:
             "salt": rollout.salt,
         },
     )
-    _push_assignment_on_commit(fleet, _assignment_of(rollout), rollout)
+    _push_assignment_on_commit(fleet, rollout_assignment(rollout))
     logger.info("rollout.started fleet=%s rollout=%d version=%d", fleet.slug, rollout.pk, version)
     return rollout
-
-
-def _assignment_of(rollout: Rollout) -> FleetAssignment:
-    if rollout.is_open:
-        return FleetAssignment(
-            stable=rollout.stable.number,
-            candidate=rollout.candidate.number,
-            salt=rollout.salt,
-            percent=rollout.stage,
-            rollout_id=rollout.pk,
-        )
-    winner = rollout.candidate if rollout.state == Rollout.State.COMPLETED else rollout.stable
-    return FleetAssignment(stable=winner.number)
 
 
 def _stage_valid(target: int) -> None:
@@ -162,90 +139,16 @@ def _stage_valid(target: int) -> None:
         )
 
 
-# The advance of a named stage on PostgreSQL in one statement: lock the open rollout's row,
-# move it, and write its event and audit rows (the same rows the ORM path writes). A stage
-# change is what a fleet's devices wait on, so its time counts in the push latency
-# (bench/fanout: this halves the service call, ~6 → ~3 ms, most of it Python).
-_ADVANCE_SQL = """
-WITH cur AS (
-    SELECT r.id, r.stage, r.state, r.salt, c.number AS candidate, s.number AS stable
-    FROM routing_policies_rollout r
-    JOIN routing_policies_policyversion c ON c.id = r.candidate_id
-    JOIN routing_policies_policyversion s ON s.id = r.stable_id
-    WHERE r.fleet_id = %(fleet)s AND r.state IN ('active', 'paused')
-    FOR UPDATE OF r
-), moved AS (
-    UPDATE routing_policies_rollout r SET stage = %(to)s, stage_changed_at = %(now)s
-    FROM cur WHERE r.id = cur.id AND cur.state = 'active' AND cur.stage < %(to)s
-    RETURNING r.id
-), event AS (
-    INSERT INTO routing_policies_rolloutevent
-        (rollout_id, action, stage_before, stage_after, actor_name, at)
-    SELECT cur.id, 'advanced', cur.stage, %(to)s, %(actor_name)s, %(now)s
-    FROM cur JOIN moved ON moved.id = cur.id
-), audit AS (
-    INSERT INTO routing_policies_auditentry
-        (actor_id, actor_name, action, fleet_id, target, summary, before, after, diff, created_at)
-    SELECT %(actor_id)s, %(actor_name)s, 'rollout.advanced', %(fleet)s, 'rollout ' || cur.id,
-        'Advanced v' || cur.candidate || ' from ' || cur.stage || '%% to ' || %(to)s || '%%',
-        jsonb_build_object('stage', cur.stage), jsonb_build_object('stage', %(to)s::int),
-        jsonb_build_array(jsonb_build_object(
-            'field', 'stage', 'before', cur.stage, 'after', %(to)s::int)),
-        %(now)s
-    FROM cur JOIN moved ON moved.id = cur.id
-)
-SELECT cur.id, cur.stage, cur.salt, cur.candidate, cur.stable,
-    EXISTS (SELECT 1 FROM moved)
-FROM cur
-"""
-
-
-def _advance_in_one_statement(*, actor: Actor, fleet: Fleet, target: int) -> int:
-    """`rollout_advance` to a named stage on PostgreSQL; the rollout's id."""
-    user = _user_or_none(actor)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            _ADVANCE_SQL,
-            {
-                "fleet": fleet.pk,
-                "to": target,
-                "now": timezone.now(),
-                "actor_id": user.pk if user is not None else None,
-                "actor_name": _actor_name(actor),
-            },
-        )
-        row = cursor.fetchone()
-        if row is None:
-            raise Conflict(f"Fleet {fleet.slug!r} has no rollout in progress.", code="no_rollout")
-        rollout_id, before, salt, candidate, stable, moved = row
-        if not moved:
-            if target <= before:
-                return int(rollout_id)  # a double click: already there
-            raise Conflict("The rollout is paused: resume it before advancing.", code="paused")
-        assignment = FleetAssignment(
-            stable=stable, candidate=candidate, salt=salt, percent=target, rollout_id=rollout_id
-        )
-        _push_on_commit(fleet, assignment, {"id": rollout_id, "stage": target})
-    return int(rollout_id)
-
-
+@transaction.atomic
 def rollout_advance(*, actor: Actor, fleet: Fleet, to_stage: int | None = None) -> Rollout:
     """Move to the next stage (5 → 25 → 100); naming a stage already reached is a no-op."""
-    if to_stage is not None and connection.vendor == "postgresql":
+    if to_stage is not None:
         _stage_valid(to_stage)
-        rollout_id = _advance_in_one_statement(actor=actor, fleet=fleet, target=to_stage)
-        return Rollout.objects.select_related("candidate", "stable").get(pk=rollout_id)
-    return _advance(actor=actor, fleet=fleet, to_stage=to_stage)
-
-
-@transaction.atomic
-def _advance(*, actor: Actor, fleet: Fleet, to_stage: int | None) -> Rollout:
     # The open rollout's row lock serialises this with every other transition of it.
     rollout = _require_open(fleet)
     target = to_stage if to_stage is not None else rollout.next_stage
     if target is None:
         raise Conflict("The rollout is at 100%: complete it.", code="at_last_stage")
-    _stage_valid(target)
     if target <= rollout.stage:
         return rollout  # a double click: already there
     if rollout.state == Rollout.State.PAUSED:
@@ -264,7 +167,7 @@ def _advance(*, actor: Actor, fleet: Fleet, to_stage: int | None) -> Rollout:
         before={"stage": before},
         after={"stage": target},
     )
-    _push_assignment_on_commit(fleet, _assignment_of(rollout), rollout)
+    _push_assignment_on_commit(fleet, rollout_assignment(rollout))
     return rollout
 
 
@@ -310,7 +213,7 @@ def _last_rollout(fleet: Fleet) -> Rollout | None:
 @transaction.atomic
 def rollout_complete(*, actor: Actor, fleet: Fleet) -> Rollout:
     """At 100%, make the candidate the fleet's stable version; repeat is a no-op."""
-    routing = _lock_routing(fleet)
+    routing = fleet_routing_lock(fleet)
     rollout = (
         Rollout.objects.select_for_update(of=("self",))
         .select_related("candidate", "stable")
@@ -344,7 +247,7 @@ def rollout_complete(*, actor: Actor, fleet: Fleet) -> Rollout:
     )
     # No device changes version at completion (all already run the candidate), but the push
     # tells every process the rollout is over.
-    _push_assignment_on_commit(fleet, _assignment_of(rollout), None)
+    _push_assignment_on_commit(fleet, rollout_assignment(rollout))
     return rollout
 
 
@@ -380,7 +283,7 @@ def rollout_rollback(*, actor: Actor, fleet: Fleet, reason: str = "") -> Rollout
         before={"candidate": rollout.candidate.number, "stage": before},
         after={"candidate": None, "stage": 0, "stable": rollout.stable.number},
     )
-    _push_assignment_on_commit(fleet, _assignment_of(rollout), None)
+    _push_assignment_on_commit(fleet, rollout_assignment(rollout))
     logger.info("rollout.rolled_back fleet=%s rollout=%d", fleet.slug, rollout.pk)
     return rollout
 
@@ -388,7 +291,7 @@ def rollout_rollback(*, actor: Actor, fleet: Fleet, reason: str = "") -> Rollout
 @transaction.atomic
 def fleet_switch_version(*, actor: Actor, fleet: Fleet, version: int) -> FleetRouting:
     """Move the whole fleet to a published version at once (no stages); repeat is a no-op."""
-    routing = _lock_routing(fleet)
+    routing = fleet_routing_lock(fleet)
     target = _published(fleet, version)
     if open_rollout(fleet.pk) is not None:
         raise Conflict(
@@ -408,7 +311,7 @@ def fleet_switch_version(*, actor: Actor, fleet: Fleet, version: int) -> FleetRo
         before={"stable": before},
         after={"stable": version},
     )
-    _push_assignment_on_commit(fleet, FleetAssignment(stable=version), None)
+    _push_assignment_on_commit(fleet, FleetAssignment(stable=version))
     return routing
 
 
@@ -436,7 +339,7 @@ def cloud_pressure_set(
             f"ttl_s must be whole seconds in [1, {MAX_CLOUD_PRESSURE_TTL_S}].",
             details=[{"field": "ttl_s", "message": f"got {ttl_s!r}"}],
         )
-    routing = _lock_routing(fleet)
+    routing = fleet_routing_lock(fleet)
     routing.cloud_pressure_offset = float(theta_offset)
     routing.cloud_pressure_until = timezone.now() + timedelta(seconds=ttl_s)
     routing.save(update_fields=["cloud_pressure_offset", "cloud_pressure_until", "updated_at"])
@@ -448,11 +351,11 @@ def cloud_pressure_set(
         summary=f"cloud_pressure θ{theta_offset:+.2f} for {ttl_s}s",
         after={"theta_offset": theta_offset, "ttl_s": ttl_s},
     )
-    message = {
-        "kind": "cloud_pressure",
-        "fleet_id": fleet.pk,
-        "theta_offset": float(theta_offset),
-        "until": routing.cloud_pressure_until.timestamp(),
-    }
-    transaction.on_commit(lambda: push.publish(message))
+    publish_on_commit(
+        cloud_pressure_message(
+            fleet_id=fleet.pk,
+            theta_offset=float(theta_offset),
+            until=routing.cloud_pressure_until.timestamp(),
+        )
+    )
     return routing

@@ -1,5 +1,6 @@
 """Reads of fleets, versions, documents, diffs and the audit log."""
 
+import json
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.db.models import Exists, F, Max, OuterRef, QuerySet, Subquery
@@ -9,7 +10,8 @@ from controlplane.exceptions import NotFound
 
 from ..cell_schema import DIMENSIONS, CellKey
 from ..documents import Table, build_document, diff_tables, ordered_keys
-from ..models import AuditEntry, Fleet, PolicyCell, PolicyVersion, Rollout
+from ..rollouts.models import Rollout
+from .models import AuditEntry, Fleet, PolicyCell, PolicyVersion
 
 VersionRef = int | str  # a number, "draft" or "latest"
 
@@ -123,6 +125,24 @@ def version_document(*, version: PolicyVersion) -> dict[str, Any]:
     )
 
 
+def published_version_get(*, fleet_id: int, number: int) -> PolicyVersion | None:
+    """The fleet's published version with this number, with its fleet."""
+    return (
+        PolicyVersion.objects.select_related("fleet")
+        .filter(fleet_id=fleet_id, number=number)
+        .first()
+    )
+
+
+def published_document_json(*, fleet_id: int, number: int) -> str | None:
+    """The policy document of a published version as compact JSON text (for the push tier,
+    which sends it as it is), or None when the fleet has no such version."""
+    version = published_version_get(fleet_id=fleet_id, number=number)
+    if version is None:
+        return None
+    return json.dumps(version_document(version=version), separators=(",", ":"))
+
+
 def version_grid(*, version: PolicyVersion) -> list[dict[str, Any]]:
     """Rows of the latency–privacy matrix: (task type, latency budget) down, privacy tier across."""
     table = {cell.key: cell for cell in PolicyCell.objects.filter(version=version)}
@@ -166,3 +186,42 @@ def audit_list(*, fleet: Fleet | None = None, limit: int = 200) -> QuerySet[Audi
 def cell_keys(*, dimensions: dict[str, list[str]]) -> list[CellKey]:
     """All keys a table with these dimensions must have."""
     return ordered_keys({name: dimensions[name] for name in DIMENSIONS})
+
+
+def published_versions(*, fleet: Fleet) -> list[dict[str, Any]]:
+    """Every published version, newest first: what a rollout or a switch can name."""
+    return [
+        {"number": number, "note": note, "published_at": published_at}
+        for number, note, published_at in PolicyVersion.objects.filter(
+            fleet=fleet, number__isnull=False
+        )
+        .order_by("-number")
+        .values_list("number", "note", "published_at")
+    ]
+
+
+def published_numbers(*, fleet: Fleet) -> list[int]:
+    """The numbers of the fleet's published versions, newest first."""
+    numbers = (
+        PolicyVersion.objects.filter(fleet=fleet, number__isnull=False)
+        .order_by("-number")
+        .values_list("number", flat=True)
+    )
+    return [number for number in numbers if number is not None]
+
+
+def default_diff_refs(*, fleet: Fleet) -> tuple[str, str]:
+    """What the diff page compares when not told: b, the draft (else the latest); a, the
+    published version before b."""
+    draft = draft_get(fleet=fleet)
+    latest = latest_published(fleet=fleet)
+    if draft is not None:
+        return (str(latest.number) if latest else "draft", "draft")
+    if latest is None:
+        return ("", "")
+    previous = (
+        PolicyVersion.objects.filter(fleet=fleet, number__lt=latest.number)
+        .order_by("-number")
+        .first()
+    )
+    return (str(previous.number if previous else latest.number), str(latest.number))

@@ -1,0 +1,88 @@
+"""What every API module shares: the JSON-object body check and JSON-typed input fields.
+
+The one error shape itself is `controlplane.exceptions.error_body`, raised as `ApplicationError`.
+"""
+
+from typing import Any
+
+from rest_framework import serializers
+
+from controlplane.exceptions import ValidationFailed
+from controlplane.validators import TidyTextValidator
+
+
+def require_object(data: Any) -> dict[str, Any]:
+    """The request body as a JSON object; `[]`, `null` or `"x"` are refused, not read as `{}`."""
+    if not isinstance(data, dict):
+        raise ValidationFailed(
+            "The body must be a JSON object.",
+            details=[{"field": "body", "message": "expected an object"}],
+        )
+    return data
+
+
+# --- JSON-typed fields: the input serializers the views validate with take JSON as it is typed.
+# DRF's fields coerce (`123` becomes "123", "5" becomes 5, "yes" becomes True); the schema says
+# string, integer, boolean, and the server must refuse what the schema refuses.
+
+
+class _JsonStringMixin:
+    """A JSON string only: DRF's CharField would quietly turn `123` or `1.5` into `"123"`.
+
+    Kept as sent, never trimmed: DRF's default `trim_whitespace` would turn `"\\x1e"` (Python
+    counts the information separators as whitespace) into a blank the schema never refused.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(*args, **kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")  # type: ignore[attr-defined]
+        return super().to_internal_value(data)  # type: ignore[misc,no-any-return]
+
+
+class JsonStringField(_JsonStringMixin, serializers.CharField):
+    """`CharField` that refuses numbers, booleans and objects."""
+
+
+class TidyJsonStringField(JsonStringField):
+    """`JsonStringField` kept as sent, never trimmed: leading / trailing whitespace and control
+    characters are refused (controlplane.validators.text_problem, declared in the schema as a
+    pattern), so `"abc\\n"` is not stored as `"abc"`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs["validators"] = [*kwargs.get("validators", ()), TidyTextValidator()]
+        super().__init__(**kwargs)
+
+
+class JsonRegexField(_JsonStringMixin, serializers.RegexField):
+    """`RegexField` that refuses numbers, booleans and objects, and is never trimmed (an id
+    with a trailing newline is refused, not matched as the id without it)."""
+
+
+class JsonSlugField(JsonRegexField):
+    """A slug that refuses numbers, booleans and objects. Anchored with `\\Z`: DRF's
+    SlugField pattern ends in `$`, which also matches before a trailing newline."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(r"\A[-a-zA-Z0-9_]+\Z", **kwargs)
+
+
+class JsonIntegerField(serializers.IntegerField):
+    """A JSON number that is whole: not `"5"`, not `true`."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class JsonChoiceField(serializers.ChoiceField):
+    """A choice of the JSON type of its choices: `5` for a stage, never `"5"` or `true`."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, bool) or not any(type(data) is type(c) for c in self.choices):
+            self.fail("invalid_choice", input=data)
+        return super().to_internal_value(data)

@@ -1,0 +1,1 @@
+"""Devices: enrolment and tokens, presence and acks, the registry page and the device API."""

@@ -1,0 +1,86 @@
+"""Enrolled devices: their tokens (hashed), presence and what they run."""
+
+from datetime import datetime, timedelta
+from typing import cast
+
+from django.db import connection, models
+from django.db.models import Q
+from django.utils import timezone
+
+from ..assignment import BUCKET_SQL, FleetAssignment
+from ..policies.models import Fleet
+
+ONLINE_WINDOW = timedelta(minutes=2)
+
+
+def online_q(now: datetime | None = None) -> Q:
+    """Online devices: a live socket that said `hello` with the device's current token.
+
+    `connected` is set by that socket's `hello` (and its heartbeat), cleared when it closes,
+    when a new socket of the device connects (until that one says hello), when the device
+    re-enrols (its old token's socket is being closed) and when it is revoked. A killed server
+    leaves stale flags: those count only while seen within ONLINE_WINDOW.
+    """
+    now = now or timezone.now()
+    return Q(connected=True, last_seen_at__gte=now - ONLINE_WINDOW, revoked_at__isnull=True)
+
+
+class DeviceQuerySet(models.QuerySet["Device"]):
+    """The filters every reader of devices shares: live, online, in a rollout's cohort."""
+
+    def live(self) -> "DeviceQuerySet":
+        """Enrolled devices whose token is not revoked."""
+        return self.filter(revoked_at__isnull=True)
+
+    def online(self, now: datetime | None = None) -> "DeviceQuerySet":
+        """See `online_q`."""
+        return self.filter(online_q(now))
+
+    def in_candidate_cohort(self, assignment: FleetAssignment) -> "DeviceQuerySet":
+        """Devices whose bucket gives them the candidate of a split assignment
+        (`assignment.splits`): in SQL on PostgreSQL, else bucket by bucket in Python."""
+        if connection.vendor == "postgresql":
+            cohort = self.extra(  # noqa: S610  # the salt is a parameter, not interpolated
+                where=[f"{BUCKET_SQL} < %s"],
+                params=[assignment.salt, assignment.candidate_buckets],
+            )
+            return cast("DeviceQuerySet", cohort)
+        return self.filter(
+            pk__in=[
+                pk
+                for pk, device_id in self.values_list("pk", "device_id")
+                if assignment.in_candidate_cohort(device_id)
+            ]
+        )
+
+
+class Device(models.Model):
+    """An enrolled device; its token is stored hashed and shown only once, at enrolment."""
+
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="devices")
+    device_id = models.CharField(max_length=128)
+    token_hash = models.CharField(max_length=64, unique=True)
+    platform = models.CharField(max_length=64, blank=True)
+    model = models.CharField(max_length=128, blank=True)
+    sdk = models.CharField(max_length=64, blank=True)
+    enrolled_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    connected = models.BooleanField(default=False)
+    reported_version = models.PositiveIntegerField(null=True, blank=True)
+    acked_version = models.PositiveIntegerField(null=True, blank=True)
+    acked_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = DeviceQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["fleet", "device_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["fleet", "device_id"], name="device_unique_id_per_fleet"
+            ),
+        ]
+        indexes = [models.Index(fields=["fleet", "acked_version"], name="device_fleet_acked")]
+
+    def __str__(self) -> str:
+        return f"{self.fleet_id}:{self.device_id}"

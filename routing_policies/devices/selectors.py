@@ -1,0 +1,171 @@
+"""Reads of devices: authentication by token, the registry (filters, pages, assigned versions),
+the device page's counts and choices, and what the push tier re-reads to reconcile."""
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from ..assignment import FleetAssignment
+from ..policies.models import Fleet
+from ..rollouts.models import FleetRouting
+from ..rollouts.selectors import cloud_pressure_live, fleet_assignment
+from .models import ONLINE_WINDOW, Device, online_q
+from .tokens import hash_secret, looks_like_device_token
+
+# A bounded IN list, however many sockets a process holds.
+_IN_LIST_LIMIT = 5000
+
+
+def device_authenticate(token: str) -> Device | None:
+    """The live (not revoked) device owning this token."""
+    if not looks_like_device_token(token):
+        return None
+    return (
+        Device.objects.select_related("fleet")
+        .filter(token_hash=hash_secret(token), revoked_at__isnull=True)
+        .first()
+    )
+
+
+def device_get(*, fleet: Fleet, device_id: str) -> Device | None:
+    """The fleet's device with this id (revoked or not)."""
+    return Device.objects.filter(fleet=fleet, device_id=device_id).first()
+
+
+def _assigned_q(fleet: Fleet, assignment: FleetAssignment, version: int) -> Q:
+    """Live devices that PROTOCOL.md's bucket assigns `version` to, as a filter (in SQL on
+    PostgreSQL, so a page of a large fleet is counted and sliced by the database)."""
+    live = Q(revoked_at__isnull=True)
+    nothing = Q(pk__in=[])
+    if not assignment.splits:
+        return live if version == assignment.version_at(0) else nothing
+    if version not in (assignment.stable, assignment.candidate):
+        return nothing
+    cohort = Q(
+        pk__in=Device.objects.filter(fleet=fleet).in_candidate_cohort(assignment).values("pk")
+    )
+    return live & (cohort if version == assignment.candidate else ~cohort)
+
+
+def device_query(
+    *,
+    fleet: Fleet,
+    assignment: FleetAssignment,
+    version: int | None = None,
+    online: bool | None = None,
+    platform: str | None = None,
+) -> QuerySet[Device]:
+    """The fleet's devices matching the filters, by device id: what the registry pages through.
+
+    A version matches devices assigned it (under `assignment`) or running it (acked).
+    """
+    now = timezone.now()
+    devices = Device.objects.filter(fleet=fleet).order_by("device_id")
+    if platform:
+        devices = devices.filter(platform=platform)
+    if online is True:
+        devices = devices.online(now)
+    elif online is False:
+        devices = devices.exclude(online_q(now))
+    if version is not None:
+        devices = devices.filter(Q(acked_version=version) | _assigned_q(fleet, assignment, version))
+    return devices
+
+
+def device_rows(devices: Iterable[Device], *, assignment: FleetAssignment) -> list[dict[str, Any]]:
+    """Devices with their assigned version (computed), acked version and presence."""
+    now = timezone.now()
+    return [
+        {
+            "device_id": device.device_id,
+            "platform": device.platform,
+            "model": device.model,
+            "sdk": device.sdk,
+            "last_seen_at": device.last_seen_at,
+            "online": bool(
+                device.connected
+                and not device.revoked_at
+                and device.last_seen_at
+                and device.last_seen_at >= now - ONLINE_WINDOW
+            ),
+            "assigned_version": None
+            if device.revoked_at
+            else assignment.version_for(device.device_id),
+            "acked_version": device.acked_version,
+            "revoked": device.revoked_at is not None,
+        }
+        for device in devices
+    ]
+
+
+def device_list(
+    *,
+    fleet: Fleet,
+    version: int | None = None,
+    online: bool | None = None,
+    platform: str | None = None,
+    limit: int = 200,
+) -> list[dict[str, Any]]:
+    """The first `limit` matching devices as rows (the registry pages through `device_query`)."""
+    assignment = fleet_assignment(fleet.pk)
+    devices = device_query(
+        fleet=fleet, assignment=assignment, version=version, online=online, platform=platform
+    )
+    return device_rows(devices[:limit], assignment=assignment)
+
+
+def enrollment_key_prefix(*, fleet: Fleet) -> str:
+    """The first characters of the fleet's enrolment key ("" when none was issued)."""
+    prefix = (
+        FleetRouting.objects.filter(fleet=fleet)
+        .values_list("enrollment_key_prefix", flat=True)
+        .first()
+    )
+    return prefix or ""
+
+
+def device_platforms(*, fleet: Fleet) -> list[str]:
+    """The platforms the fleet's devices reported, for the device list's filter."""
+    return list(
+        Device.objects.filter(fleet=fleet)
+        .exclude(platform="")
+        .order_by("platform")
+        .values_list("platform", flat=True)
+        .distinct()
+    )
+
+
+def device_counts(*, fleet: Fleet) -> dict[str, int]:
+    """Enrolled devices (not revoked), how many are online now, how many were revoked."""
+    devices = Device.objects.filter(fleet=fleet)
+    return {
+        "devices": devices.live().count(),
+        "online": devices.live().online(timezone.now()).count(),
+        "revoked": devices.filter(revoked_at__isnull=False).count(),
+    }
+
+
+def live_token_hashes(*, device_pks: list[int]) -> dict[int, str]:
+    """The current token hash of each of these devices that is not revoked."""
+    tokens: dict[int, str] = {}
+    for start in range(0, len(device_pks), _IN_LIST_LIMIT):
+        tokens.update(
+            Device.objects.filter(pk__in=device_pks[start : start + _IN_LIST_LIMIT])
+            .live()
+            .values_list("pk", "token_hash")
+        )
+    return tokens
+
+
+def fleet_sockets_state(
+    *, fleet_id: int, device_pks: list[int]
+) -> tuple[FleetAssignment, dict[int, str], dict[str, float] | None]:
+    """What a process re-reads to reconcile its sockets of a fleet: the fleet's assignment, each
+    device's live token hash (see `live_token_hashes`) and the cloud-pressure nudge in force."""
+    return (
+        fleet_assignment(fleet_id),
+        live_token_hashes(device_pks=device_pks),
+        cloud_pressure_live(fleet_id),
+    )

@@ -1,0 +1,139 @@
+"""Pages of the device registry: the fleet's devices (filtered, paged), revoking a device,
+issuing a new enrolment key. Thin like every page (see `rollouts.views`)."""
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from controlplane.exceptions import ValidationFailed
+from controlplane.pages import fleet_or_404, role_required
+
+from ..policies.models import Fleet
+from ..policies.selectors import published_versions
+from ..roles import Role
+from ..rollouts.selectors import fleet_assignment
+from . import selectors, services
+from .forms import DeviceFilterForm
+
+DEVICE_PAGE_SIZE = 50
+ONLINE_CHOICES = ("all", "online", "offline")
+
+
+def _device_filters(request: HttpRequest) -> tuple[dict[str, str], dict[str, Any], str]:
+    """The list's filters as shown in the form, as passed to the selector, and a problem."""
+    online = request.GET.get("online") or "all"
+    shown = {
+        "version": (request.GET.get("version") or "").strip().lstrip("v"),
+        "online": online if online in ONLINE_CHOICES else "all",
+        "platform": (request.GET.get("platform") or "").strip(),
+    }
+    problem = ""
+    version: int | None = None
+    try:
+        version = DeviceFilterForm(request.GET).values()["version"]
+    except ValidationFailed as exc:
+        problem = exc.message
+    query: dict[str, Any] = {
+        "version": version,
+        "online": {"online": True, "offline": False}.get(shown["online"]),
+        "platform": shown["platform"] or None,
+    }
+    return shown, query, problem
+
+
+def _devices_page(
+    request: HttpRequest, fleet: Fleet, *, new_key: str = "", status: int = 200
+) -> HttpResponse:
+    shown, query, problem = _device_filters(request)
+    assignment = fleet_assignment(fleet.pk)
+    devices = selectors.device_query(fleet=fleet, assignment=assignment, **query)
+    # `get_page` answers the last page for a number past the end and the first for a bad one.
+    page = Paginator(devices if not problem else devices.none(), DEVICE_PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
+    filters = {name: value for name, value in shown.items() if value and value != "all"}
+    context = {
+        "fleet": fleet,
+        "devices": selectors.device_rows(page.object_list, assignment=assignment),
+        "page": page,
+        "page_links": [
+            {
+                "number": number,
+                "url": f"?{urlencode({**filters, 'page': number})}"
+                if isinstance(number, int)
+                else "",
+            }
+            # Gaps (…) come as a text, not a number.
+            for number in page.paginator.get_elided_page_range(page.number, on_each_side=2)
+        ],
+        "previous_url": f"?{urlencode({**filters, 'page': page.previous_page_number()})}"
+        if page.has_previous()
+        else "",
+        "next_url": f"?{urlencode({**filters, 'page': page.next_page_number()})}"
+        if page.has_next()
+        else "",
+        "filters": shown,
+        "filtered": any(shown[name] for name in ("version", "platform"))
+        or shown["online"] != "all",
+        "error": problem,
+        "versions": published_versions(fleet=fleet),
+        "platforms": selectors.device_platforms(fleet=fleet),
+        "counts": selectors.device_counts(fleet=fleet),
+        "key_prefix": selectors.enrollment_key_prefix(fleet=fleet),
+        "new_key": new_key,
+    }
+    response = render(
+        request, "routing_policies/devices.html", context, status=400 if problem else status
+    )
+    if new_key:
+        response["Cache-Control"] = "no-store"  # the key is shown once; never from a cache
+    return response
+
+
+@role_required(Role.VIEWER)
+@require_GET
+def device_list_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """The fleet's devices, filtered by version, online state and platform."""
+    return _devices_page(request, fleet_or_404(slug))
+
+
+@role_required(Role.PUBLISHER)
+@require_POST
+def device_revoke(request: HttpRequest, slug: str, device_id: str) -> HttpResponse:
+    """Revoke a device's token; its open connection is closed."""
+    fleet = fleet_or_404(slug)
+    device = selectors.device_get(fleet=fleet, device_id=device_id)
+    if device is None:
+        raise Http404(f"Fleet {slug!r} has no device {device_id!r}.")
+    already = device.revoked_at is not None
+    services.device_revoke(actor=request.user, device=device)
+    if already:
+        messages.info(request, f"{device_id} was already revoked.")
+    else:
+        messages.success(
+            request,
+            f"Revoked {device_id}: its token no longer works and its open connection was closed.",
+        )
+    url = reverse("device-list", args=[fleet.slug])
+    # Back to the same filtered list; only the filter names are carried over.
+    filters = {
+        name: request.POST[name]
+        for name in ("version", "online", "platform", "page")
+        if request.POST.get(name)
+    }
+    return HttpResponseRedirect(f"{url}?{urlencode(filters)}" if filters else url)
+
+
+@role_required(Role.PUBLISHER)
+@require_POST
+def enrollment_key_rotate(request: HttpRequest, slug: str) -> HttpResponse:
+    """Issue a new enrolment key and show it on this response only (it is stored hashed)."""
+    fleet = fleet_or_404(slug)
+    key = services.fleet_enrollment_key_rotate(actor=request.user, fleet=fleet)
+    return _devices_page(request, fleet, new_key=key)

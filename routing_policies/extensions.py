@@ -1,0 +1,91 @@
+"""Where another app plugs into routing_policies, which never imports it: rollout guards and
+demo data. Telemetry's alerts fill these in `TelemetryConfig.ready()` (telemetry/apps.py).
+
+Without a registered guard extension a rollout starts unguarded, and asking for guards is
+refused; without demo seeders the demo is the fleet and its users only.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rest_framework import serializers
+
+from controlplane.exceptions import ValidationFailed
+
+from .policies.audit import Actor
+from .policies.models import Fleet
+from .rollouts.models import Rollout
+from .rollouts.services import rollout_start
+
+
+class GuardedStart(Protocol):
+    """Start a rollout and, when `guard_options` is not empty, guard it, all or nothing."""
+
+    def __call__(
+        self, *, actor: Actor, fleet: Fleet, version: int, guard_options: dict[str, Any]
+    ) -> Rollout: ...
+
+
+class GuardStatus(Protocol):
+    """A rollout's guards and their verdicts, or None when it has none."""
+
+    def __call__(self, *, rollout_id: int) -> dict[str, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class RolloutGuards:
+    """What a guard extension adds to rollouts (docs/alerts.md)."""
+
+    start: GuardedStart
+    status: GuardStatus
+    # The guard options of a start body (API), and the schema of those fields (OpenAPI).
+    options_of: Callable[[dict[str, Any]], dict[str, Any]]
+    start_fields: type[serializers.Serializer[Any]]
+
+
+DemoSeeder = Callable[[Fleet], list[str]]
+
+_guards: RolloutGuards | None = None
+_demo_seeders: dict[str, DemoSeeder] = {}
+
+
+def rollout_guards_register(guards: RolloutGuards) -> None:
+    """Install the guard extension (one per process; a second call replaces the first)."""
+    global _guards
+    _guards = guards
+
+
+def rollout_guards() -> RolloutGuards | None:
+    """The installed guard extension, if any."""
+    return _guards
+
+
+def rollout_start_guarded(
+    *, actor: Actor, fleet: Fleet, version: int, guard_options: dict[str, Any]
+) -> Rollout:
+    """`rollout_start`, guarded by the extension when `guard_options` asks for guards."""
+    if _guards is not None:
+        return _guards.start(actor=actor, fleet=fleet, version=version, guard_options=guard_options)
+    if guard_options:
+        raise ValidationFailed(
+            "Rollout guards are not available in this deployment.",
+            details=[{"field": name, "message": "not available"} for name in guard_options],
+        )
+    return rollout_start(actor=actor, fleet=fleet, version=version)
+
+
+def rollout_guard_status(*, rollout_id: int) -> dict[str, Any] | None:
+    """The rollout's guards and verdicts (None without guards or without the extension)."""
+    return _guards.status(rollout_id=rollout_id) if _guards is not None else None
+
+
+def demo_seeder_register(name: str, seeder: DemoSeeder) -> None:
+    """Add what `demo_seed` creates for the demo fleet besides the fleet (e.g. alert rules);
+    registering a name again replaces its seeder."""
+    _demo_seeders[name] = seeder
+
+
+def demo_seeders() -> list[DemoSeeder]:
+    """The registered demo seeders, in the order they were first registered."""
+    return list(_demo_seeders.values())

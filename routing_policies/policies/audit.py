@@ -1,0 +1,48 @@
+"""The audit log's one writer, and who an action is done by: every part records through here."""
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+from ..documents import diff_flat
+from .models import AuditEntry, Fleet
+
+Actor = AbstractBaseUser | AnonymousUser | None
+
+
+def actor_user(actor: Actor) -> Any:
+    """The user to store for an action, or None for the system and anonymous requests."""
+    return actor if actor is not None and actor.is_authenticated else None
+
+
+def actor_name(actor: Actor) -> str:
+    """The name an action is recorded under: the username, or `system`."""
+    user = actor_user(actor)
+    return user.get_username() if user is not None else "system"
+
+
+def audit_record(
+    *,
+    actor: Actor,
+    action: str,
+    fleet: Fleet | None,
+    target: str,
+    summary: str = "",
+    before: Any = None,
+    after: Any = None,
+    diff: list[dict[str, Any]] | None = None,
+) -> AuditEntry:
+    """Append one audit entry; the diff is computed from flat before/after dicts when not given."""
+    if diff is None:
+        diff = diff_flat(before or {}, after or {}) if isinstance(before or after, dict) else []
+    return AuditEntry.objects.create(
+        actor=actor_user(actor),
+        actor_name=actor_name(actor),
+        action=action,
+        fleet=fleet,
+        target=target,
+        summary=summary[:500],
+        before=before,
+        after=after,
+        diff=diff,
+    )

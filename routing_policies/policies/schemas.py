@@ -1,0 +1,264 @@
+"""Serializers that describe the policy API's bodies in the OpenAPI schema.
+
+The views shape their answers with the `*_out` functions and the selectors (the same dicts the
+pages and the push use); these output serializers are their contract, so a generated client
+knows every field, and the schemathesis test checks each answer against them. Input bodies the
+services check by hand (documents, cell edits) are declared here with the same limits, from
+the same constants.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from controlplane.api import JsonIntegerField
+from controlplane.openapi import closed_body
+
+from ..cell_schema import CELL_FIELDS, DIMENSIONS, FieldSpec
+from ..validation import DIMENSION_VALUE_RE, MAX_CELLS, MAX_DIMENSION_VALUES
+
+
+def DRAFT_REVISION() -> JsonIntegerField:  # reads as a field
+    """The draft revision a change applies to (an `If-Match: "r<n>"` header says it too; the
+    schema asks for the field, which every client can send)."""
+    return JsonIntegerField(
+        min_value=1, help_text='the draft revision (or If-Match: "r<revision>")'
+    )
+
+
+def _cell_field(spec: FieldSpec, *, partial: bool) -> serializers.Field[Any, Any, Any, Any]:
+    """The serializer field of one policy-cell field, with its range or choices."""
+    options: dict[str, Any] = {"help_text": spec.help or spec.label, "required": not partial}
+    if spec.unit:
+        options["help_text"] += f" ({spec.unit})"
+    if spec.kind == "choice":
+        return serializers.ChoiceField(choices=list(spec.choices), **options)
+    if spec.kind == "bool":
+        return serializers.BooleanField(**options)
+    if spec.minimum is not None:
+        options["min_value"] = spec.minimum
+    if spec.maximum is not None:
+        options["max_value"] = spec.maximum
+    if spec.kind == "int":
+        return serializers.IntegerField(**options)
+    return serializers.FloatField(**options)
+
+
+def _cell_serializer(
+    name: str, *, partial: bool, with_key: bool
+) -> type[serializers.Serializer[Any]]:
+    """A serializer of a policy cell as the document nests it (`weights.length` → weights)."""
+    groups: dict[str, dict[str, Any]] = {}
+    top: dict[str, Any] = {}
+    for spec in CELL_FIELDS:
+        head, _, tail = spec.path.partition(".")
+        if tail:
+            groups.setdefault(head, {})[tail] = _cell_field(spec, partial=partial)
+        else:
+            top[head] = _cell_field(spec, partial=partial)
+    attrs: dict[str, Any] = {}
+    if with_key:
+        attrs.update(
+            {
+                dimension: serializers.RegexField(DIMENSION_VALUE_RE, max_length=32)
+                for dimension in DIMENSIONS
+            }
+        )
+    for head, fields in groups.items():
+        group = type(
+            f"{name}{head.title()}Serializer",
+            (serializers.Serializer,),
+            {**fields, "Meta": type("Meta", (), {"ref_name": f"{name}{head.title()}"})},
+        )
+        attrs[head] = closed_body(group)(required=not partial)
+    attrs.update(top)
+    attrs["Meta"] = type("Meta", (), {"ref_name": name})
+    return closed_body(type(f"{name}Serializer", (serializers.Serializer,), attrs))
+
+
+PolicyCellSerializer = _cell_serializer("PolicyCell", partial=False, with_key=True)
+PolicyCellValuesSerializer = _cell_serializer("PolicyCellValues", partial=True, with_key=False)
+
+
+def _dimension_values() -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.RegexField(DIMENSION_VALUE_RE, max_length=32),
+        min_length=1,
+        max_length=MAX_DIMENSION_VALUES,
+    )
+
+
+class DimensionsSerializer(serializers.Serializer[Any]):
+    task_type = _dimension_values()
+    latency_budget = _dimension_values()
+    privacy_tier = _dimension_values()
+
+    class Meta:
+        ref_name = "PolicyDimensions"
+
+
+class PolicyDocumentSerializer(serializers.Serializer[Any]):
+    """The policy document of PROTOCOL.md (what a device runs, and the export format)."""
+
+    fleet = serializers.SlugField()
+    version = serializers.IntegerField(allow_null=True, help_text="null for a draft")
+    etag = serializers.CharField(allow_blank=True)
+    published_at = serializers.DateTimeField(allow_null=True)
+    dimensions = DimensionsSerializer()
+    cells = PolicyCellSerializer(many=True)
+
+    class Meta:
+        ref_name = "PolicyDocument"
+
+
+class PolicyDocumentImportSerializer(serializers.Serializer[Any]):
+    """A policy document to replace the draft's table with: every cell of the dimensions."""
+
+    dimensions = DimensionsSerializer()
+    cells = serializers.ListField(child=PolicyCellSerializer(), max_length=MAX_CELLS)
+    fleet = serializers.SlugField(required=False, help_text="ignored: the path names the fleet")
+    version = serializers.IntegerField(required=False, allow_null=True, help_text="ignored")
+    etag = serializers.CharField(required=False, allow_blank=True, help_text="ignored")
+    published_at = serializers.DateTimeField(required=False, allow_null=True, help_text="ignored")
+    revision = DRAFT_REVISION()
+
+    class Meta:
+        ref_name = "PolicyDocumentImport"
+
+
+class FleetSerializer(serializers.Serializer[Any]):
+    slug = serializers.SlugField()
+    name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    created_at = serializers.DateTimeField()
+    latest_version = serializers.IntegerField(allow_null=True)
+    draft_revision = serializers.IntegerField(allow_null=True, help_text="null: no draft")
+
+    class Meta:
+        ref_name = "Fleet"
+
+
+class FleetListSerializer(serializers.Serializer[Any]):
+    results = FleetSerializer(many=True)
+
+    class Meta:
+        ref_name = "FleetList"
+
+
+class VersionSerializer(serializers.Serializer[Any]):
+    version = serializers.IntegerField(allow_null=True, help_text="null for the draft")
+    status = serializers.ChoiceField(choices=["draft", "published"])
+    revision = serializers.IntegerField(allow_null=True, help_text="the draft's revision")
+    etag = serializers.CharField(allow_null=True)
+    note = serializers.CharField(allow_blank=True)
+    based_on = serializers.IntegerField(allow_null=True)
+    created_by = serializers.CharField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    published_by = serializers.CharField(allow_null=True)
+    published_at = serializers.DateTimeField(allow_null=True)
+    cell_count = serializers.IntegerField(min_value=0)
+
+    class Meta:
+        ref_name = "Version"
+
+
+class VersionListSerializer(serializers.Serializer[Any]):
+    results = VersionSerializer(many=True)
+
+    class Meta:
+        ref_name = "VersionList"
+
+
+class VersionWithDocumentSerializer(VersionSerializer):
+    """A version's metadata and its document (a draft, or any version by reference)."""
+
+    document = PolicyDocumentSerializer()
+
+    class Meta:
+        ref_name = "VersionWithDocument"
+
+
+@closed_body
+class DraftCellEditSerializer(serializers.Serializer[Any]):
+    """One cell's new values: flat (`"weights.length": 0.4`) or nested as in the document."""
+
+    task_type = serializers.RegexField(DIMENSION_VALUE_RE, max_length=32)
+    latency_budget = serializers.RegexField(DIMENSION_VALUE_RE, max_length=32)
+    privacy_tier = serializers.RegexField(DIMENSION_VALUE_RE, max_length=32)
+    values = PolicyCellValuesSerializer()
+
+    class Meta:
+        ref_name = "DraftCellEdit"
+
+
+class DraftCellsEditSerializer(serializers.Serializer[Any]):
+    cells = DraftCellEditSerializer(many=True, allow_empty=False)
+    revision = DRAFT_REVISION()
+
+    class Meta:
+        ref_name = "DraftCellsEdit"
+
+
+class DiffFieldSerializer(serializers.Serializer[Any]):
+    field = serializers.CharField()
+    before = serializers.JSONField(allow_null=True)
+    after = serializers.JSONField(allow_null=True)
+
+    class Meta:
+        ref_name = "DiffField"
+
+
+class DiffCellSerializer(serializers.Serializer[Any]):
+    cell = serializers.CharField(help_text="task_type/latency_budget/privacy_tier")
+    status = serializers.ChoiceField(choices=["changed", "added", "removed"])
+    fields = DiffFieldSerializer(many=True)  # type: ignore[assignment]  # a declared field
+
+    class Meta:
+        ref_name = "DiffCell"
+
+
+class DimensionChangeSerializer(serializers.Serializer[Any]):
+    added = serializers.ListField(child=serializers.CharField())
+    removed = serializers.ListField(child=serializers.CharField())
+
+    class Meta:
+        ref_name = "DimensionChange"
+
+
+class DiffSerializer(serializers.Serializer[Any]):
+    fleet = serializers.SlugField()
+    a = serializers.CharField(help_text="the label of version a, e.g. v2 or draft")
+    b = serializers.CharField()
+    dimensions = serializers.DictField(
+        child=DimensionChangeSerializer(), help_text="per dimension name, only those that changed"
+    )
+    cells = DiffCellSerializer(many=True)
+    changed_cells = serializers.IntegerField(min_value=0)
+
+    class Meta:
+        ref_name = "Diff"
+
+
+class AuditEntrySerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    at = serializers.DateTimeField()
+    actor = serializers.CharField(allow_blank=True)
+    action = serializers.CharField()
+    fleet = serializers.SlugField(allow_null=True)
+    target = serializers.CharField()
+    summary = serializers.CharField(allow_blank=True)
+    before = serializers.JSONField(allow_null=True)
+    after = serializers.JSONField(allow_null=True)
+    diff = serializers.JSONField()
+
+    class Meta:
+        ref_name = "AuditEntry"
+
+
+class AuditListSerializer(serializers.Serializer[Any]):
+    results = AuditEntrySerializer(many=True)
+
+    class Meta:
+        ref_name = "AuditList"

@@ -1,0 +1,534 @@
+"""Every write a user can cause to fleets and policy versions: one function per use case.
+
+Each runs in one explicit transaction, locks what it changes (`select_for_update`), validates
+before writing, and records an audit entry. Drafts carry a revision; an edit that names a stale
+revision is refused with 409 rather than silently overwriting someone else's change.
+"""
+
+import logging
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from controlplane.exceptions import Conflict, ValidationFailed
+
+from ..assignment import FleetAssignment
+from ..cell_schema import (
+    DEFAULT_CELL_VALUES,
+    DIMENSIONS,
+    FIELDS_BY_PATH,
+    SEED_DIMENSIONS,
+    CellKey,
+    cell_key_label,
+)
+from ..documents import (
+    Table,
+    content_for_etag,
+    diff_flat,
+    document_etag,
+    flatten_table,
+    ordered_keys,
+)
+from ..push.frames import assignment_message
+from ..push.publish import publish_on_commit
+from ..rollouts.models import FleetRouting
+from ..validation import (
+    DIMENSION_VALUE_RE,
+    MAX_DIMENSION_VALUES,
+    Problem,
+    parse_document_table,
+    validate_cell,
+    validate_coverage,
+    validate_dimensions,
+)
+from .audit import Actor, actor_user, audit_record
+from .models import Fleet, PolicyCell, PolicyVersion
+from .selectors import version_table
+
+logger = logging.getLogger(__name__)
+
+
+def _raise_problems(message: str, problems: list[Problem]) -> None:
+    if problems:
+        raise ValidationFailed(message, details=[p.as_dict() for p in problems])
+
+
+def _write_cells(version: PolicyVersion, table: Table) -> None:
+    cells = []
+    for key in ordered_keys(version.dimensions):
+        cell = PolicyCell(
+            version=version, task_type=key[0], latency_budget=key[1], privacy_tier=key[2]
+        )
+        cell.apply_values(table[key])
+        cells.append(cell)
+    PolicyCell.objects.bulk_create(cells)
+
+
+def _lock_fleet(fleet: Fleet) -> Fleet:
+    return Fleet.objects.select_for_update().get(pk=fleet.pk)
+
+
+def _lock_draft(*, fleet: Fleet, revision: int) -> PolicyVersion:
+    draft = (
+        PolicyVersion.objects.select_for_update()
+        .filter(fleet=fleet, published_at__isnull=True)
+        .first()
+    )
+    if draft is None:
+        raise Conflict(
+            f"Fleet {fleet.slug!r} has no draft (it may just have been published or discarded). "
+            "Create a new draft to edit.",
+            code="no_draft",
+        )
+    if draft.revision != revision:
+        raise Conflict(
+            f"The draft changed since you loaded it: you edited revision {revision}, it is now at "
+            f"revision {draft.revision}. Reload to see the other changes, then apply yours again.",
+            code="stale_revision",
+            details=[
+                {
+                    "field": "revision",
+                    "message": f"current revision is {draft.revision}",
+                    "current_revision": draft.revision,
+                }
+            ],
+        )
+    return draft
+
+
+def _bump(draft: PolicyVersion) -> None:
+    draft.revision += 1
+    draft.save(update_fields=["revision", "dimensions"])
+
+
+def default_table(dimensions: dict[str, list[str]]) -> Table:
+    """A valid table for these dimensions: the seed's auto cell everywhere, sensitive kept local."""
+    table: Table = {}
+    for key in ordered_keys(dimensions):
+        values = dict(DEFAULT_CELL_VALUES)
+        if key[2] == "sensitive":
+            values.update({"upload.allowed": False, "mode": "device_only"})
+        table[key] = values
+    return table
+
+
+@transaction.atomic
+def fleet_create(
+    *,
+    actor: Actor,
+    slug: str,
+    name: str,
+    description: str = "",
+    dimensions: dict[str, list[str]] | None = None,
+    table: Table | None = None,
+) -> Fleet:
+    """Create a fleet with a draft table (the given one, or defaults over the seed dimensions)."""
+    dimensions = dimensions or {k: list(v) for k, v in SEED_DIMENSIONS.items()}
+    problems = validate_dimensions(dimensions)
+    _raise_problems("The dimensions are invalid.", problems)
+    table = table if table is not None else default_table(dimensions)
+    problems = validate_coverage(dimensions, list(table))
+    for key, values in table.items():
+        problems.extend(validate_cell(key, values)[1])
+    _raise_problems("The table is invalid.", problems)
+    if Fleet.objects.filter(slug=slug).exists():
+        raise Conflict(f"A fleet with slug {slug!r} already exists.", code="duplicate")
+    try:
+        with transaction.atomic():
+            fleet = Fleet.objects.create(slug=slug, name=name, description=description)
+    except IntegrityError:
+        raise Conflict(f"A fleet with slug {slug!r} already exists.", code="duplicate") from None
+    draft = PolicyVersion.objects.create(
+        fleet=fleet, dimensions=dimensions, created_by=actor_user(actor)
+    )
+    _write_cells(draft, table)
+    FleetRouting.objects.create(fleet=fleet)
+    audit_record(
+        actor=actor,
+        action="fleet.created",
+        fleet=fleet,
+        target=f"fleet {slug}",
+        summary=f"Created fleet {slug} with a draft of {len(table)} cells",
+        after={"slug": slug, "name": name, "description": description},
+    )
+    logger.info("fleet.created fleet=%s", slug)
+    return fleet
+
+
+@transaction.atomic
+def policy_draft_create(
+    *, actor: Actor, fleet: Fleet, from_number: int | None = None
+) -> PolicyVersion:
+    """Start the fleet's draft as a copy of a published version (default: the latest)."""
+    fleet = _lock_fleet(fleet)
+    if PolicyVersion.objects.filter(fleet=fleet, published_at__isnull=True).exists():
+        raise Conflict(
+            f"Fleet {fleet.slug!r} already has a draft; edit or discard it first.",
+            code="draft_exists",
+        )
+    published = PolicyVersion.objects.filter(fleet=fleet, number__isnull=False)
+    source = (
+        published.filter(number=from_number).first()
+        if from_number is not None
+        else published.order_by("-number").first()
+    )
+    if source is None:
+        raise ValidationFailed(
+            f"Fleet {fleet.slug!r} has no published version {from_number}."
+            if from_number is not None
+            else f"Fleet {fleet.slug!r} has no published version to copy.",
+            details=[{"field": "from_version", "message": "no such published version"}],
+        )
+    draft = PolicyVersion.objects.create(
+        fleet=fleet, dimensions=source.dimensions, based_on=source, created_by=actor_user(actor)
+    )
+    _write_cells(draft, version_table(version=source))
+    audit_record(
+        actor=actor,
+        action="policy_draft.created",
+        fleet=fleet,
+        target=f"{fleet.slug} draft",
+        summary=f"Started a draft from v{source.number}",
+        after={"based_on": source.number},
+    )
+    logger.info("policy_draft.created fleet=%s based_on=%s", fleet.slug, source.number)
+    return draft
+
+
+@transaction.atomic
+def policy_draft_discard(*, actor: Actor, fleet: Fleet, revision: int) -> None:
+    """Throw the draft away (published versions are untouched)."""
+    draft = _lock_draft(fleet=fleet, revision=revision)
+    before = {
+        "revision": draft.revision,
+        "based_on": draft.based_on.number if draft.based_on else None,
+    }
+    draft.delete()
+    audit_record(
+        actor=actor,
+        action="policy_draft.discarded",
+        fleet=fleet,
+        target=f"{fleet.slug} draft",
+        summary="Discarded the draft",
+        before=before,
+    )
+
+
+def _parse_edits(
+    draft: PolicyVersion, edits: list[dict[str, Any]]
+) -> list[tuple[CellKey, dict[str, Any]]]:
+    """Check the shape of a bulk edit: each names an existing cell once and known fields."""
+    problems: list[Problem] = []
+    parsed: list[tuple[CellKey, dict[str, Any]]] = []
+    seen: set[CellKey] = set()
+    valid_keys = set(ordered_keys(draft.dimensions))
+    for index, edit in enumerate(edits):
+        key_parts = [edit.get(name) if isinstance(edit, dict) else None for name in DIMENSIONS]
+        changes = edit.get("values") if isinstance(edit, dict) else None
+        if not all(isinstance(p, str) for p in key_parts) or not isinstance(changes, dict):
+            problems.append(
+                Problem(
+                    f"cells[{index}]",
+                    "needs task_type, latency_budget, privacy_tier and a values object",
+                )
+            )
+            continue
+        key: CellKey = (key_parts[0], key_parts[1], key_parts[2])  # type: ignore[assignment]
+        label = cell_key_label(key)
+        if key not in valid_keys:
+            problems.append(Problem("cell", "is not a cell of this table", label))
+            continue
+        if key in seen:
+            problems.append(Problem("cell", "is edited twice in one request", label))
+            continue
+        if not changes:
+            problems.append(Problem("values", "names no field to change", label))
+            continue
+        for path in changes:
+            if path not in FIELDS_BY_PATH:
+                problems.append(Problem(path, "is not a field of a policy cell", label))
+        seen.add(key)
+        parsed.append((key, changes))
+    if not edits:
+        problems.append(Problem("cells", "is empty: name at least one cell to change"))
+    _raise_problems("The edit is invalid; nothing was saved.", problems)
+    return parsed
+
+
+@transaction.atomic
+def policy_draft_update_cells(
+    *, actor: Actor, fleet: Fleet, revision: int, edits: list[dict[str, Any]]
+) -> PolicyVersion:
+    """Change fields of one or several cells at once; all or nothing.
+
+    `edits` is a list of `{"task_type", "latency_budget", "privacy_tier", "values": {path: value}}`.
+    """
+    draft = _lock_draft(fleet=fleet, revision=revision)
+    parsed = _parse_edits(draft, edits)
+    cells = {
+        cell.key: cell for cell in PolicyCell.objects.select_for_update().filter(version=draft)
+    }
+    problems: list[Problem] = []
+    updates: list[tuple[PolicyCell, dict[str, Any], dict[str, Any]]] = []
+    for key, changes in parsed:
+        cell = cells[key]
+        before = cell.values()
+        merged = {**before, **changes}
+        cleaned, cell_problems = validate_cell(key, merged)
+        problems.extend(cell_problems)
+        if not cell_problems:
+            updates.append((cell, before, cleaned))
+    _raise_problems("Some cells are invalid; nothing was saved.", problems)
+    audit_before: dict[str, Any] = {}
+    audit_after: dict[str, Any] = {}
+    changed_cells = []
+    for cell, before, after in updates:
+        if before == after:
+            continue
+        cell.apply_values(after)
+        changed_cells.append(cell)
+        label = cell_key_label(cell.key)
+        for change in diff_flat(before, after):
+            audit_before[f"{label}.{change['field']}"] = change["before"]
+            audit_after[f"{label}.{change['field']}"] = change["after"]
+    if not changed_cells:
+        return draft
+    attrs = sorted({FIELDS_BY_PATH[p.split(".", 1)[1]].attr for p in audit_after})
+    PolicyCell.objects.bulk_update(changed_cells, attrs)
+    _bump(draft)
+    labels = ", ".join(cell_key_label(c.key) for c in changed_cells[:5])
+    more = f" and {len(changed_cells) - 5} more" if len(changed_cells) > 5 else ""
+    audit_record(
+        actor=actor,
+        action="policy_cells.updated",
+        fleet=fleet,
+        target=f"{fleet.slug} draft",
+        summary=f"Edited {len(changed_cells)} cell(s): {labels}{more} (revision {draft.revision})",
+        before=audit_before,
+        after=audit_after,
+    )
+    logger.info(
+        "policy_cells.updated fleet=%s cells=%d revision=%d",
+        fleet.slug,
+        len(changed_cells),
+        draft.revision,
+    )
+    return draft
+
+
+@transaction.atomic
+def policy_draft_add_dimension_value(
+    *,
+    actor: Actor,
+    fleet: Fleet,
+    revision: int,
+    dimension: str,
+    value: str,
+    copy_from: str | None = None,
+) -> PolicyVersion:
+    """Add a value to a dimension (e.g. task type `code`) and the cells it implies.
+
+    Each new cell starts as a copy of its sibling with `copy_from` (default: the dimension's
+    first value), so the table stays complete and valid.
+    """
+    draft = _lock_draft(fleet=fleet, revision=revision)
+    if dimension not in DIMENSIONS:
+        raise ValidationFailed(
+            f"{dimension!r} is not a dimension.",
+            details=[{"field": "dimension", "message": f"one of {', '.join(DIMENSIONS)}"}],
+        )
+    values = list(draft.dimensions[dimension])
+    if not isinstance(value, str) or not DIMENSION_VALUE_RE.match(value):
+        raise ValidationFailed(
+            f"{value!r} is not a valid value: lowercase letters, digits, '-' or '_', starting "
+            "with a letter, at most 32 characters.",
+            details=[{"field": "value", "message": "must be a slug such as code or on-device"}],
+        )
+    if value in values:
+        raise Conflict(f"{dimension} already has the value {value!r}.", code="duplicate")
+    if len(values) >= MAX_DIMENSION_VALUES:
+        raise ValidationFailed(f"{dimension} already has {MAX_DIMENSION_VALUES} values.")
+    source_value = copy_from or values[0]
+    if source_value not in values:
+        raise ValidationFailed(
+            f"{source_value!r} is not a value of {dimension}.",
+            details=[{"field": "copy_from", "message": "must be an existing value"}],
+        )
+    position = DIMENSIONS.index(dimension)
+    table = version_table(version=draft)
+    new_cells: Table = {}
+    for key, cell_values in table.items():
+        if key[position] == source_value:
+            new_key = list(key)
+            new_key[position] = value
+            new_cells[(new_key[0], new_key[1], new_key[2])] = dict(cell_values)
+    problems = []
+    for key, cell_values in new_cells.items():
+        problems.extend(validate_cell(key, cell_values)[1])
+    _raise_problems(f"Copying {source_value!r} to {value!r} would make invalid cells.", problems)
+    before_dims = {k: list(v) for k, v in draft.dimensions.items()}
+    draft.dimensions = {**draft.dimensions, dimension: [*values, value]}
+    cells = []
+    for key, cell_values in new_cells.items():
+        cell = PolicyCell(
+            version=draft, task_type=key[0], latency_budget=key[1], privacy_tier=key[2]
+        )
+        cell.apply_values(cell_values)
+        cells.append(cell)
+    PolicyCell.objects.bulk_create(cells)
+    _bump(draft)
+    audit_record(
+        actor=actor,
+        action="policy_dimension.value_added",
+        fleet=fleet,
+        target=f"{fleet.slug} draft",
+        summary=(
+            f"Added {dimension} value {value!r} ({len(cells)} cells copied from {source_value!r})"
+        ),
+        before={f"dimensions.{dimension}": before_dims[dimension]},
+        after={f"dimensions.{dimension}": draft.dimensions[dimension]},
+    )
+    return draft
+
+
+@transaction.atomic
+def policy_draft_remove_dimension_value(
+    *, actor: Actor, fleet: Fleet, revision: int, dimension: str, value: str
+) -> PolicyVersion:
+    """Remove a value from a dimension together with its cells (at least one value remains)."""
+    draft = _lock_draft(fleet=fleet, revision=revision)
+    if dimension not in DIMENSIONS or value not in draft.dimensions.get(dimension, []):
+        raise ValidationFailed(
+            f"{dimension} has no value {value!r}.",
+            details=[{"field": "value", "message": "no such value"}],
+        )
+    values = list(draft.dimensions[dimension])
+    if len(values) == 1:
+        raise ValidationFailed(
+            f"{dimension} needs at least one value.",
+            details=[{"field": "value", "message": "the last value cannot go"}],
+        )
+    PolicyCell.objects.filter(version=draft, **{dimension: value}).delete()
+    draft.dimensions = {**draft.dimensions, dimension: [v for v in values if v != value]}
+    _bump(draft)
+    audit_record(
+        actor=actor,
+        action="policy_dimension.value_removed",
+        fleet=fleet,
+        target=f"{fleet.slug} draft",
+        summary=f"Removed {dimension} value {value!r} and its cells",
+        before={f"dimensions.{dimension}": values},
+        after={f"dimensions.{dimension}": draft.dimensions[dimension]},
+    )
+    return draft
+
+
+@transaction.atomic
+def policy_draft_import(
+    *, actor: Actor, fleet: Fleet, document: Any, revision: int | None = None
+) -> PolicyVersion:
+    """Replace the draft's table with an imported policy document (export format).
+
+    Every problem is reported per cell and field, and nothing is saved unless all are fixed.
+    Without a draft, one is created (then `revision` is not needed).
+    """
+    dimensions, table, problems = parse_document_table(document)
+    _raise_problems("The imported document is invalid; nothing was imported.", problems)
+    fleet = _lock_fleet(fleet)
+    existing = PolicyVersion.objects.filter(fleet=fleet, published_at__isnull=True).exists()
+    if existing:
+        if revision is None:
+            raise Conflict(
+                "The fleet has a draft: say which revision you are replacing.",
+                code="revision_required",
+            )
+        draft = _lock_draft(fleet=fleet, revision=revision)
+        before_table = version_table(version=draft)
+        PolicyCell.objects.filter(version=draft).delete()
+        draft.dimensions = dimensions
+        draft.revision += 1
+        draft.save(update_fields=["dimensions", "revision"])
+    else:
+        before_table = {}
+        draft = PolicyVersion.objects.create(
+            fleet=fleet, dimensions=dimensions, created_by=actor_user(actor)
+        )
+    _write_cells(draft, table)
+    diff = diff_flat(flatten_table(before_table), flatten_table(table))
+    audit_record(
+        actor=actor,
+        action="policy_draft.imported",
+        fleet=fleet,
+        target=f"{fleet.slug} draft",
+        summary=f"Imported a document of {len(table)} cells ({len(diff)} field changes)",
+        diff=diff,
+        before={"fields_changed": len(diff)},
+        after={"cells": len(table)},
+    )
+    return draft
+
+
+@transaction.atomic
+def policy_version_publish(
+    *, actor: Actor, fleet: Fleet, revision: int, note: str
+) -> PolicyVersion:
+    """Publish the draft as the next numbered, immutable version.
+
+    The fleet row is locked, so two publishers cannot both win and numbers stay consecutive.
+    """
+    note = note.strip()
+    if not note:
+        # A version runs on devices for weeks; the note is how people later tell why it exists.
+        raise ValidationFailed(
+            "Write a release note: what changed and why.",
+            details=[{"field": "note", "message": "must not be empty"}],
+        )
+    if len(note) > 2000:
+        raise ValidationFailed(
+            "The note is too long (2,000 characters at most).",
+            details=[{"field": "note", "message": "at most 2000 characters"}],
+        )
+    fleet = _lock_fleet(fleet)
+    draft = _lock_draft(fleet=fleet, revision=revision)
+    table = version_table(version=draft)
+    problems = validate_dimensions(draft.dimensions)
+    if not problems:
+        problems.extend(validate_coverage(draft.dimensions, list(table)))
+    for key, values in table.items():
+        problems.extend(validate_cell(key, values)[1])
+    _raise_problems("The draft cannot be published until these are fixed.", problems)
+    last = PolicyVersion.objects.filter(fleet=fleet).aggregate(m=Max("number"))["m"] or 0
+    draft.number = last + 1
+    draft.published_at = timezone.now()
+    draft.published_by = actor_user(actor)
+    draft.note = note
+    draft.etag = document_etag(draft.number, content_for_etag(fleet.slug, draft.dimensions, table))
+    draft.save(update_fields=["number", "published_at", "published_by", "note", "etag"])
+    routing, _ = FleetRouting.objects.get_or_create(fleet=fleet)
+    if routing.stable_version_id is None:
+        # A fleet's first published version is what its devices run; later versions reach
+        # devices only through a rollout or an explicit switch.
+        routing.stable_version = draft
+        routing.save(update_fields=["stable_version", "updated_at"])
+        publish_on_commit(
+            assignment_message(fleet_id=fleet.pk, assignment=FleetAssignment(stable=draft.number))
+        )
+    previous = PolicyVersion.objects.filter(fleet=fleet, number=last).first() if last else None
+    diff: list[dict[str, Any]] = []
+    if previous is not None:
+        prev_table = version_table(version=previous)
+        diff = diff_flat(flatten_table(prev_table), flatten_table(table))
+    audit_record(
+        actor=actor,
+        action="policy_version.published",
+        fleet=fleet,
+        target=f"{fleet.slug} v{draft.number}",
+        summary=f"Published v{draft.number}: {note}",
+        before={"version": last or None},
+        after={"version": draft.number, "etag": draft.etag},
+        diff=diff,
+    )
+    logger.info("policy_version.published fleet=%s version=%d", fleet.slug, draft.number)
+    return draft

@@ -1,0 +1,100 @@
+"""A fleet's routing state and its rollouts: which versions its devices run, and how that
+changed."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from ..policies.models import Fleet, PolicyVersion
+
+
+class FleetRouting(models.Model):
+    """A fleet's live routing state: the stable version devices run and the enrolment key.
+
+    Kept apart from `Fleet` so the row that every rollout transition locks is small. A
+    fleet-wide `cloud_pressure` nudge (θ offset with an expiry) lives here too.
+    """
+
+    fleet = models.OneToOneField(Fleet, on_delete=models.CASCADE, related_name="routing")
+    stable_version = models.ForeignKey(
+        PolicyVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    enrollment_key_hash = models.CharField(max_length=64, blank=True)
+    enrollment_key_prefix = models.CharField(max_length=16, blank=True)
+    cloud_pressure_offset = models.FloatField(default=0.0)
+    cloud_pressure_until = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"routing of {self.fleet_id}"
+
+
+class Rollout(models.Model):
+    """Moving a fleet from its stable version to a candidate in stages 5% → 25% → 100%.
+
+    The salt is random per rollout and fixes every device's bucket for all its stages.
+    """
+
+    class State(models.TextChoices):
+        ACTIVE = "active"
+        PAUSED = "paused"
+        COMPLETED = "completed"
+        ROLLED_BACK = "rolled_back"
+
+    STAGES = (5, 25, 100)
+
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="rollouts")
+    candidate = models.ForeignKey(PolicyVersion, on_delete=models.PROTECT, related_name="+")
+    stable = models.ForeignKey(PolicyVersion, on_delete=models.PROTECT, related_name="+")
+    salt = models.CharField(max_length=32)
+    stage = models.PositiveSmallIntegerField(default=5)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVE)
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    started_at = models.DateTimeField(auto_now_add=True)
+    stage_changed_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["fleet"],
+                condition=Q(state__in=["active", "paused"]),
+                name="rollout_one_open_per_fleet",
+            ),
+            models.CheckConstraint(condition=Q(stage__in=[5, 25, 100]), name="rollout_stage_known"),
+        ]
+
+    def __str__(self) -> str:
+        return f"rollout {self.pk} of {self.fleet_id} ({self.state}, {self.stage}%)"
+
+    @property
+    def is_open(self) -> bool:
+        """Active or paused: it still decides what part of the fleet runs."""
+        return self.state in (self.State.ACTIVE, self.State.PAUSED)
+
+    @property
+    def next_stage(self) -> int | None:
+        """The stage `advance` moves to, or None at 100%."""
+        later = [s for s in self.STAGES if s > self.stage]
+        return later[0] if later else None
+
+
+class RolloutEvent(models.Model):
+    """One transition of a rollout, with when it happened: the basis of propagation times."""
+
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="events")
+    action = models.CharField(max_length=32)
+    stage_before = models.PositiveSmallIntegerField(null=True)
+    stage_after = models.PositiveSmallIntegerField(null=True)
+    actor_name = models.CharField(max_length=150, blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["rollout", "at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.stage_before}->{self.stage_after}"
