@@ -13,7 +13,7 @@ from routing_policies.models import PolicyCell, PolicyVersion, Rollout
 
 from ..events import VersionDimensions
 from ..models import Cohort
-from ..rollup import UploadHandling
+from ..rollups import UploadHandling
 
 _CACHE_TTL_S = 60.0
 _CANDIDATE: str = Cohort.CANDIDATE.value

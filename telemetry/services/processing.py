@@ -27,7 +27,7 @@ from psycopg.types.json import Jsonb, set_json_dumps
 from .. import partitions
 from ..events import TelemetryEvent, decode_landed
 from ..models import Event, FleetHourRollup, HourRollup, LandedBatch, MinuteRollup
-from ..rollup import METRIC_FIELDS, SENSITIVE_TIER, RollupAccumulator, Tally, is_privacy_violation
+from ..rollups import METRIC_FIELDS, SENSITIVE_TIER, RollupAccumulator, Tally, is_privacy_violation
 from ..selectors.catalog import CellPrivacy, CohortResolver
 from ..signals import send_rollups_stored
 from .ingest import retention_start

@@ -23,6 +23,7 @@ from telemetry.models import (
     MinuteRollup,
     RouteCounter,
 )
+from telemetry.rollups.sketch import exact_quantile
 from telemetry.selectors import fleet_metrics
 from telemetry.services import (
     landed_batches_process,
@@ -31,7 +32,6 @@ from telemetry.services import (
     storage_maintain,
     telemetry_batch_ingest,
 )
-from telemetry.sketch import exact_quantile
 
 from .factories import iso, make_event
 
