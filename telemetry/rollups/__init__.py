@@ -21,7 +21,7 @@ from .fold import (
     merge_columns,
 )
 from .planner import WindowPlan, plan_window
-from .reader import RollupRow, as_utc, read_rows
+from .reader import RollupRow, as_utc, read_rows, rows_to_compact
 from .schema import (
     CELL_DIMENSIONS,
     FLEET_HOUR,
@@ -63,5 +63,6 @@ __all__ = [
     "plan_window",
     "ratio",
     "read_rows",
+    "rows_to_compact",
     "stored_histogram",
 ]

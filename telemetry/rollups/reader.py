@@ -1,8 +1,9 @@
-"""Reading rollup rows: one query per call, typed rows, the SQLite/PostgreSQL differences here.
+"""Reading rollup rows: the SQL, typed rows, and the SQLite/PostgreSQL differences, here only.
 
 Every reader of rollups (the metrics API, the dashboard, alert rules and rollout guards) reads
-through `read_rows`. It selects the level's time and key columns, every summed metric column
-(METRIC_FIELDS) and the sketches asked for, so that no caller keeps a column list of its own.
+through `read_rows`, which selects the level's time and key columns, every summed metric column
+(METRIC_FIELDS) and the sketches asked for, so that no caller keeps a column list of its own;
+the compaction reads the rows it merges through `rows_to_compact`.
 What differs by database stays here: times come back as aware datetimes on PostgreSQL and as
 text or naive UTC values on SQLite, and a stored histogram as text or as a mapping; a bad
 stored histogram reads as empty (sketch.stored_histogram).
@@ -164,3 +165,35 @@ def read_rows(
         )
         for row in fetched
     ]
+
+
+def rows_to_compact(level: Level, *, max_buckets: int) -> list[dict[str, Any]]:
+    """Every row of up to `max_buckets` (fleet, time) buckets of `level` that hold partial
+    rows, oldest buckets first, as column dicts (id, fleet_id, time, keys, METRIC_FIELDS, the
+    sketches read as `stored_histogram`, compacted); locked for update on PostgreSQL. Two
+    queries; for the compaction, inside its transaction."""
+    table, time_column = level.table, level.time_column
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT DISTINCT fleet_id, {time_column} FROM {table} "  # noqa: S608
+            f"WHERE NOT compacted ORDER BY {time_column} LIMIT %s",
+            [max_buckets],
+        )
+        buckets = cursor.fetchall()
+        if not buckets:
+            return []
+        columns = ["id", "fleet_id", time_column, *level.key_columns, *METRIC_FIELDS]
+        columns += ["latency_hist", "score_hist", "compacted"]
+        pairs = ", ".join(["(%s, %s)"] * len(buckets))
+        lock = " FOR UPDATE" if connection.vendor == "postgresql" else ""
+        cursor.execute(
+            f"SELECT {', '.join(columns)} FROM {table} "  # noqa: S608
+            f"WHERE (fleet_id, {time_column}) IN ({pairs}){lock}",
+            [value for bucket in buckets for value in bucket],
+        )
+        rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    for row in rows:
+        row[time_column] = as_utc(row[time_column])
+        row["latency_hist"] = stored_histogram(row["latency_hist"])
+        row["score_hist"] = stored_histogram(row["score_hist"])
+    return rows

@@ -16,7 +16,7 @@ from django.utils import timezone
 from .. import partitions
 from ..models import EventKey, FleetHourRollup, HourRollup, LandedBatch, MinuteRollup, RouteCounter
 from ..prometheus import latency_bins
-from ..rollups import FLEET_HOUR, LEVELS, METRIC_FIELDS, Level, merge_columns, stored_histogram
+from ..rollups import FLEET_HOUR, LEVELS, Level, merge_columns, rows_to_compact
 from ..selectors.metrics import stored_latency_bins
 from .processing import partitions_ensure_window
 
@@ -25,12 +25,10 @@ logger = logging.getLogger(__name__)
 _COMPACTION_LOCK_KEY = 0x7E1E_0001  # pg advisory lock: one compaction at a time
 
 
-def _bucket_counts(value: Any) -> dict[str, int]:
-    """A stored histogram with only whole-number buckets and counts (the merged row is clean
-    even when a row an older version stored was not)."""
-    return {
-        key: count for key, count in stored_histogram(value).items() if key.lstrip("-").isdigit()
-    }
+def _bucket_counts(histogram: dict[str, int]) -> dict[str, int]:
+    """A read histogram with only whole-number buckets (the merged row is clean even when a
+    row an older version stored was not)."""
+    return {key: count for key, count in histogram.items() if key.lstrip("-").isdigit()}
 
 
 def _compact_level(level: Level, max_buckets: int) -> tuple[int, int]:
@@ -39,32 +37,10 @@ def _compact_level(level: Level, max_buckets: int) -> tuple[int, int]:
     Returns (rows read, rows written). Runs inside the caller's transaction.
     """
     model: Any = level.model  # one of the three concrete rollup models
-    table = level.table
     time_col = level.time_column
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT DISTINCT fleet_id, {time_col} FROM {table} "  # noqa: S608
-            f"WHERE NOT compacted ORDER BY {time_col} LIMIT %s",
-            [max_buckets],
-        )
-        buckets = cursor.fetchall()
-        if not buckets:
-            return (0, 0)
-        columns = ["id", "fleet_id", time_col, *level.key_columns, *METRIC_FIELDS]
-        columns += ["latency_hist", "score_hist", "compacted"]
-        pairs = ", ".join(["(%s, %s)"] * len(buckets))
-        lock = " FOR UPDATE" if connection.vendor == "postgresql" else ""
-        cursor.execute(
-            f"SELECT {', '.join(columns)} FROM {table} "  # noqa: S608
-            f"WHERE (fleet_id, {time_col}) IN ({pairs}){lock}",
-            [value for bucket in buckets for value in bucket],
-        )
-        rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    rows = rows_to_compact(level, max_buckets=max_buckets)
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        moment = row[time_col]
-        if isinstance(moment, datetime) and moment.tzinfo is None:
-            row[time_col] = moment.replace(tzinfo=UTC)  # SQLite hands back naive UTC
         # Robust to a bad row stored by an older version (counts kept only when whole and >= 0).
         row["latency_hist"] = _bucket_counts(row["latency_hist"])
         row["score_hist"] = _bucket_counts(row["score_hist"])
