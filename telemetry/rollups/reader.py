@@ -11,7 +11,7 @@ stored histogram reads as empty (sketch.stored_histogram).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -110,12 +110,13 @@ def read_rows(
     latency_since: datetime | None = None,
     scores: bool = False,
     ordered: bool = False,
-) -> list[RollupRow]:
+) -> Iterator[RollupRow]:
     """The fleet's rows of `level` with `since <= bucket` (and `<= until`), in one query.
 
     `where`: key column → value, all must match. `latency`: with the latency sketches (only of
     the rows from `latency_since` on, when given); `scores`: with the score histograms;
-    `ordered`: by bucket.
+    `ordered`: by bucket. The query runs at once; each row is typed (its sketches decoded) as
+    it is iterated, so a fold holds one decoded row at a time, not the window's.
     """
     adapt = connection.ops.adapt_datetimefield_value
     time_column = level.time_column
@@ -148,9 +149,13 @@ def read_rows(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         fetched = cursor.fetchall()
+    return _typed(fetched, latency=latency, scores=scores)
+
+
+def _typed(fetched: list[Any], *, latency: bool, scores: bool) -> Iterator[RollupRow]:
     score_at = _AFTER_SUMS + 1 if latency else _AFTER_SUMS
-    return [
-        RollupRow(
+    for row in fetched:
+        yield RollupRow(
             as_utc(row[0]),
             row[1],
             row[2],
@@ -163,8 +168,6 @@ def read_rows(
             stored_histogram(row[_AFTER_SUMS]) if latency else None,
             stored_histogram(row[score_at]) if scores else None,
         )
-        for row in fetched
-    ]
 
 
 def rows_to_compact(level: Level, *, max_buckets: int) -> list[dict[str, Any]]:

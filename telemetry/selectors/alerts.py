@@ -31,7 +31,7 @@ def recent_rows(
 ) -> list[RollupRow]:
     """The fleet's minute-rollup rows with `since <= minute <= until`, by minute, in one query;
     with their latency histograms from `latency_since` on (None: none)."""
-    return read_rows(
+    rows = read_rows(
         MINUTE,
         fleet_id=fleet_id,
         since=since,
@@ -40,6 +40,7 @@ def recent_rows(
         latency_since=latency_since,
         ordered=True,
     )
+    return list(rows)
 
 
 def cell_known(*, fleet_id: int, task_type: str, latency_budget: str, privacy_tier: str) -> bool:

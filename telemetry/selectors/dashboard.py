@@ -15,7 +15,7 @@ API's answer, the page's first paint and the live feed's message.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -178,7 +178,7 @@ def _scan(fleet_id: int, view: DashboardView, plan: WindowPlan) -> Scan:
     where = {FILTER_COLUMNS.get(name, name): value for name, value in view.filters.items()}
     scan = Scan()
 
-    def rows(*, cell_level: bool) -> list[RollupRow]:
+    def rows(*, cell_level: bool) -> Iterator[RollupRow]:
         level = plan.level(cell_level=cell_level)
         return read_rows(level, fleet_id=fleet_id, since=plan.start, where=where, latency=True)
 
@@ -282,11 +282,11 @@ def _fold(scan: Scan, buckets: int, compared: Mapping[str, int | None]) -> dict[
             cohort_versions.setdefault(cohort, set()).add(version)
         for target, with_latency in targets:
             figures_at(target, index).merge(figures, latency=with_latency, scores=False)
-    summary = merged(fleet.values(), latency=False)
+    summary = merged(fleet.values(), latency=False, scores=False)
     routes = {}
     for route in ROUTES:
         by_index = per_route[route]
-        total = merged(by_index.values())
+        total = merged(by_index.values(), scores=False)
         merge_counts(summary.latency_hist, total.latency_hist)
         p50, p95, p99 = total.latency_quantiles()
         series = _series(by_index, buckets)
@@ -304,7 +304,7 @@ def _fold(scan: Scan, buckets: int, compared: Mapping[str, int | None]) -> dict[
         cohorts[cohort] = {
             "versions": versions,
             "label": _cohort_label(cohort, versions, compared.get(cohort)),
-            "summary": merged(by_index.values()).headline(),
+            "summary": merged(by_index.values(), scores=False).headline(),
             "series": _series(by_index, buckets),
         }
     return {
