@@ -1,9 +1,9 @@
 """Judging alert rules and rollout guards from rollup rows: pure functions, no database.
 
-`selectors.alerts` reads minute-rollup rows of a fleet once per evaluation; these functions
-fold the rows a rule looks at (its scope and window) into figures and compare them with the
-rule. A judgement is `breach`, `ok`, or `no_data` when there were too few samples to say:
-too few is never taken for healthy.
+`selectors.alerts` reads minute-rollup rows of a fleet once per evaluation (telemetry.rollups
+`read_rows`); these functions fold the rows a rule looks at (its scope and window) into
+`Figures` and compare them with the rule. A judgement is `breach`, `ok`, or `no_data` when
+there were too few samples to say: too few is never taken for healthy.
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ from datetime import datetime
 from typing import Any, Final, Literal
 
 from .alerts.models import Condition, GuardComparison, Metric, Scope
-from .sketch import LatencySketch, merge_counts
+from .rollups import Figures, figures_at
+from .rollups import RollupRow as RollupRow  # the rows these functions judge, for callers
 
 Outcome = Literal["breach", "ok", "no_data"]
-CellKey = tuple[str, str, str]
-# (policy version, task type, latency budget, privacy tier) → the cell's latency budget in ms.
-Budgets = Mapping[tuple[int, str, str, str], int]
+# (policy version, task type, latency budget, privacy tier)
+VersionCell = tuple[int, str, str, str]
+# A version's cell → the cell's latency budget in ms.
+Budgets = Mapping[VersionCell, int]
 
 RATE_METRICS: Final = frozenset(
     {Metric.CLOUD_SHARE, Metric.ALPHA, Metric.FALLBACK_RATE, Metric.ERROR_RATE}
@@ -29,57 +31,34 @@ LATENCY_METRICS: Final = {Metric.P95_BUDGET: 0.95, Metric.P99_BUDGET: 0.99}
 GUARD_METRICS: Final = frozenset(set(Metric) - {Metric.EVENTS})
 
 
-@dataclass(frozen=True, slots=True)
-class RollupRow:
-    """One minute-rollup row, as the alert selector reads it."""
-
-    minute: datetime
-    policy_version: int
-    cohort: str
-    task_type: str
-    latency_budget: str
-    privacy_tier: str
-    route: str
-    events: int
-    fallbacks: int
-    errors: int
-    privacy_violations: int
-    latency_hist: Mapping[str, int] | None = None
-
-
 @dataclass(slots=True)
-class Figures:
-    """Summed figures of the rows a rule looks at."""
+class ScopeFigures:
+    """The figures of the rows a rule or guard looks at: in all, per version × cell for the
+    latency metrics, and the cells where privacy violations were."""
 
-    events: int = 0
-    device: int = 0
-    cloud: int = 0
-    fallbacks: int = 0
-    errors: int = 0
-    privacy_violations: int = 0
-    # Per (version, cell): events and the merged latency histogram.
-    cells: dict[tuple[int, str, str, str], tuple[int, dict[str, int]]] = field(default_factory=dict)
-    # Per (version, cell): privacy violations, where there were any (the alert names them).
-    violations: dict[tuple[int, str, str, str], int] = field(default_factory=dict)
+    total: Figures = field(default_factory=Figures)
+    # Per version × cell: its rows with a latency sketch (only when a latency metric asks).
+    cells: dict[VersionCell, Figures] = field(default_factory=dict)
+    # Per version × cell: privacy violations, where there were any (the alert names them).
+    violations: dict[VersionCell, int] = field(default_factory=dict)
+
+    @property
+    def events(self) -> int:
+        """How many events the rows count."""
+        return self.total.events
 
     def add(self, row: RollupRow, with_latency: bool) -> None:
         """Fold one row in."""
-        self.events += row.events
-        if row.route == "device":
-            self.device += row.events
-        elif row.route == "cloud":
-            self.cloud += row.events
-        self.fallbacks += row.fallbacks
-        self.errors += row.errors
-        self.privacy_violations += row.privacy_violations
-        if row.privacy_violations:
-            key = (row.policy_version, row.task_type, row.latency_budget, row.privacy_tier)
-            self.violations[key] = self.violations.get(key, 0) + row.privacy_violations
-        if with_latency and row.latency_hist:
-            key = (row.policy_version, row.task_type, row.latency_budget, row.privacy_tier)
-            count, hist = self.cells.get(key, (0, {}))
-            merge_counts(hist, dict(row.latency_hist))
-            self.cells[key] = (count + row.events, hist)
+        self.total.add(row, latency=False, scores=False)
+        violations = row.privacy_violations
+        with_sketch = with_latency and bool(row.latency_hist)
+        if not violations and not with_sketch:
+            return
+        key = (row.policy_version, row.task_type, row.latency_budget, row.privacy_tier)
+        if violations:
+            self.violations[key] = self.violations.get(key, 0) + violations
+        if with_sketch:
+            figures_at(self.cells, key).add(row, scores=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +98,9 @@ def figures_of(
     end: datetime,
     where: Mapping[str, Any],
     with_latency: bool,
-) -> Figures:
+) -> ScopeFigures:
     """Sum the rows with `start <= minute <= end` that match `where` (rows sorted by minute)."""
-    figures = Figures()
+    figures = ScopeFigures()
     first = bisect_left(rows, start, key=_minute_of)
     last = bisect_right(rows, end, key=_minute_of)
     wanted = list(where.items())
@@ -137,30 +116,32 @@ def _minute_of(row: RollupRow) -> datetime:
     return row.minute
 
 
-def reading(metric: str, figures: Figures, budgets: Budgets, min_samples: int) -> Reading:
+def reading(metric: str, figures: ScopeFigures, budgets: Budgets, min_samples: int) -> Reading:
     """The metric's value over `figures` (a latency metric: the worst cell's P/budget)."""
-    events = figures.events
+    total = figures.total
+    events = total.events
     if metric == Metric.EVENTS:
         return Reading(float(events), events)
     if metric == Metric.PRIVACY_VIOLATIONS:
-        return Reading(float(figures.privacy_violations), events, _violation_detail(figures))
+        return Reading(float(total.privacy_violations), events, _violation_detail(figures))
     if metric in RATE_METRICS:
         if not events:
             return Reading(None, 0)
-        part = {
-            Metric.CLOUD_SHARE: figures.cloud,
-            Metric.ALPHA: figures.device,
-            Metric.FALLBACK_RATE: figures.fallbacks,
-            Metric.ERROR_RATE: figures.errors,
-        }[Metric(metric)]
-        return Reading(part / events, events)
+        if metric == Metric.CLOUD_SHARE:
+            return Reading(total.share("cloud"), events)
+        if metric == Metric.ALPHA:
+            return Reading(total.share("device"), events)
+        if metric == Metric.FALLBACK_RATE:
+            return Reading(total.fallback_rate(), events)
+        return Reading(total.rate("errors"), events)
     quantile = LATENCY_METRICS[Metric(metric)]
     worst: Reading | None = None
-    for key, (count, hist) in sorted(figures.cells.items()):
+    for key, cell in sorted(figures.cells.items(), key=lambda item: item[0]):
         budget = budgets.get(key)
-        if not budget or count < min_samples or not hist:
+        count = cell.events
+        if not budget or count < min_samples:
             continue
-        latency = LatencySketch.from_json(hist).quantiles([quantile])[0]
+        latency = cell.latency_quantiles([quantile])[0]
         if latency is None:
             continue
         ratio = latency / budget
@@ -173,12 +154,12 @@ def reading(metric: str, figures: Figures, budgets: Budgets, min_samples: int) -
             )
     if worst is None:
         # No cell has enough samples: say how many the busiest one had.
-        busiest = max((count for count, _ in figures.cells.values()), default=0)
+        busiest = max((cell.events for cell in figures.cells.values()), default=0)
         return Reading(None, busiest)
     return worst
 
 
-def _violation_detail(figures: Figures) -> str:
+def _violation_detail(figures: ScopeFigures) -> str:
     """`in text/interactive/sensitive v2: 3, image/background/sensitive v2: 1` (most first)."""
     if not figures.violations:
         return ""
@@ -255,8 +236,8 @@ def judge_rule(
     condition: str,
     threshold: float,
     min_samples: int,
-    current: Figures,
-    previous: Figures | None,
+    current: ScopeFigures,
+    previous: ScopeFigures | None,
     budgets: Budgets,
     reported_before: bool = True,
     hysteresis: float = 0.0,
@@ -297,7 +278,7 @@ def judge_rule(
         )
     before: Reading | None = None
     if condition in (Condition.RISES_BY, Condition.FALLS_BY):
-        before = reading(metric, previous or Figures(), budgets, min_samples)
+        before = reading(metric, previous or ScopeFigures(), budgets, min_samples)
         if before.value is None or before.samples < min_samples:
             return Judgement(
                 "no_data",
@@ -354,8 +335,8 @@ def judge_guard(
     comparison: str,
     threshold: float,
     min_samples: int,
-    candidate: Figures,
-    stable: Figures,
+    candidate: ScopeFigures,
+    stable: ScopeFigures,
     budgets: Budgets,
 ) -> Judgement:
     """Breach, ok or no_data for one rollout guard: candidate against a value or stable."""

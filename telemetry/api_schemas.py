@@ -112,6 +112,17 @@ class FallbackRatesSerializer(serializers.Serializer[Any]):
         ref_name = "FallbackRates"
 
 
+class TokensPerTaskSerializer(serializers.Serializer[Any]):
+    """Mean tokens per task on each route; null where the route had no task."""
+
+    device = serializers.FloatField(allow_null=True)
+    cloud = serializers.FloatField(allow_null=True)
+    draft_refine = serializers.FloatField(allow_null=True)
+
+    class Meta:
+        ref_name = "TokensPerTask"
+
+
 class ScoreHistogramSerializer(serializers.Serializer[Any]):
     bin_width = serializers.FloatField()
     counts = serializers.ListField(child=serializers.IntegerField(min_value=0))
@@ -140,6 +151,9 @@ class MetricsGroupSerializer(serializers.Serializer[Any]):
     privacy_violations = serializers.IntegerField(min_value=0)
     latency_ms = LatencyFiguresSerializer()
     score_mean = serializers.FloatField(allow_null=True)
+    tokens_per_task = TokensPerTaskSerializer(
+        help_text="mean tokens per task per route (a task sent without `tokens` counts as 0)"
+    )
     score_histogram = ScoreHistogramSerializer(required=False, help_text="with ?scores=true")
 
     class Meta:

@@ -36,7 +36,7 @@ class RollupMetrics(models.Model):
     score_count = models.BigIntegerField(default=0)
     score_sum = models.FloatField(default=0.0)
     tokens_sum = models.BigIntegerField(default=0)
-    # {"<log bucket>": count} (telemetry.sketch) and {"<score bin 0..99>": count}.
+    # {"<log bucket>": count} (telemetry.rollups.sketch) and {"<score bin 0..99>": count}.
     latency_hist = models.JSONField(default=dict)
     score_hist = models.JSONField(default=dict)
     # False for a partial row written by the ingest worker; the compaction task merges all

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from .sketch import bucket_value
+from .rollups.sketch import bucket_value
 
 LATENCY_BUCKETS_MS: Final = (5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0)
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"

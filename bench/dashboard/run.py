@@ -7,7 +7,7 @@ in the same process on the same data.
 1. Generation (as bench/ingest (b) does, with its event model): N events spread over the
    24-hour window (the current hour and the 23 before it) up to the start of the run, 12 cells
    × 2 versions (stable v1, candidate v2) × routes × deciding steps, written with COPY into the
-   raw table `telemetry_event` and, folded by telemetry.rollup exactly as the worker folds
+   raw table `telemetry_event` and, folded by telemetry.rollups exactly as the worker folds
    them, into the minute, hour and fleet-hour rollups. The fleet has v1 stable, v2 rolling out
    at 25%, 10,000 devices (a share of them online) and its audit trail, so every part of the
    payload has something to compute.
@@ -233,10 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     from django.test.utils import CaptureQueriesContext
     from rest_framework.test import APIClient
 
-    from telemetry.selectors.dashboard import DashboardView, fleet_dashboard, plan_view
+    from telemetry.rollups import plan_window
+    from telemetry.selectors.dashboard import WINDOWS, DashboardView, fleet_dashboard
 
     view = DashboardView(window="24h")
-    plan = plan_view(view, datetime.now(UTC))
+    plan = plan_window(WINDOWS[view.window], now=datetime.now(UTC))
     if args.reuse:
         from routing_policies.models import Fleet
 
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         generated["window_from"] = plan.start.isoformat()
         print(f"    {generated}", flush=True)
     load_generated = os.getloadavg()
-    if plan_view(view, datetime.now(UTC)).start != plan.start:
+    if plan_window(WINDOWS[view.window], now=datetime.now(UTC)).start != plan.start:
         print("the hour turned while generating: run again", flush=True)
         return 1
     total_events = int(generated["events"])
@@ -291,8 +292,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # Baselines.
     raw_times, raw_rows = _timed(lambda: _raw_figures(fleet.pk, plan.start), args.raw_reps)
+    level = plan.level(cell_level=True)
     scan_times, scanned = _timed(
-        lambda: _bare_scan(fleet.pk, plan.table, plan.time_column, plan.start), args.reps
+        lambda: _bare_scan(fleet.pk, level.table, level.time_column, plan.start), args.reps
     )
 
     # Accuracy against the exact figures, and the same event count.

@@ -33,7 +33,7 @@ def copy_rollups(url: str, table: str, key_columns: list[str], tallies: dict[Any
     """COPY rollup rows (key → tally) into `table` of the database at `url`; how many."""
     import psycopg
 
-    from telemetry.rollup import METRIC_FIELDS
+    from telemetry.rollups import METRIC_FIELDS
 
     columns = [*key_columns, *METRIC_FIELDS, "latency_hist", "score_hist", "compacted"]
     with psycopg.connect(url) as conn, conn.cursor() as cursor:
@@ -64,7 +64,7 @@ def store_history(
     import psycopg
 
     from telemetry.ingest.services.processing import EVENT_COLUMNS
-    from telemetry.rollup import RollupAccumulator
+    from telemetry.rollups import RollupAccumulator
 
     profiles, weights = _profiles()
     rng = random.Random(2)

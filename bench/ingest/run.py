@@ -11,7 +11,7 @@
 (b) the 24-hour P50/P95/P99 of a fleet over 10 million stored events: `fleet_metrics` (merged
     fleet-hour sketches) against `percentile_cont` on the raw table, same window; speed-up and
     the relative error per group. The 10 M events are generated here and written with COPY
-    straight into the raw and rollup tables (rollups folded by telemetry.rollup, as the worker
+    straight into the raw and rollup tables (rollups folded by telemetry.rollups, as the worker
     folds them), not through HTTP.
 (c) peak resident memory (VmHWM) of the web process and every worker process during (a).
 
@@ -238,7 +238,7 @@ def _latency(rng: random.Random, route: str) -> float:
 
 
 class BenchEvent:
-    """An event as telemetry.rollup folds it."""
+    """An event as telemetry.rollups folds it."""
 
     __slots__ = (
         "cache_hit",
@@ -624,7 +624,8 @@ def bench_end_to_end(
 def bench_day_query(args: argparse.Namespace) -> dict[str, Any]:
     from django.db import connection
 
-    from telemetry.selectors import fleet_metrics, plan_window
+    from telemetry.rollups import plan_window
+    from telemetry.selectors import fleet_metrics
 
     from .history import store_history
 
@@ -649,7 +650,7 @@ def bench_day_query(args: argparse.Namespace) -> dict[str, Any]:
 
     window = timedelta(hours=24)
     query_now = datetime.now(UTC)
-    plan = plan_window(window, cell_level=False, now=query_now)
+    plan = plan_window(window, now=query_now)
     results: dict[str, Any] = {"events": total, "window_from": plan.start.isoformat()}
     for label, group_by, column in (
         ("by route", ["route"], "route"),

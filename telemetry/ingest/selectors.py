@@ -11,7 +11,7 @@ from datetime import datetime
 
 from routing_policies.models import PolicyCell, PolicyVersion, Rollout
 
-from ..rollup import UploadHandling
+from ..rollups import UploadHandling
 from .events import VersionDimensions
 from .models import Cohort
 

@@ -8,7 +8,6 @@ from .metrics import (
     ingest_gauges,
     parse_group_by,
     parse_window,
-    plan_window,
     route_totals,
 )
 
@@ -17,6 +16,5 @@ __all__ = [
     "ingest_gauges",
     "parse_group_by",
     "parse_window",
-    "plan_window",
     "route_totals",
 ]

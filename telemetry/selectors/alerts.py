@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
-
-from django.db import connection
 
 from routing_policies.models import PolicyCell
 
-from ..alerting import RATE_METRICS, RollupRow, format_value
+from ..alerting import RATE_METRICS, format_value
 from ..alerts.models import AlertEvent, AlertRule, AlertWebhook, RolloutGuardSet, WebhookDelivery
 from ..models import MinuteRollup
-from .metrics import _hist
+from ..rollups import MINUTE, RollupRow, read_rows
 
 HISTORY_LIMIT = 100
 DELIVERY_LIMIT = 50
@@ -33,51 +31,16 @@ def recent_rows(
 ) -> list[RollupRow]:
     """The fleet's minute-rollup rows with `since <= minute <= until`, by minute, in one query;
     with their latency histograms from `latency_since` on (None: none)."""
-    adapt = connection.ops.adapt_datetimefield_value
-    with_latency = latency_since is not None
-    columns = (
-        "minute, policy_version, cohort, task_type, latency_budget, privacy_tier, route, events, "
-        "fallback_cloud_to_device + fallback_device_to_cloud, errors, privacy_violations"
+    rows = read_rows(
+        MINUTE,
+        fleet_id=fleet_id,
+        since=since,
+        until=until,
+        latency=latency_since is not None,
+        latency_since=latency_since,
+        ordered=True,
     )
-    params: list[Any] = []
-    if with_latency:
-        columns += ", CASE WHEN minute >= %s THEN latency_hist END"
-        params.append(adapt(latency_since))
-    sql = (
-        f"SELECT {columns} FROM {MinuteRollup._meta.db_table} "  # noqa: S608  # names are ours
-        "WHERE fleet_id = %s AND minute >= %s AND minute <= %s ORDER BY minute"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, fleet_id, adapt(since), adapt(until)])
-        fetched = cursor.fetchall()
-    rows = []
-    for row in fetched:
-        minute = row[0]
-        if isinstance(minute, str):  # SQLite hands back text
-            minute = datetime.fromisoformat(minute)
-        if minute.tzinfo is None:
-            minute = minute.replace(tzinfo=UTC)
-        hist = None
-        if with_latency:
-            raw = row[11]
-            hist = _hist(raw) or None  # a bad stored histogram reads as none
-        rows.append(
-            RollupRow(
-                minute=minute,
-                policy_version=row[1],
-                cohort=row[2],
-                task_type=row[3],
-                latency_budget=row[4],
-                privacy_tier=row[5],
-                route=row[6],
-                events=row[7],
-                fallbacks=row[8],
-                errors=row[9],
-                privacy_violations=row[10],
-                latency_hist=hist,
-            )
-        )
-    return rows
+    return list(rows)
 
 
 def cell_known(*, fleet_id: int, task_type: str, latency_budget: str, privacy_tier: str) -> bool:

@@ -2,9 +2,9 @@
 
 The minute rollups answer 15 minutes and an hour, in one scan; 24 hours and 7 days read the
 fleet-hour rollups for the series and the hour rollups (which keep the cell) for the grid, or
-the hour rollups alone when filtered by task type. Each row is folded once into the few
-accumulators the charts need, per time bucket × route × cohort and per cell; the summary,
-per-route and per-cohort figures are merged from those small accumulators afterwards.
+the hour rollups alone when filtered by task type. Each row (telemetry.rollups.read_rows) is
+folded once into the few `Figures` the charts need, per time bucket × route × cohort and per
+cell; the summary, per-route and per-cohort figures are merged from those afterwards.
 The policy cells' budgets, the time-axis markers (publishes, switches, rollout stages) and fleet
 convergence add a handful of small indexed queries; the number is pinned in the tests.
 
@@ -14,15 +14,13 @@ API's answer, the page's first paint and the live feed's message.
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 from urllib.parse import urlencode
 
-from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
@@ -36,9 +34,19 @@ from routing_policies.selectors.rollout import (
     rollout_out,
 )
 
-from ..models import Cohort, FleetHourRollup, HourRollup, MinuteRollup
-from ..sketch import LatencySketch, merge_counts
-from .metrics import _hist
+from ..models import Cohort
+from ..rollups import ROUTES as ROUTES  # the routes the dashboard draws, for its views
+from ..rollups import (
+    Figures,
+    RollupRow,
+    WindowPlan,
+    as_utc,
+    figures_at,
+    merged,
+    plan_window,
+    read_rows,
+)
+from ..rollups.sketch import merge_counts
 
 WINDOWS: Final = {
     "15m": timedelta(minutes=15),
@@ -48,7 +56,8 @@ WINDOWS: Final = {
 }
 DEFAULT_WINDOW: Final = "1h"
 FILTERS: Final = ("version", "cohort", "task_type", "route")
-ROUTES: Final = ("device", "cloud", "draft_refine")
+# The rollup column each filter reads (the others read the column of their name).
+FILTER_COLUMNS: Final = {"version": "policy_version"}
 COHORTS: Final = (Cohort.STABLE.value, Cohort.CANDIDATE.value)
 MAX_VERSION: Final = 2**31 - 1
 _NAME_RE = re.compile(r"\A[a-z0-9][a-z0-9_-]{0,31}\Z")
@@ -148,152 +157,17 @@ def parse_view(params: Mapping[str, Any], *, strict: bool = True) -> DashboardVi
 
 
 @dataclass(slots=True)
-class Tally:
-    """Summed counts of some rollup rows, with their merged latency histogram."""
-
-    events: int = 0
-    device: int = 0
-    cloud: int = 0
-    draft_refine: int = 0
-    fallback_cloud_to_device: int = 0
-    fallback_device_to_cloud: int = 0
-    cache_hits: int = 0
-    errors: int = 0
-    privacy_violations: int = 0
-    latency_hist: dict[str, int] = field(default_factory=dict)
-
-    def add(self, other: Tally, *, with_latency: bool = True) -> None:
-        """Fold `other` into this tally (its histogram too, unless told otherwise)."""
-        self.events += other.events
-        self.device += other.device
-        self.cloud += other.cloud
-        self.draft_refine += other.draft_refine
-        self.fallback_cloud_to_device += other.fallback_cloud_to_device
-        self.fallback_device_to_cloud += other.fallback_device_to_cloud
-        self.cache_hits += other.cache_hits
-        self.errors += other.errors
-        self.privacy_violations += other.privacy_violations
-        if with_latency:
-            merge_counts(self.latency_hist, other.latency_hist)
-
-    def add_row(
-        self, route: str, events: int, c2d: int, d2c: int, hits: int, errors: int, privacy: int
-    ) -> None:
-        """Fold one rollup row's counts (its histogram is merged by the caller)."""
-        self.events += events
-        if route == "device":
-            self.device += events
-        elif route == "cloud":
-            self.cloud += events
-        else:
-            self.draft_refine += events
-        self.fallback_cloud_to_device += c2d
-        self.fallback_device_to_cloud += d2c
-        self.cache_hits += hits
-        self.errors += errors
-        self.privacy_violations += privacy
-
-    def quantiles(self) -> list[float | None]:
-        """P50, P95, P99 in ms (None without events)."""
-        if not self.latency_hist:
-            return [None, None, None]
-        return LatencySketch.from_json(self.latency_hist).quantiles([0.5, 0.95, 0.99])
-
-
-def _ratio(part: float, whole: float) -> float | None:
-    if not whole:
-        return None
-    value = part / whole
-    return value if math.isfinite(value) else None
-
-
-def _figures(tally: Tally) -> dict[str, Any]:
-    """The headline figures of a tally."""
-    events = tally.events
-    p50, p95, p99 = tally.quantiles()
-    c2d, d2c = tally.fallback_cloud_to_device, tally.fallback_device_to_cloud
-    return {
-        "events": events,
-        "alpha": _ratio(tally.device, events),
-        "cloud_share": _ratio(tally.cloud, events),
-        "draft_refine_share": _ratio(tally.draft_refine, events),
-        "fallback_rate": _ratio(c2d + d2c, events),
-        "fallback_rates": {
-            "cloud_to_device": _ratio(c2d, events),
-            "device_to_cloud": _ratio(d2c, events),
-        },
-        "cache_hit_rate": _ratio(tally.cache_hits, events),
-        "error_rate": _ratio(tally.errors, events),
-        "privacy_violations": tally.privacy_violations,
-        "latency_ms": {"p50": p50, "p95": p95, "p99": p99},
-    }
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """The rollup table, time column and buckets that answer a window."""
-
-    table: str
-    time_column: str
-    start: datetime
-    end: datetime
-    step: timedelta
-
-    @property
-    def buckets(self) -> int:
-        """How many buckets the window has (the last one is the current, partial one)."""
-        return (self.end - self.start) // self.step + 1
-
-    @property
-    def resolution(self) -> str:
-        """`minute` or `hour`."""
-        return "minute" if self.step == timedelta(minutes=1) else "hour"
-
-
-def plan_view(view: DashboardView, now: datetime) -> Plan:
-    """Minute rollups up to an hour, hour rollups (with the cell) beyond."""
-    window = WINDOWS[view.window]
-    now = now.astimezone(UTC)
-    if window <= timedelta(hours=1):
-        step = timedelta(minutes=1)
-        current = now.replace(second=0, microsecond=0)
-        table, column = MinuteRollup._meta.db_table, "minute"
-    else:
-        step = timedelta(hours=1)
-        current = now.replace(minute=0, second=0, microsecond=0)
-        table, column = HourRollup._meta.db_table, "hour"
-    return Plan(table, column, current - (window - step), current, step)
-
-
-def _as_utc(value: Any) -> datetime:
-    """A bucket time as an aware UTC datetime (SQLite hands back text or naive values)."""
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    if value.tzinfo is None:
-        return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
-    return value.astimezone(UTC)  # type: ignore[no-any-return]
-
-
-@dataclass(slots=True)
 class Scan:
     """Rollup rows folded per bucket × route × cohort × version and per cell (what every chart
     needs). The version is kept so the cohort charts compare one rollout's two versions, not
     every version a cohort ran in the window."""
 
-    by_bucket: dict[tuple[int, str, str, int], Tally] = field(default_factory=dict)
-    by_cell: dict[tuple[str, str, str], Tally] = field(default_factory=dict)
+    by_bucket: dict[tuple[int, str, str, int], Figures] = field(default_factory=dict)
+    by_cell: dict[tuple[str, str, str], Figures] = field(default_factory=dict)
     versions_by_cohort: dict[str, set[int]] = field(default_factory=dict)
 
 
-_ROW_COLUMNS = (
-    "policy_version, cohort, {cell}, route, events, fallback_cloud_to_device, "
-    "fallback_device_to_cloud, cache_hits, errors, privacy_violations, latency_hist"
-)
-_CELL_COLUMNS = "task_type, latency_budget, privacy_tier"
-_NO_CELL = "'', '', ''"
-
-
-def _scan(fleet_id: int, view: DashboardView, plan: Plan) -> Scan:
+def _scan(fleet_id: int, view: DashboardView, plan: WindowPlan) -> Scan:
     """The window's rollup rows folded per bucket × route × cohort and per cell.
 
     Minute windows, or any window filtered by task type: one query over the cell-level table,
@@ -301,80 +175,45 @@ def _scan(fleet_id: int, view: DashboardView, plan: Plan) -> Scan:
     (no cell, about a sixth of the rows) and the grid from the hour rollups, so each row's
     histogram is merged once; merging histograms is most of the selector's time.
     """
-    where = ["fleet_id = %s", f"{plan.time_column} >= %s"]
-    params: list[Any] = [fleet_id, connection.ops.adapt_datetimefield_value(plan.start)]
-    columns = {"version": "policy_version", "cohort": "cohort"}
-    for name, value in view.filters.items():
-        where.append(f"{columns.get(name, name)} = %s")
-        params.append(value)
-    condition = " AND ".join(where)
+    where = {FILTER_COLUMNS.get(name, name): value for name, value in view.filters.items()}
     scan = Scan()
+
+    def rows(*, cell_level: bool) -> Iterator[RollupRow]:
+        level = plan.level(cell_level=cell_level)
+        return read_rows(level, fleet_id=fleet_id, since=plan.start, where=where, latency=True)
+
     if plan.resolution == "hour" and view.task_type is None:
-        fleet_table = FleetHourRollup._meta.db_table
-        _fold_rows(scan, plan, fleet_table, _NO_CELL, condition, params, buckets=True, cells=False)
-        _fold_rows(scan, plan, plan.table, _CELL_COLUMNS, condition, params, buckets=False)
+        _fold_rows(scan, plan, rows(cell_level=False), cells=False)
+        _fold_rows(scan, plan, rows(cell_level=True), buckets=False)
     else:
-        _fold_rows(scan, plan, plan.table, _CELL_COLUMNS, condition, params)
+        _fold_rows(scan, plan, rows(cell_level=True))
     return scan
 
 
 def _fold_rows(
     scan: Scan,
-    plan: Plan,
-    table: str,
-    cell_columns: str,
-    condition: str,
-    params: list[Any],
+    plan: WindowPlan,
+    rows: Iterable[RollupRow],
     *,
     buckets: bool = True,
     cells: bool = True,
 ) -> None:
-    """One query; each row into its bucket × route × cohort tally and/or its cell's tally."""
-    sql = (
-        f"SELECT {plan.time_column}, {_ROW_COLUMNS.format(cell=cell_columns)} "  # noqa: S608
-        f"FROM {table} WHERE {condition}"
-    )
-    by_bucket, by_cell = scan.by_bucket, scan.by_cell
-    step_s = plan.step.total_seconds()
-    last = plan.buckets - 1
-    spare: dict[str, int] = {}
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        for row in cursor.fetchall():
-            (moment, version, cohort, task, budget, tier, route, events, c2d, d2c) = row[:10]
-            hits, errors, privacy, hist_value = row[10:]
-            if not events:
-                continue
-            into_bucket = into_cell = spare
-            if buckets:
-                index = int((_as_utc(moment) - plan.start).total_seconds() // step_s)
-                bucket_key = (min(max(index, 0), last), route, cohort, version)
-                tally = by_bucket.get(bucket_key)
-                if tally is None:
-                    tally = by_bucket[bucket_key] = Tally()
-                tally.add_row(route, events, c2d, d2c, hits, errors, privacy)
-                into_bucket = tally.latency_hist
-                scan.versions_by_cohort.setdefault(cohort, set()).add(version)
-            if cells:
-                cell_key = (task, budget, tier)
-                cell = by_cell.get(cell_key)
-                if cell is None:
-                    cell = by_cell[cell_key] = Tally()
-                cell.add_row(route, events, c2d, d2c, hits, errors, privacy)
-                into_cell = cell.latency_hist
-            hist = _hist(hist_value)
-            if buckets and cells:
-                # Both at once: this loop is most of the selector's time.
-                bucket_get, cell_get = into_bucket.get, into_cell.get
-                for key, count in hist.items():
-                    into_bucket[key] = bucket_get(key, 0) + count
-                    into_cell[key] = cell_get(key, 0) + count
-            else:
-                merge_counts(into_bucket if buckets else into_cell, hist)
+    """Each row into its bucket × route × cohort figures and/or its cell's figures."""
+    by_bucket, by_cell, versions = scan.by_bucket, scan.by_cell, scan.versions_by_cohort
+    for row in rows:
+        if not row.events:
+            continue
+        if buckets:
+            key = (plan.bucket_index(row.bucket), row.route, row.cohort, row.policy_version)
+            figures_at(by_bucket, key).add(row, scores=False)
+            versions.setdefault(row.cohort, set()).add(row.policy_version)
+        if cells:
+            cell = (row.task_type, row.latency_budget, row.privacy_tier)
+            figures_at(by_cell, cell).add(row, scores=False)
 
 
 def _series(
-    tallies: dict[int, Tally], buckets: int, *, with_latency: bool = True
+    tallies: dict[int, Figures], buckets: int, *, with_latency: bool = True
 ) -> dict[str, list[Any]]:
     """Per-bucket lists (None where a bucket has no events), aligned with `buckets`."""
     names = (
@@ -395,35 +234,27 @@ def _series(
     out: dict[str, list[Any]] = {name: [None] * buckets for name in names}
     out["events"] = [0] * buckets
     out["privacy_violations"] = [0] * buckets
-    for index, tally in tallies.items():
-        events = tally.events
+    for index, figures in tallies.items():
+        events = figures.events
         if not events:
             continue
         out["events"][index] = events
-        out["alpha"][index] = tally.device / events
-        out["cloud_share"][index] = tally.cloud / events
-        out["draft_refine_share"][index] = tally.draft_refine / events
-        c2d, d2c = tally.fallback_cloud_to_device, tally.fallback_device_to_cloud
-        out["fallback_rate"][index] = (c2d + d2c) / events
-        out["fallback_cloud_to_device"][index] = c2d / events
-        out["fallback_device_to_cloud"][index] = d2c / events
-        out["cache_hit_rate"][index] = tally.cache_hits / events
-        out["error_rate"][index] = tally.errors / events
-        out["privacy_violations"][index] = tally.privacy_violations
+        out["alpha"][index] = figures.share("device")
+        out["cloud_share"][index] = figures.share("cloud")
+        out["draft_refine_share"][index] = figures.share("draft_refine")
+        out["fallback_rate"][index] = figures.fallback_rate()
+        out["fallback_cloud_to_device"][index] = figures.rate("fallback_cloud_to_device")
+        out["fallback_device_to_cloud"][index] = figures.rate("fallback_device_to_cloud")
+        out["cache_hit_rate"][index] = figures.rate("cache_hits")
+        out["error_rate"][index] = figures.rate("errors")
+        out["privacy_violations"][index] = figures.privacy_violations
         if with_latency:
-            p50, p95, p99 = tally.quantiles()
+            p50, p95, p99 = figures.latency_quantiles()
             out["p50_ms"][index], out["p95_ms"][index], out["p99_ms"][index] = p50, p95, p99
     if not with_latency:
         for name in ("p50_ms", "p95_ms", "p99_ms"):
             del out[name]
     return out
-
-
-def _merged(tallies: dict[int, Tally]) -> Tally:
-    total = Tally()
-    for tally in tallies.values():
-        total.add(tally)
-    return total
 
 
 def _fold(scan: Scan, buckets: int, compared: Mapping[str, int | None]) -> dict[str, Any]:
@@ -436,12 +267,12 @@ def _fold(scan: Scan, buckets: int, compared: Mapping[str, int | None]) -> dict[
     bucket × cohort; the fleet's own series carry no latency, and its headline percentiles
     come from the three route totals.
     """
-    fleet: dict[int, Tally] = {}
-    per_route: dict[str, dict[int, Tally]] = {route: {} for route in ROUTES}
-    per_cohort: dict[str, dict[int, Tally]] = {cohort: {} for cohort in COHORTS}
+    fleet: dict[int, Figures] = {}
+    per_route: dict[str, dict[int, Figures]] = {route: {} for route in ROUTES}
+    per_cohort: dict[str, dict[int, Figures]] = {cohort: {} for cohort in COHORTS}
     cohort_versions: dict[str, set[int]] = {}
-    for (index, route, cohort, version), tally in scan.by_bucket.items():
-        targets: list[tuple[dict[int, Tally], bool]] = [
+    for (index, route, cohort, version), figures in scan.by_bucket.items():
+        targets: list[tuple[dict[int, Figures], bool]] = [
             (fleet, False),
             (per_route.setdefault(route, {}), True),
         ]
@@ -450,20 +281,15 @@ def _fold(scan: Scan, buckets: int, compared: Mapping[str, int | None]) -> dict[
             targets.append((per_cohort.setdefault(cohort, {}), True))
             cohort_versions.setdefault(cohort, set()).add(version)
         for target, with_latency in targets:
-            existing = target.get(index)
-            if existing is None:
-                existing = target[index] = Tally()
-            existing.add(tally, with_latency=with_latency)
-    summary = Tally()
-    for tally in fleet.values():
-        summary.add(tally, with_latency=False)
+            figures_at(target, index).merge(figures, latency=with_latency, scores=False)
+    summary = merged(fleet.values(), latency=False, scores=False)
     routes = {}
     for route in ROUTES:
-        tallies = per_route[route]
-        total = _merged(tallies)
+        by_index = per_route[route]
+        total = merged(by_index.values(), scores=False)
         merge_counts(summary.latency_hist, total.latency_hist)
-        p50, p95, p99 = total.quantiles()
-        series = _series(tallies, buckets)
+        p50, p95, p99 = total.latency_quantiles()
+        series = _series(by_index, buckets)
         routes[route] = {
             "events": total.events,
             "latency_ms": {"p50": p50, "p95": p95, "p99": p99},
@@ -473,16 +299,16 @@ def _fold(scan: Scan, buckets: int, compared: Mapping[str, int | None]) -> dict[
         }
     cohorts = {}
     for cohort in COHORTS:
-        tallies = per_cohort[cohort]
+        by_index = per_cohort[cohort]
         versions = sorted(cohort_versions.get(cohort, ()))
         cohorts[cohort] = {
             "versions": versions,
             "label": _cohort_label(cohort, versions, compared.get(cohort)),
-            "summary": _figures(_merged(tallies)),
-            "series": _series(tallies, buckets),
+            "summary": merged(by_index.values(), scores=False).headline(),
+            "series": _series(by_index, buckets),
         }
     return {
-        "summary": _figures(summary),
+        "summary": summary.headline(),
         "series": _series(fleet, buckets, with_latency=False),
         "routes": routes,
         "cohorts": cohorts,
@@ -511,7 +337,7 @@ def _compared_rollout(fleet_id: int, rollout: Rollout | None, scan: Scan) -> Rol
     )
 
 
-def _captions(plan: Plan, shown_from: datetime) -> dict[str, str]:
+def _captions(plan: WindowPlan, shown_from: datetime) -> dict[str, str]:
     """The words under the chart titles that depend on the window (bucket size, start)."""
     per = f"per {plan.resolution}"
     since = shown_from.astimezone(UTC)
@@ -523,7 +349,7 @@ def _captions(plan: Plan, shown_from: datetime) -> dict[str, str]:
     }
 
 
-def _shown_from(fleet: Fleet, plan: Plan, scan: Scan) -> datetime:
+def _shown_from(fleet: Fleet, plan: WindowPlan, scan: Scan) -> datetime:
     """Where the charts' time axis starts: the window's start, or later for a young fleet.
 
     A fleet five minutes old would otherwise draw an hour, 90% of it empty. The axis starts at
@@ -531,8 +357,7 @@ def _shown_from(fleet: Fleet, plan: Plan, scan: Scan) -> datetime:
     the fleet's record), and spans at least MIN_SHOWN_BUCKETS buckets.
     """
     first_reported = min((key[0] for key in scan.by_bucket), default=None)
-    created = _as_utc(fleet.created_at)
-    created_index = max(0, int((created - plan.start).total_seconds() // plan.step.total_seconds()))
+    created_index = plan.bucket_index(as_utc(fleet.created_at))
     index = created_index if first_reported is None else min(created_index, first_reported)
     index = max(0, min(index, plan.buckets - MIN_SHOWN_BUCKETS))
     return plan.start + plan.step * index
@@ -566,21 +391,21 @@ def _grid(
 
     out_cells = []
     for key in sorted(keys):
-        tally = scan.by_cell.get(key, Tally())
-        _, p95, _ = tally.quantiles()
+        figures = scan.by_cell.get(key) or Figures()
+        _, p95, _ = figures.latency_quantiles()
         policy = cells.get(key, {})
         out_cells.append(
             {
                 "task_type": key[0],
                 "latency_budget": key[1],
                 "privacy_tier": key[2],
-                "events": tally.events,
-                "alpha": _ratio(tally.device, tally.events),
-                "cloud_share": _ratio(tally.cloud, tally.events),
+                "events": figures.events,
+                "alpha": figures.share("device"),
+                "cloud_share": figures.share("cloud"),
                 "p95_ms": p95,
                 "budget_ms": policy.get("budget_ms"),
                 "mode": policy.get("mode"),
-                "privacy_violations": tally.privacy_violations,
+                "privacy_violations": figures.privacy_violations,
             }
         )
     return {
@@ -694,7 +519,7 @@ def fleet_dashboard(
     aggregate, plus the candidate's share of devices during a partial rollout).
     """
     now = now or timezone.now()
-    plan = plan_view(view, now)
+    plan = plan_window(WINDOWS[view.window], now=now)
     scan = _scan(fleet.pk, view, plan)
 
     stable_id, stable_number = (

@@ -17,35 +17,18 @@ from ..ingest import partitions
 from ..ingest.services.processing import partitions_ensure_window
 from ..models import EventKey, FleetHourRollup, HourRollup, LandedBatch, MinuteRollup, RouteCounter
 from ..prometheus import latency_bins
-from ..rollup import METRIC_FIELDS, merge_columns
-from ..selectors.metrics import _hist, stored_latency_bins
+from ..rollups import FLEET_HOUR, LEVELS, Level, merge_columns, rows_to_compact
+from ..selectors.metrics import stored_latency_bins
 
 logger = logging.getLogger(__name__)
 
 _COMPACTION_LOCK_KEY = 0x7E1E_0001  # pg advisory lock: one compaction at a time
 
 
-@dataclass(frozen=True, slots=True)
-class Level:
-    """One rollup table: its model, time column and key columns (after fleet and time)."""
-
-    model: Any
-    time_field: str
-    key_fields: tuple[str, ...]
-
-
-CELL_KEY = ("policy_version", "cohort", "task_type", "latency_budget", "privacy_tier", "route")
-LEVELS = (
-    Level(MinuteRollup, "minute", CELL_KEY),
-    Level(HourRollup, "hour", CELL_KEY),
-    Level(FleetHourRollup, "hour", ("policy_version", "cohort", "route", "decided_by")),
-)
-
-
-def _bucket_counts(value: Any) -> dict[str, int]:
-    """A stored histogram with only whole-number buckets and counts (the merged row is clean
-    even when a row an older version stored was not)."""
-    return {key: count for key, count in _hist(value).items() if key.lstrip("-").isdigit()}
+def _bucket_counts(histogram: dict[str, int]) -> dict[str, int]:
+    """A read histogram with only whole-number buckets (the merged row is clean even when a
+    row an older version stored was not)."""
+    return {key: count for key, count in histogram.items() if key.lstrip("-").isdigit()}
 
 
 def _compact_level(level: Level, max_buckets: int) -> tuple[int, int]:
@@ -53,37 +36,15 @@ def _compact_level(level: Level, max_buckets: int) -> tuple[int, int]:
 
     Returns (rows read, rows written). Runs inside the caller's transaction.
     """
-    model = level.model
-    table = model._meta.db_table
-    time_col = level.time_field
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT DISTINCT fleet_id, {time_col} FROM {table} "  # noqa: S608
-            f"WHERE NOT compacted ORDER BY {time_col} LIMIT %s",
-            [max_buckets],
-        )
-        buckets = cursor.fetchall()
-        if not buckets:
-            return (0, 0)
-        columns = ["id", "fleet_id", time_col, *level.key_fields, *METRIC_FIELDS]
-        columns += ["latency_hist", "score_hist", "compacted"]
-        pairs = ", ".join(["(%s, %s)"] * len(buckets))
-        lock = " FOR UPDATE" if connection.vendor == "postgresql" else ""
-        cursor.execute(
-            f"SELECT {', '.join(columns)} FROM {table} "  # noqa: S608
-            f"WHERE (fleet_id, {time_col}) IN ({pairs}){lock}",
-            [value for bucket in buckets for value in bucket],
-        )
-        rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    model: Any = level.model  # one of the three concrete rollup models
+    time_col = level.time_column
+    rows = rows_to_compact(level, max_buckets=max_buckets)
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        moment = row[time_col]
-        if isinstance(moment, datetime) and moment.tzinfo is None:
-            row[time_col] = moment.replace(tzinfo=UTC)  # SQLite hands back naive UTC
         # Robust to a bad row stored by an older version (counts kept only when whole and >= 0).
         row["latency_hist"] = _bucket_counts(row["latency_hist"])
         row["score_hist"] = _bucket_counts(row["score_hist"])
-        key = (row["fleet_id"], row[time_col], *(row[name] for name in level.key_fields))
+        key = (row["fleet_id"], row[time_col], *(row[name] for name in level.key_columns))
         groups[key].append(row)
     doomed: list[int] = []
     merged_rows = []
@@ -94,12 +55,12 @@ def _compact_level(level: Level, max_buckets: int) -> tuple[int, int]:
         partials.extend(row for row in group if not row["compacted"])
         doomed.extend(row["id"] for row in group)
         merged = merge_columns(group)
-        identity = dict(zip(("fleet_id", time_col, *level.key_fields), key, strict=True))
+        identity = dict(zip(("fleet_id", time_col, *level.key_columns), key, strict=True))
         merged_rows.append(model(**identity, **merged, compacted=True))
     for start in range(0, len(doomed), 1000):
         model.objects.filter(pk__in=doomed[start : start + 1000]).delete()
     model.objects.bulk_create(merged_rows, batch_size=500)
-    if model is FleetHourRollup:
+    if level is FLEET_HOUR:
         _count_for_prometheus(partials)
     return (len(rows), len(merged_rows))
 

@@ -25,7 +25,7 @@ from django.utils import timezone
 from psycopg.types.json import Jsonb, set_json_dumps
 
 from ...models import FleetHourRollup, HourRollup, MinuteRollup
-from ...rollup import METRIC_FIELDS, SENSITIVE_TIER, RollupAccumulator, Tally, is_privacy_violation
+from ...rollups import METRIC_FIELDS, SENSITIVE_TIER, RollupAccumulator, Tally, is_privacy_violation
 from ...signals import send_rollups_stored
 from .. import partitions, wakeup
 from ..events import TelemetryEvent, decode_landed

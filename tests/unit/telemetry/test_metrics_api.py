@@ -221,3 +221,32 @@ def test_fleet_metrics_api__day_window__current_hour_and_23_before(
     assert window["resolution"] == "hour"
     assert start == end.replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
     assert body["groups"][0]["events"] == 4
+
+
+def test_fleet_metrics_api__tokens_reported__mean_tokens_per_task_per_route(
+    phone: tuple[Device, str], viewer: Any, client_as: Any
+) -> None:
+    # Given device tasks of 100 and 200 tokens, cloud tasks of 900 and of unreported tokens,
+    # and no draft-refine task
+    _ingest_and_roll_up(
+        phone[0],
+        [
+            make_event(tokens=100),
+            make_event(tokens=200),
+            make_event(route="cloud", tokens=900),
+            make_event(route="cloud", tokens=None),
+        ],
+    )
+
+    # When a viewer reads the last hour, for the fleet and by route
+    client = client_as(viewer)
+    fleet = client.get(METRICS, {"window": "1h"}).json()["groups"]
+    by_route = client.get(METRICS, {"window": "1h", "group_by": "route"}).json()["groups"]
+
+    # Then each route's mean counts its tasks (one without tokens as 0); none on draft-refine
+    expected = {"device": 150.0, "cloud": 450.0, "draft_refine": None}
+    assert [group["tokens_per_task"] for group in fleet] == [expected]
+    assert {g["route"]: g["tokens_per_task"][g["route"]] for g in by_route} == {
+        "cloud": 450.0,
+        "device": 150.0,
+    }

@@ -24,9 +24,9 @@ from telemetry.models import (
     MinuteRollup,
     RouteCounter,
 )
+from telemetry.rollups.sketch import exact_quantile
 from telemetry.selectors import fleet_metrics
 from telemetry.services import rollups_compact, storage_maintain
-from telemetry.sketch import exact_quantile
 from tests.factories import iso, make_event
 
 pytestmark = pytest.mark.django_db

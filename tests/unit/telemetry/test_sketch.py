@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from telemetry.sketch import (
+from telemetry.rollups.sketch import (
     ALPHA,
     LatencySketch,
     bucket_index,

@@ -1,4 +1,4 @@
-"""Folding events into rollup tallies: pure arithmetic, shared by the worker and the benchmark.
+"""The write side: folding events into rollup tallies, shared by the worker and the benchmark.
 
 One pass over the events fills the finest tallies (minute × fleet × version × cohort × cell ×
 route × deciding step); the three stored levels are then merged from those, so the per-event
@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from edge_sdk.decision import left_device_by_route, privacy_violation
 
+from .schema import METRIC_FIELDS, ZERO_SUMS
 from .sketch import SCORE_BINS, bucket_index, merge_counts
 
 SENSITIVE_TIER = "sensitive"
@@ -30,19 +31,6 @@ FineKey = tuple[int, int, int, str, str, str, str, str, str]
 CellKey = tuple[int, datetime, int, str, str, str, str, str]
 # (fleet_id, hour start, version, cohort, route, decided_by)
 FleetKey = tuple[int, datetime, int, str, str, str]
-
-METRIC_FIELDS = (
-    "events",
-    "fallback_cloud_to_device",
-    "fallback_device_to_cloud",
-    "cache_hits",
-    "errors",
-    "privacy_violations",
-    "latency_sum_ms",
-    "score_count",
-    "score_sum",
-    "tokens_sum",
-)
 
 
 class EventLike(Protocol):
@@ -109,7 +97,8 @@ def is_privacy_violation(event: EventLike, handling: UploadHandling) -> bool:
 
 @dataclass(slots=True)
 class Tally:
-    """The figures of one rollup key; `merge` adds another tally."""
+    """The figures of one rollup key as they are written (one attribute per METRIC_FIELDS
+    column, histograms keyed by bucket number); `merge` adds another tally."""
 
     events: int = 0
     fallback_cloud_to_device: int = 0
@@ -157,16 +146,8 @@ class Tally:
 
     def merge(self, other: Tally) -> None:
         """Add `other` into this tally."""
-        self.events += other.events
-        self.fallback_cloud_to_device += other.fallback_cloud_to_device
-        self.fallback_device_to_cloud += other.fallback_device_to_cloud
-        self.cache_hits += other.cache_hits
-        self.errors += other.errors
-        self.privacy_violations += other.privacy_violations
-        self.latency_sum_ms += other.latency_sum_ms
-        self.score_count += other.score_count
-        self.score_sum += other.score_sum
-        self.tokens_sum += other.tokens_sum
+        for name in METRIC_FIELDS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
         for target, source in (
             (self.latency_hist, other.latency_hist),
             (self.score_hist, other.score_hist),
@@ -176,27 +157,15 @@ class Tally:
 
     def columns(self) -> dict[str, Any]:
         """The tally as rollup-row column values (histograms keyed by strings, as JSON)."""
-        return {
-            "events": self.events,
-            "fallback_cloud_to_device": self.fallback_cloud_to_device,
-            "fallback_device_to_cloud": self.fallback_device_to_cloud,
-            "cache_hits": self.cache_hits,
-            "errors": self.errors,
-            "privacy_violations": self.privacy_violations,
-            "latency_sum_ms": self.latency_sum_ms,
-            "score_count": self.score_count,
-            "score_sum": self.score_sum,
-            "tokens_sum": self.tokens_sum,
-            "latency_hist": {str(k): v for k, v in self.latency_hist.items()},
-            "score_hist": {str(k): v for k, v in self.score_hist.items()},
-        }
+        columns: dict[str, Any] = {name: getattr(self, name) for name in METRIC_FIELDS}
+        columns["latency_hist"] = {str(k): v for k, v in self.latency_hist.items()}
+        columns["score_hist"] = {str(k): v for k, v in self.score_hist.items()}
+        return columns
 
 
 def merge_columns(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Merge stored rollup rows (column dicts) into one column dict."""
-    merged: dict[str, Any] = dict.fromkeys(METRIC_FIELDS, 0)
-    merged["latency_sum_ms"] = 0.0
-    merged["score_sum"] = 0.0
+    merged: dict[str, Any] = dict(zip(METRIC_FIELDS, ZERO_SUMS, strict=True))
     latency: dict[str, int] = {}
     score: dict[str, int] = {}
     for row in rows:

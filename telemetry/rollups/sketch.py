@@ -7,8 +7,8 @@ hours, fleets and any window without losing accuracy. Quantiles interpolate line
 the two ranks around `q*(n-1)` (as PostgreSQL's `percentile_cont`); each rank's value is
 within ALPHA of the exact order statistic, and so is the interpolation.
 
-Pure and dependency-free: the ingest worker, the selectors and the benchmark share it.
-Values at or below MIN_VALUE (latencies of 0 ms) share one zero bucket, represented as 0.
+Pure (msgspec its one dependency): the ingest worker, the selectors and the benchmark share
+it. Values at or below MIN_VALUE (latencies of 0 ms) share one zero bucket, represented as 0.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Annotated, Any, Final
+
+import msgspec
 
 ALPHA: Final = 0.005
 GAMMA: Final = (1 + ALPHA) / (1 - ALPHA)
@@ -27,6 +29,7 @@ _REPRESENTATIVE_FACTOR: Final = 2 / (GAMMA + 1)
 
 # Scores live in [0, 1]; threshold calibration wants their distribution in 0.01 steps.
 SCORE_BINS: Final = 100
+_DECODE_COUNTS: Final = msgspec.json.Decoder(dict[str, Annotated[int, msgspec.Meta(ge=0)]])
 
 
 def bucket_index(value: float) -> int:
@@ -153,6 +156,40 @@ def merge_counts(target: dict[str, int], source: Mapping[str, int]) -> None:
     get = target.get
     for key, count in source.items():
         target[key] = get(key, 0) + count
+
+
+def stored_histogram(value: Any) -> dict[str, int]:
+    """A stored histogram column as `{"<bucket>": count}`, whatever the row holds.
+
+    Counts are whole numbers >= 0; anything else (a row written by hand or by an older
+    version) is left out, so one bad row never fails a read of the fleet, or of every fleet.
+    Keys are checked where they are read as numbers (LatencySketch.from_json, score_counts).
+    """
+    if isinstance(value, str | bytes):
+        try:
+            return _DECODE_COUNTS.decode(value)
+        except msgspec.DecodeError:
+            try:
+                value = msgspec.json.decode(value)
+            except msgspec.DecodeError:
+                return {}
+    if not isinstance(value, Mapping):
+        return {}
+    return {
+        str(key): count
+        for key, count in value.items()
+        if isinstance(count, int) and not isinstance(count, bool) and count >= 0
+    }
+
+
+def score_counts(score_hist: Mapping[str, int]) -> list[int]:
+    """A merged score histogram as SCORE_BINS counts, bin 0 first (a bad stored key is left
+    out)."""
+    counts = [0] * SCORE_BINS
+    for key, count in score_hist.items():
+        if key.isdigit() and int(key) < SCORE_BINS:
+            counts[int(key)] += count
+    return counts
 
 
 def exact_quantile(sorted_values: list[float], q: float) -> float:

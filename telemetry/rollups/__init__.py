@@ -1,0 +1,68 @@
+"""Rollups: the one model of rollup rows, written and read.
+
+- `schema`: the summed metric columns (METRIC_FIELDS) and the three levels (minute, hour,
+  fleet hour) with their tables and keys.
+- `fold`: the write side, events folded into tallies per key (the ingest worker, benchmarks).
+- `planner`: which level and buckets answer a window.
+- `reader`: rows of a level read in one query, typed (`RollupRow`).
+- `figures`: mergeable figures of rows (`Figures`): shares, rates, means, quantiles.
+- `sketch`: the mergeable latency sketch and the stored histograms.
+"""
+
+from .figures import Figures, figures_at, merged, ratio
+from .fold import (
+    SENSITIVE_TIER,
+    EventLike,
+    RollupAccumulator,
+    Tally,
+    UploadHandling,
+    is_privacy_violation,
+    left_device,
+    merge_columns,
+)
+from .planner import WindowPlan, plan_window
+from .reader import RollupRow, as_utc, read_rows, rows_to_compact
+from .schema import (
+    CELL_DIMENSIONS,
+    FLEET_HOUR,
+    HOUR,
+    LEVELS,
+    METRIC_FIELDS,
+    MINUTE,
+    ROUTES,
+    Level,
+    MetricField,
+)
+from .sketch import LatencySketch, stored_histogram
+
+__all__ = [
+    "CELL_DIMENSIONS",
+    "FLEET_HOUR",
+    "HOUR",
+    "LEVELS",
+    "METRIC_FIELDS",
+    "MINUTE",
+    "ROUTES",
+    "SENSITIVE_TIER",
+    "EventLike",
+    "Figures",
+    "LatencySketch",
+    "Level",
+    "MetricField",
+    "RollupAccumulator",
+    "RollupRow",
+    "Tally",
+    "UploadHandling",
+    "WindowPlan",
+    "as_utc",
+    "figures_at",
+    "is_privacy_violation",
+    "left_device",
+    "merge_columns",
+    "merged",
+    "plan_window",
+    "ratio",
+    "read_rows",
+    "rows_to_compact",
+    "stored_histogram",
+]
