@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from routing_policies.models import Device
+from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from telemetry.models import RollupMetrics
 from telemetry.rollups import (
     FLEET_HOUR,
@@ -21,9 +22,7 @@ from telemetry.rollups import (
     read_rows,
 )
 from telemetry.rollups.schema import ZERO_SUMS
-from telemetry.services import landed_batches_process, telemetry_batch_ingest
-
-from .factories import make_event
+from tests.factories import make_event
 
 
 def _row(route: str, events: int, latency: dict[str, int], **sums: float) -> RollupRow:
