@@ -222,7 +222,7 @@ def postprocess_closed_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str
 class DeviceTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
     """`Authorization: Bearer <device token>`, the token `POST /api/v1/devices/enroll` returns."""
 
-    target_class = "routing_policies.apis.rollout.DeviceTokenAuthentication"
+    target_class = "routing_policies.devices.apis.DeviceTokenAuthentication"
     name = "deviceToken"
 
     def get_security_definition(self, auto_schema: AutoSchema) -> dict[str, Any]:

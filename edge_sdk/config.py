@@ -12,7 +12,7 @@ SDK_VERSION = "0.1.0"
 
 # The server's limits on hello / enrolment fields (routing_policies: consumers, apis).
 _FIELD_LIMITS = {"device_id": 128, "platform": 64, "model": 128, "sdk": 64}
-# What enrolment accepts as a device id (routing_policies.apis.rollout.DEVICE_ID_RE).
+# What enrolment accepts as a device id (routing_policies.devices.apis.DEVICE_ID_RE).
 _DEVICE_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
 
 

@@ -16,8 +16,8 @@ from rest_framework import serializers
 
 from controlplane.openapi import closed_body
 from controlplane.validators import TIDY_TEXT_PATTERN
-from routing_policies.apis.schemas import RolloutSerializer
 from routing_policies.models import Rollout
+from routing_policies.rollouts.schemas import RolloutSerializer
 
 from .alerting import GUARD_METRICS, RATE_METRICS
 from .alerts.models import (

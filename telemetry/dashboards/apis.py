@@ -15,9 +15,8 @@ from rest_framework.views import APIView
 
 from controlplane.exceptions import NotFound, error_body
 from controlplane.openapi import query_params_validate
-from routing_policies.apis.rollout import MAX_VERSION
 from routing_policies.models import Fleet
-from routing_policies.validation import DIMENSION_VALUE_RE
+from routing_policies.validation import DIMENSION_VALUE_RE, MAX_VERSION
 
 from .. import api_schemas, prometheus, selectors
 

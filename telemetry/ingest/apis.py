@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.openapi import error_responses
-from routing_policies.apis.rollout import DeviceTokenAuthentication, IsDevice
+from routing_policies.devices.apis import DeviceTokenAuthentication, IsDevice
 from routing_policies.models import Device
 
 from .. import api_schemas, selectors

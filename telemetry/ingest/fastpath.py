@@ -30,8 +30,8 @@ from django.core import signals
 from django.http.request import split_domain_port, validate_host
 
 from controlplane.exceptions import ApplicationError, error_body
+from routing_policies.devices.token_cache import device_authenticate_cached
 from routing_policies.models import Device
-from routing_policies.token_cache import device_authenticate_cached
 
 from . import services
 from .events import BatchTooLarge

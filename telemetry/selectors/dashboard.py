@@ -26,13 +26,9 @@ from django.utils import timezone
 
 from controlplane.exceptions import ValidationFailed
 from routing_policies.assignment import FleetAssignment
+from routing_policies.devices.models import online_q
 from routing_policies.models import AuditEntry, Device, Fleet, FleetRouting, PolicyCell, Rollout
-from routing_policies.selectors.rollout import (
-    candidate_cohort_count,
-    online_q,
-    open_rollout,
-    rollout_out,
-)
+from routing_policies.rollouts.selectors import candidate_cohort_count, open_rollout, rollout_out
 
 from ..models import Cohort
 from ..rollups import ROUTES as ROUTES  # the routes the dashboard draws, for its views

@@ -17,7 +17,7 @@ from django.utils import timezone
 from controlplane.exceptions import Conflict, NotFound, ValidationFailed
 from controlplane.validators import text_problem
 from routing_policies.models import Fleet
-from routing_policies.services.policy import Actor, audit_record
+from routing_policies.policies.audit import Actor, audit_record
 
 from ...alerting import RATE_METRICS, parse_scope
 from ...selectors import alerts as alert_selectors

@@ -1,5 +1,6 @@
-"""The per-process device-token cache of the telemetry fast path (routing_policies.token_cache):
-a token revoked in another process stops working as soon as its push message arrives."""
+"""The per-process device-token cache of the telemetry fast path
+(routing_policies.devices.token_cache): a token revoked in another process stops working as soon
+as its push message arrives."""
 
 import time
 from typing import Any

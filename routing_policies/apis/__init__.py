@@ -1,1 +1,0 @@
-"""Old import paths only (see each module): the APIs live in each part's `apis`."""
