@@ -30,7 +30,7 @@ from .alerts.models import (
     WebhookDelivery,
     WebhookFormat,
 )
-from .alerts.services.guards import MAX_GUARDS
+from .alerts.services.guards import DEFAULT_BAKE_MINUTES, MAX_BAKE_MINUTES, MAX_GUARDS
 from .ingest.events import FIELDS, MAX_EVENTS, FieldRule
 
 # --- telemetry ingest ------------------------------------------------------------------------
@@ -513,8 +513,7 @@ class RolloutGuardsSerializer(serializers.Serializer[Any]):
         ref_name = "RolloutGuards"
 
 
-_BAKE_MAX = 7 * 24 * 60
-_MINUTES = {"type": "integer", "minimum": 0, "maximum": _BAKE_MAX}
+_MINUTES = {"type": "integer", "minimum": 0, "maximum": MAX_BAKE_MINUTES}
 
 
 def _guard_schema(metrics: frozenset[str], threshold: dict[str, Any]) -> dict[str, Any]:
@@ -561,7 +560,8 @@ BAKE_MINUTES_SCHEMA: dict[str, Any] = {
         },
     ],
     "nullable": True,
-    "description": f"minutes from 0 to {_BAKE_MAX} at every stage (null: 10), "
+    "description": f"minutes from 0 to {MAX_BAKE_MINUTES} at every stage "
+    f"(null: {DEFAULT_BAKE_MINUTES}), "
     'or per stage: {"5": 10, "25": 20, "100": 30} (a missing stage bakes 0)',
 }
 

@@ -53,6 +53,7 @@ DEFAULT_GUARDS: tuple[dict[str, Any], ...] = (
 
 
 DEFAULT_BAKE_MINUTES: Final = 10
+MAX_BAKE_MINUTES: Final = 7 * 24 * 60  # a week at one stage
 
 
 def _clean_guards(guards: object, min_samples: object) -> list[dict[str, Any]]:
@@ -115,12 +116,12 @@ def _clean_bake(bake_minutes: object) -> dict[str, int]:
     if isinstance(bake_minutes, dict):
         bake = {str(k): v for k, v in bake_minutes.items()}
         if set(bake) <= {str(s) for s in Rollout.STAGES} and all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 7 * 24 * 60
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_BAKE_MINUTES
             for v in bake.values()
         ):
             return {str(s): int(bake.get(str(s), 0)) for s in Rollout.STAGES}
     raise ValidationFailed(
-        "`bake_minutes` is minutes from 0 to 10080, or one per stage: "
+        f"`bake_minutes` is minutes from 0 to {MAX_BAKE_MINUTES}, or one per stage: "
         '{"5": 10, "25": 20, "100": 30}.',
         details=[field_problem("bake_minutes", "minutes, or minutes per stage 5, 25, 100")],
     )
