@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, Literal, TypeAlias, cast, get_args
 
 __all__ = [
+    "SCORE_TERM_NAMES",
     "Adjustment",
     "AdjustmentName",
     "Cell",
@@ -23,12 +24,16 @@ __all__ = [
     "FallbackSetting",
     "Mode",
     "Route",
+    "ScoreTerms",
     "Side",
     "TaskSignals",
     "decide",
+    "effective_threshold",
     "fallback_route",
     "left_device_by_route",
+    "predicted_cloud_ms",
     "privacy_violation",
+    "score_terms",
 ]
 
 Route: TypeAlias = Literal["device", "cloud", "draft_refine"]
@@ -39,6 +44,10 @@ FallbackKind: TypeAlias = Literal["none", "cloud_to_device", "device_to_cloud"]
 Side: TypeAlias = Literal["device", "cloud"]
 AdjustmentName: TypeAlias = Literal["network", "load", "cloud_pressure", "clamp"]
 Adjustment: TypeAlias = tuple[AdjustmentName, float]
+# Step 4's weighted terms, in the order they are added: (length, intent, lm). A plain tuple
+# (not a dataclass): `decide` builds one per task, and a tuple costs next to nothing.
+ScoreTerms: TypeAlias = tuple[float, float, float]
+SCORE_TERM_NAMES: Final = ("length", "intent", "lm")
 
 _MODES: Final = frozenset(get_args(Mode))
 _FALLBACK_SETTINGS: Final = frozenset(get_args(FallbackSetting))
@@ -330,15 +339,21 @@ def privacy_violation(
     return not upload_allowed or (upload_deidentify and not deidentified)
 
 
+def score_terms(cell: Cell, task: TaskSignals) -> ScoreTerms:
+    """Step 4's weighted terms (length, intent, lm); the score is their sum, left to right."""
+    return (
+        cell.weight_length * min(1.0, task.tokens / cell.length_norm_tokens),
+        cell.weight_intent * (1.0 - task.intent_conf),
+        cell.weight_lm * (1.0 - task.lm_conf),
+    )
+
+
 def _decide_by_score(cell: Cell, task: TaskSignals, device: DeviceState) -> Decision:
     """Steps 4-8: score against the adjusted threshold, then the cloud latency check."""
     # Step 4. Same operand order as the seed's TaskRouter, so both give identical floats.
-    score = (
-        cell.weight_length * min(1.0, task.tokens / cell.length_norm_tokens)
-        + cell.weight_intent * (1.0 - task.intent_conf)
-        + cell.weight_lm * (1.0 - task.lm_conf)
-    )
-    theta, adjustments = _effective_threshold(cell, device)
+    length_term, intent_term, lm_term = score_terms(cell, task)
+    score = length_term + intent_term + lm_term
+    theta, adjustments = effective_threshold(cell, device)
     # Step 6.
     if score < theta:
         return Decision(
@@ -351,8 +366,8 @@ def _decide_by_score(cell: Cell, task: TaskSignals, device: DeviceState) -> Deci
             adjustments=adjustments,
         )
     # Step 7.
-    predicted_cloud_ms = _predicted_cloud_ms(task, device)
-    if predicted_cloud_ms > cell.latency_budget_ms:
+    predicted = predicted_cloud_ms(task, device)
+    if predicted > cell.latency_budget_ms:
         return Decision(
             route="device",
             decided_by="latency",
@@ -361,7 +376,7 @@ def _decide_by_score(cell: Cell, task: TaskSignals, device: DeviceState) -> Deci
             score=score,
             threshold=theta,
             adjustments=adjustments,
-            predicted_cloud_ms=predicted_cloud_ms,
+            predicted_cloud_ms=predicted,
         )
     # Step 8.
     return Decision(
@@ -372,11 +387,11 @@ def _decide_by_score(cell: Cell, task: TaskSignals, device: DeviceState) -> Deci
         score=score,
         threshold=theta,
         adjustments=adjustments,
-        predicted_cloud_ms=predicted_cloud_ms,
+        predicted_cloud_ms=predicted,
     )
 
 
-def _effective_threshold(cell: Cell, device: DeviceState) -> tuple[float, tuple[Adjustment, ...]]:
+def effective_threshold(cell: Cell, device: DeviceState) -> tuple[float, tuple[Adjustment, ...]]:
     """Step 5: theta after network, load and cloud-pressure adjustments, clamped to [0, 1]."""
     theta = cell.threshold
     adjustments: list[Adjustment] = []
@@ -396,8 +411,8 @@ def _effective_threshold(cell: Cell, device: DeviceState) -> tuple[float, tuple[
     return clamped, tuple(adjustments)
 
 
-def _predicted_cloud_ms(task: TaskSignals, device: DeviceState) -> float:
-    """Step 7's estimate; no bandwidth means the upload never finishes."""
+def predicted_cloud_ms(task: TaskSignals, device: DeviceState) -> float:
+    """Step 7's estimate `D·8/B + RTT + T_infer`; no bandwidth means the upload never ends."""
     if device.bandwidth_kbps <= 0:
         return math.inf
     # bytes * 8 = bits; bits / (kilobits per second) = milliseconds.

@@ -7,7 +7,7 @@ cell of the current policy it keeps a `_Plan` with what does not depend on the t
 - the decisions that depend on nothing else (device_only, cloud_only, privacy, an interactive
   task while offline), built once;
 - the four effective thresholds (network bad or not x device busy or not) under the current
-  cloud pressure, each with its adjustments, computed by `decision._effective_threshold`
+  cloud pressure, each with its adjustments, computed by `decision.effective_threshold`
   itself, so they cannot drift from it.
 What is left per task is the score, two comparisons and the latency estimate, as in `decide`
 (same operand order, so the same floats). Plans are rebuilt when the policy or the pressure
@@ -28,8 +28,8 @@ from edge_sdk.decision import (
     Decision,
     DeviceState,
     Route,
-    _effective_threshold,
     decide,
+    effective_threshold,
 )
 from edge_sdk.policy import CellKey, PolicyStore
 from edge_sdk.task import Readings, Task
@@ -146,7 +146,7 @@ class _Plan:
             self.offline = offline
         # Index: 1 when the network is bad, + 2 when the device is busy.
         self.thetas = tuple(
-            _effective_threshold(
+            effective_threshold(
                 cell,
                 DeviceState(
                     rtt_ms=math.inf if index & 1 else -math.inf,

@@ -10,12 +10,16 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from edge_sdk.decision import (
+    SCORE_TERM_NAMES,
     Cell,
     CellDocumentError,
     DeviceState,
     TaskSignals,
     decide,
+    effective_threshold,
     fallback_route,
+    predicted_cloud_ms,
+    score_terms,
 )
 
 # The cell printed in PROTOCOL.md, "Policy document".
@@ -948,3 +952,40 @@ def test_decide__weights_summing_to_one__score_within_unit_interval(
     # Then the score lies in [0, 1], up to the rounding of normalised weights
     assert decision.score is not None
     assert -1e-9 <= decision.score <= 1.0 + 1e-9
+
+
+# --- the decision trace: the parts a playground shows --------------------------------------
+
+
+def test_score_terms__seed_task__weighted_terms_as_the_seed_computes_them() -> None:
+    # Given the seed's second task (180 tokens, intent 0.85, lm 0.72) on the seed's weights
+    # When its terms are taken
+    length, intent, lm = score_terms(cell(), task(tokens=180, intent_conf=0.85, lm_conf=0.72))
+
+    # Then each is its weight times its signal's share, and they add up to the seed's score
+    assert (length, intent, lm) == pytest.approx((0.4 * 0.45, 0.3 * 0.15, 0.3 * 0.28))
+    assert length + intent + lm == SeedTaskRouter().complexity(180, 0.85, 0.72)
+    assert SCORE_TERM_NAMES == ("length", "intent", "lm")
+
+
+@given(
+    document=cell_documents(mode=modes_reaching_the_score, privacy_tier="normal"),
+    task_signals=tasks,
+    device_state=online_devices,
+)
+def test_decision_trace__any_scored_input__terms_theta_and_latency_equal_the_decision(
+    document: dict[str, Any], task_signals: TaskSignals, device_state: DeviceState
+) -> None:
+    # Given any input that reaches step 4
+    the_cell = Cell.from_document(document)
+
+    # When it is decided, and its trace taken part by part
+    decision = decide(the_cell, task_signals, device_state)
+    length, intent, lm = score_terms(the_cell, task_signals)
+    theta, adjustments = effective_threshold(the_cell, device_state)
+
+    # Then the parts are exactly (bit for bit) what the decision used
+    assert decision.score == length + intent + lm
+    assert (decision.threshold, decision.adjustments) == (theta, adjustments)
+    if decision.predicted_cloud_ms is not None:
+        assert decision.predicted_cloud_ms == predicted_cloud_ms(task_signals, device_state)
