@@ -1,0 +1,71 @@
+"""`POST /api/v1/fleets/<slug>/lab/explain`: one task through the decision, as a trace.
+
+Any role that can read the fleet may ask (it changes nothing). Thin: the input serializer
+checks the body, `selectors.playground_explain` answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controlplane.api import require_object
+from edge_sdk.decision import DeviceState, TaskSignals
+from routing_policies.selectors import fleet_get
+
+from .explain import SEED_DEVICE_MS, CellOverride
+from .schemas import ExplainInputSerializer, ExplainOutSerializer
+from .selectors import playground_explain
+
+
+class ExplainApi(APIView):
+    """The decision for one task in one cell, with each step's numbers."""
+
+    @extend_schema(
+        request=ExplainInputSerializer,
+        responses=ExplainOutSerializer,
+        operation_id="lab_explain",
+        description=(
+            "Decides the task with edge_sdk.decision.decide in the cell of the chosen version "
+            "(or the draft), after the optional mode / θ override, and answers the trace: each "
+            "weighted term of the score, θ with each adjustment, the deciding step of "
+            "PROTOCOL.md, the predicted cloud latency against the budget, the privacy outcome "
+            "and the cloud cost. `matrix`: the same task in every cell; `samples`: a stream of "
+            "sample tasks decided in the cell. Changes nothing."
+        ),
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        fleet = fleet_get(slug=slug)
+        serializer = ExplainInputSerializer(data=require_object(request.data))
+        serializer.is_valid(raise_exception=True)
+        body: dict[str, Any] = serializer.validated_data
+        cell, task, device = body["cell"], body["task"], body["device"]
+        return Response(
+            playground_explain(
+                fleet=fleet,
+                ref=body.get("version"),
+                key=(cell["task_type"], cell["latency_budget"], cell["privacy_tier"]),
+                override=CellOverride(**body.get("override", {})),
+                task=TaskSignals(
+                    tokens=task["tokens"],
+                    intent_conf=task["intent_conf"],
+                    lm_conf=task["lm_conf"],
+                    upload_bytes=task.get("upload_bytes", 0),
+                ),
+                device=DeviceState(
+                    rtt_ms=device["rtt_ms"],
+                    bandwidth_kbps=device["bandwidth_kbps"],
+                    device_load=device["device_load"],
+                    online=device["online"],
+                    cloud_infer_ms=device["cloud_infer_ms"],
+                    cloud_pressure=device.get("cloud_pressure", 0.0),
+                ),
+                with_matrix=body.get("matrix", False),
+                samples=body.get("samples", "none"),
+                device_ms=body.get("device_ms", SEED_DEVICE_MS),
+            )
+        )

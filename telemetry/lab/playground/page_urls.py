@@ -1,0 +1,9 @@
+"""Page routes of the playground (telemetry.page_urls)."""
+
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("fleets/<slug:slug>/lab/", views.lab_page, name="fleet-lab"),
+]

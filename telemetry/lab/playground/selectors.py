@@ -1,0 +1,192 @@
+"""What the playground reads: a version's (or the draft's) cells as `edge_sdk` cells, and
+sample tasks from the fleet's recorded telemetry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import F
+from django.utils import timezone
+
+from controlplane.exceptions import NotFound, ValidationFailed
+from edge_sdk.decision import Cell, DeviceState, TaskSignals
+from routing_policies.documents import cell_document, ordered_keys
+from routing_policies.models import Fleet, PolicyVersion
+from routing_policies.pricing import CloudPrice
+from routing_policies.selectors import draft_get, latest_published, version_get, version_table
+
+from ...models import Event
+from .explain import (
+    SEED_DEVICE_MS,
+    CellKey,
+    CellOverride,
+    Sample,
+    explain,
+    matrix,
+    sample_stream,
+    seed_samples,
+)
+
+# How many recorded tasks the stream cycles through (the newest of the picked cell), and how
+# far back it looks: the (fleet, ts) index read backwards, bounded so a cell without events
+# does not scan the fleet's whole history.
+RECORDED_SAMPLES = 60
+RECORDED_LOOKBACK = timedelta(hours=24)
+
+
+@dataclass(frozen=True, slots=True)
+class LabTable:
+    """A version of the fleet's policy, its cells ready for `decide`, in display order."""
+
+    version: PolicyVersion
+    dimensions: dict[str, list[str]]
+    cells: dict[CellKey, Cell]
+
+    @property
+    def label(self) -> str:
+        """`draft` or `v3`."""
+        return "draft" if self.version.is_draft else f"v{self.version.number}"
+
+
+def lab_version_default(*, fleet: Fleet) -> PolicyVersion | None:
+    """What the lab opens on: the draft, else the latest published version."""
+    return draft_get(fleet=fleet) or latest_published(fleet=fleet)
+
+
+def lab_versions(*, fleet: Fleet) -> dict[str, Any]:
+    """What the version picker offers: `versions` (published numbers, newest first) and
+    `has_draft`."""
+    numbers = list(
+        PolicyVersion.objects.filter(fleet=fleet)
+        .order_by(F("number").desc(nulls_first=True))
+        .values_list("number", flat=True)
+    )
+    return {"versions": [n for n in numbers if n is not None], "has_draft": None in numbers}
+
+
+def lab_table(*, fleet: Fleet, ref: int | str | None) -> LabTable:
+    """The version `ref` (a number, `draft`, `latest`; None: the lab's default) with its
+    cells; a 404 application error when the fleet has no such version."""
+    version = (
+        lab_version_default(fleet=fleet) if ref is None else version_get(fleet=fleet, ref=str(ref))
+    )
+    if version is None:
+        version = version_get(fleet=fleet, ref="draft")  # raises the 404 naming the version
+    table = version_table(version=version)
+    cells = {
+        key: Cell.from_document(cell_document(key, table[key]))
+        for key in ordered_keys(version.dimensions)
+        if key in table
+    }
+    return LabTable(version=version, dimensions=version.dimensions, cells=cells)
+
+
+def recorded_samples(
+    *, fleet: Fleet, key: CellKey, device: DeviceState, limit: int = RECORDED_SAMPLES
+) -> list[Sample]:
+    """The cell's newest recorded tasks that carry their signals, each on its recorded
+    network and load; cloud pressure, cloud inference time and online come from `device`
+    (the events do not all record them)."""
+    rows = (
+        Event.objects.filter(
+            fleet_id=fleet.pk,
+            ts__gte=timezone.now() - RECORDED_LOOKBACK,
+            task_type=key[0],
+            latency_budget=key[1],
+            privacy_tier=key[2],
+            tokens__isnull=False,
+            intent_conf__isnull=False,
+            lm_conf__isnull=False,
+        )
+        .order_by("-ts")
+        .values_list(
+            "tokens",
+            "intent_conf",
+            "lm_conf",
+            "upload_bytes",
+            "rtt_ms",
+            "bandwidth_kbps",
+            "device_load",
+        )[:limit]
+    )
+    samples = []
+    for tokens, intent, lm, upload, rtt, bandwidth, load in rows:
+        samples.append(
+            Sample(
+                # The query keeps only rows whose three signals are not null.
+                task=TaskSignals(
+                    tokens=int(tokens or 0),
+                    intent_conf=float(intent or 0.0),
+                    lm_conf=float(lm or 0.0),
+                    upload_bytes=upload or 0,
+                ),
+                device=DeviceState(
+                    rtt_ms=device.rtt_ms if rtt is None else rtt,
+                    bandwidth_kbps=device.bandwidth_kbps if bandwidth is None else bandwidth,
+                    device_load=device.device_load if load is None else load,
+                    online=device.online,
+                    cloud_infer_ms=device.cloud_infer_ms,
+                    cloud_pressure=device.cloud_pressure,
+                ),
+                source="recorded",
+            )
+        )
+    samples.reverse()  # oldest first: the stream plays them in the order they happened
+    return samples
+
+
+def playground_explain(
+    *,
+    fleet: Fleet,
+    ref: int | str | None,
+    key: CellKey,
+    override: CellOverride,
+    task: TaskSignals,
+    device: DeviceState,
+    with_matrix: bool = False,
+    samples: str = "none",
+    device_ms: float = SEED_DEVICE_MS,
+) -> dict[str, Any]:
+    """The explain API's answer: the task in the cell of version `ref` (after `override`),
+    optionally in every cell, and optionally a stream of sample tasks in the cell.
+
+    A version or cell the fleet does not have is refused naming the field (`version`, `cell`).
+    """
+    try:
+        table = lab_table(fleet=fleet, ref=ref)
+    except NotFound as exc:
+        raise ValidationFailed(
+            exc.message, details=[{"field": "version", "message": "no such version"}]
+        ) from None
+    published = table.cells.get(key)
+    if published is None:
+        raise ValidationFailed(
+            f"{table.label} has no cell {'/'.join(key)}.",
+            details=[{"field": "cell", "message": "no such cell in this version"}],
+        )
+    cell = override.apply(published)
+    answer: dict[str, Any] = {
+        "version": table.version.number,
+        "version_label": table.label,
+        "cell": {
+            "task_type": key[0],
+            "latency_budget": key[1],
+            "privacy_tier": key[2],
+            "mode": cell.mode,
+            "threshold": cell.threshold,
+            "overridden": cell != published,
+        },
+        **explain(cell=cell, task=task, device=device, price=CloudPrice.of_fleet(fleet)),
+    }
+    if with_matrix:
+        answer["matrix"] = matrix(cells={**table.cells, key: cell}, task=task, device=device)
+    if samples != "none":
+        stream = (
+            seed_samples(device, upload_bytes=task.upload_bytes)
+            if samples == "seed"
+            else recorded_samples(fleet=fleet, key=key, device=device)
+        )
+        answer["samples"] = sample_stream(cell=cell, samples=stream, device_ms=device_ms)
+    return answer
