@@ -48,6 +48,7 @@ DEVICE_SLIDERS: Final = (
         "cloud_infer_ms", "Cloud inference", 0, 3000, 10, "ms", "T_infer, the cloud model's time"
     ),
 )
+START_CELL: Final = ("text", "interactive", "normal")
 START_TASK: Final[dict[str, Any]] = {
     "tokens": 180,
     "intent_conf": 0.85,

@@ -18,7 +18,7 @@ from routing_policies.roles import Role
 
 from .explain import SEED_DEVICE_MS, CellOverride
 from .selectors import lab_table, lab_versions, playground_explain
-from .sliders import DEVICE_SLIDERS, START_DEVICE, START_TASK, TASK_SLIDERS
+from .sliders import DEVICE_SLIDERS, START_CELL, START_DEVICE, START_TASK, TASK_SLIDERS
 
 
 @role_required(Role.VIEWER)
@@ -36,7 +36,16 @@ def lab_page(request: HttpRequest, slug: str) -> HttpResponse:
         if requested is None:
             return render(request, "telemetry/lab.html", {"fleet": fleet, "empty": True})
         raise Http404(f"Fleet {fleet.slug!r} has no version {requested!r}.") from None
-    key = next(iter(table.cells))
+    # Start on the seed's own case (text, interactive, normal) or else the first cell that
+    # scores the task, where every slider matters.
+    key = (
+        START_CELL
+        if START_CELL in table.cells
+        else next(
+            (k for k, c in table.cells.items() if c.mode == "auto" and not c.keeps_data_on_device),
+            next(iter(table.cells)),
+        )
+    )
     first = playground_explain(
         fleet=fleet,
         ref=table.version.number if table.version.number is not None else "draft",
@@ -65,9 +74,8 @@ def lab_page(request: HttpRequest, slug: str) -> HttpResponse:
         "tiers": table.dimensions["privacy_tier"],
         "key": key,
         "modes": MODES,
-        "task_sliders": TASK_SLIDERS,
-        "device_sliders": DEVICE_SLIDERS,
-        "start": {"task": START_TASK, "device": START_DEVICE},
+        "task_sliders": [(slider, START_TASK[slider.name]) for slider in TASK_SLIDERS],
+        "device_sliders": [(slider, START_DEVICE[slider.name]) for slider in DEVICE_SLIDERS],
         "first": first,
         "price": CloudPrice.of_fleet(fleet),
     }
