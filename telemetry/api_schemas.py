@@ -242,6 +242,42 @@ class DashboardViewSerializer(serializers.Serializer[Any]):
         ref_name = "DashboardView"
 
 
+class DashboardAllCloudSerializer(serializers.Serializer[Any]):
+    window = serializers.FloatField()
+    per_hour = serializers.FloatField(allow_null=True)
+    per_day = serializers.FloatField(allow_null=True)
+
+    class Meta:
+        ref_name = "DashboardAllCloudCost"
+
+
+class DashboardPriceSerializer(serializers.Serializer[Any]):
+    per_1k_tokens = serializers.FloatField()
+    per_call = serializers.FloatField()
+
+    class Meta:
+        ref_name = "DashboardCloudPrice"
+
+
+class DashboardCostSerializer(serializers.Serializer[Any]):
+    """The cloud cost of the view, priced by the fleet's cloud price (docs/lab.md, Cost)."""
+
+    currency = serializers.CharField()
+    price = DashboardPriceSerializer()
+    hours = serializers.FloatField(help_text="the span the per-hour figures are taken over")
+    cloud_calls = serializers.FloatField(help_text="cloud and draft_refine tasks, not cached")
+    cloud_tokens = serializers.FloatField()
+    window = serializers.FloatField(help_text="cost of the view's cloud calls")
+    per_hour = serializers.FloatField(allow_null=True)
+    per_day = serializers.FloatField(allow_null=True)
+    all_cloud = DashboardAllCloudSerializer(help_text="every task priced as a cloud call")
+    saving = serializers.FloatField(help_text="all-cloud minus actual, in the view")
+    saving_share = serializers.FloatField(allow_null=True, help_text="saving / all-cloud")
+
+    class Meta:
+        ref_name = "DashboardCost"
+
+
 class FleetDashboardSerializer(serializers.Serializer[Any]):
     """Everything the fleet dashboard draws; series are lists aligned with `buckets`."""
 
@@ -255,6 +291,7 @@ class FleetDashboardSerializer(serializers.Serializer[Any]):
     series = serializers.DictField(help_text="per-bucket series, each a list aligned with buckets")
     routes = serializers.DictField(help_text="latency and shares per route")
     cohorts = serializers.DictField(help_text="figures and series of the stable and candidate")
+    cost = DashboardCostSerializer()
     budgets = serializers.JSONField(help_text="the policy's latency budgets per route")
     grid = serializers.JSONField(help_text="cloud share and P95 per policy cell")
     markers = DashboardMarkerSerializer(many=True)

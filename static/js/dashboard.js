@@ -51,6 +51,14 @@
     return Math.round(value).toLocaleString("en-US") + " ms";
   }
 
+  // An amount of the fleet's currency: $ for USD; 2 significant digits below 1, cents above.
+  function money(value, currency) {
+    if (value === null || value === undefined) { return "—"; }
+    var text = value >= 1 ? value.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 })
+      : value === 0 ? "0" : value.toPrecision(2);
+    return currency === "USD" ? "$" + text : text + " " + currency;
+  }
+
   function count(value) { return Number(value || 0).toLocaleString("en-US"); }
 
   function percents(list) {
@@ -443,6 +451,11 @@
               "errors " + pct(s.error_rate, 2) + " · cache " + pct(s.cache_hit_rate));
     setFigure("privacy", count(s.privacy_violations), s.privacy_violations ? "must be 0: look now" : "should be 0",
               s.privacy_violations ? "bad" : "good");
+    var cost = payload.cost;
+    if (cost) {
+      var saving = cost.saving_share === null ? "no task yet" : "saves " + pct(cost.saving_share, 0) + " vs all-cloud " + money(cost.all_cloud.per_day, cost.currency) + "/day";
+      setFigure("cost", money(cost.per_day, cost.currency), money(cost.per_hour, cost.currency) + "/h · " + saving);
+    }
     if (payload.alerts !== null && payload.alerts !== undefined) {
       var firing = payload.alerts.firing || 0;
       setFigure("alerts", count(firing), payload.alerts.summary || "", firing ? "bad" : "good");

@@ -28,6 +28,7 @@ from controlplane.exceptions import ValidationFailed
 from routing_policies.assignment import FleetAssignment
 from routing_policies.devices.models import online_q
 from routing_policies.models import AuditEntry, Device, Fleet, FleetRouting, PolicyCell, Rollout
+from routing_policies.pricing import CloudPrice
 from routing_policies.rollouts.selectors import candidate_cohort_count, open_rollout, rollout_out
 
 from ..models import Cohort
@@ -43,6 +44,7 @@ from ..rollups import (
     read_rows,
 )
 from ..rollups.sketch import merge_counts
+from .cost import cost_figures
 
 WINDOWS: Final = {
     "15m": timedelta(minutes=15),
@@ -253,8 +255,11 @@ def _series(
     return out
 
 
-def _fold(scan: Scan, buckets: int, compared: Mapping[str, int | None]) -> dict[str, Any]:
-    """Series for the fleet, per route and per cohort; the summary.
+def _fold(
+    scan: Scan, buckets: int, compared: Mapping[str, int | None]
+) -> tuple[dict[str, Any], Figures]:
+    """Series for the fleet, per route and per cohort; the summary, and its figures (the
+    cost is priced from them).
 
     Each cohort's series counts only the version `compared` names for it (the rollout's
     candidate and stable), so a past rollout in the window is not mixed in; a cohort whose
@@ -303,12 +308,13 @@ def _fold(scan: Scan, buckets: int, compared: Mapping[str, int | None]) -> dict[
             "summary": merged(by_index.values(), scores=False).headline(),
             "series": _series(by_index, buckets),
         }
-    return {
+    folded = {
         "summary": summary.headline(),
         "series": _series(fleet, buckets, with_latency=False),
         "routes": routes,
         "cohorts": cohorts,
     }
+    return folded, summary
 
 
 def _cohort_label(cohort: str, versions: list[int], compared: int | None) -> str:
@@ -525,7 +531,7 @@ def fleet_dashboard(
     ) or (None, None)
     rollout = open_rollout(fleet.pk)
     compared = _compared_rollout(fleet.pk, rollout, scan)
-    folded = _fold(
+    folded, summary = _fold(
         scan,
         plan.buckets,
         {
@@ -554,6 +560,8 @@ def fleet_dashboard(
     buckets = [_iso(plan.start + plan.step * i) for i in range(plan.buckets)]
     markers = _markers(fleet.pk, plan.start)
     shown_from = _shown_from(fleet, plan, scan)
+    # Per hour over the span the charts show (a young fleet: since it started reporting).
+    hours = max((now - shown_from).total_seconds(), plan.step.total_seconds()) / 3600
     return {
         "fleet": fleet.slug,
         "view": view.as_json(),
@@ -569,6 +577,7 @@ def fleet_dashboard(
         "captions": _captions(plan, shown_from),
         "buckets": buckets,
         **folded,
+        "cost": cost_figures(figures=summary, price=CloudPrice.of_fleet(fleet), hours=hours),
         "budgets": _budgets(stable_cells, view.task_type),
         "grid": _grid(scan, stable_cells, view.task_type),
         "markers": [{**marker, "at": _iso(marker["at"])} for marker in markers],

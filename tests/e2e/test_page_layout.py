@@ -131,6 +131,7 @@ PAGES = (
     ("rollout", f"/fleets/{SLUG}/rollout/"),
     ("dashboard", f"/fleets/{SLUG}/dashboard/"),
     ("alerts", f"/fleets/{SLUG}/alerts/"),
+    ("lab", f"/fleets/{SLUG}/lab/"),
 )
 
 
