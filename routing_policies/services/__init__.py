@@ -16,6 +16,7 @@ from ..devices.tokens import DEVICE_TOKEN_PREFIX, FLEET_KEY_PREFIX, hash_secret
 from ..policies.audit import Actor, audit_record
 from ..policies.services import (
     default_table,
+    fleet_cloud_price_set,
     fleet_create,
     policy_draft_add_dimension_value,
     policy_draft_create,
@@ -51,6 +52,7 @@ __all__ = [
     "devices_ack",
     "devices_seen",
     "devices_seen_by_token",
+    "fleet_cloud_price_set",
     "fleet_create",
     "fleet_enrollment_key_rotate",
     "fleet_switch_version",

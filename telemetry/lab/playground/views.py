@@ -1,37 +1,54 @@
 """The lab page `/fleets/<slug>/lab/`: the playground. It paints the first answer of the
-explain API server-side, then static/js/lab.js asks the API again as the sliders move."""
+explain API server-side, then static/js/lab.js asks the API again as the sliders move.
+Publishers set the fleet's cloud price here too (the figure every cost is priced by)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.exceptions import ApplicationError
-from controlplane.pages import fleet_or_404, role_required
+from controlplane.pages import NumberField, PageForm, fleet_or_404, posted_values, role_required
 from edge_sdk.decision import DeviceState, TaskSignals
 from routing_policies.cell_schema import MODES
+from routing_policies.models import Fleet
 from routing_policies.pricing import CloudPrice
 from routing_policies.roles import Role
+from routing_policies.services import fleet_cloud_price_set
 
 from .explain import SEED_DEVICE_MS, CellOverride
 from .selectors import lab_table, lab_versions, playground_explain
 from .sliders import DEVICE_SLIDERS, START_CELL, START_DEVICE, START_TASK, TASK_SLIDERS
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def lab_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """The playground on `?version=` (a number or `draft`; default the draft, else latest)."""
-    fleet = fleet_or_404(slug)
-    requested = request.GET.get("version") or None
-    ref: int | str | None = requested
+class CloudPriceForm(PageForm):
+    """The fleet's cloud price as typed into the page (a blank part keeps it)."""
+
+    cloud_price_per_1k_tokens = NumberField(label="Per 1,000 tokens", empty=None)
+    cloud_price_per_call = NumberField(label="Per call", empty=None)
+
+
+def _version_ref(requested: str | None) -> int | str | None:
     if requested is not None and requested.isascii() and requested.isdigit():
-        ref = int(requested)
+        return int(requested)
+    return requested
+
+
+def _lab_page(
+    request: HttpRequest,
+    fleet: Fleet,
+    *,
+    status: int = 200,
+    price_error: str = "",
+    price_values: dict[str, str] | None = None,
+) -> HttpResponse:
+    requested = request.GET.get("version") or None
     try:
-        table = lab_table(fleet=fleet, ref=ref)
+        table = lab_table(fleet=fleet, ref=_version_ref(requested))
     except ApplicationError:
         if requested is None:
             return render(request, "telemetry/lab.html", {"fleet": fleet, "empty": True})
@@ -66,6 +83,7 @@ def lab_page(request: HttpRequest, slug: str) -> HttpResponse:
         for task_type in table.dimensions["task_type"]
         for budget in table.dimensions["latency_budget"]
     ]
+    price = CloudPrice.of_fleet(fleet)
     context: dict[str, Any] = {
         "fleet": fleet,
         "table": table,
@@ -77,6 +95,51 @@ def lab_page(request: HttpRequest, slug: str) -> HttpResponse:
         "task_sliders": [(slider, START_TASK[slider.name]) for slider in TASK_SLIDERS],
         "device_sliders": [(slider, START_DEVICE[slider.name]) for slider in DEVICE_SLIDERS],
         "first": first,
-        "price": CloudPrice.of_fleet(fleet),
+        "price": price,
+        "price_error": price_error,
+        "price_values": price_values
+        or {
+            "cloud_price_per_1k_tokens": f"{price.per_1k_tokens:g}",
+            "cloud_price_per_call": f"{price.per_call:g}",
+        },
     }
-    return render(request, "telemetry/lab.html", context)
+    return render(request, "telemetry/lab.html", context, status=status)
+
+
+@role_required(Role.VIEWER)
+@require_GET
+def lab_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """The playground on `?version=` (a number or `draft`; default the draft, else latest)."""
+    return _lab_page(request, fleet_or_404(slug))
+
+
+@role_required(Role.PUBLISHER)
+@require_POST
+def lab_cloud_price(request: HttpRequest, slug: str) -> HttpResponse:
+    """Set the fleet's cloud price from the lab page; a refusal shows the page again (400)."""
+    fleet = fleet_or_404(slug)
+    try:
+        values = CloudPriceForm(request.POST).values()
+        fleet_cloud_price_set(
+            actor=request.user,
+            fleet=fleet,
+            per_1k_tokens=values["cloud_price_per_1k_tokens"],
+            per_call=values["cloud_price_per_call"],
+        )
+    except ApplicationError as exc:
+        labels = {name: str(field.label) for name, field in CloudPriceForm.base_fields.items()}
+        # The service names each bad part ("must be between 0 and 1000"); the form says it all.
+        reasons = [
+            f"{labels[d['field']]} {d['message']}"
+            for d in exc.details
+            if d.get("field") in labels and d["message"].startswith("must")
+        ]
+        return _lab_page(
+            request,
+            fleet,
+            status=exc.status_code,
+            price_error="Not saved: " + ("; ".join(reasons) + "." if reasons else exc.message),
+            price_values=posted_values(request),
+        )
+    messages.success(request, "Saved the fleet's cloud price: every cost figure uses it now.")
+    return redirect("fleet-lab", slug=fleet.slug)
