@@ -202,7 +202,7 @@
     bar.classList.toggle("over-budget", !latency.within_budget);
     field("latency-text").textContent = "upload " + ms(latency.upload_ms) + " + RTT " + ms(latency.rtt_ms) + " + inference " + ms(latency.cloud_infer_ms) +
       " = " + ms(total) + (latency.within_budget ? " ≤ " : " > ") + "budget " + ms(latency.budget_ms) +
-      (latency.within_budget ? ": the cloud would answer in time" : ": too slow, the device answers");
+      (latency.within_budget ? ": the cloud would answer in time" : ": too slow, step 7 keeps it on the device");
     reach("latency-reach", latency.reached, decision.step);
 
     // Privacy and cost.
