@@ -220,6 +220,12 @@ class FleetDetailApi(APIView):
                 f"Unknown field {unknown[0]!r}: a fleet's cloud price is all PATCH changes.",
                 details=[{"field": name, "message": "unknown"} for name in unknown],
             )
+        nulls = sorted(name for name, value in data.items() if value is None)
+        if nulls:  # absent keeps a part; null is not a price
+            raise ValidationFailed(
+                f"{nulls[0]} must be a number: leave it out to keep it.",
+                details=[{"field": name, "message": "must be a JSON number"} for name in nulls],
+            )
         services.fleet_cloud_price_set(
             actor=request.user,
             fleet=selectors.fleet_get(slug=slug),

@@ -10,7 +10,7 @@ from typing import Any
 from django.db.models import F
 from django.utils import timezone
 
-from controlplane.exceptions import NotFound, ValidationFailed
+from controlplane.exceptions import NotFound
 from edge_sdk.decision import Cell, DeviceState, TaskSignals
 from routing_policies.documents import cell_document, ordered_keys
 from routing_policies.models import Fleet, PolicyVersion
@@ -152,17 +152,18 @@ def playground_explain(
     """The explain API's answer: the task in the cell of version `ref` (after `override`),
     optionally in every cell, and optionally a stream of sample tasks in the cell.
 
-    A version or cell the fleet does not have is refused naming the field (`version`, `cell`).
+    A version or cell the fleet does not have is a 404 naming the field (`version`, `cell`):
+    the body is well formed, what it names is not there.
     """
     try:
         table = lab_table(fleet=fleet, ref=ref)
     except NotFound as exc:
-        raise ValidationFailed(
+        raise NotFound(
             exc.message, details=[{"field": "version", "message": "no such version"}]
         ) from None
     published = table.cells.get(key)
     if published is None:
-        raise ValidationFailed(
+        raise NotFound(
             f"{table.label} has no cell {'/'.join(key)}.",
             details=[{"field": "cell", "message": "no such cell in this version"}],
         )

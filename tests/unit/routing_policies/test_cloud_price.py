@@ -81,7 +81,10 @@ def test_cloud_price__one_part__other_kept(
         ({"cloud_price_per_1k_tokens": "0.003"}, "cloud_price_per_1k_tokens"),
         ({"cloud_price_per_call": True}, "cloud_price_per_call"),
         ({"cloud_price_per_call": [0.1]}, "cloud_price_per_call"),
-        ({"cloud_price_per_1k_tokens": 0.003, "cloud_price_per_call": None}, None),
+        (
+            {"cloud_price_per_1k_tokens": 0.003, "cloud_price_per_call": None},
+            "cloud_price_per_call",
+        ),
         ({"cloud_price_per_1k_tokens": 0.003, "price": 1}, "price"),
     ],
     ids=[
@@ -101,15 +104,12 @@ def test_cloud_price__bad_value__400_names_field_nothing_changed(
     fleet: Any,
     publisher: Any,
     body: dict[str, Any],
-    field: str | None,
+    field: str,
 ) -> None:
     # When a publisher sends a bad price
     response = client_as(publisher).patch(URL, body, format="json")
 
-    # Then 400 names the field and nothing changed (a null part just keeps it)
-    if field is None:
-        assert response.status_code == 200
-        return
+    # Then 400 names the field and nothing changed
     assert response.status_code == 400, response.content
     assert [d["field"] for d in response.json()["error"]["details"]] == [field]
     assert _price() == (0.002, 0.0)
@@ -168,3 +168,17 @@ def test_cloud_price__oversized_body__413(
     response = client_as(publisher).generic("PATCH", URL, body, content_type="application/json")
     assert response.status_code == 413
     assert _price() == (0.002, 0.0)
+
+
+def test_cloud_price__same_price_sent_twice__one_audit_entry(
+    client_as: Callable[[Any], APIClient], fleet: Any, publisher: Any
+) -> None:
+    # When the same price is sent twice (a retried request)
+    client = client_as(publisher)
+    for _ in range(2):
+        response = client.patch(URL, {"cloud_price_per_call": 0.25}, format="json")
+        assert response.status_code == 200
+
+    # Then it is stored once, audited once
+    assert _price() == (0.002, 0.25)
+    assert AuditEntry.objects.filter(action="fleet.cloud_price").count() == 1
