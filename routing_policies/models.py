@@ -10,6 +10,7 @@ from .reviews.models import (
     ReviewSettings,
 )
 from .rollouts.models import FleetRouting, Rollout, RolloutEvent
+from .schedules.models import ScheduledChange
 
 __all__ = [
     "AuditEntry",
@@ -25,4 +26,5 @@ __all__ = [
     "ReviewSettings",
     "Rollout",
     "RolloutEvent",
+    "ScheduledChange",
 ]

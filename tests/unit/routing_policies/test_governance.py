@@ -84,7 +84,8 @@ def test_rollback__by_a_guard__freezes_starts_and_switches(fleet2: Any, publishe
     rollout_rollback(actor=None, fleet=fleet2, reason="error rate 9% > 5%")
     # Then the fleet is frozen, audited, and neither a start nor a switch goes through
     freeze = FleetFreeze.objects.get(fleet=fleet2)
-    assert freeze.released_at is None and "error rate" in freeze.reason
+    assert freeze.released_at is None
+    assert "error rate" in freeze.reason
     assert AuditEntry.objects.filter(action="fleet.frozen", fleet=fleet2).exists()
     for attempt in (
         lambda: rollout_start(actor=publisher, fleet=fleet2, version=2),
@@ -127,12 +128,15 @@ def test_freeze__api__shows_in_status_and_refuses_editors_and_blank_notes(
     assert api.get(f"{FLEET}/rollout/").json()["freeze"]["reason"] == "p95 too high"
     assert api.get(f"{FLEET}/freeze").json()["frozen"] is True
     started = api.post(f"{FLEET}/rollout/start", {"version": 2}, format="json")
-    assert started.status_code == 409 and started.json()["error"]["code"] == "fleet_frozen"
+    assert started.status_code == 409
+    assert started.json()["error"]["code"] == "fleet_frozen"
     assert client_as(editor).post(f"{FLEET}/freeze/release", {"note": "ok"}).status_code == 403
     blank = api.post(f"{FLEET}/freeze/release", {"note": "   "}, format="json")
-    assert blank.status_code == 400 and blank.json()["error"]["details"][0]["field"] == "note"
+    assert blank.status_code == 400
+    assert blank.json()["error"]["details"][0]["field"] == "note"
     released = api.post(f"{FLEET}/freeze/release", {"note": "checked"}, format="json")
-    assert released.status_code == 200 and released.json()["frozen"] is False
+    assert released.status_code == 200
+    assert released.json()["frozen"] is False
     assert api.get(f"{FLEET}/rollout/").json()["freeze"] is None
 
 
@@ -145,7 +149,8 @@ def test_freeze__every_fleet_page__shows_the_banner_and_releases(
     browser.force_login(viewer)
     for page in ("/fleets/fleet-a/", "/fleets/fleet-a/rollout/", "/fleets/fleet-a/reviews/"):
         html = browser.get(page).content.decode()
-        assert "Rollouts of fleet-a are frozen" in html and "p95 too high" in html, page
+        assert "Rollouts of fleet-a are frozen" in html, page
+        assert "p95 too high" in html, page
         assert "Acknowledge and release" not in html  # viewers cannot release
     assert "are frozen" not in browser.get("/fleets/").content.decode()
     browser.force_login(publisher)
@@ -153,7 +158,8 @@ def test_freeze__every_fleet_page__shows_the_banner_and_releases(
     answer = browser.post(
         "/fleets/fleet-a/freeze/release/", {"note": "checked", "next": "/fleets/fleet-a/"}
     )
-    assert answer.status_code == 302 and answer["Location"] == "/fleets/fleet-a/"
+    assert answer.status_code == 302
+    assert answer["Location"] == "/fleets/fleet-a/"
     assert "are frozen" not in browser.get("/fleets/fleet-a/").content.decode()
 
 
@@ -185,9 +191,11 @@ def test_change_request__approved_by_another__publishes_normally(
     version = reviews.change_request_publish(
         actor=publisher, fleet=fleet, request_id=request.pk, revision=draft.revision
     )
-    assert version.number == 2 and version.note == "θ down"
+    assert version.number == 2
+    assert version.note == "θ down"
     request.refresh_from_db()
-    assert request.state == ChangeRequest.State.DONE and request.version_number == 2
+    assert request.state == ChangeRequest.State.DONE
+    assert request.version_number == 2
     kinds = [b["kind"] for b in notified]
     assert kinds == [
         "change_request.opened",
@@ -232,9 +240,12 @@ def test_change_request__edit_after_approval__withdraws_it(
     reviews.change_request_approve(
         actor=reviewer, fleet=fleet, request_id=request.pk, revision=edited.revision
     )
-    assert policy_version_publish(
-        actor=publisher, fleet=fleet, revision=edited.revision, note="x"
-    ).number == 2
+    assert (
+        policy_version_publish(
+            actor=publisher, fleet=fleet, revision=edited.revision, note="x"
+        ).number
+        == 2
+    )
 
 
 def test_change_request__stale_revision_review__refused(
@@ -316,19 +327,25 @@ def test_change_request_api__open_approve_publish__as_two_publishers(
     opened = _open_api(author)
     assert opened.status_code == 201, opened.json()
     body = opened.json()
-    assert body["status"] == "pending" and body["diff"]["changed_cells"] == 1
+    assert body["status"] == "pending"
+    assert body["diff"]["changed_cells"] == 1
     cr = f"{FLEET}/change-requests/{body['id']}"
     own = author.post(f"{cr}/approve", {"revision": body["revision"]}, format="json")
-    assert own.status_code == 409 and own.json()["error"]["code"] == "own_change_request"
+    assert own.status_code == 409
+    assert own.json()["error"]["code"] == "own_change_request"
     stale = other.post(f"{cr}/approve", {"revision": body["revision"] + 5}, format="json")
-    assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_revision"
+    assert stale.status_code == 409
+    assert stale.json()["error"]["code"] == "stale_revision"
     assert other.get("/api/v1/change-requests/mine").json()["to_review"][0]["id"] == body["id"]
     approved = other.post(f"{cr}/approve", {"revision": body["revision"], "note": "ok"})
-    assert approved.status_code == 200 and approved.json()["status"] == "approved"
+    assert approved.status_code == 200
+    assert approved.json()["status"] == "approved"
     again = other.post(f"{cr}/approve", {"revision": body["revision"]}, format="json")
-    assert again.status_code == 409 and again.json()["error"]["code"] == "duplicate"
+    assert again.status_code == 409
+    assert again.json()["error"]["code"] == "duplicate"
     published = author.post(f"{cr}/publish", {"revision": body["revision"]}, format="json")
-    assert published.status_code == 201 and published.json()["version"] == 2
+    assert published.status_code == 201
+    assert published.json()["version"] == 2
     assert author.get(f"{cr}/").json()["status"] == "done"
 
 
@@ -361,7 +378,8 @@ def test_change_request_api__second_open_request__duplicate(
     api = client_as(publisher)
     assert _open_api(api).status_code == 201
     second = _open_api(api)
-    assert second.status_code == 409 and second.json()["error"]["code"] == "duplicate"
+    assert second.status_code == 409
+    assert second.json()["error"]["code"] == "duplicate"
     assert ChangeRequest.objects.count() == 1
 
 
@@ -453,13 +471,16 @@ def test_change_request_pages__open_approve_publish__as_two_publishers(
     assert opened.status_code == 302
     page = opened["Location"]
     html = author.get(page).content.decode()
-    assert "you cannot approve your own" in html and "Approve</button>" not in html
+    assert "you cannot approve your own" in html
+    assert "Approve</button>" not in html
     request = ChangeRequest.objects.get()
     own = author.post(f"{page}approve/", {"revision": draft.revision})
-    assert own.status_code == 409 and "another publisher" in own.content.decode()
+    assert own.status_code == 409
+    assert "another publisher" in own.content.decode()
     assert f"#{request.pk}" in other.get("/reviews/").content.decode()
     stale = other.post(f"{page}approve/", {"revision": draft.revision - 1})
-    assert stale.status_code == 409 and "revision" in stale.content.decode()
+    assert stale.status_code == 409
+    assert "revision" in stale.content.decode()
     assert other.post(f"{page}approve/", {"revision": draft.revision}).status_code == 302
     assert "approved" in author.get(page).content.decode()
     published = author.post(f"{page}publish/", {"revision": draft.revision, "note": "θ down"})
