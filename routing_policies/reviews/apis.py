@@ -21,7 +21,9 @@ from ..policies.selectors import fleet_get
 from . import schemas, selectors, services
 
 
-def _body(serializer_class: type[serializers.Serializer[Any]], request: Request) -> dict[str, Any]:
+def request_body(
+    serializer_class: type[serializers.Serializer[Any]], request: Request
+) -> dict[str, Any]:
     serializer = serializer_class(data=require_object(request.data))
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
@@ -56,7 +58,7 @@ class FleetFreezeReleaseApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = fleet_get(slug=slug)
-        data = _body(schemas.NoteInputSerializer, request)
+        data = request_body(schemas.NoteInputSerializer, request)
         services.fleet_freeze_release(actor=request.user, fleet=fleet, note=data["note"])
         return Response(selectors.fleet_freeze(fleet=fleet))
 
@@ -78,7 +80,7 @@ class ReviewSettingsApi(APIView):
     )
     def put(self, request: Request, slug: str) -> Response:
         fleet = fleet_get(slug=slug)
-        data = _body(schemas.ReviewSettingsSerializer, request)
+        data = request_body(schemas.ReviewSettingsSerializer, request)
         services.review_settings_update(actor=request.user, fleet=fleet, **data)
         return Response(selectors.review_settings_out(fleet=fleet))
 
@@ -108,7 +110,7 @@ class ChangeRequestListApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = fleet_get(slug=slug)
-        data = _body(schemas.ChangeRequestOpenSerializer, request)
+        data = request_body(schemas.ChangeRequestOpenSerializer, request)
         opened = services.change_request_open(
             actor=request.user,
             fleet=fleet,
@@ -144,7 +146,7 @@ class ChangeRequestCommentApi(APIView):
     )
     def post(self, request: Request, slug: str, request_id: int) -> Response:
         fleet = fleet_get(slug=slug)
-        data = _body(schemas.CommentInputSerializer, request)
+        data = request_body(schemas.CommentInputSerializer, request)
         services.change_request_comment(
             actor=request.user, fleet=fleet, request_id=request_id, body=data["body"]
         )
@@ -157,7 +159,7 @@ class _VerdictApi(APIView):
 
     def post(self, request: Request, slug: str, request_id: int) -> Response:
         fleet = fleet_get(slug=slug)
-        data = _body(schemas.VerdictInputSerializer, request)
+        data = request_body(schemas.VerdictInputSerializer, request)
         service = (
             services.change_request_approve if self.approve else services.change_request_reject
         )
@@ -219,7 +221,7 @@ class ChangeRequestPublishApi(APIView):
     )
     def post(self, request: Request, slug: str, request_id: int) -> Response:
         fleet = fleet_get(slug=slug)
-        data = _body(schemas.PublishInputSerializer, request)
+        data = request_body(schemas.PublishInputSerializer, request)
         version = services.change_request_publish(
             actor=request.user,
             fleet=fleet,

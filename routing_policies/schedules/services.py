@@ -168,6 +168,8 @@ def stage_plan_create(
     made = []
     for index, step in enumerate(steps):
         if index == 0:
+            if step.get("to_stage", 5) != Rollout.STAGES[0]:
+                raise _problem("steps[0].to_stage", "5: the first step starts the rollout")
             made.append(
                 scheduled_change_create(
                     actor=actor,
