@@ -55,9 +55,11 @@ def test_scheduled_rollout_start__due__runs_once_as_its_author(fleet2: Any, publ
     assert _run_later() == 1
     assert _run_later() == 0  # never twice
     schedule.refresh_from_db()
-    assert schedule.state == "done" and "started rollout" in schedule.outcome
+    assert schedule.state == "done"
+    assert "started rollout" in schedule.outcome
     rollout = Rollout.objects.get(fleet=fleet2)
-    assert rollout.started_by == publisher and rollout.stage == 5
+    assert rollout.started_by == publisher
+    assert rollout.stage == 5
     assert AuditEntry.objects.filter(action="scheduled_change.ran").count() == 1
 
 
@@ -75,7 +77,8 @@ def test_scheduled_publish__draft_edited_after_scheduling__does_not_run_and_says
     _run_later()
     schedule.refresh_from_db()
     assert schedule.state == "skipped"
-    assert "did not run" in schedule.outcome and "revision" in schedule.outcome
+    assert "did not run" in schedule.outcome
+    assert "revision" in schedule.outcome
     assert not PolicyVersion.objects.filter(fleet=fleet, number=2).exists()
 
 
@@ -87,7 +90,8 @@ def test_scheduled_start__another_rollout_open__skipped(
     rollout_start(actor=publisher, fleet=fleet2, version=2)
     _run_later()
     schedule.refresh_from_db()
-    assert schedule.state == "skipped" and "still open" in schedule.outcome
+    assert schedule.state == "skipped"
+    assert "still open" in schedule.outcome
 
 
 def test_scheduled_start__fleet_frozen__skipped_saying_frozen(fleet2: Any, publisher: Any) -> None:
@@ -96,7 +100,8 @@ def test_scheduled_start__fleet_frozen__skipped_saying_frozen(fleet2: Any, publi
     schedule = _schedule(fleet2, publisher, "rollout_start", version=2)
     _run_later()
     schedule.refresh_from_db()
-    assert schedule.state == "skipped" and "frozen" in schedule.outcome
+    assert schedule.state == "skipped"
+    assert "frozen" in schedule.outcome
 
 
 def test_scheduled_advance__guards_required_but_none__skipped(fleet2: Any, publisher: Any) -> None:
@@ -106,7 +111,8 @@ def test_scheduled_advance__guards_required_but_none__skipped(fleet2: Any, publi
     )
     _run_later()
     schedule.refresh_from_db()
-    assert schedule.state == "skipped" and "guards" in schedule.outcome
+    assert schedule.state == "skipped"
+    assert "guards" in schedule.outcome
     assert Rollout.objects.get().stage == 5
 
 
@@ -256,4 +262,5 @@ def test_schedule_page__local_time__stored_utc_listed_upcoming(fleet2: Any, publ
     assert answer.status_code == 302, answer.content.decode()[:2000]
     assert ScheduledChange.objects.get().run_at == datetime(2099, 6, 1, 12, 0, tzinfo=UTC)
     html = browser.get("/fleets/fleet-a/schedules/").content.decode()
-    assert "2099-06-01 14:00 Europe/Berlin" in html and "2099-06-01 12:00 UTC" in html
+    assert "2099-06-01 14:00 Europe/Berlin" in html
+    assert "2099-06-01 12:00 UTC" in html
