@@ -4,7 +4,7 @@ from typing import Any
 
 from ..policies.models import Fleet
 from .models import ScheduledChange
-from .times import describe, in_zone
+from .times import describe_what, in_zone
 
 PAST_LIMIT = 50
 
@@ -15,7 +15,7 @@ def scheduled_change_out(schedule: ScheduledChange) -> dict[str, Any]:
         "id": schedule.pk,
         "fleet": schedule.fleet.slug,
         "kind": schedule.kind,
-        "what": describe(schedule),
+        "what": describe_what(schedule),
         "run_at": schedule.run_at,
         "run_at_local": in_zone(schedule.run_at, schedule.time_zone),
         "time_zone": schedule.time_zone,

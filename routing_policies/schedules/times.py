@@ -52,9 +52,14 @@ WORDS = {
 }
 
 
-def describe(schedule: ScheduledChange) -> str:
-    """`start a rollout of v3 at 2026-12-01 15:00 Europe/Berlin` (what and when)."""
+def describe_what(schedule: ScheduledChange) -> str:
+    """`advance the rollout to 25% if the guards are healthy` (what, without when)."""
     what = WORDS[ScheduledChange.Kind(schedule.kind)].format(**schedule.params)
     if schedule.params.get("require_healthy_guards"):
         what += " if the guards are healthy"
-    return f"{what} at {in_zone(schedule.run_at, schedule.time_zone)}"
+    return what
+
+
+def describe(schedule: ScheduledChange) -> str:
+    """`start a rollout of v3 at 2026-12-01 15:00 Europe/Berlin` (what and when)."""
+    return f"{describe_what(schedule)} at {in_zone(schedule.run_at, schedule.time_zone)}"

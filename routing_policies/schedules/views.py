@@ -27,7 +27,7 @@ from ..policies.models import Fleet
 from ..roles import Role
 from . import selectors, services
 from .models import ScheduledChange
-from .times import local_to_utc, zone
+from .times import describe, local_to_utc, zone
 
 
 class ScheduleForm(PageForm):
@@ -88,8 +88,7 @@ def schedule_create(request: HttpRequest, slug: str) -> HttpResponse:
         return refusal(
             lambda **page: _page(request, fleet, **page), exc, posted=posted_values(request)
         )
-    out = selectors.scheduled_change_out(schedule)
-    messages.success(request, f"Scheduled: {out['what']}.")
+    messages.success(request, f"Scheduled: {describe(schedule)}.")
     return HttpResponseRedirect(reverse("fleet-schedules", args=[fleet.slug]))
 
 

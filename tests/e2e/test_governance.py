@@ -92,7 +92,7 @@ def test_change_request__opened_approved_published_scheduled__rollout_starts_on_
     log_in(page, base, "rex")
     page.get_by_role("link", name="Reviews").click()
     page.get_by_role("link", name=f"#{ChangeRequest.objects.get().pk}").click()
-    page.get_by_label("Note (needed to reject)").fill("Checked the diff: one cell, θ 0.7 → 0.55")
+    page.get_by_label("Note (needed to reject)").fill("Checked the diff: one cell, θ 0.65 → 0.55")
     page.get_by_role("button", name="Approve").click()
     expect(page.locator("#cr-status")).to_have_text("approved")
     log_out(page)

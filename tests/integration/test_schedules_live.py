@@ -27,7 +27,7 @@ FAST = {"SCHEDULE_RUN_INTERVAL_S": "0.5", "ALERT_EVALUATE_INTERVAL_S": "60"}
 def fleet_and_publisher(transactional_db: None, requires_postgres: None) -> Iterator[Any]:
     empty_test_redis()
     publisher = UserFactory(role=Role.PUBLISHER, username="pia")
-    yield make_fleet(slug="scheduled", actor=publisher), publisher
+    return make_fleet(slug="scheduled", actor=publisher), publisher
 
 
 def _windows(fleet: Any, publisher: Any, count: int, in_s: float) -> list[int]:
