@@ -3,7 +3,6 @@ beat each (two beats by mistake) carry out every due change exactly once, and a 
 while the only worker is down runs once after it is restarted."""
 
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -24,7 +23,7 @@ FAST = {"SCHEDULE_RUN_INTERVAL_S": "0.5", "ALERT_EVALUATE_INTERVAL_S": "60"}
 
 
 @pytest.fixture
-def fleet_and_publisher(transactional_db: None, requires_postgres: None) -> Iterator[Any]:
+def fleet_and_publisher(transactional_db: None, requires_postgres: None) -> tuple[Any, Any]:
     empty_test_redis()
     publisher = UserFactory(role=Role.PUBLISHER, username="pia")
     return make_fleet(slug="scheduled", actor=publisher), publisher
