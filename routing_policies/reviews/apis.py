@@ -3,7 +3,7 @@ requests (open, comment, approve, reject, withdraw, publish) and what waits for 
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -110,7 +110,8 @@ class ChangeRequestListApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = fleet_get(slug=slug)
-        data = request_body(schemas.ChangeRequestOpenSerializer, request)
+        body = require_object(request.data)
+        data = request_body(schemas.by_kind(schemas.OPEN_INPUTS, body), request)
         opened = services.change_request_open(
             actor=request.user,
             fleet=fleet,
@@ -159,7 +160,10 @@ class _VerdictApi(APIView):
 
     def post(self, request: Request, slug: str, request_id: int) -> Response:
         fleet = fleet_get(slug=slug)
-        data = request_body(schemas.VerdictInputSerializer, request)
+        data = request_body(
+            schemas.VerdictInputSerializer if self.approve else schemas.RejectInputSerializer,
+            request,
+        )
         service = (
             services.change_request_approve if self.approve else services.change_request_reject
         )
@@ -173,20 +177,29 @@ class _VerdictApi(APIView):
         return _detail(fleet, request_id)
 
 
-_VERDICT_SCHEMA = {
-    "request": schemas.VerdictInputSerializer,
-    "responses": {200: schemas.ChangeRequestDetailSerializer, **error_responses(404, 409)},
-}
+_VERDICT_RESPONSES = {200: schemas.ChangeRequestDetailSerializer, **error_responses(404, 409)}
 
 
-@extend_schema(operation_id="change_request_approve", **_VERDICT_SCHEMA)  # type: ignore[arg-type]
+@extend_schema_view(
+    post=extend_schema(
+        request=schemas.VerdictInputSerializer,
+        responses=_VERDICT_RESPONSES,
+        operation_id="change_request_approve",
+    )
+)
 class ChangeRequestApproveApi(_VerdictApi):
     """Approve the revision you reviewed (another publisher than the author)."""
 
     approve = True
 
 
-@extend_schema(operation_id="change_request_reject", **_VERDICT_SCHEMA)  # type: ignore[arg-type]
+@extend_schema_view(
+    post=extend_schema(
+        request=schemas.RejectInputSerializer,
+        responses=_VERDICT_RESPONSES,
+        operation_id="change_request_reject",
+    )
+)
 class ChangeRequestRejectApi(_VerdictApi):
     """Reject the revision you reviewed, with a note."""
 

@@ -4,6 +4,7 @@ as the OpenAPI schema describes them."""
 from typing import Any
 
 from django.core.validators import RegexValidator
+from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
 from controlplane.api import JsonChoiceField, JsonIntegerField, JsonStringField
@@ -70,18 +71,56 @@ class ReviewSettingsOutSerializer(ReviewSettingsSerializer):
         ref_name = "ReviewSettings"
 
 
-class ChangeRequestOpenSerializer(serializers.Serializer[Any]):
-    kind = JsonChoiceField(choices=ChangeRequest.Kind.values, default=ChangeRequest.Kind.PUBLISH)
+class ChangeRequestKindSerializer(serializers.Serializer[Any]):
+    kind = JsonChoiceField(choices=ChangeRequest.Kind.values)
+
+    class Meta:
+        ref_name = "ChangeRequestKind"
+
+
+class PublishRequestOpenSerializer(serializers.Serializer[Any]):
+    kind = JsonChoiceField(choices=[ChangeRequest.Kind.PUBLISH.value])
+    note = note_field(help_text="what the change is and why")
+
+    class Meta:
+        ref_name = "PublishRequestOpenInput"
+
+
+class VersionRequestOpenSerializer(serializers.Serializer[Any]):
+    kind = JsonChoiceField(
+        choices=[ChangeRequest.Kind.ROLLOUT_START.value, ChangeRequest.Kind.SWITCH.value]
+    )
     version = JsonIntegerField(
-        min_value=1,
-        max_value=MAX_VERSION,
-        required=False,
-        help_text="the published version (rollout_start, switch)",
+        min_value=1, max_value=MAX_VERSION, help_text="the published version"
     )
     note = note_field(help_text="what the change is and why")
 
     class Meta:
-        ref_name = "ChangeRequestOpenInput"
+        ref_name = "VersionRequestOpenInput"
+
+
+OPEN_INPUTS: dict[str, type[serializers.Serializer[Any]]] = {
+    ChangeRequest.Kind.PUBLISH.value: PublishRequestOpenSerializer,
+    ChangeRequest.Kind.ROLLOUT_START.value: VersionRequestOpenSerializer,
+    ChangeRequest.Kind.SWITCH.value: VersionRequestOpenSerializer,
+}
+ChangeRequestOpenSerializer = PolymorphicProxySerializer(
+    component_name="ChangeRequestOpenInput",
+    serializers=dict(OPEN_INPUTS.items()),
+    resource_type_field_name="kind",
+)
+
+
+def by_kind(
+    inputs: dict[str, type[serializers.Serializer[Any]]], data: dict[str, Any]
+) -> type[serializers.Serializer[Any]]:
+    """The input serializer of the body's `kind` (a refusal naming `kind` when unknown)."""
+    kind = data.get("kind")
+    if not isinstance(kind, str) or kind not in inputs:
+        raise serializers.ValidationError(
+            {"kind": [f"one of {', '.join(inputs)} (got {str(kind)[:40]!r})"]}
+        )
+    return inputs[kind]
 
 
 class VerdictInputSerializer(serializers.Serializer[Any]):
@@ -90,6 +129,14 @@ class VerdictInputSerializer(serializers.Serializer[Any]):
 
     class Meta:
         ref_name = "ChangeRequestVerdictInput"
+
+
+class RejectInputSerializer(serializers.Serializer[Any]):
+    revision = revision_field()
+    note = note_field(help_text="why not: what must change")
+
+    class Meta:
+        ref_name = "ChangeRequestRejectInput"
 
 
 class CommentInputSerializer(serializers.Serializer[Any]):

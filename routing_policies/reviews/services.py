@@ -108,10 +108,7 @@ def _version_for(fleet: Fleet, kind: str, version: int | None) -> PolicyVersion:
         )
     target = PolicyVersion.objects.filter(fleet=fleet, number=version).first()
     if target is None:
-        raise ValidationFailed(
-            f"Fleet {fleet.slug!r} has no published version {version}.",
-            details=[{"field": "version", "message": "no such published version"}],
-        )
+        raise NotFound(f"Fleet {fleet.slug!r} has no published version {version}.")
     return target
 
 

@@ -7,15 +7,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane.api import require_object
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_responses
 
 from ..permissions import IsPublisher, IsViewer
 from ..policies.models import Fleet
 from ..policies.selectors import fleet_get
+from ..reviews import schemas as review_schemas
 from ..reviews.apis import request_body
 from . import schemas, selectors, services
-from .times import zone
 
 PARAM_NAMES = (
     *("version", "revision", "note", "to_stage", "require_healthy_guards"),
@@ -47,8 +48,9 @@ class ScheduleListApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = fleet_get(slug=slug)
-        data = request_body(schemas.ScheduleInputSerializer, request)
-        zone(data["time_zone"])
+        data = request_body(
+            review_schemas.by_kind(schemas.SCHEDULE_INPUTS, require_object(request.data)), request
+        )
         schedule = services.scheduled_change_create(
             actor=request.user,
             fleet=fleet,
@@ -73,12 +75,11 @@ class StagePlanApi(APIView):
     def post(self, request: Request, slug: str) -> Response:
         fleet = fleet_get(slug=slug)
         data = request_body(schemas.StagePlanInputSerializer, request)
-        zone(data["time_zone"])
         services.stage_plan_create(
             actor=request.user,
             fleet=fleet,
             version=data["version"],
-            steps=[dict(step) for step in data["steps"]],
+            steps=[{"to_stage": 5, "run_at": data["start_at"]}, *map(dict, data["steps"])],
             time_zone=data["time_zone"],
         )
         return Response(selectors.scheduled_changes(fleet=fleet), status=201)
@@ -105,8 +106,6 @@ class ScheduleDetailApi(APIView):
     def patch(self, request: Request, slug: str, schedule_id: int) -> Response:
         fleet = fleet_get(slug=slug)
         data = request_body(schemas.ScheduleUpdateSerializer, request)
-        if "time_zone" in data:
-            zone(data["time_zone"])
         services.scheduled_change_update(
             actor=request.user,
             fleet=fleet,

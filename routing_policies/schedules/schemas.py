@@ -1,16 +1,21 @@
 """Serializers of the scheduled-changes API (input validated here, answers for the schema)."""
 
 from typing import Any
+from zoneinfo import available_timezones
 
+from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
-from controlplane.api import JsonChoiceField, JsonIntegerField, JsonStringField
+from controlplane.api import JsonChoiceField, JsonIntegerField
 
 from ..reviews.schemas import JsonBooleanField, note_field
 from ..rollouts.models import Rollout
 from ..rollouts.services import MAX_CLOUD_PRESSURE_TTL_S
 from ..validation import MAX_VERSION
 from .models import ScheduledChange
+
+Kind = ScheduledChange.Kind
+TIME_ZONES = sorted({"UTC", *available_timezones()})
 
 
 class JsonNumberField(serializers.FloatField):
@@ -32,38 +37,82 @@ class JsonDateTimeField(serializers.DateTimeField):
         return parsed
 
 
-def time_zone_field() -> JsonStringField:
-    return JsonStringField(
-        max_length=64, required=False, default="UTC", help_text="IANA name, for showing the time"
+def time_zone_field(**kwargs: Any) -> JsonChoiceField:
+    """An IANA time zone name, for showing the time (the schema lists them)."""
+    kwargs.setdefault("required", False)
+    if not kwargs["required"]:
+        kwargs.setdefault("default", "UTC")
+    return JsonChoiceField(
+        choices=TIME_ZONES, help_text="IANA name, for showing the time", **kwargs
     )
 
 
-class ScheduleInputSerializer(serializers.Serializer[Any]):
-    kind = JsonChoiceField(choices=ScheduledChange.Kind.values)
+class _ScheduleBase(serializers.Serializer[Any]):
     run_at = JsonDateTimeField(help_text="when, with its offset; stored in UTC")
     time_zone = time_zone_field()
-    version = JsonIntegerField(min_value=1, max_value=MAX_VERSION, required=False)
-    revision = JsonIntegerField(min_value=1, max_value=2**31 - 1, required=False)
-    note = note_field(required=False, help_text="the release note (publish)")
-    to_stage = JsonChoiceField(choices=list(Rollout.STAGES), required=False)
-    require_healthy_guards = JsonBooleanField(required=False, default=False)
-    theta_offset = JsonNumberField(min_value=-1.0, max_value=1.0, required=False)
-    ttl_s = JsonIntegerField(min_value=1, max_value=MAX_CLOUD_PRESSURE_TTL_S, required=False)
+
+
+class PublishScheduleSerializer(_ScheduleBase):
+    kind = JsonChoiceField(choices=[Kind.PUBLISH.value])
+    note = note_field(help_text="the release note")
+    revision = JsonIntegerField(
+        min_value=1, max_value=2**31 - 1, required=False, help_text="default: the draft's now"
+    )
 
     class Meta:
-        ref_name = "ScheduleInput"
+        ref_name = "PublishScheduleInput"
+
+
+class VersionScheduleSerializer(_ScheduleBase):
+    kind = JsonChoiceField(choices=[Kind.ROLLOUT_START.value, Kind.SWITCH.value])
+    version = JsonIntegerField(min_value=1, max_value=MAX_VERSION)
+
+    class Meta:
+        ref_name = "VersionScheduleInput"
+
+
+class AdvanceScheduleSerializer(_ScheduleBase):
+    kind = JsonChoiceField(choices=[Kind.ROLLOUT_ADVANCE.value])
+    to_stage = JsonChoiceField(choices=list(Rollout.STAGES[1:]))
+    require_healthy_guards = JsonBooleanField(required=False, default=False)
+
+    class Meta:
+        ref_name = "AdvanceScheduleInput"
+
+
+class CloudPressureScheduleSerializer(_ScheduleBase):
+    kind = JsonChoiceField(choices=[Kind.CLOUD_PRESSURE.value])
+    theta_offset = JsonNumberField(min_value=-1.0, max_value=1.0)
+    ttl_s = JsonIntegerField(min_value=1, max_value=MAX_CLOUD_PRESSURE_TTL_S)
+
+    class Meta:
+        ref_name = "CloudPressureScheduleInput"
+
+
+SCHEDULE_INPUTS: dict[str, type[serializers.Serializer[Any]]] = {
+    Kind.PUBLISH.value: PublishScheduleSerializer,
+    Kind.ROLLOUT_START.value: VersionScheduleSerializer,
+    Kind.SWITCH.value: VersionScheduleSerializer,
+    Kind.ROLLOUT_ADVANCE.value: AdvanceScheduleSerializer,
+    Kind.CLOUD_PRESSURE.value: CloudPressureScheduleSerializer,
+}
+ScheduleInputSerializer = PolymorphicProxySerializer(
+    component_name="ScheduleInput",
+    serializers=dict(SCHEDULE_INPUTS),
+    resource_type_field_name="kind",
+)
 
 
 class ScheduleUpdateSerializer(serializers.Serializer[Any]):
     run_at = JsonDateTimeField(help_text="the new time, with its offset")
-    time_zone = JsonStringField(max_length=64, required=False)
+    time_zone = time_zone_field(required=False, default=None)
 
     class Meta:
         ref_name = "ScheduleUpdateInput"
 
 
 class PlanStepSerializer(serializers.Serializer[Any]):
-    to_stage = JsonChoiceField(choices=list(Rollout.STAGES))
+    to_stage = JsonChoiceField(choices=list(Rollout.STAGES[1:]))
     run_at = JsonDateTimeField()
     require_healthy_guards = JsonBooleanField(required=False, default=False)
 
@@ -74,7 +123,11 @@ class PlanStepSerializer(serializers.Serializer[Any]):
 class StagePlanInputSerializer(serializers.Serializer[Any]):
     version = JsonIntegerField(min_value=1, max_value=MAX_VERSION)
     time_zone = time_zone_field()
-    steps = PlanStepSerializer(many=True, help_text="5% first, then later stages, in time order")
+    start_at = JsonDateTimeField(help_text="when it starts at 5%")
+    # ListSerializer takes max_length; the stubs do not say so.
+    steps = PlanStepSerializer(  # type: ignore[call-arg]
+        many=True, max_length=2, help_text="later stages (25, 100), in time order"
+    )
 
     class Meta:
         ref_name = "StagePlanInput"

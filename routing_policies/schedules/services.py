@@ -63,7 +63,7 @@ def _params(fleet: Fleet, kind: str, params: dict[str, Any]) -> dict[str, Any]:
     if kind in (Kind.ROLLOUT_START, Kind.SWITCH):
         version = _whole(params.get("version"), "version", 1, 10**6)
         if not PolicyVersion.objects.filter(fleet=fleet, number=version).exists():
-            raise _problem("version", f"fleet {fleet.slug!r} has no published version {version}")
+            raise NotFound(f"Fleet {fleet.slug!r} has no published version {version}.")
         return {"version": version}
     if kind == Kind.ROLLOUT_ADVANCE:
         stage = params.get("to_stage")
@@ -93,7 +93,12 @@ def _when(run_at: object) -> datetime:
     if not isinstance(run_at, datetime) or run_at.tzinfo is None:
         raise _problem("run_at", "a date and time with its time zone")
     if run_at < timezone.now() - timedelta(minutes=1):
-        raise _problem("run_at", "in the future")
+        # A conflict with the clock, not a malformed time: the same body was fine a minute ago.
+        raise Conflict(
+            "That time has passed: schedule a change for the future.",
+            code="run_at_past",
+            details=[{"field": "run_at", "message": "in the past"}],
+        )
     return run_at
 
 
@@ -183,7 +188,11 @@ def stage_plan_create(
             )
             continue
         if step.get("run_at") is None or made[-1].run_at >= step["run_at"]:
-            raise _problem(f"steps[{index}].run_at", "after the step before it")
+            raise Conflict(
+                "Each step of a stage plan comes after the one before it.",
+                code="plan_out_of_order",
+                details=[{"field": f"steps[{index}].run_at", "message": "after the step before"}],
+            )
         made.append(
             scheduled_change_create(
                 actor=actor,

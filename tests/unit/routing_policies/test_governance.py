@@ -312,7 +312,9 @@ def test_rollout_start__fleet_reviews_rollouts__needs_an_approved_request(
 
 
 def _open_api(api: APIClient) -> Any:
-    return api.post(f"{FLEET}/change-requests/", {"note": "θ down"}, format="json")
+    return api.post(
+        f"{FLEET}/change-requests/", {"kind": "publish", "note": "θ down"}, format="json"
+    )
 
 
 def test_change_request_api__open_approve_publish__as_two_publishers(
@@ -386,15 +388,20 @@ def test_change_request_api__second_open_request__duplicate(
 @pytest.mark.parametrize(
     ("path", "body", "field"),
     [
-        ("change-requests/", {"note": "x" * 2001}, "note"),
+        ("change-requests/", {"kind": "publish", "note": "x" * 2001}, "note"),
         ("change-requests/", {"note": "x", "kind": "delete"}, "kind"),
         ("change-requests/", {"note": "x", "kind": "switch", "version": 0}, "version"),
         ("change-requests/", {"note": "x", "kind": "switch", "version": "2"}, "version"),
-        ("change-requests/", {}, "note"),
+        ("change-requests/", {}, "kind"),
+        ("change-requests/", {"kind": "publish"}, "note"),
+        ("change-requests/", {"kind": "switch", "note": "x"}, "version"),
         ("review-settings", {"publish_needs_approval": "yes", "rollout_needs_approval": 1}, None),
         ("freeze/release", {"note": 5}, "note"),
     ],
-    ids=["oversized", "unknown-kind", "out-of-range", "string-number", "missing", "not-bool", "nb"],
+    ids=[
+        *("oversized", "unknown-kind", "out-of-range", "string-number", "missing-kind"),
+        *("missing-note", "missing-version", "not-bool", "note-not-text"),
+    ],
 )
 def test_governance_api__bad_input__400_naming_the_field_nothing_stored(
     fleet: Any,

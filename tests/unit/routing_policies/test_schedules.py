@@ -207,36 +207,82 @@ def test_schedule_api__offset_time__stored_utc_shown_in_its_zone(
     assert api.get(f"{FLEET}/schedules/").json()["past"][0]["state"] == "cancelled"
 
 
+FUTURE = "2099-01-01T00:00:00Z"
+
+
 @pytest.mark.parametrize(
-    ("body", "field"),
+    ("body", "status", "field"),
     [
-        ({"kind": "switch", "version": 2, "run_at": "tomorrow"}, "run_at"),
-        ({"kind": "switch", "version": 2, "run_at": "2000-01-01T00:00:00Z"}, "run_at"),
-        ({"kind": "switch", "version": 99, "run_at": "2099-01-01T00:00:00Z"}, "version"),
-        ({"kind": "explode", "run_at": "2099-01-01T00:00:00Z"}, "kind"),
+        ({"kind": "switch", "version": 2, "run_at": "tomorrow"}, 400, "run_at"),
+        ({"kind": "switch", "version": 2, "run_at": "2000-01-01T00:00:00Z"}, 409, "run_at"),
+        ({"kind": "switch", "version": 99, "run_at": FUTURE}, 404, None),
+        ({"kind": "explode", "run_at": FUTURE}, 400, "kind"),
         (
-            {"kind": "cloud_pressure", "theta_offset": 5, "run_at": "2099-01-01T00:00Z"},
+            {"kind": "cloud_pressure", "theta_offset": 5, "ttl_s": 9, "run_at": FUTURE},
+            400,
             "theta_offset",
         ),
+        ({"kind": "cloud_pressure", "theta_offset": 0.1, "run_at": FUTURE}, 400, "ttl_s"),
         (
-            {"kind": "switch", "version": 2, "run_at": "2099-01-01T00:00Z", "time_zone": "Mars/X"},
+            {"kind": "switch", "version": 2, "run_at": FUTURE, "time_zone": "Mars/X"},
+            400,
             "time_zone",
         ),
-        ({"kind": "switch", "version": 2, "run_at": "x" * 5000}, "run_at"),
+        ({"kind": "switch", "version": 2, "run_at": "x" * 5000}, 400, "run_at"),
+        ({"kind": "rollout_advance", "to_stage": 5, "run_at": FUTURE}, 400, "to_stage"),
     ],
-    ids=["not-a-time", "past", "unknown-version", "unknown-kind", "out-of-range", "zone", "huge"],
+    ids=[
+        *("not-a-time", "past", "unknown-version", "unknown-kind", "out-of-range"),
+        *("missing-ttl", "zone", "huge", "stage-5-is-a-start"),
+    ],
 )
-def test_schedule_api__bad_input__400_naming_the_field_nothing_stored(
+def test_schedule_api__bad_input__4xx_naming_the_field_nothing_stored(
     fleet2: Any,
     publisher: Any,
     client_as: Callable[[Any], APIClient],
     body: dict[str, Any],
-    field: str,
+    status: int,
+    field: str | None,
 ) -> None:
     answer = client_as(publisher).post(f"{FLEET}/schedules/", body, format="json")
-    assert answer.status_code == 400, answer.content
-    assert field in {d["field"] for d in answer.json()["error"]["details"]}
+    assert answer.status_code == status, answer.content
+    if field is not None:
+        assert field in {d["field"] for d in answer.json()["error"]["details"]}
     assert not ScheduledChange.objects.exists()
+
+
+def test_stage_plan_api__out_of_order__409_nothing_stored(
+    fleet2: Any, publisher: Any, client_as: Callable[[Any], APIClient]
+) -> None:
+    body = {
+        "version": 2,
+        "start_at": "2099-01-02T00:00:00Z",
+        "steps": [{"to_stage": 25, "run_at": "2099-01-01T00:00:00Z"}],
+    }
+    answer = client_as(publisher).post(f"{FLEET}/schedules/stage-plan", body, format="json")
+    assert answer.status_code == 409
+    assert answer.json()["error"]["details"][0]["field"] == "steps[1].run_at"
+    assert not ScheduledChange.objects.exists()
+
+
+def test_stage_plan_api__three_steps__a_start_and_two_advances(
+    fleet2: Any, publisher: Any, client_as: Callable[[Any], APIClient]
+) -> None:
+    body = {
+        "version": 2,
+        "time_zone": "Europe/Berlin",
+        "start_at": "2099-01-01T09:00:00+01:00",
+        "steps": [
+            {"to_stage": 25, "run_at": "2099-01-01T14:00:00+01:00", "require_healthy_guards": True},
+            {"to_stage": 100, "run_at": "2099-01-02T09:00:00+01:00"},
+        ],
+    }
+    answer = client_as(publisher).post(f"{FLEET}/schedules/stage-plan", body, format="json")
+    assert answer.status_code == 201, answer.content
+    upcoming = answer.json()["upcoming"]
+    assert [u["kind"] for u in upcoming] == ["rollout_start", "rollout_advance", "rollout_advance"]
+    assert upcoming[1]["run_at_local"] == "2099-01-01 14:00 Europe/Berlin"
+    assert "if the guards are healthy" in upcoming[1]["what"]
 
 
 def test_schedule_api__editor__refused(
