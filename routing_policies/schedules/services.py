@@ -29,6 +29,7 @@ from ..rollouts.services import (
     fleet_switch_version,
     rollout_advance,
 )
+from ..validation import MAX_VERSION
 from .models import ScheduledChange
 from .times import describe
 
@@ -61,7 +62,7 @@ def _params(fleet: Fleet, kind: str, params: dict[str, Any]) -> dict[str, Any]:
         _whole(revision, "revision", 1, 2**31 - 1)
         return {"revision": revision, "note": note.strip()}
     if kind in (Kind.ROLLOUT_START, Kind.SWITCH):
-        version = _whole(params.get("version"), "version", 1, 10**6)
+        version = _whole(params.get("version"), "version", 1, MAX_VERSION)
         if not PolicyVersion.objects.filter(fleet=fleet, number=version).exists():
             raise NotFound(f"Fleet {fleet.slug!r} has no published version {version}.")
         return {"version": version}
