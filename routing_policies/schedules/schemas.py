@@ -124,9 +124,8 @@ class StagePlanInputSerializer(serializers.Serializer[Any]):
     version = JsonIntegerField(min_value=1, max_value=MAX_VERSION)
     time_zone = time_zone_field()
     start_at = JsonDateTimeField(help_text="when it starts at 5%")
-    # ListSerializer takes max_length; the stubs do not say so.
-    steps = PlanStepSerializer(  # type: ignore[call-arg]
-        many=True, max_length=2, help_text="later stages (25, 100), in time order"
+    steps = serializers.ListField(
+        child=PlanStepSerializer(), max_length=2, help_text="later stages (25, 100), in time order"
     )
 
     class Meta:
