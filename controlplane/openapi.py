@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import build_bearer_security_scheme_object
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, PolymorphicProxySerializer
 from rest_framework import serializers
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -182,6 +182,12 @@ class ApiAutoSchema(AutoSchema):
         if self.method in _BODY_METHODS:
             statuses.append(413)
         return statuses
+
+    def _get_request_for_media_type(self, serializer: Any, direction: Any = "request") -> Any:
+        schema, required = super()._get_request_for_media_type(serializer, direction)  # type: ignore[no-untyped-call]
+        # A body that is one of several shapes (by its `kind`) is required all the same: each
+        # shape has required fields, which drf-spectacular does not look into.
+        return schema, required or isinstance(serializer, PolymorphicProxySerializer)
 
     def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
         responses: dict[str, Any] = super()._get_response_bodies(direction)

@@ -1,5 +1,6 @@
-"""Where another app plugs into routing_policies, which never imports it: rollout guards and
-demo data. Telemetry's alerts fill these in `TelemetryConfig.ready()` (telemetry/apps.py).
+"""Where another app plugs into routing_policies, which never imports it: rollout guards,
+demo data and the notifiers of change governance (reviews, freezes). Telemetry's alerts fill
+these in `TelemetryConfig.ready()` (telemetry/apps.py).
 
 Without a registered guard extension a rollout starts unguarded, and asking for guards is
 refused; without demo seeders the demo is the fleet and its users only.
@@ -15,6 +16,10 @@ from controlplane.exceptions import ValidationFailed
 
 from .policies.audit import Actor
 from .policies.models import Fleet
+
+# Telemetry's webhook delivery registers a notifier of change requests and freezes here.
+from .reviews.notify import ReviewNotifier as ReviewNotifier
+from .reviews.notify import review_notifier_register as review_notifier_register
 from .rollouts.models import Rollout
 from .rollouts.services import rollout_start
 

@@ -2,15 +2,29 @@
 
 from .devices.models import Device
 from .policies.models import AuditEntry, Fleet, PolicyCell, PolicyVersion
+from .reviews.models import (
+    ChangeRequest,
+    ChangeRequestComment,
+    ChangeRequestVerdict,
+    FleetFreeze,
+    ReviewSettings,
+)
 from .rollouts.models import FleetRouting, Rollout, RolloutEvent
+from .schedules.models import ScheduledChange
 
 __all__ = [
     "AuditEntry",
+    "ChangeRequest",
+    "ChangeRequestComment",
+    "ChangeRequestVerdict",
     "Device",
     "Fleet",
+    "FleetFreeze",
     "FleetRouting",
     "PolicyCell",
     "PolicyVersion",
+    "ReviewSettings",
     "Rollout",
     "RolloutEvent",
+    "ScheduledChange",
 ]

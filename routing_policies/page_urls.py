@@ -2,6 +2,14 @@
 
 from .devices import page_urls as devices
 from .policies import page_urls as policies
+from .reviews import page_urls as reviews
 from .rollouts import page_urls as rollouts
+from .schedules import page_urls as schedules
 
-urlpatterns = [*policies.urlpatterns, *rollouts.urlpatterns, *devices.urlpatterns]
+urlpatterns = [
+    *policies.urlpatterns,
+    *rollouts.urlpatterns,
+    *devices.urlpatterns,
+    *reviews.urlpatterns,
+    *schedules.urlpatterns,
+]

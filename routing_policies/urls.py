@@ -2,6 +2,14 @@
 
 from .devices import urls as devices
 from .policies import urls as policies
+from .reviews import urls as reviews
 from .rollouts import urls as rollouts
+from .schedules import urls as schedules
 
-urlpatterns = [*policies.urlpatterns, *devices.urlpatterns, *rollouts.urlpatterns]
+urlpatterns = [
+    *policies.urlpatterns,
+    *devices.urlpatterns,
+    *rollouts.urlpatterns,
+    *reviews.urlpatterns,
+    *schedules.urlpatterns,
+]

@@ -25,12 +25,14 @@ class TelemetryConfig(AppConfig):
         from routing_policies.extensions import (
             RolloutGuards,
             demo_seeder_register,
+            review_notifier_register,
             rollout_guards_register,
         )
 
         from .alerts.apis import guard_options
         from .alerts.selectors import guard_status
         from .alerts.services import alert_rules_seed, rollout_start_guarded
+        from .alerts.services.webhooks import governance_deliveries_create
         from .api_schemas import RolloutGuardsInputSerializer
 
         rollout_guards_register(
@@ -44,3 +46,5 @@ class TelemetryConfig(AppConfig):
         demo_seeder_register(
             "telemetry.alert_rules", lambda fleet: alert_rules_seed(actor=None, fleet=fleet)
         )
+        # Change requests and freezes (routing_policies/reviews) go to the fleet's webhooks.
+        review_notifier_register("telemetry.webhooks", governance_deliveries_create)

@@ -48,6 +48,24 @@ SPECTACULAR_SETTINGS = {
         "GuardMetricEnum": "telemetry.alerts.judging.GUARD_METRICS",
         "CellFallbackEnum": "routing_policies.cell_schema.FALLBACKS",
         "EventFallbackEnum": "telemetry.ingest.events.FALLBACK_KINDS",
+        # Change governance (routing_policies/reviews, routing_policies/schedules).
+        "ChangeRequestStateEnum": ["open", "done", "closed"],
+        "ChangeRequestKindEnum": ["publish", "rollout_start", "switch"],
+        "ChangeRequestStatusEnum": ["pending", "approved", "rejected", "done", "closed"],
+        "ScheduleStateEnum": ["pending", "done", "skipped", "cancelled"],
+        "ScheduleKindEnum": [
+            "publish",
+            "rollout_start",
+            "rollout_advance",
+            "switch",
+            "cloud_pressure",
+        ],
+        "PublishKindEnum": ["publish"],
+        "VersionChangeKindEnum": ["rollout_start", "switch"],
+        "AdvanceKindEnum": ["rollout_advance"],
+        "CloudPressureKindEnum": ["cloud_pressure"],
+        "LaterStageEnum": [(25, 25), (100, 100)],
+        "TimeZoneEnum": "routing_policies.schedules.schemas.TIME_ZONES",
     },
 }
 # Who reads /api/schema/ and /api/docs/ (controlplane/api_docs.py): `authenticated` (any

@@ -3,7 +3,7 @@
 from typing import Any
 
 from controlplane.settings.alerts import ALERT_EVALUATE_INTERVAL_S
-from controlplane.settings.env import REDIS_URL
+from controlplane.settings.env import REDIS_URL, env
 from controlplane.settings.telemetry import (
     DASHBOARD_REFRESH_INTERVAL_S,
     TELEMETRY_COMPACT_INTERVAL_S,
@@ -26,6 +26,9 @@ def periodic(task: str, every_s: float) -> dict[str, Any]:
     return {"task": task, "schedule": every_s, "options": {"expires": every_s}}
 
 
+# How often the beat carries out due scheduled changes (routing_policies/schedules/).
+SCHEDULE_RUN_INTERVAL_S = env.float("SCHEDULE_RUN_INTERVAL_S", default=10.0)
+
 # Every periodic task of the project, here and nowhere else.
 CELERY_BEAT_SCHEDULE = {
     "telemetry-sweep-landed": periodic("telemetry.sweep_landed", TELEMETRY_SWEEP_INTERVAL_S),
@@ -39,4 +42,5 @@ CELERY_BEAT_SCHEDULE = {
     ),
     # Judge every fleet's rules and rollout guards (telemetry/alert_tasks.py).
     "alerts-evaluate-all": periodic("telemetry.evaluate_all_alerts", ALERT_EVALUATE_INTERVAL_S),
+    "schedules-run-due": periodic("routing_policies.run_due_schedules", SCHEDULE_RUN_INTERVAL_S),
 }

@@ -34,6 +34,8 @@ from ..documents import (
 from ..pricing import MAX_PRICE_PER_1K_TOKENS, MAX_PRICE_PER_CALL, price_problem
 from ..push.frames import assignment_message
 from ..push.publish import publish_on_commit
+from ..reviews.gate import approval_consume
+from ..reviews.models import ChangeRequest
 from ..rollouts.models import FleetRouting
 from ..validation import (
     DIMENSION_VALUE_RE,
@@ -555,6 +557,8 @@ def policy_version_publish(
     draft.published_by = actor_user(actor)
     draft.note = note
     draft.etag = document_etag(draft.number, content_for_etag(fleet.slug, draft.dimensions, table))
+    # A fleet that reviews publishes needs an approval of this very revision (reviews/gate.py).
+    approval_consume(actor=actor, fleet=fleet, kind=ChangeRequest.Kind.PUBLISH, version=draft)
     draft.save(update_fields=["number", "published_at", "published_by", "note", "etag"])
     routing, _ = FleetRouting.objects.get_or_create(fleet=fleet)
     if routing.stable_version_id is None:

@@ -66,12 +66,29 @@ class ConvergenceSerializer(serializers.Serializer[Any]):
         ref_name = "Convergence"
 
 
+class FreezeSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    frozen = serializers.BooleanField()
+    reason = serializers.CharField()
+    rollout = serializers.IntegerField(allow_null=True, help_text="the rollout rolled back")
+    frozen_at = serializers.DateTimeField()
+    released_at = serializers.DateTimeField(allow_null=True)
+    released_by = serializers.CharField(allow_null=True)
+    release_note = serializers.CharField(allow_blank=True)
+
+    class Meta:
+        ref_name = "Freeze"
+
+
 class RolloutStatusSerializer(serializers.Serializer[Any]):
     fleet = serializers.SlugField()
     stable_version = serializers.IntegerField(allow_null=True)
     rollout = RolloutSerializer(allow_null=True, help_text="the open rollout, else the last one")
     cloud_pressure = CloudPressureStateSerializer(allow_null=True)
     convergence = ConvergenceSerializer()
+    freeze = FreezeSerializer(
+        allow_null=True, help_text="rollouts frozen after an automatic rollback, until released"
+    )
 
     class Meta:
         ref_name = "RolloutStatus"

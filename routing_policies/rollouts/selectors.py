@@ -11,6 +11,8 @@ from django.utils import timezone
 from ..assignment import FleetAssignment
 from ..devices.models import Device, DeviceQuerySet
 from ..policies.models import AuditEntry, Fleet, PolicyVersion
+from ..reviews.gate import fleet_freeze_open
+from ..reviews.selectors import freeze_out
 from .models import FleetRouting, Rollout, RolloutEvent
 
 ROLLOUT_HISTORY_LIMIT = 50
@@ -202,6 +204,8 @@ def rollout_status(fleet: Fleet) -> dict[str, Any]:
         "rollout": rollout_out(rollout) if rollout else None,
         "cloud_pressure": pressure,
         "convergence": fleet_convergence(fleet),
+        # Set after an automatic rollback until a publisher acknowledges it (docs/governance.md).
+        "freeze": freeze_out(fleet_freeze_open(fleet_id=fleet.pk)),
     }
 
 

@@ -20,6 +20,8 @@ from ..policies.audit import Actor, actor_name, actor_user, audit_record
 from ..policies.models import Fleet, PolicyVersion
 from ..push.frames import assignment_message, cloud_pressure_message
 from ..push.publish import publish_on_commit
+from ..reviews.gate import approval_consume, freeze_after_rollback, freeze_refuse
+from ..reviews.models import ChangeRequest
 from .models import FleetRouting, Rollout, RolloutEvent
 from .selectors import open_rollout, rollout_assignment
 
@@ -96,6 +98,10 @@ def rollout_start(*, actor: Actor, fleet: Fleet, version: int) -> Rollout:
         )
     if routing.stable_version_id == candidate.pk:
         raise Conflict(f"v{version} is already the fleet's stable version.", code="already_stable")
+    freeze_refuse(fleet=fleet, doing="starting a rollout")
+    approval_consume(
+        actor=actor, fleet=fleet, kind=ChangeRequest.Kind.ROLLOUT_START, version=candidate
+    )
     now = timezone.now()
     rollout = Rollout.objects.create(
         fleet=fleet,
@@ -153,6 +159,7 @@ def rollout_advance(*, actor: Actor, fleet: Fleet, to_stage: int | None = None) 
         return rollout  # a double click: already there
     if rollout.state == Rollout.State.PAUSED:
         raise Conflict("The rollout is paused: resume it before advancing.", code="paused")
+    freeze_refuse(fleet=fleet, doing="advancing a rollout")
     before = rollout.stage
     rollout.stage = target
     rollout.stage_changed_at = timezone.now()
@@ -252,8 +259,14 @@ def rollout_complete(*, actor: Actor, fleet: Fleet) -> Rollout:
 
 
 @transaction.atomic
-def rollout_rollback(*, actor: Actor, fleet: Fleet, reason: str = "") -> Rollout:
-    """Return every device to the stable version, from any stage; repeat is a no-op."""
+def rollout_rollback(
+    *, actor: Actor, fleet: Fleet, reason: str = "", automatic: bool | None = None
+) -> Rollout:
+    """Return every device to the stable version, from any stage; repeat is a no-op.
+
+    An automatic rollback (a guard's: `automatic=True`, or no actor when not said) freezes the
+    fleet's rollouts until a publisher acknowledges the reason (reviews.services).
+    """
     # The open rollout's row lock serialises this with every other transition of it.
     rollout = (
         Rollout.objects.select_for_update(of=("self",))
@@ -283,6 +296,8 @@ def rollout_rollback(*, actor: Actor, fleet: Fleet, reason: str = "") -> Rollout
         before={"candidate": rollout.candidate.number, "stage": before},
         after={"candidate": None, "stage": 0, "stable": rollout.stable.number},
     )
+    if actor is None if automatic is None else automatic:
+        freeze_after_rollback(fleet=fleet, rollout=rollout, reason=rollout.reason)
     _push_assignment_on_commit(fleet, rollout_assignment(rollout))
     logger.info("rollout.rolled_back fleet=%s rollout=%d", fleet.slug, rollout.pk)
     return rollout
@@ -299,6 +314,8 @@ def fleet_switch_version(*, actor: Actor, fleet: Fleet, version: int) -> FleetRo
         )
     if routing.stable_version_id == target.pk:
         return routing
+    freeze_refuse(fleet=fleet, doing="switching the whole fleet")
+    approval_consume(actor=actor, fleet=fleet, kind=ChangeRequest.Kind.SWITCH, version=target)
     before = routing.stable_version.number if routing.stable_version else None
     routing.stable_version = target
     routing.save(update_fields=["stable_version", "updated_at"])

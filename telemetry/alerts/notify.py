@@ -48,8 +48,21 @@ def webhook_payload(*, format: str, body: dict[str, Any]) -> dict[str, Any]:
         "rollout.rolled_back": ":leftwards_arrow_with_hook: ROLLED BACK",
         "rollout.advanced": ":arrow_forward: ADVANCED",
         "rollout.completed": ":white_check_mark: COMPLETED",
+        "fleet.frozen": ":snowflake: FROZEN",
+        "fleet.unfrozen": ":sunny: UNFROZEN",
+        "change_request.opened": ":memo: REVIEW REQUESTED",
+        "change_request.approved": ":white_check_mark: APPROVED",
+        "change_request.rejected": ":x: REJECTED",
+        "change_request.published": ":rocket: PUBLISHED",
     }.get(body["kind"], body["kind"])
-    name = body["rule"]["name"] if body.get("rule") else f"rollout #{body['rollout']['id']}"
+    if body.get("rule"):
+        name = body["rule"]["name"]
+    elif body.get("rollout"):
+        name = f"rollout #{body['rollout']['id']}"
+    elif body.get("change_request"):  # change governance (routing_policies/reviews)
+        name = f"change request #{body['change_request']['id']}"
+    else:
+        name = "rollouts"
     text = f"{headline} [{body['fleet']}] {name}: {body['message']}"
     return {
         "text": text,

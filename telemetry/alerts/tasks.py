@@ -15,6 +15,8 @@ from celery import shared_task
 from django.conf import settings
 from django.db import DatabaseError, connection
 
+from routing_policies.schedules.services import scheduled_changes_run_due
+
 from ..redis_client import redis_client
 from .selectors import fleets_to_evaluate
 from .services import alerts_evaluate, webhook_deliveries_overdue, webhook_delivery_attempt
@@ -137,6 +139,8 @@ def _embedded_beat_loop() -> None:
         time.sleep(settings.ALERT_EVALUATE_INTERVAL_S)
         try:
             evaluate_all_alerts()
+            # The beat's other round in embedded mode: due scheduled changes, in process.
+            scheduled_changes_run_due()
         except Exception:
             logger.warning("alerts.embedded_beat_failed", exc_info=True)
         finally:

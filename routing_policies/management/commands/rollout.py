@@ -74,7 +74,10 @@ class Command(BaseCommand):
             elif action == "resume":
                 services.rollout_resume(actor=actor, fleet=fleet)
             elif action == "rollback":
-                services.rollout_rollback(actor=actor, fleet=fleet, reason=options["reason"])
+                # A person at a terminal, not a guard: no freeze.
+                services.rollout_rollback(
+                    actor=actor, fleet=fleet, reason=options["reason"], automatic=False
+                )
             elif action == "complete":
                 services.rollout_complete(actor=actor, fleet=fleet)
             elif action == "switch":

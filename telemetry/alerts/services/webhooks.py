@@ -159,3 +159,30 @@ def webhook_deliveries_create(*, events: list[AlertEvent]) -> list[WebhookDelive
                 )
             )
     return WebhookDelivery.objects.bulk_create(deliveries)
+
+
+def governance_deliveries_create(fleet_id: int, body: dict[str, Any]) -> None:
+    """A change request's or a freeze's notification (routing_policies.extensions), to every
+    fleet-wide webhook of the fleet; delivered after the change commits."""
+    webhooks = list(AlertWebhook.objects.filter(fleet_id=fleet_id, enabled=True, rule__isnull=True))
+    now = timezone.now()
+    deliveries = WebhookDelivery.objects.bulk_create(
+        WebhookDelivery(
+            fleet_id=fleet_id,
+            webhook=webhook,
+            url=webhook.url,
+            payload=webhook_payload(format=webhook.format, body=body),
+            next_attempt_at=now,
+        )
+        for webhook in webhooks
+    )
+    if deliveries:
+        from ..tasks import enqueue_delivery  # the tasks module imports this one
+
+        ids = [d.pk for d in deliveries]
+
+        def start_deliveries() -> None:
+            for delivery_id in ids:
+                enqueue_delivery(delivery_id)
+
+        transaction.on_commit(start_deliveries)

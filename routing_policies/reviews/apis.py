@@ -1,0 +1,259 @@
+"""REST API of change governance: the fleet's freeze and its release, review settings, change
+requests (open, comment, approve, reject, withdraw, publish) and what waits for me."""
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controlplane.api import require_object
+from controlplane.exceptions import NotFound
+from controlplane.openapi import error_responses, query_params_validate
+
+from ..permissions import IsEditor, IsPublisher, IsViewer
+from ..policies.apis import version_out
+from ..policies.models import Fleet
+from ..policies.schemas import VersionSerializer
+from ..policies.selectors import fleet_get
+from . import schemas, selectors, services
+
+
+def request_body(
+    serializer_class: type[serializers.Serializer[Any]], request: Request
+) -> dict[str, Any]:
+    serializer = serializer_class(data=require_object(request.data))
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def _detail(fleet: Fleet, request_id: int, code: int = 200) -> Response:
+    detail = selectors.change_request_detail(fleet=fleet, request_id=request_id)
+    if detail is None:
+        raise NotFound(f"Fleet {fleet.slug!r} has no change request {request_id}.")
+    return Response(detail, status=code)
+
+
+class FleetFreezeApi(APIView):
+    """Whether the fleet's rollouts are frozen after an automatic rollback, and why."""
+
+    permission_classes = [IsViewer]
+
+    @extend_schema(responses=schemas.FleetFreezeSerializer, operation_id="fleet_freeze")
+    def get(self, request: Request, slug: str) -> Response:
+        return Response(selectors.fleet_freeze(fleet=fleet_get(slug=slug)))
+
+
+class FleetFreezeReleaseApi(APIView):
+    """Acknowledge the freeze's reason with a note: rollouts may start again."""
+
+    permission_classes = [IsPublisher]
+
+    @extend_schema(
+        request=schemas.NoteInputSerializer,
+        responses={200: schemas.FleetFreezeSerializer, **error_responses(409)},
+        operation_id="fleet_freeze_release",
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        fleet = fleet_get(slug=slug)
+        data = request_body(schemas.NoteInputSerializer, request)
+        services.fleet_freeze_release(actor=request.user, fleet=fleet, note=data["note"])
+        return Response(selectors.fleet_freeze(fleet=fleet))
+
+
+class ReviewSettingsApi(APIView):
+    """What of the fleet needs another publisher's approval (publishers change it)."""
+
+    def get_permissions(self) -> list[Any]:
+        return [IsViewer()] if self.request.method == "GET" else [IsPublisher()]
+
+    @extend_schema(responses=schemas.ReviewSettingsOutSerializer, operation_id="review_settings")
+    def get(self, request: Request, slug: str) -> Response:
+        return Response(selectors.review_settings_out(fleet=fleet_get(slug=slug)))
+
+    @extend_schema(
+        request=schemas.ReviewSettingsSerializer,
+        responses=schemas.ReviewSettingsOutSerializer,
+        operation_id="review_settings_update",
+    )
+    def put(self, request: Request, slug: str) -> Response:
+        fleet = fleet_get(slug=slug)
+        data = request_body(schemas.ReviewSettingsSerializer, request)
+        services.review_settings_update(actor=request.user, fleet=fleet, **data)
+        return Response(selectors.review_settings_out(fleet=fleet))
+
+
+class ChangeRequestListApi(APIView):
+    """The fleet's change requests (newest first); editors open one."""
+
+    def get_permissions(self) -> list[Any]:
+        return [IsViewer()] if self.request.method == "GET" else [IsEditor()]
+
+    @extend_schema(
+        parameters=[schemas.ChangeRequestQuerySerializer],
+        responses=schemas.ChangeRequestListSerializer,
+        operation_id="change_request_list",
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        query = query_params_validate(schemas.ChangeRequestQuerySerializer, request)
+        fleet = fleet_get(slug=slug)
+        return Response(
+            {"results": selectors.change_request_list(fleet=fleet, state=query.get("state"))}
+        )
+
+    @extend_schema(
+        request=schemas.ChangeRequestOpenSerializer,
+        responses={201: schemas.ChangeRequestDetailSerializer, **error_responses(409)},
+        operation_id="change_request_open",
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        fleet = fleet_get(slug=slug)
+        body = require_object(request.data)
+        data = request_body(schemas.by_kind(schemas.OPEN_INPUTS, body), request)
+        opened = services.change_request_open(
+            actor=request.user,
+            fleet=fleet,
+            kind=data["kind"],
+            note=data["note"],
+            version=data.get("version"),
+        )
+        return _detail(fleet, opened.pk, 201)
+
+
+class ChangeRequestDetailApi(APIView):
+    """A change request: status at the current revision, verdicts, thread, diff."""
+
+    permission_classes = [IsViewer]
+
+    @extend_schema(
+        responses={200: schemas.ChangeRequestDetailSerializer, **error_responses(404)},
+        operation_id="change_request_detail",
+    )
+    def get(self, request: Request, slug: str, request_id: int) -> Response:
+        return _detail(fleet_get(slug=slug), request_id)
+
+
+class ChangeRequestCommentApi(APIView):
+    """Add a comment to the thread."""
+
+    permission_classes = [IsEditor]
+
+    @extend_schema(
+        request=schemas.CommentInputSerializer,
+        responses={201: schemas.ChangeRequestDetailSerializer, **error_responses(404)},
+        operation_id="change_request_comment",
+    )
+    def post(self, request: Request, slug: str, request_id: int) -> Response:
+        fleet = fleet_get(slug=slug)
+        data = request_body(schemas.CommentInputSerializer, request)
+        services.change_request_comment(
+            actor=request.user, fleet=fleet, request_id=request_id, body=data["body"]
+        )
+        return _detail(fleet, request_id, 201)
+
+
+class _VerdictApi(APIView):
+    permission_classes = [IsPublisher]
+    approve = True
+
+    def post(self, request: Request, slug: str, request_id: int) -> Response:
+        fleet = fleet_get(slug=slug)
+        data = request_body(
+            schemas.VerdictInputSerializer if self.approve else schemas.RejectInputSerializer,
+            request,
+        )
+        service = (
+            services.change_request_approve if self.approve else services.change_request_reject
+        )
+        service(
+            actor=request.user,
+            fleet=fleet,
+            request_id=request_id,
+            revision=data["revision"],
+            note=data["note"],
+        )
+        return _detail(fleet, request_id)
+
+
+_VERDICT_RESPONSES = {200: schemas.ChangeRequestDetailSerializer, **error_responses(404, 409)}
+
+
+@extend_schema_view(
+    post=extend_schema(
+        request=schemas.VerdictInputSerializer,
+        responses=_VERDICT_RESPONSES,
+        operation_id="change_request_approve",
+    )
+)
+class ChangeRequestApproveApi(_VerdictApi):
+    """Approve the revision you reviewed (another publisher than the author)."""
+
+    approve = True
+
+
+@extend_schema_view(
+    post=extend_schema(
+        request=schemas.RejectInputSerializer,
+        responses=_VERDICT_RESPONSES,
+        operation_id="change_request_reject",
+    )
+)
+class ChangeRequestRejectApi(_VerdictApi):
+    """Reject the revision you reviewed, with a note."""
+
+    approve = False
+
+
+class ChangeRequestWithdrawApi(APIView):
+    """Close the request without carrying it out (its author or a publisher)."""
+
+    permission_classes = [IsEditor]
+
+    @extend_schema(
+        request=None,
+        responses={200: schemas.ChangeRequestDetailSerializer, **error_responses(404, 409)},
+        operation_id="change_request_withdraw",
+    )
+    def post(self, request: Request, slug: str, request_id: int) -> Response:
+        fleet = fleet_get(slug=slug)
+        services.change_request_withdraw(actor=request.user, fleet=fleet, request_id=request_id)
+        return _detail(fleet, request_id)
+
+
+class ChangeRequestPublishApi(APIView):
+    """Publish an approved request's draft at the approved revision (the normal publish)."""
+
+    permission_classes = [IsPublisher]
+
+    @extend_schema(
+        request=schemas.PublishInputSerializer,
+        responses={201: VersionSerializer, **error_responses(404, 409)},
+        operation_id="change_request_publish",
+    )
+    def post(self, request: Request, slug: str, request_id: int) -> Response:
+        fleet = fleet_get(slug=slug)
+        data = request_body(schemas.PublishInputSerializer, request)
+        version = services.change_request_publish(
+            actor=request.user,
+            fleet=fleet,
+            request_id=request_id,
+            revision=data["revision"],
+            note=data["note"],
+        )
+        response = Response(version_out(version), status=201)
+        response["ETag"] = version.etag
+        return response
+
+
+class ChangeRequestsForMeApi(APIView):
+    """Open requests waiting for my review (publishers), and my own open requests."""
+
+    permission_classes = [IsViewer]
+
+    @extend_schema(
+        responses=schemas.ChangeRequestsForMeSerializer, operation_id="change_requests_for_me"
+    )
+    def get(self, request: Request) -> Response:
+        return Response(selectors.change_requests_for(user=request.user))

@@ -1,0 +1,176 @@
+"""The checks the publish, rollout and switch services make: is the fleet frozen, does this
+change need an approval and has it one. Imported by those services (no import back)."""
+
+import logging
+
+from django.utils import timezone
+
+from controlplane.exceptions import Conflict
+
+from ..policies.audit import Actor, actor_name, audit_record
+from ..policies.models import Fleet, PolicyVersion
+from ..rollouts.models import Rollout
+from .models import ChangeRequest, FleetFreeze, ReviewSettings
+from .notify import review_notify
+from .rules import review_status
+
+logger = logging.getLogger(__name__)
+
+KIND_WORDS: dict[str, str] = {
+    ChangeRequest.Kind.PUBLISH: "publishing the draft",
+    ChangeRequest.Kind.ROLLOUT_START: "starting a rollout",
+    ChangeRequest.Kind.SWITCH: "switching the whole fleet",
+}
+
+
+def fleet_freeze_open(*, fleet_id: int) -> FleetFreeze | None:
+    """The fleet's freeze while it holds (not yet acknowledged)."""
+    return (
+        FleetFreeze.objects.select_related("rollout__candidate")
+        .filter(fleet_id=fleet_id, released_at__isnull=True)
+        .first()
+    )
+
+
+def freeze_refuse(*, fleet: Fleet, doing: str) -> None:
+    """Refuse `doing` (a rollout start, advance, switch) while the fleet is frozen."""
+    freeze = fleet_freeze_open(fleet_id=fleet.pk)
+    if freeze is not None:
+        raise Conflict(
+            f"The fleet's rollouts are frozen since an automatic rollback ({freeze.reason}); "
+            f"a publisher must acknowledge it with a note before {doing}.",
+            code="fleet_frozen",
+            details=[{"field": "fleet", "message": "frozen", "freeze_id": freeze.pk}],
+        )
+
+
+def freeze_after_rollback(*, fleet: Fleet, rollout: Rollout, reason: str) -> FleetFreeze:
+    """Freeze the fleet's rollouts after an automatic rollback (an open freeze stays the one)."""
+    current = fleet_freeze_open(fleet_id=fleet.pk)
+    if current is not None:
+        return current
+    freeze = FleetFreeze.objects.create(
+        fleet=fleet,
+        rollout=rollout,
+        reason=(reason or f"rollout {rollout.pk} was rolled back automatically")[:500],
+    )
+    audit_record(
+        actor=None,
+        action="fleet.frozen",
+        fleet=fleet,
+        target=f"fleet {fleet.slug}",
+        summary=f"Rollouts frozen after rollout {rollout.pk} was rolled back: {freeze.reason}",
+        after={"frozen": True, "rollout": rollout.pk, "reason": freeze.reason},
+    )
+    review_notify(
+        fleet_id=fleet.pk,
+        body={
+            "kind": "fleet.frozen",
+            "fleet": fleet.slug,
+            "message": f"Rollouts frozen after an automatic rollback: {freeze.reason}",
+            "freeze": {"id": freeze.pk, "rollout": rollout.pk, "reason": freeze.reason},
+            "at": freeze.frozen_at.isoformat(),
+        },
+    )
+    logger.warning("fleet.frozen fleet=%s rollout=%d", fleet.slug, rollout.pk)
+    return freeze
+
+
+def review_settings_of(fleet: Fleet) -> ReviewSettings:
+    """The fleet's review settings (defaults, unsaved, when it has none)."""
+    return ReviewSettings.objects.filter(fleet=fleet).first() or ReviewSettings(fleet=fleet)
+
+
+def change_request_body(
+    change_request: ChangeRequest, kind: str, message: str
+) -> dict[str, object]:
+    """The notification of something that happened to a change request."""
+    return {
+        "kind": f"change_request.{kind}",
+        "fleet": change_request.fleet.slug,
+        "message": message,
+        "change_request": {
+            "id": change_request.pk,
+            "kind": change_request.kind,
+            "state": change_request.state,
+            "author": change_request.author_name,
+            "version": change_request.version_number,
+            "base": change_request.base_number,
+            "note": change_request.note[:500],
+        },
+        "at": timezone.now().isoformat(),
+    }
+
+
+def approval_consume(
+    *, actor: Actor, fleet: Fleet, kind: str, version: PolicyVersion
+) -> ChangeRequest | None:
+    """When the fleet needs an approval for `kind`, the approved open request of `version` is
+    marked done (in the caller's transaction); without one the change is refused."""
+    settings = review_settings_of(fleet)
+    needed = (
+        settings.publish_needs_approval
+        if kind == ChangeRequest.Kind.PUBLISH
+        else settings.rollout_needs_approval
+    )
+    request = (
+        ChangeRequest.objects.select_for_update(of=("self",))
+        .select_related("version", "fleet")
+        .filter(fleet=fleet, kind=kind, state=ChangeRequest.State.OPEN, version=version)
+        .first()
+    )
+    if request is None:
+        if needed:
+            raise Conflict(
+                f"This fleet needs another publisher's approval before {KIND_WORDS[kind]}: "
+                "open a change request and have it approved.",
+                code="approval_required",
+            )
+        return None
+    status = review_status(request, request.verdicts.all())
+    if status.status != "approved":
+        if not needed:
+            return None  # the request stays open; the change did not need it
+        why = {
+            "rejected": f"it was rejected by {', '.join(status.rejected_by)}",
+            "pending": "nobody has approved its current revision yet"
+            + (
+                f" (the draft was edited after {', '.join(status.withdrawn)} approved)"
+                if status.withdrawn
+                else ""
+            ),
+        }[status.status]
+        raise Conflict(
+            f"Change request {request.pk} is not approved: {why}.",
+            code="approval_stale" if status.withdrawn else "approval_required",
+            details=[
+                {
+                    "field": "revision",
+                    "message": f"revision {status.revision} is not approved",
+                    "change_request": request.pk,
+                }
+            ],
+        )
+    request.state = ChangeRequest.State.DONE
+    request.finished_at = timezone.now()
+    request.finished_by_name = actor_name(actor)
+    request.version_number = version.number
+    request.save(update_fields=["state", "finished_at", "finished_by_name", "version_number"])
+    audit_record(
+        actor=actor,
+        action="change_request.done",
+        fleet=fleet,
+        target=f"change request {request.pk}",
+        summary=f"Carried out change request {request.pk} ({KIND_WORDS[kind]}), approved by "
+        + ", ".join(status.approved_by),
+        before={"state": ChangeRequest.State.OPEN},
+        after={"state": request.state, "approved_by": status.approved_by},
+    )
+    event = "published" if kind == ChangeRequest.Kind.PUBLISH else "done"
+    review_notify(
+        fleet_id=fleet.pk,
+        body=change_request_body(
+            request, event, f"Change request {request.pk} was carried out ({KIND_WORDS[kind]})."
+        ),
+    )
+    return request

@@ -1,0 +1,243 @@
+"""Serializers of the change-governance API: the input each endpoint validates, and the answers
+as the OpenAPI schema describes them."""
+
+from typing import Any
+
+from django.core.validators import RegexValidator
+from drf_spectacular.utils import PolymorphicProxySerializer
+from rest_framework import serializers
+
+from controlplane.api import JsonChoiceField, JsonIntegerField, JsonStringField
+from controlplane.validators import SOME_TEXT_PATTERN
+
+from ..rollouts.schemas import FreezeSerializer
+from ..validation import MAX_VERSION
+from .models import ChangeRequest
+from .services import MAX_NOTE
+
+
+class JsonBooleanField(serializers.BooleanField):
+    """`true` or `false` only: DRF's BooleanField also takes "yes", 1 and "on"."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
+def note_field(*, required: bool = True, help_text: str) -> JsonStringField:
+    """Free text of at most 2,000 characters (newlines allowed), with some text when required."""
+    validators = (
+        [RegexValidator(SOME_TEXT_PATTERN, "Must hold some text, not only whitespace.")]
+        if required
+        else []
+    )
+    return JsonStringField(
+        max_length=MAX_NOTE,
+        required=required,
+        allow_blank=not required,
+        default="" if not required else serializers.empty,
+        validators=validators,
+        help_text=help_text,
+    )
+
+
+def revision_field() -> JsonIntegerField:
+    """The revision the reviewer looked at (a stale one is refused with 409)."""
+    return JsonIntegerField(min_value=1, max_value=2**31 - 1, help_text="the revision reviewed")
+
+
+class NoteInputSerializer(serializers.Serializer[Any]):
+    note = note_field(help_text="why: what you checked, what you acknowledge")
+
+    class Meta:
+        ref_name = "GovernanceNoteInput"
+
+
+class ReviewSettingsSerializer(serializers.Serializer[Any]):
+    publish_needs_approval = JsonBooleanField(help_text="publishing needs another publisher's OK")
+    rollout_needs_approval = JsonBooleanField(
+        help_text="starting a rollout and switching the fleet need another publisher's OK"
+    )
+
+    class Meta:
+        ref_name = "ReviewSettingsInput"
+
+
+class ReviewSettingsOutSerializer(ReviewSettingsSerializer):
+    fleet = serializers.SlugField()
+
+    class Meta:
+        ref_name = "ReviewSettings"
+
+
+class ChangeRequestKindSerializer(serializers.Serializer[Any]):
+    kind = JsonChoiceField(choices=ChangeRequest.Kind.values)
+
+    class Meta:
+        ref_name = "ChangeRequestKind"
+
+
+class PublishRequestOpenSerializer(serializers.Serializer[Any]):
+    kind = JsonChoiceField(choices=[ChangeRequest.Kind.PUBLISH.value])
+    note = note_field(help_text="what the change is and why")
+
+    class Meta:
+        ref_name = "PublishRequestOpenInput"
+
+
+class VersionRequestOpenSerializer(serializers.Serializer[Any]):
+    kind = JsonChoiceField(
+        choices=[ChangeRequest.Kind.ROLLOUT_START.value, ChangeRequest.Kind.SWITCH.value]
+    )
+    version = JsonIntegerField(
+        min_value=1, max_value=MAX_VERSION, help_text="the published version"
+    )
+    note = note_field(help_text="what the change is and why")
+
+    class Meta:
+        ref_name = "VersionRequestOpenInput"
+
+
+OPEN_INPUTS: dict[str, type[serializers.Serializer[Any]]] = {
+    ChangeRequest.Kind.PUBLISH.value: PublishRequestOpenSerializer,
+    ChangeRequest.Kind.ROLLOUT_START.value: VersionRequestOpenSerializer,
+    ChangeRequest.Kind.SWITCH.value: VersionRequestOpenSerializer,
+}
+ChangeRequestOpenSerializer = PolymorphicProxySerializer(
+    component_name="ChangeRequestOpenInput",
+    serializers=dict(OPEN_INPUTS.items()),
+    resource_type_field_name="kind",
+)
+
+
+def by_kind(
+    inputs: dict[str, type[serializers.Serializer[Any]]], data: dict[str, Any]
+) -> type[serializers.Serializer[Any]]:
+    """The input serializer of the body's `kind` (a refusal naming `kind` when unknown)."""
+    kind = data.get("kind")
+    if not isinstance(kind, str) or kind not in inputs:
+        raise serializers.ValidationError(
+            {"kind": [f"one of {', '.join(inputs)} (got {str(kind)[:40]!r})"]}
+        )
+    return inputs[kind]
+
+
+class VerdictInputSerializer(serializers.Serializer[Any]):
+    revision = revision_field()
+    note = note_field(required=False, help_text="what you checked (required to reject)")
+
+    class Meta:
+        ref_name = "ChangeRequestVerdictInput"
+
+
+class RejectInputSerializer(serializers.Serializer[Any]):
+    revision = revision_field()
+    note = note_field(help_text="why not: what must change")
+
+    class Meta:
+        ref_name = "ChangeRequestRejectInput"
+
+
+class CommentInputSerializer(serializers.Serializer[Any]):
+    body = note_field(help_text="the comment")
+
+    class Meta:
+        ref_name = "ChangeRequestCommentInput"
+
+
+class PublishInputSerializer(serializers.Serializer[Any]):
+    revision = revision_field()
+    note = note_field(required=False, help_text="the release note (default: the request's note)")
+
+    class Meta:
+        ref_name = "ChangeRequestPublishInput"
+
+
+class FleetFreezeSerializer(serializers.Serializer[Any]):
+    fleet = serializers.SlugField()
+    frozen = serializers.BooleanField()
+    freeze = FreezeSerializer(allow_null=True, help_text="the open freeze, else the last one")
+
+    class Meta:
+        ref_name = "FleetFreeze"
+
+
+class ChangeRequestSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    fleet = serializers.SlugField()
+    kind = serializers.ChoiceField(choices=ChangeRequest.Kind.values)
+    what = serializers.CharField()
+    state = serializers.ChoiceField(choices=ChangeRequest.State.values)
+    note = serializers.CharField()
+    author = serializers.CharField()
+    version = serializers.CharField(allow_null=True, help_text="draft or vN")
+    version_number = serializers.IntegerField(allow_null=True)
+    base = serializers.IntegerField(allow_null=True)
+    revision = serializers.IntegerField(allow_null=True)
+    status = serializers.ChoiceField(
+        choices=["pending", "approved", "rejected", "done", "closed"],
+        help_text="at the current revision while open",
+    )
+    approved_by = serializers.ListField(child=serializers.CharField())
+    rejected_by = serializers.ListField(child=serializers.CharField())
+    withdrawn_approvals = serializers.ListField(child=serializers.CharField())
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    finished_by = serializers.CharField(allow_null=True)
+
+    class Meta:
+        ref_name = "ChangeRequest"
+
+
+class ChangeRequestListSerializer(serializers.Serializer[Any]):
+    results = ChangeRequestSerializer(many=True)
+
+    class Meta:
+        ref_name = "ChangeRequestList"
+
+
+class ChangeRequestsForMeSerializer(serializers.Serializer[Any]):
+    to_review = ChangeRequestSerializer(many=True)
+    mine = ChangeRequestSerializer(many=True)
+
+    class Meta:
+        ref_name = "ChangeRequestsForMe"
+
+
+class VerdictSerializer(serializers.Serializer[Any]):
+    reviewer = serializers.CharField()
+    verdict = serializers.ChoiceField(choices=["approved", "rejected"])
+    revision = serializers.IntegerField()
+    note = serializers.CharField(allow_blank=True)
+    at = serializers.DateTimeField()
+    current = serializers.BooleanField(help_text="of the current revision (else withdrawn)")
+
+    class Meta:
+        ref_name = "ChangeRequestVerdict"
+
+
+class CommentSerializer(serializers.Serializer[Any]):
+    author = serializers.CharField()
+    body = serializers.CharField()
+    revision = serializers.IntegerField()
+    at = serializers.DateTimeField()
+
+    class Meta:
+        ref_name = "ChangeRequestComment"
+
+
+class ChangeRequestDetailSerializer(ChangeRequestSerializer):
+    verdicts = VerdictSerializer(many=True)
+    comments = CommentSerializer(many=True)
+    diff = serializers.DictField(allow_null=True, help_text="base → draft, as /diff/ answers")
+
+    class Meta:
+        ref_name = "ChangeRequestDetail"
+
+
+class ChangeRequestQuerySerializer(serializers.Serializer[Any]):
+    state = serializers.ChoiceField(choices=ChangeRequest.State.values, required=False)
+
+    class Meta:
+        ref_name = "ChangeRequestQuery"

@@ -1,0 +1,160 @@
+"""Serializers of the scheduled-changes API (input validated here, answers for the schema)."""
+
+from typing import Any
+from zoneinfo import available_timezones
+
+from drf_spectacular.utils import PolymorphicProxySerializer
+from rest_framework import serializers
+
+from controlplane.api import JsonChoiceField, JsonIntegerField
+
+from ..reviews.schemas import JsonBooleanField, note_field
+from ..rollouts.models import Rollout
+from ..rollouts.services import MAX_CLOUD_PRESSURE_TTL_S
+from ..validation import MAX_VERSION
+from .models import ScheduledChange
+
+Kind = ScheduledChange.Kind
+TIME_ZONES = sorted({"UTC", *available_timezones()})
+
+
+class JsonNumberField(serializers.FloatField):
+    """A JSON number (not a string, not a boolean)."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class JsonDateTimeField(serializers.DateTimeField):
+    """An ISO 8601 date and time string with its offset (`2026-12-01T14:00:00+01:00`)."""
+
+    def to_internal_value(self, value: Any) -> Any:
+        if not isinstance(value, str) or len(value) > 40:
+            self.fail("invalid", format="YYYY-MM-DDThh:mm[:ss][+HH:MM|Z]")
+        parsed = super().to_internal_value(value)
+        return parsed
+
+
+def time_zone_field(**kwargs: Any) -> JsonChoiceField:
+    """An IANA time zone name, for showing the time (the schema lists them)."""
+    kwargs.setdefault("required", False)
+    if not kwargs["required"]:
+        kwargs.setdefault("default", "UTC")
+    return JsonChoiceField(
+        choices=TIME_ZONES, help_text="IANA name, for showing the time", **kwargs
+    )
+
+
+class _ScheduleBase(serializers.Serializer[Any]):
+    run_at = JsonDateTimeField(help_text="when, with its offset; stored in UTC")
+    time_zone = time_zone_field()
+
+
+class PublishScheduleSerializer(_ScheduleBase):
+    kind = JsonChoiceField(choices=[Kind.PUBLISH.value])
+    note = note_field(help_text="the release note")
+    revision = JsonIntegerField(
+        min_value=1, max_value=2**31 - 1, required=False, help_text="default: the draft's now"
+    )
+
+    class Meta:
+        ref_name = "PublishScheduleInput"
+
+
+class VersionScheduleSerializer(_ScheduleBase):
+    kind = JsonChoiceField(choices=[Kind.ROLLOUT_START.value, Kind.SWITCH.value])
+    version = JsonIntegerField(min_value=1, max_value=MAX_VERSION)
+
+    class Meta:
+        ref_name = "VersionScheduleInput"
+
+
+class AdvanceScheduleSerializer(_ScheduleBase):
+    kind = JsonChoiceField(choices=[Kind.ROLLOUT_ADVANCE.value])
+    to_stage = JsonChoiceField(choices=list(Rollout.STAGES[1:]))
+    require_healthy_guards = JsonBooleanField(required=False, default=False)
+
+    class Meta:
+        ref_name = "AdvanceScheduleInput"
+
+
+class CloudPressureScheduleSerializer(_ScheduleBase):
+    kind = JsonChoiceField(choices=[Kind.CLOUD_PRESSURE.value])
+    theta_offset = JsonNumberField(min_value=-1.0, max_value=1.0)
+    ttl_s = JsonIntegerField(min_value=1, max_value=MAX_CLOUD_PRESSURE_TTL_S)
+
+    class Meta:
+        ref_name = "CloudPressureScheduleInput"
+
+
+SCHEDULE_INPUTS: dict[str, type[serializers.Serializer[Any]]] = {
+    Kind.PUBLISH.value: PublishScheduleSerializer,
+    Kind.ROLLOUT_START.value: VersionScheduleSerializer,
+    Kind.SWITCH.value: VersionScheduleSerializer,
+    Kind.ROLLOUT_ADVANCE.value: AdvanceScheduleSerializer,
+    Kind.CLOUD_PRESSURE.value: CloudPressureScheduleSerializer,
+}
+ScheduleInputSerializer = PolymorphicProxySerializer(
+    component_name="ScheduleInput",
+    serializers=dict(SCHEDULE_INPUTS),
+    resource_type_field_name="kind",
+)
+
+
+class ScheduleUpdateSerializer(serializers.Serializer[Any]):
+    run_at = JsonDateTimeField(help_text="the new time, with its offset")
+    time_zone = time_zone_field(required=False, default=None)
+
+    class Meta:
+        ref_name = "ScheduleUpdateInput"
+
+
+class PlanStepSerializer(serializers.Serializer[Any]):
+    to_stage = JsonChoiceField(choices=list(Rollout.STAGES[1:]))
+    run_at = JsonDateTimeField()
+    require_healthy_guards = JsonBooleanField(required=False, default=False)
+
+    class Meta:
+        ref_name = "StagePlanStep"
+
+
+class StagePlanInputSerializer(serializers.Serializer[Any]):
+    version = JsonIntegerField(min_value=1, max_value=MAX_VERSION)
+    time_zone = time_zone_field()
+    start_at = JsonDateTimeField(help_text="when it starts at 5%")
+    steps = serializers.ListField(
+        child=PlanStepSerializer(), max_length=2, help_text="later stages (25, 100), in time order"
+    )
+
+    class Meta:
+        ref_name = "StagePlanInput"
+
+
+class ScheduledChangeSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    fleet = serializers.SlugField()
+    kind = serializers.ChoiceField(choices=ScheduledChange.Kind.values)
+    what = serializers.CharField()
+    run_at = serializers.DateTimeField()
+    run_at_local = serializers.CharField()
+    time_zone = serializers.CharField()
+    params = serializers.DictField()
+    plan = serializers.CharField(allow_null=True)
+    state = serializers.ChoiceField(choices=ScheduledChange.State.values)
+    outcome = serializers.CharField(allow_blank=True, help_text="what it did, or why it did not")
+    created_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    ran_at = serializers.DateTimeField(allow_null=True)
+
+    class Meta:
+        ref_name = "ScheduledChange"
+
+
+class ScheduledChangesSerializer(serializers.Serializer[Any]):
+    upcoming = ScheduledChangeSerializer(many=True)
+    past = ScheduledChangeSerializer(many=True)
+
+    class Meta:
+        ref_name = "ScheduledChanges"

@@ -1,0 +1,105 @@
+"""The page of a fleet's scheduled changes: upcoming and past, schedule one, cancel one.
+
+Times are typed in the user's time zone (the page fills in the browser's) and stored in UTC.
+"""
+
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from controlplane.exceptions import ApplicationError
+from controlplane.pages import (
+    NumberField,
+    PageForm,
+    WholeNumberField,
+    fleet_or_404,
+    posted_values,
+    refusal,
+    role_required,
+)
+
+from ..policies.models import Fleet
+from ..roles import Role
+from . import selectors, services
+from .models import ScheduledChange
+from .times import describe, local_to_utc, zone
+
+
+class ScheduleForm(PageForm):
+    """One change at a time typed in `time_zone`."""
+
+    kind = forms.ChoiceField(label="What", choices=ScheduledChange.Kind.choices)
+    run_at = forms.CharField(label="When", max_length=40)
+    time_zone = forms.CharField(label="The time zone", max_length=64)
+    version = WholeNumberField(label="The version", empty=None, minimum=1)
+    to_stage = WholeNumberField(label="The stage", empty=None, minimum=1)
+    require_healthy_guards = forms.BooleanField(required=False)
+    theta_offset = NumberField(label="The θ offset", empty=None)
+    ttl_s = WholeNumberField(label="The duration", empty=None, minimum=1)
+    note = forms.CharField(label="The release note", required=False, max_length=2000)
+
+
+def _page(request: HttpRequest, fleet: Fleet, *, status: int = 200, **extra: Any) -> HttpResponse:
+    context = {
+        "fleet": fleet,
+        **selectors.scheduled_changes(fleet=fleet),
+        "kinds": ScheduledChange.Kind.choices,
+        "posted": {},
+        **extra,
+    }
+    return render(request, "routing_policies/schedules.html", context, status=status)
+
+
+@role_required(Role.VIEWER)
+@require_GET
+def schedule_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """Upcoming and past scheduled changes of the fleet."""
+    return _page(request, fleet_or_404(slug))
+
+
+@role_required(Role.PUBLISHER)
+@require_POST
+def schedule_create(request: HttpRequest, slug: str) -> HttpResponse:
+    """Schedule one change at a local time."""
+    fleet = fleet_or_404(slug)
+    try:
+        data = ScheduleForm(request.POST).values()
+        zone(data["time_zone"])
+        params = {
+            name: data[name]
+            for name in ("version", "to_stage", "theta_offset", "ttl_s", "note")
+            if data[name] not in (None, "")
+        }
+        params["require_healthy_guards"] = data["require_healthy_guards"]
+        schedule = services.scheduled_change_create(
+            actor=request.user,
+            fleet=fleet,
+            kind=data["kind"],
+            run_at=local_to_utc(data["run_at"], data["time_zone"]),
+            time_zone=data["time_zone"],
+            params=params,
+        )
+    except ApplicationError as exc:
+        return refusal(
+            lambda **page: _page(request, fleet, **page), exc, posted=posted_values(request)
+        )
+    messages.success(request, f"Scheduled: {describe(schedule)}.")
+    return HttpResponseRedirect(reverse("fleet-schedules", args=[fleet.slug]))
+
+
+@role_required(Role.PUBLISHER)
+@require_POST
+def schedule_cancel(request: HttpRequest, slug: str, schedule_id: int) -> HttpResponse:
+    """Cancel a pending change."""
+    fleet = fleet_or_404(slug)
+    try:
+        services.scheduled_change_cancel(actor=request.user, fleet=fleet, schedule_id=schedule_id)
+    except ApplicationError as exc:
+        return refusal(lambda **page: _page(request, fleet, **page), exc)
+    messages.success(request, "Cancelled.")
+    return HttpResponseRedirect(reverse("fleet-schedules", args=[fleet.slug]))
