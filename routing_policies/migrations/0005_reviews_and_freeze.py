@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('routing_policies', '0003_fleet_routing_devices_rollouts'),
+        ('routing_policies', '0004_fleet_cloud_price'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
