@@ -21,6 +21,7 @@ from ..extensions import rollout_guard_status, rollout_start_guarded
 from ..policies.audit import Actor, actor_name, actor_user, audit_record
 from ..policies.models import Fleet, PolicyVersion
 from ..policies.services import policy_version_publish
+from ..reviews.gate import fleet_freeze_open
 from ..rollouts.models import Rollout
 from ..rollouts.selectors import open_rollout
 from ..rollouts.services import (
@@ -313,8 +314,8 @@ def _carry_out(schedule: ScheduledChange) -> str:
 def scheduled_change_run(
     *, schedule_id: int, now: datetime | None = None
 ) -> ScheduledChange | None:
-    """Carry out one due schedule exactly once; None when another runner holds it, or it is
-    no longer pending or not yet due."""
+    """Carry out one due schedule exactly once; None when another runner holds it, it is no
+    longer pending or not yet due, or its fleet is frozen (it then waits, still pending)."""
     schedule = (
         ScheduledChange.objects.select_for_update(skip_locked=True, of=("self",))
         .select_related("fleet", "created_by")
@@ -327,6 +328,8 @@ def scheduled_change_run(
     )
     if schedule is None:
         return None
+    if fleet_freeze_open(fleet_id=schedule.fleet_id) is not None:
+        return None  # a frozen fleet's changes wait for the freeze's release (issue #17)
     why = _precondition(schedule)
     if why is None:
         try:

@@ -14,6 +14,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from routing_policies.models import AuditEntry, PolicyVersion, Rollout, ScheduledChange
+from routing_policies.reviews.services import fleet_freeze_release
 from routing_policies.schedules import services as schedules
 from routing_policies.services import (
     policy_draft_create,
@@ -94,14 +95,31 @@ def test_scheduled_start__another_rollout_open__skipped(
     assert "still open" in schedule.outcome
 
 
-def test_scheduled_start__fleet_frozen__skipped_saying_frozen(fleet2: Any, publisher: Any) -> None:
+def test_scheduled_start__fleet_frozen__waits_then_runs_after_release(
+    fleet2: Any, publisher: Any, publish_version: Callable[..., Any]
+) -> None:
+    # Given a fleet frozen by an automatic rollback, and a rollout start due on it
+    publish_version(fleet2, threshold=0.65)  # v3
     rollout_start(actor=publisher, fleet=fleet2, version=2)
     rollout_rollback(actor=None, fleet=fleet2, reason="errors")
-    schedule = _schedule(fleet2, publisher, "rollout_start", version=2)
+    schedule = _schedule(fleet2, publisher, "rollout_start", version=3)
+
+    # When the runner comes by while the fleet is frozen
     _run_later()
+
+    # Then the change waits, still pending, and no rollout started
     schedule.refresh_from_db()
-    assert schedule.state == "skipped"
-    assert "frozen" in schedule.outcome
+    assert schedule.state == "pending"
+    assert Rollout.objects.filter(fleet=fleet2, candidate__number=3).count() == 0
+
+    # When a publisher acknowledges the rollback and the runner comes by again
+    fleet_freeze_release(actor=publisher, fleet=fleet2, note="looked at the errors")
+    _run_later()
+
+    # Then it runs, once
+    schedule.refresh_from_db()
+    assert schedule.state == "done"
+    assert Rollout.objects.filter(fleet=fleet2, candidate__number=3).count() == 1
 
 
 def test_scheduled_advance__guards_required_but_none__skipped(fleet2: Any, publisher: Any) -> None:
