@@ -228,7 +228,18 @@ class WebhookDeliveryListApi(APIView):
         return Response({"results": [selectors.delivery_out(d) for d in deliveries]})
 
 
-GUARD_FIELDS = ("guards", "bake_minutes", "auto_advance", "window_minutes", "min_samples")
+GUARD_FIELDS = (
+    "guards",
+    "bake_minutes",
+    "auto_advance",
+    "window_minutes",
+    "min_samples",
+    "min_devices",
+    "min_events",
+    "stage_limit_minutes",
+    "max_extensions",
+    "on_expiry",
+)
 
 
 def guard_options(data: dict[str, Any]) -> dict[str, Any]:

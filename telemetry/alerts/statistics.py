@@ -79,9 +79,7 @@ def mixture_radius(*, variance: float, prior_variance: float, alpha: float) -> f
 def mixture_statistic(*, gap: float, variance: float, prior_variance: float) -> float:
     """Λ itself for an observed gap θ̂ − θ (the direct computation `mixture_radius` inverts)."""
     total = variance + prior_variance
-    return math.sqrt(variance / total) * math.exp(
-        prior_variance * gap**2 / (2 * variance * total)
-    )
+    return math.sqrt(variance / total) * math.exp(prior_variance * gap**2 / (2 * variance * total))
 
 
 def _shrunk(part: int, whole: int) -> float:

@@ -8,7 +8,15 @@ from typing import Any
 from routing_policies.models import PolicyCell
 
 from ..alerting import RATE_METRICS, format_value
-from ..alerts.models import AlertEvent, AlertRule, AlertWebhook, RolloutGuardSet, WebhookDelivery
+from ..alerts.models import (
+    AlertEvent,
+    AlertRule,
+    AlertWebhook,
+    RolloutGuard,
+    RolloutGuardSet,
+    WebhookDelivery,
+)
+from ..alerts.sequential import format_amount
 from ..models import MinuteRollup
 from ..rollups import MINUTE, RollupRow, read_rows
 
@@ -222,16 +230,22 @@ def guard_status(*, rollout_id: int) -> dict[str, Any] | None:
         "reason": guard_set.verdict_reason,
         "quiet_since": guard_set.quiet_since,
         "evaluated_at": guard_set.evaluated_at,
+        "min_devices": guard_set.min_devices,
+        "min_events": guard_set.min_events,
+        "stage_limit_minutes": guard_set.stage_limit_minutes,
+        "max_extensions": guard_set.max_extensions,
+        "extensions_used": guard_set.extensions_used,
+        "on_expiry": guard_set.on_expiry,
+        "sample_ratios": guard_set.sample_ratios,
         "guards": [
             {
+                "kind": guard.kind,
                 "metric": guard.metric,
                 "metric_label": guard.get_metric_display(),
                 "comparison": guard.comparison,
                 "comparison_label": guard.get_comparison_display(),
                 "threshold": guard.threshold,
-                "threshold_text": _guard_threshold_text(
-                    guard.metric, guard.comparison, guard.threshold
-                ),
+                "threshold_text": _guard_threshold_text(guard),
                 "min_samples": guard.min_samples,
                 "state": guard.state,
                 "candidate_value": guard.candidate_value,
@@ -239,14 +253,34 @@ def guard_status(*, rollout_id: int) -> dict[str, Any] | None:
                 "candidate_samples": guard.candidate_samples,
                 "stable_samples": guard.stable_samples,
                 "message": guard.message,
+                **_sequential_out(guard),
             }
             for guard in guard_set.guards.all()
         ],
     }
 
 
-def _guard_threshold_text(metric: str, comparison: str, threshold: float) -> str:
-    """`2.0 pts`, `1.00× budget`, `0` as people read a guard's limit."""
+def _sequential_out(guard: RolloutGuard) -> dict[str, Any]:
+    """A statistical guard's interval and its series (null and empty for a fixed guard)."""
+    return {
+        "confidence": guard.confidence if guard.kind == "sequential" else None,
+        "per_cell": guard.per_cell if guard.kind == "sequential" else None,
+        "estimate": guard.estimate,
+        "lower": guard.lower,
+        "upper": guard.upper,
+        "scope": guard.scope,
+        "series": [
+            dict(zip(("at", "stage", "estimate", "lower", "upper", "state"), point, strict=False))
+            for point in guard.series
+        ],
+    }
+
+
+def _guard_threshold_text(guard: RolloutGuard) -> str:
+    """`2.0 pts`, `1.00× budget`, `0`, `+5.0 pts tolerated` as people read a guard's limit."""
+    metric, comparison, threshold = guard.metric, guard.comparison, guard.threshold
+    if guard.kind == "sequential":
+        return f"{format_amount(metric, threshold)} tolerated at {guard.confidence * 100:g}%"
     if comparison == "above_stable_by" and metric in RATE_METRICS:
         return f"{threshold * 100:.1f} pts"
     return format_value(metric, threshold)

@@ -67,9 +67,12 @@ def test_rate_difference__known_counts__estimate_and_width_as_computed_by_hand()
     # Then the estimate is +5 points and the radius is the mixture's with the shrunk variance
     p_c, p_s = 300.5 / 1001, 250.5 / 1001
     variance = p_c * (1 - p_c) / 1000 + p_s * (1 - p_s) / 1000
-    radius = math.sqrt(variance * (variance + 0.0025) / 0.0025 * math.log(
-        (variance + 0.0025) / (variance * 0.05**2)
-    ))
+    radius = math.sqrt(
+        variance
+        * (variance + 0.0025)
+        / 0.0025
+        * math.log((variance + 0.0025) / (variance * 0.05**2))
+    )
     assert math.isclose(interval.estimate, 0.05)
     assert math.isclose(interval.upper - interval.estimate, radius)
     assert 0.05 < radius < 0.07  # wider than the fixed-sample 1.96·sd (0.039): the price of peeking
