@@ -23,7 +23,7 @@ from routing_policies import services as rollout_services
 from routing_policies.models import Device, PolicyCell, Rollout
 from routing_policies.policies.audit import Actor, audit_record
 
-from ...alerting import (
+from ..judging import (
     GUARD_METRICS,
     LATENCY_METRICS,
     RATE_METRICS,
@@ -32,7 +32,6 @@ from ...alerting import (
     figures_of,
     judge_guard,
 )
-from ...selectors.alerts import minute_floor, window_bounds
 from ..models import (
     AlertEvent,
     GuardComparison,
@@ -41,6 +40,7 @@ from ..models import (
     RolloutGuard,
     RolloutGuardSet,
 )
+from ..selectors import minute_floor, window_bounds
 from ..sequential import (
     QUANTILE_METRICS,
     SEQUENTIAL_METRICS,

@@ -131,7 +131,8 @@ def test_quantile_bounds__many_values__hold_the_exact_p95_and_narrow_with_more()
     exact = sorted(values)[int(0.95 * len(values))]
     few = quantile_bounds(LatencySketch.of(values[:2000]).to_json(), q=0.95, alpha=0.05)
     many = quantile_bounds(LatencySketch.of(values).to_json(), q=0.95, alpha=0.05)
-    assert few is not None and many is not None
+    assert few is not None
+    assert many is not None
     assert many[0] <= exact <= many[1]
     assert many[1] - many[0] < few[1] - few[0]
 

@@ -10,10 +10,10 @@ import pytest
 
 from controlplane.exceptions import ValidationFailed
 from routing_policies.models import AuditEntry, Device, Rollout
+from telemetry.alerts.selectors import guard_status
 from telemetry.alerts.services import alerts_evaluate, rollout_guards_set, rollout_start_guarded
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from telemetry.models import AlertEvent, RolloutGuardSet
-from telemetry.selectors.alerts import guard_status
 from tests.factories import iso, make_events
 
 pytestmark = pytest.mark.usefixtures("requires_postgres")

@@ -7,8 +7,10 @@ from typing import Any
 
 from routing_policies.models import PolicyCell
 
-from ..alerting import RATE_METRICS, format_value
-from ..alerts.models import (
+from ..models import MinuteRollup
+from ..rollups import MINUTE, RollupRow, read_rows
+from .judging import RATE_METRICS, format_value
+from .models import (
     AlertEvent,
     AlertRule,
     AlertWebhook,
@@ -16,9 +18,7 @@ from ..alerts.models import (
     RolloutGuardSet,
     WebhookDelivery,
 )
-from ..alerts.sequential import format_amount
-from ..models import MinuteRollup
-from ..rollups import MINUTE, RollupRow, read_rows
+from .sequential import format_amount
 
 HISTORY_LIMIT = 100
 DELIVERY_LIMIT = 50
