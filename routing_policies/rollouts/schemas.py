@@ -72,6 +72,11 @@ class RolloutStatusSerializer(serializers.Serializer[Any]):
     rollout = RolloutSerializer(allow_null=True, help_text="the open rollout, else the last one")
     cloud_pressure = CloudPressureStateSerializer(allow_null=True)
     convergence = ConvergenceSerializer()
+    guards = serializers.JSONField(
+        allow_null=True,
+        help_text="the rollout's guards as GET …/rollout/guards answers them (GuardSet: each "
+        "guard's state, interval and series, the verdict and why), null without guards",
+    )
 
     class Meta:
         ref_name = "RolloutStatus"

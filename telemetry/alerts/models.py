@@ -17,6 +17,7 @@ class Metric(models.TextChoices):
     ALPHA = "alpha", "device share α"
     FALLBACK_RATE = "fallback_rate", "fallback rate"
     ERROR_RATE = "error_rate", "error rate"
+    CACHE_HIT_RATE = "cache_hit_rate", "cache hit rate"
     PRIVACY_VIOLATIONS = "privacy_violations", "privacy violations"
     P95_BUDGET = "p95_budget", "P95 latency ÷ the cell's budget"
     P99_BUDGET = "p99_budget", "P99 latency ÷ the cell's budget"

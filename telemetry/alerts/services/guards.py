@@ -456,7 +456,6 @@ GUARD_STATE = (
 )
 SEQUENTIAL_LABELS: Final = {
     **{m.value: m.label for m in Metric},
-    "cache_hit_rate": "cache hit rate",
     "p95_budget": "P95 latency",
     "p99_budget": "P99 latency",
 }
