@@ -25,7 +25,14 @@ from datetime import datetime, timedelta
 from typing import Final, Literal
 
 from ..rollups import Figures, RollupRow, figures_at
-from .statistics import Interval, RatioCheck, Verdict, quantile_ratio, rate_difference
+from .statistics import (
+    Interval,
+    RatioCheck,
+    Verdict,
+    quantile_ratio,
+    rate_difference,
+    sample_ratio,
+)
 
 Cell = tuple[str, str, str]  # (task type, latency budget, privacy tier)
 
@@ -242,6 +249,19 @@ def judge_sequential(
     )
 
 
+def stage_role(
+    judgement: SequentialJudgement, *, stage: int, stable_events: int
+) -> Literal["breach", "unsettled", "settled"]:
+    """What a guard's judgement means for the stage: a breach rolls back, an unsettled guard
+    stops the bake clock. At 100% with no stable cohort left (no holdback) nothing can be
+    compared: the guard was judged at the earlier stages and does not hold completion."""
+    if judgement.state == "regressed":
+        return "breach"
+    if judgement.state == "healthy" or (stage >= 100 and not stable_events):
+        return "settled"
+    return "unsettled"
+
+
 # --- the stage ----------------------------------------------------------------------------------
 
 
@@ -304,6 +324,33 @@ def srm_mismatches(ratios: Mapping[str, RatioCheck]) -> list[str]:
                 f"(χ² {check.chi_square:.1f}, p {_p_text(check.p_value)})"
             )
     return out
+
+
+def cohort_sample_ratios(
+    *,
+    stage: int,
+    candidate_devices: int,
+    seen_devices: int,
+    candidate_events: int,
+    stable_events: int,
+) -> dict[str, RatioCheck]:
+    """The candidate's share of the devices seen this stage (against the stage's share) and of
+    the events (against its share of those devices: a device's events come with it, and the
+    bucket split of a small fleet is itself off the stage's share by chance)."""
+    expected = stage / 100
+    event_share = (
+        candidate_devices / seen_devices if 0 < candidate_devices < seen_devices else expected
+    )
+    return {
+        "devices": sample_ratio(
+            observed=candidate_devices, total=seen_devices, expected_share=expected
+        ),
+        "events": sample_ratio(
+            observed=candidate_events,
+            total=candidate_events + stable_events,
+            expected_share=event_share,
+        ),
+    }
 
 
 def _p_text(p_value: float) -> str:

@@ -50,11 +50,13 @@ from ..sequential import (
     StageDecision,
     StageFacts,
     cohort_figures,
+    cohort_sample_ratios,
     judge_sequential,
     series_point,
     stage_decide,
+    stage_role,
 )
-from ..statistics import RatioCheck, sample_ratio
+from ..statistics import RatioCheck
 from .problems import field_problem
 
 logger = logging.getLogger(__name__)
@@ -562,6 +564,9 @@ def _judge_all(
             reading = judgement.acted_on or judgement.fleet
             guard.state = judgement.state
             guard.message = judgement.message[:300]
+            if stage >= 100 and not stable.total.events:
+                # Nothing left on stable to compare with: judged at the earlier stages.
+                guard.message = "no stable cohort at 100%: compared at the earlier stages"
             guard.scope = reading.scope[:200]
             interval = reading.interval
             guard.estimate = interval.estimate if interval else None
@@ -570,9 +575,10 @@ def _judge_all(
             guard.candidate_samples = judgement.fleet.candidate_events
             guard.stable_samples = judgement.fleet.stable_events
             guard.series = series_point(guard.series, now=now, stage=stage, judgement=judgement)
-            if judgement.state == "regressed":
+            role = stage_role(judgement, stage=stage, stable_events=stable.total.events)
+            if role == "breach":
                 breaches.append(judgement.message)
-            elif judgement.state != "healthy":
+            elif role == "unsettled":
                 unsettled.append(judgement.message)
             continue
         if fixed_candidate is None or fixed_stable is None:
@@ -625,9 +631,7 @@ def _window_figures(
 def _sample_ratios(
     rollout: Rollout, candidate: CohortFigures, stable: CohortFigures, *, since: datetime
 ) -> dict[str, RatioCheck]:
-    """The candidate's share of the devices seen this stage (against the stage's share) and of
-    the events (against its share of those devices: a device's events come with it)."""
-    expected = rollout.stage / 100
+    """The sample ratio checks of the stage: devices seen since it began, by acked version."""
     acked = dict(
         Device.objects.filter(
             fleet_id=rollout.fleet_id,
@@ -640,14 +644,13 @@ def _sample_ratios(
         .order_by()
     )
     on_candidate = acked.get(rollout.candidate.number, 0)
-    seen = on_candidate + acked.get(rollout.stable.number, 0)
-    ratios = {"devices": sample_ratio(observed=on_candidate, total=seen, expected_share=expected)}
-    events = candidate.total.events + stable.total.events
-    event_share = on_candidate / seen if seen and 0 < on_candidate < seen else expected
-    ratios["events"] = sample_ratio(
-        observed=candidate.total.events, total=events, expected_share=event_share
+    return cohort_sample_ratios(
+        stage=rollout.stage,
+        candidate_devices=on_candidate,
+        seen_devices=on_candidate + acked.get(rollout.stable.number, 0),
+        candidate_events=candidate.total.events,
+        stable_events=stable.total.events,
     )
-    return ratios
 
 
 def _apply_decision(
