@@ -53,6 +53,9 @@ MAX_SERIES_POINTS: Final = 240
 # Events cluster by device: an event-share mismatch also has to be this far off (relatively)
 # before it holds a rollout; the device share has no such floor.
 EVENT_SRM_FLOOR: Final = 0.2
+# How long after a stage change the sample ratios are left alone (the devices' presence
+# window, routing_policies.devices.models.ONLINE_WINDOW: by then every live device was seen).
+SRM_GRACE: Final = timedelta(minutes=2)
 
 
 @dataclass(slots=True)
@@ -333,10 +336,14 @@ def cohort_sample_ratios(
     seen_devices: int,
     candidate_events: int,
     stable_events: int,
+    stage_age: timedelta,
 ) -> dict[str, RatioCheck]:
-    """The candidate's share of the devices seen this stage (against the stage's share) and of
-    the events (against its share of those devices: a device's events come with it, and the
-    bucket split of a small fleet is itself off the stage's share by chance)."""
+    """The candidate's share of the devices seen (against the stage's share) and of the events
+    (against its share of those devices: a device's events come with it, and the bucket split
+    of a small fleet is itself off the stage's share by chance). None while the stage is
+    younger than SRM_GRACE: devices are still applying the new assignment."""
+    if stage_age < SRM_GRACE:
+        return {}
     expected = stage / 100
     event_share = (
         candidate_devices / seen_devices if 0 < candidate_devices < seen_devices else expected

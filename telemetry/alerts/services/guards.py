@@ -44,6 +44,7 @@ from ..selectors import minute_floor, window_bounds
 from ..sequential import (
     QUANTILE_METRICS,
     SEQUENTIAL_METRICS,
+    SRM_GRACE,
     CohortFigures,
     Exposure,
     SequentialGuard,
@@ -493,7 +494,7 @@ def _sequential_evaluate(
         guards, guard_set, rows, (candidate, stable), budgets, now, cells_planned
     )
     RolloutGuard.objects.bulk_update(guards, GUARD_STATE)
-    ratios = _sample_ratios(rollout, candidate, stable, since=rollout.stage_changed_at)
+    ratios = _sample_ratios(rollout, candidate, stable, now=now)
     guard_set.sample_ratios = {
         name: {
             "observed": check.observed,
@@ -629,9 +630,11 @@ def _window_figures(
 
 
 def _sample_ratios(
-    rollout: Rollout, candidate: CohortFigures, stable: CohortFigures, *, since: datetime
+    rollout: Rollout, candidate: CohortFigures, stable: CohortFigures, *, now: datetime
 ) -> dict[str, RatioCheck]:
-    """The sample ratio checks of the stage: devices seen since it began, by acked version."""
+    """The sample ratio checks of the stage: devices seen in it (or within the presence
+    window), by the version they acked."""
+    since = min(rollout.stage_changed_at, now - SRM_GRACE)
     acked = dict(
         Device.objects.filter(
             fleet_id=rollout.fleet_id,
@@ -650,6 +653,7 @@ def _sample_ratios(
         seen_devices=on_candidate + acked.get(rollout.stable.number, 0),
         candidate_events=candidate.total.events,
         stable_events=stable.total.events,
+        stage_age=now - rollout.stage_changed_at,
     )
 
 

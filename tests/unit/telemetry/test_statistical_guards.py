@@ -121,11 +121,15 @@ def test_statistical_guards__candidate_drops_half_its_telemetry__held_for_sample
     report(device, version=1, cloud=1170, device_side=2730)
     report(device, version=candidate, cloud=30, device_side=70)
 
+    # When judged within the first minutes (devices still applying it), then after them
     alerts_evaluate(fleet_id=fleet.pk)
+    early = RolloutGuardSet.objects.get(rollout=rollout).verdict
+    alerts_evaluate(fleet_id=fleet.pk, now=rollout.stage_changed_at + timedelta(minutes=3))
 
     # Then the stage is held, says why, and the history has it
     rollout.refresh_from_db()
     guard_set = RolloutGuardSet.objects.get(rollout=rollout)
+    assert early != "srm"
     assert (rollout.state, rollout.stage, guard_set.verdict) == ("active", 5, "srm")
     assert "sample ratio mismatch in events: candidate has 2.5%" in guard_set.verdict_reason
     assert AlertEvent.objects.filter(rollout=rollout, kind="held").exists()
