@@ -14,6 +14,9 @@
   var STATE_COLOURS = { regressed: "#b3261e", healthy: "#1d7a3d", inconclusive: "#8a5300", collecting: "#8b929c" };
   var charts = window.rolloutGuardCharts = { drawn: 0, refreshed: 0 };
 
+  // A point about one cell (the one the guard acted on) rather than the whole fleet.
+  function inCell(point) { return Boolean(point.scope) && point.scope !== "fleet"; }
+
   function isLatency(metric) { return metric === "p95_budget" || metric === "p99_budget"; }
 
   // Rates are shown in points (0.03 → 3), latency ratios in percent (0.2 → 20).
@@ -33,9 +36,11 @@
         fillcolor: "rgba(52, 101, 164, 0.18)", name: "interval", hoverinfo: "skip" },
       { x: x, y: estimate, mode: "lines+markers", name: "candidate − stable",
         line: { color: "#3465a4", width: 2 },
-        marker: { size: 6, color: series.map(function (p) { return STATE_COLOURS[p.state] || "#8b929c"; }) },
+        marker: { size: 7, color: series.map(function (p) { return STATE_COLOURS[p.state] || "#8b929c"; }),
+                  symbol: series.map(function (p) { return inCell(p) ? "diamond" : "circle"; }) },
         text: series.map(function (p) {
-          return p.state + (p.lower === null ? "" : " · " + scaled(p.lower).toFixed(1) + " to " + scaled(p.upper).toFixed(1) + unit);
+          return (inCell(p) ? p.scope : "fleet-wide") + " · " + p.state +
+            (p.lower === null ? "" : " · " + scaled(p.lower).toFixed(1) + " to " + scaled(p.upper).toFixed(1) + unit);
         }),
         hovertemplate: "%{y:.1f}" + unit + " · %{text}<extra></extra>" }
     ];
@@ -43,7 +48,7 @@
       font: FONT, height: 190, margin: { l: 48, r: 12, t: 6, b: 30 },
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
       showlegend: false,
-      xaxis: { type: "date", tickformat: "%H:%M", gridcolor: "#eef0f3" },
+      xaxis: { type: "date", tickformat: "%H:%M:%S", nticks: 6, gridcolor: "#eef0f3" },
       yaxis: { title: { text: isLatency(metric) ? "% slower" : "pts worse" }, zeroline: true,
                zerolinecolor: "#9aa1ab", gridcolor: "#eef0f3", ticksuffix: isLatency(metric) ? "%" : "" },
       shapes: [{ type: "line", xref: "paper", x0: 0, x1: 1, y0: tolerance, y1: tolerance,
@@ -52,6 +57,12 @@
                       text: "tolerated " + (tolerance >= 0 ? "+" : "") + tolerance.toFixed(isLatency(metric) ? 0 : 1) + unit,
                       showarrow: false, font: { size: 10, color: "#b3261e" } }]
     };
+    var last = series.length ? series[series.length - 1] : null;
+    if (last && inCell(last) && last.estimate !== null) {
+      // Where the line moves from the fleet to the cell the guard acted on, say which cell.
+      layout.annotations.push({ x: last.at, y: scaled(last.estimate), xanchor: "right", yanchor: "bottom",
+                                text: "◆ " + last.scope, showarrow: false, font: { size: 10, color: "#2b2f36" } });
+    }
     if (!series.length) {
       layout.annotations.push({ xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false,
                                 text: "not judged yet", font: { size: 12, color: "#8b929c" } });

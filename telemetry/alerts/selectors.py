@@ -21,6 +21,8 @@ from .models import (
 from .sequential import format_amount
 
 HISTORY_LIMIT = 100
+# A guard's series point (sequential.series_point), as the API names its parts.
+SERIES_FIELDS = ("at", "stage", "estimate", "lower", "upper", "state", "scope")
 DELIVERY_LIMIT = 50
 
 
@@ -269,10 +271,7 @@ def _sequential_out(guard: RolloutGuard) -> dict[str, Any]:
         "lower": guard.lower,
         "upper": guard.upper,
         "scope": guard.scope,
-        "series": [
-            dict(zip(("at", "stage", "estimate", "lower", "upper", "state"), point, strict=False))
-            for point in guard.series
-        ],
+        "series": [dict(zip(SERIES_FIELDS, point, strict=False)) for point in guard.series],
     }
 
 

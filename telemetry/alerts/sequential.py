@@ -456,8 +456,8 @@ def series_point(
     series: list[list[object]], *, now: datetime, stage: int, judgement: SequentialJudgement
 ) -> list[list[object]]:
     """The guard's series with this look appended: [iso time, stage, estimate, lower, upper,
-    state] of the scope it acted on (else the fleet); points 10 s apart or more (the newest
-    look replaces the last) and the last MAX_SERIES_POINTS."""
+    state, scope] of the scope it acted on (else the fleet); points 10 s apart or more (the
+    newest look replaces the last) and the last MAX_SERIES_POINTS."""
     reading = judgement.acted_on or judgement.fleet
     interval = reading.interval
     point: list[object] = [
@@ -467,6 +467,7 @@ def series_point(
         interval.lower if interval else None,
         interval.upper if interval else None,
         judgement.state,
+        reading.scope,
     ]
     out = list(series)
     # Points stay 10 s apart; the newest look replaces the last point until then.

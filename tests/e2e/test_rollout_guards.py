@@ -95,8 +95,12 @@ def test_rollout_page__statistical_guard_acts__interval_over_time_and_reason_sho
         why = page.locator("[data-field=guard-reason]")
         expect(why).to_contain_text("Why: Guard fired: cloud share in text/background/normal")
         expect(why).to_contain_text("wholly beyond the tolerated +5.0 pts")
+        expect(chart).to_contain_text("◆ text/background/normal")
         guard.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshot_path(f"rollout-guards-{width}")), full_page=True)
+        page.locator("#rollout-guards").screenshot(
+            path=str(screenshot_path(f"rollout-guards-{width}-detail"))
+        )
         # Nothing wider than the page at this width
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 1, f"{overflow}px wider than a {width}px window"
