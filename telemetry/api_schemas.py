@@ -487,6 +487,9 @@ class GuardPointSerializer(serializers.Serializer[Any]):
     lower = serializers.FloatField(allow_null=True)
     upper = serializers.FloatField(allow_null=True)
     state = serializers.ChoiceField(choices=["collecting", "healthy", "inconclusive", "regressed"])
+    scope = serializers.CharField(
+        required=False, help_text='"fleet", or the cell the point is about: task/budget/tier'
+    )
 
     class Meta:
         ref_name = "GuardPoint"

@@ -201,8 +201,11 @@ def _guards_for_page(guards: dict[str, Any] | None) -> dict[str, Any] | None:
                 f"{check['share'] * 100:.1f}% of {check['total']:,} {name}, "
                 f"{check['expected_share'] * 100:.1f}% expected"
             )
+    kinds = {guard.get("kind") for guard in guards["guards"]}
     return {
         **guards,
+        "statistical": "sequential" in kinds,
+        "fixed": "fixed" in kinds,
         "sample_ratio_text": "; ".join(ratios),
         "guards": [
             {**guard, "chart_id": f"guard-series-{index}"}
