@@ -1,7 +1,7 @@
 """bench/guards: how often guarded rollouts roll back wrongly, and how fast they catch a bad
 candidate, for the statistical guards against today's fixed-limit guards on the same data.
 
-    .venv/bin/python -m bench.guards                      # the issue's runs, ~15-25 min on 2 cores
+    .venv/bin/python -m bench.guards                      # the issue's runs, ~30 min on 2 busy cores
     .venv/bin/python -m bench.guards --aa 40 --ab 10      # a quick check
 
 Method (docs/alerts.md, "Statistical guards: proof"):
