@@ -1,8 +1,8 @@
 """bench/guards: how often guarded rollouts roll back wrongly, and how fast they catch a bad
 candidate, for the statistical guards against today's fixed-limit guards on the same data.
 
-    .venv/bin/python -m bench.guards                      # the issue's runs, ~30 min on 2 busy cores
-    .venv/bin/python -m bench.guards --aa 40 --ab 10      # a quick check
+    .venv/bin/python -m bench.guards                  # the issue's runs, ~30 min on 2 busy cores
+    .venv/bin/python -m bench.guards --aa 40 --ab 8   # a quick check
 
 Method (docs/alerts.md, "Statistical guards: proof"):
 1. Worlds. The simulator's own 200-device fleet (`edge_sdk.simulate.virtual.VirtualFleet`: its
