@@ -551,7 +551,12 @@ def main(argv: list[str] | None = None) -> None:
         "elapsed_s": round(time.perf_counter() - began, 1),
         "python": sys.version.split()[0],
     }
-    args.out.write_text(json.dumps({"report": report, "results": results}, indent=1))
+    # One rollout a line, so a re-run's diff reads rollout by rollout.
+    lines = [f'{{"report": {json.dumps(report, ensure_ascii=False)},', ' "results": [']
+    lines += [f"  {json.dumps(r, ensure_ascii=False)}," for r in results]
+    if results:
+        lines[-1] = lines[-1].rstrip(",")
+    args.out.write_text("\n".join([*lines, " ]}"]) + "\n")
     print(json.dumps(report, indent=1))
 
 
