@@ -18,7 +18,7 @@ from .models import (
     RolloutGuardSet,
     WebhookDelivery,
 )
-from .sequential import format_amount
+from .sequential import QUANTILE_LABELS, format_amount
 
 HISTORY_LIMIT = 100
 # A guard's series point (sequential.series_point), as the API names its parts.
@@ -263,8 +263,15 @@ def guard_status(*, rollout_id: int) -> dict[str, Any] | None:
 
 
 def _sequential_out(guard: RolloutGuard) -> dict[str, Any]:
-    """A statistical guard's interval and its series (null and empty for a fixed guard)."""
+    """A statistical guard's interval and its series (null and empty for a fixed guard); its
+    latency metric compares the cohorts' quantiles, not a budget."""
+    label = (
+        {"metric_label": QUANTILE_LABELS[guard.metric]}
+        if (guard.kind == "sequential" and guard.metric in QUANTILE_LABELS)
+        else {}
+    )
     return {
+        **label,
         "confidence": guard.confidence if guard.kind == "sequential" else None,
         "per_cell": guard.per_cell if guard.kind == "sequential" else None,
         "estimate": guard.estimate,

@@ -46,6 +46,8 @@ RATE_PARTS: Final[dict[str, tuple[str, Literal["higher", "lower"]]]] = {
     "privacy_violations": ("privacy_violations", "higher"),
 }
 QUANTILE_METRICS: Final = {"p95_budget": 0.95, "p99_budget": 0.99}
+# A statistical latency guard compares the cohorts' quantiles (not a budget): its name.
+QUANTILE_LABELS: Final = {"p95_budget": "P95 latency", "p99_budget": "P99 latency"}
 SEQUENTIAL_METRICS: Final = frozenset(RATE_PARTS) | frozenset(QUANTILE_METRICS)
 # The mixture's prior: the size of a regression worth finding fast (never data-dependent).
 MIN_PRIOR_SD: Final = 0.005

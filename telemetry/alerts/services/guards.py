@@ -42,6 +42,7 @@ from ..models import (
 )
 from ..selectors import minute_floor, window_bounds
 from ..sequential import (
+    QUANTILE_LABELS,
     QUANTILE_METRICS,
     SEQUENTIAL_METRICS,
     SRM_GRACE,
@@ -457,11 +458,7 @@ GUARD_STATE = (
     "scope",
     "series",
 )
-SEQUENTIAL_LABELS: Final = {
-    **{m.value: m.label for m in Metric},
-    "p95_budget": "P95 latency",
-    "p99_budget": "P99 latency",
-}
+SEQUENTIAL_LABELS: Final = {**{m.value: m.label for m in Metric}, **QUANTILE_LABELS}
 
 
 def _sequential_evaluate(
