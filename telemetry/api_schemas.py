@@ -24,13 +24,24 @@ from .alerts.models import (
     AlertState,
     Condition,
     GuardComparison,
+    GuardKind,
     Metric,
     RolloutGuardSet,
     Scope,
     WebhookDelivery,
     WebhookFormat,
 )
-from .alerts.services.guards import DEFAULT_BAKE_MINUTES, MAX_BAKE_MINUTES, MAX_GUARDS
+from .alerts.sequential import QUANTILE_METRICS, SEQUENTIAL_METRICS
+from .alerts.services.guards import (
+    DEFAULT_BAKE_MINUTES,
+    MAX_BAKE_MINUTES,
+    MAX_CONFIDENCE,
+    MAX_EXPOSURE,
+    MAX_EXTENSIONS,
+    MAX_GUARDS,
+    MIN_CONFIDENCE,
+    PRESETS,
+)
 from .ingest.events import FIELDS, MAX_EVENTS, FieldRule
 
 # --- telemetry ingest ------------------------------------------------------------------------
@@ -506,6 +517,33 @@ class WebhookDeliveryListSerializer(serializers.Serializer[Any]):
 # --- rollout guards -------------------------------------------------------------------------------
 
 
+class GuardPointSerializer(serializers.Serializer[Any]):
+    at = serializers.DateTimeField()
+    stage = serializers.IntegerField()
+    estimate = serializers.FloatField(allow_null=True)
+    lower = serializers.FloatField(allow_null=True)
+    upper = serializers.FloatField(allow_null=True)
+    state = serializers.ChoiceField(choices=["collecting", "healthy", "inconclusive", "regressed"])
+    scope = serializers.CharField(
+        required=False, help_text='"fleet", or the cell the point is about: task/budget/tier'
+    )
+
+    class Meta:
+        ref_name = "GuardPoint"
+
+
+class SampleRatioSerializer(serializers.Serializer[Any]):
+    observed = serializers.IntegerField()
+    total = serializers.IntegerField()
+    share = serializers.FloatField()
+    expected_share = serializers.FloatField()
+    chi_square = serializers.FloatField()
+    p_value = serializers.FloatField()
+
+    class Meta:
+        ref_name = "SampleRatio"
+
+
 class GuardStateSerializer(serializers.Serializer[Any]):
     metric = serializers.ChoiceField(choices=sorted(GUARD_METRICS))
     metric_label = serializers.CharField()
@@ -520,6 +558,20 @@ class GuardStateSerializer(serializers.Serializer[Any]):
     candidate_samples = serializers.IntegerField(allow_null=True)
     stable_samples = serializers.IntegerField(allow_null=True)
     message = serializers.CharField(allow_blank=True)
+    kind = serializers.ChoiceField(choices=GuardKind.values)
+    confidence = serializers.FloatField(allow_null=True, help_text="null for a fixed guard")
+    per_cell = serializers.BooleanField(allow_null=True, help_text="null for a fixed guard")
+    estimate = serializers.FloatField(
+        allow_null=True,
+        help_text="how much worse the candidate is: points of a rate (0.03 is 3 pts), or the "
+        "latency quantile's ratio minus one (0.2 is 20% slower); at `scope`",
+    )
+    lower = serializers.FloatField(allow_null=True, help_text="the interval's lower end")
+    upper = serializers.FloatField(allow_null=True, help_text="the interval's upper end")
+    scope = serializers.CharField(
+        allow_blank=True, help_text='"fleet", or the cell it acted on: task/budget/tier'
+    )
+    series = GuardPointSerializer(many=True, help_text="the interval over time, oldest first")
 
     class Meta:
         ref_name = "GuardState"
@@ -536,6 +588,16 @@ class GuardSetSerializer(serializers.Serializer[Any]):
     reason = serializers.CharField(allow_blank=True)
     quiet_since = serializers.DateTimeField(allow_null=True)
     evaluated_at = serializers.DateTimeField(allow_null=True)
+    min_devices = serializers.IntegerField()
+    min_events = serializers.IntegerField()
+    stage_limit_minutes = serializers.IntegerField()
+    max_extensions = serializers.IntegerField()
+    extensions_used = serializers.IntegerField()
+    on_expiry = serializers.ChoiceField(choices=RolloutGuardSet.OnExpiry.values)
+    sample_ratios = serializers.DictField(
+        child=SampleRatioSerializer(),
+        help_text='"devices", "events": the last sample ratio checks (statistical guards)',
+    )
     guards = GuardStateSerializer(many=True)
 
     class Meta:
@@ -561,15 +623,32 @@ def _guard_schema(metrics: frozenset[str], threshold: dict[str, Any]) -> dict[st
             "comparison": {"type": "string", "enum": list(GuardComparison.values)},
             "threshold": {"type": "number", **threshold},
             "min_samples": {"type": "integer", "minimum": 0, "maximum": 10**7},
+            "kind": {"type": "string", "enum": [GuardKind.FIXED]},
         },
         "required": ["metric", "comparison", "threshold"],
+    }
+
+
+def _sequential_schema(metrics: frozenset[str], maximum: float) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string", "enum": [GuardKind.SEQUENTIAL]},
+            "metric": {"type": "string", "enum": sorted(metrics)},
+            "tolerance": {"type": "number", "minimum": 0, "maximum": maximum},
+            "confidence": {"type": "number", "minimum": MIN_CONFIDENCE, "maximum": MAX_CONFIDENCE},
+            "per_cell": {"type": "boolean"},
+            "min_samples": {"type": "integer", "minimum": 0, "maximum": 10**7},
+        },
+        "required": ["kind", "metric", "tolerance"],
+        "additionalProperties": False,
     }
 
 
 # What services.guards._clean_guards accepts, as a schema: a share's threshold is a fraction.
 GUARDS_SCHEMA: dict[str, Any] = {
     "oneOf": [
-        {"type": "string", "enum": ["default"]},
+        {"type": "string", "enum": sorted(PRESETS)},
         {
             "type": "array",
             "minItems": 1,
@@ -578,13 +657,17 @@ GUARDS_SCHEMA: dict[str, Any] = {
                 "oneOf": [
                     _guard_schema(RATE_METRICS, {"minimum": -1, "maximum": 1}),
                     _guard_schema(GUARD_METRICS - RATE_METRICS, {"minimum": -1e9, "maximum": 1e9}),
+                    _sequential_schema(SEQUENTIAL_METRICS - frozenset(QUANTILE_METRICS), 1),
+                    _sequential_schema(frozenset(QUANTILE_METRICS), 10),
                 ]
             },
         },
     ],
     "nullable": True,
-    "description": f'"default" (or null), or a list of 1 to {MAX_GUARDS} guards; a share\'s '
-    "threshold is a fraction from -1 to 1 (0.02 is 2 points)",
+    "description": f'"default" (or null), "statistical", or a list of 1 to {MAX_GUARDS} guards; '
+    "a fixed guard's share threshold is a fraction from -1 to 1 (0.02 is 2 points); a "
+    'sequential guard ("kind": "sequential") tolerates a regression: a fraction of a share '
+    "from 0 to 1, or of a latency quantile from 0 to 10 (0.2: 20% slower)",
 }
 # What services.guards._clean_bake accepts: minutes at every stage, or per stage (missing: 0).
 BAKE_MINUTES_SCHEMA: dict[str, Any] = {
@@ -622,6 +705,26 @@ class RolloutGuardsInputSerializer(serializers.Serializer[Any]):
     auto_advance = serializers.BooleanField(required=False)
     window_minutes = serializers.IntegerField(min_value=1, max_value=360, required=False)
     min_samples = serializers.IntegerField(min_value=0, max_value=10**7, required=False)
+    min_devices = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_EXPOSURE,
+        required=False,
+        help_text="candidate devices a stage needs before it may advance",
+    )
+    min_events = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_EXPOSURE,
+        required=False,
+        help_text="candidate events a stage needs before it may advance",
+    )
+    stage_limit_minutes = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_BAKE_MINUTES,
+        required=False,
+        help_text="0: none; past it a stage that cannot advance is extended, then expires",
+    )
+    max_extensions = serializers.IntegerField(min_value=0, max_value=MAX_EXTENSIONS, required=False)
+    on_expiry = serializers.ChoiceField(choices=RolloutGuardSet.OnExpiry.values, required=False)
 
     class Meta:
         ref_name = "RolloutGuardsInput"

@@ -16,7 +16,7 @@ from controlplane.api import JsonChoiceField, JsonIntegerField, TidyJsonStringFi
 from controlplane.exceptions import ValidationFailed
 from controlplane.openapi import ApiAutoSchema, error_responses
 
-from ..extensions import rollout_guards, rollout_start_guarded
+from ..extensions import rollout_guard_status, rollout_guards, rollout_start_guarded
 from ..permissions import IsPublisher, IsViewer
 from ..policies.models import Fleet
 from ..policies.selectors import fleet_get
@@ -30,7 +30,11 @@ def _fleet(slug: str) -> Fleet:
 
 
 def _status_response(slug: str, code: int = 200) -> Response:
-    return Response(selectors.rollout_status(_fleet(slug)), status=code)
+    status = selectors.rollout_status(_fleet(slug))
+    rollout = status["rollout"]
+    # The guards' evidence (intervals, states, why they acted) beside the rollout they judge.
+    status["guards"] = rollout_guard_status(rollout_id=rollout["id"]) if rollout else None
+    return Response(status, status=code)
 
 
 class RolloutStatusApi(APIView):

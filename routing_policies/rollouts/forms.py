@@ -28,7 +28,8 @@ def guard_options(data: QueryDict) -> dict[str, Any]:
         return {}
     values = GuardOptionsForm(data).values()
     return {
-        "guards": "default",
+        # "default" (fixed limits) or "statistical"; the guard service refuses anything else.
+        "guards": data.get("guard_preset") or "default",
         "bake_minutes": values["bake_minutes"],
         "auto_advance": data.get("auto_advance") == "on",
         "window_minutes": values["guard_window_minutes"],

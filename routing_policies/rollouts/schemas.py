@@ -89,6 +89,11 @@ class RolloutStatusSerializer(serializers.Serializer[Any]):
     freeze = FreezeSerializer(
         allow_null=True, help_text="rollouts frozen after an automatic rollback, until released"
     )
+    guards = serializers.JSONField(
+        allow_null=True,
+        help_text="the rollout's guards as GET …/rollout/guards answers them (GuardSet: each "
+        "guard's state, interval and series, the verdict and why), null without guards",
+    )
 
     class Meta:
         ref_name = "RolloutStatus"

@@ -178,13 +178,40 @@ def _rollout_page(
             for event in selectors.rollout_history(fleet=fleet)
         ],
         "history_limit": selectors.ROLLOUT_HISTORY_LIMIT,
-        "guards": rollout_guard_status(rollout_id=rollout["id"]) if rollout else None,
+        "guards": _guards_for_page(rollout_guard_status(rollout_id=rollout["id"]))
+        if rollout
+        else None,
         "max_ttl": MAX_CLOUD_PRESSURE_TTL_S,
         "error": error,
         "problems": problems or [],
         "form": form or {},
     }
     return render(request, "routing_policies/rollout.html", context, status=status)
+
+
+def _guards_for_page(guards: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The guard status with what the page adds: an element id per guard chart, and the
+    sample ratios in words (`2.5% of 4,000 events, 5.0% expected`)."""
+    if guards is None:
+        return None
+    ratios = []
+    for name, check in sorted(guards.get("sample_ratios", {}).items()):
+        if check.get("total"):
+            ratios.append(
+                f"{check['share'] * 100:.1f}% of {check['total']:,} {name}, "
+                f"{check['expected_share'] * 100:.1f}% expected"
+            )
+    kinds = {guard.get("kind") for guard in guards["guards"]}
+    return {
+        **guards,
+        "statistical": "sequential" in kinds,
+        "fixed": "fixed" in kinds,
+        "sample_ratio_text": "; ".join(ratios),
+        "guards": [
+            {**guard, "chart_id": f"guard-series-{index}"}
+            for index, guard in enumerate(guards["guards"])
+        ],
+    }
 
 
 def _refused(request: HttpRequest, fleet: Fleet, exc: ApplicationError) -> HttpResponse:

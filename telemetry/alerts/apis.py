@@ -225,7 +225,18 @@ class WebhookDeliveryListApi(APIView):
         return Response({"results": [selectors.delivery_out(d) for d in deliveries]})
 
 
-GUARD_FIELDS = ("guards", "bake_minutes", "auto_advance", "window_minutes", "min_samples")
+GUARD_FIELDS = (
+    "guards",
+    "bake_minutes",
+    "auto_advance",
+    "window_minutes",
+    "min_samples",
+    "min_devices",
+    "min_events",
+    "stage_limit_minutes",
+    "max_extensions",
+    "on_expiry",
+)
 
 
 def guard_options(data: dict[str, Any]) -> dict[str, Any]:
@@ -236,9 +247,11 @@ def guard_options(data: dict[str, Any]) -> dict[str, Any]:
 
 class RolloutGuardsApi(APIView):
     """The open rollout's guards and verdicts; PUT sets them (publisher):
-    `{"guards": "default" | [{"metric", "comparison", "threshold", "min_samples"}],
+    `{"guards": "default" | "statistical" | [{"metric", "comparison", "threshold",
+    "min_samples"} | {"kind": "sequential", "metric", "tolerance", "confidence", "per_cell"}],
     "bake_minutes": 10 | {"5": 10, "25": 20, "100": 30}, "auto_advance": true,
-    "window_minutes": 10, "min_samples": 50}`."""
+    "window_minutes": 10, "min_samples": 50, "min_devices": 0, "min_events": 0,
+    "stage_limit_minutes": 0, "max_extensions": 1, "on_expiry": "rollback" | "hold"}`."""
 
     def get_permissions(self) -> list[BasePermission]:
         return _write_permission(self.request, IsViewer, IsPublisher)

@@ -25,7 +25,13 @@ VersionCell = tuple[int, str, str, str]
 Budgets = Mapping[VersionCell, int]
 
 RATE_METRICS: Final = frozenset(
-    {Metric.CLOUD_SHARE, Metric.ALPHA, Metric.FALLBACK_RATE, Metric.ERROR_RATE}
+    {
+        Metric.CLOUD_SHARE,
+        Metric.ALPHA,
+        Metric.FALLBACK_RATE,
+        Metric.ERROR_RATE,
+        Metric.CACHE_HIT_RATE,
+    }
 )
 LATENCY_METRICS: Final = {Metric.P95_BUDGET: 0.95, Metric.P99_BUDGET: 0.99}
 GUARD_METRICS: Final = frozenset(set(Metric) - {Metric.EVENTS})
@@ -133,6 +139,8 @@ def reading(metric: str, figures: ScopeFigures, budgets: Budgets, min_samples: i
             return Reading(total.share("device"), events)
         if metric == Metric.FALLBACK_RATE:
             return Reading(total.fallback_rate(), events)
+        if metric == Metric.CACHE_HIT_RATE:
+            return Reading(total.rate("cache_hits"), events)
         return Reading(total.rate("errors"), events)
     quantile = LATENCY_METRICS[Metric(metric)]
     worst: Reading | None = None

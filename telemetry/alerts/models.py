@@ -17,6 +17,7 @@ class Metric(models.TextChoices):
     ALPHA = "alpha", "device share α"
     FALLBACK_RATE = "fallback_rate", "fallback rate"
     ERROR_RATE = "error_rate", "error rate"
+    CACHE_HIT_RATE = "cache_hit_rate", "cache hit rate"
     PRIVACY_VIOLATIONS = "privacy_violations", "privacy violations"
     P95_BUDGET = "p95_budget", "P95 latency ÷ the cell's budget"
     P99_BUDGET = "p99_budget", "P99 latency ÷ the cell's budget"
@@ -209,6 +210,16 @@ class RolloutGuardSet(models.Model):
         FIRING = "firing", "firing"
         ROLLED_BACK = "rolled_back", "rolled back by a guard"
         FINISHED = "finished", "rollout finished"
+        # Statistical guards (docs/alerts.md): too little exposure, intervals straddling a
+        # tolerance, a sample ratio mismatch holding the stage, a stage past its limit.
+        COLLECTING = "collecting", "collecting exposure"
+        INCONCLUSIVE = "inconclusive", "inconclusive: not yet healthy"
+        SRM = "srm", "held: sample ratio mismatch"
+        EXTENDED = "extended", "stage extended"
+
+    class OnExpiry(models.TextChoices):
+        ROLLBACK = "rollback", "roll back"
+        HOLD = "hold", "hold"
 
     rollout = models.OneToOneField(Rollout, on_delete=models.CASCADE, related_name="guard_set")
     window_minutes = models.PositiveIntegerField(default=10)
@@ -220,6 +231,16 @@ class RolloutGuardSet(models.Model):
     stage_seen = models.PositiveSmallIntegerField(null=True, blank=True)
     quiet_since = models.DateTimeField(null=True, blank=True)
     evaluated_at = models.DateTimeField(null=True, blank=True)
+    # Exposure a stage needs before it may advance, and its limit (0: none): past it the stage
+    # is extended `max_extensions` times by as long, then `on_expiry` (statistical guards).
+    min_devices = models.PositiveIntegerField(default=0)
+    min_events = models.PositiveIntegerField(default=0)
+    stage_limit_minutes = models.PositiveIntegerField(default=0)
+    max_extensions = models.PositiveSmallIntegerField(default=1)
+    on_expiry = models.CharField(max_length=8, choices=OnExpiry.choices, default="rollback")
+    extensions_used = models.PositiveSmallIntegerField(default=0)
+    # The last sample ratio checks: {"devices": {...}, "events": {...}} (shown, never judged).
+    sample_ratios = models.JSONField(default=dict, blank=True)
 
     def __str__(self) -> str:
         return f"guards of rollout {self.rollout_id}"
@@ -227,6 +248,13 @@ class RolloutGuardSet(models.Model):
     def bake_for(self, stage: int) -> int:
         """Minutes the guards must stay quiet at `stage` before auto-advance moves on."""
         return int(self.bake_minutes.get(str(stage), 0))
+
+
+class GuardKind(models.TextChoices):
+    """A guard with a fixed limit, or a statistical one (a confidence sequence)."""
+
+    FIXED = "fixed", "fixed limit"
+    SEQUENTIAL = "sequential", "statistical (anytime-valid interval)"
 
 
 class GuardComparison(models.TextChoices):
@@ -240,6 +268,7 @@ class RolloutGuard(models.Model):
     """One guard: the candidate's metric against a value or against the stable cohort."""
 
     guard_set = models.ForeignKey(RolloutGuardSet, on_delete=models.CASCADE, related_name="guards")
+    kind = models.CharField(max_length=10, choices=GuardKind.choices, default="fixed")
     metric = models.CharField(max_length=24, choices=Metric.choices)
     comparison = models.CharField(max_length=16, choices=GuardComparison.choices)
     threshold = models.FloatField()
@@ -251,6 +280,17 @@ class RolloutGuard(models.Model):
     candidate_samples = models.BigIntegerField(default=0)
     stable_samples = models.BigIntegerField(default=0)
     message = models.CharField(max_length=300, blank=True)
+    # Statistical guards: `threshold` is the tolerated regression; the confidence of the
+    # interval, whether cells are judged too, and the last interval of the scope it acted on
+    # (else the fleet's), with its series over time: [[iso, stage, estimate, lower, upper,
+    # state], ...] (sequential.series_point).
+    confidence = models.FloatField(default=0.95)
+    per_cell = models.BooleanField(default=True)
+    estimate = models.FloatField(null=True, blank=True)
+    lower = models.FloatField(null=True, blank=True)
+    upper = models.FloatField(null=True, blank=True)
+    scope = models.CharField(max_length=200, blank=True)
+    series = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["guard_set", "id"]

@@ -10,9 +10,19 @@ from routing_policies.models import PolicyCell
 from ..models import MinuteRollup
 from ..rollups import MINUTE, RollupRow, read_rows
 from .judging import RATE_METRICS, format_value
-from .models import AlertEvent, AlertRule, AlertWebhook, RolloutGuardSet, WebhookDelivery
+from .models import (
+    AlertEvent,
+    AlertRule,
+    AlertWebhook,
+    RolloutGuard,
+    RolloutGuardSet,
+    WebhookDelivery,
+)
+from .sequential import QUANTILE_LABELS, format_amount
 
 HISTORY_LIMIT = 100
+# A guard's series point (sequential.series_point), as the API names its parts.
+SERIES_FIELDS = ("at", "stage", "estimate", "lower", "upper", "state", "scope")
 DELIVERY_LIMIT = 50
 
 
@@ -222,16 +232,22 @@ def guard_status(*, rollout_id: int) -> dict[str, Any] | None:
         "reason": guard_set.verdict_reason,
         "quiet_since": guard_set.quiet_since,
         "evaluated_at": guard_set.evaluated_at,
+        "min_devices": guard_set.min_devices,
+        "min_events": guard_set.min_events,
+        "stage_limit_minutes": guard_set.stage_limit_minutes,
+        "max_extensions": guard_set.max_extensions,
+        "extensions_used": guard_set.extensions_used,
+        "on_expiry": guard_set.on_expiry,
+        "sample_ratios": guard_set.sample_ratios,
         "guards": [
             {
+                "kind": guard.kind,
                 "metric": guard.metric,
                 "metric_label": guard.get_metric_display(),
                 "comparison": guard.comparison,
                 "comparison_label": guard.get_comparison_display(),
                 "threshold": guard.threshold,
-                "threshold_text": _guard_threshold_text(
-                    guard.metric, guard.comparison, guard.threshold
-                ),
+                "threshold_text": _guard_threshold_text(guard),
                 "min_samples": guard.min_samples,
                 "state": guard.state,
                 "candidate_value": guard.candidate_value,
@@ -239,14 +255,38 @@ def guard_status(*, rollout_id: int) -> dict[str, Any] | None:
                 "candidate_samples": guard.candidate_samples,
                 "stable_samples": guard.stable_samples,
                 "message": guard.message,
+                **_sequential_out(guard),
             }
             for guard in guard_set.guards.all()
         ],
     }
 
 
-def _guard_threshold_text(metric: str, comparison: str, threshold: float) -> str:
-    """`2.0 pts`, `1.00× budget`, `0` as people read a guard's limit."""
+def _sequential_out(guard: RolloutGuard) -> dict[str, Any]:
+    """A statistical guard's interval and its series (null and empty for a fixed guard); its
+    latency metric compares the cohorts' quantiles, not a budget."""
+    label = (
+        {"metric_label": QUANTILE_LABELS[guard.metric]}
+        if (guard.kind == "sequential" and guard.metric in QUANTILE_LABELS)
+        else {}
+    )
+    return {
+        **label,
+        "confidence": guard.confidence if guard.kind == "sequential" else None,
+        "per_cell": guard.per_cell if guard.kind == "sequential" else None,
+        "estimate": guard.estimate,
+        "lower": guard.lower,
+        "upper": guard.upper,
+        "scope": guard.scope,
+        "series": [dict(zip(SERIES_FIELDS, point, strict=False)) for point in guard.series],
+    }
+
+
+def _guard_threshold_text(guard: RolloutGuard) -> str:
+    """`2.0 pts`, `1.00× budget`, `0`, `+5.0 pts tolerated` as people read a guard's limit."""
+    metric, comparison, threshold = guard.metric, guard.comparison, guard.threshold
+    if guard.kind == "sequential":
+        return f"{format_amount(metric, threshold)} tolerated at {guard.confidence * 100:g}%"
     if comparison == "above_stable_by" and metric in RATE_METRICS:
         return f"{threshold * 100:.1f} pts"
     return format_value(metric, threshold)

@@ -36,7 +36,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--guards",
             default=None,
-            help='start: "default", or a JSON list of {metric, comparison, threshold, min_samples}',
+            help='start: "default" (fixed limits), "statistical", or a JSON list of guards '
+            "(docs/alerts.md)",
         )
         parser.add_argument(
             "--bake-minutes",
@@ -98,9 +99,11 @@ def _guard_options(options: dict[str, Any]) -> dict[str, Any]:
     if options["guards"] is not None:
         text = options["guards"].strip()
         try:
-            guard["guards"] = "default" if text == "default" else json.loads(text)
+            guard["guards"] = text if text in ("default", "statistical") else json.loads(text)
         except ValueError as error:
-            raise CommandError(f"--guards is `default` or a JSON list: {error}") from error
+            raise CommandError(
+                f"--guards is `default`, `statistical` or a JSON list: {error}"
+            ) from error
     raw_bake = options["bake_minutes"]
     if raw_bake is not None:
         try:

@@ -16,10 +16,11 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from django.db import transaction
+from django.db.models import Count
 
 from controlplane.exceptions import Conflict, ValidationFailed
 from routing_policies import services as rollout_services
-from routing_policies.models import Rollout
+from routing_policies.models import Device, PolicyCell, Rollout
 from routing_policies.policies.audit import Actor, audit_record
 
 from ..judging import (
@@ -27,17 +28,37 @@ from ..judging import (
     LATENCY_METRICS,
     RATE_METRICS,
     RollupRow,
+    ScopeFigures,
     figures_of,
     judge_guard,
 )
 from ..models import (
     AlertEvent,
     GuardComparison,
+    GuardKind,
     Metric,
     RolloutGuard,
     RolloutGuardSet,
 )
 from ..selectors import minute_floor, window_bounds
+from ..sequential import (
+    QUANTILE_LABELS,
+    QUANTILE_METRICS,
+    SEQUENTIAL_METRICS,
+    SRM_GRACE,
+    CohortFigures,
+    Exposure,
+    SequentialGuard,
+    StageDecision,
+    StageFacts,
+    cohort_figures,
+    cohort_sample_ratios,
+    judge_sequential,
+    series_point,
+    stage_decide,
+    stage_role,
+)
+from ..statistics import RatioCheck
 from .problems import field_problem
 
 logger = logging.getLogger(__name__)
@@ -52,16 +73,86 @@ DEFAULT_GUARDS: tuple[dict[str, Any], ...] = (
 )
 
 
+# "statistical": anytime-valid intervals on candidate − stable, per cell, with the privacy
+# guard kept critical (any violation rolls back: a rate's interval would wait for many).
+STATISTICAL_GUARDS: tuple[dict[str, Any], ...] = (
+    {"kind": "sequential", "metric": "cloud_share", "tolerance": 0.05},
+    {"kind": "sequential", "metric": "fallback_rate", "tolerance": 0.01},
+    {"kind": "sequential", "metric": "error_rate", "tolerance": 0.01},
+    {"kind": "sequential", "metric": "p95_budget", "tolerance": 0.2},
+    {"metric": "privacy_violations", "comparison": "above", "threshold": 0},
+)
+PRESETS: Final = {"default": DEFAULT_GUARDS, "statistical": STATISTICAL_GUARDS}
+SEQUENTIAL_FIELDS: Final = frozenset(
+    {"kind", "metric", "tolerance", "confidence", "per_cell", "min_samples"}
+)
+MIN_CONFIDENCE: Final = 0.5
+MAX_CONFIDENCE: Final = 0.999
+
 DEFAULT_BAKE_MINUTES: Final = 10
 MAX_BAKE_MINUTES: Final = 7 * 24 * 60  # a week at one stage
+MAX_EXPOSURE: Final = 10**9
+MAX_EXTENSIONS: Final = 5
+
+
+def _clean_sequential(
+    guard: dict[str, Any], where: str, samples: object
+) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    problems: list[dict[str, str]] = []
+    metric, tolerance = guard.get("metric"), guard.get("tolerance")
+    confidence, per_cell = guard.get("confidence", 0.95), guard.get("per_cell", True)
+    for name in sorted(set(guard) - SEQUENTIAL_FIELDS):
+        problems.append(field_problem(f"{where}.{name}", "unknown for a sequential guard"))
+    if metric not in SEQUENTIAL_METRICS:
+        problems.append(
+            field_problem(f"{where}.metric", f"one of {', '.join(sorted(SEQUENTIAL_METRICS))}")
+        )
+    limit = 10.0 if metric in QUANTILE_METRICS else 1.0
+    if (
+        isinstance(tolerance, bool)
+        or not isinstance(tolerance, int | float)
+        or not 0 <= tolerance <= limit
+    ):
+        problems.append(
+            field_problem(
+                f"{where}.tolerance",
+                "a regression from 0 to 10 (0.2 is 20% slower)"
+                if limit > 1
+                else "a fraction from 0 to 1 (0.01 is 1 pt)",
+            )
+        )
+    if (
+        isinstance(confidence, bool)
+        or not isinstance(confidence, int | float)
+        or not MIN_CONFIDENCE <= confidence <= MAX_CONFIDENCE
+    ):
+        problems.append(
+            field_problem(f"{where}.confidence", f"from {MIN_CONFIDENCE} to {MAX_CONFIDENCE}")
+        )
+    if not isinstance(per_cell, bool):
+        problems.append(field_problem(f"{where}.per_cell", "a boolean"))
+    if isinstance(samples, bool) or not isinstance(samples, int) or not 0 <= samples <= 10**7:
+        problems.append(field_problem(f"{where}.min_samples", "a whole number ≥ 0"))
+    cleaned = {
+        "kind": GuardKind.SEQUENTIAL,
+        "metric": metric,
+        "comparison": GuardComparison.ABOVE_STABLE_BY,
+        "threshold": tolerance,
+        "confidence": confidence,
+        "per_cell": per_cell,
+        "min_samples": samples,
+    }
+    return cleaned, problems
 
 
 def _clean_guards(guards: object, min_samples: object) -> list[dict[str, Any]]:
-    if guards is None or guards == "default":
-        guards = [dict(g) for g in DEFAULT_GUARDS]
+    if guards is None:
+        guards = "default"
+    if isinstance(guards, str) and guards in PRESETS:
+        guards = [dict(g) for g in PRESETS[guards]]
     if not isinstance(guards, list) or not guards or len(guards) > MAX_GUARDS:
         raise ValidationFailed(
-            f'`guards` is a list of 1 to {MAX_GUARDS} guards or "default".',
+            f'`guards` is a list of 1 to {MAX_GUARDS} guards, "default" or "statistical".',
             details=[field_problem("guards", "a list")],
         )
     problems: list[dict[str, str]] = []
@@ -70,6 +161,15 @@ def _clean_guards(guards: object, min_samples: object) -> list[dict[str, Any]]:
         where = f"guards[{index}]"
         if not isinstance(guard, dict):
             problems.append(field_problem(where, "an object with metric, comparison, threshold"))
+            continue
+        kind = guard.get("kind", GuardKind.FIXED)
+        if kind not in GuardKind.values:
+            problems.append(field_problem(f"{where}.kind", "fixed or sequential"))
+            continue
+        if kind == GuardKind.SEQUENTIAL:
+            one, found = _clean_sequential(guard, where, guard.get("min_samples", min_samples))
+            problems.extend(found)
+            cleaned.append(one)
             continue
         metric, comparison = guard.get("metric"), guard.get("comparison")
         threshold = guard.get("threshold")
@@ -97,6 +197,7 @@ def _clean_guards(guards: object, min_samples: object) -> list[dict[str, Any]]:
             problems.append(field_problem(f"{where}.min_samples", "a whole number ≥ 0"))
         cleaned.append(
             {
+                "kind": GuardKind.FIXED,
                 "metric": metric,
                 "comparison": comparison,
                 "threshold": threshold,
@@ -137,8 +238,20 @@ def rollout_guards_set(
     auto_advance: object = False,
     window_minutes: object = 10,
     min_samples: object = 50,
+    min_devices: object = 0,
+    min_events: object = 0,
+    stage_limit_minutes: object = 0,
+    max_extensions: object = 1,
+    on_expiry: object = "rollback",
 ) -> RolloutGuardSet:
     """Guard an open rollout (replacing its guards, if any); the verdict starts afresh."""
+    exposure = _clean_exposure(
+        min_devices=min_devices,
+        min_events=min_events,
+        stage_limit_minutes=stage_limit_minutes,
+        max_extensions=max_extensions,
+        on_expiry=on_expiry,
+    )
     if not isinstance(auto_advance, bool):
         raise ValidationFailed(
             "`auto_advance` is true or false.", details=[field_problem("auto_advance", "a boolean")]
@@ -167,6 +280,9 @@ def rollout_guards_set(
             "stage_seen": locked.stage,
             "quiet_since": None,
             "evaluated_at": None,
+            "extensions_used": 0,
+            "sample_ratios": {},
+            **exposure,
         },
     )
     guard_set.guards.all().delete()
@@ -186,9 +302,41 @@ def rollout_guards_set(
             "bake_minutes": bake,
             "auto_advance": auto_advance,
             "window_minutes": window_minutes,
+            **exposure,
         },
     )
     return guard_set
+
+
+def _whole(value: object, name: str, limit: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+        raise ValidationFailed(
+            f"`{name}` is a whole number from 0 to {limit:,}.",
+            details=[field_problem(name, f"0 to {limit}")],
+        )
+    return value
+
+
+def _clean_exposure(
+    *,
+    min_devices: object,
+    min_events: object,
+    stage_limit_minutes: object,
+    max_extensions: object,
+    on_expiry: object,
+) -> dict[str, Any]:
+    if on_expiry not in RolloutGuardSet.OnExpiry.values:
+        raise ValidationFailed(
+            "`on_expiry` is rollback or hold.",
+            details=[field_problem("on_expiry", "rollback or hold")],
+        )
+    return {
+        "min_devices": _whole(min_devices, "min_devices", MAX_EXPOSURE),
+        "min_events": _whole(min_events, "min_events", MAX_EXPOSURE),
+        "stage_limit_minutes": _whole(stage_limit_minutes, "stage_limit_minutes", MAX_BAKE_MINUTES),
+        "max_extensions": _whole(max_extensions, "max_extensions", MAX_EXTENSIONS),
+        "on_expiry": on_expiry,
+    }
 
 
 def guards_evaluate(
@@ -206,6 +354,9 @@ def guards_evaluate(
     if guard_set.stage_seen != rollout.stage:
         guard_set.stage_seen = rollout.stage
         guard_set.quiet_since = None
+        guard_set.extensions_used = 0
+    if any(g.kind == GuardKind.SEQUENTIAL for g in guard_set.guards.all()):
+        return _sequential_evaluate(guard_set, rows, budgets, now)
     start = max(
         window_bounds(now, guard_set.window_minutes)[0], minute_floor(rollout.stage_changed_at)
     )
@@ -281,9 +432,258 @@ def guards_evaluate(
             and quiet_for >= timedelta(minutes=bake)
         ):
             event = _advance(guard_set, rollout, bake, now)
-    guard_set.save(
-        update_fields=["verdict", "verdict_reason", "stage_seen", "quiet_since", "evaluated_at"]
+    guard_set.save(update_fields=GUARD_SET_STATE)
+    return event
+
+
+GUARD_SET_STATE = (
+    "verdict",
+    "verdict_reason",
+    "stage_seen",
+    "quiet_since",
+    "evaluated_at",
+    "extensions_used",
+    "sample_ratios",
+)
+GUARD_STATE = (
+    "state",
+    "candidate_value",
+    "stable_value",
+    "candidate_samples",
+    "stable_samples",
+    "message",
+    "estimate",
+    "lower",
+    "upper",
+    "scope",
+    "series",
+)
+SEQUENTIAL_LABELS: Final = {**{m.value: m.label for m in Metric}, **QUANTILE_LABELS}
+
+
+def _sequential_evaluate(
+    guard_set: RolloutGuardSet, rows: list[RollupRow], budgets: dict[Any, int], now: datetime
+) -> AlertEvent | None:
+    """Judge a guard set with statistical guards: every interval since the stage began, the
+    sample ratios, the exposure; then act on `sequential.stage_decide`."""
+    rollout = guard_set.rollout
+    stage_start = minute_floor(rollout.stage_changed_at)
+    guards = list(guard_set.guards.all())
+    with_latency = any(g.metric in LATENCY_METRICS for g in guards)
+    candidate = cohort_figures(
+        rows,
+        start=stage_start,
+        end=now,
+        version=rollout.candidate.number or 0,
+        cohort="candidate",
+        with_latency=with_latency,
     )
+    stable = cohort_figures(
+        rows,
+        start=stage_start,
+        end=now,
+        version=rollout.stable.number or 0,
+        cohort="stable",
+        with_latency=with_latency,
+    )
+    cells_planned = PolicyCell.objects.filter(version=rollout.candidate).count()
+    breaches, unsettled = _judge_all(
+        guards, guard_set, rows, (candidate, stable), budgets, now, cells_planned
+    )
+    RolloutGuard.objects.bulk_update(guards, GUARD_STATE)
+    ratios = _sample_ratios(rollout, candidate, stable, now=now)
+    guard_set.sample_ratios = {
+        name: {
+            "observed": check.observed,
+            "total": check.total,
+            "share": check.share,
+            "expected_share": check.expected_share,
+            "chi_square": check.chi_square,
+            "p_value": check.p_value,
+        }
+        for name, check in ratios.items()
+    }
+    decision = stage_decide(
+        StageFacts(
+            now=now,
+            stage_started=rollout.stage_changed_at,
+            quiet_since=guard_set.quiet_since,
+            bake_minutes=guard_set.bake_for(rollout.stage),
+            auto_advance=guard_set.auto_advance,
+            active=rollout.state == Rollout.State.ACTIVE,
+            extensions_used=guard_set.extensions_used,
+            breaches=breaches,
+            unsettled=unsettled,
+            candidate_devices=ratios["devices"].observed if "devices" in ratios else 0,
+            candidate_events=candidate.total.events,
+            sample_ratios=ratios,
+        ),
+        Exposure(
+            min_devices=guard_set.min_devices,
+            min_events=guard_set.min_events,
+            stage_limit_minutes=guard_set.stage_limit_minutes,
+            max_extensions=guard_set.max_extensions,
+            on_expiry=guard_set.on_expiry,  # type: ignore[arg-type]  # OnExpiry's values
+        ),
+    )
+    return _apply_decision(guard_set, rollout, decision, now)
+
+
+def _judge_all(
+    guards: list[RolloutGuard],
+    guard_set: RolloutGuardSet,
+    rows: list[RollupRow],
+    cohorts: tuple[CohortFigures, CohortFigures],
+    budgets: dict[Any, int],
+    now: datetime,
+    cells_planned: int,
+) -> tuple[list[str], list[str]]:
+    """Judge each guard in place; the sentences of those that breach and those not healthy."""
+    candidate, stable = cohorts
+    stage = guard_set.rollout.stage
+    breaches: list[str] = []
+    unsettled: list[str] = []
+    fixed_candidate = fixed_stable = None
+    for guard in guards:
+        if guard.kind == GuardKind.SEQUENTIAL:
+            judgement = judge_sequential(
+                SequentialGuard(
+                    metric=guard.metric,
+                    tolerance=guard.threshold,
+                    confidence=guard.confidence,
+                    per_cell=guard.per_cell,
+                    min_samples=guard.min_samples,
+                ),
+                candidate=candidate,
+                stable=stable,
+                cells_planned=cells_planned,
+                label=SEQUENTIAL_LABELS.get(guard.metric, guard.metric),
+            )
+            reading = judgement.acted_on or judgement.fleet
+            guard.state = judgement.state
+            guard.message = judgement.message[:300]
+            if stage >= 100 and not stable.total.events:
+                # Nothing left on stable to compare with: judged at the earlier stages.
+                guard.message = "no stable cohort at 100%: compared at the earlier stages"
+            guard.scope = reading.scope[:200]
+            interval = reading.interval
+            guard.estimate = interval.estimate if interval else None
+            guard.lower = interval.lower if interval else None
+            guard.upper = interval.upper if interval else None
+            guard.candidate_samples = judgement.fleet.candidate_events
+            guard.stable_samples = judgement.fleet.stable_events
+            guard.series = series_point(guard.series, now=now, stage=stage, judgement=judgement)
+            role = stage_role(judgement, stage=stage, stable_events=stable.total.events)
+            if role == "breach":
+                breaches.append(judgement.message)
+            elif role == "unsettled":
+                unsettled.append(judgement.message)
+            continue
+        if fixed_candidate is None or fixed_stable is None:
+            # Fixed guards keep their window (since the stage began at the earliest).
+            start = max(
+                window_bounds(now, guard_set.window_minutes)[0],
+                minute_floor(guard_set.rollout.stage_changed_at),
+            )
+            fixed_candidate, fixed_stable = _window_figures(
+                guard_set.rollout, rows, start=start, now=now, with_latency=bool(budgets)
+            )
+        fixed = judge_guard(
+            metric=guard.metric,
+            comparison=guard.comparison,
+            threshold=guard.threshold,
+            min_samples=guard.min_samples,
+            candidate=fixed_candidate,
+            stable=fixed_stable,
+            budgets=budgets,
+        )
+        guard.state = {"breach": "firing", "ok": "ok", "no_data": "insufficient"}[fixed.outcome]
+        guard.candidate_value = fixed.value
+        guard.stable_value = fixed.previous
+        guard.candidate_samples = fixed_candidate.events
+        guard.stable_samples = fixed_stable.events
+        guard.message = fixed.message[:300]
+        if guard.state == "firing":
+            breaches.append(fixed.message)
+        elif guard.state == "insufficient":
+            unsettled.append(fixed.message)
+    return breaches, unsettled
+
+
+def _window_figures(
+    rollout: Rollout, rows: list[RollupRow], *, start: datetime, now: datetime, with_latency: bool
+) -> tuple[ScopeFigures, ScopeFigures]:
+    """The fixed guards' figures of each cohort over their window."""
+    return tuple(  # type: ignore[return-value]  # two items
+        figures_of(
+            rows,
+            start=start,
+            end=now,
+            where={"cohort": cohort, "policy_version": version.number},
+            with_latency=with_latency,
+        )
+        for cohort, version in (("candidate", rollout.candidate), ("stable", rollout.stable))
+    )
+
+
+def _sample_ratios(
+    rollout: Rollout, candidate: CohortFigures, stable: CohortFigures, *, now: datetime
+) -> dict[str, RatioCheck]:
+    """The sample ratio checks of the stage: devices seen in it (or within the presence
+    window), by the version they acked."""
+    since = min(rollout.stage_changed_at, now - SRM_GRACE)
+    acked = dict(
+        Device.objects.filter(
+            fleet_id=rollout.fleet_id,
+            revoked_at__isnull=True,
+            last_seen_at__gte=since,
+            acked_version__in=[rollout.candidate.number, rollout.stable.number],
+        )
+        .values_list("acked_version")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    on_candidate = acked.get(rollout.candidate.number, 0)
+    return cohort_sample_ratios(
+        stage=rollout.stage,
+        candidate_devices=on_candidate,
+        seen_devices=on_candidate + acked.get(rollout.stable.number, 0),
+        candidate_events=candidate.total.events,
+        stable_events=stable.total.events,
+        stage_age=now - rollout.stage_changed_at,
+    )
+
+
+def _apply_decision(
+    guard_set: RolloutGuardSet, rollout: Rollout, decision: StageDecision, now: datetime
+) -> AlertEvent | None:
+    """Act on the stage decision; the history entry of a rollback or an advance, if any."""
+    guard_set.evaluated_at = now
+    guard_set.extensions_used = decision.extensions_used
+    event: AlertEvent | None = None
+    before = guard_set.verdict
+    if decision.action == "rollback":
+        event = _rollback(guard_set, rollout, decision.reason[:500], now)
+    elif decision.action == "advance":
+        event = _advance(guard_set, rollout, guard_set.bake_for(rollout.stage), now)
+        guard_set.extensions_used = 0
+    else:
+        guard_set.verdict = decision.verdict
+        guard_set.verdict_reason = decision.reason[:500]
+        guard_set.quiet_since = decision.quiet_since
+        if guard_set.verdict != before and decision.verdict in ("srm", "extended"):
+            # Into the history (not a notification): why the stage stopped moving.
+            AlertEvent.objects.create(
+                fleet_id=rollout.fleet_id,
+                rollout=rollout,
+                kind="held" if decision.verdict == "srm" else "extended",
+                rule_name=f"guards of rollout #{rollout.pk}",
+                state_before=str(rollout.stage),
+                state_after=str(rollout.stage),
+                message=decision.reason[:500],
+                at=now,
+            )
+    guard_set.save(update_fields=GUARD_SET_STATE)
     return event
 
 

@@ -1,0 +1,5 @@
+"""`python -m bench.guards`."""
+
+from .run import main
+
+main()

@@ -1,0 +1,185 @@
+"""Statistical rollout guards on real events and PostgreSQL: a regression in one cell rolls
+back with its interval in the reason, a candidate like stable advances, a sample ratio
+mismatch holds, too little exposure extends and then rolls back."""
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from controlplane.exceptions import ValidationFailed
+from routing_policies.models import AuditEntry, Device, Rollout
+from telemetry.alerts.selectors import guard_status
+from telemetry.alerts.services import alerts_evaluate, rollout_guards_set, rollout_start_guarded
+from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
+from telemetry.models import AlertEvent, RolloutGuardSet
+from tests.factories import iso, make_events
+
+pytestmark = pytest.mark.usefixtures("requires_postgres")
+
+VOICE = {"task_type": "voice", "latency_budget": "interactive", "privacy_tier": "normal"}
+
+
+@pytest.fixture(autouse=True)
+def _no_rate_limit(settings: Any) -> None:
+    settings.TELEMETRY_RATE_LIMIT_BATCHES = 0
+
+
+@pytest.fixture
+def device(phone: tuple[Device, str]) -> Device:
+    return phone[0]
+
+
+@pytest.fixture
+def candidate(fleet: Any, publish_version: Any) -> int:
+    return int(publish_version(fleet, threshold=0.7).number)
+
+
+def report(device: Device, *, version: int, cloud: int, device_side: int, **cell: Any) -> None:
+    """Events of `version` now, `cloud` of them in the cloud, in batches of at most 1,000."""
+    at = iso(datetime.now(UTC))
+    events = make_events(cloud, ts=at, policy_version=version, route="cloud", **cell)
+    events += make_events(device_side, ts=at, policy_version=version, **cell)
+    for start in range(0, len(events), 1000):
+        body = json.dumps({"events": events[start : start + 1000]}).encode()
+        telemetry_batch_ingest(device=device, body=body)
+    landed_batches_process()
+
+
+def start(fleet: Any, version: int, publisher: Any, **options: Any) -> Rollout:
+    defaults = {"guards": "statistical", "bake_minutes": 0, "min_samples": 50}
+    return rollout_start_guarded(
+        actor=publisher, fleet=fleet, version=version, guard_options={**defaults, **options}
+    )
+
+
+def test_statistical_guards__one_cell_jumps_30_to_70_percent__rolled_back_with_its_interval(
+    fleet: Any, device: Device, candidate: int, publisher: Any
+) -> None:
+    # Given a statistical rollout; fleet-wide the candidate's cloud share is like stable's,
+    # but in the voice cell it is 70% against stable's 30%
+    rollout = start(fleet, candidate, publisher)
+    report(device, version=1, cloud=600, device_side=1400)
+    report(device, version=1, cloud=300, device_side=700, **VOICE)
+    report(device, version=candidate, cloud=30, device_side=70)
+    report(device, version=candidate, cloud=70, device_side=30, **VOICE)
+
+    # When the fleet is evaluated
+    result = alerts_evaluate(fleet_id=fleet.pk)
+
+    # Then the rollout is rolled back on the voice cell's evidence, said in the audit entry
+    rollout.refresh_from_db()
+    assert result.guard_action == "rolled_back"
+    assert rollout.state == Rollout.State.ROLLED_BACK
+    audit = AuditEntry.objects.get(action="rollout.rolled_back", fleet=fleet)
+    assert "cloud share in voice/interactive/normal" in audit.summary
+    assert "wholly beyond the tolerated +5.0 pts" in audit.summary
+    status = guard_status(rollout_id=rollout.pk)
+    assert status is not None
+    cloud = next(g for g in status["guards"] if g["metric"] == "cloud_share")
+    assert (cloud["kind"], cloud["state"], cloud["scope"]) == (
+        "sequential",
+        "regressed",
+        "voice/interactive/normal",
+    )
+    assert cloud["lower"] > 0.05
+    assert cloud["series"]
+    assert cloud["series"][-1]["state"] == "regressed"
+
+
+def test_statistical_guards__candidate_like_stable__healthy_and_advanced(
+    fleet: Any, device: Device, candidate: int, publisher: Any
+) -> None:
+    # Given one statistical guard (cloud share, 20 pts tolerated) and 5% of events on v2
+    rollout = start(
+        fleet,
+        candidate,
+        publisher,
+        guards=[{"kind": "sequential", "metric": "cloud_share", "tolerance": 0.2}],
+        auto_advance=True,
+    )
+    report(device, version=1, cloud=1140, device_side=2660)
+    report(device, version=candidate, cloud=60, device_side=140)
+
+    # When evaluated
+    result = alerts_evaluate(fleet_id=fleet.pk)
+
+    # Then the interval lies within the tolerance and the rollout moves on to 25%
+    rollout.refresh_from_db()
+    assert result.guard_action == "advanced"
+    assert rollout.stage == 25
+    history = AlertEvent.objects.get(rollout=rollout, kind="advanced")
+    assert history.message.startswith("Advanced v2 to 25%")
+
+
+def test_statistical_guards__candidate_drops_half_its_telemetry__held_for_sample_ratio(
+    fleet: Any, device: Device, candidate: int, publisher: Any
+) -> None:
+    # Given 5% expected on the candidate and 2.5% of the events arriving from it
+    rollout = start(fleet, candidate, publisher, auto_advance=True)
+    report(device, version=1, cloud=1170, device_side=2730)
+    report(device, version=candidate, cloud=30, device_side=70)
+
+    # When judged within the first minutes (devices still applying it), then after them
+    alerts_evaluate(fleet_id=fleet.pk)
+    early = RolloutGuardSet.objects.get(rollout=rollout).verdict
+    alerts_evaluate(fleet_id=fleet.pk, now=rollout.stage_changed_at + timedelta(minutes=3))
+
+    # Then the stage is held, says why, and the history has it
+    rollout.refresh_from_db()
+    guard_set = RolloutGuardSet.objects.get(rollout=rollout)
+    assert early != "srm"
+    assert (rollout.state, rollout.stage, guard_set.verdict) == ("active", 5, "srm")
+    assert "sample ratio mismatch in events: candidate has 2.5%" in guard_set.verdict_reason
+    assert AlertEvent.objects.filter(rollout=rollout, kind="held").exists()
+
+
+def test_statistical_guards__exposure_never_reached__extended_then_rolled_back(
+    fleet: Any, device: Device, candidate: int, publisher: Any
+) -> None:
+    # Given 500 candidate events needed within 10 min (one extension), and only 100 arriving
+    rollout = start(fleet, candidate, publisher, min_events=500, stage_limit_minutes=10)
+    report(device, version=1, cloud=570, device_side=1330)
+    report(device, version=candidate, cloud=30, device_side=70)
+    began = rollout.stage_changed_at
+
+    # When evaluated before the limit, after it, and after the extension
+    alerts_evaluate(fleet_id=fleet.pk, now=began + timedelta(minutes=1))
+    first = RolloutGuardSet.objects.get(rollout=rollout).verdict
+    alerts_evaluate(fleet_id=fleet.pk, now=began + timedelta(minutes=10, seconds=5))
+    second = RolloutGuardSet.objects.get(rollout=rollout)
+    alerts_evaluate(fleet_id=fleet.pk, now=began + timedelta(minutes=20, seconds=5))
+
+    # Then it collected, was extended once, then rolled back, saying so
+    rollout.refresh_from_db()
+    assert first == "collecting"
+    assert second.verdict == "extended"
+    assert "100 of 500 events" in second.verdict_reason
+    assert rollout.state == Rollout.State.ROLLED_BACK
+    assert rollout.reason.startswith("Stage limit of 20 min passed without a verdict")
+
+
+def test_statistical_guards__bad_options__400_naming_each_field(
+    fleet: Any, candidate: int, publisher: Any
+) -> None:
+    rollout = start(fleet, candidate, publisher)
+    bad = [
+        {"kind": "sequential", "metric": "events", "tolerance": 2, "confidence": 1.5},
+        {"kind": "bayesian", "metric": "alpha"},
+        {"kind": "sequential", "metric": "alpha", "tolerance": 0.1, "per_cell": "yes", "x": 1},
+    ]
+    with pytest.raises(ValidationFailed) as refused:
+        rollout_guards_set(actor=publisher, rollout=rollout, guards=bad)
+    fields = {d["field"] for d in refused.value.details}
+    assert fields == {
+        "guards[0].metric",
+        "guards[0].tolerance",
+        "guards[0].confidence",
+        "guards[1].kind",
+        "guards[2].per_cell",
+        "guards[2].x",
+    }
+    with pytest.raises(ValidationFailed) as refused:
+        rollout_guards_set(actor=publisher, rollout=rollout, min_devices=-1)
+    assert refused.value.details[0]["field"] == "min_devices"
