@@ -1,0 +1,1 @@
+"""The policy lab (docs/lab.md): playground, backtest and calibration over recorded events."""
