@@ -121,8 +121,7 @@ def test_telemetry_ingest__decision_inputs__stored_as_sent_or_unknown(
     # Then the newer one's inputs are stored as sent, the older one's as unknown
     assert response.status_code == 202, response.content
     stored = {
-        str(e.event_id): (e.online, e.cloud_infer_ms, e.cloud_pressure)
-        for e in Event.objects.all()
+        str(e.event_id): (e.online, e.cloud_infer_ms, e.cloud_pressure) for e in Event.objects.all()
     }
     assert stored == {
         newer["event_id"]: (False, 412.5, -0.2),
