@@ -172,10 +172,28 @@ def backtest_start(*, actor: Actor, fleet: Fleet, data: dict[str, Any]) -> tuple
             f"Unknown field {unknown[0]!r}.",
             details=[{"field": name, "message": "unknown"} for name in unknown],
         )
-    subject, kind = _subject(fleet, data)
-    start, end = _window(data)
+    # Every field is checked, so that one answer names every problem.
+    details: list[dict[str, Any]] = []
+    found: dict[str, Any] = {}
+    checks: list[tuple[str, Callable[[], Any]]] = [
+        ("subject", lambda: _subject(fleet, data)),
+        ("window", lambda: _window(data)),
+        ("filters", lambda: _filters(data, version_table(version=found["subject"][0]))),
+    ]
+    for name, check in checks:
+        if name == "filters" and "subject" not in found:
+            continue
+        try:
+            found[name] = check()
+        except ValidationFailed as exc:
+            details.extend(exc.details)
+    if details:
+        first = details[0]
+        raise ValidationFailed(
+            f"The backtest cannot start: {first['field']} {first['message']}.", details=details
+        )
+    (subject, kind), (start, end), filters = found["subject"], found["window"], found["filters"]
     table = version_table(version=subject)
-    filters = _filters(data, table)
     routing = FleetRouting.objects.select_related("stable_version").filter(fleet=fleet).first()
     if routing is None or routing.stable_version is None or routing.stable_version.number is None:
         raise _problem("version", f"fleet {fleet.slug!r} has no stable version to compare with")
