@@ -17,13 +17,16 @@ class Command(BaseCommand):
     """Run one backtest in this process and print its headline, self-check and cells."""
 
     help = (
-        "Replay the draft (default) or a published version over the last --hours (24) of a "
+        "Replay the draft (default) or a published version (--subject N) over the last --hours (24) of a "
         "fleet's recorded events; print the figures beside the stable version's, or --json."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("fleet", help="the fleet's slug")
-        parser.add_argument("--version", default="draft", help='"draft" or a version number')
+        # (--version is Django's own: the subject is --subject)
+        parser.add_argument(
+            "--subject", default="draft", help='what to replay: "draft" or a version number'
+        )
         parser.add_argument("--revision", type=int, help="the draft's revision (checked)")
         parser.add_argument("--hours", type=int, default=24)
         parser.add_argument("--end", help="the window's end, RFC 3339 (default now)")
@@ -43,7 +46,7 @@ class Command(BaseCommand):
             fleet = fleet_get(slug=options["fleet"])
         except NotFound as exc:
             raise CommandError(exc.message) from None
-        version = options["version"]
+        version = options["subject"]
         data: dict[str, Any] = {
             "version": int(version) if version.isdigit() else version,
             "hours": options["hours"],

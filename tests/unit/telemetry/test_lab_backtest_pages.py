@@ -148,7 +148,7 @@ def test_rollout_page__candidate_backtested__prediction_beside_observed(
 def test_manage_backtest__version__prints_headline_and_self_check(recorded: Any) -> None:
     out = StringIO()
 
-    call_command("backtest", "fleet-a", "--version", "1", stdout=out)
+    call_command("backtest", "fleet-a", "--subject", "1", stdout=out)
 
     text = out.getvalue()
     assert "v1 over 24 h, 300 events" in text
