@@ -14,8 +14,8 @@ from django.views.decorators.http import require_GET, require_POST
 from controlplane.exceptions import ApplicationError
 from controlplane.pages import fleet_or_404, posted_values, refusal, role_required
 from routing_policies.models import Fleet
-from routing_policies.roles import Role, has_role
 from routing_policies.policies.selectors import draft_get, published_numbers
+from routing_policies.roles import Role, has_role
 
 from . import selectors, services
 from .models import Backtest

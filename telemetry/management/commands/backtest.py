@@ -17,8 +17,9 @@ class Command(BaseCommand):
     """Run one backtest in this process and print its headline, self-check and cells."""
 
     help = (
-        "Replay the draft (default) or a published version (--subject N) over the last --hours (24) of a "
-        "fleet's recorded events; print the figures beside the stable version's, or --json."
+        "Replay the draft (default) or a published version (--subject N) over the last "
+        "--hours (24) of a fleet's recorded events; print the figures beside the stable "
+        "version's, or --json."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
