@@ -14,7 +14,9 @@ from routing_policies.roles import Role
 from routing_policies.selectors import version_table
 from tests.factories import UserFactory, decided_events, make_fleet
 from tests.integration.test_telemetry_durability import Worker
-from tests.live_server import empty_test_redis
+from tests.live_server import asgi_server, empty_test_redis
+
+__all__ = ["asgi_server"]
 
 SLUG = "it-backtest"
 

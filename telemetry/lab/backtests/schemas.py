@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -9,7 +10,7 @@ from controlplane.openapi import closed_body
 
 from ...ingest.models import Cohort
 from .models import BacktestStatus
-from .services import DEFAULT_HOURS, MAX_FILTER_CELLS, MAX_FILTER_VERSIONS
+from .services import DEFAULT_HOURS, MAX_CELL_NAME, MAX_FILTER_CELLS, MAX_FILTER_VERSIONS
 
 
 @extend_schema_field(
@@ -35,12 +36,14 @@ class BacktestStartSerializer(serializers.Serializer[Any]):
     )
     hours = serializers.IntegerField(
         min_value=1,
-        max_value=24 * 400,
+        max_value=int(settings.TELEMETRY_RETENTION_DAYS) * 24,
         default=DEFAULT_HOURS,
         help_text="the window's length (at most the raw events' retention)",
     )
     end = serializers.DateTimeField(
-        required=False, help_text="the window's end (RFC 3339 with a zone); default now"
+        required=False,
+        help_text="the window's end (RFC 3339 with a zone); default now; 409 when in the "
+        "future or older than the raw events are kept",
     )
     versions = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=2**31 - 1),
@@ -51,7 +54,7 @@ class BacktestStartSerializer(serializers.Serializer[Any]):
     )
     cohort = serializers.ChoiceField(choices=Cohort.values, required=False)
     cells = serializers.ListField(
-        child=serializers.CharField(max_length=100),
+        child=serializers.CharField(max_length=MAX_CELL_NAME),
         min_length=1,
         max_length=MAX_FILTER_CELLS,
         required=False,

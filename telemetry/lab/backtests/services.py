@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.exceptions import Conflict, ValidationFailed
+from controlplane.exceptions import Conflict, NotFound, ValidationFailed
 from edge_sdk.decision import Cell
 from routing_policies.cell_schema import CellKey, cell_key_label
 from routing_policies.documents import Table
@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_HOURS: Final = 24
 MAX_FILTER_VERSIONS: Final = 100
 MAX_FILTER_CELLS: Final = 4096
+MAX_CELL_NAME: Final = 100
 START_FIELDS: Final = ("version", "revision", "hours", "end", "versions", "cohort", "cells")
 # Progress is written at most this often (a day of events is a few hundred batches).
 _PROGRESS_EVERY_S: Final = 0.5
@@ -57,6 +58,13 @@ def _problem(field: str, message: str) -> ValidationFailed:
     return ValidationFailed(f"{field}: {message}", details=[{"field": field, "message": message}])
 
 
+def _state(field: str, message: str, code: str) -> Conflict:
+    """A well-formed request the fleet's state (or the clock) cannot serve: 409."""
+    return Conflict(
+        f"{field}: {message}", code=code, details=[{"field": field, "message": message}]
+    )
+
+
 def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -70,7 +78,9 @@ def _subject(fleet: Fleet, data: dict[str, Any]) -> tuple[PolicyVersion, str]:
     if ref == "draft":
         draft = draft_get(fleet=fleet)
         if draft is None:
-            raise _problem("version", f"fleet {fleet.slug!r} has no draft; name a version")
+            raise _state(
+                "version", f"fleet {fleet.slug!r} has no draft; name a version", "no_draft"
+            )
         revision = data.get("revision")
         if revision is not None:
             if not _whole(revision) or revision < 1:
@@ -88,7 +98,10 @@ def _subject(fleet: Fleet, data: dict[str, Any]) -> tuple[PolicyVersion, str]:
         raise _problem("revision", "only for the draft (a published version never changes)")
     version = PolicyVersion.objects.filter(fleet=fleet, number=ref).first()
     if version is None:
-        raise _problem("version", f"fleet {fleet.slug!r} has no published version {ref}")
+        raise NotFound(
+            f"Fleet {fleet.slug!r} has no published version {ref}.",
+            details=[{"field": "version", "message": f"no published version {ref}"}],
+        )
     return version, "version"
 
 
@@ -112,10 +125,10 @@ def _window(data: dict[str, Any]) -> tuple[datetime, datetime]:
             raise _problem("end", "must carry a time zone (e.g. Z)")
         end = end.astimezone(UTC)
         if end > now + timedelta(minutes=5):
-            raise _problem("end", "must not be in the future")
+            raise _state("end", "must not be in the future", "end_in_future")
     start = end - timedelta(hours=hours)
     if end < now - timedelta(hours=_max_hours()):
-        raise _problem("end", "is older than the raw events are kept")
+        raise _state("end", "is older than the raw events are kept", "past_retention")
     return start, end
 
 
@@ -141,12 +154,16 @@ def _filters(data: dict[str, Any], table: Table) -> dict[str, Any]:
         labels = {cell_key_label(key): key for key in table}
         keys: set[CellKey] = set()
         for index, label in enumerate(cells):
-            if not isinstance(label, str) or label not in labels:
-                shown = label if isinstance(label, str) and len(label) <= 100 else "that"
+            if not isinstance(label, str) or len(label) > MAX_CELL_NAME:
                 raise _problem(
+                    f"cells[{index}]", f"must be a cell name of at most {MAX_CELL_NAME} characters"
+                )
+            if label not in labels:
+                raise _state(
                     f"cells[{index}]",
-                    f"{shown!r} is not a cell of the subject (task_type/latency_budget/"
+                    f"{label!r} is not a cell of the subject (task_type/latency_budget/"
                     "privacy_tier, e.g. text/interactive/normal)",
+                    "unknown_cell",
                 )
             keys.add(labels[label])
         filters["cells"] = [list(key) for key in sorted(keys)]
@@ -196,7 +213,9 @@ def backtest_start(*, actor: Actor, fleet: Fleet, data: dict[str, Any]) -> tuple
     table = version_table(version=subject)
     routing = FleetRouting.objects.select_related("stable_version").filter(fleet=fleet).first()
     if routing is None or routing.stable_version is None or routing.stable_version.number is None:
-        raise _problem("version", f"fleet {fleet.slug!r} has no stable version to compare with")
+        raise _state(
+            "version", f"fleet {fleet.slug!r} has no stable version to compare with", "no_stable"
+        )
     key = _key(subject, start, end, filters)
     kept = (
         Backtest.objects.filter(fleet=fleet, key=key)
