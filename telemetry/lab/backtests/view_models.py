@@ -110,6 +110,7 @@ def backtest_view(backtest: Backtest, *, slug: str) -> dict[str, Any]:
     view["cells"] = [
         {
             "label": cell["label"],
+            "parts": cell["cell"],  # shown with a break opportunity after each "/"
             "changed": cell["changed"],
             "privacy_flag": cell["privacy_flag"],
             "events": cell["observed"]["events"],
