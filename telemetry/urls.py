@@ -7,4 +7,5 @@ urlpatterns = [
     path("", include("telemetry.dashboards.urls")),
     path("", include("telemetry.alerts.urls")),
     path("", include("telemetry.lab.playground.urls")),
+    path("", include("telemetry.lab.backtests.urls")),
 ]

@@ -95,6 +95,10 @@ class Event(models.Model):
     device_load = models.FloatField(null=True)
     # Whether the task's data left the device, as the device said (None: it did not say).
     uploaded = models.BooleanField(null=True)
+    # The decision's other inputs, as the device said (PROTOCOL.md extensions; None: not sent).
+    online = models.BooleanField(null=True)
+    cloud_infer_ms = models.FloatField(null=True)
+    cloud_pressure = models.FloatField(null=True)
 
     class Meta:
         indexes = [models.Index(fields=["fleet", "ts"], name="telemetry_event_fleet_ts")]

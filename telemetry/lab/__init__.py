@@ -1,1 +1,2 @@
-"""The policy lab (issue #14): playground, backtest and calibration, on `edge_sdk.decision`."""
+"""The policy lab (docs/lab.md): playground, backtest and calibration, every decision by
+`edge_sdk.decision` over the fleet's recorded events."""
