@@ -182,6 +182,20 @@ class RouteLoad:
         if route != "device":
             load.network[route].add(_event_network(event))
 
+    def add_counted(
+        self, cell: CellKey, route: str, count: int, network: LatencySketch | None = None
+    ) -> None:
+        """`count` tasks of `cell` sent to `route` at once, their network parts already in a
+        sketch (calibration folds each θ's load from per-breakpoint sums, not event by event)."""
+        if count <= 0:
+            return
+        load = self.cells.get(cell)
+        if load is None:
+            load = self.cells[cell] = _CellLoad()
+        load.counts[route] = load.counts.get(route, 0) + count
+        if route != "device" and network is not None:
+            load.network[route].merge(network)
+
     def of_cell(self, cell: CellKey) -> RouteLoad:
         """This load restricted to one cell."""
         restricted = RouteLoad()
