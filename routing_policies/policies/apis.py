@@ -30,6 +30,7 @@ from controlplane.validators import SOME_TEXT_PATTERN
 
 from ..cell_schema import DIMENSIONS, flatten
 from ..permissions import IsEditor, IsPublisher, IsViewer
+from ..pricing import CloudPrice
 from ..validation import DIMENSION_VALUE_RE
 from . import schemas, selectors, services
 from .models import AuditEntry, PolicyVersion
@@ -116,6 +117,9 @@ def fleet_out(fleet: selectors.FleetWithState) -> dict[str, Any]:
         "created_at": fleet.created_at,
         "latest_version": fleet.latest_number,
         "draft_revision": fleet.draft_revision,
+        "cloud_price_per_1k_tokens": fleet.cloud_price_per_1k_tokens,
+        "cloud_price_per_call": fleet.cloud_price_per_call,
+        "currency": CloudPrice.of_fleet(fleet).currency,
     }
 
 
@@ -195,10 +199,33 @@ class FleetListApi(APIView):
 
 
 class FleetDetailApi(APIView):
-    """One fleet."""
+    """One fleet; publishers set its cloud price (PATCH)."""
+
+    def get_permissions(self) -> list[Any]:
+        return [IsPublisher()] if self.request.method == "PATCH" else [IsViewer()]
 
     @extend_schema(responses=schemas.FleetSerializer)
     def get(self, request: Request, slug: str) -> Response:
+        return Response(fleet_out(selectors.fleet_state_get(slug=slug)))
+
+    @extend_schema(
+        request=schemas.FleetCloudPriceInputSerializer, responses=schemas.FleetSerializer
+    )
+    def patch(self, request: Request, slug: str) -> Response:
+        data = require_object(request.data)
+        fields = schemas.FleetCloudPriceInputSerializer().fields
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise ValidationFailed(
+                f"Unknown field {unknown[0]!r}: a fleet's cloud price is all PATCH changes.",
+                details=[{"field": name, "message": "unknown"} for name in unknown],
+            )
+        services.fleet_cloud_price_set(
+            actor=request.user,
+            fleet=selectors.fleet_get(slug=slug),
+            per_1k_tokens=data.get("cloud_price_per_1k_tokens"),
+            per_call=data.get("cloud_price_per_call"),
+        )
         return Response(fleet_out(selectors.fleet_state_get(slug=slug)))
 
 

@@ -16,6 +16,10 @@ class Fleet(models.Model):
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # What the fleet pays its cloud model (routing_policies.pricing.CloudPrice reads them):
+    # currency units per 1,000 tokens sent to the cloud, and per cloud call.
+    cloud_price_per_1k_tokens = models.FloatField(default=0.002)
+    cloud_price_per_call = models.FloatField(default=0.0)
 
     class Meta:
         ordering = ["slug"]

@@ -17,6 +17,7 @@ from controlplane.api import JsonIntegerField
 from controlplane.openapi import closed_body
 
 from ..cell_schema import CELL_FIELDS, DIMENSIONS, FieldSpec
+from ..pricing import MAX_PRICE_PER_1K_TOKENS, MAX_PRICE_PER_CALL
 from ..validation import DIMENSION_VALUE_RE, MAX_CELLS, MAX_DIMENSION_VALUES
 
 
@@ -135,9 +136,35 @@ class FleetSerializer(serializers.Serializer[Any]):
     created_at = serializers.DateTimeField()
     latest_version = serializers.IntegerField(allow_null=True)
     draft_revision = serializers.IntegerField(allow_null=True, help_text="null: no draft")
+    cloud_price_per_1k_tokens = serializers.FloatField(
+        help_text="currency units per 1,000 tokens sent to the cloud"
+    )
+    cloud_price_per_call = serializers.FloatField(help_text="currency units per cloud call")
+    currency = serializers.CharField()
 
     class Meta:
         ref_name = "Fleet"
+
+
+@closed_body
+class FleetCloudPriceInputSerializer(serializers.Serializer[Any]):
+    """The fleet's cloud price (PATCH): either part, or both."""
+
+    cloud_price_per_1k_tokens = serializers.FloatField(
+        min_value=0,
+        max_value=MAX_PRICE_PER_1K_TOKENS,
+        required=False,
+        help_text="currency units per 1,000 tokens sent to the cloud (cloud and draft_refine)",
+    )
+    cloud_price_per_call = serializers.FloatField(
+        min_value=0,
+        max_value=MAX_PRICE_PER_CALL,
+        required=False,
+        help_text="currency units per cloud call (route cloud or draft_refine)",
+    )
+
+    class Meta:
+        ref_name = "FleetCloudPriceInput"
 
 
 class FleetListSerializer(serializers.Serializer[Any]):

@@ -31,6 +31,7 @@ from ..documents import (
     flatten_table,
     ordered_keys,
 )
+from ..pricing import MAX_PRICE_PER_1K_TOKENS, MAX_PRICE_PER_CALL, price_problem
 from ..push.frames import assignment_message
 from ..push.publish import publish_on_commit
 from ..rollouts.models import FleetRouting
@@ -158,6 +159,55 @@ def fleet_create(
 
 
 @transaction.atomic
+@transaction.atomic
+def fleet_cloud_price_set(
+    *, actor: Actor, fleet: Fleet, per_1k_tokens: object = None, per_call: object = None
+) -> Fleet:
+    """Set the fleet's cloud price (either part; None keeps it), audited; refused as a whole.
+
+    `object` parameters: the API hands the JSON values over as sent, and this is their check."""
+    problems = [
+        {"field": name, "message": message}
+        for name, value, maximum in (
+            ("cloud_price_per_1k_tokens", per_1k_tokens, MAX_PRICE_PER_1K_TOKENS),
+            ("cloud_price_per_call", per_call, MAX_PRICE_PER_CALL),
+        )
+        if value is not None and (message := price_problem(value, maximum=maximum)) is not None
+    ]
+    if problems:
+        raise ValidationFailed("The cloud price is invalid: nothing was changed.", details=problems)
+    fleet = _lock_fleet(fleet)
+    before = {
+        "cloud_price_per_1k_tokens": fleet.cloud_price_per_1k_tokens,
+        "cloud_price_per_call": fleet.cloud_price_per_call,
+    }
+    if isinstance(per_1k_tokens, int | float):
+        fleet.cloud_price_per_1k_tokens = float(per_1k_tokens)
+    if isinstance(per_call, int | float):
+        fleet.cloud_price_per_call = float(per_call)
+    after = {
+        "cloud_price_per_1k_tokens": fleet.cloud_price_per_1k_tokens,
+        "cloud_price_per_call": fleet.cloud_price_per_call,
+    }
+    if after == before:
+        return fleet
+    fleet.save(update_fields=["cloud_price_per_1k_tokens", "cloud_price_per_call"])
+    audit_record(
+        actor=actor,
+        action="fleet.cloud_price",
+        fleet=fleet,
+        target=f"fleet {fleet.slug}",
+        summary=(
+            f"Cloud price {fleet.cloud_price_per_1k_tokens:g} per 1k tokens, "
+            f"{fleet.cloud_price_per_call:g} per call"
+        ),
+        before=before,
+        after=after,
+    )
+    logger.info("fleet.cloud_price fleet=%s", fleet.slug)
+    return fleet
+
+
 def policy_draft_create(
     *, actor: Actor, fleet: Fleet, from_number: int | None = None
 ) -> PolicyVersion:
