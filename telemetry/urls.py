@@ -6,4 +6,5 @@ urlpatterns = [
     path("", include("telemetry.ingest.urls")),
     path("", include("telemetry.dashboards.urls")),
     path("", include("telemetry.alerts.urls")),
+    path("", include("telemetry.lab.calibration.urls")),
 ]

@@ -1,6 +1,7 @@
 """Factories for tests, in one place: users and fleets (made through the services, as users
 make them), and telemetry events as devices send them (PROTOCOL.md)."""
 
+import random
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -9,10 +10,13 @@ import factory
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
+from edge_sdk.decision import Cell, DeviceState, TaskSignals, decide
+from routing_policies.cell_schema import nest
 from routing_policies.demo import demo_table
 from routing_policies.models import Fleet
 from routing_policies.roles import ROLE_GROUPS, Role
 from routing_policies.services import fleet_create, policy_version_publish
+from telemetry.lab.replay import RecordedEvent
 
 PASSWORD = "test-password-123"
 
@@ -82,3 +86,71 @@ def make_event(device_id: str = "phone-1", **overrides: Any) -> dict[str, Any]:
 def make_events(count: int, device_id: str = "phone-1", **overrides: Any) -> list[dict[str, Any]]:
     """`count` valid events with distinct ids."""
     return [make_event(device_id, **overrides) for _ in range(count)]
+
+
+def demo_cell(key: tuple[str, str, str], **overrides: Any) -> Cell:
+    """The demo table's cell `key` as the decision function reads it, with flat overrides
+    (`{"threshold": 0.5, "latency_budget_ms": 600}`)."""
+    values = {**demo_table()[key], **overrides}
+    return Cell.from_document(
+        nest({"task_type": key[0], "latency_budget": key[1], "privacy_tier": key[2], **values})
+    )
+
+
+def recorded_sample(
+    cell: Cell,
+    count: int,
+    *,
+    seed: int = 7,
+    device_ms: tuple[float, float] = (25.0, 90.0),
+    cloud_infer_ms: tuple[float, float] = (150.0, 450.0),
+    ts: datetime | None = None,
+) -> list[RecordedEvent]:
+    """`count` generated events of `cell` as the replay reads them: spread signals, a weak
+    network now and then (θ raised), busy devices (θ lowered), a live cloud-pressure nudge on
+    some, a few cache hits; the recorded route is what `cell` decided, and the recorded
+    latency a device time drawn from `device_ms` or the network part plus a cloud time drawn
+    from `cloud_infer_ms`."""
+    rng = random.Random(seed)
+    moment = ts or datetime.now(UTC) - timedelta(hours=1)
+    events = []
+    for _ in range(count):
+        task = TaskSignals(
+            tokens=rng.randint(0, 800),
+            intent_conf=round(rng.random(), 3),
+            lm_conf=round(rng.random(), 3),
+            upload_bytes=rng.randint(0, 20_000),
+        )
+        infer = rng.uniform(*cloud_infer_ms)
+        device = DeviceState(
+            rtt_ms=rng.choice([40.0, 80.0, 120.0, 260.0]),
+            bandwidth_kbps=rng.choice([300.0, 2000.0, 8000.0]),
+            device_load=round(rng.random(), 2),
+            online=rng.random() > 0.02,
+            cloud_infer_ms=infer,
+            cloud_pressure=rng.choice([0.0, 0.0, 0.0, 0.1]),
+        )
+        decision = decide(cell, task, device)
+        if decision.route == "device":
+            latency = rng.uniform(*device_ms)
+        else:
+            latency = task.upload_bytes * 8 / device.bandwidth_kbps + device.rtt_ms + infer
+        events.append(
+            RecordedEvent(
+                ts=moment,
+                policy_version=1,
+                cohort="stable",
+                cell=(cell.task_type, cell.latency_budget, cell.privacy_tier),
+                task=task,
+                device=device,
+                route=decision.route,
+                decided_by=decision.decided_by,
+                fallback="none",
+                cache_hit=rng.random() < 0.02,
+                ok=True,
+                latency_ms=latency,
+                tokens=task.tokens,
+                replayable=True,
+            )
+        )
+    return events

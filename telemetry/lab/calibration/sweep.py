@@ -1,0 +1,307 @@
+"""The θ sweep of one cell over recorded events: α, cloud share, predicted P95 and cost for
+every candidate θ, in one pass and bounded memory (docs/lab.md, "Calibration").
+
+Only step 6 of the decision depends on the base θ, and only through `score < clamp(θ + A)`,
+where the score and the adjustments A (network raise, load lower, cloud pressure, as
+recorded) do not depend on θ. So each event is decided with `edge_sdk.decision.decide` at
+θ = 0 (its outcome for a low θ) and, when θ can matter, at θ = 1 (its outcome for a high θ);
+its breakpoint `score - A` says from which candidate on the high outcome holds. A breakpoint
+that falls on a candidate (within float rounding of decide's own sum) is settled by one more
+`decide` at that candidate. Nothing here re-implements the decision: every route counted is
+one `decide` returned.
+
+Candidates are θ = k/STEPS for k = 0..STEPS. α, shares and cost are exact at each of them
+(difference arrays over breakpoints); the latency load, which the backtest's estimator turns
+into a predicted P95, is kept per curve point (every CURVE_EVERY-th candidate) to bound
+memory. A reservoir of VERIFY_SAMPLE events is decided again at the chosen θ to check the
+sweep event by event.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field, replace
+from typing import Final
+
+from edge_sdk.decision import Cell, Decision, decide
+from routing_policies.pricing import CloudPrice
+from telemetry.rollups.sketch import LatencySketch, bucket_index
+
+from ..estimate import ROUTES, LatencyModel, RouteLoad, network_ms, weighted_quantiles
+from ..replay import RecordedEvent
+from .targets import Figures, Target, choose
+
+__all__ = [
+    "CURVE_EVERY",
+    "STEPS",
+    "VERIFY_SAMPLE",
+    "CellSweep",
+    "CurvePoint",
+    "SweepResult",
+    "planned_route",
+    "theta_of",
+]
+
+STEPS: Final = 1000
+CURVE_EVERY: Final = 10
+_CURVE_POINTS: Final = STEPS // CURVE_EVERY + 1
+# decide sums θ and its adjustments in its own order; a breakpoint this close to a candidate
+# may fall on either side of it, so decide settles it.
+_TIE: Final = 1e-6
+VERIFY_SAMPLE: Final = 2000
+_CLOUD_ROUTES: Final = ("cloud", "draft_refine")
+
+
+def theta_of(k: int) -> float:
+    """Candidate k as a θ, rounded so that 0.63 is written as 0.63."""
+    return round(k / STEPS, 3)
+
+
+def planned_route(cell: Cell, decision: Decision) -> str:
+    """Where the task ends up: a background task queued offline goes to the cloud later."""
+    if decision.queue_until_online:
+        return "draft_refine" if cell.mode == "draft_refine" else "cloud"
+    return decision.route
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CurvePoint:
+    """The cell's figures at one θ over the window."""
+
+    threshold: float
+    alpha: float  # share of tasks answered on the device
+    cloud_share: float  # share that calls the cloud (route cloud or draft_refine)
+    draft_refine_share: float
+    p95_ms: float | None  # predicted over the cell's tasks; None: not evaluated or unknown
+    cost_per_hour: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SweepResult:
+    """One cell's calibration: the curve, the current and chosen points, the check."""
+
+    events: int
+    curve: list[CurvePoint]
+    current: CurvePoint
+    chosen: CurvePoint
+    reached: bool
+    verified_events: int
+    verified_matching: int
+
+
+@dataclass(slots=True)
+class _Load:
+    """Tasks per route with the network parts of the cloud ones: one side of one curve class."""
+
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROUTES, 0))
+    network: dict[str, dict[int, int]] = field(
+        default_factory=lambda: {route: {} for route in _CLOUD_ROUTES}
+    )
+
+    def add(self, route: str, network_part: float) -> None:
+        self.counts[route] += 1
+        if route in _CLOUD_ROUTES:
+            sketch = self.network[route]
+            index = bucket_index(network_part)
+            sketch[index] = sketch.get(index, 0) + 1
+
+    def fold(self, other: _Load, sign: int) -> None:
+        """Add (sign 1) or take away (sign -1) another load."""
+        for route, count in other.counts.items():
+            self.counts[route] += sign * count
+        for route, counts in other.network.items():
+            mine = self.network[route]
+            for index, count in counts.items():
+                left = mine.get(index, 0) + sign * count
+                if left:
+                    mine[index] = left
+                else:
+                    mine.pop(index, None)
+
+
+class CellSweep:
+    """Accumulates one cell's events (`add`); `result` gives the curve and the chosen θ."""
+
+    def __init__(self, *, cell: Cell, seed: int = 0) -> None:
+        self.cell = cell
+        self.key = (cell.task_type, cell.latency_budget, cell.privacy_tier)
+        self._low_cell = replace(cell, threshold=0.0)
+        self._high_cell = replace(cell, threshold=1.0)
+        self.events = 0
+        # Difference arrays over k = 0..STEPS (one spare slot): route counts, cloud tokens
+        # and calls (cache hits make no call).
+        self._routes: dict[str, list[int]] = {route: [0] * (STEPS + 2) for route in ROUTES}
+        self._tokens = [0] * (STEPS + 2)
+        self._calls = [0] * (STEPS + 2)
+        # Latency loads by curve class c (the first curve point m with m*CURVE_EVERY >= the
+        # event's first high candidate): low at curve points m < c, high at m >= c.
+        self._low: dict[int, _Load] = {}
+        self._high: dict[int, _Load] = {}
+        self._sample: list[tuple[RecordedEvent, int, str, str]] = []
+        self._random = random.Random(seed)
+
+    def add(self, event: RecordedEvent) -> None:
+        """Decide one event of this cell at both ends of θ and file its two outcomes."""
+        low_decision = decide(self._low_cell, event.task, event.device)
+        low = planned_route(self.cell, low_decision)
+        first_high = self._first_high(event, low_decision)
+        if 0 < first_high <= STEPS:
+            high = planned_route(self.cell, decide(self._high_cell, event.task, event.device))
+        else:
+            first_high, high = 0, low  # the same outcome at every candidate
+        self.events += 1
+        self._count(event, low, 0, first_high)
+        self._count(event, high, first_high, STEPS + 1)
+        if not event.cache_hit:
+            curve_class = -(-first_high // CURVE_EVERY)
+            part = network_ms(
+                upload_bytes=event.task.upload_bytes,
+                bandwidth_kbps=event.device.bandwidth_kbps,
+                rtt_ms=event.device.rtt_ms,
+            )
+            if curve_class > 0:
+                self._low.setdefault(curve_class, _Load()).add(low, part)
+            if curve_class < _CURVE_POINTS:
+                self._high.setdefault(curve_class, _Load()).add(high, part)
+        self._keep_sample(event, first_high, low, high)
+
+    def _first_high(self, event: RecordedEvent, low_decision: Decision) -> int:
+        """The first candidate k at which the event takes its high-θ outcome."""
+        score = low_decision.score
+        if score is None:
+            return 0  # decided before the score (policy, privacy, offline): θ plays no part
+        if score >= 1.0:
+            return STEPS + 1  # no θ in [0, 1] puts the score below the clamped threshold
+        shift = sum(delta for name, delta in low_decision.adjustments if name != "clamp")
+        breakpoint_ = (score - shift) * STEPS  # on the device when k > breakpoint_
+        nearest = round(breakpoint_)
+        if abs(breakpoint_ - nearest) < _TIE * STEPS and 0 <= nearest <= STEPS:
+            at = decide(replace(self.cell, threshold=theta_of(nearest)), event.task, event.device)
+            below = at.score is not None and at.threshold is not None and at.score < at.threshold
+            return nearest if below else nearest + 1
+        if breakpoint_ < 0:
+            return 0
+        return min(STEPS + 1, math.floor(breakpoint_) + 1)
+
+    def _count(self, event: RecordedEvent, route: str, start: int, stop: int) -> None:
+        if start >= stop:
+            return
+        counts = self._routes[route]
+        counts[start] += 1
+        counts[stop] -= 1
+        if route in _CLOUD_ROUTES and not event.cache_hit:
+            self._tokens[start] += event.tokens
+            self._tokens[stop] -= event.tokens
+            self._calls[start] += 1
+            self._calls[stop] -= 1
+
+    def _keep_sample(self, event: RecordedEvent, first_high: int, low: str, high: str) -> None:
+        """Reservoir sampling: every event has the same chance to be checked afterwards."""
+        entry = (event, first_high, low, high)
+        if len(self._sample) < VERIFY_SAMPLE:
+            self._sample.append(entry)
+            return
+        slot = self._random.randrange(self.events)
+        if slot < VERIFY_SAMPLE:
+            self._sample[slot] = entry
+
+    # --- the curve ------------------------------------------------------------------------
+
+    def _p95s(self, model: LatencyModel) -> list[float | None]:
+        """Predicted P95 at each curve point, folding the loads from one point to the next."""
+        running = _Load()
+        for curve_class, load in self._low.items():
+            if curve_class > 0:
+                running.fold(load, 1)
+        if 0 in self._high:
+            running.fold(self._high[0], 1)
+        out: list[float | None] = []
+        for m in range(_CURVE_POINTS):
+            if m > 0:
+                if m in self._high:
+                    running.fold(self._high[m], 1)
+                if m in self._low:
+                    running.fold(self._low[m], -1)
+            out.append(self._p95_of(running, model))
+        return out
+
+    def _p95_of(self, load: _Load, model: LatencyModel) -> float | None:
+        route_load = RouteLoad()
+        for route in ROUTES:
+            network = LatencySketch(load.network[route]) if route in _CLOUD_ROUTES else None
+            route_load.add_counted(self.key, route, load.counts[route], network)
+        points = [point for route in ROUTES for point in model.predict(route_load, route)]
+        return weighted_quantiles(points, [0.95])[0]
+
+    def result(
+        self, *, target: Target, model: LatencyModel, hours: float, price: CloudPrice
+    ) -> SweepResult:
+        """The curve, the chosen point for `target` and the reservoir check at it."""
+        total = max(1, self.events)
+        routes = {route: _prefix(diff) for route, diff in self._routes.items()}
+        tokens, calls = _prefix(self._tokens), _prefix(self._calls)
+        p95s = self._p95s(model)
+
+        def figures(k: int) -> Figures:
+            cloud = routes["cloud"][k] + routes["draft_refine"][k]
+            return Figures(
+                k=k,
+                alpha=routes["device"][k] / total,
+                cloud_share=cloud / total,
+                cost_per_hour=price.cost(tokens=tokens[k], calls=calls[k]) / hours,
+                p95_ms=p95s[k // CURVE_EVERY] if k % CURVE_EVERY == 0 else None,
+            )
+
+        def p95_between(k: int) -> float | None:
+            """At a curve point, its P95; between two, interpolated by θ (docs/lab.md)."""
+            below, above = p95s[k // CURVE_EVERY], p95s[-(-k // CURVE_EVERY)]
+            if below is None or above is None:
+                return below if above is None else above
+            return below + (above - below) * (k % CURVE_EVERY) / CURVE_EVERY
+
+        candidates = [figures(k) for k in range(STEPS + 1)]
+        chosen_k, reached = choose(
+            target=target, candidates=candidates, budget_ms=self.cell.latency_budget_ms
+        )
+
+        def point(k: int) -> CurvePoint:
+            f = candidates[k]
+            return CurvePoint(
+                threshold=theta_of(k),
+                alpha=f.alpha,
+                cloud_share=f.cloud_share,
+                draft_refine_share=routes["draft_refine"][k] / total,
+                p95_ms=p95_between(k),
+                cost_per_hour=f.cost_per_hour,
+            )
+
+        current_k = min(STEPS, max(0, round(self.cell.threshold * STEPS)))
+        matching = self._verify(chosen_k)
+        return SweepResult(
+            events=self.events,
+            curve=[point(m * CURVE_EVERY) for m in range(_CURVE_POINTS)],
+            current=point(current_k),
+            chosen=point(chosen_k),
+            reached=reached and self.events > 0,
+            verified_events=len(self._sample),
+            verified_matching=matching,
+        )
+
+    def _verify(self, k: int) -> int:
+        """How many reservoir events `decide` routes at candidate k as the sweep says."""
+        cell = replace(self.cell, threshold=theta_of(k))
+        matching = 0
+        for event, first_high, low, high in self._sample:
+            expected = high if k >= first_high else low
+            if planned_route(cell, decide(cell, event.task, event.device)) == expected:
+                matching += 1
+        return matching
+
+
+def _prefix(diff: list[int]) -> list[int]:
+    out, running = [], 0
+    for value in diff[: STEPS + 1]:
+        running += value
+        out.append(running)
+    return out
