@@ -19,7 +19,7 @@ from controlplane.validators import TIDY_TEXT_PATTERN
 from routing_policies.models import Rollout
 from routing_policies.rollouts.schemas import RolloutSerializer
 
-from .alerting import GUARD_METRICS, RATE_METRICS
+from .alerts.judging import GUARD_METRICS, RATE_METRICS
 from .alerts.models import (
     AlertState,
     Condition,

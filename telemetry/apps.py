@@ -29,9 +29,9 @@ class TelemetryConfig(AppConfig):
         )
 
         from .alerts.apis import guard_options
+        from .alerts.selectors import guard_status
         from .alerts.services import alert_rules_seed, rollout_start_guarded
         from .api_schemas import RolloutGuardsInputSerializer
-        from .selectors.alerts import guard_status
 
         rollout_guards_register(
             RolloutGuards(

@@ -124,7 +124,7 @@ class RouteCounter(models.Model):
 
     Monotonic (never pruned), added to by the compaction task from the partial minute rows it
     merges, so each event counts once. `latency_le` holds cumulative-ready counts per
-    telemetry.prometheus.LATENCY_BUCKETS_MS bound (not yet cumulative; +Inf is `events`).
+    telemetry.rollups.prometheus.LATENCY_BUCKETS_MS bound (not yet cumulative; +Inf is `events`).
     """
 
     fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="+")

@@ -109,7 +109,7 @@ def _populate(events: int) -> Any:
     )
     from telemetry.alerts.services import alert_rules_seed, rollout_start_guarded
     from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
-    from telemetry.services import rollups_compact
+    from telemetry.rollups.maintenance import rollups_compact
 
     fleet = fleet_create(actor=None, slug=SLUG, name=SLUG, table=demo_table())
     policy_version_publish(actor=None, fleet=fleet, revision=1, note="v1")
@@ -161,8 +161,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     _setup()
     from telemetry.alerts.services import alerts_evaluate
+    from telemetry.dashboards.metrics import fleet_metrics
     from telemetry.models import AlertRule, MinuteRollup, RolloutGuardSet
-    from telemetry.selectors import fleet_metrics
 
     began = time.perf_counter()
     fleet = _populate(args.events)

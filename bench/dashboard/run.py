@@ -11,10 +11,10 @@ in the same process on the same data.
    them, into the minute, hour and fleet-hour rollups. The fleet has v1 stable, v2 rolling out
    at 25%, 10,000 devices (a share of them online) and its audit trail, so every part of the
    payload has something to compute.
-2. Ours: `telemetry.selectors.fleet_dashboard` for the 24-hour window (everything the page
-   draws: summary, series, latency per route, cohorts, grid, budgets, markers, convergence),
-   median of `--reps` runs; also the whole API request in process (DRF view, auth, JSON
-   rendering) and the other windows (15m, 1h, 7d).
+2. Ours: `telemetry.dashboards.selectors.fleet_dashboard` for the 24-hour window
+   (everything the page draws: summary, series, latency per route, cohorts, grid, budgets,
+   markers, convergence), median of `--reps` runs; also the whole API request in process
+   (DRF view, auth, JSON rendering) and the other windows (15m, 1h, 7d).
 3. Baselines, same window, same data:
    (a) the same figures computed exactly from raw events in ONE PostgreSQL query:
        GROUPING SETS over (hour, route), (hour, cohort), (hour), (route), (cohort), (cell), ()
@@ -233,8 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     from django.test.utils import CaptureQueriesContext
     from rest_framework.test import APIClient
 
+    from telemetry.dashboards.selectors import WINDOWS, DashboardView, fleet_dashboard
     from telemetry.rollups import plan_window
-    from telemetry.selectors.dashboard import WINDOWS, DashboardView, fleet_dashboard
 
     view = DashboardView(window="24h")
     plan = plan_window(WINDOWS[view.window], now=datetime.now(UTC))

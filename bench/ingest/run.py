@@ -624,8 +624,8 @@ def bench_end_to_end(
 def bench_day_query(args: argparse.Namespace) -> dict[str, Any]:
     from django.db import connection
 
+    from telemetry.dashboards.metrics import fleet_metrics
     from telemetry.rollups import plan_window
-    from telemetry.selectors import fleet_metrics
 
     from .history import store_history
 

@@ -45,7 +45,7 @@ SPECTACULAR_SETTINGS = {
         "DeliveryStatusEnum": ["pending", "delivered", "failed"],
         "RolloutStageEnum": [(5, 5), (25, 25), (100, 100)],
         "AlertMetricEnum": "telemetry.alerts.models.Metric.values",
-        "GuardMetricEnum": "telemetry.alerting.GUARD_METRICS",
+        "GuardMetricEnum": "telemetry.alerts.judging.GUARD_METRICS",
         "CellFallbackEnum": "routing_policies.cell_schema.FALLBACKS",
         "EventFallbackEnum": "telemetry.ingest.events.FALLBACK_KINDS",
     },

@@ -16,15 +16,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.api import require_object
-from controlplane.exceptions import Conflict, ValidationFailed
+from controlplane.exceptions import Conflict, NotFound, ValidationFailed
 from controlplane.openapi import error_responses, query_params_validate
 from routing_policies import selectors as policy_selectors
 from routing_policies.models import Fleet, Rollout
 from routing_policies.permissions import IsEditor, IsPublisher, IsViewer
 
 from .. import api_schemas as schemas
-from ..selectors import alerts as selectors
-from . import services
+from . import selectors, services
 from .models import AlertRule
 from .services.guards import rollout_guards_set
 
@@ -105,8 +104,6 @@ class AlertRuleDetailApi(APIView):
         fleet = _fleet(slug)
         rule = AlertRule.objects.filter(fleet=fleet, pk=rule_id).first()
         if rule is None:
-            from controlplane.exceptions import NotFound
-
             raise NotFound(f"Fleet {slug!r} has no alert rule {rule_id}.")
         return Response(selectors.rule_out(rule))
 

@@ -22,8 +22,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from routing_policies.roles import Role, user_role
 
 from ..close_codes import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
-from ..selectors.alerts import firing_alerts
 from .notify import ALERTS_GROUP
+from .selectors import firing_alerts
 from .tasks import embedded_beat_start
 
 MAX_MESSAGE_BYTES: Final = 1024

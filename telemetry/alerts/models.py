@@ -11,7 +11,7 @@ from routing_policies.models import Fleet, Rollout
 
 
 class Metric(models.TextChoices):
-    """What a rule or guard watches (telemetry.alerting computes each from rollups)."""
+    """What a rule or guard watches (telemetry.alerts.judging computes each from rollups)."""
 
     CLOUD_SHARE = "cloud_share", "cloud share"
     ALPHA = "alpha", "device share α"

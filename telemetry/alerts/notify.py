@@ -14,7 +14,7 @@ from channels.layers import get_channel_layer
 
 from routing_policies.models import Fleet
 
-from ..selectors.alerts import firing_alerts
+from .selectors import firing_alerts
 
 logger = logging.getLogger(__name__)
 

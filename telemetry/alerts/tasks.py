@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 
 from ..redis_client import redis_client
-from ..selectors.alerts import fleets_to_evaluate
+from .selectors import fleets_to_evaluate
 from .services import alerts_evaluate, webhook_deliveries_overdue, webhook_delivery_attempt
 
 logger = logging.getLogger(__name__)

@@ -25,9 +25,8 @@ from controlplane.pages import (
 from routing_policies.models import Fleet
 from routing_policies.roles import Role, has_role
 
-from ..alerting import format_clear, format_threshold, format_value
-from ..selectors import alerts as selectors
-from . import services
+from . import selectors, services
+from .judging import format_clear, format_threshold, format_value
 from .models import AlertRule, Condition, Metric, Scope, WebhookFormat
 
 STATE_LABELS = {"ok": "ok", "pending": "pending", "firing": "firing", "no_data": "too few samples"}

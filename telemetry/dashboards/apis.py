@@ -18,7 +18,10 @@ from controlplane.openapi import query_params_validate
 from routing_policies.models import Fleet
 from routing_policies.validation import DIMENSION_VALUE_RE, MAX_VERSION
 
-from .. import api_schemas, prometheus, selectors
+from .. import api_schemas
+from ..ingest.selectors import ingest_gauges
+from ..rollups import prometheus
+from . import metrics
 
 _FILTERS = ("version", "cohort", "route", "task_type", "latency_budget", "privacy_tier")
 # 1 to 99999 minutes, 9600 hours or 400 days (the longest window the rollups keep).
@@ -75,10 +78,10 @@ class FleetMetricsApi(APIView):
         fleet = Fleet.objects.filter(slug=slug).first()
         if fleet is None:
             raise NotFound(f"No fleet {slug!r}.")
-        result = selectors.fleet_metrics(
+        result = metrics.fleet_metrics(
             fleet_id=fleet.pk,
-            window=selectors.parse_window(query["window"]),
-            group_by=selectors.parse_group_by(query.get("group_by", "")),
+            window=metrics.parse_window(query["window"]),
+            group_by=metrics.parse_group_by(query.get("group_by", "")),
             filters={name: query.get(name) for name in _FILTERS},
             with_scores=query["scores"],
         )
@@ -92,5 +95,5 @@ def prometheus_metrics(request: HttpRequest) -> HttpResponse:
         offered = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if not hmac.compare_digest(offered.encode(), token.encode()):
             return JsonResponse(error_body("not_authenticated", "Bearer token needed."), status=401)
-    text = prometheus.render(selectors.route_totals(), selectors.ingest_gauges())
+    text = prometheus.render(metrics.route_totals(), ingest_gauges())
     return HttpResponse(text, content_type=prometheus.CONTENT_TYPE)

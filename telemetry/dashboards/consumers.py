@@ -36,8 +36,8 @@ from routing_policies.models import Fleet
 from routing_policies.roles import Role, user_role
 
 from ..close_codes import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
-from ..selectors.dashboard import DashboardView, fleet_dashboard, parse_view
 from . import feed
+from .selectors import DashboardView, fleet_dashboard, parse_view
 
 logger = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from controlplane.exceptions import ApplicationError
 from routing_policies.models import Fleet
 
 from ..redis_client import redis_client
-from ..selectors.dashboard import DashboardView, fleet_dashboard, parse_view
+from .selectors import DashboardView, fleet_dashboard, parse_view
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from routing_policies.selectors import fleet_get
 
 from ..api_schemas import FleetDashboardSerializer
 from ..models import Cohort
-from ..selectors.dashboard import (
+from .selectors import (
     DEFAULT_WINDOW,
     MAX_VERSION,
     ROUTES,

@@ -14,7 +14,8 @@ from controlplane.openapi import error_responses
 from routing_policies.devices.apis import DeviceTokenAuthentication, IsDevice
 from routing_policies.models import Device
 
-from .. import api_schemas, selectors
+from .. import api_schemas
+from . import selectors
 from .events import MAX_EVENTS
 from .fastpath import ingest_outcome
 

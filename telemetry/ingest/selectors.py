@@ -9,11 +9,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.db.models import Count, Min, Sum
+from django.utils import timezone
+
 from routing_policies.models import PolicyCell, PolicyVersion, Rollout
 
 from ..rollups import UploadHandling
+from ..rollups.prometheus import IngestGauges
 from .events import VersionDimensions
-from .models import Cohort
+from .models import Cohort, LandedBatch
 
 _CACHE_TTL_S = 60.0
 _CANDIDATE: str = Cohort.CANDIDATE.value
@@ -142,3 +146,17 @@ class CohortResolver:
         if spans is not None and spans.covers(moment):
             return _CANDIDATE
         return _STABLE
+
+
+def ingest_gauges(now: datetime | None = None) -> IngestGauges:
+    """Landed (accepted, unprocessed) batches and events, and the age of the oldest."""
+    now = now or timezone.now()
+    summary = LandedBatch.objects.aggregate(
+        batches=Count("id"), events=Sum("event_count"), oldest=Min("received_at")
+    )
+    oldest = summary["oldest"]
+    return IngestGauges(
+        landed_batches=summary["batches"] or 0,
+        landed_events=summary["events"] or 0,
+        lag_seconds=max(0.0, (now - oldest).total_seconds()) if oldest else 0.0,
+    )

@@ -13,7 +13,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import DatabaseError
 
-from ..services import landed_sweep, rollups_compact, storage_maintain
+from ..rollups.maintenance import landed_sweep, rollups_compact, storage_maintain
 from .services import landed_batches_process, landed_drain
 
 _embedded_lock = threading.Lock()

@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from routing_policies.models import Rollout
 
-from ...alerting import LATENCY_METRICS, Judgement, figures_of, judge_rule, parse_scope
-from ...selectors import alerts as alert_selectors
+from .. import selectors as alert_selectors
+from ..judging import LATENCY_METRICS, Judgement, figures_of, judge_rule, parse_scope
 from ..models import AlertEvent, AlertRule, AlertState, Condition, Metric, RolloutGuardSet
 from ..notify import broadcast_alerts
 from .guards import guards_evaluate

@@ -22,7 +22,7 @@ from routing_policies import services as rollout_services
 from routing_policies.models import Rollout
 from routing_policies.policies.audit import Actor, audit_record
 
-from ...alerting import (
+from ..judging import (
     GUARD_METRICS,
     LATENCY_METRICS,
     RATE_METRICS,
@@ -30,7 +30,6 @@ from ...alerting import (
     figures_of,
     judge_guard,
 )
-from ...selectors.alerts import minute_floor, window_bounds
 from ..models import (
     AlertEvent,
     GuardComparison,
@@ -38,6 +37,7 @@ from ..models import (
     RolloutGuard,
     RolloutGuardSet,
 )
+from ..selectors import minute_floor, window_bounds
 from .problems import field_problem
 
 logger = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from controlplane.validators import text_problem
 from routing_policies.models import Fleet
 from routing_policies.policies.audit import Actor, audit_record
 
-from ...alerting import RATE_METRICS, parse_scope
-from ...selectors import alerts as alert_selectors
+from .. import selectors as alert_selectors
+from ..judging import RATE_METRICS, parse_scope
 from ..models import AlertRule, AlertState, Condition, Metric, Scope
 from ..notify import broadcast_alerts
 from .problems import field_problem

@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from telemetry.ingest.services import landed_batches_process
-from telemetry.services import rollups_compact, storage_maintain
+from telemetry.rollups.maintenance import rollups_compact, storage_maintain
 
 
 class Command(BaseCommand):

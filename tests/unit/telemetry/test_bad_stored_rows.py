@@ -24,7 +24,7 @@ from telemetry.models import (
     MinuteRollup,
     RouteCounter,
 )
-from telemetry.services import rollups_compact
+from telemetry.rollups.maintenance import rollups_compact
 from tests.factories import make_event, make_fleet
 
 pytestmark = pytest.mark.django_db

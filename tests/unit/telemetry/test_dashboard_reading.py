@@ -15,8 +15,8 @@ from routing_policies.services import (
     rollout_complete,
     rollout_start,
 )
+from telemetry.dashboards.selectors import DashboardView, fleet_dashboard
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
-from telemetry.selectors.dashboard import DashboardView, fleet_dashboard
 from tests.factories import iso, make_event
 
 pytestmark = pytest.mark.django_db

@@ -10,8 +10,8 @@ from rest_framework.test import APIClient
 
 from routing_policies.models import Device
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
-from telemetry.prometheus import LATENCY_BUCKETS_MS
-from telemetry.services import rollups_compact
+from telemetry.rollups.maintenance import rollups_compact
+from telemetry.rollups.prometheus import LATENCY_BUCKETS_MS
 from tests.factories import make_event
 
 pytestmark = pytest.mark.django_db

@@ -14,6 +14,7 @@ from django.db import connection
 
 from routing_policies.models import Device
 from routing_policies.services import rollout_rollback, rollout_start
+from telemetry.dashboards.metrics import fleet_metrics
 from telemetry.ingest.services import landed_batches_process, landed_drain, telemetry_batch_ingest
 from telemetry.models import (
     Event,
@@ -24,9 +25,8 @@ from telemetry.models import (
     MinuteRollup,
     RouteCounter,
 )
+from telemetry.rollups.maintenance import rollups_compact, storage_maintain
 from telemetry.rollups.sketch import exact_quantile
-from telemetry.selectors import fleet_metrics
-from telemetry.services import rollups_compact, storage_maintain
 from tests.factories import iso, make_event
 
 pytestmark = pytest.mark.django_db

@@ -263,7 +263,7 @@ def test_guard_status__rollout_ended_by_a_person__shown_finished_not_quiet(
     fleet: Any, device: Device, candidate: int, publisher: Any
 ) -> None:
     from routing_policies.services import rollout_rollback
-    from telemetry.selectors.alerts import guard_status
+    from telemetry.alerts.selectors import guard_status
 
     # Given guards judged quiet, then a person rolls the rollout back
     rollout = start(fleet, candidate, publisher)

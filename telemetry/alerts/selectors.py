@@ -7,10 +7,10 @@ from typing import Any
 
 from routing_policies.models import PolicyCell
 
-from ..alerting import RATE_METRICS, format_value
-from ..alerts.models import AlertEvent, AlertRule, AlertWebhook, RolloutGuardSet, WebhookDelivery
 from ..models import MinuteRollup
 from ..rollups import MINUTE, RollupRow, read_rows
+from .judging import RATE_METRICS, format_value
+from .models import AlertEvent, AlertRule, AlertWebhook, RolloutGuardSet, WebhookDelivery
 
 HISTORY_LIMIT = 100
 DELIVERY_LIMIT = 50

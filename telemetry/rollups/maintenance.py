@@ -15,10 +15,19 @@ from django.utils import timezone
 
 from ..ingest import partitions
 from ..ingest.services.processing import partitions_ensure_window
-from ..models import EventKey, FleetHourRollup, HourRollup, LandedBatch, MinuteRollup, RouteCounter
-from ..prometheus import latency_bins
-from ..rollups import FLEET_HOUR, LEVELS, Level, merge_columns, rows_to_compact
-from ..selectors.metrics import stored_latency_bins
+from ..models import (
+    Event,
+    EventKey,
+    FleetHourRollup,
+    HourRollup,
+    LandedBatch,
+    MinuteRollup,
+    RouteCounter,
+)
+from .fold import merge_columns
+from .prometheus import latency_bins, stored_latency_bins
+from .reader import rows_to_compact
+from .schema import FLEET_HOUR, LEVELS, Level
 
 logger = logging.getLogger(__name__)
 
@@ -181,8 +190,6 @@ def storage_maintain(*, now: datetime | None = None) -> RetentionResult:
     )
     dropped = partitions.partitions_drop_before(first_kept)
     if not partitions.is_partitioned():
-        from ..models import Event
-
         Event.objects.filter(ts__lt=datetime.combine(first_kept, datetime.min.time(), UTC)).delete()
     keys_deleted = 0
     while True:

@@ -10,9 +10,9 @@ import math
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
-from .rollups.sketch import bucket_value
+from .sketch import bucket_value
 
 LATENCY_BUCKETS_MS: Final = (5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0)
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
@@ -34,6 +34,15 @@ def latency_bins(latency_hist: Mapping[str, int]) -> list[int]:
         if position < len(bins):
             bins[position] += count
     return bins
+
+
+def stored_latency_bins(value: Any) -> list[int]:
+    """A counter's stored `latency_le`, one whole count >= 0 per bound (a bad stored row reads
+    as zeros, so that it cannot break the scrape of every fleet)."""
+    width = len(LATENCY_BUCKETS_MS)
+    if not isinstance(value, list) or len(value) != width:
+        return [0] * width
+    return [c if isinstance(c, int) and not isinstance(c, bool) and c >= 0 else 0 for c in value]
 
 
 def _escape(value: str) -> str:

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal
 
-from .alerts.models import Condition, GuardComparison, Metric, Scope
-from .rollups import Figures, figures_at
-from .rollups import RollupRow as RollupRow  # the rows these functions judge, for callers
+from ..rollups import Figures, figures_at
+from ..rollups import RollupRow as RollupRow  # the rows these functions judge, for callers
+from .models import Condition, GuardComparison, Metric, Scope
 
 Outcome = Literal["breach", "ok", "no_data"]
 # (policy version, task type, latency budget, privacy tier)

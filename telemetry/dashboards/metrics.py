@@ -3,7 +3,7 @@
 The window's buckets and table come from `telemetry.rollups.plan_window` (minute buckets up to
 6 hours, hour buckets beyond; long windows not grouped or filtered by cell read the fleet-hour
 rollups, which have no cell dimension and so far fewer rows); the rows from `read_rows`, folded
-per group into `Figures`. Also: the Prometheus counters and the ingest gauges.
+per group into `Figures`. Also: the Prometheus counters per fleet and route.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import Any, Final
 from django.utils import timezone
 
 from controlplane.exceptions import ValidationFailed
+from routing_policies.policies.models import Fleet
 
-from ..models import LandedBatch, RouteCounter
-from ..prometheus import LATENCY_BUCKETS_MS, IngestGauges, RouteTotals
+from ..models import RouteCounter
 from ..rollups import CELL_DIMENSIONS, Figures, figures_at, plan_window, read_rows
+from ..rollups.prometheus import RouteTotals, stored_latency_bins
 from ..rollups.sketch import SCORE_BINS
 
 MAX_WINDOW: Final = timedelta(days=400)
@@ -156,36 +157,9 @@ def route_totals() -> list[RouteTotals]:
     ]
 
 
-def stored_latency_bins(value: Any) -> list[int]:
-    """A counter's stored `latency_le`, one whole count >= 0 per bound (a bad stored row reads
-    as zeros, so that it cannot break the scrape of every fleet)."""
-    width = len(LATENCY_BUCKETS_MS)
-    if not isinstance(value, list) or len(value) != width:
-        return [0] * width
-    return [c if isinstance(c, int) and not isinstance(c, bool) and c >= 0 else 0 for c in value]
-
-
 def _counters_with_slugs() -> list[tuple[RouteCounter, str]]:
-    from routing_policies.models import Fleet
-
     counters = list(RouteCounter.objects.order_by("fleet_id", "route", "decided_by"))
     slugs = dict(
         Fleet.objects.filter(pk__in={c.fleet_id for c in counters}).values_list("pk", "slug")
     )
     return [(c, slugs.get(c.fleet_id, str(c.fleet_id))) for c in counters]
-
-
-def ingest_gauges(now: datetime | None = None) -> IngestGauges:
-    """Landed (accepted, unprocessed) batches and events, and the age of the oldest."""
-    from django.db.models import Count, Min, Sum
-
-    now = now or timezone.now()
-    summary = LandedBatch.objects.aggregate(
-        batches=Count("id"), events=Sum("event_count"), oldest=Min("received_at")
-    )
-    oldest = summary["oldest"]
-    return IngestGauges(
-        landed_batches=summary["batches"] or 0,
-        landed_events=summary["events"] or 0,
-        lag_seconds=max(0.0, (now - oldest).total_seconds()) if oldest else 0.0,
-    )
