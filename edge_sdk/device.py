@@ -218,6 +218,7 @@ class Device:
         """Route the task, run it where the decision says, fall back, cache, record telemetry."""
         readings = self._readings()
         decision = self.router.route(task, readings)
+        pressure = self.router.pressure_offset  # the offset route() used (0 once lapsed)
         policy = self.policy.current
         cell = self.policy.cells.get((task.task_type, task.latency_budget, task.privacy_tier))
         version = policy.version if policy is not None else None
@@ -273,6 +274,7 @@ class Device:
             result,
             cache_hit=cache_hit,
             uploaded=uploaded,
+            cloud_pressure=pressure,
         )
 
     # --- execution ---------------------------------------------------------------------------
@@ -292,6 +294,7 @@ class Device:
         *,
         cache_hit: bool,
         uploaded: bool,
+        cloud_pressure: float = 0.0,
     ) -> Outcome:
         latency_ms = (self._clock() - started) * 1000
         if cell is None or version is None:
@@ -310,6 +313,7 @@ class Device:
                     cache_hit=cache_hit,
                     ok=ok,
                     uploaded=uploaded,
+                    cloud_pressure=cloud_pressure,
                     # The app's cloud_infer strips identifiers when the cell asks for it.
                     deidentified=uploaded and cell.upload_deidentify,
                     ts=self._wall_clock(),

@@ -60,6 +60,9 @@ class TelemetryRevoked(Exception):
     """The server answered 401: the device token no longer works."""
 
 
+MAX_LATENCY_MS: Final = 86_400_000.0  # the server's range for latencies (PROTOCOL.md)
+
+
 def _unit(value: float) -> float | None:
     """A value the server accepts as 0..1: clamped, or None (omitted) when not finite."""
     if not math.isfinite(value):
@@ -88,6 +91,7 @@ def build_event(
     deidentified: bool,
     ts: float,
     uploaded: bool | None = None,
+    cloud_pressure: float | None = None,
 ) -> dict[str, Any]:
     """One PROTOCOL.md telemetry event, with values kept inside what the server accepts.
 
@@ -97,6 +101,9 @@ def build_event(
     reading never gets a whole batch refused. `uploaded` says whether any of the task's data
     left the device (PROTOCOL.md extensions: what privacy violations are judged by);
     None leaves it out, and the server judges from the route, fallback and cache hit.
+    The decision's remaining inputs go too (PROTOCOL.md extensions, for backtests): the
+    readings' `online` and `cloud_infer_ms`, and `cloud_pressure`, the θ offset in force
+    (None leaves it out).
     """
     event: dict[str, Any] = {
         "event_id": _uuid4(),
@@ -118,6 +125,12 @@ def build_event(
     }
     if uploaded is not None:
         event["uploaded"] = uploaded
+    event["online"] = bool(readings.online)
+    if cloud_pressure is not None and math.isfinite(cloud_pressure):
+        event["cloud_pressure"] = max(-1.0, min(1.0, float(cloud_pressure)))
+    cloud_infer_ms = _non_negative(readings.cloud_infer_ms)
+    if cloud_infer_ms is not None:
+        event["cloud_infer_ms"] = min(cloud_infer_ms, MAX_LATENCY_MS)
     for name, value in (
         ("score", None if decision.score is None else _unit(decision.score)),
         ("threshold", None if decision.threshold is None else _unit(decision.threshold)),

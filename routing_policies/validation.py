@@ -109,6 +109,7 @@ def validate_cell(key: CellKey, values: dict[str, Any]) -> tuple[dict[str, Any],
             problems.append(
                 Problem("weights", f"must sum to 1; length + intent + lm = {total:.6g}", label)
             )
+    # (Publishing also asks the decision function: routing_policies.policies.sdk_cells.)
     if (
         cleaned.get("mode") == "cloud_only"
         and key[2] == SENSITIVE_TIER

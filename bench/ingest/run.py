@@ -304,11 +304,16 @@ def _raw_row(event: BenchEvent, fleet_id: int, device_id: str, cohort: str) -> t
         5000.0,
         0.3,
         event.route != "device" and not event.cache_hit,  # uploaded: the data left the device
+        True,  # online
+        250.0,  # cloud_infer_ms
+        0.0,  # cloud_pressure
     )
 
 
-def _wire_event(event: BenchEvent, device_id: str, event_id: uuid.UUID) -> dict[str, Any]:
-    return {
+def _wire_event(
+    event: BenchEvent, device_id: str, event_id: uuid.UUID, decision_inputs: bool = True
+) -> dict[str, Any]:
+    wire = {
         "event_id": str(event_id),
         "device_id": device_id,
         "ts": event.ts.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
@@ -333,6 +338,9 @@ def _wire_event(event: BenchEvent, device_id: str, event_id: uuid.UUID) -> dict[
         "ok": event.ok,
         "deidentified": event.deidentified,
     }
+    if decision_inputs:  # PROTOCOL.md extensions: the decision's remaining inputs
+        wire.update(online=True, cloud_infer_ms=250.0, cloud_pressure=0.0)
+    return wire
 
 
 # --- setup -------------------------------------------------------------------------------------
@@ -466,10 +474,13 @@ def _stored_and_rolled_up(fleet_id: int) -> tuple[int, int, int]:
 
 
 def bench_end_to_end(
-    args: argparse.Namespace, processes: Processes, redis_url: str
+    args: argparse.Namespace, processes: Processes, redis_url: str, decision_inputs: bool = True
 ) -> dict[str, Any]:
+    """(a); `decision_inputs`: the events carry `online`, `cloud_infer_ms`, `cloud_pressure`."""
     rng = random.Random(1)
-    fleet_id, tokens = _make_fleet("bench-ingest", args.devices)
+    slug = "bench-ingest" if decision_inputs else "bench-ingest-plain"
+    fleet_id, tokens = _make_fleet(slug, args.devices)
+    print(f"(a) events {'with' if decision_inputs else 'without'} the decision inputs")
     profiles, weights = _profiles()
     now = datetime.now(UTC)
     total = args.events - args.events % BATCH
@@ -483,7 +494,7 @@ def bench_end_to_end(
             event = BenchEvent(profile, now - timedelta(seconds=rng.uniform(0, 120)), rng)
             row = _raw_row(event, fleet_id, device_id, profile.cohort)
             rows.append(row)
-            batch.append(_wire_event(event, device_id, row[0]))
+            batch.append(_wire_event(event, device_id, row[0], decision_inputs))
         bodies.append((token, json.dumps({"events": batch}).encode()))
     print(
         f"(a) {total} events in {len(bodies)} batches of {BATCH}; "
@@ -760,6 +771,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--query-events", type=int, default=10_000_000, help="(b) events")
     parser.add_argument("--skip-a", action="store_true")
     parser.add_argument("--skip-b", action="store_true")
+    parser.add_argument(
+        "--decision-inputs",
+        choices=("with", "without", "both"),
+        default="with",
+        help="(a) events with the optional decision inputs, without them, or both in turn",
+    )
     parser.add_argument("--out", default=str(REPO_ROOT / "var" / "bench-ingest.json"))
     args = parser.parse_args(argv)
     processes = Processes()
@@ -773,7 +790,11 @@ def main(argv: list[str] | None = None) -> int:
         _setup_database()
         with _own_redis(processes) as redis_url:
             _django(redis_url)
-            if not args.skip_a:
+            if not args.skip_a and args.decision_inputs in ("without", "both"):
+                results["end_to_end_without_decision_inputs"] = bench_end_to_end(
+                    args, processes, redis_url, decision_inputs=False
+                )
+            if not args.skip_a and args.decision_inputs in ("with", "both"):
                 results["end_to_end"] = bench_end_to_end(args, processes, redis_url)
             if not args.skip_b:
                 results["day_query"] = bench_day_query(args)

@@ -46,6 +46,7 @@ from ..validation import (
 )
 from .audit import Actor, actor_user, audit_record
 from .models import Fleet, PolicyCell, PolicyVersion
+from .sdk_cells import privacy_problems
 from .selectors import version_table
 
 logger = logging.getLogger(__name__)
@@ -548,6 +549,8 @@ def policy_version_publish(
         problems.extend(validate_coverage(draft.dimensions, list(table)))
     for key, values in table.items():
         problems.extend(validate_cell(key, values)[1])
+    # Asked of the decision function itself, so no mode or rule can slip past it.
+    problems.extend(privacy_problems(table))
     _raise_problems("The draft cannot be published until these are fixed.", problems)
     last = PolicyVersion.objects.filter(fleet=fleet).aggregate(m=Max("number"))["m"] or 0
     draft.number = last + 1

@@ -84,6 +84,11 @@ class TelemetryEvent(msgspec.Struct, kw_only=True):
     # PROTOCOL.md extensions: whether any of the task's data left the device; None (omitted by
     # older devices) is judged from route, fallback and cache hit (`rollup.left_device`).
     uploaded: bool | None = None
+    # PROTOCOL.md extensions, the decision's remaining inputs (for backtests, docs/lab.md): the
+    # device's online reading, its cloud-inference estimate and the θ offset in force.
+    online: bool | None = None
+    cloud_infer_ms: LatencyMs | None = None
+    cloud_pressure: Annotated[float, msgspec.Meta(ge=-1.0, le=1.0)] | None = None
 
 
 class TelemetryBatch(msgspec.Struct):
@@ -137,6 +142,9 @@ FIELDS: Final[tuple[FieldRule, ...]] = (
     FieldRule("bandwidth_kbps", "float", required=False, minimum=0.0, maximum=MAX_BANDWIDTH_KBPS),
     FieldRule("device_load", "float", required=False, minimum=0.0, maximum=1.0),
     FieldRule("uploaded", "bool", required=False),
+    FieldRule("online", "bool", required=False),
+    FieldRule("cloud_infer_ms", "float", required=False, minimum=0.0, maximum=MAX_LATENCY_MS),
+    FieldRule("cloud_pressure", "float", required=False, minimum=-1.0, maximum=1.0),
 )
 
 

@@ -64,6 +64,9 @@ EVENT_COLUMN_TYPES = (
     ("bandwidth_kbps", "float8"),
     ("device_load", "float8"),
     ("uploaded", "bool"),
+    ("online", "bool"),
+    ("cloud_infer_ms", "float8"),
+    ("cloud_pressure", "float8"),
 )
 EVENT_COLUMNS = tuple(name for name, _ in EVENT_COLUMN_TYPES)
 _METRIC_TYPES = (
@@ -189,6 +192,9 @@ def _event_row(
         event.bandwidth_kbps,
         event.device_load,
         event.uploaded,
+        event.online,
+        event.cloud_infer_ms,
+        event.cloud_pressure,
     )
 
 

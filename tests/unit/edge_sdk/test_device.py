@@ -442,6 +442,23 @@ async def test_frame__cloud_pressure__applied_with_its_ttl_and_announced() -> No
     assert events == [("cloud_pressure", {"theta_offset": 0.1, "ttl_s": 300.0})]
 
 
+async def test_run__under_cloud_pressure__event_says_the_offset_in_force() -> None:
+    # Given a device under a live cloud-pressure nudge
+    device = _device(Inference(), document=policy_document())
+    await device._on_frame(Socket(), '{"type":"cloud_pressure","theta_offset":0.1,"ttl_s":300}')  # type: ignore[arg-type]
+
+    # When it runs a task
+    await device.run(task())
+
+    # Then its event carries the offset the decision used, the online reading and estimate
+    (event,) = _events(device)
+    assert (event["cloud_pressure"], event["online"], event["cloud_infer_ms"]) == (
+        0.1,
+        True,
+        250.0,
+    )
+
+
 @pytest.mark.parametrize(
     "message",
     [

@@ -119,6 +119,23 @@ def test_build_event__protocol_fields__present_with_the_decisions_numbers() -> N
     assert (event["rtt_ms"], event["bandwidth_kbps"], event["device_load"]) == (80.0, 5000.0, 0.3)
 
 
+def test_build_event__decision_inputs__online_estimate_and_pressure_sent() -> None:
+    # Given a task decided under a cloud-pressure offset, and one with odd readings
+    event = _event(cloud_pressure=0.15)
+    odd = _event(readings=readings(cloud_infer_ms=math.nan, online=False), cloud_pressure=3.0)
+
+    # Then the backtest gets every input of the decision (PROTOCOL.md extensions)
+    assert (event["online"], event["cloud_infer_ms"], event["cloud_pressure"]) == (
+        True,
+        250.0,
+        0.15,
+    )
+    # and out-of-range ones are clamped or left out, never refused by the server
+    assert (odd["online"], odd["cloud_pressure"]) == (False, 1.0)
+    assert "cloud_infer_ms" not in odd
+    assert _server_accepts([event, odd]) == 2
+
+
 def test_build_event__out_of_range_readings_from_the_app__clamped_or_left_out() -> None:
     event = _event(
         task=task(intent_conf=1.2, lm_conf=-0.1),

@@ -104,6 +104,31 @@ def test_telemetry_ingest__optional_fields_absent__202(phone_client: APIClient) 
     assert {name: getattr(stored, name) for name in absent} == dict.fromkeys(absent)
 
 
+def test_telemetry_ingest__decision_inputs__stored_as_sent_or_unknown(
+    phone_client: APIClient,
+) -> None:
+    # Given an event with the decision's remaining inputs (PROTOCOL.md extensions) and one
+    # from an older device without them
+    newer = make_event(online=False, cloud_infer_ms=412.5, cloud_pressure=-0.2)
+    older = make_event()
+    for name in ("online", "cloud_infer_ms", "cloud_pressure"):
+        older.pop(name, None)
+
+    # When both are posted and processed
+    response = _post(phone_client, [newer, older])
+    landed_batches_process()
+
+    # Then the newer one's inputs are stored as sent, the older one's as unknown
+    assert response.status_code == 202, response.content
+    stored = {
+        str(e.event_id): (e.online, e.cloud_infer_ms, e.cloud_pressure) for e in Event.objects.all()
+    }
+    assert stored == {
+        newer["event_id"]: (False, 412.5, -0.2),
+        older["event_id"]: (None, None, None),
+    }
+
+
 # --- duplicates ---------------------------------------------------------------------------------
 
 
@@ -176,6 +201,10 @@ BAD_EVENTS = [
     pytest.param({"event_id": "not-a-uuid"}, "event_id", id="bad-event-id"),
     pytest.param({"device_id": "phone-2"}, "device_id", id="claims-another-device"),
     pytest.param({"route": None}, "route", id="null-required"),
+    pytest.param({"online": "yes"}, "online", id="string-for-online"),
+    pytest.param({"online": 1}, "online", id="number-for-online"),
+    pytest.param({"cloud_pressure": "0.1"}, "cloud_pressure", id="string-for-pressure"),
+    pytest.param({"cloud_infer_ms": True}, "cloud_infer_ms", id="bool-for-cloud-infer"),
 ]
 
 
@@ -289,6 +318,10 @@ OUT_OF_RANGE = [
     ("lm_conf", -1, 0.0),
     ("device_load", 2, 1.0),
     ("policy_version", 2**31, 1),
+    ("cloud_infer_ms", -0.5, 0.0),
+    ("cloud_infer_ms", 86_400_001, 86_400_000),
+    ("cloud_pressure", 1.01, 1.0),
+    ("cloud_pressure", -1.01, -1.0),
 ]
 
 
