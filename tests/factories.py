@@ -11,9 +11,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
 from edge_sdk.decision import Cell, DeviceState, TaskSignals, decide
-from routing_policies.cell_schema import nest
 from routing_policies.demo import demo_table
 from routing_policies.models import Fleet
+from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.roles import ROLE_GROUPS, Role
 from routing_policies.services import fleet_create, policy_version_publish
 from telemetry.lab.replay import RecordedEvent
@@ -91,10 +91,7 @@ def make_events(count: int, device_id: str = "phone-1", **overrides: Any) -> lis
 def demo_cell(key: tuple[str, str, str], **overrides: Any) -> Cell:
     """The demo table's cell `key` as the decision function reads it, with flat overrides
     (`{"threshold": 0.5, "latency_budget_ms": 600}`)."""
-    values = {**demo_table()[key], **overrides}
-    return Cell.from_document(
-        nest({"task_type": key[0], "latency_budget": key[1], "privacy_tier": key[2], **values})
-    )
+    return table_cells({key: {**demo_table()[key], **overrides}})[key]
 
 
 def recorded_sample(

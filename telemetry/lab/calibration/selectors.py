@@ -17,8 +17,9 @@ from django.utils import timezone
 
 from controlplane.exceptions import ValidationFailed
 from edge_sdk.decision import Cell
-from routing_policies.cell_schema import CellKey, cell_key_label, nest
+from routing_policies.cell_schema import CellKey, cell_key_label
 from routing_policies.models import Fleet, PolicyVersion
+from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.pricing import CloudPrice
 from routing_policies.selectors import draft_get, latest_published, version_get, version_table
 
@@ -34,7 +35,6 @@ __all__ = [
     "CellCalibration",
     "calibration_compute",
     "calibration_out",
-    "sdk_cells",
 ]
 
 logger = logging.getLogger(__name__)
@@ -72,16 +72,6 @@ class Calibration:
     cells: list[CellCalibration]
 
 
-def sdk_cells(version: PolicyVersion) -> dict[CellKey, Cell]:
-    """The version's cells as the decision function reads them."""
-    return {
-        key: Cell.from_document(
-            nest({"task_type": key[0], "latency_budget": key[1], "privacy_tier": key[2], **values})
-        )
-        for key, values in version_table(version=version).items()
-    }
-
-
 def _base_version(fleet: Fleet, ref: int | str | None) -> PolicyVersion:
     if ref is not None:
         return version_get(fleet=fleet, ref=ref)
@@ -115,7 +105,7 @@ def calibration_compute(
     version, or `version`) for `target` over the last `hours` of the fleet's events."""
     started = time.perf_counter()
     base = _base_version(fleet, version)
-    table = sdk_cells(base)
+    table = table_cells(version_table(version=base))
     wanted = list(table) if cells is None else list(cells)
     unknown = [index for index, key in enumerate(wanted) if key not in table]
     if unknown:

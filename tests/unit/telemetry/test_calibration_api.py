@@ -62,6 +62,9 @@ def recorded(phone: tuple[Device, Any]) -> int:
             bandwidth_kbps=e.device.bandwidth_kbps,
             device_load=e.device.device_load,
             latency_ms=round(e.latency_ms, 1),
+            online=True,
+            cloud_infer_ms=round(e.device.cloud_infer_ms, 1),
+            cloud_pressure=e.device.cloud_pressure,
         )
         for e in recorded_sample(cell, 600, seed=4)
         if e.device.online
@@ -93,6 +96,7 @@ def test_calibration_api__viewer_alpha_target__chosen_theta_within_one_point_not
     body = response.json()
     assert body["base"] == {"version": 1, "label": "v1", "is_draft": False, "revision": None}
     assert body["events"] == recorded
+    assert body["unreplayable_events"] == 0
     (cell,) = body["cells"]
     assert cell["calibrated"]
     assert cell["reached"]
