@@ -5,4 +5,5 @@ from django.urls import include, path
 urlpatterns = [
     path("", include("telemetry.alerts.page_urls")),
     path("", include("telemetry.dashboards.page_urls")),
+    path("", include("telemetry.lab.calibration.page_urls")),
 ]

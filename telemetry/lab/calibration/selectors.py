@@ -35,6 +35,7 @@ __all__ = [
     "CellCalibration",
     "calibration_compute",
     "calibration_out",
+    "why_fixed",
 ]
 
 logger = logging.getLogger(__name__)
@@ -84,7 +85,8 @@ def _base_version(fleet: Fleet, ref: int | str | None) -> PolicyVersion:
     return base
 
 
-def _why_fixed(cell: Cell) -> str:
+def why_fixed(cell: Cell) -> str:
+    """Why θ plays no part in this cell's decisions, or "" when it does."""
     if cell.mode not in _CALIBRATED_MODES:
         return f"mode {cell.mode}: θ plays no part"
     if cell.keeps_data_on_device:
@@ -118,7 +120,7 @@ def calibration_compute(
         )
     end = end or timezone.now()
     start = end - timedelta(hours=hours)
-    sweeps = {key: CellSweep(cell=table[key]) for key in wanted if not _why_fixed(table[key])}
+    sweeps = {key: CellSweep(cell=table[key]) for key in wanted if not why_fixed(table[key])}
     model = LatencyModel()
     events = unreplayable = 0
     # Every cell's events feed the estimator (a cell without observations borrows the
@@ -142,7 +144,7 @@ def calibration_compute(
             result=sweeps[key].result(target=target, model=model, hours=hours, price=price)
             if key in sweeps
             else None,
-            skipped=_why_fixed(table[key]),
+            skipped=why_fixed(table[key]),
         )
         for key in wanted
     ]
