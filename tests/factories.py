@@ -151,3 +151,29 @@ def recorded_sample(
             )
         )
     return events
+
+
+def protocol_event(recorded: RecordedEvent, device_id: str = "phone-1") -> dict[str, Any]:
+    """A recorded event as a device sends it (every decision input included), for ingest."""
+    return make_event(
+        device_id,
+        task_type=recorded.cell[0],
+        latency_budget=recorded.cell[1],
+        privacy_tier=recorded.cell[2],
+        route=recorded.route,
+        decided_by=recorded.decided_by,
+        score=None,
+        threshold=None,
+        tokens=recorded.task.tokens,
+        intent_conf=recorded.task.intent_conf,
+        lm_conf=recorded.task.lm_conf,
+        upload_bytes=recorded.task.upload_bytes,
+        rtt_ms=recorded.device.rtt_ms,
+        bandwidth_kbps=recorded.device.bandwidth_kbps,
+        device_load=recorded.device.device_load,
+        online=recorded.device.online,
+        cloud_infer_ms=round(recorded.device.cloud_infer_ms, 1),
+        cloud_pressure=recorded.device.cloud_pressure,
+        latency_ms=round(recorded.latency_ms, 1),
+        cache_hit=recorded.cache_hit,
+    )

@@ -160,7 +160,6 @@ def fleet_create(
 
 
 @transaction.atomic
-@transaction.atomic
 def fleet_cloud_price_set(
     *, actor: Actor, fleet: Fleet, per_1k_tokens: object = None, per_call: object = None
 ) -> Fleet:
@@ -209,6 +208,7 @@ def fleet_cloud_price_set(
     return fleet
 
 
+@transaction.atomic
 def policy_draft_create(
     *, actor: Actor, fleet: Fleet, from_number: int | None = None
 ) -> PolicyVersion:

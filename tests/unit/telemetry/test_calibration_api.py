@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 from routing_policies.models import AuditEntry, Device, PolicyCell
 from routing_policies.services import policy_draft_create
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
-from tests.factories import demo_cell, make_event, recorded_sample
+from tests.factories import demo_cell, protocol_event, recorded_sample
 from tests.hostile_json import HOSTILE_PARAMS, Hostile, assert_names, with_field
 
 pytestmark = pytest.mark.django_db
@@ -48,27 +48,7 @@ def _state() -> tuple[int, list[float]]:
 def recorded(phone: tuple[Device, Any]) -> int:
     """600 generated events of the text cell, ingested as phone-1 sent them and processed."""
     cell = demo_cell(TEXT_KEY)
-    events = [
-        make_event(
-            route=e.route,
-            decided_by=e.decided_by,
-            score=None,
-            threshold=None,
-            tokens=e.task.tokens,
-            intent_conf=e.task.intent_conf,
-            lm_conf=e.task.lm_conf,
-            upload_bytes=e.task.upload_bytes,
-            rtt_ms=e.device.rtt_ms,
-            bandwidth_kbps=e.device.bandwidth_kbps,
-            device_load=e.device.device_load,
-            latency_ms=round(e.latency_ms, 1),
-            online=True,
-            cloud_infer_ms=round(e.device.cloud_infer_ms, 1),
-            cloud_pressure=e.device.cloud_pressure,
-        )
-        for e in recorded_sample(cell, 600, seed=4)
-        if e.device.online
-    ]
+    events = [protocol_event(e) for e in recorded_sample(cell, 600, seed=4)]
     for start in range(0, len(events), 500):
         batch = {"events": events[start : start + 500]}
         telemetry_batch_ingest(device=phone[0], body=json.dumps(batch).encode())
