@@ -27,12 +27,12 @@
   function draw(el, cell) {
     var thetas = cell.curve.map(function (p) { return p.threshold; });
     var right = cell.curve.map(function (p) { return costTarget ? p.cost_per_hour : p.p95_ms; });
-    var rightName = costTarget ? "cost / h" : "P95 (ms)";
+    var rightName = costTarget ? "cost / h" : "P95 ms";
     var chosenRight = costTarget ? cell.chosen.cost_per_hour : cell.chosen.p95_ms;
     var traces = [
       { x: thetas, y: pct(cell.curve.map(function (p) { return p.alpha; })), name: "α (device %)", mode: "lines", line: { color: COLOURS.alpha, width: 2 }, hovertemplate: "θ %{x:.2f}: α %{y:.1f}%<extra></extra>" },
       { x: thetas, y: pct(cell.curve.map(function (p) { return p.cloud_share; })), name: "cloud %", mode: "lines", line: { color: COLOURS.cloud, width: 2 }, hovertemplate: "θ %{x:.2f}: cloud %{y:.1f}%<extra></extra>" },
-      { x: thetas, y: right, name: rightName, yaxis: "y2", mode: "lines", connectgaps: false, line: { color: COLOURS.right, width: 1.5, dash: "dot" }, hovertemplate: "θ %{x:.2f}: %{y:.4~g}<extra>" + rightName + "</extra>" },
+      { x: thetas, y: right, name: rightName, yaxis: "y2", mode: "lines", connectgaps: true, line: { color: COLOURS.right, width: 1.5, dash: "dot" }, hovertemplate: "θ %{x:.2f}: %{y:.4~g}<extra>" + rightName + "</extra>" },
       { x: [cell.chosen.threshold], y: [cell.chosen.alpha * 100], name: "chosen θ " + cell.chosen.threshold.toFixed(3), mode: "markers", marker: { color: COLOURS.chosen, size: 10, symbol: "diamond" }, hovertemplate: "chosen θ %{x:.3f}: α %{y:.1f}%<extra></extra>" }
     ];
     var shapes = [
@@ -41,19 +41,19 @@
     ];
     var limit = costTarget ? target.value : cell.budget_ms;
     if (limit !== null && limit !== undefined) {
-      shapes.push({ type: "line", xref: "paper", yref: "y2", x0: 0, x1: 1, y0: limit, y1: limit, line: { color: COLOURS.right, width: 1, dash: "dash" } });
+      traces.push({ x: [0, 1], y: [limit, limit], yaxis: "y2", mode: "lines", hoverinfo: "skip", name: costTarget ? "ceiling " + limit : "budget " + limit + " ms", line: { color: COLOURS.right, width: 1, dash: "dash" } });
     }
     var layout = {
-      font: FONT, margin: { l: 44, r: 52, t: 8, b: 58 }, height: 260,
+      font: FONT, margin: { l: 44, r: 52, t: 16, b: 64 }, height: 280,
       paper_bgcolor: "#ffffff", plot_bgcolor: "#ffffff", showlegend: true,
       legend: { orientation: "h", x: 0, y: -0.3, font: { size: 11 } },
       xaxis: { title: { text: "θ", standoff: 4 }, range: [0, 1], dtick: 0.2, gridcolor: "#eef1f5", zeroline: false },
       yaxis: { title: { text: "%", standoff: 2 }, range: [0, 100], gridcolor: "#eef1f5", zeroline: false },
-      yaxis2: { title: { text: rightName + (costTarget ? "" : ", budget dashed"), standoff: 2 }, overlaying: "y", side: "right", rangemode: "tozero", showgrid: false, zeroline: false },
+      yaxis2: { title: { text: rightName, standoff: 2 }, overlaying: "y", side: "right", rangemode: "tozero", showgrid: false, zeroline: false },
       shapes: shapes,
-      annotations: [{ x: cell.current.threshold, y: 1, xref: "x", yref: "paper", text: "now", showarrow: false, yanchor: "bottom", font: { size: 10, color: COLOURS.current } }]
+      annotations: [{ x: cell.current.threshold, y: 1, xref: "x", yref: "paper", text: "θ now", showarrow: false, yanchor: "bottom", xanchor: "left", font: { size: 10, color: COLOURS.current } }]
     };
-    if (chosenRight === null || chosenRight === undefined) { layout.yaxis2.title.text = rightName + " (no latency observed)"; }
+    if (chosenRight === null || chosenRight === undefined) { layout.yaxis2.title.text = rightName + ": none observed"; }
     window.Plotly.newPlot(el, traces, layout, { displayModeBar: false, responsive: true });
   }
 

@@ -45,6 +45,9 @@ __all__ = [
 
 STEPS: Final = 1000
 CURVE_EVERY: Final = 10
+# Of the curve points, every P95_EVERY-th has its P95 predicted (a prediction sorts a few
+# thousand weighted points; the fold between curve points is cheap).
+P95_EVERY: Final = 5
 _CURVE_POINTS: Final = STEPS // CURVE_EVERY + 1
 # decide sums θ and its adjustments in its own order; a breakpoint this close to a candidate
 # may fall on either side of it, so decide settles it.
@@ -140,6 +143,9 @@ class CellSweep:
         self._high: dict[int, _Load] = {}
         self._sample: list[tuple[RecordedEvent, int, str, str]] = []
         self._random = random.Random(seed)
+        self._next_sampled = 0  # the reservoir takes the event after this many
+        self._weight = 0.0
+        self._tie_cells: dict[int, Cell] = {}
 
     def add(self, event: RecordedEvent) -> None:
         """Decide one event of this cell at both ends of θ and file its two outcomes."""
@@ -154,17 +160,30 @@ class CellSweep:
         self._count(event, low, 0, first_high)
         self._count(event, high, first_high, STEPS + 1)
         if not event.cache_hit:
-            curve_class = -(-first_high // CURVE_EVERY)
+            self._file_latency(event, -(-first_high // CURVE_EVERY), low, high)
+        if self.events > self._next_sampled:
+            self._keep_sample(event, first_high, low, high)
+
+    def _file_latency(self, event: RecordedEvent, curve_class: int, low: str, high: str) -> None:
+        """The task's place in the latency load: low at curve points m < curve_class, high
+        from curve_class on; a cloud route carries the task's network part."""
+        part = 0.0
+        if low in _CLOUD_ROUTES or high in _CLOUD_ROUTES:
             part = network_ms(
                 upload_bytes=event.task.upload_bytes,
                 bandwidth_kbps=event.device.bandwidth_kbps,
                 rtt_ms=event.device.rtt_ms,
             )
-            if curve_class > 0:
-                self._low.setdefault(curve_class, _Load()).add(low, part)
-            if curve_class < _CURVE_POINTS:
-                self._high.setdefault(curve_class, _Load()).add(high, part)
-        self._keep_sample(event, first_high, low, high)
+        if curve_class > 0:
+            load = self._low.get(curve_class)
+            if load is None:
+                load = self._low[curve_class] = _Load()
+            load.add(low, part)
+        if curve_class < _CURVE_POINTS:
+            load = self._high.get(curve_class)
+            if load is None:
+                load = self._high[curve_class] = _Load()
+            load.add(high, part)
 
     def _first_high(self, event: RecordedEvent, low_decision: Decision) -> int:
         """The first candidate k at which the event takes its high-θ outcome."""
@@ -177,12 +196,18 @@ class CellSweep:
         breakpoint_ = (score - shift) * STEPS  # on the device when k > breakpoint_
         nearest = round(breakpoint_)
         if abs(breakpoint_ - nearest) < _TIE * STEPS and 0 <= nearest <= STEPS:
-            at = decide(replace(self.cell, threshold=theta_of(nearest)), event.task, event.device)
+            at = decide(self._cell_at(nearest), event.task, event.device)
             below = at.score is not None and at.threshold is not None and at.score < at.threshold
             return nearest if below else nearest + 1
         if breakpoint_ < 0:
             return 0
         return min(STEPS + 1, math.floor(breakpoint_) + 1)
+
+    def _cell_at(self, k: int) -> Cell:
+        cell = self._tie_cells.get(k)
+        if cell is None:
+            cell = self._tie_cells[k] = replace(self.cell, threshold=theta_of(k))
+        return cell
 
     def _count(self, event: RecordedEvent, route: str, start: int, stop: int) -> None:
         if start >= stop:
@@ -197,33 +222,44 @@ class CellSweep:
             self._calls[stop] -= 1
 
     def _keep_sample(self, event: RecordedEvent, first_high: int, low: str, high: str) -> None:
-        """Reservoir sampling: every event has the same chance to be checked afterwards."""
+        """Reservoir sampling (Li's algorithm L): every event has the same chance to be
+        checked afterwards, and only the events taken cost anything."""
         entry = (event, first_high, low, high)
         if len(self._sample) < VERIFY_SAMPLE:
             self._sample.append(entry)
+            if len(self._sample) == VERIFY_SAMPLE:
+                self._weight = math.exp(math.log(self._random.random()) / VERIFY_SAMPLE)
+                self._skip()
+            else:
+                self._next_sampled = self.events
             return
-        slot = self._random.randrange(self.events)
-        if slot < VERIFY_SAMPLE:
-            self._sample[slot] = entry
+        self._sample[self._random.randrange(VERIFY_SAMPLE)] = entry
+        self._weight *= math.exp(math.log(self._random.random()) / VERIFY_SAMPLE)
+        self._skip()
+
+    def _skip(self) -> None:
+        gap = math.floor(math.log(self._random.random()) / math.log(1 - self._weight))
+        self._next_sampled = self.events + gap
 
     # --- the curve ------------------------------------------------------------------------
 
-    def _p95s(self, model: LatencyModel) -> list[float | None]:
-        """Predicted P95 at each curve point, folding the loads from one point to the next."""
+    def _p95s(self, model: LatencyModel, wanted: set[int]) -> dict[int, float | None]:
+        """Predicted P95 at the `wanted` curve points, folding the loads from one curve point
+        to the next (a fold is cheap; a prediction is not, so only those asked for)."""
         running = _Load()
         for curve_class, load in self._low.items():
-            if curve_class > 0:
-                running.fold(load, 1)
+            running.fold(load, 1)
         if 0 in self._high:
             running.fold(self._high[0], 1)
-        out: list[float | None] = []
-        for m in range(_CURVE_POINTS):
+        out: dict[int, float | None] = {}
+        for m in range(max(wanted, default=-1) + 1):
             if m > 0:
                 if m in self._high:
                     running.fold(self._high[m], 1)
                 if m in self._low:
                     running.fold(self._low[m], -1)
-            out.append(self._p95_of(running, model))
+            if m in wanted:
+                out[m] = self._p95_of(running, model)
         return out
 
     def _p95_of(self, load: _Load, model: LatencyModel) -> float | None:
@@ -237,46 +273,59 @@ class CellSweep:
     def result(
         self, *, target: Target, model: LatencyModel, hours: float, price: CloudPrice
     ) -> SweepResult:
-        """The curve, the chosen point for `target` and the reservoir check at it."""
+        """The curve, the chosen point for `target` and the reservoir check at it.
+
+        P95 is predicted at every P95_EVERY-th curve point, refined to every curve point
+        next to the chosen θ (for the P95 target, between the last coarse point within the
+        budget and the next one), and interpolated by θ between two curve points.
+        """
         total = max(1, self.events)
         routes = {route: _prefix(diff) for route, diff in self._routes.items()}
         tokens, calls = _prefix(self._tokens), _prefix(self._calls)
-        p95s = self._p95s(model)
+        current_k = min(STEPS, max(0, round(self.cell.threshold * STEPS)))
+        p95s = self._p95s(model, {*range(0, _CURVE_POINTS, P95_EVERY), *_around(current_k)})
 
-        def figures(k: int) -> Figures:
-            cloud = routes["cloud"][k] + routes["draft_refine"][k]
-            return Figures(
-                k=k,
-                alpha=routes["device"][k] / total,
-                cloud_share=cloud / total,
-                cost_per_hour=price.cost(tokens=tokens[k], calls=calls[k]) / hours,
-                p95_ms=p95s[k // CURVE_EVERY] if k % CURVE_EVERY == 0 else None,
-            )
+        def candidates() -> list[Figures]:
+            return [
+                Figures(
+                    k=k,
+                    alpha=routes["device"][k] / total,
+                    cloud_share=(routes["cloud"][k] + routes["draft_refine"][k]) / total,
+                    cost_per_hour=price.cost(tokens=tokens[k], calls=calls[k]) / hours,
+                    p95_ms=p95s.get(k // CURVE_EVERY) if k % CURVE_EVERY == 0 else None,
+                )
+                for k in range(STEPS + 1)
+            ]
+
+        budget = self.cell.latency_budget_ms
+        chosen_k, reached = choose(target=target, candidates=candidates(), budget_ms=budget)
+        wanted = set(_around(chosen_k))
+        if target.kind == "p95_within_budget":
+            coarse = chosen_k // CURVE_EVERY
+            wanted.update(range(coarse, min(_CURVE_POINTS, coarse + P95_EVERY + 1)))
+        if wanted - set(p95s):
+            p95s.update(self._p95s(model, wanted - set(p95s)))
+            chosen_k, reached = choose(target=target, candidates=candidates(), budget_ms=budget)
+            p95s.update(self._p95s(model, set(_around(chosen_k)) - set(p95s)))
 
         def p95_between(k: int) -> float | None:
             """At a curve point, its P95; between two, interpolated by θ (docs/lab.md)."""
-            below, above = p95s[k // CURVE_EVERY], p95s[-(-k // CURVE_EVERY)]
+            below = p95s.get(k // CURVE_EVERY)
+            above = p95s.get(-(-k // CURVE_EVERY))
             if below is None or above is None:
                 return below if above is None else above
             return below + (above - below) * (k % CURVE_EVERY) / CURVE_EVERY
 
-        candidates = [figures(k) for k in range(STEPS + 1)]
-        chosen_k, reached = choose(
-            target=target, candidates=candidates, budget_ms=self.cell.latency_budget_ms
-        )
-
         def point(k: int) -> CurvePoint:
-            f = candidates[k]
             return CurvePoint(
                 threshold=theta_of(k),
-                alpha=f.alpha,
-                cloud_share=f.cloud_share,
+                alpha=routes["device"][k] / total,
+                cloud_share=(routes["cloud"][k] + routes["draft_refine"][k]) / total,
                 draft_refine_share=routes["draft_refine"][k] / total,
-                p95_ms=p95_between(k),
-                cost_per_hour=f.cost_per_hour,
+                p95_ms=p95_between(k) if k % CURVE_EVERY else p95s.get(k // CURVE_EVERY),
+                cost_per_hour=price.cost(tokens=tokens[k], calls=calls[k]) / hours,
             )
 
-        current_k = min(STEPS, max(0, round(self.cell.threshold * STEPS)))
         matching = self._verify(chosen_k)
         return SweepResult(
             events=self.events,
@@ -297,6 +346,11 @@ class CellSweep:
             if planned_route(cell, decide(cell, event.task, event.device)) == expected:
                 matching += 1
         return matching
+
+
+def _around(k: int) -> tuple[int, int]:
+    """The curve points at and around candidate k."""
+    return (k // CURVE_EVERY, -(-k // CURVE_EVERY))
 
 
 def _prefix(diff: list[int]) -> list[int]:
