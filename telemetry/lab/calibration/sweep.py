@@ -247,7 +247,7 @@ class CellSweep:
         """Predicted P95 at the `wanted` curve points, folding the loads from one curve point
         to the next (a fold is cheap; a prediction is not, so only those asked for)."""
         running = _Load()
-        for curve_class, load in self._low.items():
+        for load in self._low.values():  # every class > 0: low at curve point 0
             running.fold(load, 1)
         if 0 in self._high:
             running.fold(self._high[0], 1)
