@@ -21,6 +21,7 @@ from .alerts.models import (
     WebhookDelivery,
 )
 from .ingest.models import Cohort, Event, EventKey, LandedBatch, bulk_fleet_fk
+from .lab.backtests.models import Backtest, BacktestStatus
 
 
 class RollupMetrics(models.Model):
@@ -153,6 +154,8 @@ __all__ = [
     "AlertEvent",
     "AlertRule",
     "AlertWebhook",
+    "Backtest",
+    "BacktestStatus",
     "Cohort",
     "Event",
     "EventKey",

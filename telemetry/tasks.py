@@ -14,6 +14,7 @@ from .ingest.tasks import (
     process_landed,
     sweep_landed,
 )
+from .lab.backtests.tasks import run_backtest
 
 __all__ = [
     "compact_rollups",
@@ -25,5 +26,6 @@ __all__ = [
     "evaluate_all_alerts",
     "maintain_storage",
     "process_landed",
+    "run_backtest",
     "sweep_landed",
 ]

@@ -7,4 +7,5 @@ urlpatterns = [
     path("", include("telemetry.dashboards.urls")),
     path("", include("telemetry.alerts.urls")),
     path("", include("telemetry.lab.calibration.urls")),
+    path("", include("telemetry.lab.backtests.urls")),
 ]

@@ -1,8 +1,10 @@
 """Factories for tests, in one place: users and fleets (made through the services, as users
 make them), and telemetry events as devices send them (PROTOCOL.md)."""
 
+import math
 import random
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,6 +19,7 @@ from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.roles import ROLE_GROUPS, Role
 from routing_policies.services import fleet_create, policy_version_publish
 from telemetry.lab.replay import RecordedEvent
+from telemetry.models import Event
 
 PASSWORD = "test-password-123"
 
@@ -177,3 +180,92 @@ def protocol_event(recorded: RecordedEvent, device_id: str = "phone-1") -> dict[
         latency_ms=round(recorded.latency_ms, 1),
         cache_hit=recorded.cache_hit,
     )
+
+
+def decided_events(
+    fleet: Fleet,
+    cells: Mapping[tuple[str, str, str], Cell],
+    *,
+    count: int,
+    seed: int = 1,
+    version: int = 1,
+    cohort: str = "stable",
+    hours: float = 6.0,
+    pressure: float = 0.0,
+    record_inputs: bool = True,
+    store: bool = True,
+) -> list[Event]:
+    """`count` raw events of `fleet` whose routes are what `decide` says under `cells` (a
+    version's table): random signals, latencies from a known model (device ~ lognormal 40 ms;
+    cloud = the network part + lognormal 300 ms), 5% cache hits, 3% cloud fallbacks, spread over
+    the last `hours`. `record_inputs=False` leaves out online / cloud_infer_ms / cloud_pressure,
+    as an older SDK would. Stored with bulk_create unless `store=False`."""
+    rng = random.Random(seed)
+    keys = sorted(cells)
+    now = datetime.now(UTC)
+    events = []
+    for index in range(count):
+        key = keys[index % len(keys)]
+        task = TaskSignals(
+            tokens=rng.randrange(0, 1200),
+            intent_conf=round(rng.random(), 3),
+            lm_conf=round(rng.random(), 3),
+            upload_bytes=rng.choice([0, 2_000, 40_000, 400_000]),
+        )
+        device = DeviceState(
+            rtt_ms=round(rng.lognormvariate(math.log(90), 0.6), 1),
+            bandwidth_kbps=round(rng.choice([300.0, 2_000.0, 8_000.0, 40_000.0])),
+            device_load=round(rng.random(), 2),
+            online=rng.random() > 0.03,
+            cloud_infer_ms=round(rng.uniform(150, 600), 1),
+            cloud_pressure=pressure,
+        )
+        decision = decide(cells[key], task, device)
+        cache_hit = rng.random() < 0.05
+        fallback = "none"
+        if decision.route == "cloud" and not cache_hit and rng.random() < 0.03:
+            fallback = "cloud_to_device"
+        if decision.route == "device":
+            latency = rng.lognormvariate(math.log(40), 0.4)
+        else:
+            network = task.upload_bytes * 8 / device.bandwidth_kbps + device.rtt_ms
+            latency = network + rng.lognormvariate(math.log(300), 0.3)
+        if cache_hit:
+            latency = rng.uniform(1, 3)
+        ts = now - timedelta(seconds=rng.uniform(60, hours * 3600))
+        events.append(
+            Event(
+                event_id=uuid.UUID(int=rng.getrandbits(128), version=4),
+                fleet=fleet,
+                device_id=f"phone-{index % 20}",
+                ts=ts,
+                received_at=ts,
+                policy_version=version,
+                cohort=cohort,
+                task_type=key[0],
+                latency_budget=key[1],
+                privacy_tier=key[2],
+                route=decision.route,
+                decided_by=decision.decided_by,
+                fallback=fallback,
+                latency_ms=round(latency, 3),
+                cache_hit=cache_hit,
+                ok=True,
+                deidentified=False,
+                score=decision.score,
+                threshold=decision.threshold,
+                tokens=task.tokens,
+                intent_conf=task.intent_conf,
+                lm_conf=task.lm_conf,
+                upload_bytes=task.upload_bytes,
+                rtt_ms=device.rtt_ms,
+                bandwidth_kbps=device.bandwidth_kbps,
+                device_load=device.device_load,
+                online=device.online if record_inputs else None,
+                cloud_infer_ms=device.cloud_infer_ms if record_inputs else None,
+                cloud_pressure=pressure if record_inputs else None,
+            )
+        )
+    if store:
+        Event.objects.bulk_create(events, batch_size=2000)
+    return events

@@ -87,19 +87,25 @@ class LatencyModel:
         """Learn from one recorded event (only clean runs count: no fallback, no cache hit)."""
         if event.cache_hit or event.fallback != "none" or not event.ok:
             return
-        observed = self._cells.get(event.cell)
+        network = 0.0 if event.route == "device" else _event_network(event)
+        self.observe_clean(event.cell, event.route, event.latency_ms, network)
+
+    def observe_clean(self, cell: CellKey, route: str, latency_ms: float, network: float) -> None:
+        """Learn from one clean run (ok, no fallback, no cache hit) of `route` in `cell` that
+        took `latency_ms`, `network` of it the network part (`network_ms`; 0 on the device)."""
+        observed = self._cells.get(cell)
         if observed is None:
-            observed = self._cells[event.cell] = _Observed()
+            observed = self._cells[cell] = _Observed()
         fleet = self._cells[FLEET]
-        route = event.route
         if route == "device":
-            observed.device.add(event.latency_ms)
-            fleet.device.add(event.latency_ms)
+            observed.device.add(latency_ms)
+            fleet.device.add(latency_ms)
         elif route in ("cloud", "draft_refine"):
-            residual = max(0.0, event.latency_ms - _event_network(event))
+            residual = latency_ms - network if latency_ms > network else 0.0
             observed.residual[route].add(residual)
             fleet.residual[route].add(residual)
-        self._grid_cache.clear()
+        if self._grid_cache:
+            self._grid_cache.clear()
 
     def observe_all(self, events: Iterable[RecordedEvent]) -> None:
         """`observe` each event."""
@@ -175,12 +181,16 @@ class RouteLoad:
     def add(self, event: RecordedEvent, route: str) -> None:
         """One task of `event`'s cell sent to `route` (cache hits are not latency samples:
         leave them out)."""
-        load = self.cells.get(event.cell)
+        self.add_task(event.cell, route, 0.0 if route == "device" else _event_network(event))
+
+    def add_task(self, cell: CellKey, route: str, network: float) -> None:
+        """One task of `cell` sent to `route`, `network` its network part (`network_ms`)."""
+        load = self.cells.get(cell)
         if load is None:
-            load = self.cells[event.cell] = _CellLoad()
-        load.counts[route] = load.counts.get(route, 0) + 1
+            load = self.cells[cell] = _CellLoad()
+        load.counts[route] += 1
         if route != "device":
-            load.network[route].add(_event_network(event))
+            load.network[route].add(network)
 
     def add_counted(
         self, cell: CellKey, route: str, count: int, network: LatencySketch | None = None

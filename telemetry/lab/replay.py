@@ -30,17 +30,21 @@ from routing_policies.models import AuditEntry
 
 __all__ = [
     "CLOUD_PRESSURE_ACTION",
+    "COLUMNS",
     "CellKey",
     "NudgeHistory",
     "RecordedEvent",
+    "ReplayInputs",
+    "recorded_count",
     "recorded_events",
+    "recorded_rows",
 ]
 
 CellKey = tuple[str, str, str]  # (task_type, latency_budget, privacy_tier)
 CLOUD_PRESSURE_ACTION: Final = "fleet.cloud_pressure"
 
-# The raw table's columns the replay reads, in this order (`_event_of` unpacks them).
-_COLUMNS: Final = (
+# The raw table's columns the replay reads, in this order (`ReplayInputs.load` unpacks them).
+COLUMNS: Final = (
     "ts",
     "policy_version",
     "cohort",
@@ -147,7 +151,8 @@ def recorded_events(
     order (not by time): every consumer folds the events into sums.
     """
     nudges = NudgeHistory.of_fleet(fleet_id=fleet_id, end=end)
-    for rows in _rows(
+    inputs = ReplayInputs(nudges)
+    for rows in recorded_rows(
         fleet_id=fleet_id,
         start=start,
         end=end,
@@ -156,10 +161,61 @@ def recorded_events(
         cells=cells,
         batch_size=batch_size,
     ):
-        yield [_event_of(row, nudges) for row in rows]
+        yield [inputs.load(row).event() for row in rows]
 
 
-def _rows(
+def recorded_rows(
+    *,
+    fleet_id: int,
+    start: datetime,
+    end: datetime,
+    versions: Collection[int] | None = None,
+    cohort: str | None = None,
+    cells: Collection[tuple[str, str, str]] | None = None,
+    batch_size: int = 5000,
+) -> Iterator[Sequence[tuple[Any, ...]]]:
+    """The raw rows behind `recorded_events` (columns `COLUMNS`), for a hot loop that fills one
+    `ReplayInputs` per row instead of building a `RecordedEvent`."""
+    query = _where(
+        fleet_id=fleet_id, start=start, end=end, versions=versions, cohort=cohort, cells=cells
+    )
+    if query is None:
+        return
+    where, params = query
+    # Only constant column names and placeholders are formatted in; values go as parameters.
+    sql = f"SELECT {', '.join(COLUMNS)} FROM telemetry_event WHERE {where}"  # noqa: S608
+    # chunked_cursor: a named (server-side) cursor on PostgreSQL, a plain one on SQLite.
+    with connection.chunked_cursor() as cursor:
+        cursor.execute(sql, params)
+        while True:
+            rows = cursor.fetchmany(batch_size)
+            if not rows:
+                return
+            yield rows
+
+
+def recorded_count(
+    *,
+    fleet_id: int,
+    start: datetime,
+    end: datetime,
+    versions: Collection[int] | None = None,
+    cohort: str | None = None,
+    cells: Collection[tuple[str, str, str]] | None = None,
+) -> int:
+    """How many events `recorded_rows` would yield: the total of a backtest's progress."""
+    query = _where(
+        fleet_id=fleet_id, start=start, end=end, versions=versions, cohort=cohort, cells=cells
+    )
+    if query is None:
+        return 0
+    where, params = query
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM telemetry_event WHERE {where}", params)  # noqa: S608
+        return int(cursor.fetchone()[0])
+
+
+def _where(
     *,
     fleet_id: int,
     start: datetime,
@@ -167,14 +223,14 @@ def _rows(
     versions: Collection[int] | None,
     cohort: str | None,
     cells: Collection[tuple[str, str, str]] | None,
-    batch_size: int,
-) -> Iterator[Sequence[tuple[Any, ...]]]:
+) -> tuple[str, list[Any]] | None:
+    """The WHERE clause and its parameters; None when nothing can match."""
     where = ["fleet_id = %s", "ts >= %s", "ts < %s"]
     params: list[Any] = [fleet_id, start, end]
     if versions is not None:
         numbers = sorted({int(v) for v in versions})
         if not numbers:
-            return
+            return None
         where.append(f"policy_version IN ({', '.join(['%s'] * len(numbers))})")
         params.extend(numbers)
     if cohort is not None:
@@ -183,25 +239,14 @@ def _rows(
     wanted = None if cells is None else {tuple(cell) for cell in cells}
     if wanted is not None:
         if not wanted:
-            return
-        # Narrow by task type in SQL; the exact cell test is in Python (few cells, cheap).
-        task_types = sorted({cell[0] for cell in wanted})
-        where.append(f"task_type IN ({', '.join(['%s'] * len(task_types))})")
-        params.extend(task_types)
-    # Only constant column names and placeholders are formatted in; values go as parameters.
-    sql = f"SELECT {', '.join(_COLUMNS)} FROM telemetry_event WHERE {' AND '.join(where)}"  # noqa: S608
-    # chunked_cursor: a named (server-side) cursor on PostgreSQL, a plain one on SQLite.
-    with connection.chunked_cursor() as cursor:
-        cursor.execute(sql, params)
-        while True:
-            rows = cursor.fetchmany(batch_size)
-            if not rows:
-                return
-            if wanted is not None:
-                rows = [row for row in rows if (row[3], row[4], row[5]) in wanted]
-                if not rows:
-                    continue
-            yield rows
+            return None
+        where.append(
+            "(task_type, latency_budget, privacy_tier) IN "
+            f"({', '.join(['(%s, %s, %s)'] * len(wanted))})"
+        )
+        for cell in sorted(wanted):
+            params.extend(cell)
+    return " AND ".join(where), params
 
 
 def _as_datetime(value: Any) -> datetime:
@@ -209,70 +254,126 @@ def _as_datetime(value: Any) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def _event_of(row: tuple[Any, ...], nudges: NudgeHistory) -> RecordedEvent:
-    (
-        ts,
-        policy_version,
-        cohort,
-        task_type,
-        latency_budget,
-        privacy_tier,
-        route,
-        decided_by,
-        fallback,
-        cache_hit,
-        ok,
-        latency_ms,
-        tokens,
-        intent_conf,
-        lm_conf,
-        upload_bytes,
-        rtt_ms,
-        bandwidth_kbps,
-        device_load,
-        online,
-        cloud_infer_ms,
-        cloud_pressure,
-    ) = row
-    ts = _as_datetime(ts)
-    replayable = not (
-        tokens is None
-        or intent_conf is None
-        or lm_conf is None
-        or rtt_ms is None
-        or bandwidth_kbps is None
-        or device_load is None
-        or online is None
-        or cloud_infer_ms is None
-        or cloud_pressure is None
+class ReplayInputs:
+    """One row's decision inputs, reconstructed where not recorded (module docstring).
+
+    Mutable and reused row after row: it has the attributes of both `TaskSignals` and
+    `DeviceState`, so a hot loop passes it to `decide(cell, inputs, inputs)` without building
+    two frozen objects per event (the SDK's Router does the same for steps 1-3).
+    """
+
+    __slots__ = (
+        "bandwidth_kbps",
+        "cache_hit",
+        "cell",
+        "cloud_infer_ms",
+        "cloud_pressure",
+        "cohort",
+        "decided_by",
+        "device_load",
+        "fallback",
+        "intent_conf",
+        "latency_ms",
+        "lm_conf",
+        "nudges",
+        "ok",
+        "online",
+        "policy_version",
+        "replayable",
+        "route",
+        "rtt_ms",
+        "tokens",
+        "ts",
+        "upload_bytes",
     )
-    if cloud_pressure is None:
-        cloud_pressure = nudges.offset_at(ts.timestamp()) if nudges else 0.0
-    return RecordedEvent(
-        ts=ts,
-        policy_version=policy_version,
-        cohort=cohort,
-        cell=(task_type, latency_budget, privacy_tier),
-        task=TaskSignals(
-            tokens=tokens or 0,
-            intent_conf=1.0 if intent_conf is None else intent_conf,
-            lm_conf=1.0 if lm_conf is None else lm_conf,
-            upload_bytes=upload_bytes or 0,
-        ),
-        device=DeviceState(
-            rtt_ms=rtt_ms or 0.0,
-            bandwidth_kbps=0.0 if bandwidth_kbps is None else bandwidth_kbps,
-            device_load=device_load or 0.0,
-            online=decided_by != "offline" if online is None else bool(online),
-            cloud_infer_ms=cloud_infer_ms or 0.0,
-            cloud_pressure=cloud_pressure,
-        ),
-        route=route,
-        decided_by=decided_by,
-        fallback=fallback,
-        cache_hit=bool(cache_hit),
-        ok=bool(ok),
-        latency_ms=latency_ms,
-        tokens=tokens or 0,
-        replayable=replayable,
-    )
+
+    def __init__(self, nudges: NudgeHistory) -> None:
+        self.nudges = nudges
+
+    def load(self, row: tuple[Any, ...]) -> ReplayInputs:
+        """Fill from one row of `recorded_rows`; returns self."""
+        (
+            ts,
+            self.policy_version,
+            self.cohort,
+            task_type,
+            latency_budget,
+            privacy_tier,
+            self.route,
+            decided_by,
+            self.fallback,
+            cache_hit,
+            ok,
+            self.latency_ms,
+            tokens,
+            intent_conf,
+            lm_conf,
+            upload_bytes,
+            rtt_ms,
+            bandwidth_kbps,
+            device_load,
+            online,
+            cloud_infer_ms,
+            cloud_pressure,
+        ) = row
+        self.ts = ts
+        self.cell = (task_type, latency_budget, privacy_tier)
+        self.decided_by = decided_by
+        self.cache_hit = bool(cache_hit)
+        self.ok = bool(ok)
+        self.replayable = not (
+            tokens is None
+            or intent_conf is None
+            or lm_conf is None
+            or rtt_ms is None
+            or bandwidth_kbps is None
+            or device_load is None
+            or online is None
+            or cloud_infer_ms is None
+            or cloud_pressure is None
+        )
+        if cloud_pressure is None:
+            nudges = self.nudges
+            cloud_pressure = nudges.offset_at(_as_datetime(ts).timestamp()) if nudges else 0.0
+        self.tokens = tokens or 0
+        self.intent_conf = 1.0 if intent_conf is None else intent_conf
+        self.lm_conf = 1.0 if lm_conf is None else lm_conf
+        self.upload_bytes = upload_bytes or 0
+        self.rtt_ms = rtt_ms or 0.0
+        self.bandwidth_kbps = 0.0 if bandwidth_kbps is None else bandwidth_kbps
+        self.device_load = device_load or 0.0
+        self.online = decided_by != "offline" if online is None else bool(online)
+        self.cloud_infer_ms = cloud_infer_ms or 0.0
+        self.cloud_pressure = cloud_pressure
+        return self
+
+    def event(self) -> RecordedEvent:
+        """These inputs as a `RecordedEvent`."""
+        return RecordedEvent(
+            ts=_as_datetime(self.ts),
+            policy_version=self.policy_version,
+            cohort=self.cohort,
+            cell=self.cell,
+            task=TaskSignals(
+                tokens=self.tokens,
+                intent_conf=self.intent_conf,
+                lm_conf=self.lm_conf,
+                upload_bytes=self.upload_bytes,
+            ),
+            device=DeviceState(
+                rtt_ms=self.rtt_ms,
+                bandwidth_kbps=self.bandwidth_kbps,
+                device_load=self.device_load,
+                online=self.online,
+                cloud_infer_ms=self.cloud_infer_ms,
+                cloud_pressure=self.cloud_pressure,
+            ),
+            route=self.route,
+            decided_by=self.decided_by,
+            fallback=self.fallback,
+            cache_hit=self.cache_hit,
+            ok=self.ok,
+            latency_ms=self.latency_ms,
+            tokens=self.tokens,
+            replayable=self.replayable,
+        )

@@ -1,0 +1,61 @@
+"""REST API of backtests: editors and up start one, anyone who can read the fleet reads it."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controlplane.api import require_object
+from controlplane.openapi import error_responses
+from routing_policies import selectors as policy_selectors
+from routing_policies.permissions import IsEditor, IsViewer
+
+from . import schemas, selectors, services
+
+
+class BacktestListApi(APIView):
+    """POST starts a backtest (or answers the one kept for the same request)."""
+
+    def get_permissions(self) -> list[BasePermission]:
+        return [IsViewer()] if self.request.method in ("GET", "HEAD", "OPTIONS") else [IsEditor()]
+
+    @extend_schema(
+        request=schemas.BacktestStartSerializer,
+        responses={
+            200: schemas.BacktestSerializer,
+            202: schemas.BacktestSerializer,
+            **error_responses(404, 409),
+        },
+        operation_id="backtest_start",
+        description="Replay the draft or a version over the recorded events of a window "
+        "(default the last 24 h). 202 with a new backtest to poll; 200 with the one already "
+        "kept for the same subject, revision, window and filters.",
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        fleet = policy_selectors.fleet_get(slug=slug)
+        backtest, created = services.backtest_start(
+            actor=request.user, fleet=fleet, data=require_object(request.data)
+        )
+        return Response(
+            selectors.backtest_out(backtest, slug=slug),
+            status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK,
+        )
+
+
+class BacktestDetailApi(APIView):
+    """One backtest: its progress, and its result once done."""
+
+    permission_classes = [IsViewer]
+
+    @extend_schema(
+        responses={200: schemas.BacktestSerializer, **error_responses(404)},
+        operation_id="backtest_get",
+    )
+    def get(self, request: Request, slug: str, backtest_id: int) -> Response:
+        fleet = policy_selectors.fleet_get(slug=slug)
+        backtest = selectors.backtest_get(fleet=fleet, backtest_id=backtest_id)
+        return Response(selectors.backtest_out(backtest, slug=slug))

@@ -1,0 +1,399 @@
+"""The backtest's one pass over a window of recorded events (docs/lab.md, "Backtest").
+
+Each event's decision is recomputed with `edge_sdk.decision.decide` three times over: under
+the subject (a version or the draft), under the stable version, and under the version that
+actually ran it (the self-check). Equal cells are decided once. Everything is folded into
+per-cell tallies and mergeable sketches as the rows stream by, so memory does not grow with
+the events; the figures are computed from them at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from edge_sdk.decision import Cell, Decision, decide, privacy_violation
+from routing_policies.cell_schema import cell_key_label
+from routing_policies.policies.sdk_cells import sends_sensitive_data_off_device
+from routing_policies.pricing import CloudPrice
+from telemetry.rollups.sketch import LatencySketch
+
+from ..estimate import ROUTES, LatencyModel, RouteLoad, network_ms, weighted_quantiles
+from ..replay import CellKey, NudgeHistory, ReplayInputs, recorded_rows
+
+__all__ = ["SIDES", "BacktestInput", "backtest_compute"]
+
+# Whose decisions a result shows: what happened, the subject replayed, the stable version
+# replayed, and the version that ran each event replayed (the self-check).
+SIDES: Final = ("observed", "subject", "stable", "running")
+_SENSITIVE: Final = "sensitive"
+_QUANTILES: Final = (0.5, 0.95)
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BacktestInput:
+    """What one backtest replays, over which events, at which price."""
+
+    fleet_id: int
+    start: datetime
+    end: datetime
+    subject: Mapping[CellKey, Cell]
+    stable: Mapping[CellKey, Cell]
+    # Every published version's cells, by number: the self-check decides with each event's own.
+    versions: Mapping[int, Mapping[CellKey, Cell]]
+    price: CloudPrice
+    filter_versions: Collection[int] | None = None
+    cohort: str | None = None
+    cells: Collection[CellKey] | None = None
+
+
+@dataclass(slots=True)
+class _Tally:
+    """One side's counts in one cell."""
+
+    events: int = 0
+    routes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROUTES, 0))
+    runs: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROUTES, 0))  # no cache
+    cache_hits: int = 0
+    cloud_tokens: int = 0
+    cloud_calls: int = 0
+    privacy_violations: int = 0
+    fallbacks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROUTES, 0))
+    uncovered: int = 0  # the side has no cell for these events
+
+    def count(self, route: str, cache_hit: bool, tokens: int) -> None:
+        self.events += 1
+        self.routes[route] += 1
+        if cache_hit:
+            self.cache_hits += 1
+            return
+        self.runs[route] += 1
+        if route != "device":
+            self.cloud_calls += 1
+            self.cloud_tokens += tokens
+
+
+@dataclass(slots=True)
+class _Side:
+    tallies: dict[CellKey, _Tally] = field(default_factory=dict)
+    load: RouteLoad = field(default_factory=RouteLoad)
+
+    def tally(self, cell: CellKey) -> _Tally:
+        tally = self.tallies.get(cell)
+        if tally is None:
+            tally = self.tallies[cell] = _Tally()
+        return tally
+
+
+@dataclass(slots=True)
+class _Check:
+    eligible: int = 0
+    agree: int = 0
+    eligible_replayable: int = 0
+    agree_replayable: int = 0
+    unknown_version: int = 0
+    mismatches: dict[str, int] = field(default_factory=dict)  # "recorded → replayed": count
+
+
+def _canonical(cells: Mapping[CellKey, Cell], pool: dict[Cell, Cell]) -> dict[CellKey, Cell]:
+    """The same cells, equal ones shared, so that one event's equal cells are decided once."""
+    return {key: pool.setdefault(cell, cell) for key, cell in cells.items()}
+
+
+def backtest_compute(
+    spec: BacktestInput, *, total: int = 0, progress: Progress | None = None
+) -> dict[str, Any]:
+    """Replay the window and return the result document (docs/lab.md describes each figure).
+
+    `total` is the number of events expected (for progress only); `progress(done, total)` is
+    called after each batch.
+    """
+    began = time.perf_counter()
+    pool: dict[Cell, Cell] = {}
+    subject_cells = _canonical(spec.subject, pool)
+    stable_cells = _canonical(spec.stable, pool)
+    version_cells = {number: _canonical(cells, pool) for number, cells in spec.versions.items()}
+    inputs = ReplayInputs(NudgeHistory.of_fleet(fleet_id=spec.fleet_id, end=spec.end))
+    model = LatencyModel()
+    observed, subject, stable, running = _Side(), _Side(), _Side(), _Side()
+    # Clean runs' latencies per (cell, route), of the events the self-check replays.
+    observed_latency: dict[tuple[CellKey, str], LatencySketch] = {}
+    check = _Check()
+    replayable = 0
+    done = 0
+    replays = ((subject, subject_cells), (stable, stable_cells))
+    for rows in recorded_rows(
+        fleet_id=spec.fleet_id,
+        start=spec.start,
+        end=spec.end,
+        versions=spec.filter_versions,
+        cohort=spec.cohort,
+        cells=spec.cells,
+    ):
+        for row in rows:
+            event = inputs.load(row)
+            key = event.cell
+            route = event.route
+            cache_hit = event.cache_hit
+            tokens = event.tokens
+            clean = not cache_hit and event.fallback == "none"
+            network = network_ms(
+                upload_bytes=event.upload_bytes,
+                bandwidth_kbps=event.bandwidth_kbps,
+                rtt_ms=event.rtt_ms,
+            )
+            replayable += event.replayable
+            # What happened.
+            tally = observed.tally(key)
+            tally.count(route, cache_hit, tokens)
+            if not cache_hit and not clean:
+                tally.fallbacks[route] += 1
+            # The replays; one event's equal cells are decided once.
+            decisions: dict[int, Decision] = {}
+            for side, cells in replays:
+                cell = cells.get(key)
+                side_tally = side.tally(key)
+                if cell is None:
+                    side_tally.uncovered += 1
+                    continue
+                decision = decisions.get(id(cell))
+                if decision is None:
+                    decision = decisions[id(cell)] = decide(cell, event, event)  # type: ignore[arg-type]
+                replayed = decision.route
+                side_tally.count(replayed, cache_hit, tokens)
+                if not cache_hit:
+                    side.load.add_task(key, replayed, network)
+                    if replayed != "device" and cell.privacy_tier == _SENSITIVE:
+                        side_tally.privacy_violations += privacy_violation(
+                            privacy_tier=cell.privacy_tier,
+                            upload_allowed=cell.upload_allowed,
+                            upload_deidentify=cell.upload_deidentify,
+                            left_device=True,
+                            deidentified=cell.upload_deidentify,
+                        )
+            # The self-check: the version that ran it, on what was not a fallback or cache hit.
+            if not clean:
+                continue
+            ran = version_cells.get(event.policy_version)
+            cell = ran.get(key) if ran is not None else None
+            if cell is None:
+                check.unknown_version += 1
+                continue
+            decision = decisions.get(id(cell))
+            if decision is None:
+                decision = decide(cell, event, event)  # type: ignore[arg-type]
+            agrees = decision.route == route and decision.decided_by == event.decided_by
+            check.eligible += 1
+            check.agree += agrees
+            if event.replayable:
+                check.eligible_replayable += 1
+                check.agree_replayable += agrees
+            if not agrees:
+                pair = f"{route}/{event.decided_by} → {decision.route}/{decision.decided_by}"
+                check.mismatches[pair] = check.mismatches.get(pair, 0) + 1
+            running.tally(key).count(decision.route, False, tokens)
+            if event.ok:
+                model.observe_clean(key, route, event.latency_ms, network)
+                sketch = observed_latency.get((key, route))
+                if sketch is None:
+                    sketch = observed_latency[(key, route)] = LatencySketch()
+                sketch.add(event.latency_ms)
+                running.load.add_task(key, decision.route, network)
+        done += len(rows)
+        if progress is not None:
+            progress(done, max(total, done))
+    figures = _Figures(
+        model=model, observed=observed, observed_latency=observed_latency, price=spec.price
+    )
+    keys = sorted(observed.tallies)
+    result: dict[str, Any] = {
+        "events": done,
+        "replayable": replayable,
+        "overall": {
+            "observed": figures.observed(observed),
+            "subject": figures.replayed(subject),
+            "stable": figures.replayed(stable),
+        },
+        "cells": [
+            {
+                "cell": list(key),
+                "label": cell_key_label(key),
+                "changed": subject_cells.get(key) is not stable_cells.get(key),
+                "privacy_flag": _privacy_flag(subject_cells.get(key), subject.tallies.get(key)),
+                "observed": figures.observed(observed, key=key),
+                "subject": figures.replayed(subject, key=key),
+                "stable": figures.replayed(stable, key=key),
+            }
+            for key in keys
+        ],
+        "self_check": _self_check(check, figures.replayed(running), figures.observed(observed)),
+        "price": {
+            "per_1k_tokens": spec.price.per_1k_tokens,
+            "per_call": spec.price.per_call,
+            "currency": spec.price.currency,
+        },
+        "seconds": round(time.perf_counter() - began, 3),
+    }
+    flagged = [cell["label"] for cell in result["cells"] if cell["privacy_flag"]]
+    flagged += [
+        cell_key_label(key)
+        for key, cell in sorted(subject_cells.items())
+        if key not in observed.tallies and sends_sensitive_data_off_device(cell)
+    ]
+    result["privacy"] = {"flagged_cells": flagged, "ok": not flagged}
+    return result
+
+
+def _privacy_flag(cell: Cell | None, tally: _Tally | None) -> bool:
+    """The subject would send this cell's sensitive data off the device: replayed events did,
+    or the decision would for some task."""
+    if cell is None:
+        return False
+    return bool(tally and tally.privacy_violations) or sends_sensitive_data_off_device(cell)
+
+
+# --- figures -----------------------------------------------------------------------------------
+
+
+def _share(part: float, whole: float) -> float | None:
+    return part / whole if whole else None
+
+
+def _relative_error(predicted: float | None, observed: float | None) -> float | None:
+    if predicted is None or observed is None or observed <= 0:
+        return None
+    return abs(predicted - observed) / observed
+
+
+class _Figures:
+    """Each side's figures, for the whole window or one cell."""
+
+    def __init__(
+        self,
+        *,
+        model: LatencyModel,
+        observed: _Side,
+        observed_latency: Mapping[tuple[CellKey, str], LatencySketch],
+        price: CloudPrice,
+    ) -> None:
+        self.model = model
+        self.price = price
+        self.observed_latency = observed_latency
+        # The observed fallback rate of each (cell, route), and of each route over the fleet
+        # (cell None) for cells that never ran that route.
+        self.rate: dict[tuple[CellKey | None, str], float] = {}
+        fleet = {route: [0, 0] for route in ROUTES}
+        for key, tally in observed.tallies.items():
+            for route in ROUTES:
+                runs = tally.runs[route]
+                if runs:
+                    self.rate[(key, route)] = tally.fallbacks[route] / runs
+                    fleet[route][0] += tally.fallbacks[route]
+                    fleet[route][1] += runs
+        for route, (falls, runs) in fleet.items():
+            self.rate[(None, route)] = falls / runs if runs else 0.0
+
+    def observed(self, side: _Side, *, key: CellKey | None = None) -> dict[str, Any]:
+        """What happened: latency quantiles of the clean runs, fallbacks as counted."""
+        tallies = self._tallies(side, key)
+        latency = {}
+        for route in ROUTES:
+            merged = LatencySketch()
+            for (cell, ran), sketch in self.observed_latency.items():
+                if ran == route and (key is None or cell == key):
+                    merged.merge(sketch)
+            latency[route] = merged.quantiles(_QUANTILES)
+        fallbacks = sum(sum(tally.fallbacks.values()) for tally in tallies)
+        return _figures(tallies, latency=latency, fallbacks=fallbacks, price=self.price)
+
+    def replayed(self, side: _Side, *, key: CellKey | None = None) -> dict[str, Any]:
+        """A replay: latency quantiles by the estimator, fallbacks expected at observed rates."""
+        tallies = self._tallies(side, key)
+        load = side.load if key is None else side.load.of_cell(key)
+        latency = {
+            route: weighted_quantiles(self.model.predict(load, route), _QUANTILES)
+            for route in ROUTES
+        }
+        expected = 0.0
+        for cell, tally in (
+            side.tallies.items() if key is None else [(key, tallies[0])] if tallies else []
+        ):
+            for route in ROUTES:
+                rate = self.rate.get((cell, route), self.rate[(None, route)])
+                expected += tally.runs[route] * rate
+        return _figures(tallies, latency=latency, fallbacks=expected, price=self.price)
+
+    @staticmethod
+    def _tallies(side: _Side, key: CellKey | None) -> list[_Tally]:
+        if key is None:
+            return list(side.tallies.values())
+        tally = side.tallies.get(key)
+        return [tally] if tally is not None else []
+
+
+def _figures(
+    tallies: Iterable[_Tally],
+    *,
+    latency: Mapping[str, list[float | None]],
+    fallbacks: float,
+    price: CloudPrice,
+) -> dict[str, Any]:
+    events = cache_hits = tokens = calls = violations = uncovered = 0
+    routes = dict.fromkeys(ROUTES, 0)
+    for tally in tallies:
+        events += tally.events
+        for route in ROUTES:
+            routes[route] += tally.routes[route]
+        cache_hits += tally.cache_hits
+        tokens += tally.cloud_tokens
+        calls += tally.cloud_calls
+        violations += tally.privacy_violations
+        uncovered += tally.uncovered
+    return {
+        "events": events,
+        "uncovered": uncovered,
+        "routes": routes,
+        "alpha": _share(routes["device"], events),
+        "cloud_share": _share(routes["cloud"], events),
+        "draft_refine_share": _share(routes["draft_refine"], events),
+        "cache_hits": cache_hits,
+        "latency_ms": {
+            route: {"p50": values[0], "p95": values[1]} for route, values in latency.items()
+        },
+        "fallbacks": fallbacks,
+        "cloud_calls": calls,
+        "cloud_tokens": tokens,
+        "cost": price.cost(tokens=tokens, calls=calls),
+        "privacy_violations": violations,
+    }
+
+
+def _self_check(check: _Check, running: dict[str, Any], observed: dict[str, Any]) -> dict[str, Any]:
+    """The running version replayed against what it did: agreement and latency error."""
+    latency: dict[str, Any] = {}
+    errors: list[float] = []
+    for route in ROUTES:
+        seen, predicted = observed["latency_ms"][route], running["latency_ms"][route]
+        entry: dict[str, Any] = {"runs": running["routes"][route]}
+        for name in ("p50", "p95"):
+            error = _relative_error(predicted[name], seen[name])
+            entry[name] = {"predicted": predicted[name], "observed": seen[name], "error": error}
+            if error is not None:
+                errors.append(error)
+        latency[route] = entry
+    mismatches = sorted(check.mismatches.items(), key=lambda item: -item[1])[:10]
+    return {
+        "eligible": check.eligible,
+        "agree": check.agree,
+        "agreement": _share(check.agree, check.eligible),
+        "eligible_replayable": check.eligible_replayable,
+        "agreement_replayable": _share(check.agree_replayable, check.eligible_replayable),
+        "unknown_version": check.unknown_version,
+        "mismatches": [{"decisions": pair, "events": count} for pair, count in mismatches],
+        "latency": latency,
+        "latency_error_max": max(errors) if errors else None,
+    }
