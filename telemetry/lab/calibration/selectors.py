@@ -23,8 +23,8 @@ from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.pricing import CloudPrice
 from routing_policies.selectors import draft_get, latest_published, version_get, version_table
 
-from ..estimate import LatencyModel
-from ..replay import recorded_events
+from ..estimate import LatencyModel, network_ms
+from ..replay import NudgeHistory, ReplayInputs, recorded_rows
 from .sweep import CellSweep, CurvePoint, SweepResult
 from .targets import Target
 
@@ -123,17 +123,28 @@ def calibration_compute(
     sweeps = {key: CellSweep(cell=table[key]) for key in wanted if not why_fixed(table[key])}
     model = LatencyModel()
     events = unreplayable = 0
-    # Every cell's events feed the estimator (a cell without observations borrows the
-    # fleet's); only the calibrated cells' are swept.
-    for batch in recorded_events(fleet_id=fleet.pk, start=start, end=end):
-        events += len(batch)
-        for event in batch:
-            model.observe(event)
-            if not event.replayable:
-                unreplayable += 1
+    # The backtest's hot loop: one reused ReplayInputs per row, no object per event. Every
+    # cell's clean runs feed the estimator (a cell without observations borrows the fleet's);
+    # only the calibrated cells' events are swept.
+    inputs = ReplayInputs(NudgeHistory.of_fleet(fleet_id=fleet.pk, end=end))
+    for rows in recorded_rows(fleet_id=fleet.pk, start=start, end=end):
+        events += len(rows)
+        for row in rows:
+            event = inputs.load(row)
+            unreplayable += not event.replayable
+            if event.ok and not event.cache_hit and event.fallback == "none":
+                route = event.route
+                network = 0.0
+                if route != "device":
+                    network = network_ms(
+                        upload_bytes=event.upload_bytes,
+                        bandwidth_kbps=event.bandwidth_kbps,
+                        rtt_ms=event.rtt_ms,
+                    )
+                model.observe_clean(event.cell, route, event.latency_ms, network)
             cell_sweep = sweeps.get(event.cell)
             if cell_sweep is not None:
-                cell_sweep.add(event)
+                cell_sweep.add(event, event, cache_hit=event.cache_hit)  # type: ignore[arg-type]
     price = CloudPrice.of_fleet(fleet)
     results = [
         CellCalibration(

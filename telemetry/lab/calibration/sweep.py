@@ -24,12 +24,11 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from edge_sdk.decision import Cell, Decision, decide
+from edge_sdk.decision import Cell, Decision, DeviceState, TaskSignals, decide
 from routing_policies.pricing import CloudPrice
 from telemetry.rollups.sketch import LatencySketch, bucket_index
 
 from ..estimate import ROUTES, LatencyModel, RouteLoad, network_ms, weighted_quantiles
-from ..replay import RecordedEvent
 from .targets import Figures, Target, choose
 
 __all__ = [
@@ -141,38 +140,45 @@ class CellSweep:
         # event's first high candidate): low at curve points m < c, high at m >= c.
         self._low: dict[int, _Load] = {}
         self._high: dict[int, _Load] = {}
-        self._sample: list[tuple[RecordedEvent, int, str, str]] = []
+        self._sample: list[tuple[TaskSignals, DeviceState, int, str, str]] = []
         self._random = random.Random(seed)
         self._next_sampled = 0  # the reservoir takes the event after this many
         self._weight = 0.0
         self._tie_cells: dict[int, Cell] = {}
 
-    def add(self, event: RecordedEvent) -> None:
-        """Decide one event of this cell at both ends of θ and file its two outcomes."""
-        low_decision = decide(self._low_cell, event.task, event.device)
+    def add(self, task: TaskSignals, device: DeviceState, *, cache_hit: bool) -> None:
+        """Decide one task of this cell at both ends of θ and file its two outcomes.
+
+        `task` and `device` may be one `replay.ReplayInputs` (it has both's attributes),
+        reused row after row: nothing here keeps a reference to them.
+        """
+        low_decision = decide(self._low_cell, task, device)
         low = planned_route(self.cell, low_decision)
-        first_high = self._first_high(event, low_decision)
+        first_high = self._first_high(task, device, low_decision)
         if 0 < first_high <= STEPS:
-            high = planned_route(self.cell, decide(self._high_cell, event.task, event.device))
+            high = planned_route(self.cell, decide(self._high_cell, task, device))
         else:
             first_high, high = 0, low  # the same outcome at every candidate
         self.events += 1
-        self._count(event, low, 0, first_high)
-        self._count(event, high, first_high, STEPS + 1)
-        if not event.cache_hit:
-            self._file_latency(event, -(-first_high // CURVE_EVERY), low, high)
+        tokens = task.tokens
+        self._count(low, 0, first_high, tokens, cache_hit)
+        self._count(high, first_high, STEPS + 1, tokens, cache_hit)
+        if not cache_hit:
+            self._file_latency(task, device, -(-first_high // CURVE_EVERY), low, high)
         if self.events > self._next_sampled:
-            self._keep_sample(event, first_high, low, high)
+            self._keep_sample(task, device, first_high, low, high)
 
-    def _file_latency(self, event: RecordedEvent, curve_class: int, low: str, high: str) -> None:
+    def _file_latency(
+        self, task: TaskSignals, device: DeviceState, curve_class: int, low: str, high: str
+    ) -> None:
         """The task's place in the latency load: low at curve points m < curve_class, high
         from curve_class on; a cloud route carries the task's network part."""
         part = 0.0
         if low in _CLOUD_ROUTES or high in _CLOUD_ROUTES:
             part = network_ms(
-                upload_bytes=event.task.upload_bytes,
-                bandwidth_kbps=event.device.bandwidth_kbps,
-                rtt_ms=event.device.rtt_ms,
+                upload_bytes=task.upload_bytes,
+                bandwidth_kbps=device.bandwidth_kbps,
+                rtt_ms=device.rtt_ms,
             )
         if curve_class > 0:
             load = self._low.get(curve_class)
@@ -185,7 +191,7 @@ class CellSweep:
                 load = self._high[curve_class] = _Load()
             load.add(high, part)
 
-    def _first_high(self, event: RecordedEvent, low_decision: Decision) -> int:
+    def _first_high(self, task: TaskSignals, device: DeviceState, low_decision: Decision) -> int:
         """The first candidate k at which the event takes its high-θ outcome."""
         score = low_decision.score
         if score is None:
@@ -196,7 +202,7 @@ class CellSweep:
         breakpoint_ = (score - shift) * STEPS  # on the device when k > breakpoint_
         nearest = round(breakpoint_)
         if abs(breakpoint_ - nearest) < _TIE * STEPS and 0 <= nearest <= STEPS:
-            at = decide(self._cell_at(nearest), event.task, event.device)
+            at = decide(self._cell_at(nearest), task, device)
             below = at.score is not None and at.threshold is not None and at.score < at.threshold
             return nearest if below else nearest + 1
         if breakpoint_ < 0:
@@ -209,22 +215,42 @@ class CellSweep:
             cell = self._tie_cells[k] = replace(self.cell, threshold=theta_of(k))
         return cell
 
-    def _count(self, event: RecordedEvent, route: str, start: int, stop: int) -> None:
+    def _count(self, route: str, start: int, stop: int, tokens: int, cache_hit: bool) -> None:
         if start >= stop:
             return
         counts = self._routes[route]
         counts[start] += 1
         counts[stop] -= 1
-        if route in _CLOUD_ROUTES and not event.cache_hit:
-            self._tokens[start] += event.tokens
-            self._tokens[stop] -= event.tokens
+        if route in _CLOUD_ROUTES and not cache_hit:
+            self._tokens[start] += tokens
+            self._tokens[stop] -= tokens
             self._calls[start] += 1
             self._calls[stop] -= 1
 
-    def _keep_sample(self, event: RecordedEvent, first_high: int, low: str, high: str) -> None:
-        """Reservoir sampling (Li's algorithm L): every event has the same chance to be
-        checked afterwards, and only the events taken cost anything."""
-        entry = (event, first_high, low, high)
+    def _keep_sample(
+        self, task: TaskSignals, device: DeviceState, first_high: int, low: str, high: str
+    ) -> None:
+        """Reservoir sampling (Li's algorithm L): every task has the same chance to be checked
+        afterwards, and only the tasks taken cost anything (a frozen copy of their inputs)."""
+        entry = (
+            TaskSignals(
+                tokens=task.tokens,
+                intent_conf=task.intent_conf,
+                lm_conf=task.lm_conf,
+                upload_bytes=task.upload_bytes,
+            ),
+            DeviceState(
+                rtt_ms=device.rtt_ms,
+                bandwidth_kbps=device.bandwidth_kbps,
+                device_load=device.device_load,
+                online=device.online,
+                cloud_infer_ms=device.cloud_infer_ms,
+                cloud_pressure=device.cloud_pressure,
+            ),
+            first_high,
+            low,
+            high,
+        )
         if len(self._sample) < VERIFY_SAMPLE:
             self._sample.append(entry)
             if len(self._sample) == VERIFY_SAMPLE:
@@ -341,9 +367,9 @@ class CellSweep:
         """How many reservoir events `decide` routes at candidate k as the sweep says."""
         cell = replace(self.cell, threshold=theta_of(k))
         matching = 0
-        for event, first_high, low, high in self._sample:
+        for task, device, first_high, low, high in self._sample:
             expected = high if k >= first_high else low
-            if planned_route(cell, decide(cell, event.task, event.device)) == expected:
+            if planned_route(cell, decide(cell, task, device)) == expected:
                 matching += 1
         return matching
 

@@ -23,7 +23,7 @@ def sweep(
     model.observe_all(events)
     cell_sweep = CellSweep(cell=cell)
     for event in events:
-        cell_sweep.add(event)
+        cell_sweep.add(event.task, event.device, cache_hit=event.cache_hit)
     return cell_sweep.result(target=target, model=model, hours=hours, price=PRICE)
 
 
