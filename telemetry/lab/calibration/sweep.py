@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Any, Final
 
 from edge_sdk.decision import Cell, Decision, DeviceState, TaskSignals, decide
 from routing_policies.pricing import CloudPrice
@@ -50,8 +50,8 @@ P95_EVERY: Final = 5
 _CURVE_POINTS: Final = STEPS // CURVE_EVERY + 1
 # decide sums θ and its adjustments in its own order; a breakpoint this close to a candidate
 # may fall on either side of it, so decide settles it.
-_TIE: Final = 1e-6
-VERIFY_SAMPLE: Final = 2000
+_TIE: Final = 1e-9
+VERIFY_SAMPLE: Final = 1000
 _CLOUD_ROUTES: Final = ("cloud", "draft_refine")
 
 
@@ -140,7 +140,7 @@ class CellSweep:
         # event's first high candidate): low at curve points m < c, high at m >= c.
         self._low: dict[int, _Load] = {}
         self._high: dict[int, _Load] = {}
-        self._sample: list[tuple[TaskSignals, DeviceState, int, str, str]] = []
+        self._sample: list[tuple[Any, ...]] = []
         self._random = random.Random(seed)
         self._next_sampled = 0  # the reservoir takes the event after this many
         self._weight = 0.0
@@ -232,21 +232,18 @@ class CellSweep:
     ) -> None:
         """Reservoir sampling (Li's algorithm L): every task has the same chance to be checked
         afterwards, and only the tasks taken cost anything (a frozen copy of their inputs)."""
+        # A plain tuple (the frozen inputs are built only to check them, in `_verify`).
         entry = (
-            TaskSignals(
-                tokens=task.tokens,
-                intent_conf=task.intent_conf,
-                lm_conf=task.lm_conf,
-                upload_bytes=task.upload_bytes,
-            ),
-            DeviceState(
-                rtt_ms=device.rtt_ms,
-                bandwidth_kbps=device.bandwidth_kbps,
-                device_load=device.device_load,
-                online=device.online,
-                cloud_infer_ms=device.cloud_infer_ms,
-                cloud_pressure=device.cloud_pressure,
-            ),
+            task.tokens,
+            task.intent_conf,
+            task.lm_conf,
+            task.upload_bytes,
+            device.rtt_ms,
+            device.bandwidth_kbps,
+            device.device_load,
+            device.online,
+            device.cloud_infer_ms,
+            device.cloud_pressure,
             first_high,
             low,
             high,
@@ -367,7 +364,17 @@ class CellSweep:
         """How many reservoir events `decide` routes at candidate k as the sweep says."""
         cell = replace(self.cell, threshold=theta_of(k))
         matching = 0
-        for task, device, first_high, low, high in self._sample:
+        for (tokens, intent, lm, upload, rtt, bandwidth, load, online, infer, pressure,
+             first_high, low, high) in self._sample:  # fmt: skip
+            task = TaskSignals(tokens=tokens, intent_conf=intent, lm_conf=lm, upload_bytes=upload)
+            device = DeviceState(
+                rtt_ms=rtt,
+                bandwidth_kbps=bandwidth,
+                device_load=load,
+                online=online,
+                cloud_infer_ms=infer,
+                cloud_pressure=pressure,
+            )
             expected = high if k >= first_high else low
             if planned_route(cell, decide(cell, task, device)) == expected:
                 matching += 1

@@ -143,7 +143,6 @@ def _page(
     request: HttpRequest,
     fleet: Fleet,
     *,
-    query: dict[str, Any] | None = None,
     status: int = 200,
     error: str = "",
     problems: list[dict[str, Any]] | None = None,
@@ -156,7 +155,7 @@ def _page(
         for key, cell in cells.items()
     ]
     result = None
-    chosen = query if query is not None else request.GET
+    chosen = request.GET
     if base is not None and "kind" in chosen and not error:
         form = CalibrateForm(chosen, cell_labels=[row["label"] for row in cell_rows])
         try:
@@ -172,7 +171,7 @@ def _page(
             )
         except ApplicationError as exc:
             status, error, problems = exc.status_code, exc.message, exc.details
-    ticked = set(chosen.getlist("cells")) if hasattr(chosen, "getlist") else set()
+    ticked = set(chosen.getlist("cells"))
     context = {
         "fleet": fleet,
         "base": base,

@@ -52,7 +52,7 @@ def test_calibration_sweep__alpha_target_on_generated_sample__reached_within_one
     assert result.reached
     assert abs(result.chosen.alpha - wanted) <= 0.01
     assert alpha_of(replayed(cell, events, result.chosen.threshold)) == result.chosen.alpha
-    assert result.verified_matching == result.verified_events == 2000
+    assert result.verified_matching == result.verified_events == 1000
 
 
 def test_calibration_sweep__every_curve_point__equals_decide_replayed_event_by_event() -> None:
