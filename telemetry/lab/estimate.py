@@ -38,7 +38,9 @@ from .replay import CellKey, RecordedEvent
 __all__ = [
     "GRID",
     "ROUTES",
+    "CellLoad",
     "LatencyModel",
+    "Observed",
     "RouteLoad",
     "network_ms",
     "weighted_quantiles",
@@ -67,21 +69,52 @@ def _event_network(event: RecordedEvent) -> float:
 
 
 @dataclass(slots=True)
-class _Observed:
+class Observed:
+    """One cell's observations: device latencies and cloud residuals per route."""
+
     device: LatencySketch = field(default_factory=LatencySketch)
     residual: dict[str, LatencySketch] = field(
         default_factory=lambda: {"cloud": LatencySketch(), "draft_refine": LatencySketch()}
     )
 
+    def add(self, route: str, latency_ms: float, network: float) -> None:
+        """One clean run (see `LatencyModel.observe_clean`)."""
+        if route == "device":
+            self.device.add(latency_ms)
+        elif route in ("cloud", "draft_refine"):
+            self.residual[route].add(latency_ms - network if latency_ms > network else 0.0)
+
 
 class LatencyModel:
-    """What the window observed, per cell and for the fleet: the estimator's inputs."""
+    """What the window observed, per cell (the fleet's is their merge): the estimator's inputs.
+
+    Feed it with `observe` / `observe_clean`, or, in a hot loop, add to the `Observed` of
+    `of_cell(cell)` directly; read it (`predict`) once everything is observed.
+    """
 
     __slots__ = ("_cells", "_grid_cache")
 
     def __init__(self) -> None:
-        self._cells: dict[CellKey, _Observed] = {FLEET: _Observed()}
+        self._cells: dict[CellKey, Observed] = {}
         self._grid_cache: dict[tuple[CellKey, str], list[float] | None] = {}
+
+    def of_cell(self, cell: CellKey) -> Observed:
+        """The cell's observations, to add to."""
+        observed = self._cells.get(cell)
+        if observed is None:
+            observed = self._cells[cell] = Observed()
+        self._cells.pop(FLEET, None)  # the fleet's merge is redone at the next read
+        self._grid_cache.clear()
+        return observed
+
+    def _fleet(self) -> Observed:
+        fleet = Observed()
+        for key, observed in self._cells.items():
+            if key != FLEET:
+                fleet.device.merge(observed.device)
+                for route, sketch in observed.residual.items():
+                    fleet.residual[route].merge(sketch)
+        return fleet
 
     def observe(self, event: RecordedEvent) -> None:
         """Learn from one recorded event (only clean runs count: no fallback, no cache hit)."""
@@ -93,19 +126,7 @@ class LatencyModel:
     def observe_clean(self, cell: CellKey, route: str, latency_ms: float, network: float) -> None:
         """Learn from one clean run (ok, no fallback, no cache hit) of `route` in `cell` that
         took `latency_ms`, `network` of it the network part (`network_ms`; 0 on the device)."""
-        observed = self._cells.get(cell)
-        if observed is None:
-            observed = self._cells[cell] = _Observed()
-        fleet = self._cells[FLEET]
-        if route == "device":
-            observed.device.add(latency_ms)
-            fleet.device.add(latency_ms)
-        elif route in ("cloud", "draft_refine"):
-            residual = latency_ms - network if latency_ms > network else 0.0
-            observed.residual[route].add(residual)
-            fleet.residual[route].add(residual)
-        if self._grid_cache:
-            self._grid_cache.clear()
+        self.of_cell(cell).add(route, latency_ms, network)
 
     def observe_all(self, events: Iterable[RecordedEvent]) -> None:
         """`observe` each event."""
@@ -119,6 +140,8 @@ class LatencyModel:
         if key in self._grid_cache:
             return self._grid_cache[key]
         grid: list[float] | None = None
+        if FLEET not in self._cells:
+            self._cells[FLEET] = self._fleet()
         for source in (cell, FLEET):
             observed = self._cells.get(source)
             if observed is None:
@@ -160,7 +183,10 @@ class LatencyModel:
 
 
 @dataclass(slots=True)
-class _CellLoad:
+class CellLoad:
+    """The tasks of one cell a replay sends to each route: counts, and network parts of the
+    cloud-bound ones."""
+
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROUTES, 0))
     network: dict[str, LatencySketch] = field(
         default_factory=lambda: {"cloud": LatencySketch(), "draft_refine": LatencySketch()}
@@ -176,7 +202,7 @@ class RouteLoad:
     __slots__ = ("cells",)
 
     def __init__(self) -> None:
-        self.cells: dict[CellKey, _CellLoad] = {}
+        self.cells: dict[CellKey, CellLoad] = {}
 
     def add(self, event: RecordedEvent, route: str) -> None:
         """One task of `event`'s cell sent to `route` (cache hits are not latency samples:
@@ -185,9 +211,7 @@ class RouteLoad:
 
     def add_task(self, cell: CellKey, route: str, network: float) -> None:
         """One task of `cell` sent to `route`, `network` its network part (`network_ms`)."""
-        load = self.cells.get(cell)
-        if load is None:
-            load = self.cells[cell] = _CellLoad()
+        load = self.of_cell(cell)
         load.counts[route] += 1
         if route != "device":
             load.network[route].add(network)
@@ -199,14 +223,19 @@ class RouteLoad:
         sketch (calibration folds each θ's load from per-breakpoint sums, not event by event)."""
         if count <= 0:
             return
-        load = self.cells.get(cell)
-        if load is None:
-            load = self.cells[cell] = _CellLoad()
+        load = self.of_cell(cell)
         load.counts[route] = load.counts.get(route, 0) + count
         if route != "device" and network is not None:
             load.network[route].merge(network)
 
-    def of_cell(self, cell: CellKey) -> RouteLoad:
+    def of_cell(self, cell: CellKey) -> CellLoad:
+        """The cell's load, to add to."""
+        load = self.cells.get(cell)
+        if load is None:
+            load = self.cells[cell] = CellLoad()
+        return load
+
+    def restricted(self, cell: CellKey) -> RouteLoad:
         """This load restricted to one cell."""
         restricted = RouteLoad()
         if cell in self.cells:
@@ -226,15 +255,15 @@ def weighted_quantiles(
         return [None for _ in qs]
     ordered = sorted(points)
     total = sum(weight for _, weight in ordered)
-    out: list[float | None] = []
-    for q in qs:
-        target = q * total
-        seen = 0.0
-        answer = ordered[-1][0]
-        for value, weight in ordered:
-            seen += weight
-            if seen >= target:
-                answer = value
-                break
-        out.append(answer)
+    wanted = sorted(range(len(qs)), key=lambda index: qs[index])
+    out: list[float | None] = [ordered[-1][0]] * len(qs)
+    seen = 0.0
+    cursor = 0
+    for value, weight in ordered:  # one pass for every q, in increasing order
+        seen += weight
+        while cursor < len(wanted) and seen >= qs[wanted[cursor]] * total:
+            out[wanted[cursor]] = value
+            cursor += 1
+        if cursor == len(wanted):
+            break
     return out

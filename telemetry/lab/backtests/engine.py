@@ -9,19 +9,28 @@ the events; the figures are computed from them at the end.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from math import ceil, log
 from typing import Any, Final
 
-from edge_sdk.decision import Cell, Decision, decide, privacy_violation
+from edge_sdk.decision import Cell, decide, privacy_violation
 from routing_policies.cell_schema import cell_key_label
 from routing_policies.policies.sdk_cells import sends_sensitive_data_off_device
 from routing_policies.pricing import CloudPrice
-from telemetry.rollups.sketch import LatencySketch
+from telemetry.rollups.sketch import LOG_GAMMA, MIN_VALUE, ZERO_INDEX, LatencySketch
 
-from ..estimate import ROUTES, LatencyModel, RouteLoad, network_ms, weighted_quantiles
+from ..estimate import (
+    ROUTES,
+    CellLoad,
+    LatencyModel,
+    Observed,
+    RouteLoad,
+    weighted_quantiles,
+)
 from ..replay import CellKey, NudgeHistory, ReplayInputs, recorded_rows
 
 __all__ = ["SIDES", "BacktestInput", "backtest_compute"]
@@ -30,6 +39,7 @@ __all__ = ["SIDES", "BacktestInput", "backtest_compute"]
 # replayed, and the version that ran each event replayed (the self-check).
 SIDES: Final = ("observed", "subject", "stable", "running")
 _SENSITIVE: Final = "sensitive"
+_INF: Final = math.inf
 _QUANTILES: Final = (0.5, 0.95)
 Progress = Callable[[int, int], None]
 
@@ -99,6 +109,78 @@ class _Check:
     mismatches: dict[str, int] = field(default_factory=dict)  # "recorded → replayed": count
 
 
+class _Plan:
+    """Everything one (cell, version that ran) touches per event, looked up once."""
+
+    __slots__ = (
+        "cells",
+        "key",
+        "latency",
+        "model",
+        "observed",
+        "replays",
+        "running_cell",
+        "running_index",
+        "running_load",
+        "same",
+        "stable",
+        "subject",
+    )
+
+    def __init__(
+        self,
+        *,
+        key: CellKey,
+        observed: _Tally,
+        subject_cell: Cell | None,
+        stable_cell: Cell | None,
+        subject: _Side,
+        stable: _Side,
+        running_cell: Cell | None,
+        running: _Side,
+        model: Observed,
+        latency: dict[tuple[CellKey, str], LatencySketch],
+    ) -> None:
+        self.key = key
+        self.observed = observed
+        self.subject, self.stable = subject, stable
+        self.same = subject_cell is stable_cell
+        self.replays: list[tuple[Cell, _Tally, CellLoad]] = []
+        for side, cell in ((stable, stable_cell), (subject, subject_cell)):
+            if side is subject and self.same:
+                continue  # the stable version's figures, copied in finish()
+            if cell is None:
+                side.tally(key)  # counted as uncovered in finish()
+                continue
+            self.replays.append((cell, side.tally(key), side.load.of_cell(key)))
+        self.cells = [cell for cell, _, _ in self.replays]
+        # Which replay's decision the self-check can reuse (-1: it decides on its own).
+        self.running_index = next(
+            (i for i, cell in enumerate(self.cells) if cell is running_cell), -1
+        )
+        self.running_cell = running_cell
+        self.running_load = running.load.of_cell(key)
+        self.model = model
+        # Clean runs' latencies per route; the device's is the model's device sketch itself.
+        self.latency = {"device": model.device}
+        for route in ROUTES[1:]:
+            self.latency[route] = latency.setdefault((key, route), LatencySketch())
+        latency[(key, "device")] = model.device
+
+    def finish(self) -> None:
+        """After the loop: an unchanged cell's subject figures are the stable version's; a
+        side without the cell counts the cell's events as uncovered."""
+        key = self.key
+        if self.same:
+            self.subject.tallies[key] = self.stable.tallies[key]
+            if key in self.stable.load.cells:
+                self.subject.load.cells[key] = self.stable.load.cells[key]
+        for side in (self.stable, self.subject):
+            tally = side.tallies[key]
+            if not tally.events:
+                tally.uncovered = self.observed.events
+
+
 def _canonical(cells: Mapping[CellKey, Cell], pool: dict[Cell, Cell]) -> dict[CellKey, Cell]:
     """The same cells, equal ones shared, so that one event's equal cells are decided once."""
     return {key: pool.setdefault(cell, cell) for key, cell in cells.items()}
@@ -125,7 +207,25 @@ def backtest_compute(
     check = _Check()
     replayable = 0
     done = 0
-    replays = ((subject, subject_cells), (stable, stable_cells))
+    plans: dict[tuple[CellKey, int], _Plan] = {}
+
+    def plan_of(key: CellKey, version: int) -> _Plan:
+        ran = version_cells.get(version)
+        plan = _Plan(
+            key=key,
+            observed=observed.tally(key),
+            subject_cell=subject_cells.get(key),
+            stable_cell=stable_cells.get(key),
+            subject=subject,
+            stable=stable,
+            running_cell=ran.get(key) if ran is not None else None,
+            running=running,
+            model=model.of_cell(key),
+            latency=observed_latency,
+        )
+        plans[(key, version)] = plan
+        return plan
+
     for rows in recorded_rows(
         fleet_id=spec.fleet_id,
         start=spec.start,
@@ -137,38 +237,46 @@ def backtest_compute(
         for row in rows:
             event = inputs.load(row)
             key = event.cell
+            plan = plans.get((key, event.policy_version)) or plan_of(key, event.policy_version)
             route = event.route
             cache_hit = event.cache_hit
             tokens = event.tokens
             clean = not cache_hit and event.fallback == "none"
-            network = network_ms(
-                upload_bytes=event.upload_bytes,
-                bandwidth_kbps=event.bandwidth_kbps,
-                rtt_ms=event.rtt_ms,
+            # estimate.network_ms, inline (it runs a million times a day of events)
+            bandwidth = event.bandwidth_kbps
+            network = (
+                event.upload_bytes * 8 / bandwidth + event.rtt_ms
+                if 0 < bandwidth < _INF
+                else event.rtt_ms
             )
+            # The network part's sketch bucket (LatencySketch.add's, inline: it runs for most
+            # replayed cloud tasks, twice or three times per event).
+            bucket = ceil(log(network) / LOG_GAMMA) if network > MIN_VALUE else ZERO_INDEX
             replayable += event.replayable
             # What happened.
-            tally = observed.tally(key)
-            tally.count(route, cache_hit, tokens)
-            if not cache_hit and not clean:
-                tally.fallbacks[route] += 1
-            # The replays; one event's equal cells are decided once.
-            decisions: dict[int, Decision] = {}
-            for side, cells in replays:
-                cell = cells.get(key)
-                side_tally = side.tally(key)
-                if cell is None:
-                    side_tally.uncovered += 1
-                    continue
-                decision = decisions.get(id(cell))
-                if decision is None:
-                    decision = decisions[id(cell)] = decide(cell, event, event)  # type: ignore[arg-type]
+            observed_tally = plan.observed
+            observed_tally.count(route, cache_hit, tokens)
+            if not clean and not cache_hit:
+                observed_tally.fallbacks[route] += 1
+            # The replays; equal cells are decided once (an unchanged cell's subject figures
+            # are the stable version's, filled in after the loop).
+            decisions = [decide(cell, event, event) for cell in plan.cells]  # type: ignore[arg-type]
+            for (cell, tally, load), decision in zip(plan.replays, decisions, strict=True):
                 replayed = decision.route
-                side_tally.count(replayed, cache_hit, tokens)
-                if not cache_hit:
-                    side.load.add_task(key, replayed, network)
-                    if replayed != "device" and cell.privacy_tier == _SENSITIVE:
-                        side_tally.privacy_violations += privacy_violation(
+                tally.events += 1
+                tally.routes[replayed] += 1
+                if cache_hit:
+                    tally.cache_hits += 1
+                    continue
+                tally.runs[replayed] += 1
+                load.counts[replayed] += 1
+                if replayed != "device":
+                    tally.cloud_calls += 1
+                    tally.cloud_tokens += tokens
+                    counts = load.network[replayed].counts
+                    counts[bucket] = counts.get(bucket, 0) + 1
+                    if cell.privacy_tier == _SENSITIVE:
+                        tally.privacy_violations += privacy_violation(
                             privacy_tier=cell.privacy_tier,
                             upload_allowed=cell.upload_allowed,
                             upload_deidentify=cell.upload_deidentify,
@@ -178,14 +286,12 @@ def backtest_compute(
             # The self-check: the version that ran it, on what was not a fallback or cache hit.
             if not clean:
                 continue
-            ran = version_cells.get(event.policy_version)
-            cell = ran.get(key) if ran is not None else None
-            if cell is None:
+            ran = plan.running_cell
+            if ran is None:
                 check.unknown_version += 1
                 continue
-            decision = decisions.get(id(cell))
-            if decision is None:
-                decision = decide(cell, event, event)  # type: ignore[arg-type]
+            index = plan.running_index
+            decision = decisions[index] if index >= 0 else decide(ran, event, event)  # type: ignore[arg-type]
             agrees = decision.route == route and decision.decided_by == event.decided_by
             check.eligible += 1
             check.agree += agrees
@@ -195,17 +301,22 @@ def backtest_compute(
             if not agrees:
                 pair = f"{route}/{event.decided_by} → {decision.route}/{decision.decided_by}"
                 check.mismatches[pair] = check.mismatches.get(pair, 0) + 1
-            running.tally(key).count(decision.route, False, tokens)
+            replayed = decision.route
             if event.ok:
-                model.observe_clean(key, route, event.latency_ms, network)
-                sketch = observed_latency.get((key, route))
-                if sketch is None:
-                    sketch = observed_latency[(key, route)] = LatencySketch()
-                sketch.add(event.latency_ms)
-                running.load.add_task(key, decision.route, network)
+                # (the device latency sketch is the model's own: one add for both)
+                plan.model.add(route, event.latency_ms, network)
+                if route != "device":
+                    plan.latency[route].add(event.latency_ms)
+                running_load = plan.running_load
+                running_load.counts[replayed] += 1
+                if replayed != "device":
+                    counts = running_load.network[replayed].counts
+                    counts[bucket] = counts.get(bucket, 0) + 1
         done += len(rows)
         if progress is not None:
             progress(done, max(total, done))
+    for plan in plans.values():
+        plan.finish()
     figures = _Figures(
         model=model, observed=observed, observed_latency=observed_latency, price=spec.price
     )
@@ -230,7 +341,15 @@ def backtest_compute(
             }
             for key in keys
         ],
-        "self_check": _self_check(check, figures.replayed(running), figures.observed(observed)),
+        "self_check": _self_check(
+            check,
+            figures.replayed(running),
+            figures.observed(observed),
+            runs={
+                route: sum(load.counts[route] for load in running.load.cells.values())
+                for route in ROUTES
+            },
+        ),
         "price": {
             "per_1k_tokens": spec.price.per_1k_tokens,
             "per_call": spec.price.per_call,
@@ -313,7 +432,7 @@ class _Figures:
     def replayed(self, side: _Side, *, key: CellKey | None = None) -> dict[str, Any]:
         """A replay: latency quantiles by the estimator, fallbacks expected at observed rates."""
         tallies = self._tallies(side, key)
-        load = side.load if key is None else side.load.of_cell(key)
+        load = side.load if key is None else side.load.restricted(key)
         latency = {
             route: weighted_quantiles(self.model.predict(load, route), _QUANTILES)
             for route in ROUTES
@@ -372,13 +491,15 @@ def _figures(
     }
 
 
-def _self_check(check: _Check, running: dict[str, Any], observed: dict[str, Any]) -> dict[str, Any]:
+def _self_check(
+    check: _Check, running: dict[str, Any], observed: dict[str, Any], *, runs: dict[str, int]
+) -> dict[str, Any]:
     """The running version replayed against what it did: agreement and latency error."""
     latency: dict[str, Any] = {}
     errors: list[float] = []
     for route in ROUTES:
         seen, predicted = observed["latency_ms"][route], running["latency_ms"][route]
-        entry: dict[str, Any] = {"runs": running["routes"][route]}
+        entry: dict[str, Any] = {"runs": runs[route]}
         for name in ("p50", "p95"):
             error = _relative_error(predicted[name], seen[name])
             entry[name] = {"predicted": predicted[name], "observed": seen[name], "error": error}

@@ -23,7 +23,7 @@ from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.pricing import CloudPrice
 from routing_policies.selectors import draft_get, latest_published, version_get, version_table
 
-from ..estimate import LatencyModel, network_ms
+from ..estimate import LatencyModel, Observed, network_ms
 from ..replay import NudgeHistory, ReplayInputs, recorded_rows
 from .sweep import CellSweep, CurvePoint, SweepResult
 from .targets import Target
@@ -127,12 +127,19 @@ def calibration_compute(
     # cell's clean runs feed the estimator (a cell without observations borrows the fleet's);
     # only the calibrated cells' events are swept.
     inputs = ReplayInputs(NudgeHistory.of_fleet(fleet_id=fleet.pk, end=end))
+    plans: dict[CellKey, tuple[Observed, CellSweep | None]] = {}
     for rows in recorded_rows(fleet_id=fleet.pk, start=start, end=end):
         events += len(rows)
         for row in rows:
             event = inputs.load(row)
+            key = event.cell
+            plan = plans.get(key)
+            if plan is None:
+                plan = plans[key] = (model.of_cell(key), sweeps.get(key))
+            observed, cell_sweep = plan
             unreplayable += not event.replayable
-            if event.ok and not event.cache_hit and event.fallback == "none":
+            cache_hit = event.cache_hit
+            if event.ok and not cache_hit and event.fallback == "none":
                 route = event.route
                 network = 0.0
                 if route != "device":
@@ -141,10 +148,9 @@ def calibration_compute(
                         bandwidth_kbps=event.bandwidth_kbps,
                         rtt_ms=event.rtt_ms,
                     )
-                model.observe_clean(event.cell, route, event.latency_ms, network)
-            cell_sweep = sweeps.get(event.cell)
+                observed.add(route, event.latency_ms, network)
             if cell_sweep is not None:
-                cell_sweep.add(event, event, cache_hit=event.cache_hit)  # type: ignore[arg-type]
+                cell_sweep.add(event, event, cache_hit=cache_hit)  # type: ignore[arg-type]
     price = CloudPrice.of_fleet(fleet)
     results = [
         CellCalibration(

@@ -101,12 +101,12 @@ class _Load:
         default_factory=lambda: {route: {} for route in _CLOUD_ROUTES}
     )
 
-    def add(self, route: str, network_part: float) -> None:
+    def add(self, route: str, network_index: int) -> None:
+        """One task; a cloud one with its network part's sketch bucket."""
         self.counts[route] += 1
         if route in _CLOUD_ROUTES:
             sketch = self.network[route]
-            index = bucket_index(network_part)
-            sketch[index] = sketch.get(index, 0) + 1
+            sketch[network_index] = sketch.get(network_index, 0) + 1
 
     def fold(self, other: _Load, sign: int) -> None:
         """Add (sign 1) or take away (sign -1) another load."""
@@ -150,46 +150,64 @@ class CellSweep:
         """Decide one task of this cell at both ends of θ and file its two outcomes.
 
         `task` and `device` may be one `replay.ReplayInputs` (it has both's attributes),
-        reused row after row: nothing here keeps a reference to them.
+        reused row after row: nothing here keeps a reference to them. The hot loop of a
+        calibration: the filing is written out here rather than in helpers.
         """
+        cell = self.cell
         low_decision = decide(self._low_cell, task, device)
-        low = planned_route(self.cell, low_decision)
+        low = planned_route(cell, low_decision)
         first_high = self._first_high(task, device, low_decision)
         if 0 < first_high <= STEPS:
-            high = planned_route(self.cell, decide(self._high_cell, task, device))
+            high = planned_route(cell, decide(self._high_cell, task, device))
         else:
             first_high, high = 0, low  # the same outcome at every candidate
         self.events += 1
-        tokens = task.tokens
-        self._count(low, 0, first_high, tokens, cache_hit)
-        self._count(high, first_high, STEPS + 1, tokens, cache_hit)
+        # Route counts: low over [0, first_high), high over [first_high, STEPS].
+        routes = self._routes
+        if first_high:
+            counts = routes[low]
+            counts[0] += 1
+            counts[first_high] -= 1
+        counts = routes[high]
+        counts[first_high] += 1
+        counts[STEPS + 1] -= 1
         if not cache_hit:
-            self._file_latency(task, device, -(-first_high // CURVE_EVERY), low, high)
+            low_cloud, high_cloud = low in _CLOUD_ROUTES, high in _CLOUD_ROUTES
+            if low_cloud or high_cloud:
+                tokens = task.tokens
+                if low_cloud and first_high:
+                    self._tokens[0] += tokens
+                    self._tokens[first_high] -= tokens
+                    self._calls[0] += 1
+                    self._calls[first_high] -= 1
+                if high_cloud:
+                    self._tokens[first_high] += tokens
+                    self._tokens[STEPS + 1] -= tokens
+                    self._calls[first_high] += 1
+                    self._calls[STEPS + 1] -= 1
+                index = bucket_index(
+                    network_ms(
+                        upload_bytes=task.upload_bytes,
+                        bandwidth_kbps=device.bandwidth_kbps,
+                        rtt_ms=device.rtt_ms,
+                    )
+                )
+            else:
+                index = 0
+            # Latency load by curve class c: low at curve points m < c, high from c on.
+            curve_class = -(-first_high // CURVE_EVERY)
+            if curve_class > 0:
+                load = self._low.get(curve_class)
+                if load is None:
+                    load = self._low[curve_class] = _Load()
+                load.add(low, index)
+            if curve_class < _CURVE_POINTS:
+                load = self._high.get(curve_class)
+                if load is None:
+                    load = self._high[curve_class] = _Load()
+                load.add(high, index)
         if self.events > self._next_sampled:
             self._keep_sample(task, device, first_high, low, high)
-
-    def _file_latency(
-        self, task: TaskSignals, device: DeviceState, curve_class: int, low: str, high: str
-    ) -> None:
-        """The task's place in the latency load: low at curve points m < curve_class, high
-        from curve_class on; a cloud route carries the task's network part."""
-        part = 0.0
-        if low in _CLOUD_ROUTES or high in _CLOUD_ROUTES:
-            part = network_ms(
-                upload_bytes=task.upload_bytes,
-                bandwidth_kbps=device.bandwidth_kbps,
-                rtt_ms=device.rtt_ms,
-            )
-        if curve_class > 0:
-            load = self._low.get(curve_class)
-            if load is None:
-                load = self._low[curve_class] = _Load()
-            load.add(low, part)
-        if curve_class < _CURVE_POINTS:
-            load = self._high.get(curve_class)
-            if load is None:
-                load = self._high[curve_class] = _Load()
-            load.add(high, part)
 
     def _first_high(self, task: TaskSignals, device: DeviceState, low_decision: Decision) -> int:
         """The first candidate k at which the event takes its high-θ outcome."""
@@ -198,7 +216,10 @@ class CellSweep:
             return 0  # decided before the score (policy, privacy, offline): θ plays no part
         if score >= 1.0:
             return STEPS + 1  # no θ in [0, 1] puts the score below the clamped threshold
-        shift = sum(delta for name, delta in low_decision.adjustments if name != "clamp")
+        shift = 0.0
+        for name, delta in low_decision.adjustments:
+            if name != "clamp":
+                shift += delta
         breakpoint_ = (score - shift) * STEPS  # on the device when k > breakpoint_
         nearest = round(breakpoint_)
         if abs(breakpoint_ - nearest) < _TIE * STEPS and 0 <= nearest <= STEPS:
@@ -214,18 +235,6 @@ class CellSweep:
         if cell is None:
             cell = self._tie_cells[k] = replace(self.cell, threshold=theta_of(k))
         return cell
-
-    def _count(self, route: str, start: int, stop: int, tokens: int, cache_hit: bool) -> None:
-        if start >= stop:
-            return
-        counts = self._routes[route]
-        counts[start] += 1
-        counts[stop] -= 1
-        if route in _CLOUD_ROUTES and not cache_hit:
-            self._tokens[start] += tokens
-            self._tokens[stop] -= tokens
-            self._calls[start] += 1
-            self._calls[stop] -= 1
 
     def _keep_sample(
         self, task: TaskSignals, device: DeviceState, first_high: int, low: str, high: str

@@ -1,0 +1,7 @@
+"""`python -m bench.lab`: see bench/lab/run.py."""
+
+import sys
+
+from .run import main
+
+sys.exit(main())

@@ -1,0 +1,387 @@
+"""bench/lab: the policy lab over a day of stored events, each figure against its baseline.
+
+    .venv/bin/python -m bench.lab                       # --what backtest, 1,000,000 events
+    .venv/bin/python -m bench.lab --events 200000 --what backtest
+
+Its own database (`bench_lab`, dropped and re-created, migrated); one fleet with the demo's 12
+cells published as v1 (stable) and a draft with other θs. `--events` raw events spread over the
+last 24 hours are generated here with decisions made by `edge_sdk.decision.decide` under v1
+(random but realistic signals, so the self-check has something to reproduce) and written with
+binary COPY straight into `telemetry_event`, then VACUUM ANALYZEd.
+
+Baseline, same run, same rows: reading them alone with `COPY (SELECT <the replay's columns>
+…) TO STDOUT (FORMAT BINARY)`, every row parsed into a Python tuple (psycopg), nothing done
+with it: what any Python consumer of those rows pays at least. Best of `--repeat`.
+
+- `--what backtest`: `backtest_compute` of the draft over the 24 hours (the engine the Celery
+  task runs; subject, stable version and self-check decided per event), best of `--repeat`;
+  the ratio to the read; its peak memory: tracemalloc's peak and VmHWM growth of the process
+  during a run over an eighth of the window and over the whole window (bounded: the two do not
+  grow with the events).
+- `--what calibration`: bench/lab/calibration.py (all 12 cells against one backtest).
+Further parts register in WHAT: a function (args, context) -> dict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+import tracemalloc
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from .calibration import bench_calibration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ADMIN_URL = "postgres://root@127.0.0.1:5432/root"
+# Its own database, dropped and re-created: `--db` (or BENCH_LAB_DB) when two runs share a server.
+BENCH_DB = os.environ.get("BENCH_LAB_DB", "bench_lab")
+BENCH_URL = f"postgres://root@127.0.0.1:5432/{BENCH_DB}"
+SLUG = "bench-lab"
+CHUNK = 100_000
+
+
+def _psql(sql: str, url: str = ADMIN_URL) -> None:
+    subprocess.run(["psql", url, "-q", "-v", "ON_ERROR_STOP=1", "-c", sql], check=True)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "DATABASE_URL": BENCH_URL,
+            "REDIS_URL": "",
+            "SECRET_KEY": "bench-only",
+            "DEBUG": "0",
+            "HTTPS": "0",
+            "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+            "LOG_LEVEL": "WARNING",
+        }
+    )
+    return env
+
+
+def _setup() -> None:
+    _psql(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+    _psql(f"CREATE DATABASE {BENCH_DB}")
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
+        cwd=REPO_ROOT,
+        env=_env(),
+        check=True,
+    )
+    os.environ.update(_env())
+    import django
+
+    django.setup()
+
+
+@dataclass
+class Context:
+    """What every part of the bench shares: the fleet, its window and the read baseline."""
+
+    fleet: Any
+    start: datetime
+    end: datetime
+    events: int
+    read_s: float
+    read_rows: int
+
+
+# --- the history ---------------------------------------------------------------------------------
+
+
+def _fleet() -> Any:
+    from django.db import transaction
+
+    from routing_policies.demo import demo_table
+    from routing_policies.services import (
+        fleet_create,
+        policy_draft_create,
+        policy_draft_update_cells,
+        policy_version_publish,
+    )
+
+    fleet = fleet_create(actor=None, slug=SLUG, name=SLUG, table=demo_table())
+    policy_version_publish(actor=None, fleet=fleet, revision=1, note="v1")
+    with transaction.atomic():
+        draft = policy_draft_create(actor=None, fleet=fleet)
+    edits = [
+        {
+            "task_type": "text",
+            "latency_budget": budget,
+            "privacy_tier": tier,
+            "values": {"threshold": 0.45},
+        }
+        for budget in ("interactive", "background")
+        for tier in ("normal", "sensitive")
+    ]
+    policy_draft_update_cells(actor=None, fleet=fleet, revision=draft.revision, edits=edits)
+    return fleet
+
+
+def store_events(fleet: Any, *, total: int, start: datetime, end: datetime) -> float:
+    """`total` events decided by v1, spread over [start, end), COPYed in; seconds taken."""
+    import psycopg
+
+    from edge_sdk.decision import DeviceState, TaskSignals, decide
+    from routing_policies.policies.sdk_cells import table_cells
+    from routing_policies.selectors import version_table
+    from telemetry.ingest.services.processing import EVENT_COLUMN_TYPES
+
+    cells = table_cells(version_table(version=fleet.versions.get(number=1)))
+    keys = sorted(cells)
+    rng = random.Random(7)
+    step = (end - start) / total
+    began = time.perf_counter()
+    names = ", ".join(name for name, _ in EVENT_COLUMN_TYPES)
+    with psycopg.connect(BENCH_URL) as conn, conn.cursor() as cursor:
+        with cursor.copy(f"COPY telemetry_event ({names}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types([kind for _, kind in EVENT_COLUMN_TYPES])
+            for index in range(total):
+                key = keys[rng.randrange(len(keys))]
+                task = TaskSignals(
+                    tokens=rng.randrange(0, 1200),
+                    intent_conf=round(rng.random(), 3),
+                    lm_conf=round(rng.random(), 3),
+                    upload_bytes=rng.choice((0, 2_000, 40_000, 400_000)),
+                )
+                device = DeviceState(
+                    rtt_ms=round(rng.lognormvariate(math.log(90), 0.6), 1),
+                    bandwidth_kbps=rng.choice((300.0, 2_000.0, 8_000.0, 40_000.0)),
+                    device_load=round(rng.random(), 2),
+                    online=rng.random() > 0.03,
+                    cloud_infer_ms=round(rng.uniform(150, 600), 1),
+                    cloud_pressure=0.0,
+                )
+                decision = decide(cells[key], task, device)
+                roll = rng.random()
+                cache_hit = roll < 0.05
+                fallback = (
+                    "cloud_to_device" if decision.route == "cloud" and roll > 0.97 else "none"
+                )
+                if cache_hit:
+                    latency = rng.uniform(1, 3)
+                elif decision.route == "device":
+                    latency = rng.lognormvariate(math.log(40), 0.4)
+                else:
+                    network = task.upload_bytes * 8 / device.bandwidth_kbps + device.rtt_ms
+                    latency = network + rng.lognormvariate(math.log(300), 0.3)
+                ts = start + step * index
+                copy.write_row(
+                    (
+                        uuid.UUID(int=rng.getrandbits(128), version=4),
+                        fleet.pk,
+                        f"phone-{index % 5000:04d}",
+                        ts,
+                        ts,
+                        1,
+                        "stable",
+                        *key,
+                        decision.route,
+                        decision.decided_by,
+                        fallback,
+                        round(latency, 3),
+                        cache_hit,
+                        roll > 0.002,
+                        False,
+                        decision.score,
+                        decision.threshold,
+                        task.tokens,
+                        task.intent_conf,
+                        task.lm_conf,
+                        task.upload_bytes,
+                        device.rtt_ms,
+                        device.bandwidth_kbps,
+                        device.device_load,
+                        decision.route != "device" and not cache_hit,
+                        device.online,
+                        device.cloud_infer_ms,
+                        device.cloud_pressure,
+                    )
+                )
+        conn.commit()
+    with psycopg.connect(BENCH_URL, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE telemetry_event")
+    return time.perf_counter() - began
+
+
+# --- the baseline --------------------------------------------------------------------------------
+
+
+def read_alone(fleet_id: int, start: datetime, end: datetime) -> tuple[float, int]:
+    """Seconds to COPY the window's rows out (the replay's columns), each parsed into a tuple."""
+    import psycopg
+
+    from telemetry.lab.replay import COLUMNS
+
+    types = dict(_column_types())
+    began = time.perf_counter()
+    rows = 0
+    with psycopg.connect(BENCH_URL) as conn, conn.cursor() as cursor:
+        sql = (
+            f"COPY (SELECT {', '.join(COLUMNS)} FROM telemetry_event "
+            "WHERE fleet_id = %s AND ts >= %s AND ts < %s) TO STDOUT (FORMAT BINARY)"
+        )  # (the column names are ours)
+        with cursor.copy(sql, (fleet_id, start, end)) as copy:
+            copy.set_types([types[name] for name in COLUMNS])
+            for _ in copy.rows():
+                rows += 1
+    return time.perf_counter() - began, rows
+
+
+def _column_types() -> list[tuple[str, str]]:
+    from telemetry.ingest.services.processing import EVENT_COLUMN_TYPES
+
+    return list(EVENT_COLUMN_TYPES)
+
+
+# --- the backtest --------------------------------------------------------------------------------
+
+
+def _rss_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def _reset_peak_rss() -> None:
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+
+
+def _backtest_spec(context: Context, start: datetime) -> Any:
+    from routing_policies.policies.sdk_cells import table_cells
+    from routing_policies.pricing import CloudPrice
+    from routing_policies.selectors import draft_get, version_table
+    from telemetry.lab.backtests.engine import BacktestInput
+
+    fleet = context.fleet
+    v1 = table_cells(version_table(version=fleet.versions.get(number=1)))
+    draft = draft_get(fleet=fleet)
+    return BacktestInput(
+        fleet_id=fleet.pk,
+        start=start,
+        end=context.end,
+        subject=table_cells(version_table(version=draft)),
+        stable=v1,
+        versions={1: v1},
+        price=CloudPrice.of_fleet(fleet),
+    )
+
+
+def bench_backtest(args: argparse.Namespace, context: Context) -> dict[str, Any]:
+    from django.db import connection
+
+    from telemetry.lab.backtests.engine import backtest_compute
+
+    spec = _backtest_spec(context, context.start)
+    times = []
+    result: dict[str, Any] = {}
+    for _ in range(args.repeat):
+        began = time.perf_counter()
+        result = backtest_compute(spec)
+        times.append(time.perf_counter() - began)
+    best = min(times)
+    ratio = best / context.read_s
+    print(
+        f"backtest: {result['events']:,} events in {best:.2f} s (best of {args.repeat}; "
+        f"{result['events'] / best:,.0f} events/s) = {ratio:.2f}x the read "
+        f"({context.read_s:.2f} s); target <= 3x",
+        flush=True,
+    )
+    check = result["self_check"]
+    print(
+        f"    self-check: agreement {check['agreement']:.4f} on {check['eligible']:,} events; "
+        f"latency error max {check['latency_error_max']:.3f}",
+        flush=True,
+    )
+    memory = {}
+    window = context.end - context.start
+    for name, start in (("eighth", context.end - window / 8), ("whole", context.start)):
+        part = _backtest_spec(context, start)
+        connection.close()
+        _reset_peak_rss()
+        rss_before = _rss_kib("VmRSS")
+        run = backtest_compute(part)
+        hwm_growth = _rss_kib("VmHWM") - rss_before
+        tracemalloc.start()
+        backtest_compute(part)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        memory[name] = {
+            "events": run["events"],
+            "tracemalloc_peak_mib": round(peak / 2**20, 2),
+            "rss_peak_growth_mib": round(hwm_growth / 1024, 1),
+        }
+        print(f"    memory over {name} of the window: {memory[name]}", flush=True)
+    return {
+        "events": result["events"],
+        "seconds": [round(t, 3) for t in times],
+        "best_s": round(best, 3),
+        "events_per_s": round(result["events"] / best),
+        "read_s": round(context.read_s, 3),
+        "ratio_to_read": round(ratio, 3),
+        "target_ratio": 3.0,
+        "agreement": check["agreement"],
+        "latency_self_check": check["latency"],
+        "latency_error_max": check["latency_error_max"],
+        "headline": {
+            "stable_alpha": result["overall"]["stable"]["alpha"],
+            "draft_alpha": result["overall"]["subject"]["alpha"],
+        },
+        "memory": memory,
+    }
+
+
+WHAT: dict[str, Callable[[argparse.Namespace, Context], dict[str, Any]]] = {
+    "backtest": bench_backtest,
+    "calibration": bench_calibration,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.lab")
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--what", nargs="+", choices=sorted(WHAT), default=["backtest"])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out", default=str(REPO_ROOT / "var" / "bench-lab.json"))
+    args = parser.parse_args(argv)
+    results: dict[str, Any] = {
+        "started_at": datetime.now(UTC).isoformat(),
+        "cpus": os.cpu_count(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "events": args.events,
+    }
+    print(f"setting up {BENCH_DB} …", flush=True)
+    _setup()
+    fleet = _fleet()
+    end = datetime.now(UTC).replace(microsecond=0)
+    start = end - timedelta(hours=24)
+    stored_s = store_events(fleet, total=args.events, start=start, end=end)
+    print(f"stored {args.events:,} events by COPY in {stored_s:.1f} s", flush=True)
+    reads = [read_alone(fleet.pk, start, end) for _ in range(args.repeat)]
+    read_s = min(seconds for seconds, _ in reads)
+    rows = reads[0][1]
+    print(f"read alone (COPY, rows parsed): {rows:,} rows in {read_s:.2f} s", flush=True)
+    context = Context(
+        fleet=fleet, start=start, end=end, events=args.events, read_s=read_s, read_rows=rows
+    )
+    results["read_s"] = round(read_s, 3)
+    for name in args.what:
+        results[name] = WHAT[name](args, context)
+    results["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=2, default=str))
+    print(f"results: {args.out}")
+    return 0
