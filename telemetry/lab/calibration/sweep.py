@@ -38,7 +38,6 @@ __all__ = [
     "CellSweep",
     "CurvePoint",
     "SweepResult",
-    "planned_route",
     "theta_of",
 ]
 
@@ -58,13 +57,6 @@ _CLOUD_ROUTES: Final = ("cloud", "draft_refine")
 def theta_of(k: int) -> float:
     """Candidate k as a θ, rounded so that 0.63 is written as 0.63."""
     return round(k / STEPS, 3)
-
-
-def planned_route(cell: Cell, decision: Decision) -> str:
-    """Where the task ends up: a background task queued offline goes to the cloud later."""
-    if decision.queue_until_online:
-        return "draft_refine" if cell.mode == "draft_refine" else "cloud"
-    return decision.route
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,12 +145,11 @@ class CellSweep:
         reused row after row: nothing here keeps a reference to them. The hot loop of a
         calibration: the filing is written out here rather than in helpers.
         """
-        cell = self.cell
         low_decision = decide(self._low_cell, task, device)
-        low = planned_route(cell, low_decision)
+        low = low_decision.route
         first_high = self._first_high(task, device, low_decision)
         if 0 < first_high <= STEPS:
-            high = planned_route(cell, decide(self._high_cell, task, device))
+            high = decide(self._high_cell, task, device).route
         else:
             first_high, high = 0, low  # the same outcome at every candidate
         self.events += 1
@@ -385,7 +376,7 @@ class CellSweep:
                 cloud_pressure=pressure,
             )
             expected = high if k >= first_high else low
-            if planned_route(cell, decide(cell, task, device)) == expected:
+            if decide(cell, task, device).route == expected:
                 matching += 1
         return matching
 

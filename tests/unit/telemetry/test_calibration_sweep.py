@@ -6,7 +6,7 @@ import pytest
 
 from edge_sdk.decision import Cell, DeviceState, TaskSignals, decide
 from routing_policies.pricing import CloudPrice
-from telemetry.lab.calibration.sweep import STEPS, CellSweep, SweepResult, planned_route
+from telemetry.lab.calibration.sweep import STEPS, CellSweep, SweepResult
 from telemetry.lab.calibration.targets import Target
 from telemetry.lab.estimate import LatencyModel
 from telemetry.lab.replay import RecordedEvent
@@ -30,7 +30,7 @@ def sweep(
 def replayed(cell: Cell, events: list[RecordedEvent], threshold: float) -> list[str]:
     """Each event's route under `cell` at `threshold`, straight from decide."""
     at = replace(cell, threshold=threshold)
-    return [planned_route(at, decide(at, e.task, e.device)) for e in events]
+    return [decide(at, e.task, e.device).route for e in events]
 
 
 def alpha_of(routes: list[str]) -> float:
