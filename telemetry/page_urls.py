@@ -6,4 +6,5 @@ urlpatterns = [
     path("", include("telemetry.alerts.page_urls")),
     path("", include("telemetry.dashboards.page_urls")),
     path("", include("telemetry.lab.calibration.page_urls")),
+    path("", include("telemetry.lab.backtests.page_urls")),
 ]

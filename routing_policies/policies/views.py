@@ -20,6 +20,7 @@ from controlplane.exceptions import ApplicationError, Conflict, NotFound, Valida
 from controlplane.pages import fleet_or_404, refusal, role_required
 
 from ..cell_schema import DIMENSION_LABELS, DIMENSIONS, cell_key_label
+from ..extensions import lab_draft_headline
 from ..roles import Role, has_role
 from ..rollouts.selectors import fleet_running
 from . import selectors, services
@@ -153,6 +154,8 @@ def _fleet_page(
                 or DimensionValueAddForm(initial={"revision": revision, "dimension": "task_type"}),
                 "publish_note": publish_note,
                 "max_note": 2000,
+                # The lab's backtest of this revision, beside Publish (telemetry registers it).
+                "backtest": lab_draft_headline(fleet=fleet, draft=version),
             }
         )
     return render(request, "routing_policies/fleet_detail.html", context, status=status)

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 from controlplane.exceptions import ApplicationError
 from controlplane.pages import fleet_or_404, posted_values, refusal, role_required
 
-from ..extensions import rollout_guard_status, rollout_start_guarded
+from ..extensions import lab_rollout_prediction, rollout_guard_status, rollout_start_guarded
 from ..policies.models import Fleet
 from ..policies.selectors import published_versions
 from ..roles import Role
@@ -179,6 +179,7 @@ def _rollout_page(
         ],
         "history_limit": selectors.ROLLOUT_HISTORY_LIMIT,
         "guards": rollout_guard_status(rollout_id=rollout["id"]) if rollout else None,
+        "prediction": lab_rollout_prediction(fleet=fleet, rollout=rollout) if rollout else None,
         "max_ttl": MAX_CLOUD_PRESSURE_TTL_S,
         "error": error,
         "problems": problems or [],

@@ -3,7 +3,7 @@
 from django.conf import settings
 from django.db import models
 
-from routing_policies.models import Fleet
+from routing_policies.models import Fleet, PolicyVersion
 
 
 class BacktestStatus(models.TextChoices):
@@ -27,6 +27,11 @@ class Backtest(models.Model):
     key = models.CharField(max_length=64, db_index=True)
     # "draft" or "version"; the version's number, or the draft's revision.
     subject = models.CharField(max_length=7)
+    # The version row replayed: a draft keeps its row when published, so the rollout page
+    # finds the prediction made for the draft that became its candidate.
+    policy_version = models.ForeignKey(
+        PolicyVersion, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
     version = models.PositiveIntegerField(null=True)
     revision = models.PositiveIntegerField()
     subject_table = models.JSONField()  # [[[task_type, latency_budget, privacy_tier], values]]

@@ -210,6 +210,7 @@ def backtest_start(*, actor: Actor, fleet: Fleet, data: dict[str, Any]) -> tuple
         fleet=fleet,
         key=key,
         subject=kind,
+        policy_version=subject,
         version=subject.number,
         revision=subject.revision,
         subject_table=[[list(cell), values] for cell, values in sorted(table.items())],

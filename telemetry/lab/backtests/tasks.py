@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from .services import backtest_queue_register, backtest_run
+from .services import backtest_run
 
 
 @shared_task(name="telemetry.backtest_run", ignore_result=True)  # type: ignore[untyped-decorator]
@@ -13,8 +13,6 @@ def run_backtest(backtest_id: int) -> None:
     backtest_run(backtest_id=backtest_id)
 
 
-def _enqueue(backtest_id: int) -> None:
+def backtest_enqueue(backtest_id: int) -> None:
+    """Queue the run (telemetry.apps registers this as the backtest service's queue)."""
     run_backtest.delay(backtest_id)
-
-
-backtest_queue_register(_enqueue)

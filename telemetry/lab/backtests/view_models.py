@@ -1,0 +1,162 @@
+"""The backtests page's figures, formatted: one row per figure, one column per side."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import QueryDict
+
+from .models import Backtest, BacktestStatus
+
+_ROUTE_NAMES = {"device": "device", "cloud": "cloud", "draft_refine": "draft-refine"}
+
+
+def form_data(post: QueryDict) -> dict[str, Any]:
+    """The start form as the service's request: typed as the API's JSON would be."""
+    data: dict[str, Any] = {}
+    version = post.get("version", "").strip()
+    if version:
+        data["version"] = int(version) if version.isdigit() else version
+    revision = post.get("revision", "").strip()
+    if revision:
+        data["revision"] = int(revision) if revision.isdigit() else revision
+    hours = post.get("hours", "").strip()
+    if hours:
+        data["hours"] = int(hours) if hours.isdigit() else hours
+    cohort = post.get("cohort", "").strip()
+    if cohort:
+        data["cohort"] = cohort
+    cells = [c.strip() for c in post.get("cells", "").replace("\n", ",").split(",") if c.strip()]
+    if cells:
+        data["cells"] = cells
+    versions = [v.strip() for v in post.get("versions", "").split(",") if v.strip()]
+    if versions:
+        data["versions"] = [int(v) if v.isdigit() else v for v in versions]
+    return data
+
+
+def percent(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value * 100:.{digits}f}%"
+
+
+def ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.0f} ms"
+
+
+def money(value: float | None, currency: str = "") -> str:
+    """Two decimals from 1 up, else three significant digits (0.00153)."""
+    if value is None:
+        return "–"
+    text = f"{value:,.2f}" if abs(value) >= 1 or value == 0 else f"{value:.3g}"
+    return f"{text} {currency}".strip()
+
+
+def _rows(sides: list[dict[str, Any]], currency: str) -> list[dict[str, Any]]:
+    """One row per figure, a cell per side."""
+
+    def row(label: str, values: list[str], hint: str = "") -> dict[str, Any]:
+        return {"label": label, "values": values, "hint": hint}
+
+    rows = [
+        row("events", [f"{s['events']:,}" for s in sides]),
+        row("α (device share)", [percent(s["alpha"]) for s in sides]),
+        row("cloud share", [percent(s["cloud_share"]) for s in sides]),
+        row("draft-refine share", [percent(s["draft_refine_share"]) for s in sides]),
+    ]
+    for route, name in _ROUTE_NAMES.items():
+        rows.append(
+            row(
+                f"{name} P50 / P95",
+                [
+                    f"{ms(s['latency_ms'][route]['p50'])} / {ms(s['latency_ms'][route]['p95'])}"
+                    for s in sides
+                ],
+            )
+        )
+    rows += [
+        row(
+            "fallbacks",
+            [f"{s['fallbacks']:,.0f}" for s in sides],
+            "observed: counted; replays: expected at the observed rate of each cell and route",
+        ),
+        row("cloud calls", [f"{s['cloud_calls']:,}" for s in sides]),
+        row("cloud cost", [money(s["cost"], currency) for s in sides]),
+        row("privacy violations", [f"{s['privacy_violations']:,}" for s in sides]),
+    ]
+    return rows
+
+
+def backtest_view(backtest: Backtest, *, slug: str) -> dict[str, Any]:
+    """Everything the page shows of one backtest."""
+    view: dict[str, Any] = {
+        "backtest": backtest,
+        "api_url": f"/api/v1/fleets/{slug}/lab/backtests/{backtest.pk}",
+        "running": backtest.status in (BacktestStatus.QUEUED, BacktestStatus.RUNNING),
+        "progress_percent": round(backtest.progress * 100),
+        "hours": round((backtest.end - backtest.start).total_seconds() / 3600),
+    }
+    result = backtest.result
+    if backtest.status != BacktestStatus.DONE or not result:
+        return view
+    currency = result["price"]["currency"]
+    overall = result["overall"]
+    columns = [
+        "what happened",
+        f"v{backtest.stable_version} (stable) replayed",
+        f"{backtest.label} replayed",
+    ]
+    view["columns"] = columns
+    view["overall"] = _rows([overall["observed"], overall["stable"], overall["subject"]], currency)
+    view["cells"] = [
+        {
+            "label": cell["label"],
+            "changed": cell["changed"],
+            "privacy_flag": cell["privacy_flag"],
+            "events": cell["observed"]["events"],
+            "alpha": [
+                percent(cell[side]["alpha"], 0) for side in ("observed", "stable", "subject")
+            ],
+            "cloud": [
+                percent(cell[side]["cloud_share"], 0) for side in ("observed", "stable", "subject")
+            ],
+            "refine": [
+                percent(cell[side]["draft_refine_share"], 0)
+                for side in ("observed", "stable", "subject")
+            ],
+            "cloud_p95": [
+                ms(cell[side]["latency_ms"]["cloud"]["p95"])
+                for side in ("observed", "stable", "subject")
+            ],
+            "cost": [money(cell[side]["cost"]) for side in ("stable", "subject")],
+            "violations": cell["subject"]["privacy_violations"],
+        }
+        for cell in result["cells"]
+    ]
+    check = result["self_check"]
+    view["check"] = {
+        "agreement": percent(check["agreement"], 2),
+        "eligible": check["eligible"],
+        "agreement_replayable": percent(check["agreement_replayable"], 2),
+        "replayable": percent(
+            result["replayable"] / result["events"] if result["events"] else None
+        ),
+        "mismatches": check["mismatches"],
+        "latency": [
+            {
+                "route": _ROUTE_NAMES[route],
+                "p50": f"{ms(entry['p50']['predicted'])} vs {ms(entry['p50']['observed'])}",
+                "p50_error": percent(entry["p50"]["error"]),
+                "p95": f"{ms(entry['p95']['predicted'])} vs {ms(entry['p95']['observed'])}",
+                "p95_error": percent(entry["p95"]["error"]),
+            }
+            for route, entry in check["latency"].items()
+            if entry["runs"]
+        ],
+        "error_max": percent(check["latency_error_max"]),
+    }
+    view["privacy"] = result["privacy"]
+    view["currency"] = currency
+    view["headline"] = result.get("headline")
+    view["seconds"] = result.get("seconds")
+    view["events"] = result["events"]
+    return view

@@ -1,0 +1,82 @@
+"""The backtests page of a fleet, `/fleets/{slug}/lab/backtests/`: start one (editors), watch
+its progress, read its results beside what happened and the stable version. Thin: the start
+is one service call; figures come formatted from `view_models`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from controlplane.exceptions import ApplicationError
+from controlplane.pages import fleet_or_404, posted_values, refusal, role_required
+from routing_policies.models import Fleet
+from routing_policies.policies.selectors import draft_get, published_numbers
+from routing_policies.roles import Role, has_role
+
+from . import selectors, services
+from .models import Backtest
+from .view_models import backtest_view, form_data
+
+
+def _page(
+    request: HttpRequest,
+    fleet: Fleet,
+    *,
+    status: int = 200,
+    error: str = "",
+    problems: list[dict[str, Any]] | None = None,
+    form: dict[str, str] | None = None,
+) -> HttpResponse:
+    recent = list(selectors.backtest_list(fleet=fleet))
+    chosen: Backtest | None = None
+    wanted = request.GET.get("id", "")
+    if wanted.isdigit():
+        chosen = next((b for b in recent if b.pk == int(wanted)), None) or (
+            Backtest.objects.filter(fleet=fleet, pk=int(wanted)).first()
+        )
+    if chosen is None and recent:
+        chosen = recent[0]
+    draft = draft_get(fleet=fleet)
+    defaults = {"version": request.GET.get("version", "draft" if draft else ""), "hours": "24"}
+    context = {
+        "fleet": fleet,
+        "draft": draft,
+        "numbers": published_numbers(fleet=fleet),
+        "recent": recent,
+        "chosen": backtest_view(chosen, slug=fleet.slug) if chosen else None,
+        "form": form if form is not None else defaults,
+        "can_start": has_role(request.user, Role.EDITOR),
+        "error": error,
+        "problems": problems or [],
+    }
+    return render(request, "telemetry/backtests.html", context, status=status)
+
+
+@role_required(Role.VIEWER)
+@require_GET
+def backtests_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """The latest backtest (or `?id=`), its progress and results; the start form."""
+    return _page(request, fleet_or_404(slug))
+
+
+@role_required(Role.EDITOR)
+@require_POST
+def backtest_start(request: HttpRequest, slug: str) -> HttpResponse:
+    """Start the backtest the form asks for (or show the one kept for it)."""
+    fleet = fleet_or_404(slug)
+    try:
+        backtest, _ = services.backtest_start(
+            actor=request.user, fleet=fleet, data=form_data(request.POST)
+        )
+    except ApplicationError as exc:
+        return refusal(
+            lambda **shown: _page(request, fleet, form=posted_values(request), **shown),
+            exc,
+            nothing="No backtest was started.",
+        )
+    url = reverse("fleet-backtests", args=[fleet.slug])
+    return HttpResponseRedirect(f"{url}?id={backtest.pk}")
