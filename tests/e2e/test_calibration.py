@@ -1,7 +1,9 @@
-"""Calibration in a real Chromium against a real ASGI server and PostgreSQL: calibrate two
-cells for an α, write the θs into the draft, see the draft, publish it."""
+"""Calibration in a real Chromium against a real ASGI server, PostgreSQL and a Celery worker:
+calibrate two cells for an α, write the θs into the draft, backtest the draft and see its
+headline beside Publish, publish it."""
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,6 +13,8 @@ from routing_policies import selectors, services
 from routing_policies.roles import Role
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from tests.factories import UserFactory, demo_cell, make_fleet, protocol_event, recorded_sample
+from tests.integration.test_telemetry_durability import Worker
+from tests.live_server import empty_test_redis
 
 from .conftest import screenshot_path
 from .pages import LAPTOP, PHONE, assert_no_sideways_scroll, log_in
@@ -19,6 +23,15 @@ pytestmark = pytest.mark.e2e
 
 SLUG = "e2e-calibrate"
 CELLS = ("text/interactive/normal", "text/background/normal")
+LIVE_TIMEOUT_MS = 120_000  # an outer bound for the worker's backtest
+
+
+@pytest.fixture
+def worker() -> Iterator[Worker]:
+    """A Celery worker (it runs the draft's backtest); this test's Redis db emptied."""
+    empty_test_redis()
+    with Worker({"TELEMETRY_RATE_LIMIT_BATCHES": "0"}) as started:
+        yield started
 
 
 def _record(fleet: Any, publisher: Any) -> None:
@@ -35,8 +48,12 @@ def _record(fleet: Any, publisher: Any) -> None:
     landed_batches_process()
 
 
-def test_calibration__alpha_for_two_cells__applied_to_the_draft_then_published(
-    transactional_db: None, requires_postgres: None, asgi_server: str, browser_page: Page
+def test_calibration__alpha_for_two_cells__applied_backtested_then_published(
+    transactional_db: None,
+    requires_postgres: None,
+    asgi_server: str,
+    worker: Worker,
+    browser_page: Page,
 ) -> None:
     # Given a fleet on v1 with a draft open and an hour of recorded traffic in two cells
     publisher: Any = UserFactory(role=Role.PUBLISHER, username="cal")
@@ -80,12 +97,22 @@ def test_calibration__alpha_for_two_cells__applied_to_the_draft_then_published(
     # When they write the chosen θs into the draft
     page.get_by_role("button", name="Write the ticked θs into the draft").click()
 
-    # Then the draft page says so, at revision 2, with the new θs in the grid
+    # Then the backtest of the new revision runs on the worker and its results are shown
     expect(page.locator(".flash")).to_contain_text("Wrote θ of 2 cell(s) into the draft")
+    expect(page.locator("#backtest-result")).to_have_attribute(
+        "data-status", "done", timeout=LIVE_TIMEOUT_MS
+    )
+    page.screenshot(path=str(screenshot_path("calibration-backtest")), full_page=True)
+
+    # And the draft page, at revision 2, has the new θs and the headline beside Publish
+    page.goto(f"{asgi_server}/fleets/{SLUG}/")
     expect(page.locator(".chip-draft")).to_have_text("Draft · revision 2")
     for label, theta in chosen.items():
         expect(page.locator(f'td[data-cell="{label}"] .theta')).to_have_text(f"{theta:g}")
-    page.screenshot(path=str(screenshot_path("calibration-applied-draft")), full_page=True)
+    headline = page.locator("#backtest-headline")
+    expect(headline).to_have_attribute("data-ready", "true")
+    expect(headline.locator("[data-field=backtest-text]")).to_contain_text("α ")
+    page.screenshot(path=str(screenshot_path("calibration-draft-headline")), full_page=True)
 
     # When they publish it
     page.get_by_label("Publish this draft").fill("θ calibrated for α 75%")

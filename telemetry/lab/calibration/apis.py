@@ -252,6 +252,11 @@ class CalibrationSerializer(serializers.Serializer[Any]):
 class AppliedSerializer(serializers.Serializer[Any]):
     revision = serializers.IntegerField(help_text="the draft's revision after the edit")
     cells = AppliedCellSerializer(many=True)
+    backtest = serializers.IntegerField(
+        allow_null=True,
+        help_text="the backtest of the new revision over the last 24 h, started "
+        "(GET .../lab/backtests/{id}); null when it cannot start",
+    )
 
     class Meta:
         ref_name = "CalibrationApplied"
@@ -319,7 +324,13 @@ class CalibrationApplyApi(APIView):
         thresholds = [
             (key, cell["threshold"]) for key, cell in zip(keys, data["cells"], strict=True)
         ]
-        draft = calibration_apply(
+        draft, backtest = calibration_apply(
             actor=request.user, fleet=fleet, revision=data["revision"], thresholds=thresholds
         )
-        return Response({"revision": draft.revision, "cells": data["cells"]})
+        return Response(
+            {
+                "revision": draft.revision,
+                "cells": data["cells"],
+                "backtest": backtest.pk if backtest else None,
+            }
+        )

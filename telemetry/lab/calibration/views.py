@@ -205,12 +205,13 @@ def calibrate_page(request: HttpRequest, slug: str) -> HttpResponse:
 @role_required(Role.EDITOR)
 @require_POST
 def calibrate_apply(request: HttpRequest, slug: str) -> HttpResponse:
-    """Write the ticked cells' chosen θs into the draft; then show the draft."""
+    """Write the ticked cells' chosen θs into the draft; then show the backtest of the result
+    (the draft page when none could start)."""
     fleet = fleet_or_404(slug)
     form = ApplyForm(request.POST)
     try:
         thresholds = form.thresholds()
-        draft = calibration_apply(
+        draft, backtest = calibration_apply(
             actor=request.user,
             fleet=fleet,
             revision=form.values()["revision"],
@@ -220,9 +221,13 @@ def calibrate_apply(request: HttpRequest, slug: str) -> HttpResponse:
         return refusal(
             lambda **page: _page(request, fleet, **page), exc, nothing="The draft was not changed."
         )
+    written = f"Wrote θ of {len(thresholds)} cell(s) into the draft (revision {draft.revision})."
+    if backtest is None:
+        messages.success(request, f"{written} Backtest it beside Publish before publishing.")
+        return HttpResponseRedirect(reverse("fleet-detail", args=[fleet.slug]))
     messages.success(
         request,
-        f"Wrote θ of {len(thresholds)} cell(s) into the draft (revision {draft.revision}). "
-        "Check the backtest beside Publish before publishing.",
+        f"{written} Its backtest on the last 24 h is below; the draft page shows it beside "
+        "Publish.",
     )
-    return HttpResponseRedirect(reverse("fleet-detail", args=[fleet.slug]))
+    return HttpResponseRedirect(f"{reverse('fleet-backtests', args=[fleet.slug])}?id={backtest.pk}")

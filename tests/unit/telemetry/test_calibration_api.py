@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 from routing_policies.models import AuditEntry, Device, PolicyCell
 from routing_policies.services import policy_draft_create
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
+from telemetry.lab.backtests.models import Backtest
 from tests.factories import demo_cell, protocol_event, recorded_sample
 from tests.hostile_json import HOSTILE_PARAMS, Hostile, assert_names, with_field
 
@@ -39,9 +40,9 @@ def _fields(error: dict[str, Any]) -> list[str]:
     return [re.sub(r"\.(\d+)", r"[\1]", detail["field"]) for detail in error["details"]]
 
 
-def _state() -> tuple[int, list[float]]:
+def _state() -> tuple[int, int, list[float]]:
     thresholds = list(PolicyCell.objects.order_by("pk").values_list("threshold", flat=True))
-    return AuditEntry.objects.count(), thresholds
+    return AuditEntry.objects.count(), Backtest.objects.count(), thresholds
 
 
 @pytest.fixture
@@ -116,9 +117,13 @@ def test_calibration_api__editor_applies__draft_updated_audited_revision_bumped(
         APPLY, {"revision": 1, "cells": [{**TEXT, "threshold": 0.58}]}, format="json"
     )
 
-    # Then the draft holds it, at revision 2, with an audit entry of the change
+    # Then the draft holds it, at revision 2, with an audit entry of the change, and the
+    # backtest of revision 2 is started
     assert response.status_code == 200, response.content
     assert response.json()["revision"] == 2
+    backtest = Backtest.objects.get()
+    assert response.json()["backtest"] == backtest.pk
+    assert (backtest.subject, backtest.revision) == ("draft", 2)
     cell = PolicyCell.objects.get(version=draft, **TEXT)
     assert cell.threshold == 0.58
     entry = AuditEntry.objects.filter(action="policy_cells.updated").get()

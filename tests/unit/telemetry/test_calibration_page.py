@@ -7,6 +7,7 @@ from django.test import Client
 
 from routing_policies.models import AuditEntry, PolicyCell
 from routing_policies.services import policy_draft_create
+from telemetry.lab.backtests.models import Backtest
 from tests.factories import PASSWORD
 
 pytestmark = pytest.mark.django_db
@@ -54,8 +55,11 @@ def test_calibration_page__editor_applies__draft_updated_and_audited(
         {"revision": str(draft.revision), "theta": ["text/interactive/normal=0.55"]},
     )
 
+    # Then the draft holds it, audited, and the page goes to the backtest of revision 2
     assert response.status_code == 302
-    assert response["Location"] == "/fleets/fleet-a/"
+    backtest = Backtest.objects.get()
+    assert response["Location"] == f"/fleets/fleet-a/lab/backtests/?id={backtest.pk}"
+    assert (backtest.subject, backtest.revision) == ("draft", 2)
     assert PolicyCell.objects.get(version=draft, **TEXT).threshold == 0.55
     assert AuditEntry.objects.filter(action="policy_cells.updated").count() == 1
 
