@@ -117,6 +117,7 @@ class CalibrationInputSerializer(serializers.Serializer[Any]):
         child=CellKeySerializer(),
         required=False,
         allow_empty=False,
+        min_length=1,
         max_length=MAX_CELLS,
         help_text="the cells to calibrate; omitted: every cell",
     )
@@ -154,7 +155,7 @@ class ApplyInputSerializer(serializers.Serializer[Any]):
 
     revision = JsonIntegerField(min_value=1, max_value=MAX_VERSION, help_text="the draft revision")
     cells = serializers.ListField(
-        child=AppliedCellSerializer(), allow_empty=False, max_length=MAX_CELLS
+        child=AppliedCellSerializer(), allow_empty=False, min_length=1, max_length=MAX_CELLS
     )
 
     class Meta:
