@@ -86,3 +86,13 @@ class JsonChoiceField(serializers.ChoiceField):
         if isinstance(data, bool) or not any(type(data) is type(c) for c in self.choices):
             self.fail("invalid_choice", input=data)
         return super().to_internal_value(data)
+
+
+class JsonFloatField(serializers.FloatField):
+    """A JSON number, whole or not: not `"0.5"`, not `true` (NaN and infinities never reach
+    a field: controlplane.json_guard refuses them in the body)."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return super().to_internal_value(data)

@@ -6,5 +6,6 @@ urlpatterns = [
     path("", include("telemetry.alerts.page_urls")),
     path("", include("telemetry.dashboards.page_urls")),
     path("", include("telemetry.lab.playground.page_urls")),
+    path("", include("telemetry.lab.calibration.page_urls")),
     path("", include("telemetry.lab.backtests.page_urls")),
 ]

@@ -15,8 +15,10 @@ from django.contrib.auth.models import Group
 from edge_sdk.decision import Cell, DeviceState, TaskSignals, decide
 from routing_policies.demo import demo_table
 from routing_policies.models import Fleet
+from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.roles import ROLE_GROUPS, Role
 from routing_policies.services import fleet_create, policy_version_publish
+from telemetry.lab.replay import RecordedEvent
 from telemetry.models import Event
 
 PASSWORD = "test-password-123"
@@ -87,6 +89,97 @@ def make_event(device_id: str = "phone-1", **overrides: Any) -> dict[str, Any]:
 def make_events(count: int, device_id: str = "phone-1", **overrides: Any) -> list[dict[str, Any]]:
     """`count` valid events with distinct ids."""
     return [make_event(device_id, **overrides) for _ in range(count)]
+
+
+def demo_cell(key: tuple[str, str, str], **overrides: Any) -> Cell:
+    """The demo table's cell `key` as the decision function reads it, with flat overrides
+    (`{"threshold": 0.5, "latency_budget_ms": 600}`)."""
+    return table_cells({key: {**demo_table()[key], **overrides}})[key]
+
+
+def recorded_sample(
+    cell: Cell,
+    count: int,
+    *,
+    seed: int = 7,
+    device_ms: tuple[float, float] = (25.0, 90.0),
+    cloud_infer_ms: tuple[float, float] = (150.0, 450.0),
+    ts: datetime | None = None,
+) -> list[RecordedEvent]:
+    """`count` generated events of `cell` as the replay reads them: spread signals, a weak
+    network now and then (θ raised), busy devices (θ lowered), a live cloud-pressure nudge on
+    some, a few cache hits; the recorded route is what `cell` decided, and the recorded
+    latency a device time drawn from `device_ms` or the network part plus a cloud time drawn
+    from `cloud_infer_ms`."""
+    rng = random.Random(seed)
+    moment = ts or datetime.now(UTC) - timedelta(hours=1)
+    events = []
+    for _ in range(count):
+        task = TaskSignals(
+            tokens=rng.randint(0, 800),
+            intent_conf=round(rng.random(), 3),
+            lm_conf=round(rng.random(), 3),
+            upload_bytes=rng.randint(0, 20_000),
+        )
+        infer = rng.uniform(*cloud_infer_ms)
+        device = DeviceState(
+            rtt_ms=rng.choice([40.0, 80.0, 120.0, 260.0]),
+            bandwidth_kbps=rng.choice([300.0, 2000.0, 8000.0]),
+            device_load=round(rng.random(), 2),
+            online=rng.random() > 0.02,
+            cloud_infer_ms=infer,
+            cloud_pressure=rng.choice([0.0, 0.0, 0.0, 0.1]),
+        )
+        decision = decide(cell, task, device)
+        if decision.route == "device":
+            latency = rng.uniform(*device_ms)
+        else:
+            latency = task.upload_bytes * 8 / device.bandwidth_kbps + device.rtt_ms + infer
+        events.append(
+            RecordedEvent(
+                ts=moment,
+                policy_version=1,
+                cohort="stable",
+                cell=(cell.task_type, cell.latency_budget, cell.privacy_tier),
+                task=task,
+                device=device,
+                route=decision.route,
+                decided_by=decision.decided_by,
+                fallback="none",
+                cache_hit=rng.random() < 0.02,
+                ok=True,
+                latency_ms=latency,
+                tokens=task.tokens,
+                replayable=True,
+            )
+        )
+    return events
+
+
+def protocol_event(recorded: RecordedEvent, device_id: str = "phone-1") -> dict[str, Any]:
+    """A recorded event as a device sends it (every decision input included), for ingest."""
+    return make_event(
+        device_id,
+        task_type=recorded.cell[0],
+        latency_budget=recorded.cell[1],
+        privacy_tier=recorded.cell[2],
+        route=recorded.route,
+        decided_by=recorded.decided_by,
+        score=None,
+        threshold=None,
+        tokens=recorded.task.tokens,
+        intent_conf=recorded.task.intent_conf,
+        lm_conf=recorded.task.lm_conf,
+        upload_bytes=recorded.task.upload_bytes,
+        rtt_ms=recorded.device.rtt_ms,
+        bandwidth_kbps=recorded.device.bandwidth_kbps,
+        device_load=recorded.device.device_load,
+        online=recorded.device.online,
+        cloud_infer_ms=round(recorded.device.cloud_infer_ms, 1),
+        cloud_pressure=recorded.device.cloud_pressure,
+        latency_ms=round(recorded.latency_ms, 1),
+        cache_hit=recorded.cache_hit,
+    )
 
 
 def decided_events(

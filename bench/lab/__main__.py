@@ -2,6 +2,7 @@
 
 import sys
 
+from . import calibration  # noqa: F401  (registers `--what calibration`)
 from .run import main
 
 sys.exit(main())

@@ -18,7 +18,8 @@ with it: what any Python consumer of those rows pays at least. Best of `--repeat
   the ratio to the read; its peak memory: tracemalloc's peak and VmHWM growth of the process
   during a run over an eighth of the window and over the whole window (bounded: the two do not
   grow with the events).
-Further parts register in WHAT (h3 adds `calibration`): a function (args, context) -> dict.
+- `--what calibration`: bench/lab/calibration.py (all 12 cells against one backtest), which
+  registers itself in WHAT. Further parts do the same: a function (args, context) -> dict.
 """
 
 from __future__ import annotations
@@ -306,18 +307,21 @@ def _column_types() -> list[tuple[str, str]]:
 # --- the backtest --------------------------------------------------------------------------------
 
 
-def _rss_kib(field: str) -> int:
+def rss_kib(field: str) -> int:
+    """A field of /proc/self/status in KiB (VmRSS, VmHWM)."""
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0
 
 
-def _reset_peak_rss() -> None:
+def reset_peak_rss() -> None:
+    """VmHWM back to the current RSS, to measure the peak of what follows."""
     Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
 
 
-def _backtest_spec(context: Context, start: datetime) -> Any:
+def backtest_spec(context: Context, start: datetime) -> Any:
+    """The bench's backtest: the draft against the stable v1 over [start, end)."""
     from routing_policies.policies.sdk_cells import table_cells
     from routing_policies.pricing import CloudPrice
     from routing_policies.selectors import draft_get, version_table
@@ -342,7 +346,7 @@ def bench_backtest(args: argparse.Namespace, context: Context) -> dict[str, Any]
 
     from telemetry.lab.backtests.engine import backtest_compute
 
-    spec = _backtest_spec(context, context.start)
+    spec = backtest_spec(context, context.start)
     connection.ensure_connection()
     backend = connection.connection.info.backend_pid
     runs: list[Cost] = []
@@ -370,11 +374,11 @@ def bench_backtest(args: argparse.Namespace, context: Context) -> dict[str, Any]
     memory = {}
     window = context.end - context.start
     for name, start in (("eighth", context.end - window / 8), ("whole", context.start)):
-        part = _backtest_spec(context, start)
-        _reset_peak_rss()
-        rss_before = _rss_kib("VmRSS")
+        part = backtest_spec(context, start)
+        reset_peak_rss()
+        rss_before = rss_kib("VmRSS")
         run = backtest_compute(part)
-        hwm_growth = _rss_kib("VmHWM") - rss_before
+        hwm_growth = rss_kib("VmHWM") - rss_before
         entry: dict[str, Any] = {
             "events": run["events"],
             "rss_peak_growth_mib": round(hwm_growth / 1024, 1),

@@ -1,0 +1,261 @@
+"""Calibration of θ per cell over a window of recorded events (docs/lab.md, "Calibration").
+
+A read: it decides recorded events again under candidate θs and writes nothing. Applying
+the chosen θs to the draft is `services.calibration_apply`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from django.utils import timezone
+
+from controlplane.exceptions import ValidationFailed
+from edge_sdk.decision import Cell
+from routing_policies.cell_schema import CellKey, cell_key_label
+from routing_policies.models import Fleet, PolicyVersion
+from routing_policies.policies.sdk_cells import table_cells
+from routing_policies.pricing import CloudPrice
+from routing_policies.selectors import draft_get, latest_published, version_get, version_table
+
+from ..estimate import LatencyModel, Observed, network_ms
+from ..replay import NudgeHistory, ReplayInputs, recorded_rows
+from .sweep import CellSweep, CurvePoint, SweepResult
+from .targets import Target
+
+__all__ = [
+    "DEFAULT_HOURS",
+    "MAX_HOURS",
+    "Calibration",
+    "CellCalibration",
+    "calibration_compute",
+    "calibration_out",
+    "why_fixed",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HOURS: Final = 24
+MAX_HOURS: Final = 7 * 24
+_CALIBRATED_MODES: Final = ("auto", "draft_refine")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellCalibration:
+    """One cell: its current θ, and the sweep's result, or why θ plays no part in it."""
+
+    key: CellKey
+    mode: str
+    current_threshold: float
+    latency_budget_ms: int
+    result: SweepResult | None
+    skipped: str = ""  # why the cell was not calibrated
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Calibration:
+    """Every requested cell's calibration over one window, and what it was computed on."""
+
+    fleet: str
+    base: PolicyVersion
+    target: Target
+    start: datetime
+    end: datetime
+    price: CloudPrice
+    events: int
+    unreplayable: int
+    seconds: float
+    cells: list[CellCalibration]
+
+
+def _base_version(fleet: Fleet, ref: int | str | None) -> PolicyVersion:
+    if ref is not None:
+        return version_get(fleet=fleet, ref=ref)
+    base = draft_get(fleet=fleet) or latest_published(fleet=fleet)
+    if base is None:
+        raise ValidationFailed(
+            f"Fleet {fleet.slug!r} has no draft and no published version to calibrate.",
+            details=[{"field": "version", "message": "nothing to calibrate"}],
+        )
+    return base
+
+
+def why_fixed(cell: Cell) -> str:
+    """Why θ plays no part in this cell's decisions, or "" when it does."""
+    if cell.mode not in _CALIBRATED_MODES:
+        return f"mode {cell.mode}: θ plays no part"
+    if cell.keeps_data_on_device:
+        return "sensitive and upload not allowed: every task stays on the device"
+    return ""
+
+
+def calibration_compute(
+    *,
+    fleet: Fleet,
+    target: Target,
+    cells: Sequence[CellKey] | None = None,
+    hours: int = DEFAULT_HOURS,
+    version: int | str | None = None,
+    end: datetime | None = None,
+) -> Calibration:
+    """Calibrate θ of `cells` (None: every cell) of the draft (else the latest published
+    version, or `version`) for `target` over the last `hours` of the fleet's events."""
+    started = time.perf_counter()
+    base = _base_version(fleet, version)
+    table = table_cells(version_table(version=base))
+    wanted = list(table) if cells is None else list(cells)
+    unknown = [index for index, key in enumerate(wanted) if key not in table]
+    if unknown:
+        raise ValidationFailed(
+            f"{cell_key_label(wanted[unknown[0]])} is not a cell of {base.label}.",
+            details=[
+                {"field": f"cells[{index}]", "message": f"not a cell of {base.label}"}
+                for index in unknown
+            ],
+        )
+    end = end or timezone.now()
+    start = end - timedelta(hours=hours)
+    sweeps = {key: CellSweep(cell=table[key]) for key in wanted if not why_fixed(table[key])}
+    model = LatencyModel()
+    events = unreplayable = 0
+    # The backtest's hot loop: one reused ReplayInputs per row, no object per event. Every
+    # cell's clean runs feed the estimator (a cell without observations borrows the fleet's);
+    # only the calibrated cells' events are swept.
+    inputs = ReplayInputs(NudgeHistory.of_fleet(fleet_id=fleet.pk, end=end))
+    plans: dict[CellKey, tuple[Observed, CellSweep | None]] = {}
+    for rows in recorded_rows(fleet_id=fleet.pk, start=start, end=end):
+        events += len(rows)
+        for row in rows:
+            event = inputs.load(row)
+            key = event.cell
+            plan = plans.get(key)
+            if plan is None:
+                plan = plans[key] = (model.of_cell(key), sweeps.get(key))
+            observed, cell_sweep = plan
+            unreplayable += not event.replayable
+            cache_hit = event.cache_hit
+            if event.ok and not cache_hit and event.fallback == "none":
+                route = event.route
+                network = 0.0
+                if route != "device":
+                    network = network_ms(
+                        upload_bytes=event.upload_bytes,
+                        bandwidth_kbps=event.bandwidth_kbps,
+                        rtt_ms=event.rtt_ms,
+                    )
+                observed.add(route, event.latency_ms, network)
+            if cell_sweep is not None:
+                cell_sweep.add(event, event, cache_hit=cache_hit)  # type: ignore[arg-type]
+    price = CloudPrice.of_fleet(fleet)
+    results = [
+        CellCalibration(
+            key=key,
+            mode=table[key].mode,
+            current_threshold=table[key].threshold,
+            latency_budget_ms=table[key].latency_budget_ms,
+            result=sweeps[key].result(target=target, model=model, hours=hours, price=price)
+            if key in sweeps
+            else None,
+            skipped=why_fixed(table[key]),
+        )
+        for key in wanted
+    ]
+    seconds = time.perf_counter() - started
+    logger.info(
+        "calibration.computed fleet=%s base=%s cells=%d events=%d seconds=%.2f",
+        fleet.slug,
+        base.label,
+        len(sweeps),
+        events,
+        seconds,
+    )
+    return Calibration(
+        fleet=fleet.slug,
+        base=base,
+        target=target,
+        start=start,
+        end=end,
+        price=price,
+        events=events,
+        unreplayable=unreplayable,
+        seconds=seconds,
+        cells=results,
+    )
+
+
+def _point_out(point: CurvePoint) -> dict[str, Any]:
+    return {
+        "threshold": point.threshold,
+        "alpha": point.alpha,
+        "cloud_share": point.cloud_share,
+        "draft_refine_share": point.draft_refine_share,
+        "p95_ms": point.p95_ms,
+        "cost_per_hour": point.cost_per_hour,
+    }
+
+
+def _cell_out(cell: CellCalibration) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "task_type": cell.key[0],
+        "latency_budget": cell.key[1],
+        "privacy_tier": cell.key[2],
+        "mode": cell.mode,
+        "current_threshold": cell.current_threshold,
+        "latency_budget_ms": cell.latency_budget_ms,
+        "calibrated": cell.result is not None,
+        "skipped": cell.skipped,
+    }
+    result = cell.result
+    if result is None:
+        return {
+            **out,
+            "events": 0,
+            "reached": False,
+            "current": None,
+            "chosen": None,
+            "curve": [],
+            "verified": None,
+        }
+    return {
+        **out,
+        "events": result.events,
+        "reached": result.reached,
+        "current": _point_out(result.current),
+        "chosen": _point_out(result.chosen),
+        "curve": [_point_out(point) for point in result.curve],
+        "verified": {"events": result.verified_events, "matching": result.verified_matching},
+    }
+
+
+def calibration_out(calibration: Calibration) -> dict[str, Any]:
+    """The API's and the page's shape of a calibration."""
+    base = calibration.base
+    return {
+        "fleet": calibration.fleet,
+        "base": {
+            "version": base.number,
+            "label": base.label,
+            "is_draft": base.is_draft,
+            "revision": base.revision if base.is_draft else None,
+        },
+        "target": {
+            "kind": calibration.target.kind,
+            "value": calibration.target.value,
+            "label": calibration.target.describe(),
+        },
+        "window": {
+            "start": calibration.start.isoformat(),
+            "end": calibration.end.isoformat(),
+            "hours": (calibration.end - calibration.start).total_seconds() / 3600,
+        },
+        "currency": calibration.price.currency,
+        "events": calibration.events,
+        "unreplayable_events": calibration.unreplayable,
+        "seconds": round(calibration.seconds, 3),
+        "cells": [_cell_out(cell) for cell in calibration.cells],
+    }

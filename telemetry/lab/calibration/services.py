@@ -1,0 +1,62 @@
+"""Applying a calibration: the chosen θs written into the draft as one normal draft edit, and
+the backtest of the result started, to be read before publishing."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import transaction
+
+from controlplane.exceptions import ApplicationError, ValidationFailed
+from routing_policies.cell_schema import DIMENSIONS, CellKey
+from routing_policies.models import Fleet, PolicyVersion
+from routing_policies.services import Actor, policy_draft_update_cells
+
+from ..backtests.models import Backtest
+from ..backtests.services import backtest_start
+
+__all__ = ["calibration_apply"]
+
+logger = logging.getLogger(__name__)
+
+
+@transaction.atomic
+def calibration_apply(
+    *,
+    actor: Actor,
+    fleet: Fleet,
+    revision: int,
+    thresholds: Sequence[tuple[CellKey, float]],
+) -> tuple[PolicyVersion, Backtest | None]:
+    """Write θ per cell into the draft at `revision` (a stale revision is refused with 409):
+    the draft-edit service validates, locks, bumps the revision and records the audit entry.
+    Then start the backtest of the new revision over the last 24 h (run after the commit);
+    None when it cannot start (e.g. no stable version yet), which does not undo the edit."""
+    if not thresholds:
+        raise ValidationFailed(
+            "Name at least one cell and its θ.",
+            details=[{"field": "cells", "message": "is empty"}],
+        )
+    edits: list[dict[str, Any]] = [
+        {**dict(zip(DIMENSIONS, key, strict=True)), "values": {"threshold": threshold}}
+        for key, threshold in thresholds
+    ]
+    draft = policy_draft_update_cells(actor=actor, fleet=fleet, revision=revision, edits=edits)
+    backtest: Backtest | None = None
+    try:
+        with transaction.atomic():
+            backtest, _ = backtest_start(
+                actor=actor, fleet=fleet, data={"version": "draft", "revision": draft.revision}
+            )
+    except ApplicationError as exc:
+        logger.info("calibration.backtest_not_started fleet=%s reason=%s", fleet.slug, exc.message)
+    logger.info(
+        "calibration.applied fleet=%s cells=%d revision=%d backtest=%s",
+        fleet.slug,
+        len(edits),
+        draft.revision,
+        backtest.pk if backtest else None,
+    )
+    return draft, backtest

@@ -1,0 +1,233 @@
+"""The calibration page `/fleets/<slug>/lab/calibrate/`: pick cells and a target, see the θ
+curve of each cell with its chosen point, write the chosen θs into the draft.
+
+Thin: the query is a page form, the figures come from `selectors.calibration_compute`, the
+write is one `services.calibration_apply` (a refusal, e.g. a stale revision, is shown here
+with its status; success goes to the draft, where the backtest sits beside Publish).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from controlplane.exceptions import ApplicationError, ValidationFailed
+from controlplane.pages import (
+    NumberField,
+    PageForm,
+    WholeNumberField,
+    fleet_or_404,
+    refusal,
+    role_required,
+)
+from routing_policies.cell_schema import CellKey, cell_key_label
+from routing_policies.models import Fleet
+from routing_policies.policies.sdk_cells import table_cells
+from routing_policies.pricing import CloudPrice
+from routing_policies.roles import Role, has_role
+from routing_policies.selectors import draft_get, latest_published, version_table
+
+from .selectors import DEFAULT_HOURS, MAX_HOURS, calibration_compute, calibration_out, why_fixed
+from .services import calibration_apply
+from .targets import TARGET_KINDS, Target
+
+HOURS_CHOICES: Final = (1, 6, 24, 72, MAX_HOURS)
+_SHARE_KINDS: Final = ("alpha", "cloud_share")
+KIND_LABELS: Final = {
+    "alpha": "Device share α (%)",
+    "cloud_share": "Cloud share (%)",
+    "p95_within_budget": "Highest α with P95 within budget",
+    "cost_ceiling": "Cloud cost ceiling (per hour, per cell)",
+}
+
+
+class CalibrateForm(PageForm):
+    """The page's query: target kind and value, window, cells (none ticked: every cell)."""
+
+    kind = forms.ChoiceField(label="Target", choices=[(k, KIND_LABELS[k]) for k in TARGET_KINDS])
+    value = NumberField(label="Target value", empty=None)
+    hours = forms.TypedChoiceField(
+        label="Window", coerce=int, choices=[(h, h) for h in HOURS_CHOICES], empty_value=None
+    )
+    cells = forms.MultipleChoiceField(label="Cells", required=False)
+
+    def __init__(self, *args: Any, cell_labels: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cells = self.fields["cells"]
+        assert isinstance(cells, forms.MultipleChoiceField)
+        cells.choices = [(label, label) for label in cell_labels]
+
+    def target(self) -> Target:
+        """The target the values ask for; shares are typed in percent."""
+        values = self.values()
+        kind, value = values["kind"], values["value"]
+        if kind == "p95_within_budget":
+            return Target(kind=kind)
+        if value is None:
+            raise ValidationFailed(
+                f"{KIND_LABELS[kind]} needs a value.",
+                details=[{"field": "value", "message": "is required"}],
+            )
+        if kind in _SHARE_KINDS:
+            if not 0 <= value <= 100:
+                raise ValidationFailed(
+                    f"A share is between 0 and 100% (got {value:g}).",
+                    details=[{"field": "value", "message": "out of range"}],
+                )
+            return Target(kind=kind, value=value / 100)
+        if value < 0:
+            raise ValidationFailed(
+                "A cost ceiling cannot be negative.",
+                details=[{"field": "value", "message": "out of range"}],
+            )
+        return Target(kind=kind, value=value)
+
+
+class ApplyForm(PageForm):
+    """The chosen θs to write: `theta` values `task_type/latency_budget/tier=0.592`."""
+
+    revision = WholeNumberField(label="Draft revision", minimum=1)
+    theta = forms.MultipleChoiceField(label="θ to apply")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Any posted value is a candidate; `thresholds` checks each.
+        self.fields["theta"].valid_value = lambda value: True  # type: ignore[attr-defined]
+
+    def thresholds(self) -> list[tuple[CellKey, float]]:
+        """The cells and θs posted; a malformed one is refused, naming it."""
+        out: list[tuple[CellKey, float]] = []
+        for text in self.values()["theta"]:
+            label, _, number = text.partition("=")
+            parts = label.split("/")
+            try:
+                threshold = float(number)
+            except ValueError:
+                threshold = -1.0
+            if len(parts) != 3 or not 0.0 <= threshold <= 1.0:
+                raise ValidationFailed(
+                    f"{text[:60]!r} is not a cell and a θ in [0, 1].",
+                    details=[{"field": "theta", "message": "not cell=θ"}],
+                )
+            out.append(((parts[0], parts[1], parts[2]), threshold))
+        return out
+
+
+def _key(label: str) -> CellKey:
+    task_type, latency_budget, privacy_tier = label.split("/")
+    return (task_type, latency_budget, privacy_tier)
+
+
+def _chart_cells(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """What calibrate.js draws: per calibrated cell its curve, current and chosen points."""
+    return [
+        {
+            "label": "/".join((c["task_type"], c["latency_budget"], c["privacy_tier"])),
+            "budget_ms": c["latency_budget_ms"],
+            "curve": c["curve"],
+            "current": c["current"],
+            "chosen": c["chosen"],
+        }
+        for c in out["cells"]
+        if c["calibrated"]
+    ]
+
+
+def _page(
+    request: HttpRequest,
+    fleet: Fleet,
+    *,
+    status: int = 200,
+    error: str = "",
+    problems: list[dict[str, Any]] | None = None,
+) -> HttpResponse:
+    draft = draft_get(fleet=fleet)
+    base = draft or latest_published(fleet=fleet)
+    cells = table_cells(version_table(version=base)) if base else {}
+    cell_rows = [
+        {"label": cell_key_label(key), "fixed": why_fixed(cell), "mode": cell.mode}
+        for key, cell in cells.items()
+    ]
+    result = None
+    chosen = request.GET
+    if base is not None and "kind" in chosen and not error:
+        form = CalibrateForm(chosen, cell_labels=[row["label"] for row in cell_rows])
+        try:
+            target = form.target()
+            labels = form.values()["cells"]
+            result = calibration_out(
+                calibration_compute(
+                    fleet=fleet,
+                    target=target,
+                    cells=[_key(label) for label in labels] or None,
+                    hours=form.values()["hours"] or DEFAULT_HOURS,
+                )
+            )
+        except ApplicationError as exc:
+            status, error, problems = exc.status_code, exc.message, exc.details
+    ticked = set(chosen.getlist("cells"))
+    context = {
+        "fleet": fleet,
+        "base": base,
+        "draft": draft,
+        "cell_rows": cell_rows,
+        "ticked": ticked,
+        "kinds": KIND_LABELS,
+        "hours_choices": HOURS_CHOICES,
+        "query": {
+            "kind": chosen.get("kind", "alpha"),
+            "value": chosen.get("value", "70"),
+            "hours": str(chosen.get("hours", DEFAULT_HOURS)),
+        },
+        "result": result,
+        "chart_cells": _chart_cells(result) if result else [],
+        "can_edit": has_role(request.user, Role.EDITOR),
+        "currency": CloudPrice.of_fleet(fleet).currency,
+        "error": error,
+        "problems": problems or [],
+    }
+    return render(request, "lab/calibrate.html", context, status=status)
+
+
+@role_required(Role.VIEWER)
+@require_GET
+def calibrate_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """The form, and with a query the curve of every cell asked for."""
+    return _page(request, fleet_or_404(slug))
+
+
+@role_required(Role.EDITOR)
+@require_POST
+def calibrate_apply(request: HttpRequest, slug: str) -> HttpResponse:
+    """Write the ticked cells' chosen θs into the draft; then show the backtest of the result
+    (the draft page when none could start)."""
+    fleet = fleet_or_404(slug)
+    form = ApplyForm(request.POST)
+    try:
+        thresholds = form.thresholds()
+        draft, backtest = calibration_apply(
+            actor=request.user,
+            fleet=fleet,
+            revision=form.values()["revision"],
+            thresholds=thresholds,
+        )
+    except ApplicationError as exc:
+        return refusal(
+            lambda **page: _page(request, fleet, **page), exc, nothing="The draft was not changed."
+        )
+    written = f"Wrote θ of {len(thresholds)} cell(s) into the draft (revision {draft.revision})."
+    if backtest is None:
+        messages.success(request, f"{written} Backtest it beside Publish before publishing.")
+        return HttpResponseRedirect(reverse("fleet-detail", args=[fleet.slug]))
+    messages.success(
+        request,
+        f"{written} Its backtest on the last 24 h is below; the draft page shows it beside "
+        "Publish.",
+    )
+    return HttpResponseRedirect(f"{reverse('fleet-backtests', args=[fleet.slug])}?id={backtest.pk}")

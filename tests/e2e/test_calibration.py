@@ -1,0 +1,128 @@
+"""Calibration in a real Chromium against a real ASGI server, PostgreSQL and a Celery worker:
+calibrate two cells for an α, write the θs into the draft, backtest the draft and see its
+headline beside Publish, publish it."""
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from routing_policies import selectors, services
+from routing_policies.roles import Role
+from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
+from tests.factories import UserFactory, demo_cell, make_fleet, protocol_event, recorded_sample
+from tests.integration.test_telemetry_durability import Worker
+from tests.live_server import empty_test_redis
+
+from .conftest import screenshot_path
+from .pages import LAPTOP, PHONE, assert_no_sideways_scroll, log_in
+
+pytestmark = pytest.mark.e2e
+
+SLUG = "e2e-calibrate"
+CELLS = ("text/interactive/normal", "text/background/normal")
+LIVE_TIMEOUT_MS = 120_000  # an outer bound for the worker's backtest
+
+
+@pytest.fixture
+def worker() -> Iterator[Worker]:
+    """A Celery worker (it runs the draft's backtest); this test's Redis db emptied."""
+    empty_test_redis()
+    with Worker({"TELEMETRY_RATE_LIMIT_BATCHES": "0"}) as started:
+        yield started
+
+
+def _record(fleet: Any, publisher: Any) -> None:
+    """1,600 events of the two cells, sent by one phone and processed."""
+    key = services.fleet_enrollment_key_rotate(actor=publisher, fleet=fleet)
+    device, _ = services.device_enroll(fleet_key=key, device_id="phone-1", platform="android")
+    events = []
+    for seed, label in enumerate(CELLS):
+        cell = demo_cell(tuple(label.split("/")))  # type: ignore[arg-type]
+        events += [protocol_event(e) for e in recorded_sample(cell, 800, seed=seed)]
+    for start in range(0, len(events), 1000):
+        body = json.dumps({"events": events[start : start + 1000]}).encode()
+        telemetry_batch_ingest(device=device, body=body)
+    landed_batches_process()
+
+
+def test_calibration__alpha_for_two_cells__applied_backtested_then_published(
+    transactional_db: None,
+    requires_postgres: None,
+    asgi_server: str,
+    worker: Worker,
+    browser_page: Page,
+) -> None:
+    # Given a fleet on v1 with a draft open and an hour of recorded traffic in two cells
+    publisher: Any = UserFactory(role=Role.PUBLISHER, username="cal")
+    fleet = make_fleet(slug=SLUG, actor=publisher)
+    services.policy_draft_create(actor=publisher, fleet=fleet)
+    _record(fleet, publisher)
+    page = browser_page
+    page.set_viewport_size(LAPTOP)
+    log_in(page, asgi_server, "cal")
+
+    # When they open the calibration page from the matrix, ask for α 75% in both cells
+    page.goto(f"{asgi_server}/fleets/{SLUG}/")
+    page.get_by_role("link", name="Calibrate θ").click()
+    expect(page.locator("h1")).to_contain_text("Calibrate θ")
+    expect(page.locator(".calib-scope")).to_contain_text("score weights")
+    page.locator("#calib-kind").select_option("alpha")
+    page.locator("#calib-value").fill("75")
+    for label in CELLS:
+        page.locator(f'input[name=cells][value="{label}"]').check()
+    page.get_by_role("button", name="Calibrate").click()
+
+    # Then each cell has its curve drawn, a chosen θ at α 74-76% and "target met"
+    for label in CELLS:
+        card = page.locator(f'[data-cell="{label}"]')
+        expect(card.locator(".chip-stable")).to_have_text("target met")
+        expect(card.locator(".calib-chart .main-svg").first).to_be_visible()
+        alpha = float(card.locator("[data-field=chosen-alpha]").inner_text())
+        assert 0.74 <= alpha <= 0.76, (label, alpha)
+    chosen = {
+        label: float(page.locator(f'[data-cell="{label}"] [data-field=chosen-theta]').inner_text())
+        for label in CELLS
+    }
+    assert_no_sideways_scroll(page, "calibration at 1366 px")
+    page.screenshot(path=str(screenshot_path("calibration-1366")), full_page=True)
+    page.set_viewport_size(PHONE)
+    page.wait_for_timeout(300)  # Plotly redraws to the new width
+    assert_no_sideways_scroll(page, "calibration at 390 px")
+    page.screenshot(path=str(screenshot_path("calibration-390")), full_page=True)
+    page.set_viewport_size(LAPTOP)
+
+    # When they write the chosen θs into the draft
+    page.get_by_role("button", name="Write the ticked θs into the draft").click()
+
+    # Then the backtest of the new revision runs on the worker and its results are shown
+    expect(page.locator(".flash")).to_contain_text("Wrote θ of 2 cell(s) into the draft")
+    expect(page.locator("#backtest-result")).to_have_attribute(
+        "data-status", "done", timeout=LIVE_TIMEOUT_MS
+    )
+    page.screenshot(path=str(screenshot_path("calibration-backtest")), full_page=True)
+
+    # And the draft page, at revision 2, has the new θs and the headline beside Publish
+    page.goto(f"{asgi_server}/fleets/{SLUG}/")
+    expect(page.locator(".chip-draft")).to_have_text("Draft · revision 2")
+    for label, theta in chosen.items():
+        expect(page.locator(f'td[data-cell="{label}"] .theta')).to_have_text(f"{theta:g}")
+    headline = page.locator("#backtest-headline")
+    expect(headline).to_have_attribute("data-ready", "true")
+    expect(headline.locator("[data-field=backtest-text]")).to_contain_text("α ")
+    page.screenshot(path=str(screenshot_path("calibration-draft-headline")), full_page=True)
+
+    # When they publish it
+    page.get_by_label("Publish this draft").fill("θ calibrated for α 75%")
+    page.get_by_role("button", name="Publish as v2").click()
+
+    # Then v2 holds the calibrated θs, and the audit log has the draft edit
+    expect(page.locator(".chip-published")).to_have_text("v2 · published")
+    v2 = selectors.version_get(fleet=fleet, ref=2)
+    table = selectors.version_table(version=v2)
+    for label, theta in chosen.items():
+        assert table[tuple(label.split("/"))]["threshold"] == theta  # type: ignore[index]
+    actions = [entry.action for entry in selectors.audit_list(fleet=fleet)]
+    assert "policy_cells.updated" in actions
