@@ -32,7 +32,8 @@ class BacktestStartSerializer(serializers.Serializer[Any]):
     revision = serializers.IntegerField(
         min_value=1,
         required=False,
-        help_text="the draft's revision you looked at; 409 if the draft has moved on",
+        help_text="the subject's revision you looked at; 409 if it is not the subject's (the "
+        "draft has moved on, or the version was published at another)",
     )
     hours = serializers.IntegerField(
         min_value=1,

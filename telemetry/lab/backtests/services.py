@@ -81,28 +81,34 @@ def _subject(fleet: Fleet, data: dict[str, Any]) -> tuple[PolicyVersion, str]:
             raise _state(
                 "version", f"fleet {fleet.slug!r} has no draft; name a version", "no_draft"
             )
-        revision = data.get("revision")
-        if revision is not None:
-            if not _whole(revision) or revision < 1:
-                raise _problem("revision", f"must be a whole number >= 1, got {revision!r}")
-            if revision != draft.revision:
-                raise Conflict(
-                    f"The draft is at revision {draft.revision}, not {revision}.",
-                    code="stale_revision",
-                    details=[{"field": "revision", "message": f"the draft is at {draft.revision}"}],
-                )
+        _revision_check(data, draft, f"The draft is at revision {draft.revision}")
         return draft, "draft"
     if not _whole(ref) or not 1 <= ref <= 2**31 - 1:
         raise _problem("version", f'must be "draft" or a published version number, got {ref!r}')
-    if data.get("revision") is not None:
-        raise _problem("revision", "only for the draft (a published version never changes)")
     version = PolicyVersion.objects.filter(fleet=fleet, number=ref).first()
     if version is None:
         raise NotFound(
             f"Fleet {fleet.slug!r} has no published version {ref}.",
             details=[{"field": "version", "message": f"no published version {ref}"}],
         )
+    _revision_check(data, version, f"v{ref} was published at revision {version.revision}")
     return version, "version"
+
+
+def _revision_check(data: dict[str, Any], subject: PolicyVersion, where: str) -> None:
+    """The revision the caller looked at, if sent, must be the subject's (a draft moves on; a
+    published version keeps the revision it was published at): else 409."""
+    revision = data.get("revision")
+    if revision is None:
+        return
+    if not _whole(revision) or revision < 1:
+        raise _problem("revision", f"must be a whole number >= 1, got {revision!r}")
+    if revision != subject.revision:
+        raise Conflict(
+            f"{where}, not {revision}.",
+            code="stale_revision",
+            details=[{"field": "revision", "message": f"{where}"}],
+        )
 
 
 def _window(data: dict[str, Any]) -> tuple[datetime, datetime]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -77,6 +77,31 @@ class CellKeySerializer(serializers.Serializer[Any]):
         ref_name = "CalibrationCell"
 
 
+def _target_case(kinds: list[str], value: dict[str, Any] | None) -> dict[str, Any]:
+    properties: dict[str, Any] = {"kind": {"type": "string", "enum": kinds}}
+    if value is not None:
+        properties["value"] = {"type": "number", "minimum": 0, **value}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+# What `TargetSerializer.validate` accepts, case by case (schemathesis holds the two equal):
+# a share for alpha and cloud_share, a ceiling for cost_ceiling, no value for the P95 target.
+TARGET_SCHEMA: Final[dict[str, Any]] = {
+    "oneOf": [
+        _target_case(["alpha", "cloud_share"], {"maximum": 1}),
+        _target_case(["cost_ceiling"], {"maximum": MAX_COST_PER_HOUR}),
+        _target_case(["p95_within_budget"], None),
+    ],
+    "description": "; ".join(f"{kind}: {text}" for kind, text in TARGET_KINDS.items()),
+}
+
+
+@extend_schema_field(TARGET_SCHEMA)
 @closed_body
 class TargetSerializer(serializers.Serializer[Any]):
     """What to calibrate for; see `kind`."""

@@ -99,13 +99,32 @@ def test_backtest_api__stale_draft_revision__409_names_revision(
     assert not Backtest.objects.exists()
 
 
+def test_backtest_api__version_with_another_revision__409_names_revision(
+    fleet: Any, editor: Any, client_as: Any
+) -> None:
+    # Given v1, published at its own revision
+    client = client_as(editor)
+    published = fleet.versions.get(number=1).revision
+
+    # When a backtest of v1 names a revision v1 was not published at
+    response = _post(client, {"version": 1, "revision": published + 1})
+
+    # Then it is refused as stale, naming the revision, and nothing is kept
+    assert response.status_code == 409, response.content
+    assert [d["field"] for d in response.json()["error"]["details"]] == ["revision"]
+    assert not Backtest.objects.exists()
+
+    # And with the revision v1 was published at it starts
+    assert _post(client, {"version": 1, "revision": published}).status_code in (200, 202)
+    assert Backtest.objects.count() == 1
+
+
 BAD_BODIES = [
     pytest.param({"version": "v1"}, "version", id="version-not-draft-or-number"),
     pytest.param({"version": 0}, "version", id="version-zero"),
     pytest.param({"version": 2**31}, "version", id="version-out-of-range"),
     pytest.param({"version": True}, "version", id="version-bool"),
     pytest.param({"version": 1.5}, "version", id="version-fraction"),
-    pytest.param({"version": 1, "revision": 1}, "revision", id="revision-for-a-version"),
     pytest.param({"hours": 0}, "hours", id="hours-zero"),
     pytest.param({"hours": 100_000}, "hours", id="hours-past-retention"),
     pytest.param({"hours": "24"}, "hours", id="hours-string"),
