@@ -16,7 +16,9 @@ from django.views.decorators.http import require_GET, require_POST
 from controlplane.exceptions import ApplicationError
 from controlplane.pages import fleet_or_404, posted_values, refusal, role_required
 
+from ..extensions import lab_draft_headline
 from ..policies.models import Fleet
+from ..policies.selectors import draft_get
 from ..policies.view_models import diff_rows
 from ..roles import Role
 from . import selectors, services
@@ -95,11 +97,18 @@ def _detail_page(
         "cr": detail,
         "rows": diff_rows(detail["diff"]) if detail["diff"] else [],
         "is_author": detail["author"] == name,
-        # The policy lab's backtest of this draft: no extension point for it exists yet.
-        "backtest": None,
+        # The policy lab's latest backtest of the draft under review (when the lab is there).
+        "backtest": _draft_backtest(fleet, detail),
         **extra,
     }
     return render(request, "routing_policies/change_request.html", context, status=status)
+
+
+def _draft_backtest(fleet: Fleet, detail: dict[str, Any]) -> dict[str, Any] | None:
+    if detail["kind"] != ChangeRequest.Kind.PUBLISH or detail["state"] != ChangeRequest.State.OPEN:
+        return None
+    draft = draft_get(fleet=fleet)
+    return lab_draft_headline(fleet=fleet, draft=draft) if draft is not None else None
 
 
 @role_required(Role.VIEWER)

@@ -11,6 +11,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from routing_policies.policies.sdk_cells import table_cells
+from routing_policies.reviews.services import change_request_open
 from routing_policies.selectors import version_table
 from routing_policies.services import (
     policy_draft_create,
@@ -154,3 +155,25 @@ def test_manage_backtest__version__prints_headline_and_self_check(recorded: Any)
     assert "v1 over 24 h, 300 events" in text
     assert "reproduces 100.00%" in text
     assert Backtest.objects.get().status == BacktestStatus.DONE
+
+
+def test_change_request_page__draft_backtested__headline_in_the_review(
+    recorded: Any, publisher: Any
+) -> None:
+    # Given a draft under review (a publish change request) and no backtest of it yet
+    draft = _draft(recorded, publisher)
+    request = change_request_open(actor=publisher, fleet=recorded, kind="publish", note="θ down")
+    client = _client(publisher)
+    url = f"/fleets/fleet-a/reviews/{request.pk}/"
+    before = client.get(url).content.decode()
+    assert f"No backtest of revision {draft.revision} yet" in before
+
+    # When the draft at this revision is backtested
+    client.post(f"{PAGE}start/", {"version": "draft", "revision": str(draft.revision)})
+    backtest_run(backtest_id=Backtest.objects.get().pk)
+
+    # Then the reviewer sees the lab's headline beside the diff: stable → draft
+    page = client.get(url).content.decode()
+    assert 'id="backtest-headline"' in page
+    assert 'data-ready="true"' in page
+    assert "cloud P95" in page
