@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from django.utils import timezone
 
-from controlplane.exceptions import ValidationFailed
+from controlplane.exceptions import Conflict, NotFound
 from edge_sdk.decision import Cell
 from routing_policies.cell_schema import CellKey, cell_key_label
 from routing_policies.models import Fleet, PolicyVersion
@@ -78,8 +78,9 @@ def _base_version(fleet: Fleet, ref: int | str | None) -> PolicyVersion:
         return version_get(fleet=fleet, ref=ref)
     base = draft_get(fleet=fleet) or latest_published(fleet=fleet)
     if base is None:
-        raise ValidationFailed(
+        raise Conflict(
             f"Fleet {fleet.slug!r} has no draft and no published version to calibrate.",
+            code="nothing_to_calibrate",
             details=[{"field": "version", "message": "nothing to calibrate"}],
         )
     return base
@@ -110,8 +111,8 @@ def calibration_compute(
     table = table_cells(version_table(version=base))
     wanted = list(table) if cells is None else list(cells)
     unknown = [index for index, key in enumerate(wanted) if key not in table]
-    if unknown:
-        raise ValidationFailed(
+    if unknown:  # well-formed, but not in this table: not found, as the lab's other reads
+        raise NotFound(
             f"{cell_key_label(wanted[unknown[0]])} is not a cell of {base.label}.",
             details=[
                 {"field": f"cells[{index}]", "message": f"not a cell of {base.label}"}

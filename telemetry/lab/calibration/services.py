@@ -9,9 +9,10 @@ from typing import Any
 
 from django.db import transaction
 
-from controlplane.exceptions import ApplicationError, ValidationFailed
+from controlplane.exceptions import ApplicationError, NotFound, ValidationFailed
 from routing_policies.cell_schema import DIMENSIONS, CellKey
-from routing_policies.models import Fleet, PolicyVersion
+from routing_policies.models import Fleet, PolicyCell, PolicyVersion
+from routing_policies.selectors import draft_get
 from routing_policies.services import Actor, policy_draft_update_cells
 
 from ..backtests.models import Backtest
@@ -39,6 +40,7 @@ def calibration_apply(
             "Name at least one cell and its θ.",
             details=[{"field": "cells", "message": "is empty"}],
         )
+    _cells_exist(fleet, [key for key, _ in thresholds])
     edits: list[dict[str, Any]] = [
         {**dict(zip(DIMENSIONS, key, strict=True)), "values": {"threshold": threshold}}
         for key, threshold in thresholds
@@ -60,3 +62,18 @@ def calibration_apply(
         backtest.pk if backtest else None,
     )
     return draft, backtest
+
+
+def _cells_exist(fleet: Fleet, keys: Sequence[CellKey]) -> None:
+    """A well-formed cell the draft does not have is not found (404 naming it), as in the
+    lab's other requests; nothing is written."""
+    draft = draft_get(fleet=fleet)
+    if draft is None:
+        return  # the draft-edit service refuses it, saying there is no draft
+    known = set(PolicyCell.objects.filter(version=draft).values_list(*DIMENSIONS))
+    for index, key in enumerate(keys):
+        if tuple(key) not in known:
+            raise NotFound(
+                f"The draft has no cell {'/'.join(key)}.",
+                details=[{"field": f"cells[{index}]", "message": "no such cell in the draft"}],
+            )

@@ -270,11 +270,6 @@ BAD_APPLY = [
     pytest.param(
         {"revision": 1, "cells": [{**TEXT, "threshold": 0.5}] * 2}, "cells[1]", id="duplicate-cell"
     ),
-    pytest.param(
-        {"revision": 1, "cells": [{**TEXT, "task_type": "code", "threshold": 0.5}]},
-        "cell",
-        id="unknown-cell",
-    ),
     pytest.param({"revision": 1, "cells": []}, "cells", id="no-cells"),
 ]
 
@@ -289,6 +284,25 @@ def test_calibration_api__bad_apply_body__400_names_the_field_draft_unchanged(
     assert any(f == field or f.startswith((f"{field}.", f"{field}[")) for f in _fields(error)), (
         error
     )
+    assert _state() == before
+
+
+def test_calibration_api__apply_to_a_cell_the_draft_lacks__404_names_it_draft_unchanged(
+    draft: Any, editor: Any, client_as: Client
+) -> None:
+    # Given a draft without a "code" task type
+    before = _state()
+
+    # When a well-formed θ is applied to text/…, then to code/…
+    body = {
+        "revision": 1,
+        "cells": [{**TEXT, "threshold": 0.5}, {**TEXT, "task_type": "code", "threshold": 0.5}],
+    }
+    response = client_as(editor).post(APPLY, body, format="json")
+
+    # Then it is not found, naming the second cell, and nothing is written
+    error = assert_error(response, 404)
+    assert _fields(error) == ["cells[1]"], error
     assert _state() == before
 
 
