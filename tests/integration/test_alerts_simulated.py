@@ -17,6 +17,7 @@ import pytest
 from edge_sdk.simulate.fleet import SimulatedFleet
 from routing_policies.assignment import bucket
 from routing_policies.models import AuditEntry, Rollout, RolloutEvent
+from routing_policies.reviews.services import fleet_freeze_release
 from routing_policies.services import fleet_switch_version
 from telemetry.alerts.services import alert_rule_create, rollout_start_guarded
 from telemetry.models import AlertRule, RolloutGuardSet
@@ -163,6 +164,8 @@ def test_buggy_candidate__guarded_rollout_rolls_back_then_jump_rule_fires_on_the
             what="the jump rule to have a previous minute to compare with",
         )
         _wait_for_the_start_of_a_minute()
+        # (the automatic rollback froze the fleet's rollouts: a publisher acknowledges it first)
+        fleet_freeze_release(actor=publisher, fleet=fleet, note="seen: the candidate's cloud jump")
         fleet_switch_version(actor=publisher, fleet=fleet, version=2)
 
         # Then the cloud-share jump rule fires

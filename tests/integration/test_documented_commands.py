@@ -77,6 +77,8 @@ SKIPPED = {
     "make lint": "a development check CI runs as its own step (.ci/run), not a product command",
     "docker compose up": "the real-services stack in containers (another environment; CI "
     "validates the compose file in tests/unit/test_project_files.py)",
+    ".venv/bin/python -m bench.guards": "a benchmark of about 30 minutes, not a product "
+    "command (bench/README.md); its figures are kept in bench/RESULTS.md",
 }
 
 
