@@ -27,6 +27,8 @@ from ..judging import (
     GUARD_METRICS,
     LATENCY_METRICS,
     RATE_METRICS,
+    Budgets,
+    Judgement,
     RollupRow,
     ScopeFigures,
     figures_of,
@@ -378,21 +380,7 @@ def guards_evaluate(
     )
     firing, insufficient = [], []
     for guard in guards:
-        judgement = judge_guard(
-            metric=guard.metric,
-            comparison=guard.comparison,
-            threshold=guard.threshold,
-            min_samples=guard.min_samples,
-            candidate=candidate,
-            stable=stable,
-            budgets=budgets,
-        )
-        guard.state = {"breach": "firing", "ok": "ok", "no_data": "insufficient"}[judgement.outcome]
-        guard.candidate_value = judgement.value
-        guard.stable_value = judgement.previous
-        guard.candidate_samples = candidate.events
-        guard.stable_samples = stable.events
-        guard.message = judgement.message[:300]
+        _judge_fixed(guard, candidate=candidate, stable=stable, budgets=budgets)
         if guard.state == "firing":
             firing.append(guard)
         elif guard.state == "insufficient":
@@ -588,26 +576,34 @@ def _judge_all(
             fixed_candidate, fixed_stable = _window_figures(
                 guard_set.rollout, rows, start=start, now=now, with_latency=bool(budgets)
             )
-        fixed = judge_guard(
-            metric=guard.metric,
-            comparison=guard.comparison,
-            threshold=guard.threshold,
-            min_samples=guard.min_samples,
-            candidate=fixed_candidate,
-            stable=fixed_stable,
-            budgets=budgets,
-        )
-        guard.state = {"breach": "firing", "ok": "ok", "no_data": "insufficient"}[fixed.outcome]
-        guard.candidate_value = fixed.value
-        guard.stable_value = fixed.previous
-        guard.candidate_samples = fixed_candidate.events
-        guard.stable_samples = fixed_stable.events
-        guard.message = fixed.message[:300]
+        fixed = _judge_fixed(guard, candidate=fixed_candidate, stable=fixed_stable, budgets=budgets)
         if guard.state == "firing":
             breaches.append(fixed.message)
         elif guard.state == "insufficient":
             unsettled.append(fixed.message)
     return breaches, unsettled
+
+
+def _judge_fixed(
+    guard: RolloutGuard, *, candidate: ScopeFigures, stable: ScopeFigures, budgets: Budgets
+) -> Judgement:
+    """Judge a fixed-limit guard on the two cohorts' figures and keep the outcome on it."""
+    judgement = judge_guard(
+        metric=guard.metric,
+        comparison=guard.comparison,
+        threshold=guard.threshold,
+        min_samples=guard.min_samples,
+        candidate=candidate,
+        stable=stable,
+        budgets=budgets,
+    )
+    guard.state = {"breach": "firing", "ok": "ok", "no_data": "insufficient"}[judgement.outcome]
+    guard.candidate_value = judgement.value
+    guard.stable_value = judgement.previous
+    guard.candidate_samples = candidate.events
+    guard.stable_samples = stable.events
+    guard.message = judgement.message[:300]
+    return judgement
 
 
 def _window_figures(
