@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .policies.models import Fleet
@@ -48,3 +48,48 @@ def price_problem(value: object, *, maximum: float) -> str | None:
     if not 0 <= value <= maximum:
         return f"must be between 0 and {maximum:g} (got {value!r})"
     return None
+
+
+HOURS_PER_DAY = 24.0
+
+
+def _rates(window: float, hours: float) -> dict[str, float | None]:
+    per_hour = window / hours if hours > 0 else None
+    return {
+        "window": window,
+        "per_hour": per_hour,
+        "per_day": None if per_hour is None else per_hour * HOURS_PER_DAY,
+    }
+
+
+def _saving(baseline: float, spent: float) -> dict[str, float | None]:
+    return {
+        "amount": baseline - spent,
+        "share": (baseline - spent) / baseline if baseline > 0 else None,
+    }
+
+
+def cost_report(
+    *,
+    price: CloudPrice,
+    spent: float,
+    all_cloud: float,
+    hours: float,
+    stable: float | None = None,
+) -> dict[str, Any]:
+    """A cost over a span of `hours`, per hour and per day, with the savings against all-cloud
+    (every task a cloud call with its tokens) and against the stable version (`stable`: what
+    the stable version costs for the same tasks; None when there is nothing to compare).
+
+    The backtest, the calibration and the dashboard all report cost in this one shape, so a
+    saving means the same thing on every page (docs/lab.md, "Cost").
+    """
+    return {
+        "currency": price.currency,
+        "hours": hours,
+        **_rates(spent, hours),
+        "all_cloud": _rates(all_cloud, hours),
+        "stable": None if stable is None else _rates(stable, hours),
+        "saving_vs_all_cloud": _saving(all_cloud, spent),
+        "saving_vs_stable": None if stable is None else _saving(stable, spent),
+    }

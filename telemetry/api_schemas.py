@@ -262,6 +262,31 @@ class DashboardAllCloudSerializer(serializers.Serializer[Any]):
         ref_name = "DashboardAllCloudCost"
 
 
+class DashboardSavingSerializer(serializers.Serializer[Any]):
+    amount = serializers.FloatField(help_text="the baseline's cost minus the actual, in the view")
+    share = serializers.FloatField(allow_null=True, help_text="amount / the baseline's cost")
+
+    class Meta:
+        ref_name = "CostSaving"
+
+
+class DashboardCohortCostSerializer(serializers.Serializer[Any]):
+    """Cost per task of the compared rollout's two cohorts."""
+
+    stable_version = serializers.IntegerField()
+    candidate_version = serializers.IntegerField()
+    stable_events = serializers.IntegerField()
+    candidate_events = serializers.IntegerField()
+    stable_per_task = serializers.FloatField()
+    candidate_per_task = serializers.FloatField()
+    candidate_change = serializers.FloatField(
+        allow_null=True, help_text="candidate per task / stable per task - 1"
+    )
+
+    class Meta:
+        ref_name = "DashboardCohortCost"
+
+
 class DashboardPriceSerializer(serializers.Serializer[Any]):
     per_1k_tokens = serializers.FloatField()
     per_call = serializers.FloatField()
@@ -270,20 +295,38 @@ class DashboardPriceSerializer(serializers.Serializer[Any]):
         ref_name = "DashboardCloudPrice"
 
 
-class DashboardCostSerializer(serializers.Serializer[Any]):
-    """The cloud cost of the view, priced by the fleet's cloud price (docs/lab.md, Cost)."""
+class CostReportSerializer(serializers.Serializer[Any]):
+    """A cost over a span, per hour and day, with the savings against all-cloud and against
+    the stable version (routing_policies.pricing.cost_report; docs/lab.md, "Cost")."""
 
     currency = serializers.CharField()
-    price = DashboardPriceSerializer()
     hours = serializers.FloatField(help_text="the span the per-hour figures are taken over")
-    cloud_calls = serializers.FloatField(help_text="cloud and draft_refine tasks, not cached")
-    cloud_tokens = serializers.FloatField()
-    window = serializers.FloatField(help_text="cost of the view's cloud calls")
+    window = serializers.FloatField(help_text="the cost over the span")
     per_hour = serializers.FloatField(allow_null=True)
     per_day = serializers.FloatField(allow_null=True)
     all_cloud = DashboardAllCloudSerializer(help_text="every task priced as a cloud call")
+    stable = DashboardAllCloudSerializer(
+        allow_null=True, help_text="the stable version on the same tasks; null: no comparison"
+    )
+    saving_vs_all_cloud = DashboardSavingSerializer()
+    saving_vs_stable = DashboardSavingSerializer(allow_null=True)
+
+    class Meta:
+        ref_name = "CostReport"
+
+
+class DashboardCostSerializer(CostReportSerializer):
+    """The cloud cost of the view, priced by the fleet's cloud price (docs/lab.md, Cost).
+
+    `stable` is the view had the candidate's tasks cost what the stable cohort's cost per task;
+    null without a rollout whose two cohorts both have tasks in the view."""
+
+    price = DashboardPriceSerializer()
+    cloud_calls = serializers.FloatField(help_text="cloud and draft_refine tasks, not cached")
+    cloud_tokens = serializers.FloatField()
     saving = serializers.FloatField(help_text="all-cloud minus actual, in the view")
     saving_share = serializers.FloatField(allow_null=True, help_text="saving / all-cloud")
+    cohorts = DashboardCohortCostSerializer(allow_null=True)
 
     class Meta:
         ref_name = "DashboardCost"

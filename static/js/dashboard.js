@@ -454,6 +454,12 @@
     var cost = payload.cost;
     if (cost) {
       var saving = cost.saving_share === null ? "no task yet" : "saves " + pct(cost.saving_share, 0) + " vs all-cloud " + money(cost.all_cloud.per_day, cost.currency) + "/day";
+      // Against stable only while a rollout's two cohorts both have tasks in the view.
+      var cohorts = cost.cohorts;
+      if (cohorts && cohorts.candidate_change !== null) {
+        var change = cohorts.candidate_change * 100;
+        saving += " · v" + cohorts.candidate_version + " " + (change >= 0 ? "+" : "−") + Math.abs(change).toFixed(0) + "% per task vs stable v" + cohorts.stable_version;
+      }
       setFigure("cost", money(cost.per_day, cost.currency), money(cost.per_hour, cost.currency) + "/h · " + saving);
     }
     if (payload.alerts !== null && payload.alerts !== undefined) {

@@ -7,18 +7,33 @@ hits are assumed to carry the route's mean tokens). All-cloud prices every task 
 as a cloud call with its tokens; the saving is what routing to the device keeps from that.
 Fallbacks are not priced: a device task that fell back to the cloud is not in the rollups'
 cloud routes (its route stays `device`).
+
+The saving against the stable version needs a rollout in the view: the candidate cohort's
+tasks, priced at what the stable cohort's tasks cost per task, against what they did cost.
+Both cohorts draw their devices from one hash of the device id, so their task mixes are alike
+in expectation; the estimate's error is the cohorts' difference in mix (docs/lab.md, "Cost").
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Final
 
-from routing_policies.pricing import CloudPrice
+from routing_policies.pricing import CloudPrice, cost_report
 
 from ..rollups import Figures
 
 CLOUD_ROUTES: Final = ("cloud", "draft_refine")
-HOURS_PER_DAY: Final = 24.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CohortCost:
+    """The two cohorts of the rollout the view compares, for the saving against stable."""
+
+    stable: Figures
+    candidate: Figures
+    stable_version: int | None
+    candidate_version: int | None
 
 
 def cloud_work(figures: Figures) -> tuple[float, float]:
@@ -35,28 +50,54 @@ def cloud_work(figures: Figures) -> tuple[float, float]:
     return calls, tokens
 
 
-def cost_figures(*, figures: Figures, price: CloudPrice, hours: float) -> dict[str, Any]:
+def _spent(figures: Figures, price: CloudPrice) -> float:
+    calls, tokens = cloud_work(figures)
+    return price.cost(tokens=tokens, calls=calls)
+
+
+def _against_stable(
+    cohorts: CohortCost | None, price: CloudPrice, spent: float
+) -> tuple[float | None, dict[str, Any] | None]:
+    """What the view would have cost had the candidate's tasks cost what stable's do, and the
+    per-task comparison behind it; (None, None) without two cohorts that both have tasks."""
+    if cohorts is None or not cohorts.stable.events or not cohorts.candidate.events:
+        return None, None
+    stable_per_task = _spent(cohorts.stable, price) / cohorts.stable.events
+    candidate_spent = _spent(cohorts.candidate, price)
+    candidate_per_task = candidate_spent / cohorts.candidate.events
+    stable = spent - candidate_spent + stable_per_task * cohorts.candidate.events
+    return stable, {
+        "stable_version": cohorts.stable_version,
+        "candidate_version": cohorts.candidate_version,
+        "stable_events": cohorts.stable.events,
+        "candidate_events": cohorts.candidate.events,
+        "stable_per_task": stable_per_task,
+        "candidate_per_task": candidate_per_task,
+        "candidate_change": (
+            candidate_per_task / stable_per_task - 1 if stable_per_task > 0 else None
+        ),
+    }
+
+
+def cost_figures(
+    *, figures: Figures, price: CloudPrice, hours: float, cohorts: CohortCost | None = None
+) -> dict[str, Any]:
     """The cost of the cloud work in `figures`, which span `hours`: in the window, per hour
-    and per day, beside all-cloud and the saving against it."""
+    and per day, beside all-cloud and the stable version, and the savings against both."""
     calls, tokens = cloud_work(figures)
     spent = price.cost(tokens=tokens, calls=calls)
     all_cloud = price.cost(tokens=figures.total("tokens_sum"), calls=figures.events)
-    per_hour = spent / hours if hours > 0 else None
-    all_cloud_per_hour = all_cloud / hours if hours > 0 else None
+    stable, per_task = _against_stable(cohorts, price, spent)
+    report = cost_report(price=price, spent=spent, all_cloud=all_cloud, hours=hours, stable=stable)
+    saving = report["saving_vs_all_cloud"]
     return {
-        "currency": price.currency,
+        **report,
         "price": {"per_1k_tokens": price.per_1k_tokens, "per_call": price.per_call},
-        "hours": hours,
         "cloud_calls": calls,
         "cloud_tokens": tokens,
-        "window": spent,
-        "per_hour": per_hour,
-        "per_day": None if per_hour is None else per_hour * HOURS_PER_DAY,
-        "all_cloud": {
-            "window": all_cloud,
-            "per_hour": all_cloud_per_hour,
-            "per_day": None if all_cloud_per_hour is None else all_cloud_per_hour * HOURS_PER_DAY,
-        },
-        "saving": all_cloud - spent,
-        "saving_share": (all_cloud - spent) / all_cloud if all_cloud > 0 else None,
+        # The saving against all-cloud under the names the dashboard API has had since it
+        # first priced cloud work.
+        "saving": saving["amount"],
+        "saving_share": saving["share"],
+        "cohorts": per_task,
     }

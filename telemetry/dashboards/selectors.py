@@ -44,7 +44,7 @@ from ..rollups import (
     read_rows,
 )
 from ..rollups.sketch import merge_counts
-from .cost import cost_figures
+from .cost import CohortCost, cost_figures
 
 WINDOWS: Final = {
     "15m": timedelta(minutes=15),
@@ -257,9 +257,9 @@ def _series(
 
 def _fold(
     scan: Scan, buckets: int, compared: Mapping[str, int | None]
-) -> tuple[dict[str, Any], Figures]:
-    """Series for the fleet, per route and per cohort; the summary, and its figures (the
-    cost is priced from them).
+) -> tuple[dict[str, Any], Figures, dict[str, Figures]]:
+    """Series for the fleet, per route and per cohort; the summary, and its figures and each
+    cohort's (the cost is priced from them).
 
     Each cohort's series counts only the version `compared` names for it (the rollout's
     candidate and stable), so a past rollout in the window is not mixed in; a cohort whose
@@ -299,13 +299,15 @@ def _fold(
             "p99_ms": series["p99_ms"],
         }
     cohorts = {}
+    cohort_figures: dict[str, Figures] = {}
     for cohort in COHORTS:
         by_index = per_cohort[cohort]
         versions = sorted(cohort_versions.get(cohort, ()))
+        cohort_figures[cohort] = merged(by_index.values(), scores=False)
         cohorts[cohort] = {
             "versions": versions,
             "label": _cohort_label(cohort, versions, compared.get(cohort)),
-            "summary": merged(by_index.values(), scores=False).headline(),
+            "summary": cohort_figures[cohort].headline(),
             "series": _series(by_index, buckets),
         }
     folded = {
@@ -314,7 +316,7 @@ def _fold(
         "routes": routes,
         "cohorts": cohorts,
     }
-    return folded, summary
+    return folded, summary, cohort_figures
 
 
 def _cohort_label(cohort: str, versions: list[int], compared: int | None) -> str:
@@ -531,7 +533,7 @@ def fleet_dashboard(
     ) or (None, None)
     rollout = open_rollout(fleet.pk)
     compared = _compared_rollout(fleet.pk, rollout, scan)
-    folded, summary = _fold(
+    folded, summary, cohort_figures = _fold(
         scan,
         plan.buckets,
         {
@@ -577,7 +579,21 @@ def fleet_dashboard(
         "captions": _captions(plan, shown_from),
         "buckets": buckets,
         **folded,
-        "cost": cost_figures(figures=summary, price=CloudPrice.of_fleet(fleet), hours=hours),
+        "cost": cost_figures(
+            figures=summary,
+            price=CloudPrice.of_fleet(fleet),
+            hours=hours,
+            cohorts=(
+                CohortCost(
+                    stable=cohort_figures[Cohort.STABLE.value],
+                    candidate=cohort_figures[Cohort.CANDIDATE.value],
+                    stable_version=compared.stable.number,
+                    candidate_version=compared.candidate.number,
+                )
+                if compared is not None
+                else None
+            ),
+        ),
         "budgets": _budgets(stable_cells, view.task_type),
         "grid": _grid(scan, stable_cells, view.task_type),
         "markers": [{**marker, "at": _iso(marker["at"])} for marker in markers],

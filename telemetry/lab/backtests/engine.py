@@ -20,7 +20,7 @@ from typing import Any, Final
 from edge_sdk.decision import Cell, decide, privacy_violation
 from routing_policies.cell_schema import cell_key_label
 from routing_policies.policies.sdk_cells import sends_sensitive_data_off_device
-from routing_policies.pricing import CloudPrice
+from routing_policies.pricing import CloudPrice, cost_report
 from telemetry.rollups.sketch import LOG_GAMMA, MIN_VALUE, ZERO_INDEX, LatencySketch
 
 from ..estimate import (
@@ -71,6 +71,7 @@ class _Tally:
     cache_hits: int = 0
     cloud_tokens: int = 0
     cloud_calls: int = 0
+    tokens: int = 0  # of every task, cloud or not (what-happened tallies only: all-cloud)
     privacy_violations: int = 0
     fallbacks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROUTES, 0))
     uncovered: int = 0  # the side has no cell for these events
@@ -78,6 +79,7 @@ class _Tally:
     def count(self, route: str, cache_hit: bool, tokens: int) -> None:
         self.events += 1
         self.routes[route] += 1
+        self.tokens += tokens
         if cache_hit:
             self.cache_hits += 1
             return
@@ -357,6 +359,7 @@ def backtest_compute(
         },
         "seconds": round(time.perf_counter() - began, 3),
     }
+    result["cost"] = _cost(result["overall"], observed, spec)
     flagged = [cell["label"] for cell in result["cells"] if cell["privacy_flag"]]
     flagged += [
         cell_key_label(key)
@@ -365,6 +368,27 @@ def backtest_compute(
     ]
     result["privacy"] = {"flagged_cells": flagged, "ok": not flagged}
     return result
+
+
+def _cost(overall: dict[str, Any], observed: _Side, spec: BacktestInput) -> dict[str, Any]:
+    """Each side's cost per hour and day, and its savings against all-cloud (every task of
+    the window a cloud call with its tokens) and against the stable version replayed."""
+    hours = (spec.end - spec.start).total_seconds() / 3600
+    tallies = observed.tallies.values()
+    all_cloud = spec.price.cost(
+        tokens=sum(tally.tokens for tally in tallies), calls=sum(tally.events for tally in tallies)
+    )
+    stable = overall["stable"]["cost"]
+    return {
+        side: cost_report(
+            price=spec.price,
+            spent=overall[side]["cost"],
+            all_cloud=all_cloud,
+            hours=hours,
+            stable=None if side == "stable" else stable,
+        )
+        for side in ("observed", "stable", "subject")
+    }
 
 
 def _privacy_flag(cell: Cell | None, tally: _Tally | None) -> bool:

@@ -91,7 +91,7 @@ class BacktestSerializer(serializers.Serializer[Any]):
     url = serializers.CharField()
     result = serializers.DictField(
         allow_null=True,
-        help_text="once done: overall, cells, self_check, privacy, headline (docs/lab.md)",
+        help_text="once done: overall, cells, cost, self_check, privacy, headline (docs/lab.md)",
     )
 
     class Meta:

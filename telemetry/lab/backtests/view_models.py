@@ -86,6 +86,56 @@ def _rows(sides: list[dict[str, Any]], currency: str) -> list[dict[str, Any]]:
     return rows
 
 
+def cost_sentence(report: dict[str, Any], *, stable_version: int | None) -> str:
+    """`1.20 USD/day (0.05 USD/h); saves 2.10 USD/day (64%) against all-cloud and 0.30 USD/day
+    (20%) against v3 (stable)`: one cost report in words."""
+    currency = report["currency"]
+    text = f"{money(report['per_day'], currency)}/day ({money(report['per_hour'], currency)}/h)"
+    hours = report["hours"]
+
+    def per_day(saving: dict[str, Any]) -> str:
+        amount = saving["amount"] / hours * 24 if hours > 0 else None
+        verb = "saves" if amount is None or amount >= 0 else "costs"
+        share = "" if saving["share"] is None else f" ({percent(abs(saving['share']), 0)})"
+        return f"{verb} {money(None if amount is None else abs(amount), currency)}/day{share}"
+
+    text += f"; {per_day(report['saving_vs_all_cloud'])} against all-cloud"
+    if report["saving_vs_stable"] is not None:
+        stable = f"v{stable_version} (stable)" if stable_version is not None else "stable"
+        text += f", {per_day(report['saving_vs_stable'])} against {stable}"
+    return text
+
+
+def _saving(saving: dict[str, Any] | None, currency: str) -> str:
+    if saving is None:
+        return "–"
+    return f"{money(saving['amount'], currency)} ({percent(saving['share'], 0)})"
+
+
+def _cost_rows(cost: dict[str, Any], currency: str) -> list[dict[str, Any]]:
+    """Cost per day, and the savings against all-cloud and the stable version, per side."""
+    sides = [cost[side] for side in ("observed", "stable", "subject")]
+    return [
+        {
+            "label": "cloud cost per day",
+            "values": [money(side["per_day"], currency) for side in sides],
+            "hint": "the window's cost at its rate per hour, times 24",
+        },
+        {
+            "label": "saving vs all-cloud",
+            "values": [_saving(side["saving_vs_all_cloud"], currency) for side in sides],
+            "hint": "every task of the window priced as a cloud call with its tokens, "
+            "less the side's cost; in the window",
+        },
+        {
+            "label": "saving vs stable",
+            "values": [_saving(side["saving_vs_stable"], currency) for side in sides],
+            "hint": "the stable version replayed on the same events, less the side's cost; "
+            "in the window",
+        },
+    ]
+
+
 def backtest_view(backtest: Backtest, *, slug: str) -> dict[str, Any]:
     """Everything the page shows of one backtest."""
     view: dict[str, Any] = {
@@ -107,6 +157,8 @@ def backtest_view(backtest: Backtest, *, slug: str) -> dict[str, Any]:
     ]
     view["columns"] = columns
     view["overall"] = _rows([overall["observed"], overall["stable"], overall["subject"]], currency)
+    if "cost" in result:  # results kept from before the cost report leave these rows out
+        view["overall"] += _cost_rows(result["cost"], currency)
     view["cells"] = [
         {
             "label": cell["label"],

@@ -29,6 +29,7 @@ from routing_policies.cell_schema import DIMENSIONS, CellKey
 from routing_policies.permissions import IsEditor, IsViewer
 from routing_policies.selectors import fleet_get
 from routing_policies.validation import DIMENSION_VALUE_RE, MAX_CELLS, MAX_VERSION
+from telemetry.api_schemas import CostReportSerializer
 
 from .selectors import DEFAULT_HOURS, MAX_HOURS, calibration_compute, calibration_out
 from .services import calibration_apply
@@ -227,6 +228,7 @@ class CellResultSerializer(serializers.Serializer[Any]):
     chosen = CurvePointSerializer(allow_null=True)
     curve = CurvePointSerializer(many=True)
     verified = VerifiedSerializer(allow_null=True)
+    cost = CostReportSerializer(allow_null=True, help_text="at the chosen θ, over the window")
 
     class Meta:
         ref_name = "CalibrationCellResult"
@@ -266,10 +268,18 @@ class CalibrationSerializer(serializers.Serializer[Any]):
     target = TargetOutSerializer()
     window = WindowSerializer()
     currency = serializers.CharField()
+    stable_version = serializers.IntegerField(
+        allow_null=True, help_text="the version the savings against stable compare with"
+    )
     events = serializers.IntegerField()
     unreplayable_events = serializers.IntegerField()
     seconds = serializers.FloatField()
     cells = CellResultSerializer(many=True)
+    cost = CostReportSerializer(
+        allow_null=True,
+        help_text="the calibrated cells together at their chosen θs; against stable only when "
+        "each of them has a cell in the stable version",
+    )
 
     class Meta:
         ref_name = "Calibration"

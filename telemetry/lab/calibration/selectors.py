@@ -18,9 +18,9 @@ from django.utils import timezone
 from controlplane.exceptions import Conflict, NotFound
 from edge_sdk.decision import Cell
 from routing_policies.cell_schema import CellKey, cell_key_label
-from routing_policies.models import Fleet, PolicyVersion
+from routing_policies.models import Fleet, FleetRouting, PolicyVersion
 from routing_policies.policies.sdk_cells import table_cells
-from routing_policies.pricing import CloudPrice
+from routing_policies.pricing import CloudPrice, cost_report
 from routing_policies.selectors import draft_get, latest_published, version_get, version_table
 
 from ..estimate import LatencyModel, Observed, network_ms
@@ -67,6 +67,7 @@ class Calibration:
     start: datetime
     end: datetime
     price: CloudPrice
+    stable_version: int | None  # what the cost is compared with
     events: int
     unreplayable: int
     seconds: float
@@ -84,6 +85,15 @@ def _base_version(fleet: Fleet, ref: int | str | None) -> PolicyVersion:
             details=[{"field": "version", "message": "nothing to calibrate"}],
         )
     return base
+
+
+def _stable_cells(fleet: Fleet) -> tuple[int | None, dict[CellKey, Cell]]:
+    """The fleet's stable version and its cells (none before its first publish)."""
+    routing = FleetRouting.objects.select_related("stable_version").filter(fleet=fleet).first()
+    if routing is None or routing.stable_version is None:
+        return None, {}
+    stable = routing.stable_version
+    return stable.number, table_cells(version_table(version=stable))
 
 
 def why_fixed(cell: Cell) -> str:
@@ -121,7 +131,12 @@ def calibration_compute(
         )
     end = end or timezone.now()
     start = end - timedelta(hours=hours)
-    sweeps = {key: CellSweep(cell=table[key]) for key in wanted if not why_fixed(table[key])}
+    stable_version, stable = _stable_cells(fleet)
+    sweeps = {
+        key: CellSweep(cell=table[key], stable=stable.get(key))
+        for key in wanted
+        if not why_fixed(table[key])
+    }
     model = LatencyModel()
     events = unreplayable = 0
     # The backtest's hot loop: one reused ReplayInputs per row, no object per event. Every
@@ -182,6 +197,7 @@ def calibration_compute(
         start=start,
         end=end,
         price=price,
+        stable_version=stable_version,
         events=events,
         unreplayable=unreplayable,
         seconds=seconds,
@@ -200,7 +216,31 @@ def _point_out(point: CurvePoint) -> dict[str, Any]:
     }
 
 
-def _cell_out(cell: CellCalibration) -> dict[str, Any]:
+def _cost(
+    price: CloudPrice, hours: float, *, chosen: float, all_cloud: float, stable: float | None
+) -> dict[str, Any]:
+    return cost_report(
+        price=price, spent=chosen * hours, all_cloud=all_cloud, hours=hours, stable=stable
+    )
+
+
+def _overall_cost(calibration: Calibration, hours: float) -> dict[str, Any] | None:
+    """The calibrated cells together at their chosen θs; against stable only when every one
+    of them has a stable cell."""
+    results = [cell.result for cell in calibration.cells if cell.result is not None]
+    if not results:
+        return None
+    stables = [result.stable_cost for result in results]
+    return _cost(
+        calibration.price,
+        hours,
+        chosen=sum(result.chosen.cost_per_hour for result in results),
+        all_cloud=sum(result.all_cloud_cost for result in results),
+        stable=None if None in stables else sum(s for s in stables if s is not None),
+    )
+
+
+def _cell_out(cell: CellCalibration, *, price: CloudPrice, hours: float) -> dict[str, Any]:
     out: dict[str, Any] = {
         "task_type": cell.key[0],
         "latency_budget": cell.key[1],
@@ -221,6 +261,7 @@ def _cell_out(cell: CellCalibration) -> dict[str, Any]:
             "chosen": None,
             "curve": [],
             "verified": None,
+            "cost": None,
         }
     return {
         **out,
@@ -230,12 +271,20 @@ def _cell_out(cell: CellCalibration) -> dict[str, Any]:
         "chosen": _point_out(result.chosen),
         "curve": [_point_out(point) for point in result.curve],
         "verified": {"events": result.verified_events, "matching": result.verified_matching},
+        "cost": _cost(
+            price,
+            hours,
+            chosen=result.chosen.cost_per_hour,
+            all_cloud=result.all_cloud_cost,
+            stable=result.stable_cost,
+        ),
     }
 
 
 def calibration_out(calibration: Calibration) -> dict[str, Any]:
     """The API's and the page's shape of a calibration."""
     base = calibration.base
+    hours = (calibration.end - calibration.start).total_seconds() / 3600
     return {
         "fleet": calibration.fleet,
         "base": {
@@ -252,11 +301,15 @@ def calibration_out(calibration: Calibration) -> dict[str, Any]:
         "window": {
             "start": calibration.start.isoformat(),
             "end": calibration.end.isoformat(),
-            "hours": (calibration.end - calibration.start).total_seconds() / 3600,
+            "hours": hours,
         },
         "currency": calibration.price.currency,
+        "stable_version": calibration.stable_version,
         "events": calibration.events,
         "unreplayable_events": calibration.unreplayable,
         "seconds": round(calibration.seconds, 3),
-        "cells": [_cell_out(cell) for cell in calibration.cells],
+        "cells": [
+            _cell_out(cell, price=calibration.price, hours=hours) for cell in calibration.cells
+        ],
+        "cost": _overall_cost(calibration, hours),
     }

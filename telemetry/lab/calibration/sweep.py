@@ -82,6 +82,8 @@ class SweepResult:
     reached: bool
     verified_events: int
     verified_matching: int
+    all_cloud_cost: float  # every task of the cell a cloud call with its tokens, in the window
+    stable_cost: float | None  # the stable version's cell on the same tasks; None: no such cell
 
 
 @dataclass(slots=True)
@@ -117,9 +119,27 @@ class _Load:
 class CellSweep:
     """Accumulates one cell's events (`add`); `result` gives the curve and the chosen θ."""
 
-    def __init__(self, *, cell: Cell, seed: int = 0) -> None:
+    def __init__(self, *, cell: Cell, stable: Cell | None = None, seed: int = 0) -> None:
         self.cell = cell
         self.key = (cell.task_type, cell.latency_budget, cell.privacy_tier)
+        # The stable version's cell, for the saving against it: when it differs from this one
+        # in θ alone and its θ is a candidate, its cost is the curve's at that candidate;
+        # otherwise each task is decided by it too (`_stable_cell`).
+        self._stable_k: int | None = None
+        self._stable_cell: Cell | None = None
+        self._has_stable = stable is not None
+        if stable is not None:
+            k = round(stable.threshold * STEPS)
+            if (
+                replace(stable, threshold=cell.threshold) == cell
+                and theta_of(k) == stable.threshold
+            ):
+                self._stable_k = k
+            else:
+                self._stable_cell = stable
+        self._stable_tokens = 0
+        self._stable_calls = 0
+        self._all_tokens = 0
         self._low_cell = replace(cell, threshold=0.0)
         self._high_cell = replace(cell, threshold=1.0)
         self.events = 0
@@ -147,6 +167,15 @@ class CellSweep:
         """
         low_decision = decide(self._low_cell, task, device)
         low = low_decision.route
+        self._all_tokens += task.tokens
+        stable_cell = self._stable_cell
+        if (
+            stable_cell is not None
+            and not cache_hit
+            and decide(stable_cell, task, device).route in _CLOUD_ROUTES
+        ):
+            self._stable_tokens += task.tokens
+            self._stable_calls += 1
         first_high = self._first_high(task, device, low_decision)
         if 0 < first_high <= STEPS:
             high = decide(self._high_cell, task, device).route
@@ -350,6 +379,11 @@ class CellSweep:
             )
 
         matching = self._verify(chosen_k)
+        stable_cost: float | None = None
+        if self._stable_k is not None:
+            stable_cost = price.cost(tokens=tokens[self._stable_k], calls=calls[self._stable_k])
+        elif self._has_stable:
+            stable_cost = price.cost(tokens=self._stable_tokens, calls=self._stable_calls)
         return SweepResult(
             events=self.events,
             curve=[point(m * CURVE_EVERY) for m in range(_CURVE_POINTS)],
@@ -358,6 +392,8 @@ class CellSweep:
             reached=reached and self.events > 0,
             verified_events=len(self._sample),
             verified_matching=matching,
+            all_cloud_cost=price.cost(tokens=self._all_tokens, calls=self.events),
+            stable_cost=stable_cost,
         )
 
     def _verify(self, k: int) -> int:

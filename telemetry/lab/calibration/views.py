@@ -33,6 +33,7 @@ from routing_policies.pricing import CloudPrice
 from routing_policies.roles import Role, has_role
 from routing_policies.selectors import draft_get, latest_published, version_table
 
+from ..backtests.view_models import cost_sentence
 from .selectors import DEFAULT_HOURS, MAX_HOURS, calibration_compute, calibration_out, why_fixed
 from .services import calibration_apply
 from .targets import TARGET_KINDS, Target
@@ -139,6 +140,14 @@ def _chart_cells(out: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _describe_costs(result: dict[str, Any]) -> None:
+    """Each cost report of the result in words (`cost_text`), for the page."""
+    stable = result["stable_version"]
+    for holder in [result, *result["cells"]]:
+        if holder.get("cost") is not None:
+            holder["cost_text"] = cost_sentence(holder["cost"], stable_version=stable)
+
+
 def _page(
     request: HttpRequest,
     fleet: Fleet,
@@ -171,6 +180,8 @@ def _page(
             )
         except ApplicationError as exc:
             status, error, problems = exc.status_code, exc.message, exc.details
+    if result is not None:
+        _describe_costs(result)
     ticked = set(chosen.getlist("cells"))
     context = {
         "fleet": fleet,

@@ -85,6 +85,17 @@ def test_calibration_api__viewer_alpha_target__chosen_theta_within_one_point_not
     assert len(cell["curve"]) == 101
     assert cell["curve"][0]["alpha"] <= cell["chosen"]["alpha"] <= cell["curve"][-1]["alpha"]
     assert cell["verified"]["matching"] == cell["verified"]["events"] == recorded
+    # and its cost at the chosen θ, per day, against all-cloud and the stable version (v1,
+    # whose θ is the current one: the curve's cost there)
+    cost = cell["cost"]
+    assert body["stable_version"] == 1
+    assert cost["per_day"] == pytest.approx(cell["chosen"]["cost_per_hour"] * 24)
+    assert cost["stable"]["per_hour"] == pytest.approx(cell["current"]["cost_per_hour"])
+    assert cost["saving_vs_stable"]["amount"] == pytest.approx(
+        (cell["current"]["cost_per_hour"] - cell["chosen"]["cost_per_hour"]) * 24
+    )
+    assert cost["all_cloud"]["per_hour"] >= cell["curve"][0]["cost_per_hour"]
+    assert body["cost"]["window"] == pytest.approx(cost["window"])
     assert _state() == before
 
 

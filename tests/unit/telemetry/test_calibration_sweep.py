@@ -169,3 +169,50 @@ def test_calibration_sweep__unreachable_alpha__closest_point_not_reached() -> No
     # Then the result says so and picks the lowest α there is
     assert not result.reached
     assert result.chosen.alpha == min(p.alpha for p in result.curve)
+
+
+def _cost_of(cell: Cell, events: list[RecordedEvent]) -> float:
+    """What `cell` costs on `events`, straight from decide (cache hits make no call)."""
+    cloud = [
+        e for e in events if not e.cache_hit and decide(cell, e.task, e.device).route != "device"
+    ]
+    return PRICE.cost(tokens=sum(e.tokens for e in cloud), calls=len(cloud))
+
+
+@pytest.mark.parametrize(
+    "stable_overrides",
+    [
+        pytest.param({"threshold": 0.41}, id="theta-only-on-the-curve"),
+        pytest.param({"threshold": 0.4123}, id="theta-between-candidates"),
+        pytest.param({"threshold": 0.5, "latency_budget_ms": 200}, id="other-fields-differ"),
+    ],
+)
+def test_calibration_sweep__stable_cell__its_cost_on_the_same_events(
+    stable_overrides: dict[str, float],
+) -> None:
+    # Given the text cell's events, and a stable version whose cell differs from the draft's
+    cell = demo_cell(TEXT)
+    stable = demo_cell(TEXT, **stable_overrides)
+    events = recorded_sample(cell, 3000, seed=5)
+
+    # When θ is calibrated with the stable cell beside it
+    model = LatencyModel()
+    model.observe_all(events)
+    cell_sweep = CellSweep(cell=cell, stable=stable)
+    for event in events:
+        cell_sweep.add(event.task, event.device, cache_hit=event.cache_hit)
+    result = cell_sweep.result(
+        target=Target(kind="alpha", value=0.6), model=model, hours=2.0, price=PRICE
+    )
+
+    # Then the stable cost is decide's on the same events, and all-cloud is every event a call
+    assert result.stable_cost == pytest.approx(_cost_of(stable, events))
+    assert result.all_cloud_cost == pytest.approx(
+        PRICE.cost(tokens=sum(e.tokens for e in events), calls=len(events))
+    )
+
+
+def test_calibration_sweep__no_stable_cell__no_stable_cost() -> None:
+    cell = demo_cell(TEXT)
+    result = sweep(cell, recorded_sample(cell, 200), Target(kind="alpha", value=0.5))
+    assert result.stable_cost is None

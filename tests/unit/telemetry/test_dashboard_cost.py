@@ -9,8 +9,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from routing_policies.models import Device
+from routing_policies.services import device_enroll, rollout_start
 from routing_policies.pricing import CloudPrice
-from telemetry.dashboards.cost import cost_figures
+from telemetry.dashboards.cost import CohortCost, cost_figures
 from telemetry.dashboards.selectors import DashboardView, fleet_dashboard
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from telemetry.rollups import METRIC_FIELDS, Figures, RollupRow
@@ -94,3 +95,96 @@ def test_fleet_dashboard__reported_events__cost_priced_by_the_fleet(
     assert cost["per_day"] == pytest.approx(cost["per_hour"] * 24)
     assert cost["price"] == {"per_1k_tokens": 0.01, "per_call": 0.002}
     assert answered["window"] == pytest.approx(0.019)
+
+
+def _cohort(*rows: RollupRow) -> Figures:
+    figures = Figures()
+    for row in rows:
+        figures.add(row)
+    return figures
+
+
+def test_cost_figures__rollout_cohorts__saving_against_stable() -> None:
+    # Given 0.001 per 1k tokens and 0.01 per call; the stable cohort: 80 tasks, 40 of them
+    # cloud calls of 1,000 tokens (0.44, 0.0055 per task); the candidate: 20 tasks, 4 calls
+    # (0.044, 0.0022 per task); the whole view is both
+    price = CloudPrice(per_1k_tokens=0.001, per_call=0.01)
+    stable = _cohort(
+        _row("device", events=40, tokens_sum=40_000), _row("cloud", events=40, tokens_sum=40_000)
+    )
+    candidate = _cohort(
+        _row("device", events=16, tokens_sum=16_000), _row("cloud", events=4, tokens_sum=4_000)
+    )
+    view = _cohort(
+        _row("device", events=56, tokens_sum=56_000), _row("cloud", events=44, tokens_sum=44_000)
+    )
+
+    # When the view's cost is figured with the two cohorts
+    cost = cost_figures(
+        figures=view,
+        price=price,
+        hours=2,
+        cohorts=CohortCost(
+            stable=stable, candidate=candidate, stable_version=3, candidate_version=4
+        ),
+    )
+
+    # Then against stable the candidate's 20 tasks would have cost 20 x 0.0055 = 0.11, not
+    # 0.044: the view on stable costs 0.484 + 0.066, and the saving is 0.066 (12%)
+    assert cost["window"] == pytest.approx(0.484)
+    assert cost["stable"]["window"] == pytest.approx(0.55)
+    assert cost["stable"]["per_day"] == pytest.approx(0.55 / 2 * 24)
+    assert cost["saving_vs_stable"]["amount"] == pytest.approx(0.066)
+    assert cost["saving_vs_stable"]["share"] == pytest.approx(0.066 / 0.55)
+    assert cost["cohorts"]["candidate_change"] == pytest.approx(0.0022 / 0.0055 - 1)
+    assert (cost["cohorts"]["stable_version"], cost["cohorts"]["candidate_version"]) == (3, 4)
+    # and against all-cloud: 100 calls and 100,000 tokens = 1.1
+    assert cost["saving_vs_all_cloud"]["amount"] == pytest.approx(1.1 - 0.484)
+
+
+def test_cost_figures__candidate_without_tasks__no_saving_against_stable() -> None:
+    stable = _cohort(_row("cloud", events=10, tokens_sum=1_000))
+    cost = cost_figures(
+        figures=stable,
+        price=CloudPrice(per_1k_tokens=1, per_call=1),
+        hours=1,
+        cohorts=CohortCost(
+            stable=stable, candidate=Figures(), stable_version=1, candidate_version=2
+        ),
+    )
+    assert (cost["stable"], cost["saving_vs_stable"], cost["cohorts"]) == (None, None, None)
+
+
+def test_fleet_dashboard__open_rollout__cost_against_stable(
+    fleet: Any, fleet_key: str, publisher: Any, publish_version: Any, client_as: Any, viewer: Any
+) -> None:
+    # Given 0.002 per call, v2 rolling out, stable v1 answering 1 of 2 tasks in the cloud and
+    # the candidate 2 of 2
+    fleet.cloud_price_per_1k_tokens = 0
+    fleet.cloud_price_per_call = 0.002
+    fleet.save()
+    publish_version(fleet)
+    rollout_start(actor=publisher, fleet=fleet, version=2)
+    device, _ = device_enroll(fleet_key=fleet_key, device_id="phone-9", platform="android")
+    now = iso(datetime.now(UTC))
+    events = [
+        make_event("phone-9", ts=now, policy_version=1),
+        make_event("phone-9", ts=now, policy_version=1, route="cloud"),
+        make_event("phone-9", ts=now, policy_version=2, route="cloud"),
+        make_event("phone-9", ts=now, policy_version=2, route="cloud"),
+    ]
+    telemetry_batch_ingest(device=device, body=json.dumps({"events": events}).encode())
+    landed_batches_process()
+
+    # When the dashboard and its API are read
+    cost = fleet_dashboard(fleet=fleet, view=DashboardView(window="1h"))["cost"]
+    answered = client_as(viewer).get("/api/v1/fleets/fleet-a/dashboard?window=1h").json()["cost"]
+
+    # Then on stable the candidate's 2 tasks would have made 1 call, not 2: the view costs
+    # 0.006, on stable 0.004, so the candidate costs 0.002 more (+100% per task)
+    assert cost["window"] == pytest.approx(0.006)
+    assert cost["stable"]["window"] == pytest.approx(0.004)
+    assert cost["saving_vs_stable"]["amount"] == pytest.approx(-0.002)
+    assert cost["cohorts"]["candidate_change"] == pytest.approx(1.0)
+    assert answered["saving_vs_stable"]["amount"] == pytest.approx(-0.002)
+    assert answered["cohorts"]["candidate_version"] == 2

@@ -198,6 +198,20 @@ def test_backtest__draft__figures_equal_an_independent_computation(
     assert (subject["cloud_calls"], subject["cloud_tokens"]) == (calls, tokens)
     price = CloudPrice.of_fleet(fleet)
     assert subject["cost"] == pytest.approx(price.cost(tokens=tokens, calls=calls))
+    # and its cost report: per day at the window's rate, against all-cloud (every event a
+    # call with its tokens) and against the stable version replayed on the same events
+    stable_calls = stable_tokens = 0
+    for event in stored:
+        if _decide(_cells(fleet)[_key(event)], event) != "device" and not event.cache_hit:
+            stable_calls += 1
+            stable_tokens += event.tokens
+    stable_cost = price.cost(tokens=stable_tokens, calls=stable_calls)
+    all_cloud = price.cost(tokens=sum(e.tokens for e in stored), calls=len(stored))
+    report = result["cost"]["subject"]
+    assert report["per_day"] == pytest.approx(subject["cost"] / report["hours"] * 24)
+    assert report["saving_vs_all_cloud"]["amount"] == pytest.approx(all_cloud - subject["cost"])
+    assert report["saving_vs_stable"]["amount"] == pytest.approx(stable_cost - subject["cost"])
+    assert result["cost"]["stable"]["saving_vs_stable"] is None
     # and the changed cells are marked, the draft moves more text tasks to the cloud
     changed = {cell["label"] for cell in result["cells"] if cell["changed"]}
     assert changed == {"text/interactive/normal", "text/background/normal"}
