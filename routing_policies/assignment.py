@@ -4,6 +4,11 @@ PROTOCOL.md: `bucket = int(sha256(f"{salt}:{device_id}").hexdigest()[:8], 16) % 
 gets the candidate when `bucket < stage_percent * 100`. Stages only ever add devices, so a
 stage change reaches exactly the buckets between the old and the new percentage. The rule is
 here once, in Python (`FleetAssignment.version_at`) and in SQL (`BUCKET_SQL`).
+
+A rollout with a holdback (docs/PROTOCOL.md, "Holdback") keeps the top `holdback` percent of
+buckets on stable at the last stage: there the candidate's share is `100 - holdback`, so the
+held-back devices are those a stage would have reached last, and completing the rollout moves
+them too.
 """
 
 import hashlib
@@ -29,7 +34,8 @@ def bucket(salt: str, device_id: str) -> int:
 class FleetAssignment:
     """The fleet's routing state: its stable version and, during a rollout, the candidate.
 
-    `percent` is the share of buckets on the candidate (0 when there is none).
+    `percent` is the rollout's stage (0 when there is none); `holdback` the percent of buckets
+    kept on stable at stage 100.
     """
 
     stable: int | None
@@ -37,22 +43,31 @@ class FleetAssignment:
     salt: str = ""
     percent: int = 0
     rollout_id: int | None = None
+    holdback: int = 0
+
+    @property
+    def candidate_share(self) -> int:
+        """The percent of buckets on the candidate: the stage, less the holdback at 100%."""
+        if self.candidate is None or self.percent <= 0:
+            return 0
+        return self.percent if self.percent < 100 else 100 - self.holdback
 
     @property
     def splits(self) -> bool:
         """Part of the fleet runs the candidate, the rest the stable version: buckets decide."""
-        return self.candidate is not None and 0 < self.percent < 100
+        return 0 < self.candidate_share < 100
 
     @property
     def candidate_buckets(self) -> int:
         """How many of the BUCKETS run the candidate: those below this number."""
-        return self.percent * BUCKETS // 100
+        return self.candidate_share * BUCKETS // 100
 
     def version_at(self, device_bucket: int) -> int | None:
         """The version a device in this bucket must run."""
-        if self.candidate is None or self.percent <= 0:
+        share = self.candidate_share
+        if share <= 0:
             return self.stable
-        if self.percent >= 100:
+        if share >= 100:
             return self.candidate
         return self.candidate if device_bucket < self.candidate_buckets else self.stable
 
@@ -72,6 +87,7 @@ class FleetAssignment:
             "salt": self.salt,
             "percent": self.percent,
             "rollout_id": self.rollout_id,
+            "holdback": self.holdback,
         }
 
     @classmethod
@@ -83,6 +99,7 @@ class FleetAssignment:
             salt=str(data.get("salt") or ""),
             percent=int(data.get("percent") or 0),
             rollout_id=_opt_int(data.get("rollout_id")),
+            holdback=int(data.get("holdback") or 0),
         )
 
 

@@ -28,7 +28,13 @@ class GuardedStart(Protocol):
     """Start a rollout and, when `guard_options` is not empty, guard it, all or nothing."""
 
     def __call__(
-        self, *, actor: Actor, fleet: Fleet, version: int, guard_options: dict[str, Any]
+        self,
+        *,
+        actor: Actor,
+        fleet: Fleet,
+        version: int,
+        guard_options: dict[str, Any],
+        holdback: int = 0,
     ) -> Rollout: ...
 
 
@@ -67,17 +73,28 @@ def rollout_guards() -> RolloutGuards | None:
 
 
 def rollout_start_guarded(
-    *, actor: Actor, fleet: Fleet, version: int, guard_options: dict[str, Any]
+    *,
+    actor: Actor,
+    fleet: Fleet,
+    version: int,
+    guard_options: dict[str, Any],
+    holdback: int = 0,
 ) -> Rollout:
     """`rollout_start`, guarded by the extension when `guard_options` asks for guards."""
     if _guards is not None:
-        return _guards.start(actor=actor, fleet=fleet, version=version, guard_options=guard_options)
+        return _guards.start(
+            actor=actor,
+            fleet=fleet,
+            version=version,
+            guard_options=guard_options,
+            holdback=holdback,
+        )
     if guard_options:
         raise ValidationFailed(
             "Rollout guards are not available in this deployment.",
             details=[{"field": name, "message": "not available"} for name in guard_options],
         )
-    return rollout_start(actor=actor, fleet=fleet, version=version)
+    return rollout_start(actor=actor, fleet=fleet, version=version, holdback=holdback)
 
 
 def rollout_guard_status(*, rollout_id: int) -> dict[str, Any] | None:

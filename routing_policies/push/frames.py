@@ -15,10 +15,14 @@ _COMPACT = (",", ":")
 
 
 def rollout_of(assignment: FleetAssignment) -> dict[str, int] | None:
-    """The `rollout` a `policy` frame names: the open rollout's id and stage, else null."""
+    """The `rollout` a `policy` frame names: the open rollout's id and stage, else null; and
+    its `holdback` when it keeps one (docs/PROTOCOL.md, "Holdback": an added field)."""
     if assignment.rollout_id is None:
         return None
-    return {"id": assignment.rollout_id, "stage": assignment.percent}
+    out = {"id": assignment.rollout_id, "stage": assignment.percent}
+    if assignment.holdback:
+        out["holdback"] = assignment.holdback
+    return out
 
 
 def policy_frame(body: str, rollout: dict[str, Any] | None) -> str:

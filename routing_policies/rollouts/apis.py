@@ -77,6 +77,23 @@ class RolloutVersionInputSerializer(serializers.Serializer[Any]):
         ref_name = "RolloutVersionInput"
 
 
+def _holdback_field() -> Any:
+    return JsonIntegerField(
+        min_value=0,
+        max_value=Rollout.MAX_HOLDBACK,
+        required=False,
+        help_text="percent of the fleet kept on the stable version at 100% until the rollout "
+        "completes, so the guards keep a comparison group; default 0",
+    )
+
+
+class RolloutStartBaseSerializer(RolloutVersionInputSerializer):
+    holdback = _holdback_field()
+
+    class Meta:
+        ref_name = "RolloutStartBase"
+
+
 class RolloutAdvanceInputSerializer(serializers.Serializer[Any]):
     to_stage = serializers.ChoiceField(
         choices=list(Rollout.STAGES), required=False, help_text="default: the next stage"
@@ -122,9 +139,9 @@ def _need_version(data: dict[str, Any]) -> int:
 @functools.cache
 def _start_input(guard_fields: type[serializers.Serializer[Any]] | None) -> Any:
     if guard_fields is None:
-        return RolloutVersionInputSerializer
+        return RolloutStartBaseSerializer
 
-    class RolloutStartInputSerializer(RolloutVersionInputSerializer, guard_fields):  # type: ignore[misc,valid-type]
+    class RolloutStartInputSerializer(RolloutStartBaseSerializer, guard_fields):  # type: ignore[misc,valid-type]
         """The version to roll out at 5%, and optionally its guards (docs/alerts.md)."""
 
         class Meta:
@@ -147,6 +164,12 @@ class RolloutStartApi(_RolloutActionApi):
 
     schema = _RolloutStartSchema()
 
+    class InputSerializer(_RolloutActionApi.InputSerializer):
+        holdback = _holdback_field()
+
+        class Meta:
+            ref_name = "RolloutStartActionInput"
+
     def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
         # Optional guards (docs/alerts.md), set in the same transaction as the start.
         guards = rollout_guards()
@@ -156,6 +179,7 @@ class RolloutStartApi(_RolloutActionApi):
             fleet=fleet,
             version=_need_version(data),
             guard_options=guards.options_of(body) if guards is not None else {},
+            holdback=data.get("holdback", 0),
         )
 
 

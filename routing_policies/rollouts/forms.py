@@ -12,6 +12,7 @@ class RolloutStartForm(PageForm):
     """Start a rollout of a published version, guarded when "guard this rollout" is ticked."""
 
     version = WholeNumberField(label="The version to roll out")
+    holdback = WholeNumberField(label="The holdback", empty=0, minimum=0)
 
 
 class GuardOptionsForm(PageForm):

@@ -42,6 +42,8 @@ class Rollout(models.Model):
         ROLLED_BACK = "rolled_back"
 
     STAGES = (5, 25, 100)
+    # At most this share of the fleet may be held back on stable at the last stage.
+    MAX_HOLDBACK = 50
 
     fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="rollouts")
     candidate = models.ForeignKey(PolicyVersion, on_delete=models.PROTECT, related_name="+")
@@ -56,6 +58,10 @@ class Rollout(models.Model):
     stage_changed_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
     reason = models.CharField(max_length=500, blank=True)
+    # The share of the fleet (percent) kept on the stable version at the last stage until the
+    # rollout completes, so its guards still have a comparison group (docs/PROTOCOL.md,
+    # "Holdback"); 0: none, the last stage is the whole fleet.
+    holdback = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         ordering = ["-started_at", "-id"]
@@ -66,6 +72,7 @@ class Rollout(models.Model):
                 name="rollout_one_open_per_fleet",
             ),
             models.CheckConstraint(condition=Q(stage__in=[5, 25, 100]), name="rollout_stage_known"),
+            models.CheckConstraint(condition=Q(holdback__lte=50), name="rollout_holdback_range"),
         ]
 
     def __str__(self) -> str:
@@ -75,6 +82,11 @@ class Rollout(models.Model):
     def is_open(self) -> bool:
         """Active or paused: it still decides what part of the fleet runs."""
         return self.state in (self.State.ACTIVE, self.State.PAUSED)
+
+    @property
+    def candidate_share(self) -> int:
+        """The percent of buckets on the candidate: the stage, less the holdback at 100%."""
+        return self.stage if self.stage < 100 else 100 - self.holdback
 
     @property
     def next_stage(self) -> int | None:

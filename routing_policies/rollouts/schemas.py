@@ -14,6 +14,12 @@ class RolloutSerializer(serializers.Serializer[Any]):
     candidate = serializers.IntegerField()
     stable = serializers.IntegerField()
     stage = serializers.ChoiceField(choices=list(Rollout.STAGES))
+    holdback = serializers.IntegerField(
+        help_text="percent of the fleet kept on stable at 100% until completion; 0: none"
+    )
+    candidate_share = serializers.IntegerField(
+        help_text="percent of buckets on the candidate: the stage, less the holdback at 100%"
+    )
     state = serializers.ChoiceField(choices=Rollout.State.values)
     open = serializers.BooleanField()
     started_at = serializers.DateTimeField()

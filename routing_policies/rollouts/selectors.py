@@ -49,6 +49,7 @@ def rollout_assignment(rollout: Rollout) -> FleetAssignment:
             salt=rollout.salt,
             percent=rollout.stage,
             rollout_id=rollout.pk,
+            holdback=rollout.holdback,
         )
     winner = rollout.candidate if rollout.state == Rollout.State.COMPLETED else rollout.stable
     return FleetAssignment(stable=winner.number)
@@ -72,10 +73,10 @@ def cloud_pressure_live(fleet_id: int) -> dict[str, float] | None:
 
 def candidate_cohort_count(fleet: Fleet, assignment: FleetAssignment) -> int:
     """How many live devices are assigned the candidate right now."""
-    if assignment.candidate is None or assignment.percent <= 0:
+    if assignment.candidate_share <= 0:
         return 0
     devices = _live(fleet)
-    if assignment.percent >= 100:
+    if assignment.candidate_share >= 100:
         return devices.count()
     return devices.in_candidate_cohort(assignment).count()
 
@@ -224,6 +225,9 @@ def rollout_out(rollout: Rollout) -> dict[str, Any]:
         "candidate": rollout.candidate.number,
         "stable": rollout.stable.number,
         "stage": rollout.stage,
+        # Percent kept on stable at 100% until completion; the candidate's share of buckets.
+        "holdback": rollout.holdback,
+        "candidate_share": rollout.candidate_share,
         "state": rollout.state,
         # PROTOCOL.md: bucket = int(sha256(f"{salt}:{device_id}")[:8], 16) % 10000.
         "salt": rollout.salt,
@@ -252,7 +256,7 @@ def fleet_running(*, fleet: Fleet) -> dict[str, Any]:
     return {
         "stable": stable,
         "rollout": rollout_out(rollout) if rollout else None,
-        "stable_share": 100 - rollout.stage if rollout else 100,
+        "stable_share": 100 - rollout.candidate_share if rollout else 100,
         "latest": latest,
         "idle": latest if latest is not None and latest not in running else None,
     }

@@ -79,8 +79,18 @@ def _require_open(fleet: Fleet) -> Rollout:
 
 
 @transaction.atomic
-def rollout_start(*, actor: Actor, fleet: Fleet, version: int) -> Rollout:
-    """Start rolling `version` out at 5% with a new random salt (a repeat is a no-op)."""
+def _holdback_valid(holdback: int) -> None:
+    if not 0 <= holdback <= Rollout.MAX_HOLDBACK:
+        raise ValidationFailed(
+            f"A holdback is 0 to {Rollout.MAX_HOLDBACK}% of the fleet (got {holdback}).",
+            details=[{"field": "holdback", "message": f"between 0 and {Rollout.MAX_HOLDBACK}"}],
+        )
+
+
+def rollout_start(*, actor: Actor, fleet: Fleet, version: int, holdback: int = 0) -> Rollout:
+    """Start rolling `version` out at 5% with a new random salt (a repeat is a no-op); with a
+    `holdback`, that percent of the fleet stays on stable at 100% until completion."""
+    _holdback_valid(holdback)
     routing = fleet_routing_lock(fleet)
     candidate = _published(fleet, version)
     current = open_rollout(fleet.pk)
@@ -111,6 +121,7 @@ def rollout_start(*, actor: Actor, fleet: Fleet, version: int) -> Rollout:
         stage=Rollout.STAGES[0],
         started_by=actor_user(actor),
         stage_changed_at=now,
+        holdback=holdback,
     )
     _event(rollout, "started", None, rollout.stage, actor)
     audit_record(
@@ -121,6 +132,7 @@ def rollout_start(*, actor: Actor, fleet: Fleet, version: int) -> Rollout:
         summary=(
             f"Started rolling out v{version} over v{routing.stable_version.number} "
             f"at {rollout.stage}%"
+            + (f", holding {holdback}% back on stable until completion" if holdback else "")
         ),
         before={"stable": routing.stable_version.number, "candidate": None, "stage": 0},
         after={
@@ -130,6 +142,7 @@ def rollout_start(*, actor: Actor, fleet: Fleet, version: int) -> Rollout:
             # PROTOCOL.md's bucket is computed from it: kept with the start, so anyone can
             # check which devices a stage reached.
             "salt": rollout.salt,
+            "holdback": holdback,
         },
     )
     _push_assignment_on_commit(fleet, rollout_assignment(rollout))
@@ -170,7 +183,13 @@ def rollout_advance(*, actor: Actor, fleet: Fleet, to_stage: int | None = None) 
         action="rollout.advanced",
         fleet=fleet,
         target=f"rollout {rollout.pk}",
-        summary=f"Advanced v{rollout.candidate.number} from {before}% to {target}%",
+        summary=f"Advanced v{rollout.candidate.number} from {before}% to {target}%"
+        + (
+            f" ({rollout.candidate_share}% of the fleet; {rollout.holdback}% held back on "
+            f"v{rollout.stable.number} until completion)"
+            if rollout.candidate_share != target
+            else ""
+        ),
         before={"stage": before},
         after={"stage": target},
     )
@@ -252,8 +271,9 @@ def rollout_complete(*, actor: Actor, fleet: Fleet) -> Rollout:
         before={"stable": rollout.stable.number},
         after={"stable": rollout.candidate.number},
     )
-    # No device changes version at completion (all already run the candidate), but the push
-    # tells every process the rollout is over.
+    # Without a holdback no device changes version at completion (all already run the
+    # candidate), but the push tells every process the rollout is over; with one, it moves
+    # the held-back devices to the candidate.
     _push_assignment_on_commit(fleet, rollout_assignment(rollout))
     return rollout
 

@@ -70,7 +70,10 @@ def _stage_steps(rollout: dict[str, Any] | None) -> list[dict[str, Any]]:
             state = "current"
         else:
             state = "todo"
-        steps.append({"percent": percent, "state": state})
+        sub = {5: "canary", 25: "a quarter"}.get(percent, "whole fleet")
+        if percent == 100 and rollout is not None and rollout.get("holdback"):
+            sub = f"{100 - rollout['holdback']}% · {rollout['holdback']}% held back"
+        steps.append({"percent": percent, "state": state, "sub": sub})
     return steps
 
 
@@ -244,12 +247,13 @@ def rollout_start(request: HttpRequest, slug: str) -> HttpResponse:
     """Start rolling a published version out at 5%."""
     fleet = fleet_or_404(slug)
     try:
-        version = RolloutStartForm(request.POST).values()["version"]
+        values = RolloutStartForm(request.POST).values()
         rollout = rollout_start_guarded(
             actor=request.user,
             fleet=fleet,
-            version=version,
+            version=values["version"],
             guard_options=guard_options(request.POST),
+            holdback=values["holdback"],
         )
     except ApplicationError as exc:
         return _refused(request, fleet, exc)
@@ -275,8 +279,14 @@ def rollout_advance(request: HttpRequest, slug: str) -> HttpResponse:
     if before is not None and before.stage == rollout.stage:
         messages.info(request, f"v{rollout.candidate.number} is already at {rollout.stage}%.")
     else:
+        share = (
+            f" ({rollout.candidate_share}% of the fleet: {rollout.holdback}% held back on "
+            f"v{rollout.stable.number} until completion)"
+            if rollout.candidate_share != rollout.stage
+            else " of the fleet"
+        )
         messages.success(
-            request, f"Advanced v{rollout.candidate.number} to {rollout.stage}% of the fleet."
+            request, f"Advanced v{rollout.candidate.number} to {rollout.stage}%{share}."
         )
     return _to_rollout(fleet)
 

@@ -126,6 +126,12 @@
     });
     all("[data-field=no-rollout]", statusCard).forEach(function (el) { el.hidden = true; });
     all("[data-field=reason]", statusCard).forEach(function (el) { el.hidden = !rollout.reason; });
+    setText("[data-field=holdback]", String(rollout.holdback || 0), statusCard);
+    setText("[data-field=holdback-stable]", String(rollout.stable), statusCard);
+    setText("[data-field=holdback-from]", String(rollout.candidate_share), statusCard);
+    all("[data-field=holdback-line]", statusCard).forEach(function (el) {
+      el.hidden = !(rollout.open && rollout.holdback);
+    });
   }
 
   function renderRollout(rollout, stable) {

@@ -555,6 +555,7 @@ def fleet_dashboard(
             salt=rollout.salt,
             percent=rollout.stage,
             rollout_id=rollout.pk,
+            holdback=rollout.holdback,
         )
     else:
         assignment = FleetAssignment(stable=stable_number)

@@ -323,3 +323,66 @@ def test_rollout__start_advance_rollback__convergence_updates_live_without_reloa
         expected = [1, 2, 1] if in_25 else [1]
         assert versions == expected, (device_id, in_5, versions)
     assert swarm.errors == []
+
+
+def test_rollout__holdback__held_devices_stay_on_stable_at_100_until_completion(
+    asgi_server: str,
+    rollout_fleet: tuple[Fleet, dict[str, str]],
+    swarm: DeviceSwarm,
+    browser_page: Page,
+) -> None:
+    # Given 40 connected devices on v1, v2 published, and a publisher on the rollout page
+    fleet, tokens = rollout_fleet
+    page = browser_page
+    page.goto(f"{asgi_server}/login/")
+    page.get_by_label("Username").fill("rhea")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.goto(f"{asgi_server}/fleets/{SLUG}/rollout/")
+
+    # When they start v2 holding 30% back, and advance it to 25% and 100%
+    page.get_by_label("Version to roll out").select_option("2")
+    page.get_by_label("hold back").fill("30")
+    for width, height in ((390, 844), (1366, 900)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.screenshot(path=str(screenshot_path(f"rollout-start-form-{width}")), full_page=True)
+    page.get_by_role("button", name="Start rollout at 5%").click()
+    expect(page.locator(".flash")).to_contain_text("Started rolling out v2 over v1 at 5%")
+    page.get_by_role("button", name="Advance to 25%").click()
+    expect(page.locator(".flash")).to_contain_text("Advanced v2 to 25%")
+    page.get_by_role("button", name="Advance to 100%").click()
+    expect(page.locator(".flash")).to_contain_text(
+        "Advanced v2 to 100% (70% of the fleet: 30% held back on v1 until completion)"
+    )
+    expect(page.locator(".stage[data-stage='100'] .stage-sub")).to_have_text("70% · 30% held back")
+    rollout = Rollout.objects.get(fleet=fleet, state=Rollout.State.ACTIVE)
+    held = sum(1 for device_id in tokens if bucket(rollout.salt, device_id) >= 7000)
+
+    # Then at 100% the held-back devices (buckets from 7000 up) still run v1, and the page
+    # says why
+    assert 0 < held < DEVICES
+    expect(page.locator("[data-field=holdback-line]")).to_be_visible()
+    expect(page.locator("[data-field=holdback-line]")).to_contain_text(
+        "30% of the fleet stays on v1 at 100% until the rollout completes"
+    )
+    expect(cell(page, 1, "assigned")).to_have_text(str(held))
+    expect(cell(page, 1, "acked")).to_have_text(str(held), timeout=LIVE_TIMEOUT_MS)
+    expect(cell(page, 2, "acked")).to_have_text(str(DEVICES - held), timeout=LIVE_TIMEOUT_MS)
+    for width, height in ((1366, 900), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(600)  # the bars' width transition
+        page.screenshot(path=str(screenshot_path(f"rollout-holdback-{width}")), full_page=True)
+    page.set_viewport_size({"width": 1366, "height": 900})
+
+    # When they complete it
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Complete: make v2 stable").click()
+
+    # Then the held-back devices move to v2 too
+    expect(page.locator(".flash")).to_contain_text("Completed: v2 is now the stable version")
+    expect(cell(page, 2, "acked")).to_have_text(str(DEVICES), timeout=LIVE_TIMEOUT_MS)
+    expect(page.locator("[data-field=holdback-line]")).to_be_hidden()
+    # (each device got v2 once: the cohorts at their stage, the held-back ones at completion)
+    for device_id, versions in swarm.received.items():
+        assert versions == [1, 2], (device_id, bucket(rollout.salt, device_id), versions)
+    assert swarm.errors == []

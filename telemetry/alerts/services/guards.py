@@ -552,7 +552,9 @@ def _judge_all(
             guard.message = judgement.message[:300]
             if stage >= 100 and not stable.total.events:
                 # Nothing left on stable to compare with: judged at the earlier stages.
-                guard.message = "no stable cohort at 100%: compared at the earlier stages"
+                guard.message = "no stable cohort at 100%: compared at the earlier stages" + (
+                    "" if guard_set.rollout.holdback else " (a holdback would keep one)"
+                )
             guard.scope = reading.scope[:200]
             interval = reading.interval
             guard.estimate = interval.estimate if interval else None
@@ -641,7 +643,7 @@ def _sample_ratios(
     )
     on_candidate = acked.get(rollout.candidate.number, 0)
     return cohort_sample_ratios(
-        stage=rollout.stage,
+        stage=rollout.candidate_share,
         candidate_devices=on_candidate,
         seen_devices=on_candidate + acked.get(rollout.stable.number, 0),
         candidate_events=candidate.total.events,
@@ -747,10 +749,12 @@ def guard_input_defaults() -> dict[str, Any]:
 
 @transaction.atomic
 def rollout_start_guarded(
-    *, actor: Actor, fleet: Any, version: int, guard_options: dict[str, Any]
+    *, actor: Actor, fleet: Any, version: int, guard_options: dict[str, Any], holdback: int = 0
 ) -> Rollout:
     """Start a rollout and, when `guard_options` is not empty, guard it, all or nothing."""
-    rollout = rollout_services.rollout_start(actor=actor, fleet=fleet, version=version)
+    rollout = rollout_services.rollout_start(
+        actor=actor, fleet=fleet, version=version, holdback=holdback
+    )
     if guard_options:
         rollout_guards_set(actor=actor, rollout=rollout, **guard_options)
     return rollout

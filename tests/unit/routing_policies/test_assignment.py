@@ -131,3 +131,55 @@ def test_candidate_cohort_count__database__counts_the_devices_the_servers_push_t
     # Then it is exactly the number of devices the bucket rule puts on the candidate
     expected = sum(assignment.in_candidate_cohort(f"dev-{i:05d}") for i in range(2000))
     assert counted == expected
+
+
+def _held(percent: int, salt: str, holdback: int = 10) -> FleetAssignment:
+    return FleetAssignment(
+        stable=1, candidate=2, salt=salt, percent=percent, rollout_id=9, holdback=holdback
+    )
+
+
+@given(salt=salts, device_id=device_ids)
+def test_fleet_assignment__holdback_at_100__top_buckets_stay_on_stable(
+    salt: str, device_id: str
+) -> None:
+    # Given a device and a rollout holding 10% back
+    place = bucket(salt, device_id)
+
+    # When it is at 5, 25 and 100%
+    versions = [_held(percent, salt).version_for(device_id) for percent in (5, 25, 100)]
+
+    # Then the stages below 100 are unchanged, at 100 the buckets from 9000 up stay on stable,
+    # and the stages still only add devices
+    assert (versions[0] == 2) == (place < 500)
+    assert (versions[1] == 2) == (place < 2500)
+    assert (versions[2] == 2) == (place < 9000)
+    first_on_candidate = versions.index(2) if 2 in versions else len(versions)
+    assert all(v == 2 for v in versions[first_on_candidate:])
+
+
+def test_fleet_assignment__holdback__share_and_round_trip() -> None:
+    held = _held(100, "00ff00ff00ff00ff", holdback=5)
+    assert (held.candidate_share, held.splits, held.candidate_buckets) == (95, True, 9500)
+    assert FleetAssignment.from_dict(held.as_dict()) == held
+    assert _held(25, "00ff00ff00ff00ff", holdback=5).candidate_share == 25
+    assert FleetAssignment(stable=3, holdback=5).candidate_share == 0
+
+
+@pytest.mark.django_db
+def test_candidate_cohort_count__holdback_at_100__sql_matches_the_bucket_rule(
+    fleet: Any, requires_postgres: None
+) -> None:
+    # Given 2,000 devices and a rollout at 100% holding 20% back
+    Device.objects.bulk_create(
+        Device(fleet=fleet, device_id=f"dev-{i:05d}", token_hash=f"{i:064x}") for i in range(2000)
+    )
+    assignment = _held(100, "9c1e4d2b7a03f5e8", holdback=20)
+
+    # When the cohort is counted in SQL
+    counted = candidate_cohort_count(fleet, assignment)
+
+    # Then it is the devices the bucket rule puts on the candidate: about 80%, not all
+    expected = sum(assignment.in_candidate_cohort(f"dev-{i:05d}") for i in range(2000))
+    assert counted == expected
+    assert 0.75 * 2000 < counted < 0.85 * 2000

@@ -14,9 +14,15 @@ salts = st.text(alphabet="0123456789abcdef", min_size=16, max_size=16)
 stages = st.sampled_from([0, 5, 25, 100])
 
 
-@given(device_id=device_ids, first_salt=salts, second_salt=salts, percents=st.lists(stages))
+@given(
+    device_id=device_ids,
+    first_salt=salts,
+    second_salt=salts,
+    percents=st.lists(stages),
+    holdback=st.sampled_from([0, 5, 50]),
+)
 def test_device_bucket__stages_and_rollouts__same_version_as_the_assignment_rule(
-    device_id: str, first_salt: str, second_salt: str, percents: list[int]
+    device_id: str, first_salt: str, second_salt: str, percents: list[int], holdback: int
 ) -> None:
     # Given a connected device whose bucket is kept across pushes
     kept = DeviceBucket(device_id)
@@ -25,7 +31,7 @@ def test_device_bucket__stages_and_rollouts__same_version_as_the_assignment_rule
     for salt in (first_salt, second_salt):
         for percent in percents:
             assignment = FleetAssignment(
-                stable=1, candidate=2, salt=salt, percent=percent, rollout_id=7
+                stable=1, candidate=2, salt=salt, percent=percent, rollout_id=7, holdback=holdback
             )
 
             # Then it runs what the assignment gives any device with its id
@@ -87,3 +93,13 @@ def test_assignment_message__reconcile__carries_the_assignment_and_its_rollout()
         {"id": 3, "stage": 5},
     )
     assert decoded["reconcile"] is True
+
+
+def test_rollout_of__holdback__named_beside_the_stage() -> None:
+    # Given a rollout at 100% holding 5% back, and one without a holdback
+    held = FleetAssignment(stable=1, candidate=2, salt="s", percent=100, rollout_id=7, holdback=5)
+    plain = FleetAssignment(stable=1, candidate=2, salt="s", percent=100, rollout_id=7)
+
+    # Then the frame's rollout names the holdback (an added field), and only when there is one
+    assert frames.rollout_of(held) == {"id": 7, "stage": 100, "holdback": 5}
+    assert frames.rollout_of(plain) == {"id": 7, "stage": 100}

@@ -243,6 +243,28 @@ def test_rollout_api__start__salt_in_answer_status_and_audit_lets_a_device_check
         assert mine == assignment.version_for(device_id)
 
 
+def test_rollout_api__start_with_holdback__at_100_the_status_and_the_buckets_show_it(
+    client_as: Callable[[Any], APIClient], fleet3: Any, publisher: Any
+) -> None:
+    # Given v2 started holding 5% back, advanced to 100%
+    api = client_as(publisher)
+    started = api.post(f"{FLEET}/rollout/start", {"version": 2, "holdback": 5}, format="json")
+    at_100 = api.post(f"{FLEET}/rollout/advance", {"to_stage": 100}, format="json").json()
+
+    # Then the rollout reports the holdback and the candidate's share of buckets, and the
+    # devices with buckets from 9500 up still get v1
+    from routing_policies.assignment import bucket
+    from routing_policies.selectors import fleet_assignment
+
+    assert started.json()["rollout"]["holdback"] == 5
+    rollout = at_100["rollout"]
+    assert (rollout["stage"], rollout["holdback"], rollout["candidate_share"]) == (100, 5, 95)
+    assignment = fleet_assignment(fleet3.pk)
+    for device_id in (f"phone-{n}" for n in range(300)):
+        expected = 2 if bucket(rollout["salt"], device_id) < 9500 else 1
+        assert assignment.version_for(device_id) == expected
+
+
 def test_rollout_api__unknown_fleet__404(
     client_as: Callable[[Any], APIClient], publisher: Any, fleet3: Any
 ) -> None:
@@ -352,6 +374,11 @@ def test_rollout_api__body_over_limit__413_nothing_changed(
         ("rollout/start", {}, "version"),
         ("rollout/start", {"version": "two"}, "version"),
         ("rollout/start", {"version": 0}, "version"),
+        ("rollout/start", {"version": 2, "holdback": 51}, "holdback"),
+        ("rollout/start", {"version": 2, "holdback": -1}, "holdback"),
+        ("rollout/start", {"version": 2, "holdback": "5"}, "holdback"),
+        ("rollout/start", {"version": 2, "holdback": 2.5}, "holdback"),
+        ("rollout/start", {"version": 2, "holdback": True}, "holdback"),
         ("rollout/advance", {"to_stage": 50}, "to_stage"),
         ("switch", {}, "version"),
     ],

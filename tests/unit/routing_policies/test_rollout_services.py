@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from controlplane.exceptions import Conflict, NotFound, ValidationFailed
 from routing_policies.models import AuditEntry, Device, FleetRouting, Rollout, RolloutEvent
+from routing_policies.rollouts.selectors import fleet_running
 from routing_policies.selectors import fleet_assignment, fleet_convergence, rollout_status
 from routing_policies.services import (
     cloud_pressure_set,
@@ -306,6 +307,50 @@ def test_rollout_complete__at_100__candidate_becomes_stable_repeat_no_op(
     assert (assignment.stable, assignment.candidate) == (2, None)
     assert _trail(fleet3) == trail
     assert pushes == []
+
+
+def test_rollout_holdback__at_100__a_share_stays_on_stable_until_completion(
+    fleet3: Any, publisher: Any
+) -> None:
+    # Given v2 rolled out holding 10% back, advanced to 100%
+    rollout = rollout_start(actor=publisher, fleet=fleet3, version=2, holdback=10)
+    started = _last_audit(fleet3)
+    rollout_advance(actor=publisher, fleet=fleet3, to_stage=100)
+    advanced = _last_audit(fleet3)
+
+    # When devices ask at 100%, and after completion
+    at_100 = fleet_assignment(fleet3.pk)
+    ids = [f"phone-{i}" for i in range(400)]
+    held = [d for d in ids if at_100.version_for(d) == 1]
+    status = rollout_status(fleet3)["rollout"]
+    running = fleet_running(fleet=fleet3)
+    rollout_complete(actor=publisher, fleet=fleet3)
+    after = fleet_assignment(fleet3.pk)
+
+    # Then at 100% the devices with buckets from 9000 up still run v1 (about 10%), the start
+    # and the advance say so in the audit log, the status shows it, and completion moves them
+    assert (at_100.percent, at_100.holdback, at_100.candidate_share) == (100, 10, 90)
+    assert 20 <= len(held) <= 60
+    assert started.after["holdback"] == 10
+    assert "holding 10% back" in started.summary
+    assert "10% held back on v1" in advanced.summary
+    assert (status["stage"], status["holdback"], status["candidate_share"]) == (100, 10, 90)
+    assert running["stable_share"] == 10
+    assert all(after.version_for(d) == 2 for d in held)
+    rollout.refresh_from_db()
+    assert rollout.holdback == 10
+
+
+@pytest.mark.parametrize("holdback", [-1, 51, 100])
+def test_rollout_start__holdback_out_of_range__400_nothing_started(
+    fleet3: Any, publisher: Any, holdback: int
+) -> None:
+    trail = _trail(fleet3)
+    with pytest.raises(ValidationFailed) as refused:
+        rollout_start(actor=publisher, fleet=fleet3, version=2, holdback=holdback)
+    assert refused.value.details[0]["field"] == "holdback"
+    assert not Rollout.objects.filter(fleet=fleet3).exists()
+    assert _trail(fleet3) == trail
 
 
 # --- rollback --------------------------------------------------------------------------------

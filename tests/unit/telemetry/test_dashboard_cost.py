@@ -9,8 +9,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from routing_policies.models import Device
-from routing_policies.services import device_enroll, rollout_start
 from routing_policies.pricing import CloudPrice
+from routing_policies.services import device_enroll, rollout_start
 from telemetry.dashboards.cost import CohortCost, cost_figures
 from telemetry.dashboards.selectors import DashboardView, fleet_dashboard
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest

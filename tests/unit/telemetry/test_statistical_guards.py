@@ -183,3 +183,65 @@ def test_statistical_guards__bad_options__400_naming_each_field(
     with pytest.raises(ValidationFailed) as refused:
         rollout_guards_set(actor=publisher, rollout=rollout, min_devices=-1)
     assert refused.value.details[0]["field"] == "min_devices"
+
+
+def _at_100_with_holdback(fleet: Any, candidate: int, publisher: Any, **options: Any) -> Rollout:
+    from routing_policies.services import rollout_advance
+
+    rollout = rollout_start_guarded(
+        actor=publisher,
+        fleet=fleet,
+        version=candidate,
+        guard_options={"guards": "statistical", "bake_minutes": 0, "min_samples": 50, **options},
+        holdback=10,
+    )
+    rollout_advance(actor=publisher, fleet=fleet, to_stage=100)
+    rollout.refresh_from_db()
+    return rollout
+
+
+def test_statistical_guards__holdback_at_100__a_regression_still_rolls_back(
+    fleet: Any, device: Device, candidate: int, publisher: Any
+) -> None:
+    # Given a rollout at 100% holding 10% back on v1, whose voice cell goes 30% → 70% cloud
+    rollout = _at_100_with_holdback(fleet, candidate, publisher)
+    report(device, version=1, cloud=30, device_side=70)
+    report(device, version=1, cloud=60, device_side=140, **VOICE)
+    report(device, version=candidate, cloud=300, device_side=700)
+    report(device, version=candidate, cloud=1400, device_side=600, **VOICE)
+
+    # When the fleet is evaluated
+    result = alerts_evaluate(fleet_id=fleet.pk)
+
+    # Then the held-back devices are the comparison group: the candidate is rolled back at 100%
+    rollout.refresh_from_db()
+    assert result.guard_action == "rolled_back"
+    assert rollout.state == Rollout.State.ROLLED_BACK
+    history = AlertEvent.objects.get(rollout=rollout, kind="rolled_back")
+    assert history.state_before == "100"
+    assert "cloud share in voice/interactive/normal" in history.message
+
+
+def test_statistical_guards__holdback_at_100__healthy_candidate_completes_on_its_own(
+    fleet: Any, device: Device, candidate: int, publisher: Any
+) -> None:
+    # Given a rollout at 100% holding 10% back, advancing on its own, the candidate like stable
+    rollout = _at_100_with_holdback(
+        fleet,
+        candidate,
+        publisher,
+        guards=[{"kind": "sequential", "metric": "cloud_share", "tolerance": 0.2}],
+        auto_advance=True,
+    )
+    report(device, version=1, cloud=120, device_side=280)
+    report(device, version=candidate, cloud=1080, device_side=2520)
+
+    # When evaluated
+    result = alerts_evaluate(fleet_id=fleet.pk)
+
+    # Then the guards judged it against the held-back group and completed it
+    rollout.refresh_from_db()
+    assert result.guard_action == "completed"
+    assert rollout.state == Rollout.State.COMPLETED
+    history = AlertEvent.objects.get(rollout=rollout, kind="completed")
+    assert "quiet for 0 min at 100%" in history.message
