@@ -37,9 +37,20 @@ class RollupMetrics(models.Model):
     score_count = models.BigIntegerField(default=0)
     score_sum = models.FloatField(default=0.0)
     tokens_sum = models.BigIntegerField(default=0)
-    # {"<log bucket>": count} (telemetry.rollups.sketch) and {"<score bin 0..99>": count}.
+    # The quality signals (telemetry.rollups.schema.MetricField says what each counts).
+    refine_reported = models.BigIntegerField(default=0)
+    refine_kept = models.BigIntegerField(default=0)
+    refine_edit_sum = models.FloatField(default=0.0)
+    refine_edit_count = models.BigIntegerField(default=0)
+    quality_count = models.BigIntegerField(default=0)
+    quality_sum = models.FloatField(default=0.0)
+    shadow_refines = models.BigIntegerField(default=0)
+    # {"<log bucket>": count} (telemetry.rollups.sketch) and {"<score bin 0..99>": count}: the
+    # scores of all events, of those reporting `refine_changed` and of those the cloud kept.
     latency_hist = models.JSONField(default=dict)
     score_hist = models.JSONField(default=dict)
+    refine_hist = models.JSONField(default=dict)
+    kept_hist = models.JSONField(default=dict)
     # False for a partial row written by the ingest worker; the compaction task merges all
     # rows of a key into one compacted row.
     compacted = models.BooleanField(default=False)

@@ -89,6 +89,13 @@ class TelemetryEvent(msgspec.Struct, kw_only=True):
     online: bool | None = None
     cloud_infer_ms: LatencyMs | None = None
     cloud_pressure: Annotated[float, msgspec.Meta(ge=-1.0, le=1.0)] | None = None
+    # PROTOCOL.md extensions, the quality signals: whether the cloud changed the device's draft
+    # (route draft_refine, or a device answer refined in the background: `shadow_refine`), how
+    # much, and the app's own quality reading.
+    refine_changed: bool | None = None
+    refine_edit_ratio: Unit | None = None
+    quality: Unit | None = None
+    shadow_refine: bool | None = None
 
 
 class TelemetryBatch(msgspec.Struct):

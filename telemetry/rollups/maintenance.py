@@ -27,7 +27,7 @@ from ..models import (
 from .fold import merge_columns
 from .prometheus import latency_bins, stored_latency_bins
 from .reader import rows_to_compact
-from .schema import FLEET_HOUR, LEVELS, Level
+from .schema import FLEET_HOUR, HISTOGRAM_FIELDS, LEVELS, Level
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +51,8 @@ def _compact_level(level: Level, max_buckets: int) -> tuple[int, int]:
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         # Robust to a bad row stored by an older version (counts kept only when whole and >= 0).
-        row["latency_hist"] = _bucket_counts(row["latency_hist"])
-        row["score_hist"] = _bucket_counts(row["score_hist"])
+        for name in HISTOGRAM_FIELDS:
+            row[name] = _bucket_counts(row[name])
         key = (row["fleet_id"], row[time_col], *(row[name] for name in level.key_columns))
         groups[key].append(row)
     doomed: list[int] = []

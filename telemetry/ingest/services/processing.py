@@ -26,6 +26,7 @@ from psycopg.types.json import Jsonb, set_json_dumps
 
 from ...models import FleetHourRollup, HourRollup, MinuteRollup
 from ...rollups import METRIC_FIELDS, SENSITIVE_TIER, RollupAccumulator, Tally, is_privacy_violation
+from ...rollups.schema import FLOAT_FIELDS, HISTOGRAM_FIELDS
 from ...signals import send_rollups_stored
 from .. import partitions, wakeup
 from ..events import TelemetryEvent, decode_landed
@@ -67,21 +68,17 @@ EVENT_COLUMN_TYPES = (
     ("online", "bool"),
     ("cloud_infer_ms", "float8"),
     ("cloud_pressure", "float8"),
+    ("refine_changed", "bool"),
+    ("refine_edit_ratio", "float8"),
+    ("quality", "float8"),
+    ("shadow_refine", "bool"),
 )
 EVENT_COLUMNS = tuple(name for name, _ in EVENT_COLUMN_TYPES)
+# The rollup columns in COPY order: every summed column (schema.METRIC_FIELDS), the sketches,
+# and the partial-row flag.
 _METRIC_TYPES = (
-    ("events", "int8"),
-    ("fallback_cloud_to_device", "int8"),
-    ("fallback_device_to_cloud", "int8"),
-    ("cache_hits", "int8"),
-    ("errors", "int8"),
-    ("privacy_violations", "int8"),
-    ("latency_sum_ms", "float8"),
-    ("score_count", "int8"),
-    ("score_sum", "float8"),
-    ("tokens_sum", "int8"),
-    ("latency_hist", "jsonb"),
-    ("score_hist", "jsonb"),
+    *((name, "float8" if name in FLOAT_FIELDS else "int8") for name in METRIC_FIELDS),
+    *((name, "jsonb") for name in HISTOGRAM_FIELDS),
     ("compacted", "bool"),
 )
 _CELL_KEY_TYPES = (
@@ -195,6 +192,10 @@ def _event_row(
         event.online,
         event.cloud_infer_ms,
         event.cloud_pressure,
+        event.refine_changed,
+        event.refine_edit_ratio,
+        event.quality,
+        event.shadow_refine,
     )
 
 
@@ -239,8 +240,7 @@ def _metric_values(tally: Tally) -> list[Any]:
     columns = tally.columns()
     return [
         *(columns[name] for name in METRIC_FIELDS),
-        Jsonb(columns["latency_hist"]),
-        Jsonb(columns["score_hist"]),
+        *(Jsonb(columns[name]) for name in HISTOGRAM_FIELDS),
         False,
     ]
 
