@@ -42,6 +42,7 @@ from .alerts.services.guards import (
     MIN_CONFIDENCE,
     PRESETS,
 )
+from .feedback.messages import MAX_ITEMS as MAX_FEEDBACK_ITEMS
 from .ingest.events import FIELDS, MAX_EVENTS, FieldRule
 
 # --- telemetry ingest ------------------------------------------------------------------------
@@ -83,6 +84,25 @@ class TelemetryBatchSerializer(serializers.Serializer[Any]):
 
     class Meta:
         ref_name = "TelemetryBatch"
+
+
+class TelemetryFeedbackItemSerializer(serializers.Serializer[Any]):
+    """The app's quality reading of one event it sent before (PROTOCOL.md extensions)."""
+
+    event_id = serializers.UUIDField()
+    quality = serializers.FloatField(min_value=0.0, max_value=1.0)
+
+    class Meta:
+        ref_name = "TelemetryFeedbackItem"
+
+
+class TelemetryFeedbackBatchSerializer(serializers.Serializer[Any]):
+    feedback = serializers.ListField(
+        child=TelemetryFeedbackItemSerializer(), min_length=1, max_length=MAX_FEEDBACK_ITEMS
+    )
+
+    class Meta:
+        ref_name = "TelemetryFeedbackBatch"
 
 
 class TelemetryAcceptedSerializer(serializers.Serializer[Any]):

@@ -4,7 +4,8 @@ Rollup rows (minute, hour, fleet-hour) are written append-only (`compacted=False
 ingest worker and merged by the compaction task; every reader sums over a key's rows, so
 compaction changes nothing a reader sees (docs/telemetry.md). The models of the parts live
 with them, `telemetry/ingest/models.py` and `telemetry/alerts/models.py`, and are imported
-here: Django loads `telemetry.models` and files them under the app label `telemetry`.
+here: Django loads `telemetry.models` and files them under the app label `telemetry`
+(late quality feedback: `telemetry/feedback/models.py`).
 """
 
 from django.db import models
@@ -20,6 +21,7 @@ from .alerts.models import (
     RolloutGuardSet,
     WebhookDelivery,
 )
+from .feedback.models import Feedback, FeedbackState
 from .ingest.models import Cohort, Event, EventKey, LandedBatch, bulk_fleet_fk
 from .lab.backtests.models import Backtest, BacktestStatus
 
@@ -170,6 +172,8 @@ __all__ = [
     "Cohort",
     "Event",
     "EventKey",
+    "Feedback",
+    "FeedbackState",
     "FleetHourRollup",
     "HourRollup",
     "LandedBatch",

@@ -7,6 +7,9 @@ hits are assumed to carry the route's mean tokens). All-cloud prices every task 
 as a cloud call with its tokens; the saving is what routing to the device keeps from that.
 Fallbacks are not priced: a device task that fell back to the cloud is not in the rollups'
 cloud routes (its route stays `device`).
+A shadow refine (PROTOCOL.md extensions: a device answer the cloud also refined in the
+background, `shadow_refines` of the device route) is one cloud call more; its tokens are
+assumed to be the device route's mean tokens per task (the draft refined is that task's).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ HOURS_PER_DAY: Final = 24.0
 
 
 def cloud_work(figures: Figures) -> tuple[float, float]:
-    """(cloud calls, tokens sent with them) in `figures`."""
+    """(cloud calls, tokens sent with them) in `figures`, shadow refines included."""
     calls = 0.0
     tokens = 0.0
     for route in CLOUD_ROUTES:
@@ -32,6 +35,11 @@ def cloud_work(figures: Figures) -> tuple[float, float]:
         called = events - figures.total("cache_hits", route)
         calls += called
         tokens += figures.total("tokens_sum", route) * called / events
+    shadow = figures.total("shadow_refines", "device")
+    device_events = figures.total("events", "device")
+    if shadow and device_events:
+        calls += shadow
+        tokens += figures.total("tokens_sum", "device") * shadow / device_events
     return calls, tokens
 
 

@@ -33,8 +33,8 @@ CellKey = tuple[int, datetime, int, str, str, str, str, str]
 FleetKey = tuple[int, datetime, int, str, str, str]
 
 
-class EventLike(Protocol):
-    """What folding needs of an event (a TelemetryEvent or a benchmark's row); read-only."""
+class EventKeyLike(Protocol):
+    """What places an event at its rollup keys (a stored Event row does too); read-only."""
 
     @property
     def ts(self) -> datetime: ...
@@ -50,6 +50,11 @@ class EventLike(Protocol):
     def route(self) -> str: ...
     @property
     def decided_by(self) -> str: ...
+
+
+class EventLike(EventKeyLike, Protocol):
+    """What folding needs of an event (a TelemetryEvent or a benchmark's row); read-only."""
+
     @property
     def fallback(self) -> str: ...
     @property
@@ -238,6 +243,14 @@ class RollupAccumulator:
 
     def add(self, fleet_id: int, cohort: str, event: EventLike, violation: bool = False) -> None:
         """Count one event of `fleet_id`, attributed to `cohort` (`violation`: see Tally.add)."""
+        self._tally(fleet_id, cohort, event).add(event, violation)
+
+    def add_quality(self, fleet_id: int, cohort: str, event: EventKeyLike, quality: float) -> None:
+        """Count late feedback's `quality` of an event (folded now or before) at its keys: a
+        tally with no event of its own, which merges with the event's rows like any other."""
+        self._tally(fleet_id, cohort, event).add_quality(quality)
+
+    def _tally(self, fleet_id: int, cohort: str, event: EventKeyLike) -> Tally:
         key: FineKey = (
             fleet_id,
             _epoch_minute(event.ts),
@@ -252,7 +265,7 @@ class RollupAccumulator:
         tally = self.fine.get(key)
         if tally is None:
             tally = self.fine[key] = Tally()
-        tally.add(event, violation)
+        return tally
 
     def _level(self, make_key: Any) -> dict[Any, Tally]:
         out: dict[Any, Tally] = {}

@@ -5,7 +5,9 @@ LOCKED` on PostgreSQL, so workers never wait on each other), copies their events
 table (COPY on PostgreSQL), appends partial rollup rows, and commits. A worker killed at any
 point before the commit rolls all of it back: the batches are landed again and the next task
 (or the sweeper) processes them. After the commit they are gone from the landing table. So
-each landed event is stored and rolled up exactly once.
+each landed event is stored and rolled up exactly once. Quality feedback that arrived before
+its event and was held for it (telemetry.feedback) joins the event's tally in the same
+transaction.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -24,6 +27,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb, set_json_dumps
 
+from ...feedback.joining import feedback_join_folding
 from ...models import FleetHourRollup, HourRollup, MinuteRollup
 from ...rollups import METRIC_FIELDS, SENSITIVE_TIER, RollupAccumulator, Tally, is_privacy_violation
 from ...rollups.schema import FLOAT_FIELDS, HISTOGRAM_FIELDS
@@ -306,6 +310,8 @@ def landed_batches_process(
         privacy = CellPrivacy()
         accumulator = RollupAccumulator()
         rows: list[tuple[Any, ...]] = []
+        # event id → (fleet, cohort, event): the events whose held feedback joins them now.
+        folding: dict[uuid.UUID, tuple[int, str, TelemetryEvent]] = {}
         expired = 0
         for _, fleet_id, received_at, payload in claimed:
             for event in decode_landed(bytes(payload)):
@@ -325,7 +331,9 @@ def landed_batches_process(
                     ),
                 )
                 accumulator.add(fleet_id, cohort, event, violation)
+                folding[event.event_id] = (fleet_id, cohort, event)
         if rows:
+            feedback_join_folding(accumulator=accumulator, folding=folding)
             _store_raw(rows)
             store_rollups(accumulator)
             fleet_ids = frozenset(fleet_id for _, fleet_id, _, _ in claimed)
