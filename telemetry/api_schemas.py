@@ -181,6 +181,19 @@ class MetricsGroupSerializer(serializers.Serializer[Any]):
     error_rate = serializers.FloatField(allow_null=True)
     privacy_violations = serializers.IntegerField(min_value=0)
     latency_ms = LatencyFiguresSerializer()
+    draft_kept_rate = serializers.FloatField(
+        allow_null=True,
+        help_text="share of the events reporting refine_changed whose draft the cloud kept",
+    )
+    mean_quality = serializers.FloatField(
+        allow_null=True, help_text="mean app quality (from events and late feedback)"
+    )
+    refine_reported = serializers.IntegerField(
+        min_value=0, help_text="events reporting refine_changed"
+    )
+    quality_count = serializers.IntegerField(
+        min_value=0, help_text="quality readings (from events and late feedback)"
+    )
     score_mean = serializers.FloatField(allow_null=True)
     tokens_per_task = TokensPerTaskSerializer(
         help_text="mean tokens per task per route (a task sent without `tokens` counts as 0)"
