@@ -233,8 +233,9 @@ def test_schema__telemetry_feedback__device_token_bounds_and_statuses(
 ) -> None:
     # Given the late feedback operation
     operation = schema["paths"]["/api/v1/telemetry/feedback"]["post"]
-    body = schema["components"]["schemas"]["TelemetryFeedbackBatchRequest"]["properties"]["feedback"]
-    item = schema["components"]["schemas"]["TelemetryFeedbackItemRequest"]
+    components = schema["components"]["schemas"]
+    body = components["TelemetryFeedbackBatchRequest"]["properties"]["feedback"]
+    item = components["TelemetryFeedbackItemRequest"]
 
     # Then devices send it with their token, 1 to 1,000 items of a UUID and a quality 0 to 1,
     # and its refusals are documented like telemetry's
