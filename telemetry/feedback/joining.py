@@ -115,6 +115,10 @@ def feedback_join_folding(
 ) -> int:
     """Join the feedback held for the events being folded (event id → (fleet id, cohort,
     event)) into `accumulator`, in the caller's transaction; how many were joined."""
+    fleet_ids = {fleet_id for fleet_id, _, _ in folding.values()}
+    if not Feedback.objects.filter(state=FeedbackState.HELD, fleet_id__in=fleet_ids).exists():
+        # The common case: nothing is waiting in these fleets, no need to probe every id.
+        return 0
     held = held_for_update(folding, skip_locked=False)
     if not held:
         return 0

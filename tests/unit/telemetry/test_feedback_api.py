@@ -264,11 +264,12 @@ def test_feedback__another_devices_event__unmatched_and_figures_unchanged(
     assert states == {"phone-2": FeedbackState.UNMATCHED, "phone-1": FeedbackState.JOINED}
 
 
+@pytest.mark.parametrize("order", ["feedback-first", "event-first"])
 def test_feedback__another_fleets_event__never_changes_that_fleets_figures(
-    fleet: Any, phone: tuple[Device, str], publisher: Any
+    fleet: Any, phone: tuple[Device, str], publisher: Any, order: str
 ) -> None:
-    # Given an event of fleet-b's car-1, and feedback naming it from fleet-a's phone-1 (which
-    # also has a device called car-1 in its own fleet: the device id alone is not enough)
+    # Given an event of fleet-b's car-1, and feedback naming it from fleet-a's phone-1 and from
+    # fleet-a's own car-1 (the device id alone is not enough), sent before or after the event
     fleet_b = make_fleet(slug="fleet-b", actor=publisher)
     car_b, _ = device_enroll(
         fleet_key=fleet_enrollment_key_rotate(actor=publisher, fleet=fleet_b), device_id="car-1"
@@ -277,13 +278,17 @@ def test_feedback__another_fleets_event__never_changes_that_fleets_figures(
         fleet_key=fleet_enrollment_key_rotate(actor=publisher, fleet=fleet), device_id="car-1"
     )
     event = make_event("car-1")
-    _send_events(car_b, [event])
-
-    # When fleet-a's devices send feedback for it
+    if order == "event-first":
+        _send_events(car_b, [event])
     _send_feedback(phone[0], [_item(event["event_id"], 0.1)])
     _send_feedback(car_a, [_item(event["event_id"], 0.1)])
+    if order == "feedback-first":
+        _send_events(car_b, [event])
 
-    # Then neither fleet's figures change
+    # When the sweep has run too
+    feedback_sweep()
+
+    # Then neither fleet's figures changed, and the feedback is settled as unmatched
     assert _quality(fleet_b.pk) == _at_every_level(0, 0.0)
     assert _quality(fleet.pk) == _at_every_level(0, 0.0)
     assert set(Feedback.objects.values_list("state", flat=True)) == {FeedbackState.UNMATCHED}
