@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 from routing_policies.models import Device
 from telemetry.dashboards.cost import cloud_work
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
-from telemetry.models import Event, EventKey, LandedBatch
+from telemetry.models import Event, EventKey, LandedBatch, MinuteRollup
 from telemetry.rollups import LEVELS, Figures, Level, read_rows
 from telemetry.rollups.maintenance import rollups_compact
 from telemetry.rollups.sketch import score_bin
@@ -376,3 +376,47 @@ def test_metrics_api__quality_signals__in_the_headline(
     assert group["draft_kept_rate"] == pytest.approx(0.75)
     assert group["mean_quality"] == pytest.approx(0.75)
     assert (group["refine_reported"], group["quality_count"]) == (4, 2)
+
+
+def test_kept_curve__bad_stored_histograms__bad_entries_left_out_and_compacted_clean(
+    fleet: Any,
+) -> None:
+    # Given two partial minute rows as a hand or an older version might store them: bad keys,
+    # negative and non-whole counts, a bin past the last, more kept than reported, a JSON
+    # string instead of an object
+    minute = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
+    cell = {"policy_version": 1, "cohort": "stable", "route": "draft_refine"}
+    cell |= {"task_type": "text", "latency_budget": "interactive", "privacy_tier": "normal"}
+    MinuteRollup.objects.create(
+        fleet=fleet,
+        minute=minute,
+        **cell,
+        events=4,
+        refine_reported=4,
+        refine_kept=3,
+        refine_hist={"42": 2, "x": 5, "-3": 1, "150": 7, "43": -1, "44": 1.5},
+        kept_hist={"42": 5, "y": 1},
+    )
+    MinuteRollup.objects.create(
+        fleet=fleet,
+        minute=minute,
+        **cell,
+        events=2,
+        refine_reported=2,
+        refine_kept=1,
+        refine_hist='{"42": 2, "60": true}',
+        kept_hist="not json",
+    )
+
+    # When the curve is read, before and after compaction
+    before = _figures(LEVELS[0], fleet.pk).kept_curve()
+    rollups_compact()
+    after = _figures(LEVELS[0], fleet.pk).kept_curve()
+
+    # Then only the good entries count (bin 42: 2 reported, never more kept than reported; a
+    # string reads as empty), and the compacted row keeps only whole-number bins
+    expected = [{"score_from": 0.42, "score_to": 0.43, "reported": 2, "kept": 2, "kept_rate": 1.0}]
+    assert before == after == expected
+    row = MinuteRollup.objects.get()
+    assert set(row.refine_hist) <= {"42", "-3", "150"}
+    assert row.kept_hist == {"42": 5}
