@@ -42,6 +42,7 @@ from .alerts.services.guards import (
     MIN_CONFIDENCE,
     PRESETS,
 )
+from .feedback.messages import MAX_ITEMS as MAX_FEEDBACK_ITEMS
 from .ingest.events import FIELDS, MAX_EVENTS, FieldRule
 
 # --- telemetry ingest ------------------------------------------------------------------------
@@ -83,6 +84,25 @@ class TelemetryBatchSerializer(serializers.Serializer[Any]):
 
     class Meta:
         ref_name = "TelemetryBatch"
+
+
+class TelemetryFeedbackItemSerializer(serializers.Serializer[Any]):
+    """The app's quality reading of one event it sent before (PROTOCOL.md extensions)."""
+
+    event_id = serializers.UUIDField()
+    quality = serializers.FloatField(min_value=0.0, max_value=1.0)
+
+    class Meta:
+        ref_name = "TelemetryFeedbackItem"
+
+
+class TelemetryFeedbackBatchSerializer(serializers.Serializer[Any]):
+    feedback = serializers.ListField(
+        child=TelemetryFeedbackItemSerializer(), min_length=1, max_length=MAX_FEEDBACK_ITEMS
+    )
+
+    class Meta:
+        ref_name = "TelemetryFeedbackBatch"
 
 
 class TelemetryAcceptedSerializer(serializers.Serializer[Any]):
@@ -161,6 +181,19 @@ class MetricsGroupSerializer(serializers.Serializer[Any]):
     error_rate = serializers.FloatField(allow_null=True)
     privacy_violations = serializers.IntegerField(min_value=0)
     latency_ms = LatencyFiguresSerializer()
+    draft_kept_rate = serializers.FloatField(
+        allow_null=True,
+        help_text="share of the events reporting refine_changed whose draft the cloud kept",
+    )
+    mean_quality = serializers.FloatField(
+        allow_null=True, help_text="mean app quality (from events and late feedback)"
+    )
+    refine_reported = serializers.IntegerField(
+        min_value=0, help_text="events reporting refine_changed"
+    )
+    quality_count = serializers.IntegerField(
+        min_value=0, help_text="quality readings (from events and late feedback)"
+    )
     score_mean = serializers.FloatField(allow_null=True)
     tokens_per_task = TokensPerTaskSerializer(
         help_text="mean tokens per task per route (a task sent without `tokens` counts as 0)"

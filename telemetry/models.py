@@ -4,7 +4,8 @@ Rollup rows (minute, hour, fleet-hour) are written append-only (`compacted=False
 ingest worker and merged by the compaction task; every reader sums over a key's rows, so
 compaction changes nothing a reader sees (docs/telemetry.md). The models of the parts live
 with them, `telemetry/ingest/models.py` and `telemetry/alerts/models.py`, and are imported
-here: Django loads `telemetry.models` and files them under the app label `telemetry`.
+here: Django loads `telemetry.models` and files them under the app label `telemetry`
+(late quality feedback: `telemetry/feedback/models.py`).
 """
 
 from django.db import models
@@ -20,6 +21,7 @@ from .alerts.models import (
     RolloutGuardSet,
     WebhookDelivery,
 )
+from .feedback.models import Feedback, FeedbackState
 from .ingest.models import Cohort, Event, EventKey, LandedBatch, bulk_fleet_fk
 from .lab.backtests.models import Backtest, BacktestStatus
 
@@ -37,9 +39,20 @@ class RollupMetrics(models.Model):
     score_count = models.BigIntegerField(default=0)
     score_sum = models.FloatField(default=0.0)
     tokens_sum = models.BigIntegerField(default=0)
-    # {"<log bucket>": count} (telemetry.rollups.sketch) and {"<score bin 0..99>": count}.
+    # The quality signals (telemetry.rollups.schema.MetricField says what each counts).
+    refine_reported = models.BigIntegerField(default=0)
+    refine_kept = models.BigIntegerField(default=0)
+    refine_edit_sum = models.FloatField(default=0.0)
+    refine_edit_count = models.BigIntegerField(default=0)
+    quality_count = models.BigIntegerField(default=0)
+    quality_sum = models.FloatField(default=0.0)
+    shadow_refines = models.BigIntegerField(default=0)
+    # {"<log bucket>": count} (telemetry.rollups.sketch) and {"<score bin 0..99>": count}: the
+    # scores of all events, of those reporting `refine_changed` and of those the cloud kept.
     latency_hist = models.JSONField(default=dict)
     score_hist = models.JSONField(default=dict)
+    refine_hist = models.JSONField(default=dict)
+    kept_hist = models.JSONField(default=dict)
     # False for a partial row written by the ingest worker; the compaction task merges all
     # rows of a key into one compacted row.
     compacted = models.BooleanField(default=False)
@@ -159,6 +172,8 @@ __all__ = [
     "Cohort",
     "Event",
     "EventKey",
+    "Feedback",
+    "FeedbackState",
     "FleetHourRollup",
     "HourRollup",
     "LandedBatch",

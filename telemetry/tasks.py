@@ -10,8 +10,10 @@ from .dashboards.tasks import dashboard_push, dashboard_refresh
 from .ingest.tasks import (
     compact_rollups,
     drain_landed,
+    join_feedback,
     maintain_storage,
     process_landed,
+    sweep_feedback,
     sweep_landed,
 )
 from .lab.backtests.tasks import run_backtest
@@ -24,8 +26,10 @@ __all__ = [
     "drain_landed",
     "evaluate_alerts",
     "evaluate_all_alerts",
+    "join_feedback",
     "maintain_storage",
     "process_landed",
     "run_backtest",
+    "sweep_feedback",
     "sweep_landed",
 ]

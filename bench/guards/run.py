@@ -108,6 +108,10 @@ class Event:
     tokens: int | None
     deidentified: bool = False
     uploaded: bool | None = None
+    refine_changed: bool | None = None
+    refine_edit_ratio: float | None = None
+    quality: float | None = None
+    shadow_refine: bool | None = None
 
     @property
     def ts(self) -> datetime:

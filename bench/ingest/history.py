@@ -34,8 +34,9 @@ def copy_rollups(url: str, table: str, key_columns: list[str], tallies: dict[Any
     import psycopg
 
     from telemetry.rollups import METRIC_FIELDS
+    from telemetry.rollups.schema import HISTOGRAM_FIELDS
 
-    columns = [*key_columns, *METRIC_FIELDS, "latency_hist", "score_hist", "compacted"]
+    columns = [*key_columns, *METRIC_FIELDS, *HISTOGRAM_FIELDS, "compacted"]
     with psycopg.connect(url) as conn, conn.cursor() as cursor:
         with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
             for key, tally in tallies.items():
@@ -44,8 +45,7 @@ def copy_rollups(url: str, table: str, key_columns: list[str], tallies: dict[Any
                     [
                         *key,
                         *(values[name] for name in METRIC_FIELDS),
-                        json.dumps(values["latency_hist"]),
-                        json.dumps(values["score_hist"]),
+                        *(json.dumps(values[name]) for name in HISTOGRAM_FIELDS),
                         True,
                     ]
                 )

@@ -256,6 +256,12 @@ class BenchEvent:
         "tokens",
         "ts",
     )
+    # Signals the benchmark does not model (telemetry.rollups.EventLike reads them).
+    uploaded: bool | None = None
+    refine_changed: bool | None = None
+    refine_edit_ratio: float | None = None
+    quality: float | None = None
+    shadow_refine: bool | None = None
 
     def __init__(self, profile: Profile, ts: datetime, rng: random.Random) -> None:
         self.ts = ts
@@ -307,6 +313,10 @@ def _raw_row(event: BenchEvent, fleet_id: int, device_id: str, cohort: str) -> t
         True,  # online
         250.0,  # cloud_infer_ms
         0.0,  # cloud_pressure
+        None,  # refine_changed
+        None,  # refine_edit_ratio
+        None,  # quality
+        None,  # shadow_refine
     )
 
 

@@ -32,6 +32,8 @@ SCHEDULE_RUN_INTERVAL_S = env.float("SCHEDULE_RUN_INTERVAL_S", default=10.0)
 # Every periodic task of the project, here and nowhere else.
 CELERY_BEAT_SCHEDULE = {
     "telemetry-sweep-landed": periodic("telemetry.sweep_landed", TELEMETRY_SWEEP_INTERVAL_S),
+    # Late quality feedback held while its event was being folded (telemetry/feedback/).
+    "telemetry-sweep-feedback": periodic("telemetry.sweep_feedback", TELEMETRY_SWEEP_INTERVAL_S),
     "telemetry-compact-rollups": periodic(
         "telemetry.compact_rollups", TELEMETRY_COMPACT_INTERVAL_S
     ),

@@ -7,6 +7,9 @@ hits are assumed to carry the route's mean tokens). All-cloud prices every task 
 as a cloud call with its tokens; the saving is what routing to the device keeps from that.
 Fallbacks are not priced: a device task that fell back to the cloud is not in the rollups'
 cloud routes (its route stays `device`).
+A shadow refine (PROTOCOL.md extensions: a device answer the cloud also refined in the
+background, `shadow_refines` of the device route) is one cloud call more; its tokens are
+assumed to be the device route's mean tokens per task (the draft refined is that task's).
 
 The saving against the stable version needs a rollout in the view: the candidate cohort's
 tasks, priced at what the stable cohort's tasks cost per task, against what they did cost.
@@ -37,7 +40,7 @@ class CohortCost:
 
 
 def cloud_work(figures: Figures) -> tuple[float, float]:
-    """(cloud calls, tokens sent with them) in `figures`."""
+    """(cloud calls, tokens sent with them) in `figures`, shadow refines included."""
     calls = 0.0
     tokens = 0.0
     for route in CLOUD_ROUTES:
@@ -47,6 +50,11 @@ def cloud_work(figures: Figures) -> tuple[float, float]:
         called = events - figures.total("cache_hits", route)
         calls += called
         tokens += figures.total("tokens_sum", route) * called / events
+    shadow = figures.total("shadow_refines", "device")
+    device_events = figures.total("events", "device")
+    if shadow and device_events:
+        calls += shadow
+        tokens += figures.total("tokens_sum", "device") * shadow / device_events
     return calls, tokens
 
 

@@ -89,6 +89,13 @@ class TelemetryEvent(msgspec.Struct, kw_only=True):
     online: bool | None = None
     cloud_infer_ms: LatencyMs | None = None
     cloud_pressure: Annotated[float, msgspec.Meta(ge=-1.0, le=1.0)] | None = None
+    # PROTOCOL.md extensions, the quality signals: whether the cloud changed the device's draft
+    # (route draft_refine, or a device answer refined in the background: `shadow_refine`), how
+    # much, and the app's own quality reading.
+    refine_changed: bool | None = None
+    refine_edit_ratio: Unit | None = None
+    quality: Unit | None = None
+    shadow_refine: bool | None = None
 
 
 class TelemetryBatch(msgspec.Struct):
@@ -145,7 +152,65 @@ FIELDS: Final[tuple[FieldRule, ...]] = (
     FieldRule("online", "bool", required=False),
     FieldRule("cloud_infer_ms", "float", required=False, minimum=0.0, maximum=MAX_LATENCY_MS),
     FieldRule("cloud_pressure", "float", required=False, minimum=-1.0, maximum=1.0),
+    FieldRule("refine_changed", "bool", required=False),
+    FieldRule("refine_edit_ratio", "float", required=False, minimum=0.0, maximum=1.0),
+    FieldRule("quality", "float", required=False, minimum=0.0, maximum=1.0),
+    FieldRule("shadow_refine", "bool", required=False),
 )
+# The fields whose rules depend on one another (`_signal_problems`).
+SIGNAL_FIELDS: Final = (
+    "route",
+    "cache_hit",
+    "refine_changed",
+    "refine_edit_ratio",
+    "shadow_refine",
+)
+
+
+def _signal_problems(
+    route: str,
+    cache_hit: bool,
+    refine_changed: bool | None,
+    refine_edit_ratio: float | None,
+    shadow_refine: bool | None,
+) -> list[tuple[str, str]]:
+    """(field, message) for quality signals the event cannot carry (PROTOCOL.md extensions).
+
+    A shadow refine is a device answer the cloud also refined in the background, so only a
+    device-route event that was not a cache hit has one; `refine_changed` says what a cloud
+    refine did to the device's draft, so only a draft-refine event or a shadow refine carries
+    it; `refine_edit_ratio` says how much it changed, so it needs `refine_changed` and is 0
+    when nothing changed.
+    """
+    problems: list[tuple[str, str]] = []
+    if shadow_refine:
+        if route != "device":
+            problems.append(("shadow_refine", "Only a device-route event has a shadow refine."))
+        elif cache_hit:
+            problems.append(("shadow_refine", "A cache hit is never refined in the background."))
+    if (
+        refine_changed is not None
+        and route != "draft_refine"
+        and not (route == "device" and shadow_refine)
+    ):
+        problems.append(
+            (
+                "refine_changed",
+                "Only a draft_refine event, or a device event with shadow_refine true, says "
+                "whether the cloud changed the draft.",
+            )
+        )
+    if refine_edit_ratio is not None:
+        if refine_changed is None:
+            problems.append(("refine_edit_ratio", "Only sent with refine_changed."))
+        elif not refine_changed and refine_edit_ratio != 0:
+            problems.append(
+                (
+                    "refine_edit_ratio",
+                    "Must be 0 when refine_changed is false (the draft was kept).",
+                )
+            )
+    return problems
 
 
 def _rule_problem(rule: FieldRule, value: Any) -> str | None:
@@ -318,6 +383,21 @@ def decode_batch(body: bytes, context: BatchContext) -> list[TelemetryEvent]:
     oldest = context.oldest
     versions = context.versions
     for index, event in enumerate(events):
+        if (
+            event.refine_changed is not None
+            or event.refine_edit_ratio is not None
+            or event.shadow_refine
+        ):
+            details.extend(
+                {"event": index, "field": field, "message": message}
+                for field, message in _signal_problems(
+                    event.route,
+                    event.cache_hit,
+                    event.refine_changed,
+                    event.refine_edit_ratio,
+                    event.shadow_refine,
+                )
+            )
         dims = versions.get(event.policy_version)
         if (
             event.device_id == device_id
@@ -384,6 +464,15 @@ def _complete_check(body: bytes, context: BatchContext) -> ValidationFailed | Ba
                 raw["task_type"],
                 raw["latency_budget"],
                 raw["privacy_tier"],
+            ):
+                field_problems.setdefault(field, message)
+        if not any(name in field_problems for name in SIGNAL_FIELDS):
+            for field, message in _signal_problems(
+                raw["route"],
+                raw["cache_hit"],
+                raw.get("refine_changed"),
+                raw.get("refine_edit_ratio"),
+                raw.get("shadow_refine"),
             ):
                 field_problems.setdefault(field, message)
         details.extend(

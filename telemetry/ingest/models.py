@@ -99,6 +99,12 @@ class Event(models.Model):
     online = models.BooleanField(null=True)
     cloud_infer_ms = models.FloatField(null=True)
     cloud_pressure = models.FloatField(null=True)
+    # The quality signals (PROTOCOL.md extensions; None: not sent). `quality` is the event's
+    # own; quality sent later as feedback is kept in `Feedback`, not written back here.
+    refine_changed = models.BooleanField(null=True)
+    refine_edit_ratio = models.FloatField(null=True)
+    quality = models.FloatField(null=True)
+    shadow_refine = models.BooleanField(null=True)
 
     class Meta:
         indexes = [models.Index(fields=["fleet", "ts"], name="telemetry_event_fleet_ts")]

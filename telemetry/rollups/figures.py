@@ -16,7 +16,7 @@ from typing import Any, Final, TypeVar
 
 from .reader import RollupRow
 from .schema import FIELD_INDEX, ROUTES, ZERO_SUMS, MetricField
-from .sketch import LatencySketch, merge_counts, score_counts
+from .sketch import SCORE_BINS, LatencySketch, merge_counts, score_counts
 
 HEADLINE_QUANTILES: Final = (0.5, 0.95, 0.99)
 _DEVICE_OR_CLOUD: Final = frozenset(ROUTES[:2])
@@ -36,7 +36,7 @@ def ratio(part: float, whole: float) -> float | None:
 class Figures:
     """Summed columns of some rollup rows per route, and their merged sketches."""
 
-    __slots__ = ("_parts", "_totals", "latency_hist", "score_hist")
+    __slots__ = ("_parts", "_totals", "kept_hist", "latency_hist", "refine_hist", "score_hist")
 
     def __init__(self) -> None:
         # route → the METRIC_FIELDS sums of its rows and merged figures, added up when read
@@ -44,6 +44,9 @@ class Figures:
         self._parts: dict[str, list[Sequence[float]]] = {}
         self.latency_hist: dict[str, int] = {}
         self.score_hist: dict[str, int] = {}
+        # {"<score bin>": count} of the events reporting `refine_changed` / of those kept.
+        self.refine_hist: dict[str, int] = {}
+        self.kept_hist: dict[str, int] = {}
         self._totals: Sequence[float] | None = None
 
     def add(self, row: RollupRow, *, latency: bool = True, scores: bool = True) -> None:
@@ -59,8 +62,13 @@ class Figures:
         self._totals = None
         if latency and row.latency_hist:
             merge_counts(self.latency_hist, row.latency_hist)
-        if scores and row.score_hist:
-            merge_counts(self.score_hist, row.score_hist)
+        if scores:
+            if row.score_hist:
+                merge_counts(self.score_hist, row.score_hist)
+            if row.refine_hist:
+                merge_counts(self.refine_hist, row.refine_hist)
+            if row.kept_hist:
+                merge_counts(self.kept_hist, row.kept_hist)
 
     def merge(self, other: Figures, *, latency: bool = True, scores: bool = True) -> None:
         """Add `other` into these figures (its sketches too, unless told otherwise)."""
@@ -77,6 +85,8 @@ class Figures:
             merge_counts(self.latency_hist, other.latency_hist)
         if scores:
             merge_counts(self.score_hist, other.score_hist)
+            merge_counts(self.refine_hist, other.refine_hist)
+            merge_counts(self.kept_hist, other.kept_hist)
 
     # --- sums ----------------------------------------------------------------------------------
 
@@ -173,6 +183,44 @@ class Figures:
         """Events per complexity-score bin (sketch.SCORE_BINS bins, 0 first)."""
         return score_counts(self.score_hist)
 
+    # --- quality signals (PROTOCOL.md extensions) -----------------------------------------------
+
+    def draft_kept_rate(self) -> float | None:
+        """The share of events reporting `refine_changed` (a draft-refine, or a shadow refine of
+        a device answer) whose draft the cloud kept, over every route; None without reports."""
+        return ratio(self.total("refine_kept"), self.total("refine_reported"))
+
+    def mean_quality(self) -> float | None:
+        """The mean of the app's `quality` (carried by the event or sent later as feedback)."""
+        return ratio(self.total("quality_sum"), self.total("quality_count"))
+
+    def refine_edit_mean(self) -> float | None:
+        """The mean `refine_edit_ratio` of the events that gave one."""
+        return ratio(self.total("refine_edit_sum"), self.total("refine_edit_count"))
+
+    def kept_curve(self) -> list[dict[str, Any]]:
+        """Score → draft kept: per score bin with reports (by score), how many events reported
+        `refine_changed`, how many of them the cloud kept, and the share kept. Needs the score
+        histograms (rows read and added with `scores`); an event without a score is in
+        `draft_kept_rate` but in no bin."""
+        reported = score_counts(self.refine_hist)
+        kept = score_counts(self.kept_hist)
+        curve: list[dict[str, Any]] = []
+        for index, count in enumerate(reported):
+            if count <= 0:
+                continue
+            kept_count = min(kept[index], count)  # never above 1, even from a bad stored row
+            curve.append(
+                {
+                    "score_from": index / SCORE_BINS,
+                    "score_to": (index + 1) / SCORE_BINS,
+                    "reported": count,
+                    "kept": kept_count,
+                    "kept_rate": kept_count / count,
+                }
+            )
+        return curve
+
     def headline(self) -> dict[str, Any]:
         """The figures the metrics API and the dashboard both show, as they show them."""
         p50, p95, p99 = self.latency_quantiles()
@@ -190,6 +238,10 @@ class Figures:
             "error_rate": self.rate("errors"),
             "privacy_violations": self.privacy_violations,
             "latency_ms": {"p50": p50, "p95": p95, "p99": p99},
+            "draft_kept_rate": self.draft_kept_rate(),
+            "mean_quality": self.mean_quality(),
+            "refine_reported": int(self.total("refine_reported")),
+            "quality_count": int(self.total("quality_count")),
         }
 
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from edge_sdk.decision import left_device_by_route, privacy_violation
 
-from .schema import METRIC_FIELDS, ZERO_SUMS
+from .schema import HISTOGRAM_FIELDS, METRIC_FIELDS, ZERO_SUMS
 from .sketch import SCORE_BINS, bucket_index, merge_counts
 
 SENSITIVE_TIER = "sensitive"
@@ -33,8 +33,8 @@ CellKey = tuple[int, datetime, int, str, str, str, str, str]
 FleetKey = tuple[int, datetime, int, str, str, str]
 
 
-class EventLike(Protocol):
-    """What folding needs of an event (a TelemetryEvent or a benchmark's row); read-only."""
+class EventKeyLike(Protocol):
+    """What places an event at its rollup keys (a stored Event row does too); read-only."""
 
     @property
     def ts(self) -> datetime: ...
@@ -50,6 +50,11 @@ class EventLike(Protocol):
     def route(self) -> str: ...
     @property
     def decided_by(self) -> str: ...
+
+
+class EventLike(EventKeyLike, Protocol):
+    """What folding needs of an event (a TelemetryEvent or a benchmark's row); read-only."""
+
     @property
     def fallback(self) -> str: ...
     @property
@@ -66,14 +71,26 @@ class EventLike(Protocol):
     def tokens(self) -> int | None: ...
     @property
     def uploaded(self) -> bool | None: ...
+    @property
+    def refine_changed(self) -> bool | None: ...
+    @property
+    def refine_edit_ratio(self) -> float | None: ...
+    @property
+    def quality(self) -> float | None: ...
+    @property
+    def shadow_refine(self) -> bool | None: ...
 
 
 def left_device(event: EventLike) -> bool:
     """Whether the event's task data left the device: what the device said (`uploaded`), or,
     from a device that does not say, its route, fallback and cache hit. A cache hit never left.
+    A shadow refine (`shadow_refine`: the cloud refined the device's answer in the background)
+    sent the task to the cloud whatever else the event says, so it left, like a cloud call.
     """
     if event.cache_hit:
         return False
+    if event.shadow_refine:
+        return True
     if event.uploaded is not None:
         return event.uploaded
     return left_device_by_route(event.route, event.fallback, event.cache_hit)
@@ -110,8 +127,17 @@ class Tally:
     score_count: int = 0
     score_sum: float = 0.0
     tokens_sum: int = 0
+    refine_reported: int = 0
+    refine_kept: int = 0
+    refine_edit_sum: float = 0.0
+    refine_edit_count: int = 0
+    quality_count: int = 0
+    quality_sum: float = 0.0
+    shadow_refines: int = 0
     latency_hist: dict[int, int] = field(default_factory=dict)
     score_hist: dict[int, int] = field(default_factory=dict)
+    refine_hist: dict[int, int] = field(default_factory=dict)
+    kept_hist: dict[int, int] = field(default_factory=dict)
 
     def add(self, event: EventLike, violation: bool = False) -> None:
         """Count one event; `violation`: it is a privacy violation (`is_privacy_violation`,
@@ -134,6 +160,7 @@ class Tally:
         hist = self.latency_hist
         hist[index] = hist.get(index, 0) + 1
         score = event.score
+        score_index = -1
         if score is not None:
             self.score_count += 1
             self.score_sum += score
@@ -143,6 +170,28 @@ class Tally:
             self.score_hist[score_index] = self.score_hist.get(score_index, 0) + 1
         if event.tokens is not None:
             self.tokens_sum += event.tokens
+        changed = event.refine_changed
+        if changed is not None:
+            self.refine_reported += 1
+            if score_index >= 0:
+                self.refine_hist[score_index] = self.refine_hist.get(score_index, 0) + 1
+            if not changed:
+                self.refine_kept += 1
+                if score_index >= 0:
+                    self.kept_hist[score_index] = self.kept_hist.get(score_index, 0) + 1
+            edit = event.refine_edit_ratio
+            if edit is not None:
+                self.refine_edit_count += 1
+                self.refine_edit_sum += edit
+        if event.quality is not None:
+            self.add_quality(event.quality)
+        if event.shadow_refine and event.route == "device":
+            self.shadow_refines += 1
+
+    def add_quality(self, quality: float) -> None:
+        """Count one `quality` reading: the event's own, or late feedback joined to it."""
+        self.quality_count += 1
+        self.quality_sum += quality
 
     def merge(self, other: Tally) -> None:
         """Add `other` into this tally."""
@@ -151,6 +200,8 @@ class Tally:
         for target, source in (
             (self.latency_hist, other.latency_hist),
             (self.score_hist, other.score_hist),
+            (self.refine_hist, other.refine_hist),
+            (self.kept_hist, other.kept_hist),
         ):
             for index, count in source.items():
                 target[index] = target.get(index, 0) + count
@@ -158,23 +209,21 @@ class Tally:
     def columns(self) -> dict[str, Any]:
         """The tally as rollup-row column values (histograms keyed by strings, as JSON)."""
         columns: dict[str, Any] = {name: getattr(self, name) for name in METRIC_FIELDS}
-        columns["latency_hist"] = {str(k): v for k, v in self.latency_hist.items()}
-        columns["score_hist"] = {str(k): v for k, v in self.score_hist.items()}
+        for name in HISTOGRAM_FIELDS:
+            columns[name] = {str(k): v for k, v in getattr(self, name).items()}
         return columns
 
 
 def merge_columns(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Merge stored rollup rows (column dicts) into one column dict."""
     merged: dict[str, Any] = dict(zip(METRIC_FIELDS, ZERO_SUMS, strict=True))
-    latency: dict[str, int] = {}
-    score: dict[str, int] = {}
+    histograms: dict[str, dict[str, int]] = {name: {} for name in HISTOGRAM_FIELDS}
     for row in rows:
         for name in METRIC_FIELDS:
             merged[name] += row[name]
-        merge_counts(latency, row["latency_hist"])
-        merge_counts(score, row["score_hist"])
-    merged["latency_hist"] = latency
-    merged["score_hist"] = score
+        for column, histogram in histograms.items():
+            merge_counts(histogram, row[column])
+    merged.update(histograms)
     return merged
 
 
@@ -194,6 +243,14 @@ class RollupAccumulator:
 
     def add(self, fleet_id: int, cohort: str, event: EventLike, violation: bool = False) -> None:
         """Count one event of `fleet_id`, attributed to `cohort` (`violation`: see Tally.add)."""
+        self._tally(fleet_id, cohort, event).add(event, violation)
+
+    def add_quality(self, fleet_id: int, cohort: str, event: EventKeyLike, quality: float) -> None:
+        """Count late feedback's `quality` of an event (folded now or before) at its keys: a
+        tally with no event of its own, which merges with the event's rows like any other."""
+        self._tally(fleet_id, cohort, event).add_quality(quality)
+
+    def _tally(self, fleet_id: int, cohort: str, event: EventKeyLike) -> Tally:
         key: FineKey = (
             fleet_id,
             _epoch_minute(event.ts),
@@ -208,7 +265,7 @@ class RollupAccumulator:
         tally = self.fine.get(key)
         if tally is None:
             tally = self.fine[key] = Tally()
-        tally.add(event, violation)
+        return tally
 
     def _level(self, make_key: Any) -> dict[Any, Tally]:
         out: dict[Any, Tally] = {}

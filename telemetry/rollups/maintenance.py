@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from ..feedback.models import Feedback
 from ..ingest import partitions
 from ..ingest.services.processing import partitions_ensure_window
 from ..models import (
@@ -27,7 +28,7 @@ from ..models import (
 from .fold import merge_columns
 from .prometheus import latency_bins, stored_latency_bins
 from .reader import rows_to_compact
-from .schema import FLEET_HOUR, LEVELS, Level
+from .schema import FLEET_HOUR, HISTOGRAM_FIELDS, LEVELS, Level
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +52,8 @@ def _compact_level(level: Level, max_buckets: int) -> tuple[int, int]:
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         # Robust to a bad row stored by an older version (counts kept only when whole and >= 0).
-        row["latency_hist"] = _bucket_counts(row["latency_hist"])
-        row["score_hist"] = _bucket_counts(row["score_hist"])
+        for name in HISTOGRAM_FIELDS:
+            row[name] = _bucket_counts(row[name])
         key = (row["fleet_id"], row[time_col], *(row[name] for name in level.key_columns))
         groups[key].append(row)
     doomed: list[int] = []
@@ -176,6 +177,7 @@ class RetentionResult:
     partitions_dropped: list[str]
     event_keys_deleted: int
     rollups_deleted: int
+    feedback_deleted: int = 0
 
 
 def storage_maintain(*, now: datetime | None = None) -> RetentionResult:
@@ -199,16 +201,27 @@ def storage_maintain(*, now: datetime | None = None) -> RetentionResult:
         if not doomed:
             break
         keys_deleted += EventKey.objects.filter(event_id__in=doomed).delete()[0]
+    # Late feedback is kept as long as raw events: past that its event is gone, and the join
+    # has either happened or can never happen.
+    feedback_deleted = 0
+    first_kept_moment = datetime.combine(first_kept, datetime.min.time(), UTC)
+    while True:
+        old = Feedback.objects.filter(received_at__lt=first_kept_moment)
+        doomed_rows = list(old.values_list("id", flat=True)[:20000])
+        if not doomed_rows:
+            break
+        feedback_deleted += Feedback.objects.filter(pk__in=doomed_rows).delete()[0]
     minute_cutoff = now - timedelta(days=settings.TELEMETRY_MINUTE_ROLLUP_RETENTION_DAYS)
     hour_cutoff = now - timedelta(days=settings.TELEMETRY_HOUR_ROLLUP_RETENTION_DAYS)
     rollups_deleted = MinuteRollup.objects.filter(minute__lt=minute_cutoff).delete()[0]
     rollups_deleted += HourRollup.objects.filter(hour__lt=hour_cutoff).delete()[0]
     rollups_deleted += FleetHourRollup.objects.filter(hour__lt=hour_cutoff).delete()[0]
     logger.info(
-        "telemetry.storage_maintained created=%d dropped=%d keys=%d rollups=%d",
+        "telemetry.storage_maintained created=%d dropped=%d keys=%d rollups=%d feedback=%d",
         len(created),
         len(dropped),
         keys_deleted,
         rollups_deleted,
+        feedback_deleted,
     )
-    return RetentionResult(created, dropped, keys_deleted, rollups_deleted)
+    return RetentionResult(created, dropped, keys_deleted, rollups_deleted, feedback_deleted)

@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db import connection
 
-from .schema import FIELD_INDEX, METRIC_FIELDS, Level
+from .schema import FIELD_INDEX, HISTOGRAM_FIELDS, METRIC_FIELDS, SCORE_HISTOGRAMS, Level
 from .sketch import stored_histogram
 
 _EVENTS = FIELD_INDEX["events"]
@@ -51,6 +51,10 @@ class RollupRow:
     sums: tuple[float, ...]
     latency_hist: dict[str, int] | None = None
     score_hist: dict[str, int] | None = None
+    # Scores of the events reporting `refine_changed`, and of those the cloud kept (read with
+    # the score histogram).
+    refine_hist: dict[str, int] | None = None
+    kept_hist: dict[str, int] | None = None
 
     @property
     def minute(self) -> datetime:
@@ -124,7 +128,8 @@ def read_rows(
     """The fleet's rows of `level` with `since <= bucket` (and `<= until`), in one query.
 
     `where`: key column → value, all must match. `latency`: with the latency sketches (only of
-    the rows from `latency_since` on, when given); `scores`: with the score histograms;
+    the rows from `latency_since` on, when given); `scores`: with the score histograms (of all
+    events, of those reporting `refine_changed` and of those kept: schema.SCORE_HISTOGRAMS);
     `ordered`: by bucket. The query runs at once; each row is typed (its sketches decoded) as
     it is iterated, so a fold holds one decoded row at a time, not the window's.
     """
@@ -139,7 +144,7 @@ def read_rows(
     elif latency:
         columns.append("latency_hist")
     if scores:
-        columns.append("score_hist")
+        columns.extend(SCORE_HISTOGRAMS)
     conditions = ["fleet_id = %s", f"{time_column} >= %s"]
     params += [fleet_id, adapt(since)]
     if until is not None:
@@ -178,6 +183,8 @@ def _typed(fetched: list[Any], *, latency: bool, scores: bool) -> Iterator[Rollu
             row[_FIRST_SUM:_AFTER_SUMS],
             stored_histogram(row[_AFTER_SUMS]) if latency else None,
             stored_histogram(row[score_at]) if scores else None,
+            stored_histogram(row[score_at + 1]) if scores else None,
+            stored_histogram(row[score_at + 2]) if scores else None,
         )
 
 
@@ -197,7 +204,7 @@ def rows_to_compact(level: Level, *, max_buckets: int) -> list[dict[str, Any]]:
         if not buckets:
             return []
         columns = ["id", "fleet_id", time_column, *level.key_columns, *METRIC_FIELDS]
-        columns += ["latency_hist", "score_hist", "compacted"]
+        columns += [*HISTOGRAM_FIELDS, "compacted"]
         pairs = ", ".join(["(%s, %s)"] * len(buckets))
         lock = " FOR UPDATE" if connection.vendor == "postgresql" else ""
         cursor.execute(
@@ -208,6 +215,6 @@ def rows_to_compact(level: Level, *, max_buckets: int) -> list[dict[str, Any]]:
         rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
     for row in rows:
         row[time_column] = as_utc(row[time_column])
-        row["latency_hist"] = stored_histogram(row["latency_hist"])
-        row["score_hist"] = stored_histogram(row["score_hist"])
+        for name in HISTOGRAM_FIELDS:
+            row[name] = stored_histogram(row[name])
     return rows

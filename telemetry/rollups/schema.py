@@ -24,17 +24,31 @@ MetricField = Literal[
     "score_count",
     "score_sum",
     "tokens_sum",
+    # PROTOCOL.md extensions, the quality signals (docs/telemetry.md): events that report
+    # `refine_changed`, those where the cloud kept the draft (`refine_changed` false), the
+    # summed `refine_edit_ratio` and how many gave one, the app's `quality` (from the event or
+    # from late feedback) and the device-route events the cloud also refined in the background.
+    "refine_reported",
+    "refine_kept",
+    "refine_edit_sum",
+    "refine_edit_count",
+    "quality_count",
+    "quality_sum",
+    "shadow_refines",
 ]
 METRIC_FIELDS: Final[tuple[MetricField, ...]] = get_args(MetricField)
 # Where each summed column stands in a row's `sums` (RollupRow, Figures).
 FIELD_INDEX: Final[dict[MetricField, int]] = {name: i for i, name in enumerate(METRIC_FIELDS)}
-FLOAT_FIELDS: Final = frozenset({"latency_sum_ms", "score_sum"})
+FLOAT_FIELDS: Final = frozenset({"latency_sum_ms", "score_sum", "refine_edit_sum", "quality_sum"})
 # Nothing summed yet: zeros of each column's type.
 ZERO_SUMS: Final[tuple[float, ...]] = tuple(
     0.0 if name in FLOAT_FIELDS else 0 for name in METRIC_FIELDS
 )
-# The mergeable sketches: {"<log bucket>": count} (sketch.py) and {"<score bin>": count}.
-HISTOGRAM_FIELDS: Final = ("latency_hist", "score_hist")
+# The mergeable sketches: {"<log bucket>": count} (sketch.py) and {"<score bin>": count}:
+# the scores of all events, of those reporting `refine_changed`, and of those the cloud kept.
+HISTOGRAM_FIELDS: Final = ("latency_hist", "score_hist", "refine_hist", "kept_hist")
+# The histograms keyed by score bin (read with `scores=True`).
+SCORE_HISTOGRAMS: Final = ("score_hist", "refine_hist", "kept_hist")
 
 ROUTES: Final = ("device", "cloud", "draft_refine")
 CELL_DIMENSIONS: Final = ("task_type", "latency_budget", "privacy_tier")

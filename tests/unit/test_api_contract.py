@@ -228,6 +228,26 @@ def test_schema__security__device_token_and_operator_auth(schema: dict[str, Any]
     assert enroll in ([], [{}])
 
 
+def test_schema__telemetry_feedback__device_token_bounds_and_statuses(
+    schema: dict[str, Any],
+) -> None:
+    # Given the late feedback operation
+    operation = schema["paths"]["/api/v1/telemetry/feedback"]["post"]
+    components = schema["components"]["schemas"]
+    body = components["TelemetryFeedbackBatchRequest"]["properties"]["feedback"]
+    item = components["TelemetryFeedbackItemRequest"]
+
+    # Then devices send it with their token, 1 to 1,000 items of a UUID and a quality 0 to 1,
+    # and its refusals are documented like telemetry's
+    assert operation["security"] == [{"deviceToken": []}]
+    assert (body["minItems"], body["maxItems"]) == (1, 1000)
+    assert item["properties"]["event_id"]["format"] == "uuid"
+    quality = item["properties"]["quality"]
+    assert (quality["minimum"], quality["maximum"]) == (0, 1)
+    assert set(item["required"]) == {"event_id", "quality"}
+    assert {"202", "400", "401", "413", "429"} <= set(operation["responses"])
+
+
 def test_schema__query_parameters__typed_and_bounded(schema: dict[str, Any]) -> None:
     # Given the device list and the metrics operations
     devices = schema["paths"]["/api/v1/fleets/{slug}/devices/"]["get"]["parameters"]

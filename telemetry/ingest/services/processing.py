@@ -5,7 +5,9 @@ LOCKED` on PostgreSQL, so workers never wait on each other), copies their events
 table (COPY on PostgreSQL), appends partial rollup rows, and commits. A worker killed at any
 point before the commit rolls all of it back: the batches are landed again and the next task
 (or the sweeper) processes them. After the commit they are gone from the landing table. So
-each landed event is stored and rolled up exactly once.
+each landed event is stored and rolled up exactly once. Quality feedback that arrived before
+its event and was held for it (telemetry.feedback) joins the event's tally in the same
+transaction.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -24,8 +27,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb, set_json_dumps
 
+from ...feedback.joining import feedback_join_folding
 from ...models import FleetHourRollup, HourRollup, MinuteRollup
 from ...rollups import METRIC_FIELDS, SENSITIVE_TIER, RollupAccumulator, Tally, is_privacy_violation
+from ...rollups.schema import FLOAT_FIELDS, HISTOGRAM_FIELDS
 from ...signals import send_rollups_stored
 from .. import partitions, wakeup
 from ..events import TelemetryEvent, decode_landed
@@ -67,21 +72,17 @@ EVENT_COLUMN_TYPES = (
     ("online", "bool"),
     ("cloud_infer_ms", "float8"),
     ("cloud_pressure", "float8"),
+    ("refine_changed", "bool"),
+    ("refine_edit_ratio", "float8"),
+    ("quality", "float8"),
+    ("shadow_refine", "bool"),
 )
 EVENT_COLUMNS = tuple(name for name, _ in EVENT_COLUMN_TYPES)
+# The rollup columns in COPY order: every summed column (schema.METRIC_FIELDS), the sketches,
+# and the partial-row flag.
 _METRIC_TYPES = (
-    ("events", "int8"),
-    ("fallback_cloud_to_device", "int8"),
-    ("fallback_device_to_cloud", "int8"),
-    ("cache_hits", "int8"),
-    ("errors", "int8"),
-    ("privacy_violations", "int8"),
-    ("latency_sum_ms", "float8"),
-    ("score_count", "int8"),
-    ("score_sum", "float8"),
-    ("tokens_sum", "int8"),
-    ("latency_hist", "jsonb"),
-    ("score_hist", "jsonb"),
+    *((name, "float8" if name in FLOAT_FIELDS else "int8") for name in METRIC_FIELDS),
+    *((name, "jsonb") for name in HISTOGRAM_FIELDS),
     ("compacted", "bool"),
 )
 _CELL_KEY_TYPES = (
@@ -195,6 +196,10 @@ def _event_row(
         event.online,
         event.cloud_infer_ms,
         event.cloud_pressure,
+        event.refine_changed,
+        event.refine_edit_ratio,
+        event.quality,
+        event.shadow_refine,
     )
 
 
@@ -239,8 +244,7 @@ def _metric_values(tally: Tally) -> list[Any]:
     columns = tally.columns()
     return [
         *(columns[name] for name in METRIC_FIELDS),
-        Jsonb(columns["latency_hist"]),
-        Jsonb(columns["score_hist"]),
+        *(Jsonb(columns[name]) for name in HISTOGRAM_FIELDS),
         False,
     ]
 
@@ -306,6 +310,8 @@ def landed_batches_process(
         privacy = CellPrivacy()
         accumulator = RollupAccumulator()
         rows: list[tuple[Any, ...]] = []
+        # event id → (fleet, cohort, event): the events whose held feedback joins them now.
+        folding: dict[uuid.UUID, tuple[int, str, TelemetryEvent]] = {}
         expired = 0
         for _, fleet_id, received_at, payload in claimed:
             for event in decode_landed(bytes(payload)):
@@ -325,7 +331,9 @@ def landed_batches_process(
                     ),
                 )
                 accumulator.add(fleet_id, cohort, event, violation)
+                folding[event.event_id] = (fleet_id, cohort, event)
         if rows:
+            feedback_join_folding(accumulator=accumulator, folding=folding)
             _store_raw(rows)
             store_rollups(accumulator)
             fleet_ids = frozenset(fleet_id for _, fleet_id, _, _ in claimed)

@@ -1,7 +1,7 @@
 """Property-based fuzz of the device bodies: for any input (any JSON value, any bytes, nesting
 thousands deep, huge numbers, NUL and lone surrogates, NaN) the telemetry ingest (the DRF view
-and the ASGI fast path) and the enrolment answer a 2xx or a 4xx, never a 5xx, and a refused
-request stores nothing."""
+and the ASGI fast path), the late feedback and the enrolment answer a 2xx or a 4xx, never a
+5xx, and a refused request stores nothing."""
 
 import json
 from typing import Any
@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from rest_framework.test import APIClient
 
 from routing_policies.models import Device
-from telemetry.models import EventKey, LandedBatch
+from telemetry.models import EventKey, Feedback, LandedBatch
 from tests.factories import make_event
 from tests.hostile_json import fuzz_bodies
 
@@ -53,6 +53,34 @@ def test_telemetry_ingest__fuzzed_body__never_5xx_refusal_stores_nothing(
         if response.status_code != 202:
             assert set(json.loads(response.content)) == {"error"}
             assert _landed() == before
+
+    check()
+
+
+_ITEM = {"event_id": _EVENT["event_id"], "quality": 0.5}
+FEEDBACK_BODIES = fuzz_bodies({"feedback": [_ITEM]}) | fuzz_bodies(_ITEM).map(
+    lambda item: b'{"feedback": [' + item + b"]}"
+)
+
+
+def test_telemetry_feedback__fuzzed_body__never_5xx_refusal_stores_nothing(
+    phone: tuple[Any, str],
+) -> None:
+    # Given a device's client
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {phone[1]}")
+
+    @FUZZ
+    @given(body=FEEDBACK_BODIES)
+    def check(body: bytes) -> None:
+        before = Feedback.objects.count()
+        # When it posts any body at all as feedback
+        response = client.generic("POST", "/api/v1/telemetry/feedback", body, "application/json")
+        # Then a 202 or a 4xx in the error shape, and a refusal stores nothing
+        assert response.status_code < 500, (body[:200], response.content[:300])
+        if response.status_code != 202:
+            assert set(json.loads(response.content)) == {"error"}
+            assert Feedback.objects.count() == before
 
     check()
 

@@ -21,7 +21,7 @@ from telemetry.rollups import (
     plan_window,
     read_rows,
 )
-from telemetry.rollups.schema import ZERO_SUMS
+from telemetry.rollups.schema import HISTOGRAM_FIELDS, ZERO_SUMS
 from tests.factories import make_event
 
 
@@ -48,12 +48,12 @@ def test_metric_fields__rollup_models__every_summed_column_named_once() -> None:
     summed = [
         f.name
         for f in RollupMetrics._meta.get_fields()
-        if f.name not in ("latency_hist", "score_hist", "compacted")
+        if f.name not in (*HISTOGRAM_FIELDS, "compacted")
     ]
 
     # Then the field list names each of them once, and the write-side tally carries them all
     assert list(METRIC_FIELDS) == summed
-    assert [f.name for f in fields(Tally)] == [*METRIC_FIELDS, "latency_hist", "score_hist"]
+    assert [f.name for f in fields(Tally)] == [*METRIC_FIELDS, *HISTOGRAM_FIELDS]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,80 @@
+"""HTTP of late feedback: `POST /api/v1/telemetry/feedback`, a device's quality readings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controlplane.exceptions import ApplicationError, error_body
+from controlplane.openapi import error_responses
+from routing_policies.devices.apis import DeviceTokenAuthentication, IsDevice
+from routing_policies.models import Device
+
+from .. import api_schemas
+from ..ingest.ratelimit import rate_limit_check
+from .messages import MAX_ITEMS, FeedbackTooLarge
+from .services import feedback_batch_ingest
+
+
+def feedback_outcome(
+    device: Device, body: bytes | None
+) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """(status, JSON body, headers) of a device's feedback; `body` None: it was too large.
+
+    As telemetry (ingest.fastpath.ingest_outcome): the rate limit (429, counted apart from
+    telemetry's), the size (413), validation (400 naming each bad item and field, or 413 over
+    1,000 items), then the store: 202 once committed.
+    """
+    retry_after = rate_limit_check(f"feedback:{device.token_hash[:32]}")
+    if retry_after is not None:
+        return (
+            429,
+            error_body(
+                "rate_limited", f"Too many batches from this device; retry in {retry_after} s."
+            ),
+            {"Retry-After": str(retry_after)},
+        )
+    limit: int = settings.MAX_REQUEST_BYTES
+    if body is None or len(body) > limit:
+        return 413, error_body("payload_too_large", f"The body is over {limit} bytes."), {}
+    try:
+        result = feedback_batch_ingest(device=device, body=body)
+    except FeedbackTooLarge as exc:
+        return 413, error_body("payload_too_large", str(exc)), {}
+    except ApplicationError as exc:
+        return exc.status_code, error_body(exc.code, exc.message, exc.details), {}
+    return 202, {"accepted": result.accepted, "duplicates": result.duplicates}, {}
+
+
+class TelemetryFeedbackApi(APIView):
+    """`POST /api/v1/telemetry/feedback`: quality readings of events sent before; 202 once
+    durable. Each joins its event in the rollups once, whenever the event arrives."""
+
+    authentication_classes = [DeviceTokenAuthentication]
+    permission_classes = [IsDevice]
+    parser_classes: list[Any] = []  # the body is read raw and decoded by msgspec
+
+    @extend_schema(
+        request={"application/json": api_schemas.TelemetryFeedbackBatchSerializer},
+        responses={202: api_schemas.TelemetryAcceptedSerializer, **error_responses(429)},
+        operation_id="telemetry_feedback",
+        description=(
+            f"At most {MAX_ITEMS} items and 1 MiB. The first quality sent for an event wins; "
+            "a resend counts as a duplicate. See PROTOCOL.md (extensions)."
+        ),
+    )
+    def post(self, request: Request) -> Response:
+        device = request.auth
+        assert isinstance(device, Device)
+        try:
+            body: bytes | None = request.body
+        except RequestDataTooBig:
+            body = None
+        status_code, data, headers = feedback_outcome(device, body)
+        return Response(data, status=status_code, headers=headers)
