@@ -237,7 +237,7 @@ class Device:
         await asyncio.gather(*loops, return_exceptions=True)
         await self._close_socket()
         # Shadow refines still running are cut: their events go without the outcome.
-        await self._cancel_shadow_refines()
+        await self.cancel_shadow_refines()
         if self.token is not None and not self._revoked and self._online():
             for queue in (self.telemetry, self.feedback_queue):
                 if queue.pending:
@@ -404,7 +404,9 @@ class Device:
         if self._shadow_events.pop(event["event_id"], None) is not None:
             self.telemetry.record(event)
 
-    async def _cancel_shadow_refines(self) -> None:
+    async def cancel_shadow_refines(self) -> None:
+        """Cut the shadow refines still running (`stop` does it); their events are recorded
+        without the outcome."""
         running = list(self._shadow_tasks)
         for shadow in running:
             shadow.cancel()

@@ -59,8 +59,13 @@ class Refiner:
         )
 
 
-def _document(version: int = 1, shadow: dict[str, float] | None = None, **cells: Any) -> Any:
-    document = policy_document(version, **cells)
+def _document(
+    *,
+    version: int = 1,
+    shadow: dict[str, float] | None = None,
+    cells: dict[str, dict[str, Any]] | None = None,
+) -> Any:
+    document = policy_document(version, **(cells or {}))
     for cell in document["cells"]:
         label = f"{cell['task_type']}/{cell['latency_budget']}/{cell['privacy_tier']}"
         if shadow and label in shadow:
@@ -119,7 +124,7 @@ async def _settle(device: Device) -> None:
 async def test_run__draft_refine_cloud_changed_the_draft__event_says_changed_and_how_much() -> None:
     # Given a draft_refine cell and an app whose refine changes a quarter of the draft
     refiner = Refiner(changed=True, edit_ratio=0.25)
-    device = _device(refiner=refiner, document=_document(**{NORMAL: {"mode": "draft_refine"}}))
+    device = _device(refiner=refiner, document=_document(cells={NORMAL: {"mode": "draft_refine"}}))
 
     # When a task goes past θ
     outcome = await device.run(task())
@@ -143,7 +148,7 @@ async def test_run__draft_refine_cloud_changed_the_draft__event_says_changed_and
 async def test_run__draft_refine_cloud_kept_the_draft__edit_ratio_zero() -> None:
     # Given an app whose refine keeps the draft (it reports no ratio)
     refiner = Refiner(changed=False, edit_ratio=None)
-    device = _device(refiner=refiner, document=_document(**{NORMAL: {"mode": "draft_refine"}}))
+    device = _device(refiner=refiner, document=_document(cells={NORMAL: {"mode": "draft_refine"}}))
 
     # When a task is drafted and refined
     await device.run(task())
@@ -157,7 +162,9 @@ async def test_run__draft_refine_changed_ratio_unknown_or_odd__ratio_left_out_or
     # Given refines that report no ratio, then a ratio above 1
     for ratio, expected in ((None, None), (1.7, 1.0), (math.nan, None)):
         refiner = Refiner(changed=True, edit_ratio=ratio)
-        device = _device(refiner=refiner, document=_document(**{NORMAL: {"mode": "draft_refine"}}))
+        device = _device(
+            refiner=refiner, document=_document(cells={NORMAL: {"mode": "draft_refine"}})
+        )
 
         # When a task is refined
         await device.run(task())
@@ -173,7 +180,9 @@ async def test_run__draft_refine_with_cloud_infer_returning_refine_outcome__repo
     async def on_cloud(task: Task, decision: Decision) -> RefineOutcome:
         return RefineOutcome(result="better", changed=True, edit_ratio=0.5)
 
-    device = _device(cloud_infer=on_cloud, document=_document(**{NORMAL: {"mode": "draft_refine"}}))
+    device = _device(
+        cloud_infer=on_cloud, document=_document(cells={NORMAL: {"mode": "draft_refine"}})
+    )
 
     # When a task is refined
     outcome = await device.run(task())
@@ -205,7 +214,7 @@ async def test_run__draft_refine_cloud_fails__draft_answers_without_refine_field
     # Given a refine that fails
     refiner = Refiner()
     refiner.fails = True
-    device = _device(refiner=refiner, document=_document(**{NORMAL: {"mode": "draft_refine"}}))
+    device = _device(refiner=refiner, document=_document(cells={NORMAL: {"mode": "draft_refine"}}))
 
     # When a task is drafted and the refine fails
     outcome = await device.run(task())
@@ -226,7 +235,7 @@ async def test_run__refine_offline__no_refine_call() -> None:
     device = _device(
         refiner=refiner,
         network=Network(online=False),
-        document=_document(**{"text/background/normal": {"mode": "draft_refine"}}),
+        document=_document(cells={"text/background/normal": {"mode": "draft_refine"}}),
     )
 
     # When it is run
@@ -593,7 +602,7 @@ async def test_shadow__cell_requires_deidentification__request_and_event_say_so(
     refiner = Refiner(changed=False)
     label = "text/interactive/sensitive"
     document = _document(
-        shadow={label: 1.0}, **{label: {"upload_allowed": True, "upload_deidentify": True}}
+        shadow={label: 1.0}, cells={label: {"upload_allowed": True, "upload_deidentify": True}}
     )
     device = _device(refiner=refiner, document=document)
 
@@ -617,7 +626,7 @@ async def test_shadow__cell_forbids_upload__never_refined(tier: str) -> None:
     # Given a cell that forbids uploads but (wrongly) carries a rate of 1
     refiner = Refiner()
     label = f"text/interactive/{tier}"
-    document = _document(shadow={label: 1.0}, **{label: {"upload_allowed": False}})
+    document = _document(shadow={label: 1.0}, cells={label: {"upload_allowed": False}})
     device = _device(refiner=refiner, document=document)
 
     # When many tasks are answered on the device
@@ -636,7 +645,7 @@ async def test_shadow__slow_cloud__answer_not_delayed_event_sent_when_it_ends() 
     refiner.delay_s = 0.3
     device = _device(
         refiner=refiner,
-        document=_document(shadow={NORMAL: 1.0}, **{NORMAL: {"cloud_timeout_ms": 5000}}),
+        document=_document(shadow={NORMAL: 1.0}, cells={NORMAL: {"cloud_timeout_ms": 5000}}),
     )
 
     # When a task is answered on the device
@@ -665,7 +674,7 @@ async def test_shadow__cloud_timeout_or_failure__event_sent_without_outcome() ->
         refiner.fails = not stall
         device = _device(
             refiner=refiner,
-            document=_document(shadow={NORMAL: 1.0}, **{NORMAL: {"cloud_timeout_ms": 20}}),
+            document=_document(shadow={NORMAL: 1.0}, cells={NORMAL: {"cloud_timeout_ms": 20}}),
         )
 
         # When a task is answered on the device
@@ -687,7 +696,7 @@ async def test_shadow__device_stopped_meanwhile__event_still_recorded() -> None:
     device = _device(
         refiner=refiner,
         network=network,
-        document=_document(shadow={NORMAL: 1.0}, **{NORMAL: {"cloud_timeout_ms": 600_000}}),
+        document=_document(shadow={NORMAL: 1.0}, cells={NORMAL: {"cloud_timeout_ms": 600_000}}),
     )
     await device.run(task(**LOW))
     assert device.shadow_pending == 1
