@@ -61,13 +61,13 @@ def add_arguments(
         "--buggy-version",
         type=int,
         default=None,
-        help="buggy-candidate: exactly this policy version runs the buggy model",
+        help="buggy-candidate, degraded-model: exactly this policy version is the candidate",
     )
     parser.add_argument(
         "--stable-version",
         type=int,
         default=None,
-        help="buggy-candidate: versions newer than this run the buggy model "
+        help="buggy-candidate, degraded-model: versions newer than this are the candidate "
         "(default: the lowest version the devices run once the first has a policy)",
     )
     parser.add_argument(

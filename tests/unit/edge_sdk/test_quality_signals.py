@@ -18,9 +18,17 @@ import httpx
 import msgspec
 import pytest
 
-from edge_sdk import Decision, Device, DeviceConfig, Readings, Task
+from edge_sdk import (
+    Answer,
+    Decision,
+    Device,
+    DeviceConfig,
+    Readings,
+    RefineOutcome,
+    RefineRequest,
+    Task,
+)
 from edge_sdk.feedback import FeedbackQueue
-from edge_sdk.task import Answer, RefineOutcome, RefineRequest
 from edge_sdk.telemetry import PostResult, TelemetryRevoked
 
 from .sdk_helpers import Inference, policy_document, readings, task
