@@ -492,7 +492,8 @@ class Device:
             event_id=event_id,
             quality=signals.quality,
             refine_changed=signals.changed,
-            refine_edit_ratio=signals.edit_ratio if signals.changed else None,
+            # As the event says it: 0 when the cloud kept the draft.
+            refine_edit_ratio=0.0 if signals.changed is False else signals.edit_ratio,
             shadow_refine=shadow and event_id is not None,
         )
 

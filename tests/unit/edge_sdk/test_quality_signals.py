@@ -159,11 +159,12 @@ async def test_run__draft_refine_cloud_kept_the_draft__edit_ratio_zero() -> None
     device = _device(refiner=refiner, document=_document(cells={NORMAL: {"mode": "draft_refine"}}))
 
     # When a task is drafted and refined
-    await device.run(task())
+    outcome = await device.run(task())
 
-    # Then the event says unchanged, with ratio 0
+    # Then the event (and the outcome) say unchanged, with ratio 0
     (event,) = _events(device)
     assert (event["refine_changed"], event["refine_edit_ratio"]) == (False, 0.0)
+    assert (outcome.refine_changed, outcome.refine_edit_ratio) == (False, 0.0)
 
 
 async def test_run__draft_refine_changed_ratio_unknown_or_odd__ratio_left_out_or_clamped() -> None:
