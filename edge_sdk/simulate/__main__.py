@@ -80,6 +80,12 @@ def add_arguments(
         "--progress", type=float, default=5.0, help="seconds between progress lines (5)"
     )
     parser.add_argument(
+        "--feedback-share",
+        type=float,
+        default=0.3,
+        help="share of answers the simulated app rates later through feedback (0.3)",
+    )
+    parser.add_argument(
         "--no-offline-spells",
         dest="offline_spells",
         action="store_false",
@@ -105,6 +111,8 @@ def config_from_args(args: argparse.Namespace) -> FleetConfig:
         cloud_capacity_rps=args.cloud_capacity,
         progress_s=args.progress,
         offline_spells=args.offline_spells,
+        # Namespaces built without the flag (manage.py simulate_fleet's, tests') keep 0.3.
+        feedback_share=getattr(args, "feedback_share", 0.3),
     )
 
 
