@@ -32,7 +32,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from edge_sdk.cache import ResultCache
 from edge_sdk.config import DeviceConfig
 from edge_sdk.decision import Cell, Decision, FallbackKind, Route, fallback_route
-from edge_sdk.feedback import FEEDBACK_PATH, FeedbackQueue
+from edge_sdk.feedback import FEEDBACK_PATH, FeedbackQueue, feedback_item
 from edge_sdk.policy import PolicyDocumentError, PolicyStore
 from edge_sdk.router import Router
 from edge_sdk.storage import atomic_write, read_bytes, remove
@@ -161,6 +161,8 @@ class Device:
         self._shadow_starts: deque[float] = deque()
         # Events of running shadow refines, by event id, until recorded (exactly once).
         self._shadow_events: dict[str, dict[str, Any]] = {}
+        # Feedback on an answer whose event waits for its shadow refine: queued after it.
+        self._feedback_after_shadow: dict[str, dict[str, Any]] = {}
         self.shadow_started = 0  # shadow refines started
         self.shadow_over_budget = 0  # drawn by the cell's rate, skipped: over the SDK's budget
         self.shadow_failed = 0  # the cloud failed or timed out: event sent without the outcome
@@ -260,7 +262,12 @@ class Device:
         (`Outcome.event_id`), however late: queued durably, sent after telemetry, resent until
         the server acknowledges it. ValueError for an id that is not a uuid or a quality
         outside [0, 1]."""
-        self.feedback_queue.add(event_id, quality)
+        item = feedback_item(event_id, quality)
+        if item["event_id"] in self._shadow_events:
+            # Its event is not recorded yet (a shadow refine runs): feedback follows it.
+            self._feedback_after_shadow[item["event_id"]] = item
+            return
+        self.feedback_queue.record(item)
 
     @property
     def shadow_pending(self) -> int:
@@ -403,6 +410,9 @@ class Device:
     def _record_shadow_event(self, event: dict[str, Any]) -> None:
         if self._shadow_events.pop(event["event_id"], None) is not None:
             self.telemetry.record(event)
+            item = self._feedback_after_shadow.pop(event["event_id"], None)
+            if item is not None:
+                self.feedback_queue.record(item)
 
     async def cancel_shadow_refines(self) -> None:
         """Cut the shadow refines still running (`stop` does it); their events are recorded

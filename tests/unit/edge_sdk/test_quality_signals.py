@@ -675,6 +675,27 @@ async def test_shadow__slow_cloud__answer_not_delayed_event_sent_when_it_ends() 
     assert event["latency_ms"] < 100
 
 
+async def test_shadow__feedback_while_refining__queued_only_after_its_event() -> None:
+    # Given a device answer whose shadow refine is still running
+    refiner = Refiner()
+    refiner.delay_s = 0.05
+    device = _device(
+        refiner=refiner,
+        document=_document(shadow={NORMAL: 1.0}, cells={NORMAL: {"cloud_timeout_ms": 5000}}),
+    )
+    outcome = await device.run(task(**LOW))
+    assert outcome.event_id is not None
+
+    # When the app rates the answer at once
+    device.feedback(outcome.event_id, 0.3)
+
+    # Then the feedback waits for the event (the server never gets it first), then follows it
+    assert (device.telemetry.pending, device.feedback_queue.pending) == (0, 0)
+    await _settle(device)
+    assert (device.telemetry.pending, device.feedback_queue.pending) == (1, 1)
+    assert device.feedback_queue.event_ids() == [outcome.event_id]
+
+
 async def test_shadow__cloud_timeout_or_failure__event_sent_without_outcome() -> None:
     # Given a refine that stalls past the cell's cloud timeout, and one that fails
     for stall in (True, False):
