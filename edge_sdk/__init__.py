@@ -18,15 +18,27 @@ from edge_sdk.decision import (
     fallback_route,
 )
 from edge_sdk.device import STATES, Backoff, Device, DeviceRevoked, EnrolmentRefused, Listener
+from edge_sdk.feedback import FeedbackQueue
 from edge_sdk.policy import Policy, PolicyDocumentError, PolicyStore
 from edge_sdk.router import NO_POLICY_DECISION, Router
-from edge_sdk.task import CloudInfer, DeviceInfer, Outcome, Readings, Task
+from edge_sdk.task import (
+    Answer,
+    CloudInfer,
+    DeviceInfer,
+    Outcome,
+    Readings,
+    RefineInfer,
+    RefineOutcome,
+    RefineRequest,
+    Task,
+)
 from edge_sdk.telemetry import TelemetryQueue, TelemetryRevoked, build_event
 
 __all__ = [
     "NO_POLICY_DECISION",
     "SDK_VERSION",
     "STATES",
+    "Answer",
     "Backoff",
     "Cell",
     "CellDocumentError",
@@ -39,12 +51,16 @@ __all__ = [
     "DeviceState",
     "EnrolmentRefused",
     "FallbackKind",
+    "FeedbackQueue",
     "Listener",
     "Outcome",
     "Policy",
     "PolicyDocumentError",
     "PolicyStore",
     "Readings",
+    "RefineInfer",
+    "RefineOutcome",
+    "RefineRequest",
     "ResultCache",
     "Route",
     "Router",

@@ -39,6 +39,12 @@ class DeviceConfig:
     online_check_s: float = 1.0  # how often a connected or offline device re-reads `online`
     keepalive_s: float = 20.0  # a ping after this long without a frame; no pong: reconnect
     http_timeout_s: float = 10.0  # per HTTP request (enrol, poll, telemetry)
+    # The quality signals (PROTOCOL.md extensions):
+    feedback_batch_max: int = 500  # feedback items per POST (the server takes 1,000)
+    feedback_max_items: int = 20_000  # bounded; oldest dropped first, counted
+    # The SDK's own bound on shadow refines, whatever the cell's rate: at most this many
+    # started in any 60 s (0: none), so a high rate on a busy device cannot run up the bill.
+    shadow_refines_per_minute: int = 6
 
     def __post_init__(self) -> None:
         for name, limit in _FIELD_LIMITS.items():

@@ -32,11 +32,29 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from edge_sdk.cache import ResultCache
 from edge_sdk.config import DeviceConfig
 from edge_sdk.decision import Cell, Decision, FallbackKind, Route, fallback_route
+from edge_sdk.feedback import FEEDBACK_PATH, FeedbackQueue, feedback_item
 from edge_sdk.policy import PolicyDocumentError, PolicyStore
 from edge_sdk.router import Router
 from edge_sdk.storage import atomic_write, read_bytes, remove
-from edge_sdk.task import CloudInfer, DeviceInfer, Outcome, Readings, Task
-from edge_sdk.telemetry import PostResult, TelemetryQueue, TelemetryRevoked, build_event
+from edge_sdk.task import (
+    Answer,
+    CloudInfer,
+    DeviceInfer,
+    Outcome,
+    Readings,
+    RefineInfer,
+    RefineOutcome,
+    RefineRequest,
+    Task,
+)
+from edge_sdk.telemetry import (
+    PostResult,
+    TelemetryQueue,
+    TelemetryRevoked,
+    build_event,
+    new_event_id,
+    refine_fields,
+)
 
 __all__ = ["STATES", "Backoff", "Device", "Listener"]
 
@@ -50,6 +68,7 @@ CLOSE_SUPERSEDED: Final = 4409
 MAX_FRAME_BYTES: Final = 4 * 1024 * 1024
 OFFLINE_DRAIN_CONCURRENCY: Final = 8
 SOCKET_FAILURES_BEFORE_POLL: Final = 3
+SHADOW_WINDOW_S: Final = 60.0  # shadow_refines_per_minute counts starts in this window
 
 Listener = Callable[[str, dict[str, Any]], None]
 # Back-off jitter for devices given no rng of their own (a Random costs 2.5 KiB each).
@@ -98,6 +117,7 @@ class Device:
         readings: Callable[[], Readings],
         device_infer: DeviceInfer,
         cloud_infer: CloudInfer,
+        refine_infer: RefineInfer | None = None,
         http: httpx.AsyncClient | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.perf_counter,
@@ -111,6 +131,9 @@ class Device:
         self._readings = readings
         self._device_infer = device_infer
         self._cloud_infer = cloud_infer
+        # Refines a draft knowing it (draft_refine, shadow refines); without it draft_refine
+        # calls cloud_infer as before and no shadow refine runs.
+        self._refine_infer = refine_infer
         self._http = http
         self._owns_http = False
         self._rng = rng if rng is not None else _JITTER
@@ -124,7 +147,26 @@ class Device:
             poster=self._post_telemetry,
             on_full=self._wake_telemetry,
         )
+        self.feedback_queue = FeedbackQueue(
+            max_events=config.feedback_max_items,
+            batch_max=config.feedback_batch_max,
+            state_dir=state_dir,
+            poster=self._post_feedback,
+            on_full=self._wake_telemetry,
+        )
         self.cache = ResultCache(config.cache_max_entries, clock=clock)
+        # Shadow refines (PROTOCOL.md extensions): running ones, recent starts, what became
+        # of them.
+        self._shadow_tasks: set[asyncio.Task[None]] = set()
+        self._shadow_starts: deque[float] = deque()
+        # Events of running shadow refines, by event id, until recorded (exactly once).
+        self._shadow_events: dict[str, dict[str, Any]] = {}
+        # Feedback on an answer whose event waits for its shadow refine: queued after it.
+        self._feedback_after_shadow: dict[str, dict[str, Any]] = {}
+        self.shadow_started = 0  # shadow refines started
+        self.shadow_over_budget = 0  # drawn by the cell's rate, skipped: over the SDK's budget
+        self.shadow_failed = 0  # the cloud failed or timed out: event sent without the outcome
+        self._feedback_retry_at = 0.0  # event-loop time before which feedback is not retried
         self.connection_state = "stopped"
         self.last_error: str | None = None
         self.token: str | None = None
@@ -174,6 +216,7 @@ class Device:
             if self.policy.current is None:
                 self.policy.load()
             self.telemetry.load()
+            self.feedback_queue.load()
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=self.config.http_timeout_s)
             self._owns_http = True
@@ -195,16 +238,16 @@ class Device:
             loop_task.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
         await self._close_socket()
-        if (
-            self.telemetry.pending
-            and self.token is not None
-            and not self._revoked
-            and self._online()
-        ):
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(self.config.http_timeout_s):
-                    await self.telemetry.flush()
+        # Shadow refines still running are cut: their events go without the outcome.
+        await self.cancel_shadow_refines()
+        if self.token is not None and not self._revoked and self._online():
+            for queue in (self.telemetry, self.feedback_queue):
+                if queue.pending:
+                    with contextlib.suppress(Exception):
+                        async with asyncio.timeout(self.config.http_timeout_s):
+                            await queue.flush()
         await self.telemetry.save_async()
+        await self.feedback_queue.save_async()
         if self._policy_saved is not None:
             await asyncio.shield(self._policy_saved)
         if self._owns_http and self._http is not None:
@@ -213,6 +256,23 @@ class Device:
             self._owns_http = False
         if not self._revoked:
             self._set_state("stopped")
+
+    def feedback(self, event_id: str, quality: float) -> None:
+        """Report the app's quality (0-1) of the answer of an earlier task, by its event id
+        (`Outcome.event_id`), however late: queued durably, sent after telemetry, resent until
+        the server acknowledges it. ValueError for an id that is not a uuid or a quality
+        outside [0, 1]."""
+        item = feedback_item(event_id, quality)
+        if item["event_id"] in self._shadow_events:
+            # Its event is not recorded yet (a shadow refine runs): feedback follows it.
+            self._feedback_after_shadow[item["event_id"]] = item
+            return
+        self.feedback_queue.record(item)
+
+    @property
+    def shadow_pending(self) -> int:
+        """Shadow refines running in the background now."""
+        return len(self._shadow_tasks)
 
     async def run(self, task: Task) -> Outcome:
         """Route the task, run it where the decision says, fall back, cache, record telemetry."""
@@ -253,14 +313,29 @@ class Device:
         cache_hit = cached is not _MISSING
         route: Route
         fallback: FallbackKind
+        signals = _Signals()
         if cache_hit:  # answered from the cache: nothing of the task left the device
             route, fallback, ok, result, uploaded = decision.route, "none", True, cached, False
         else:
-            route, fallback, ok, result, uploaded = await self._execute(
+            route, fallback, ok, answer, uploaded = await self._execute(
                 task, decision, cell, readings.online
             )
+            result = signals.read(answer)
+            if route != "draft_refine":  # only a refine of a draft says whether it changed
+                signals.changed = signals.edit_ratio = None
             if ok and cache_key is not None and cell is not None:
                 self.cache.put(cache_key, result, cell.cache_ttl_s)
+        shadow = (
+            not cache_hit
+            and ok
+            and route == "device"
+            and fallback == "none"
+            and decision.route == "device"
+            and readings.online
+            and cell is not None
+            and version is not None
+            and self._shadow_drawn(task, cell)
+        )
         return self._finish(
             task,
             readings,
@@ -275,7 +350,80 @@ class Device:
             cache_hit=cache_hit,
             uploaded=uploaded,
             cloud_pressure=pressure,
+            signals=signals,
+            shadow=shadow,
         )
+
+    # --- shadow refines ----------------------------------------------------------------------
+
+    def _shadow_drawn(self, task: Task, cell: Cell) -> bool:
+        """Whether this device answer is also refined by the cloud: drawn with the cell's
+        `shadow_refine_rate` (never where the cell forbids uploads), within the SDK's budget,
+        and only with a `refine_infer` to do it."""
+        if self._refine_infer is None or not cell.upload_allowed:
+            return False
+        rate = self.policy.shadow_refine_rate(task)
+        if rate <= 0 or self._rng.random() >= rate:
+            return False
+        now = self._clock()
+        starts = self._shadow_starts
+        while starts and now - starts[0] >= SHADOW_WINDOW_S:
+            starts.popleft()
+        if len(starts) >= self.config.shadow_refines_per_minute:
+            self.shadow_over_budget += 1
+            return False
+        starts.append(now)
+        return True
+
+    def _start_shadow_refine(
+        self, request: RefineRequest, cell: Cell, event: dict[str, Any]
+    ) -> None:
+        self.shadow_started += 1
+        self._shadow_events[event["event_id"]] = event
+        shadow = asyncio.get_running_loop().create_task(
+            self._shadow_refine(request, cell, event),
+            name=f"edge-sdk:{self.config.device_id}:shadow",
+        )
+        self._shadow_tasks.add(shadow)
+        shadow.add_done_callback(self._shadow_tasks.discard)
+
+    async def _shadow_refine(
+        self, request: RefineRequest, cell: Cell, event: dict[str, Any]
+    ) -> None:
+        """Refine a draft already given as the answer, then record its event: with the
+        outcome, or without it when the cloud failed, timed out (the cell's cloud_timeout_ms)
+        or the device stopped meanwhile."""
+        assert self._refine_infer is not None
+        changed: bool | None = None
+        edit_ratio: float | None = None
+        try:
+            async with asyncio.timeout(cell.cloud_timeout_ms / 1000):
+                answer = await self._refine_infer(request)
+            if isinstance(answer, RefineOutcome):
+                changed, edit_ratio = answer.changed, answer.edit_ratio
+        except Exception:  # TimeoutError included
+            self.shadow_failed += 1
+        finally:  # cancelled (stop) too: the event of the answer is never lost
+            event.update(refine_fields(changed, edit_ratio))
+            self._record_shadow_event(event)
+
+    def _record_shadow_event(self, event: dict[str, Any]) -> None:
+        if self._shadow_events.pop(event["event_id"], None) is not None:
+            self.telemetry.record(event)
+            item = self._feedback_after_shadow.pop(event["event_id"], None)
+            if item is not None:
+                self.feedback_queue.record(item)
+
+    async def cancel_shadow_refines(self) -> None:
+        """Cut the shadow refines still running (`stop` does it); their events are recorded
+        without the outcome."""
+        running = list(self._shadow_tasks)
+        for shadow in running:
+            shadow.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        # A refine cancelled before it began never ran its own `finally`.
+        for event in list(self._shadow_events.values()):
+            self._record_shadow_event(event)
 
     # --- execution ---------------------------------------------------------------------------
 
@@ -295,30 +443,52 @@ class Device:
         cache_hit: bool,
         uploaded: bool,
         cloud_pressure: float = 0.0,
+        signals: _Signals | None = None,
+        shadow: bool = False,
     ) -> Outcome:
         latency_ms = (self._clock() - started) * 1000
+        signals = signals or _Signals()
+        event_id: str | None = None
         if cell is None or version is None:
             self.telemetry.skipped += 1  # nothing to report against: no published version
         else:
-            self.telemetry.record(
-                build_event(
-                    device_id=self.config.device_id,
-                    policy_version=version,
-                    task=task,
-                    readings=readings,
-                    decision=decision,
-                    route=decision.route,
-                    fallback=fallback,
-                    latency_ms=latency_ms,
-                    cache_hit=cache_hit,
-                    ok=ok,
-                    uploaded=uploaded,
-                    cloud_pressure=cloud_pressure,
-                    # The app's cloud_infer strips identifiers when the cell asks for it.
-                    deidentified=uploaded and cell.upload_deidentify,
-                    ts=self._wall_clock(),
-                )
+            event_id = new_event_id()
+            if shadow:
+                # The draft goes to the cloud, as the cell allows and de-identified as it asks.
+                uploaded = True
+            event = build_event(
+                event_id=event_id,
+                device_id=self.config.device_id,
+                policy_version=version,
+                task=task,
+                readings=readings,
+                decision=decision,
+                route=decision.route,
+                fallback=fallback,
+                latency_ms=latency_ms,
+                cache_hit=cache_hit,
+                ok=ok,
+                uploaded=uploaded,
+                cloud_pressure=cloud_pressure,
+                # The app's cloud_infer strips identifiers when the cell asks for it.
+                deidentified=uploaded and cell.upload_deidentify,
+                ts=self._wall_clock(),
+                quality=signals.quality,
+                refine_changed=signals.changed,
+                refine_edit_ratio=signals.edit_ratio,
+                shadow_refine=shadow,
             )
+            if shadow:  # recorded once the shadow refine ends (the answer does not wait)
+                request = RefineRequest(
+                    task=task,
+                    decision=decision,
+                    draft=result,
+                    deidentify=cell.upload_deidentify,
+                    shadow=True,
+                )
+                self._start_shadow_refine(request, cell, event)
+            else:
+                self.telemetry.record(event)
         return Outcome(
             decision=decision,
             route=route,
@@ -329,6 +499,12 @@ class Device:
             queued=False,
             result=result,
             policy_version=version,
+            event_id=event_id,
+            quality=signals.quality,
+            refine_changed=signals.changed,
+            # As the event says it: 0 when the cloud kept the draft.
+            refine_edit_ratio=0.0 if signals.changed is False else signals.edit_ratio,
+            shadow_refine=shadow and event_id is not None,
         )
 
     async def _execute(
@@ -358,7 +534,7 @@ class Device:
                 return "device", "none", False, draft, False
             ok, result = await self._on_cloud(task, decision, cell, online)
             return "cloud", "device_to_cloud", ok, result, online
-        ok, refined = await self._on_cloud(task, decision, cell, online)
+        ok, refined = await self._on_refine(task, decision, cell, online, draft)
         if ok:
             return "draft_refine", "none", True, refined, online
         if fallback_route(cell, route, "cloud") == "none":
@@ -379,6 +555,28 @@ class Device:
         try:
             async with asyncio.timeout(cell.cloud_timeout_ms / 1000):
                 return True, await self._cloud_infer(task, decision)
+        except Exception as error:  # TimeoutError included: cloud_timeout_ms passed
+            return False, error
+
+    async def _on_refine(
+        self, task: Task, decision: Decision, cell: Cell, online: bool, draft: Any
+    ) -> tuple[bool, Any]:
+        """The cloud's refine of a draft: `refine_infer` with the draft when the app gave one,
+        else `cloud_infer` (which does not see the draft)."""
+        if self._refine_infer is None:
+            return await self._on_cloud(task, decision, cell, online)
+        if not online:
+            return False, ConnectionError("device is offline")
+        request = RefineRequest(
+            task=task,
+            decision=decision,
+            draft=draft.result if isinstance(draft, Answer) else draft,
+            deidentify=cell.upload_deidentify,
+            shadow=False,
+        )
+        try:
+            async with asyncio.timeout(cell.cloud_timeout_ms / 1000):
+                return True, await self._refine_infer(request)
         except Exception as error:  # TimeoutError included: cloud_timeout_ms passed
             return False, error
 
@@ -725,6 +923,7 @@ class Device:
             if loop_task is not current:
                 loop_task.cancel()
         await self.telemetry.save_async()
+        await self.feedback_queue.save_async()
         self._set_state("revoked")
 
     # --- telemetry ---------------------------------------------------------------------------
@@ -748,8 +947,44 @@ class Device:
             return 0, b"", None
         return response.status_code, response.content, response.headers.get("Retry-After")
 
+    async def _post_feedback(self, body: bytes) -> PostResult:
+        if self._http is None or self.token is None:
+            return 0, b"", None
+        try:
+            response = await self._http.post(
+                f"{self.config.base_url}{FEEDBACK_PATH}",
+                content=body,
+                headers={**self._auth(), "Content-Type": "application/json"},
+                timeout=self.config.http_timeout_s,
+            )
+        except (httpx.HTTPError, OSError) as error:
+            self.last_error = f"feedback: {error!r}"
+            return 0, b"", None
+        return response.status_code, response.content, response.headers.get("Retry-After")
+
+    async def _flush_feedback(self, backoff: Backoff) -> bool:
+        """One attempt to deliver pending feedback unless backing off; False when revoked."""
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._feedback_retry_at:
+            return True
+        try:
+            delivered = await self.feedback_queue.flush()
+        except TelemetryRevoked as error:
+            await self._revoke(str(error))
+            return False
+        if delivered:
+            await self.feedback_queue.refresh_saved()
+            backoff.reset()
+            self._feedback_retry_at = 0.0
+        else:
+            await self.feedback_queue.save_async()
+            delay = max(self.feedback_queue.retry_after, backoff.next_delay())
+            self._feedback_retry_at = loop.time() + delay
+        return True
+
     async def _telemetry_loop(self) -> None:
         backoff = Backoff(self.config.backoff_base_s, self.config.backoff_max_s, self._rng)
+        feedback_backoff = Backoff(self.config.backoff_base_s, self.config.backoff_max_s, self._rng)
         wake = self._telemetry_wake
         assert wake is not None
         retry = False  # after a failed flush: try again after the back-off, not the interval
@@ -762,27 +997,59 @@ class Device:
             retry = False
             if not self._online():
                 await self.telemetry.save_async()  # held until online: kept on disk meanwhile
+                await self.feedback_queue.save_async()
                 continue
             await self._drain_offline_tasks()
             if self.token is None:
                 await self.telemetry.save_async()
+                await self.feedback_queue.save_async()
                 continue
-            if not self.telemetry.pending:
-                continue
-            try:
-                delivered = await self.telemetry.flush()
-            except TelemetryRevoked as error:
-                await self._revoke(str(error))
+            if self.telemetry.pending:
+                try:
+                    delivered = await self.telemetry.flush()
+                except TelemetryRevoked as error:
+                    await self._revoke(str(error))
+                    return
+                if delivered:
+                    # While deliveries succeed events are not written to disk (a crash loses
+                    # at most one flush interval); a file left by failures is brought up to
+                    # date.
+                    await self.telemetry.refresh_saved()
+                    backoff.reset()
+                else:
+                    await self.telemetry.save_async()
+                    await self.feedback_queue.save_async()
+                    retry = True
+                    await asyncio.sleep(max(self.telemetry.retry_after, backoff.next_delay()))
+                    continue
+            # Feedback after the events it refers to; its failures back off on their own and
+            # never hold telemetry back.
+            if self.feedback_queue.pending and not await self._flush_feedback(feedback_backoff):
                 return
-            if delivered:
-                # While deliveries succeed events are not written to disk (a crash loses at
-                # most one flush interval); a file left by failures is brought up to date.
-                await self.telemetry.refresh_saved()
-                backoff.reset()
-            else:
-                await self.telemetry.save_async()
-                retry = True
-                await asyncio.sleep(max(self.telemetry.retry_after, backoff.next_delay()))
+
+
+class _Signals:
+    """The quality signals of one task's answer, read from what the app's callables returned
+    (an Answer or a RefineOutcome, or a bare result that says nothing)."""
+
+    __slots__ = ("changed", "edit_ratio", "quality")
+
+    def __init__(self) -> None:
+        self.quality: float | None = None
+        self.changed: bool | None = None
+        self.edit_ratio: float | None = None
+
+    def read(self, answer: Any) -> Any:
+        """The bare result of `answer`, noting what it says of its quality."""
+        if isinstance(answer, RefineOutcome):
+            self.quality = answer.quality
+            self.changed = bool(answer.changed)
+            self.edit_ratio = answer.edit_ratio
+            return answer.result
+        if isinstance(answer, Answer):
+            self.quality = answer.quality
+            return answer.result
+        return answer
 
 
 async def _quietly_close(ws: ClientConnection) -> None:

@@ -46,6 +46,9 @@ class PolicyTable:
 
     document: Mapping[str, Any]
     cells: Mapping[CellKey, Cell]
+    # Each cell's `shadow_refine_rate` (PROTOCOL.md extensions), 0 where the cell forbids
+    # uploads; read here, not by `Cell`, because the decision never reads it.
+    shadow_rates: Mapping[CellKey, float] = field(default_factory=dict)
     # Router plans per cloud-pressure value (edge_sdk.router fills it; bounded).
     plans: dict[float, Any] = field(default_factory=dict)
 
@@ -109,7 +112,10 @@ def parse_policy(
     # Equal content is checked, not assumed from the ETag: a server that reused a version
     # number for other content must not get one device routing by another's table.
     if table is None or table.document != document:
-        table = PolicyTable(document=document, cells=_parse_cells(document))
+        cells = _parse_cells(document)
+        table = PolicyTable(
+            document=document, cells=cells, shadow_rates=_shadow_rates(document, cells)
+        )
         if key is not None:
             _tables[key] = table
     return Policy(version=version, etag=etag, rollout=rollout, table=table)
@@ -134,10 +140,48 @@ def _parse_cells(document: Mapping[str, Any]) -> dict[CellKey, Cell]:
     return cells
 
 
+MAX_SHADOW_REFINE_RATE: Final = 1.0  # the server sends at most 0.05; more is not a share
+
+
+def _shadow_rates(
+    document: Mapping[str, Any], cells: Mapping[CellKey, Cell]
+) -> dict[CellKey, float]:
+    """`shadow_refine_rate` of each cell that has one above 0 (absent: 0, as old servers send).
+
+    A value that is not a number in [0, 1] makes the document unusable, like any bad field;
+    a rate on a cell that forbids uploads is read as 0: a shadow refine would send the task's
+    draft to the cloud (the server refuses such a cell; the device does not trust it to).
+    """
+    rates: dict[CellKey, float] = {}
+    for index, raw in enumerate(document["cells"]):
+        rate = raw.get("shadow_refine_rate", 0.0)
+        if (
+            isinstance(rate, bool)
+            or not isinstance(rate, int | float)
+            or not 0.0 <= rate <= MAX_SHADOW_REFINE_RATE  # NaN fails this too
+        ):
+            raise PolicyDocumentError(
+                f"cells[{index}]: cell field 'shadow_refine_rate' must be a number in [0, 1], "
+                f"got {rate!r}"
+            )
+        key = (raw["task_type"], raw["latency_budget"], raw["privacy_tier"])
+        if rate > 0 and cells[key].upload_allowed:
+            rates[key] = float(rate)
+    return rates
+
+
 class PolicyStore:
     """The policy the device routes with now (None until one is applied or loaded)."""
 
-    __slots__ = ("_path", "_write_lock", "cells", "current", "generation", "on_change")
+    __slots__ = (
+        "_path",
+        "_write_lock",
+        "cells",
+        "current",
+        "generation",
+        "on_change",
+        "shadow_rates",
+    )
 
     def __init__(self, state_dir: Path | None = None) -> None:
         self._path = state_dir / POLICY_FILE if state_dir is not None else None
@@ -145,6 +189,7 @@ class PolicyStore:
         self.current: Policy | None = None
         # Read by the router on every decision: a plain dict, swapped whole on apply.
         self.cells: Mapping[CellKey, Cell] = {}
+        self.shadow_rates: Mapping[CellKey, float] = {}  # cells with a rate above 0 only
         # Bumped on every apply, so caches keyed on it never serve another version's answer.
         self.generation = 0
         # Called after every apply or load (the router drops its per-cell plans).
@@ -173,6 +218,11 @@ class PolicyStore:
     def cell(self, task: Any) -> Cell | None:
         """The cell of a task (anything with task_type, latency_budget, privacy_tier)."""
         return self.cells.get((task.task_type, task.latency_budget, task.privacy_tier))
+
+    def shadow_refine_rate(self, task: Any) -> float:
+        """The `shadow_refine_rate` of a task's cell (0 without one, or where uploads are
+        forbidden)."""
+        return self.shadow_rates.get((task.task_type, task.latency_budget, task.privacy_tier), 0.0)
 
     def apply(
         self,
@@ -215,6 +265,7 @@ class PolicyStore:
     def _set(self, policy: Policy) -> None:
         self.current = policy
         self.cells = policy.cells
+        self.shadow_rates = policy.table.shadow_rates
         self.generation += 1
         for callback in self.on_change:
             callback()

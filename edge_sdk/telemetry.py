@@ -41,6 +41,8 @@ __all__ = [
     "TelemetryQueue",
     "TelemetryRevoked",
     "build_event",
+    "new_event_id",
+    "refine_fields",
 ]
 
 logger = logging.getLogger(__name__)
@@ -92,6 +94,11 @@ def build_event(
     ts: float,
     uploaded: bool | None = None,
     cloud_pressure: float | None = None,
+    event_id: str | None = None,
+    quality: float | None = None,
+    refine_changed: bool | None = None,
+    refine_edit_ratio: float | None = None,
+    shadow_refine: bool = False,
 ) -> dict[str, Any]:
     """One PROTOCOL.md telemetry event, with values kept inside what the server accepts.
 
@@ -104,9 +111,14 @@ def build_event(
     The decision's remaining inputs go too (PROTOCOL.md extensions, for backtests): the
     readings' `online` and `cloud_infer_ms`, and `cloud_pressure`, the θ offset in force
     (None leaves it out).
+    The quality signals (PROTOCOL.md extensions) go when known: `quality` (the app's, 0-1),
+    `refine_changed` with `refine_edit_ratio` (0 when nothing changed; left out when the
+    ratio is unknown), and `shadow_refine: true` for a device answer the cloud also refined.
+    `event_id` is a fresh uuid4 unless the caller made one (a shadow refine's event is
+    recorded after its Outcome names the id).
     """
     event: dict[str, Any] = {
-        "event_id": _uuid4(),
+        "event_id": event_id or _uuid4(),
         "device_id": device_id,
         "ts": datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")[:-6] + "Z",
         "policy_version": policy_version,
@@ -142,7 +154,35 @@ def build_event(
     ):
         if value is not None:
             event[name] = value
+    if quality is not None:
+        unit_quality = _unit(quality)
+        if unit_quality is not None:
+            event["quality"] = unit_quality
+    if shadow_refine:
+        event["shadow_refine"] = True
+    event.update(refine_fields(refine_changed, refine_edit_ratio))
     return event
+
+
+def refine_fields(changed: bool | None, edit_ratio: float | None) -> dict[str, Any]:
+    """`refine_changed` and `refine_edit_ratio` as an event carries them: nothing when it is
+    unknown whether the cloud changed the draft; a ratio of 0 when it did not; the ratio
+    (clamped to 0..1) when it did and the app said how much."""
+    if changed is None:
+        return {}
+    fields: dict[str, Any] = {"refine_changed": bool(changed)}
+    if not changed:
+        fields["refine_edit_ratio"] = 0.0
+    elif edit_ratio is not None and not isinstance(edit_ratio, bool):
+        ratio = _unit(edit_ratio)
+        if ratio is not None:
+            fields["refine_edit_ratio"] = ratio
+    return fields
+
+
+def new_event_id() -> str:
+    """A fresh uuid4 for an event (what `build_event` makes when given none)."""
+    return _uuid4()
 
 
 def _uuid4() -> str:
@@ -157,6 +197,11 @@ def _uuid4() -> str:
 class TelemetryQueue:
     """Unsent events of one device, oldest first, bounded; counters say what became of them."""
 
+    # What the queue sends and where it keeps it (FeedbackQueue sends feedback items instead).
+    _prefix: bytes = _PREFIX
+    _file_name: str = TELEMETRY_FILE
+    _kind: str = "telemetry"
+
     def __init__(
         self,
         *,
@@ -168,7 +213,7 @@ class TelemetryQueue:
     ) -> None:
         self.max_events = max(1, max_events)
         self.batch_max = max(1, min(batch_max, MAX_BATCH_EVENTS))
-        self._path = state_dir / TELEMETRY_FILE if state_dir is not None else None
+        self._path = state_dir / self._file_name if state_dir is not None else None
         self.poster = poster
         self._on_full = on_full
         self._events: deque[tuple[int, bytes]] = deque()
@@ -231,7 +276,7 @@ class TelemetryQueue:
             while self._events:
                 batch = self._take()
                 status, content, retry_after = await self.poster(
-                    _PREFIX + b",".join(raw for _, raw in batch) + _SUFFIX
+                    self._prefix + b",".join(raw for _, raw in batch) + _SUFFIX
                 )
                 if status == 202:
                     self._acknowledged(batch, content)
@@ -242,7 +287,7 @@ class TelemetryQueue:
                 elif status == 413:
                     self._drop_batch(batch, "too_large")
                 elif status == 401:
-                    raise TelemetryRevoked("telemetry refused the device token (401)")
+                    raise TelemetryRevoked(f"{self._kind} refused the device token (401)")
                 else:
                     self.failures += 1
                     self.retry_after = _seconds(retry_after) if status == 429 else 0.0
@@ -253,7 +298,7 @@ class TelemetryQueue:
 
     def _take(self) -> list[tuple[int, bytes]]:
         batch: list[tuple[int, bytes]] = []
-        size = len(_PREFIX) + len(_SUFFIX)
+        size = len(self._prefix) + len(_SUFFIX)
         for item in self._events:
             size += len(item[1]) + 1
             if batch and (len(batch) >= self._limit or size > MAX_BATCH_BYTES):
@@ -276,13 +321,18 @@ class TelemetryQueue:
             self._events.popleft()
         self._dirty = True
 
+    def _named(self, detail: Any) -> int | None:
+        """The index in the batch of the event a 400's detail names, if any."""
+        index = detail.get("event") if isinstance(detail, dict) else None
+        return index if isinstance(index, int) and not isinstance(index, bool) else None
+
     def _refused(self, batch: list[tuple[int, bytes]], content: bytes) -> None:
         named: set[int] = set()
         try:
             details = msgspec.json.decode(content)["error"]["details"]
             for detail in details:
-                index = detail.get("event") if isinstance(detail, dict) else None
-                if isinstance(index, int) and 0 <= index < len(batch):
+                index = self._named(detail)
+                if index is not None and 0 <= index < len(batch):
                     named.add(index)
         except (msgspec.DecodeError, KeyError, TypeError):
             pass
@@ -290,14 +340,15 @@ class TelemetryQueue:
             self._drop_batch(batch, "bad_batch")
             return
         logger.warning(
-            "telemetry.events_rejected count=%d answer=%s",
+            "%s.events_rejected count=%d answer=%s",
+            self._kind,
             len(named),
             content[:500].decode(errors="replace"),
         )
         self._drop({batch[index][0] for index in named})
 
     def _drop_batch(self, batch: list[tuple[int, bytes]], reason: str) -> None:
-        logger.warning("telemetry.batch_rejected reason=%s events=%d", reason, len(batch))
+        logger.warning("%s.batch_rejected reason=%s events=%d", self._kind, reason, len(batch))
         self._drop({seq for seq, _ in batch})
 
     def _drop(self, seqs: set[int]) -> None:
@@ -357,7 +408,7 @@ class TelemetryQueue:
                 self._saved = False
         except OSError as error:
             self._dirty = True
-            logger.warning("telemetry.save_failed path=%s error=%s", self._path, error)
+            logger.warning("%s.save_failed path=%s error=%s", self._kind, self._path, error)
 
 
 def _seconds(header: str | None) -> float:

@@ -27,6 +27,8 @@ MODES = ("device_only", "cloud_only", "auto", "draft_refine")
 FALLBACKS = ("other_side", "none")
 WEIGHT_PATHS = ("weights.length", "weights.intent", "weights.lm")
 WEIGHT_SUM_TOLERANCE = 1e-6
+# PROTOCOL.md extensions: at most 5% of device-answered tasks are also refined by the cloud.
+MAX_SHADOW_REFINE_RATE = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,15 @@ class FieldSpec:
     minimum_exclusive: bool = False
     choices: tuple[str, ...] = ()
     help: str = ""
+    # An optional field: a cell without it (a document written before the field existed) has
+    # this value, and the policy document leaves it out while it has it, so the documents of
+    # versions published before the field existed stay byte for byte what devices received.
+    default: Any = None
+
+    @property
+    def optional(self) -> bool:
+        """Whether a cell may leave the field out (it then has `default`)."""
+        return self.default is not None
 
 
 CELL_FIELDS: tuple[FieldSpec, ...] = (
@@ -143,6 +154,17 @@ CELL_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec(
         "cache_ttl_s", "cache_ttl_s", "int", "Cache TTL", unit="s", minimum=0, maximum=30 * 86_400
     ),
+    FieldSpec(
+        "shadow_refine_rate",
+        "shadow_refine_rate",
+        "float",
+        "Shadow refine rate",
+        minimum=0.0,
+        maximum=MAX_SHADOW_REFINE_RATE,
+        help="Share of tasks answered on the device that the cloud also refines in the "
+        "background, to measure the device's quality below θ; 0 where uploads are not allowed.",
+        default=0.0,
+    ),
 )
 FIELDS_BY_PATH: dict[str, FieldSpec] = {spec.path: spec for spec in CELL_FIELDS}
 FIELD_PATHS: tuple[str, ...] = tuple(spec.path for spec in CELL_FIELDS)
@@ -199,4 +221,5 @@ DEFAULT_CELL_VALUES: dict[str, Any] = {
     "load.busy": 0.8,
     "load.theta_lower": 0.1,
     "cache_ttl_s": 3600,
+    "shadow_refine_rate": 0.0,
 }

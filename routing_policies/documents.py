@@ -6,7 +6,7 @@ from datetime import datetime
 from itertools import product
 from typing import Any
 
-from .cell_schema import DIMENSIONS, FIELD_PATHS, CellKey, cell_key_label, nest
+from .cell_schema import CELL_FIELDS, DIMENSIONS, CellKey, cell_key_label, nest
 
 Table = dict[CellKey, dict[str, Any]]
 
@@ -17,9 +17,21 @@ def ordered_keys(dimensions: dict[str, list[str]]) -> list[CellKey]:
 
 
 def cell_document(key: CellKey, values: dict[str, Any]) -> dict[str, Any]:
-    """One cell as it appears in the policy document."""
+    """One cell as it appears in the policy document.
+
+    An optional field at its default is left out (devices read the default): the documents
+    of versions published before the field existed stay as they were, ETag included.
+    """
     doc: dict[str, Any] = dict(zip(DIMENSIONS, key, strict=True))
-    doc.update(nest({path: values[path] for path in FIELD_PATHS}))
+    flat: dict[str, Any] = {}
+    for spec in CELL_FIELDS:
+        if spec.optional:
+            value = values.get(spec.path, spec.default)
+            if value != spec.default:
+                flat[spec.path] = value
+        else:
+            flat[spec.path] = values[spec.path]
+    doc.update(nest(flat))
     return doc
 
 

@@ -96,7 +96,10 @@ def validate_cell(key: CellKey, values: dict[str, Any]) -> tuple[dict[str, Any],
             problems.append(Problem(path, "is not a field of a policy cell", label))
     for spec in CELL_FIELDS:
         if spec.path not in values:
-            problems.append(Problem(spec.path, "is required", label))
+            if spec.optional:
+                cleaned[spec.path] = spec.default
+            else:
+                problems.append(Problem(spec.path, "is required", label))
             continue
         value, error = clean_value(spec, values[spec.path])
         if error:
@@ -121,6 +124,17 @@ def validate_cell(key: CellKey, values: dict[str, Any]) -> tuple[dict[str, Any],
                 "cloud_only contradicts a sensitive tier whose uploads are not allowed: "
                 "the task could never run; allow uploads (with de-identification) or keep it "
                 "on the device",
+                label,
+            )
+        )
+    shadow_rate = cleaned.get("shadow_refine_rate")
+    if shadow_rate and cleaned.get("upload.allowed") is False:
+        problems.append(
+            Problem(
+                "shadow_refine_rate",
+                f"must be 0 where uploads are not allowed; got {shadow_rate!r}: a shadow refine "
+                "sends the task's draft to the cloud; allow uploads (with de-identification) or "
+                "set it to 0",
                 label,
             )
         )

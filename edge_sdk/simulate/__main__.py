@@ -61,13 +61,13 @@ def add_arguments(
         "--buggy-version",
         type=int,
         default=None,
-        help="buggy-candidate: exactly this policy version runs the buggy model",
+        help="buggy-candidate, degraded-model: exactly this policy version is the candidate",
     )
     parser.add_argument(
         "--stable-version",
         type=int,
         default=None,
-        help="buggy-candidate: versions newer than this run the buggy model "
+        help="buggy-candidate, degraded-model: versions newer than this are the candidate "
         "(default: the lowest version the devices run once the first has a policy)",
     )
     parser.add_argument(
@@ -78,6 +78,12 @@ def add_arguments(
     )
     parser.add_argument(
         "--progress", type=float, default=5.0, help="seconds between progress lines (5)"
+    )
+    parser.add_argument(
+        "--feedback-share",
+        type=float,
+        default=0.3,
+        help="share of answers the simulated app rates later through feedback (0.3)",
     )
     parser.add_argument(
         "--no-offline-spells",
@@ -105,6 +111,8 @@ def config_from_args(args: argparse.Namespace) -> FleetConfig:
         cloud_capacity_rps=args.cloud_capacity,
         progress_s=args.progress,
         offline_spells=args.offline_spells,
+        # Namespaces built without the flag (manage.py simulate_fleet's, tests') keep 0.3.
+        feedback_share=getattr(args, "feedback_share", 0.3),
     )
 
 

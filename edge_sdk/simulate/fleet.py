@@ -27,7 +27,8 @@ from typing import Any, Final, TextIO
 import httpx
 
 from .. import Device, DeviceConfig, Outcome, Readings, Task
-from ..decision import Decision
+from ..decision import Decision, score_terms
+from ..task import RefineOutcome, RefineRequest
 from .models import (
     DEVICE_PROFILES,
     LINK_PROFILES,
@@ -42,6 +43,7 @@ from .models import (
     pick_weighted,
     upload_ms,
 )
+from .quality import DEGRADED_QUALITY, STABLE_QUALITY, QualityModel
 from .scenarios import BuggyRule, Scenario, scenario_named
 from .workload import BUGGY_MODEL, STABLE_MODEL, ModelConfidence, TaskDraw, Workload
 
@@ -93,6 +95,10 @@ class FleetConfig:
     telemetry_flush_s: float = 2.0
     http_connections: int = 200
     offline_spells: bool = True  # False: links never drop (tests that time stage changes)
+    # The simulated app rates this share of answers, late (Device.feedback), after a delay
+    # drawn uniformly from feedback_delay_s.
+    feedback_share: float = 0.3
+    feedback_delay_s: tuple[float, float] = (1.0, 30.0)
 
     def __post_init__(self) -> None:
         if self.devices < 1:
@@ -104,6 +110,11 @@ class FleetConfig:
         if self.duration_s is not None and self.duration_s <= 0:
             raise ValueError("duration_s must be positive")
         scenario_named(self.scenario)  # ValueError naming the choices
+        if not 0.0 <= self.feedback_share <= 1.0:
+            raise ValueError("feedback_share must be in [0, 1]")
+        low, high = self.feedback_delay_s
+        if not 0.0 <= low <= high:
+            raise ValueError("feedback_delay_s must be (low, high) with 0 <= low <= high")
 
 
 @dataclass
@@ -121,6 +132,11 @@ class FleetStats:
     no_policy: int = 0  # run before the device had any policy (answered on the device)
     buggy_tasks: int = 0  # run with the buggy candidate's model
     buggy_cloud: int = 0
+    degraded_tasks: int = 0  # run with the degraded candidate's device model
+    refines: int = 0  # cloud refines of a draft (draft_refine and shadow), outcome known
+    refines_changed: int = 0  # of those, the cloud changed the draft
+    shadow_refines: int = 0  # device answers also refined in the background
+    feedback: int = 0  # late quality ratings handed to Device.feedback
     latencies_ms: list[float] = field(default_factory=list)  # since the last progress line
 
     def record(self, outcome: Outcome, *, buggy: bool) -> None:
@@ -138,6 +154,7 @@ class FleetStats:
         if buggy:
             self.buggy_tasks += 1
             self.buggy_cloud += outcome.decision.route == "cloud"
+        self.shadow_refines += outcome.shadow_refine
         self.latencies_ms.append(outcome.latency_ms)
 
     @property
@@ -181,6 +198,7 @@ class SimDevice:
             readings=self.readings,
             device_infer=self.device_infer,
             cloud_infer=self.cloud_infer,
+            refine_infer=self.refine_infer,
             http=fleet.http,
             rng=random.Random(rng.random()),
             clock=fleet.clock,
@@ -234,6 +252,37 @@ class SimDevice:
         )
         await asyncio.sleep(min(delay_ms / 1000, _LONGEST_SLEEP_S))
         return {"side": "cloud", "ms": delay_ms, "route": decision.route}
+
+    async def refine_infer(self, request: RefineRequest) -> RefineOutcome:
+        """The large model refining the device's draft (draft_refine, and shadow refines):
+        timed like a cloud call; whether it changes the draft is drawn from the device
+        model's keep curve at the task's score (`quality.QualityModel`)."""
+        refined = await self.cloud_infer(request.task, request.decision)
+        quality = self.fleet.quality_for(self.device.policy.version)
+        cell = self.device.policy.cell(request.task)
+        score = _score(request.task, request.decision, cell)
+        changed, edit_ratio = quality.draw_refine(self.rng, request.task, score)
+        stats = self.fleet.stats
+        stats.refines += 1
+        stats.refines_changed += changed
+        return RefineOutcome(result=refined, changed=changed, edit_ratio=edit_ratio)
+
+    def rate_later(self, outcome: Outcome, task: Task, quality: QualityModel) -> None:
+        """The simulated app rates some answers (`feedback_share`), late: around the device
+        model's keep rate for a device answer, around the cloud's quality otherwise."""
+        config = self.fleet.config
+        if outcome.event_id is None or not outcome.ok or self.rng.random() >= config.feedback_share:
+            return
+        cell = self.device.policy.cell(task)
+        score = _score(task, outcome.decision, cell)
+        on_device = outcome.route == "device" and not outcome.cache_hit
+        rating = quality.draw_quality(self.rng, task, score, on_device=on_device)
+        delay = self.rng.uniform(*config.feedback_delay_s)
+        asyncio.get_running_loop().call_later(delay, self._feedback, outcome.event_id, rating)
+
+    def _feedback(self, event_id: str, quality: float) -> None:
+        self.device.feedback(event_id, quality)
+        self.fleet.stats.feedback += 1
 
     # --- the device's life -------------------------------------------------------------------
 
@@ -312,12 +361,15 @@ class SimDevice:
                 cache_key=draw.cache_key,
             )
             version = self.device.policy.version
+            quality = self.fleet.quality_for(version)
             outcome = await self.device.run(task)
             self.fleet.stats.tasks += 1
             if outcome.queued:
                 self.fleet.stats.queued += 1
             else:
                 self._count(outcome, version, buggy=model is BUGGY_MODEL)
+                self.fleet.stats.degraded_tasks += quality is DEGRADED_QUALITY
+                self.rate_later(outcome, task, quality)
             next_at = max(next_at + self.rng.expovariate(rate), loop.time())
 
 
@@ -385,18 +437,33 @@ class SimulatedFleet:
             )
         return workload
 
-    def model_for(self, policy_version: int | None) -> ModelConfidence:
-        """The on-device model a device running `policy_version` has."""
-        if not self.scenario.buggy_candidate or policy_version is None:
-            return STABLE_MODEL
+    def is_candidate(self, policy_version: int | None) -> bool:
+        """Whether `policy_version` is the candidate whose devices run another device model
+        (buggy-candidate, degraded-model; never in the other scenarios)."""
+        if not self.scenario.has_candidate or policy_version is None:
+            return False
         rule = self.buggy_rule
         if rule.version is None and rule.stable is None:
             # The fleet's stable version: the lowest any device runs once the first has one.
             versions = [d.device.policy.version for d in self.devices.values()]
-            stable = min(v for v in versions if v is not None)
+            stable = min((v for v in versions if v is not None), default=policy_version)
             self.buggy_rule = rule = BuggyRule(stable=stable)
-            self._say(f"buggy-candidate: versions newer than v{stable} run the buggy model")
-        return BUGGY_MODEL if rule.is_buggy(policy_version) else STABLE_MODEL
+            self._say(
+                f"{self.scenario.name}: versions newer than v{stable} run the candidate's model"
+            )
+        return rule.is_buggy(policy_version)
+
+    def model_for(self, policy_version: int | None) -> ModelConfidence:
+        """The on-device model's confidence on a device running `policy_version`."""
+        if self.scenario.buggy_candidate and self.is_candidate(policy_version):
+            return BUGGY_MODEL
+        return STABLE_MODEL
+
+    def quality_for(self, policy_version: int | None) -> QualityModel:
+        """The on-device model's quality on a device running `policy_version`."""
+        if self.scenario.degraded_candidate and self.is_candidate(policy_version):
+            return DEGRADED_QUALITY
+        return STABLE_QUALITY
 
     # --- running ---------------------------------------------------------------------------
 
@@ -537,6 +604,13 @@ class SimulatedFleet:
                 f"buggy cohort cloud {_share(stats.buggy_cloud, stats.buggy_tasks)}"
                 f" of {stats.buggy_tasks}"
             )
+        if stats.refines:
+            parts.append(
+                f"drafts kept {_share(stats.refines - stats.refines_changed, stats.refines)}"
+                f" of {stats.refines} (shadow {stats.shadow_refines})"
+            )
+        if self.scenario.degraded_candidate and stats.degraded_tasks:
+            parts.append(f"degraded cohort tasks {stats.degraded_tasks}")
         return " | ".join(parts)
 
     def summary_line(self) -> str:
@@ -557,6 +631,17 @@ class SimulatedFleet:
     def _say(self, line: str) -> None:
         if self.output is not None:
             print(line, file=self.output, flush=True)
+
+
+def _score(task: Task, decision: Decision, cell: Any) -> float:
+    """The task's score: the decision's, or step 4's sum where the decision did not score
+    (a device_only cell, an offline interactive task)."""
+    if decision.score is not None:
+        return decision.score
+    if cell is None:
+        return 0.0
+    length, intent, lm = score_terms(cell, task)
+    return length + intent + lm
 
 
 def _share(part: float, whole: float) -> str:

@@ -15,6 +15,11 @@ and a short run (`--duration 60`) sees one.
   confident (`workload.BUGGY_MODEL`): a rollout of it pushes that cohort's cloud share from
   about 30% to about 70%, the seed's alarm case. Which version is the candidate: see
   `BuggyRule`.
+- `degraded-model`: devices that run the candidate version use a device model whose drafts
+  the cloud keeps less often (`quality.DEGRADED_QUALITY`: the keep rate 30 points lower at
+  every score), while its confidence, and so the routing, stays the same: latency and cloud
+  share look fine, only the quality signals (refine_changed, quality) show the regression.
+  The candidate is chosen as for buggy-candidate (`BuggyRule`).
 """
 
 from __future__ import annotations
@@ -57,6 +62,12 @@ class Scenario:
     degraded: NetworkConditions = field(default_factory=NetworkConditions)
     overloaded_capacity: float = 1.0  # the cloud's capacity factor when fully disturbed
     buggy_candidate: bool = False
+    degraded_candidate: bool = False  # the candidate's device model drafts worse answers
+
+    @property
+    def has_candidate(self) -> bool:
+        """Whether devices on the candidate version run another device model."""
+        return self.buggy_candidate or self.degraded_candidate
 
     def network(self, elapsed_s: float) -> NetworkConditions:
         """Network conditions `elapsed_s` into the run."""
@@ -93,6 +104,12 @@ SCENARIOS: Final = {
             description="devices on the candidate version run a less confident small model",
             buggy_candidate=True,
         ),
+        Scenario(
+            name="degraded-model",
+            description="devices on the candidate version run a device model whose drafts "
+            "the cloud keeps 30 points less often",
+            degraded_candidate=True,
+        ),
     )
 }
 
@@ -107,7 +124,8 @@ def scenario_named(name: str) -> Scenario:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BuggyRule:
-    """Which policy versions ship the buggy model.
+    """Which policy versions are the candidate (the buggy model of buggy-candidate, the
+    degraded model of degraded-model).
 
     `version` names it exactly (`--buggy-version N`). Otherwise every version newer than
     `stable` is the candidate (`--stable-version N`; `manage.py simulate_fleet` passes the

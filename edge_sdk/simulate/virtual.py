@@ -9,8 +9,10 @@ with that clock.
 
 What it does not do is talk to a server: devices get their policy document from the caller
 (no enrolment, no socket), and each device's telemetry batches are handed to the caller
-(`advance` returns them) to deliver, e.g. through the control plane's ingest service. A task
-held while offline (a cloud-bound background task) stays held, as nothing reconnects.
+(`advance` returns them) to deliver, e.g. through the control plane's ingest service. The
+late quality feedback the simulated app gives (`FleetConfig.feedback_share`) is collected the
+same way (`take_feedback`: bodies of `POST /api/v1/telemetry/feedback`). A task held while
+offline (a cloud-bound background task) stays held, as nothing reconnects.
 """
 
 from __future__ import annotations
@@ -76,10 +78,12 @@ class VirtualFleet:
         self.wall_start = wall_start
         self.fleet = SimulatedFleet(config, clock=self.loop.time, wall_clock=self.wall_time)
         self._posted: list[tuple[str, bytes]] = []
+        self._feedback: list[tuple[str, bytes]] = []
         self.fleet.create_devices()
         for sim in self.fleet.devices.values():
             sim.device.policy.apply(document, save=False)
             sim.device.telemetry.poster = self._poster(sim.device_id)
+            sim.device.feedback_queue.poster = self._poster(sim.device_id, feedback=True)
         self.loop.run_until_complete(self._start())
 
     async def _start(self) -> None:
@@ -90,14 +94,22 @@ class VirtualFleet:
         """The Unix time the virtual clock stands at now."""
         return self.wall_start + self.loop.time()
 
-    def _poster(self, device_id: str) -> Poster:
+    def _poster(self, device_id: str, *, feedback: bool = False) -> Poster:
+        key = "feedback" if feedback else "events"
+
         async def post(body: bytes) -> PostResult:
             # Handed to the caller, who delivers it (its answer is the caller's to check).
-            self._posted.append((device_id, body))
-            accepted = len(msgspec.json.decode(body)["events"])
+            (self._feedback if feedback else self._posted).append((device_id, body))
+            accepted = len(msgspec.json.decode(body)[key])
             return 202, msgspec.json.encode({"accepted": accepted, "duplicates": 0}), None
 
         return post
+
+    def take_feedback(self) -> list[tuple[str, bytes]]:
+        """The feedback batches posted since the last call, as (device id, body of
+        `POST /api/v1/telemetry/feedback`), after the telemetry `advance` returned."""
+        posted, self._feedback = self._feedback, []
+        return posted
 
     def advance(self, seconds: float) -> list[tuple[str, bytes]]:
         """Run the fleet for `seconds` of virtual time, then flush every device's telemetry:
@@ -110,12 +122,15 @@ class VirtualFleet:
         await asyncio.sleep(seconds)
         for sim in self.fleet.devices.values():
             await sim.device.telemetry.flush()
+            await sim.device.feedback_queue.flush()
 
     def close(self) -> None:
         """Stop the devices' tasks and close the loop."""
 
         async def stop() -> None:
-            await asyncio.gather(*(sim.stop_tasks() for sim in self.fleet.devices.values()))
+            sims = self.fleet.devices.values()
+            await asyncio.gather(*(sim.stop_tasks() for sim in sims))
+            await asyncio.gather(*(sim.device.cancel_shadow_refines() for sim in sims))
             await self.fleet.http.aclose()
 
         self.loop.run_until_complete(stop())

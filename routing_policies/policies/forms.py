@@ -28,7 +28,10 @@ FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Routing", ("mode", "threshold", "fallback")),
     ("Score weights", ("weights.length", "weights.intent", "weights.lm", "length_norm_tokens")),
     ("Latency", ("latency_budget_ms", "cloud_timeout_ms")),
-    ("Upload", ("upload.allowed", "upload.deidentify", "upload.max_bytes")),
+    (
+        "Upload",
+        ("upload.allowed", "upload.deidentify", "upload.max_bytes", "shadow_refine_rate"),
+    ),
     ("Weak network", ("network.rtt_high_ms", "network.bandwidth_low_kbps", "network.theta_raise")),
     ("Device load", ("load.busy", "load.theta_lower")),
     ("Cache", ("cache_ttl_s",)),

@@ -6,7 +6,14 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from ..cell_schema import FALLBACKS, FIELD_PATHS, FIELDS_BY_PATH, MODES, CellKey
+from ..cell_schema import (
+    FALLBACKS,
+    FIELD_PATHS,
+    FIELDS_BY_PATH,
+    MAX_SHADOW_REFINE_RATE,
+    MODES,
+    CellKey,
+)
 
 
 class Fleet(models.Model):
@@ -114,6 +121,8 @@ class PolicyCell(models.Model):
     load_busy = models.FloatField()
     theta_lower = models.FloatField()
     cache_ttl_s = models.PositiveIntegerField()
+    # Share of device-answered tasks the cloud also refines in the background (0-0.05).
+    shadow_refine_rate = models.FloatField(default=0.0)
 
     class Meta:
         ordering = ["version", "id"]
@@ -135,6 +144,13 @@ class PolicyCell(models.Model):
                 & Q(latency_budget_ms__gt=0)
                 & Q(cloud_timeout_ms__gt=0),
                 name="policy_cell_positive_budgets",
+            ),
+            # A shadow refine sends the draft to the cloud: never where uploads are forbidden.
+            models.CheckConstraint(
+                condition=Q(shadow_refine_rate__gte=0)
+                & Q(shadow_refine_rate__lte=MAX_SHADOW_REFINE_RATE)
+                & (Q(upload_allowed=True) | Q(shadow_refine_rate=0)),
+                name="policy_cell_shadow_refine_rate_allowed",
             ),
         ]
 

@@ -31,7 +31,12 @@ def DRAFT_REVISION() -> JsonIntegerField:  # reads as a field
 
 def _cell_field(spec: FieldSpec, *, partial: bool) -> serializers.Field[Any, Any, Any, Any]:
     """The serializer field of one policy-cell field, with its range or choices."""
-    options: dict[str, Any] = {"help_text": spec.help or spec.label, "required": not partial}
+    options: dict[str, Any] = {
+        "help_text": spec.help or spec.label,
+        "required": not partial and not spec.optional,
+    }
+    if spec.optional:
+        options["help_text"] += f"; optional, {spec.default!r} when left out"
     if spec.unit:
         options["help_text"] += f" ({spec.unit})"
     if spec.kind == "choice":

@@ -22,7 +22,12 @@ from ..cell_schema import CellKey, cell_key_label
 from ..documents import Table, cell_document
 from ..validation import Problem
 
-__all__ = ["privacy_problems", "sends_sensitive_data_off_device", "table_cells"]
+__all__ = [
+    "privacy_problems",
+    "sends_sensitive_data_off_device",
+    "shadow_refine_rates",
+    "table_cells",
+]
 
 # The task most likely to go to the cloud, on the best network: if the decision keeps even
 # this one on the device, it keeps every task there.
@@ -40,6 +45,17 @@ _BEST_NETWORK: Final = DeviceState(
 def table_cells(table: Table) -> dict[CellKey, Cell]:
     """Every cell of a table as a decision `Cell`, keyed like the table."""
     return {key: Cell.from_document(cell_document(key, values)) for key, values in table.items()}
+
+
+def shadow_refine_rates(table: Table) -> dict[CellKey, float]:
+    """Each cell's `shadow_refine_rate` as devices read it: the share of its device-answered
+    tasks the cloud also refines in the background (0 where the cell forbids uploads, as the
+    SDK treats it, whatever the table says)."""
+    rates = {}
+    for key, values in table.items():
+        rate = float(values.get("shadow_refine_rate") or 0.0)
+        rates[key] = rate if values.get("upload.allowed") else 0.0
+    return rates
 
 
 def sends_sensitive_data_off_device(cell: Cell) -> bool:
@@ -61,6 +77,16 @@ def privacy_problems(table: Table) -> list[Problem]:
     the decision cannot read is left to the table's validation, which names it)."""
     problems = []
     for key, values in table.items():
+        if values.get("shadow_refine_rate") and values.get("upload.allowed") is False:
+            # Validation names it too; publishing refuses it even for a table saved before.
+            problems.append(
+                Problem(
+                    "shadow_refine_rate",
+                    "a shadow refine would send this cell's drafts to the cloud, which its "
+                    "upload setting forbids; set it to 0 or allow uploads",
+                    cell_key_label(key),
+                )
+            )
         try:
             cell = Cell.from_document(cell_document(key, values))
         except (CellDocumentError, KeyError):

@@ -175,7 +175,13 @@ def test_scenarios__by_name__each_disturbs_what_it_says() -> None:
     assert overload.cloud_capacity(peak) == 0.25
     assert overload.network(peak) == NetworkConditions()
     assert scenario_named("buggy-candidate").buggy_candidate
-    assert set(SCENARIOS) == {"steady", "network-degradation", "cloud-overload", "buggy-candidate"}
+    assert set(SCENARIOS) == {
+        "steady",
+        "network-degradation",
+        "cloud-overload",
+        "buggy-candidate",
+        "degraded-model",
+    }
 
 
 def test_scenario_named__unknown__error_lists_the_choices() -> None:

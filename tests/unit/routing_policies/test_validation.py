@@ -27,8 +27,11 @@ from routing_policies.validation import (
 NORMAL: CellKey = ("text", "interactive", "normal")
 SENSITIVE: CellKey = ("text", "interactive", "sensitive")
 NUMERIC_FIELDS = [spec.path for spec in CELL_FIELDS if spec.kind in ("int", "float")]
+# The 0..1 fractions (shadow_refine_rate is a fraction of at most 0.05: tested on its own).
 FLOAT_FIELDS = [
-    spec.path for spec in CELL_FIELDS if spec.kind == "float" and "weights" not in spec.path
+    spec.path
+    for spec in CELL_FIELDS
+    if spec.kind == "float" and "weights" not in spec.path and spec.maximum == 1.0
 ]
 WHOLE_NUMBER_FIELDS = [spec.path for spec in CELL_FIELDS if spec.kind == "int"]
 POSITIVE_FIELDS = ["length_norm_tokens", "latency_budget_ms", "cloud_timeout_ms"]
