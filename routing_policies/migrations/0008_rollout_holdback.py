@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('routing_policies', '0006_scheduled_changes'),
+        ('routing_policies', '0007_shadow_refine_rate'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
