@@ -228,10 +228,18 @@ def _series(
         "p50_ms",
         "p95_ms",
         "p99_ms",
+        # The quality signals (issue #15): None where no event of the bucket reported one,
+        # never 0 (no report is not "the cloud changed every draft").
+        "draft_kept_rate",
+        "refine_reported",
+        "mean_quality",
+        "quality_count",
     )
     out: dict[str, list[Any]] = {name: [None] * buckets for name in names}
     out["events"] = [0] * buckets
     out["privacy_violations"] = [0] * buckets
+    out["refine_reported"] = [0] * buckets
+    out["quality_count"] = [0] * buckets
     for index, figures in tallies.items():
         events = figures.events
         if not events:
@@ -246,6 +254,10 @@ def _series(
         out["cache_hit_rate"][index] = figures.rate("cache_hits")
         out["error_rate"][index] = figures.rate("errors")
         out["privacy_violations"][index] = figures.privacy_violations
+        out["draft_kept_rate"][index] = figures.draft_kept_rate()
+        out["refine_reported"][index] = int(figures.total("refine_reported"))
+        out["mean_quality"][index] = figures.mean_quality()
+        out["quality_count"][index] = int(figures.total("quality_count"))
         if with_latency:
             p50, p95, p99 = figures.latency_quantiles()
             out["p50_ms"][index], out["p95_ms"][index], out["p99_ms"][index] = p50, p95, p99
@@ -385,7 +397,9 @@ def _cells(version_ids: list[int]) -> dict[int, dict[tuple[str, str, str], dict[
 def _grid(
     scan: Scan, cells: dict[tuple[str, str, str], dict[str, Any]], task_type: str | None
 ) -> dict[str, Any]:
-    """The latency–privacy matrix: each cell's cloud share and P95 against its budget."""
+    """The latency–privacy matrix: each cell's cloud share and P95 against its budget, and its
+    device quality: the draft-kept rate and the mean app quality, with the reports behind each
+    (a rate without reports is None: "no reports", never 0%)."""
     keys = set(scan.by_cell) | {key for key in cells if task_type is None or key[0] == task_type}
 
     def ordered(position: int) -> list[str]:
@@ -408,6 +422,10 @@ def _grid(
                 "budget_ms": policy.get("budget_ms"),
                 "mode": policy.get("mode"),
                 "privacy_violations": figures.privacy_violations,
+                "draft_kept_rate": figures.draft_kept_rate(),
+                "refine_reported": int(figures.total("refine_reported")),
+                "mean_quality": figures.mean_quality(),
+                "quality_count": int(figures.total("quality_count")),
             }
         )
     return {
