@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal
 
-from ..rollups import Figures, figures_at, ratio
+from ..rollups import Figures, figures_at
+from ..rollups import ratio as share_of
 from ..rollups import RollupRow as RollupRow  # the rows these functions judge, for callers
 from .models import Condition, GuardComparison, Metric, Scope
 
@@ -141,7 +142,7 @@ def reading(metric: str, figures: ScopeFigures, budgets: Budgets, min_samples: i
     if metric in QUALITY_METRICS:
         part, whole = QUALITY_METRICS[Metric(metric)]
         reports = int(total.total(whole))
-        return Reading(ratio(total.total(part), reports), reports)
+        return Reading(share_of(total.total(part), reports), reports)
     if metric in RATE_METRICS:
         if not events:
             return Reading(None, 0)

@@ -2,14 +2,20 @@
 quality"): the estimator against a direct computation over the generated events, the target
 reached on a generated sample, and refused where a cell has too few reports."""
 
+import json
 import math
 import random
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
+from rest_framework.test import APIClient
 
 from edge_sdk.decision import Cell, decide
+from routing_policies.models import AuditEntry, Device
 from routing_policies.pricing import CloudPrice
+from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from telemetry.lab.calibration.quality import (
     MIN_QUALITY_REPORTS,
     KeptGroups,
@@ -25,10 +31,11 @@ from telemetry.lab.replay import RecordedEvent
 from telemetry.rollups import Figures, RollupRow
 from telemetry.rollups.schema import FIELD_INDEX, ZERO_SUMS
 from telemetry.rollups.sketch import SCORE_BINS, score_bin
-from tests.factories import demo_cell, recorded_sample
+from tests.factories import demo_cell, protocol_event, recorded_sample
 
 TEXT = ("text", "interactive", "normal")
 PRICE = CloudPrice(per_1k_tokens=0.002, per_call=0.0001)
+Client = Callable[[Any], APIClient]
 
 
 def true_kept(score: float) -> float:
@@ -199,8 +206,10 @@ def test_calibration_sweep__quality_target__highest_alpha_at_or_above_the_floor(
         for e in events
         if (d := decide(at, e.task, e.device)).route == "device" and d.score is not None
     ]
-    assert chosen.device_quality_low - 0.02 <= sum(truth) / len(truth) <= (
-        chosen.device_quality_high + 0.02
+    assert (
+        chosen.device_quality_low - 0.02
+        <= sum(truth) / len(truth)
+        <= (chosen.device_quality_high + 0.02)
     )
 
 
@@ -252,3 +261,127 @@ def test_calibration_sweep__other_target__device_quality_on_the_curve_too() -> N
     assert result.chosen.device_quality is not None
     assert result.curve[-1].device_quality is not None
     assert len(result.curve) == STEPS // 10 + 1
+
+
+# --- through ingest, rollups and the API ----------------------------------------------------
+
+IMAGE = {"task_type": "image", "latency_budget": "interactive", "privacy_tier": "normal"}
+IMAGE_KEY = ("image", "interactive", "normal")
+TEXT_BODY = {"task_type": "text", "latency_budget": "interactive", "privacy_tier": "normal"}
+BASE = "/api/v1/fleets/fleet-a/lab/calibrations"
+
+
+def _ingest(device: Any, events: list[dict[str, Any]]) -> None:
+    for start in range(0, len(events), 500):
+        batch = {"events": events[start : start + 500]}
+        telemetry_batch_ingest(device=device, body=json.dumps(batch).encode())
+    landed_batches_process()
+
+
+@pytest.fixture
+def refined(phone: tuple[Device, Any]) -> int:
+    """1,500 events of the draft-refine image cell as phone-1 sent them: each with its score;
+    every draft-refine reports whether the cloud changed the draft, and a third of the device
+    answers were refined in the background (shadow refines), kept as `true_kept` says."""
+    cell = demo_cell(IMAGE_KEY)
+    rng = random.Random(11)
+    events = []
+    for recorded in recorded_sample(cell, 1500, seed=9):
+        event = protocol_event(recorded)
+        score = decide(cell, recorded.task, recorded.device).score
+        event["score"] = score
+        if score is not None and recorded.route == "draft_refine":
+            event["refine_changed"] = rng.random() >= true_kept(score)
+        elif score is not None and recorded.route == "device" and rng.random() < 1 / 3:
+            event["shadow_refine"] = True
+            event["refine_changed"] = rng.random() >= true_kept(score)
+        events.append(event)
+    _ingest(phone[0], events)
+    return sum("refine_changed" in e for e in events)
+
+
+def test_calibration_api__quality_target__reached_with_interval_and_reports(
+    refined: int, viewer: Any, client_as: Client
+) -> None:
+    # Given the image cell's events with their refine reports; the curve of device quality
+    # over θ, as an α calibration shows it
+    client = client_as(viewer)
+    first = client.post(
+        BASE, {"target": {"kind": "alpha", "value": 0.5}, "cells": [IMAGE]}, format="json"
+    )
+    assert first.status_code == 200, first.content
+    qualities = [
+        p["device_quality"] for p in first.json()["cells"][0]["curve"] if p["device_quality"]
+    ]
+    floor = round((min(qualities) + max(qualities)) / 2, 3)
+
+    # When the cell is calibrated for a device quality in the middle of that range
+    response = client.post(
+        BASE, {"target": {"kind": "quality", "value": floor}, "cells": [IMAGE]}, format="json"
+    )
+
+    # Then it is reached, the chosen point's quality is at or above it with its interval and
+    # the tasks it judges, and the cell's curve score → draft kept counts every report
+    assert response.status_code == 200, response.content
+    (cell,) = response.json()["cells"]
+    assert cell["reached"]
+    chosen = cell["chosen"]
+    assert chosen["device_quality"] >= floor
+    assert chosen["device_quality_low"] <= chosen["device_quality"] <= chosen["device_quality_high"]
+    assert chosen["device_judged"] > 0
+    quality = cell["quality"]
+    assert quality["reports"] == quality["scored_reports"] == refined
+    assert quality["refused"] == ""
+    assert sum(b["reported"] for b in quality["curve"]) == refined
+    for point in quality["curve"]:
+        assert point["low"] <= point["kept_rate"] <= point["high"]
+    assert response.json()["target"]["label"] == f"highest α with device quality ≥ {floor:.0%}"
+
+
+def test_calibration_api__quality_without_reports__409_naming_the_cell(
+    phone: tuple[Device, Any], viewer: Any, client_as: Client
+) -> None:
+    # Given text-cell events that report nothing of the draft
+    cell = demo_cell(("text", "interactive", "normal"))
+    _ingest(phone[0], [protocol_event(e) for e in recorded_sample(cell, 300, seed=2)])
+    audit = AuditEntry.objects.count()
+
+    # When the cell is calibrated for device quality
+    response = client_as(viewer).post(
+        BASE, {"target": {"kind": "quality", "value": 0.8}, "cells": [TEXT_BODY]}, format="json"
+    )
+
+    # Then 409 too_few_quality_reports, naming the cell and the reports it needs; nothing stored
+    assert response.status_code == 409, response.content
+    error = response.json()["error"]
+    assert error["code"] == "too_few_quality_reports"
+    assert "text/interactive/normal" in error["details"][0]["message"]
+    assert f"{MIN_QUALITY_REPORTS}" in error["details"][0]["message"]
+    assert AuditEntry.objects.count() == audit
+
+
+def test_calibration_page__quality_target__curve_and_quality_shown(
+    refined: int, viewer: Any, client: Any
+) -> None:
+    client.force_login(viewer)
+    response = client.get(
+        "/fleets/fleet-a/lab/calibrate/",
+        {"kind": "quality", "value": "60", "hours": "24", "cells": "image/interactive/normal"},
+    )
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Score → draft kept" in html
+    assert "data-kept-chart" in html
+    assert 'data-field="chosen-quality"' in html
+
+
+def test_calibration_page__quality_without_reports__409_with_the_reason(
+    phone: tuple[Device, Any], viewer: Any, client: Any
+) -> None:
+    client.force_login(viewer)
+    response = client.get(
+        "/fleets/fleet-a/lab/calibrate/",
+        {"kind": "quality", "value": "80", "hours": "24", "cells": "text/interactive/normal"},
+    )
+    assert response.status_code == 409
+    assert "Too few draft reports" in response.content.decode()
