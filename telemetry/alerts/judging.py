@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal
 
-from ..rollups import Figures, figures_at
-from ..rollups import ratio as share_of
+from ..rollups import Figures, MetricField, figures_at
 from ..rollups import RollupRow as RollupRow  # the rows these functions judge, for callers
+from ..rollups import ratio as share_of
 from .models import Condition, GuardComparison, Metric, Scope
 
 Outcome = Literal["breach", "ok", "no_data"]
@@ -38,7 +38,7 @@ RATE_METRICS: Final = frozenset(
 )
 # The quality metrics (issue #15), as (part, whole) columns: judged over the events that
 # report the signal, so their samples are reports, not events; without any, no data.
-QUALITY_METRICS: Final = {
+QUALITY_METRICS: Final[dict[str, tuple[MetricField, MetricField]]] = {
     Metric.DRAFT_KEPT_RATE: ("refine_kept", "refine_reported"),
     Metric.MEAN_QUALITY: ("quality_sum", "quality_count"),
 }
@@ -140,7 +140,7 @@ def reading(metric: str, figures: ScopeFigures, budgets: Budgets, min_samples: i
     if metric == Metric.PRIVACY_VIOLATIONS:
         return Reading(float(total.privacy_violations), events, _violation_detail(figures))
     if metric in QUALITY_METRICS:
-        part, whole = QUALITY_METRICS[Metric(metric)]
+        part, whole = QUALITY_METRICS[metric]
         reports = int(total.total(whole))
         return Reading(share_of(total.total(part), reports), reports)
     if metric in RATE_METRICS:

@@ -6,9 +6,10 @@ least `1 - alpha` they hold the true value at every look at once, so looking aft
 rollup costs nothing (docs/alerts.md, "Statistical guards").
 
 - Rates (cloud share, α, fallback, error, cache hit, privacy violations, draft kept; mean
-  quality, a mean of values in [0, 1], as a rate: its variance is at most μ(1 − μ)): the normal-mixture
-  sequential probability ratio test (mSPRT) of Johari, Koomen, Pekelis & Walsh ("Always valid
-  inference", Operations Research 2022; Optimizely's stats engine) on candidate − stable,
+  quality, a mean of values in [0, 1], as a rate: its variance is at most μ(1 − μ)): the
+  normal-mixture sequential probability ratio test (mSPRT) of Johari, Koomen, Pekelis & Walsh
+  ("Always valid inference", Operations Research 2022; Optimizely's stats engine) on candidate
+  − stable,
   inverted into a confidence sequence. The estimator's variance comes from the two cohorts'
   counts (a rate needs two integers per cohort, as in Lindon et al., KDD 2022); a count is
   shrunk by half an event towards ½ when the variance is estimated, so a zero baseline (0 of n

@@ -4,20 +4,49 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('telemetry', '0007_quality_signals'),
+        ("telemetry", "0007_quality_signals"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='alertrule',
-            name='metric',
-            field=models.CharField(choices=[('cloud_share', 'cloud share'), ('alpha', 'device share α'), ('fallback_rate', 'fallback rate'), ('error_rate', 'error rate'), ('cache_hit_rate', 'cache hit rate'), ('privacy_violations', 'privacy violations'), ('p95_budget', "P95 latency ÷ the cell's budget"), ('p99_budget', "P99 latency ÷ the cell's budget"), ('events', 'events reported (silence)'), ('draft_kept_rate', 'draft-kept rate'), ('mean_quality', 'mean app quality')], max_length=24),
+            model_name="alertrule",
+            name="metric",
+            field=models.CharField(
+                choices=[
+                    ("cloud_share", "cloud share"),
+                    ("alpha", "device share α"),
+                    ("fallback_rate", "fallback rate"),
+                    ("error_rate", "error rate"),
+                    ("cache_hit_rate", "cache hit rate"),
+                    ("privacy_violations", "privacy violations"),
+                    ("p95_budget", "P95 latency ÷ the cell's budget"),
+                    ("p99_budget", "P99 latency ÷ the cell's budget"),
+                    ("events", "events reported (silence)"),
+                    ("draft_kept_rate", "draft-kept rate"),
+                    ("mean_quality", "mean app quality"),
+                ],
+                max_length=24,
+            ),
         ),
         migrations.AlterField(
-            model_name='rolloutguard',
-            name='metric',
-            field=models.CharField(choices=[('cloud_share', 'cloud share'), ('alpha', 'device share α'), ('fallback_rate', 'fallback rate'), ('error_rate', 'error rate'), ('cache_hit_rate', 'cache hit rate'), ('privacy_violations', 'privacy violations'), ('p95_budget', "P95 latency ÷ the cell's budget"), ('p99_budget', "P99 latency ÷ the cell's budget"), ('events', 'events reported (silence)'), ('draft_kept_rate', 'draft-kept rate'), ('mean_quality', 'mean app quality')], max_length=24),
+            model_name="rolloutguard",
+            name="metric",
+            field=models.CharField(
+                choices=[
+                    ("cloud_share", "cloud share"),
+                    ("alpha", "device share α"),
+                    ("fallback_rate", "fallback rate"),
+                    ("error_rate", "error rate"),
+                    ("cache_hit_rate", "cache hit rate"),
+                    ("privacy_violations", "privacy violations"),
+                    ("p95_budget", "P95 latency ÷ the cell's budget"),
+                    ("p99_budget", "P99 latency ÷ the cell's budget"),
+                    ("events", "events reported (silence)"),
+                    ("draft_kept_rate", "draft-kept rate"),
+                    ("mean_quality", "mean app quality"),
+                ],
+                max_length=24,
+            ),
         ),
     ]

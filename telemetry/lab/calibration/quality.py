@@ -94,7 +94,7 @@ def display_curve(figures: Figures, *, bins: int = DISPLAY_BINS) -> list[dict[st
     reported = [0] * bins
     kept = [0] * bins
     for point in figures.kept_curve():
-        index = min(bins - 1, int(round(point["score_from"] * SCORE_BINS)) // width)
+        index = min(bins - 1, round(point["score_from"] * SCORE_BINS) // width)
         reported[index] += point["reported"]
         kept[index] += point["kept"]
     out = []
@@ -215,4 +215,3 @@ def groups_of_cells(
             figures.refine_hist, figures.kept_hist, reports=int(figures.total("refine_reported"))
         )
     return out
-

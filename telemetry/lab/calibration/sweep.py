@@ -375,8 +375,8 @@ class CellSweep:
         if wanted - set(p95s):
             p95s.update(self._p95s(model, wanted - set(p95s)))
             chosen_k, reached = choose(
-            target=target, candidates=candidates(), budget_ms=budget, current=current_k
-        )
+                target=target, candidates=candidates(), budget_ms=budget, current=current_k
+            )
             p95s.update(self._p95s(model, set(_around(chosen_k)) - set(p95s)))
 
         def p95_between(k: int) -> float | None:

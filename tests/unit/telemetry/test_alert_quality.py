@@ -216,7 +216,8 @@ def test_quality_guard__candidate_kept_rate_drops_15_pts__regressed() -> None:
     # Then a regression, its interval wholly beyond the 3 pts tolerated, counted in reports
     assert judgement.state == "regressed"
     reading_ = judgement.acted_on
-    assert reading_ is not None and reading_.interval is not None
+    assert reading_ is not None
+    assert reading_.interval is not None
     assert reading_.interval.lower > 0.03
     assert reading_.interval.estimate == pytest.approx(0.15, abs=0.03)
     assert "reports" in judgement.message

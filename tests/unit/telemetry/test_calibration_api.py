@@ -194,7 +194,9 @@ BAD_COMPUTE = [
         "target.value",
         id="quality-above-1",
     ),
-    pytest.param({**ALPHA_70, "target": {"kind": "quality"}}, "target.value", id="quality-no-value"),
+    pytest.param(
+        {**ALPHA_70, "target": {"kind": "quality"}}, "target.value", id="quality-no-value"
+    ),
     pytest.param(
         {**ALPHA_70, "target": {"kind": "alpha", "value": 1.5}}, "target.value", id="alpha-above-1"
     ),

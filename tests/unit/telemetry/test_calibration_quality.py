@@ -188,8 +188,10 @@ def test_calibration_sweep__quality_target__highest_alpha_at_or_above_the_floor(
     # the direct computation over the events decide keeps on the device at that θ
     assert result.reached
     chosen = result.chosen
-    assert chosen.device_quality is not None and chosen.device_quality >= floor
-    assert chosen.device_quality_low is not None and chosen.device_quality_high is not None
+    assert chosen.device_quality is not None
+    assert chosen.device_quality >= floor
+    assert chosen.device_quality_low is not None
+    assert chosen.device_quality_high is not None
     assert chosen.device_quality_low <= chosen.device_quality <= chosen.device_quality_high
     assert not [
         p
