@@ -86,7 +86,7 @@
       font: FONT, margin: { l: 44, r: 52, t: 10, b: 56 }, height: 220,
       paper_bgcolor: "#ffffff", plot_bgcolor: "#ffffff", showlegend: true,
       legend: { orientation: "h", x: 0, y: -0.35, font: { size: 11 } },
-      xaxis: { title: { text: "score", standoff: 4 }, range: [0, 1], dtick: 0.1, gridcolor: "#eef1f5", zeroline: false },
+      xaxis: { title: { text: "score", standoff: 4 }, range: [0, 1], dtick: el.clientWidth < 500 ? 0.2 : 0.1, gridcolor: "#eef1f5", zeroline: false },
       yaxis: { title: { text: "kept %", standoff: 2 }, range: [0, 100], gridcolor: "#eef1f5", zeroline: false },
       yaxis2: { title: { text: "reports", standoff: 2 }, overlaying: "y", side: "right", rangemode: "tozero", showgrid: false, zeroline: false }
     };
