@@ -265,7 +265,11 @@ def test_dashboard__simulated_reports__charts_filled_and_updated_live(
         assert _chart_points(page, chart) > 0, f"{chart} drew nothing"
     for name, size in (("1366", LAPTOP), ("390", PHONE)):
         page.set_viewport_size(size)
-        page.wait_for_timeout(300)  # Plotly redraws to the new width
+        # Plotly redraws each chart to the new width, one resize event at a time
+        page.wait_for_function(
+            "() => document.documentElement.scrollWidth <= window.innerWidth", timeout=15_000
+        )
+        page.wait_for_timeout(300)
         assert_no_sideways_scroll(page, f"dashboard at {name} px")
         page.screenshot(
             path=str(screenshot_path(f"dashboard-quality-{name}")), full_page=True, timeout=60_000
