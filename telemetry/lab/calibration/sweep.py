@@ -173,9 +173,11 @@ class CellSweep:
         counts[first_high] += 1
         counts[STEPS + 1] -= 1
         if (low == "device" or high == "device") and low_decision.score is not None:
-            by_bin = self._device_bins.get(score_bin(low_decision.score))
+            # The device tasks' score bins, for the predicted device quality (quality.py).
+            score_index = score_bin(low_decision.score)
+            by_bin = self._device_bins.get(score_index)
             if by_bin is None:
-                by_bin = self._device_bins[score_bin(low_decision.score)] = [0] * (STEPS + 2)
+                by_bin = self._device_bins[score_index] = [0] * (STEPS + 2)
             if low == "device" and first_high:
                 by_bin[0] += 1
                 by_bin[first_high] -= 1
