@@ -351,11 +351,13 @@ class CalibrationApi(APIView):
 
     @extend_schema(
         request=CalibrationInputSerializer,
-        responses=CalibrationSerializer,
+        responses={200: CalibrationSerializer, **error_responses(409)},
         operation_id="lab_calibration_compute",
         description='Example: {"target": {"kind": "alpha", "value": 0.7}, "cells": '
         '[{"task_type": "text", "latency_budget": "interactive", "privacy_tier": "normal"}], '
-        '"hours": 24}. Nothing is stored; apply the chosen θs with .../apply.',
+        '"hours": 24}. Nothing is stored; apply the chosen θs with .../apply. 409: nothing to '
+        "calibrate (no version), or for a quality target too few draft reports in every cell "
+        "(too_few_quality_reports).",
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = fleet_get(slug=slug)
