@@ -385,18 +385,29 @@
       return cell.quality_count ? cell.mean_quality.toFixed(2) + "<br>" + count(cell.quality_count) + " rep" : "no reports";
     });
     var qualityScale = [[0, "#b42318"], [0.5, "#f6c27a"], [0.75, "#fff3d6"], [1, "#2f9e5b"]];
+    // A grid with no report in any cell draws no heatmap at all: it says so instead.
+    function reportedLayout(values) {
+      var any = values.some(function (row) { return row.some(function (v) { return v !== null; }); });
+      if (any) { return layout; }
+      return Object.assign({}, layout, {
+        xaxis: Object.assign({}, layout.xaxis, { type: "category", categoryarray: columnLabels, range: [-0.5, columnLabels.length - 0.5] }),
+        yaxis: Object.assign({}, layout.yaxis, { type: "category", categoryarray: axes.rows, range: [-0.5, axes.rows.length - 0.5] }),
+        annotations: [{ xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false,
+                        text: "no reports in this view", font: { size: 13, color: "#6b7685" } }]
+      });
+    }
     draw("chart-grid-kept", [{
       type: "heatmap", x: columnLabels, y: axes.rows, z: kept, text: keptText, texttemplate: "%{text}",
       zmin: 0, zmax: 100, colorscale: qualityScale,
       colorbar: { title: { text: "kept %" }, ticksuffix: "%" }, hovertemplate: "%{y} · %{x}<br>draft kept %{z:.1f}%<extra></extra>",
       xgap: 2, ygap: 2
-    }], layout);
+    }], reportedLayout(kept));
     draw("chart-grid-quality", [{
       type: "heatmap", x: columnLabels, y: axes.rows, z: quality, text: qualityText, texttemplate: "%{text}",
       zmin: 0, zmax: 1, colorscale: qualityScale,
       colorbar: { title: { text: "quality" } }, hovertemplate: "%{y} · %{x}<br>app quality %{z:.2f}<extra></extra>",
       xgap: 2, ygap: 2
-    }], layout);
+    }], reportedLayout(quality));
     draw("chart-grid-p95", [{
       type: "heatmap", x: columnLabels, y: axes.rows, z: overBudget, text: p95Text, texttemplate: "%{text}",
       customdata: p95, zmin: 0, zmax: 2, colorscale: [[0, "#e3f4e8"], [0.45, "#fff3d6"], [0.5, "#f6c27a"], [1, "#b42318"]],
