@@ -379,6 +379,11 @@
       if (!cell) { return ""; }
       return cell.refine_reported ? (100 * cell.draft_kept_rate).toFixed(0) + "%<br>" + count(cell.refine_reported) + " rep" : "no reports";
     });
+    // Hover: of those, the device answers refined in the background (the device's own quality).
+    var keptDevice = matrix(function (cell) {
+      if (!cell || !cell.device_refine_reported) { return "no shadow refines"; }
+      return "on device " + (100 * cell.device_kept_rate).toFixed(0) + "% of " + count(cell.device_refine_reported);
+    });
     var quality = matrix(function (cell) { return cell && cell.quality_count ? cell.mean_quality : null; });
     var qualityText = matrix(function (cell) {
       if (!cell) { return ""; }
@@ -398,8 +403,8 @@
     }
     draw("chart-grid-kept", [{
       type: "heatmap", x: columnLabels, y: axes.rows, z: kept, text: keptText, texttemplate: "%{text}",
-      zmin: 0, zmax: 100, colorscale: qualityScale,
-      colorbar: { title: { text: "kept %" }, ticksuffix: "%" }, hovertemplate: "%{y} · %{x}<br>draft kept %{z:.1f}%<extra></extra>",
+      customdata: keptDevice, zmin: 0, zmax: 100, colorscale: qualityScale,
+      colorbar: { title: { text: "kept %" }, ticksuffix: "%" }, hovertemplate: "%{y} · %{x}<br>draft kept %{z:.1f}%<br>%{customdata}<extra></extra>",
       xgap: 2, ygap: 2
     }], reportedLayout(kept));
     draw("chart-grid-quality", [{
@@ -519,7 +524,8 @@
               "errors " + pct(s.error_rate, 2) + " · cache " + pct(s.cache_hit_rate));
     if (s.refine_reported) {
       var quality = s.quality_count ? "app quality " + s.mean_quality.toFixed(2) + " (" + count(s.quality_count) + ")" : "app quality: no reports";
-      setFigure("quality", pct(s.draft_kept_rate), count(s.refine_reported) + " reports · " + quality);
+      var onDevice = s.device_refine_reported ? " · on device " + pct(s.device_kept_rate, 0) : "";
+      setFigure("quality", pct(s.draft_kept_rate), count(s.refine_reported) + " reports" + onDevice + " · " + quality);
     } else {
       setFigure("quality", "no reports", s.quality_count ? "app quality " + s.mean_quality.toFixed(2) + " (" + count(s.quality_count) + ")" : "no quality signal in this view", "none");
     }

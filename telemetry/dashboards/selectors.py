@@ -41,6 +41,7 @@ from ..rollups import (
     figures_at,
     merged,
     plan_window,
+    ratio,
     read_rows,
 )
 from ..rollups.sketch import merge_counts
@@ -317,16 +318,30 @@ def _fold(
         cohorts[cohort] = {
             "versions": versions,
             "label": _cohort_label(cohort, versions, compared.get(cohort)),
-            "summary": merged(by_index.values(), scores=False).headline(),
+            "summary": _headline(merged(by_index.values(), scores=False)),
             "series": _series(by_index, buckets),
         }
     folded = {
-        "summary": summary.headline(),
+        "summary": _headline(summary),
         "series": _series(fleet, buckets, with_latency=False),
         "routes": routes,
         "cohorts": cohorts,
     }
     return folded, summary
+
+
+def device_kept(figures: Figures) -> tuple[float | None, int]:
+    """The draft-kept rate of the device-route reports alone (shadow refines: the cloud refined
+    a device answer in the background) and their count: the measured device quality below θ,
+    what calibration's quality target predicts (docs/lab.md, "Device quality")."""
+    reported = int(figures.total("refine_reported", "device"))
+    return ratio(figures.total("refine_kept", "device"), reported), reported
+
+
+def _headline(figures: Figures) -> dict[str, Any]:
+    """The headline figures, with the device's own draft-kept rate beside the pooled one."""
+    rate, reported = device_kept(figures)
+    return {**figures.headline(), "device_kept_rate": rate, "device_refine_reported": reported}
 
 
 def _cohort_label(cohort: str, versions: list[int], compared: int | None) -> str:
@@ -426,6 +441,8 @@ def _grid(
                 "refine_reported": int(figures.total("refine_reported")),
                 "mean_quality": figures.mean_quality(),
                 "quality_count": int(figures.total("quality_count")),
+                "device_kept_rate": device_kept(figures)[0],
+                "device_refine_reported": device_kept(figures)[1],
             }
         )
     return {

@@ -232,6 +232,12 @@ class CellQualitySerializer(serializers.Serializer[Any]):
     scored_reports = serializers.IntegerField(help_text="of which with a score")
     min_reports = serializers.IntegerField(help_text="scored reports the quality target needs")
     draft_kept_rate = serializers.FloatField(allow_null=True)
+    device_kept_rate = serializers.FloatField(
+        allow_null=True,
+        help_text="kept rate of the device-route reports alone (shadow refines): the device "
+        "quality measured at the θs the window ran, to set beside the prediction",
+    )
+    device_reports = serializers.IntegerField(help_text="device-route reports (shadow refines)")
     groups = serializers.IntegerField(help_text="score groups the estimator pools")
     refused = serializers.CharField(help_text="why device quality is not predicted, or empty")
     curve = KeptBinSerializer(many=True, help_text="score → draft kept, by score decile")

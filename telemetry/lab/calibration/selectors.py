@@ -23,6 +23,7 @@ from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.pricing import CloudPrice
 from routing_policies.selectors import draft_get, latest_published, version_get, version_table
 
+from ...dashboards.selectors import device_kept
 from ...rollups import Figures
 from ..estimate import LatencyModel, Observed, network_ms
 from ..replay import NudgeHistory, ReplayInputs, recorded_rows
@@ -239,7 +240,10 @@ def _quality_out(cell: CellCalibration) -> dict[str, Any] | None:
     figures, groups = cell.kept, cell.kept_groups
     if figures is None or groups is None:
         return None
+    device_rate, device_reports = device_kept(figures)
     return {
+        "device_kept_rate": device_rate,
+        "device_reports": device_reports,
         "reports": groups.reports,
         "scored_reports": groups.scored,
         "min_reports": MIN_QUALITY_REPORTS,

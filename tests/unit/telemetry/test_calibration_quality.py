@@ -338,6 +338,10 @@ def test_calibration_api__quality_target__reached_with_interval_and_reports(
     for point in quality["curve"]:
         assert point["low"] <= point["kept_rate"] <= point["high"]
     assert response.json()["target"]["label"] == f"highest α with device quality ≥ {floor:.0%}"
+    # and the device-route reports alone (the shadow refines) measure the device beside it
+    shadow = quality["device_reports"]
+    assert 0 < shadow < refined
+    assert 0 <= quality["device_kept_rate"] <= 1
 
 
 def test_calibration_api__quality_without_reports__409_naming_the_cell(

@@ -188,3 +188,26 @@ def test_fleet_dashboard__quality_signals__pinned_queries_unchanged(
             fleet=fleet, view=DashboardView(window=window, task_type=task_type)
         )
     assert payload["summary"]["refine_reported"] == 8
+
+
+def test_fleet_dashboard__shadow_refines__device_kept_rate_of_the_device_route_alone(
+    phone: tuple[Device, str], fleet: Any
+) -> None:
+    # Given 10 draft-refines (all kept) and 4 shadow refines of device answers (1 kept)
+    at = iso(datetime.now(UTC) - timedelta(minutes=3))
+    events = [make_event(ts=at, route="draft_refine", refine_changed=False) for _ in range(10)]
+    events += [
+        make_event(ts=at, shadow_refine=True, refine_changed=changed)
+        for changed in (True, True, True, False)
+    ]
+    _report(phone[0], events)
+
+    payload = fleet_dashboard(fleet=fleet, view=DashboardView())
+
+    # Then the pooled rate counts all 14, the device's own only the shadow refines
+    summary = payload["summary"]
+    assert summary["draft_kept_rate"] == pytest.approx(11 / 14)
+    assert (summary["device_kept_rate"], summary["device_refine_reported"]) == (0.25, 4)
+    text = next(c for c in payload["grid"]["cells"] if c["task_type"] == "text" and c["events"])
+    assert (text["device_kept_rate"], text["device_refine_reported"]) == (0.25, 4)
+    assert payload["cohorts"]["stable"]["summary"]["device_kept_rate"] == 0.25
