@@ -359,3 +359,38 @@ def test_quality_guard__degraded_candidate__rolled_back_with_the_reason(
     assert rollout.state == Rollout.State.ROLLED_BACK
     audit = AuditEntry.objects.get(action="rollout.rolled_back", fleet=fleet)
     assert "draft-kept rate" in audit.summary
+
+
+@pytest.mark.usefixtures("requires_postgres")
+@pytest.mark.parametrize(
+    ("guard", "field"),
+    [
+        ({"kind": "sequential", "metric": "draft_kept_rate", "tolerance": 1.5}, "tolerance"),
+        ({"kind": "sequential", "metric": "mean_quality", "tolerance": -0.1}, "tolerance"),
+        ({"metric": "draft_kept_rate", "comparison": "above", "threshold": 2}, "threshold"),
+    ],
+)
+def test_quality_guard__out_of_range__refused_naming_the_field_no_rollout(
+    fleet: Any, publish_version: Any, publisher: Any, guard: dict[str, Any], field: str
+) -> None:
+    candidate = int(publish_version(fleet, threshold=0.7).number)
+    with pytest.raises(ValidationFailed) as caught:
+        rollout_start_guarded(
+            actor=publisher, fleet=fleet, version=candidate, guard_options={"guards": [guard]}
+        )
+    assert caught.value.details[0]["field"] == f"guards[0].{field}"
+    assert not Rollout.objects.filter(fleet=fleet).exists()
+
+
+@pytest.mark.usefixtures("requires_postgres")
+def test_quality_preset__statistical_guards_and_the_quality_guard(
+    fleet: Any, publish_version: Any, publisher: Any
+) -> None:
+    candidate = int(publish_version(fleet, threshold=0.7).number)
+    rollout = rollout_start_guarded(
+        actor=publisher, fleet=fleet, version=candidate, guard_options={"guards": "quality"}
+    )
+    guards = list(rollout.guard_set.guards.values_list("kind", "metric", "threshold"))
+    assert ("sequential", "draft_kept_rate", 0.03) in guards
+    assert ("sequential", "cloud_share", 0.05) in guards
+    assert len(guards) == 6
