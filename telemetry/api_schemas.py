@@ -380,7 +380,9 @@ class FleetDashboardSerializer(serializers.Serializer[Any]):
     cohorts = serializers.DictField(help_text="figures and series of the stable and candidate")
     cost = DashboardCostSerializer()
     budgets = serializers.JSONField(help_text="the policy's latency budgets per route")
-    grid = serializers.JSONField(help_text="cloud share and P95 per policy cell")
+    grid = serializers.JSONField(
+        help_text="cloud share, P95, draft-kept rate and mean app quality per policy cell"
+    )
     markers = DashboardMarkerSerializer(many=True)
     options = DashboardOptionsSerializer()
     stable_version = serializers.IntegerField(allow_null=True)
@@ -740,7 +742,8 @@ GUARDS_SCHEMA: dict[str, Any] = {
         },
     ],
     "nullable": True,
-    "description": f'"default" (or null), "statistical", or a list of 1 to {MAX_GUARDS} guards; '
+    "description": '"default" (or null), "statistical", "quality" (statistical and the '
+    f"draft-kept rate at most 3 pts below stable), or a list of 1 to {MAX_GUARDS} guards; "
     "a fixed guard's share threshold is a fraction from -1 to 1 (0.02 is 2 points); a "
     'sequential guard ("kind": "sequential") tolerates a regression: a fraction of a share '
     "from 0 to 1, or of a latency quantile from 0 to 10 (0.2: 20% slower)",

@@ -372,6 +372,47 @@
       colorbar: { title: { text: "cloud %" }, ticksuffix: "%" }, hovertemplate: "%{y} · %{x}<br>cloud %{z:.1f}%<extra></extra>",
       xgap: 2, ygap: 2
     }], layout);
+    // Device quality per cell: a cell whose events reported nothing is "no reports", never
+    // a 0% (or 0) that would read as "the cloud rewrote every draft".
+    var kept = matrix(function (cell) { return cell && cell.refine_reported ? 100 * cell.draft_kept_rate : null; });
+    var keptText = matrix(function (cell) {
+      if (!cell) { return ""; }
+      return cell.refine_reported ? (100 * cell.draft_kept_rate).toFixed(0) + "%<br>" + count(cell.refine_reported) + " rep" : "no reports";
+    });
+    // Hover: of those, the device answers refined in the background (the device's own quality).
+    var keptDevice = matrix(function (cell) {
+      if (!cell || !cell.device_refine_reported) { return "no shadow refines"; }
+      return "on device " + (100 * cell.device_kept_rate).toFixed(0) + "% of " + count(cell.device_refine_reported);
+    });
+    var quality = matrix(function (cell) { return cell && cell.quality_count ? cell.mean_quality : null; });
+    var qualityText = matrix(function (cell) {
+      if (!cell) { return ""; }
+      return cell.quality_count ? cell.mean_quality.toFixed(2) + "<br>" + count(cell.quality_count) + " rep" : "no reports";
+    });
+    var qualityScale = [[0, "#b42318"], [0.5, "#f6c27a"], [0.75, "#fff3d6"], [1, "#2f9e5b"]];
+    // A grid with no report in any cell draws no heatmap at all: it says so instead.
+    function reportedLayout(values) {
+      var any = values.some(function (row) { return row.some(function (v) { return v !== null; }); });
+      if (any) { return layout; }
+      return Object.assign({}, layout, {
+        xaxis: Object.assign({}, layout.xaxis, { type: "category", categoryarray: columnLabels, range: [-0.5, columnLabels.length - 0.5] }),
+        yaxis: Object.assign({}, layout.yaxis, { type: "category", categoryarray: axes.rows, range: [-0.5, axes.rows.length - 0.5] }),
+        annotations: [{ xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false,
+                        text: "no reports in this view", font: { size: 13, color: "#6b7685" } }]
+      });
+    }
+    draw("chart-grid-kept", [{
+      type: "heatmap", x: columnLabels, y: axes.rows, z: kept, text: keptText, texttemplate: "%{text}",
+      customdata: keptDevice, zmin: 0, zmax: 100, colorscale: qualityScale,
+      colorbar: { title: { text: "kept %" }, ticksuffix: "%" }, hovertemplate: "%{y} · %{x}<br>draft kept %{z:.1f}%<br>%{customdata}<extra></extra>",
+      xgap: 2, ygap: 2
+    }], reportedLayout(kept));
+    draw("chart-grid-quality", [{
+      type: "heatmap", x: columnLabels, y: axes.rows, z: quality, text: qualityText, texttemplate: "%{text}",
+      zmin: 0, zmax: 1, colorscale: qualityScale,
+      colorbar: { title: { text: "quality" } }, hovertemplate: "%{y} · %{x}<br>app quality %{z:.2f}<extra></extra>",
+      xgap: 2, ygap: 2
+    }], reportedLayout(quality));
     draw("chart-grid-p95", [{
       type: "heatmap", x: columnLabels, y: axes.rows, z: overBudget, text: p95Text, texttemplate: "%{text}",
       customdata: p95, zmin: 0, zmax: 2, colorscale: [[0, "#e3f4e8"], [0.45, "#fff3d6"], [0.5, "#f6c27a"], [1, "#b42318"]],
@@ -416,6 +457,38 @@
     return stable;
   }
 
+  // Draft kept and app quality over time, one line per cohort (the candidate's only when it
+  // has events); a chart with no report at all says so instead of drawing an empty axis.
+  function drawQuality(payload, x) {
+    var charts = [
+      ["chart-quality-kept", "draft_kept_rate", "refine_reported", "draft kept (%)", true],
+      ["chart-quality-app", "mean_quality", "quality_count", "app quality (0–1)", false]
+    ];
+    charts.forEach(function (chart) {
+      var any = false;
+      var traces = ["stable", "candidate"].filter(function (cohort) {
+        return cohort === "stable" || payload.cohorts[cohort].summary.events > 0;
+      }).map(function (cohort) {
+        var series = payload.cohorts[cohort].series;
+        var values = series[chart[1]] || [];
+        var reports = series[chart[2]] || [];
+        if (values.some(function (v) { return v !== null && v !== undefined; })) { any = true; }
+        return { x: x, y: chart[4] ? percents(values) : values, customdata: reports, type: "scatter", mode: "lines+markers",
+                 marker: { size: 4 }, name: payload.cohorts[cohort].label || cohort,
+                 line: { color: COHORT_COLOURS[cohort], width: 2 },
+                 hovertemplate: (chart[4] ? "%{y:.1f}%" : "%{y:.2f}") + " (%{customdata:,} reports)" };
+      });
+      draw(chart[0], traces, baseLayout(chart[3], {
+        margin: { l: 54, r: 8, t: 24, b: 40 },
+        legend: { orientation: "h", x: 0, y: 1.0, yanchor: "bottom", font: { size: 10 } },
+        yaxis: { title: { text: chart[3] }, range: chart[4] ? [0, 100] : [0, 1], ticksuffix: chart[4] ? "%" : "", gridcolor: "#eef1f5" },
+        xaxis: { title: { text: "time (UTC)", standoff: 4 }, type: "date", automargin: true, range: timeRange(payload), gridcolor: "#eef1f5", nticks: 6 },
+        annotations: any ? [] : [{ xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false,
+                                   text: "no reports in this window", font: { size: 13, color: "#6b7685" } }]
+      }));
+    });
+  }
+
   function drawConvergence(payload) {
     var conv = payload.convergence;
     setText("convergence-note", count(conv.devices) + " devices, " + count(conv.online) + " online now");
@@ -449,6 +522,13 @@
               p95 !== null && worstBudget !== null && p95 > payload.budgets[payload.budgets.length - 1].budget_ms ? "warn" : null);
     setFigure("fallback_rate", pct(s.fallback_rate, 2),
               "errors " + pct(s.error_rate, 2) + " · cache " + pct(s.cache_hit_rate));
+    if (s.refine_reported) {
+      var quality = s.quality_count ? "app quality " + s.mean_quality.toFixed(2) + " (" + count(s.quality_count) + ")" : "app quality: no reports";
+      var onDevice = s.device_refine_reported ? " · on device " + pct(s.device_kept_rate, 0) : "";
+      setFigure("quality", pct(s.draft_kept_rate), count(s.refine_reported) + " reports" + onDevice + " · " + quality);
+    } else {
+      setFigure("quality", "no reports", s.quality_count ? "app quality " + s.mean_quality.toFixed(2) + " (" + count(s.quality_count) + ")" : "no quality signal in this view", "none");
+    }
     setFigure("privacy", count(s.privacy_violations), s.privacy_violations ? "must be 0: look now" : "should be 0",
               s.privacy_violations ? "bad" : "good");
     var cost = payload.cost;
@@ -480,6 +560,7 @@
     drawPrivacy(payload, x);
     drawGrid(payload);
     drawCohorts(payload, x);
+    drawQuality(payload, x);
     drawConvergence(payload);
     setText("stable", payload.stable_version ? "v" + payload.stable_version : "none yet");
     var rolloutEl = document.querySelector('[data-field="rollout"]');

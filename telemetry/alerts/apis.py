@@ -247,7 +247,7 @@ def guard_options(data: dict[str, Any]) -> dict[str, Any]:
 
 class RolloutGuardsApi(APIView):
     """The open rollout's guards and verdicts; PUT sets them (publisher):
-    `{"guards": "default" | "statistical" | [{"metric", "comparison", "threshold",
+    `{"guards": "default" | "statistical" | "quality" | [{"metric", "comparison", "threshold",
     "min_samples"} | {"kind": "sequential", "metric", "tolerance", "confidence", "per_cell"}],
     "bake_minutes": 10 | {"5": 10, "25": 20, "100": 30}, "auto_advance": true,
     "window_minutes": 10, "min_samples": 50, "min_devices": 0, "min_events": 0,

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal
 
-from ..rollups import Figures, figures_at
+from ..rollups import Figures, MetricField, figures_at
 from ..rollups import RollupRow as RollupRow  # the rows these functions judge, for callers
+from ..rollups import ratio as share_of
 from .models import Condition, GuardComparison, Metric, Scope
 
 Outcome = Literal["breach", "ok", "no_data"]
@@ -31,8 +32,16 @@ RATE_METRICS: Final = frozenset(
         Metric.FALLBACK_RATE,
         Metric.ERROR_RATE,
         Metric.CACHE_HIT_RATE,
+        Metric.DRAFT_KEPT_RATE,
+        Metric.MEAN_QUALITY,
     }
 )
+# The quality metrics (issue #15), as (part, whole) columns: judged over the events that
+# report the signal, so their samples are reports, not events; without any, no data.
+QUALITY_METRICS: Final[dict[str, tuple[MetricField, MetricField]]] = {
+    Metric.DRAFT_KEPT_RATE: ("refine_kept", "refine_reported"),
+    Metric.MEAN_QUALITY: ("quality_sum", "quality_count"),
+}
 LATENCY_METRICS: Final = {Metric.P95_BUDGET: 0.95, Metric.P99_BUDGET: 0.99}
 GUARD_METRICS: Final = frozenset(set(Metric) - {Metric.EVENTS})
 
@@ -130,6 +139,10 @@ def reading(metric: str, figures: ScopeFigures, budgets: Budgets, min_samples: i
         return Reading(float(events), events)
     if metric == Metric.PRIVACY_VIOLATIONS:
         return Reading(float(total.privacy_violations), events, _violation_detail(figures))
+    if metric in QUALITY_METRICS:
+        part, whole = QUALITY_METRICS[metric]
+        reports = int(total.total(whole))
+        return Reading(share_of(total.total(part), reports), reports)
     if metric in RATE_METRICS:
         if not events:
             return Reading(None, 0)
@@ -213,9 +226,11 @@ class Judgement:
 
 
 def format_value(metric: str, value: float | None) -> str:
-    """`31.5%`, `3`, `1.24× budget`, `—`."""
+    """`31.5%`, `3`, `1.24× budget`, `0.82` (mean quality), `—`."""
     if value is None:
         return "—"
+    if metric == Metric.MEAN_QUALITY:
+        return f"{value:.2f}"
     if metric in RATE_METRICS:
         return f"{value * 100:.1f}%"
     if metric in LATENCY_METRICS:

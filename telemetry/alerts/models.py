@@ -22,6 +22,9 @@ class Metric(models.TextChoices):
     P95_BUDGET = "p95_budget", "P95 latency ÷ the cell's budget"
     P99_BUDGET = "p99_budget", "P99 latency ÷ the cell's budget"
     EVENTS = "events", "events reported (silence)"
+    # The quality signals (issue #15): judged on the events that report them, never on all.
+    DRAFT_KEPT_RATE = "draft_kept_rate", "draft-kept rate"
+    MEAN_QUALITY = "mean_quality", "mean app quality"
 
 
 class Condition(models.TextChoices):

@@ -44,7 +44,13 @@ RATE_PARTS: Final[dict[str, tuple[str, Literal["higher", "lower"]]]] = {
     "error_rate": ("errors", "higher"),
     "cache_hit_rate": ("cache_hits", "lower"),
     "privacy_violations": ("privacy_violations", "higher"),
+    # The quality guards (issue #15): a drop is a regression. Their whole is the reports of the
+    # signal, not the events (QUALITY_WHOLES); a mean of values in [0, 1] is judged as a rate,
+    # whose Bernoulli variance μ(1 − μ) bounds the variance of any such value from above.
+    "draft_kept_rate": ("refine_kept", "lower"),
+    "mean_quality": ("quality_sum", "lower"),
 }
+QUALITY_WHOLES: Final = {"draft_kept_rate": "refine_reported", "mean_quality": "quality_count"}
 QUANTILE_METRICS: Final = {"p95_budget": 0.95, "p99_budget": 0.99}
 # A statistical latency guard compares the cohorts' quantiles (not a budget): its name.
 QUANTILE_LABELS: Final = {"p95_budget": "P95 latency", "p99_budget": "P99 latency"}
@@ -128,8 +134,16 @@ class SequentialJudgement:
     message: str
 
 
-def _rate_counts(figures: Figures, part: str) -> tuple[int, int]:
+def _whole(figures: Figures, metric: str) -> int:
+    """What a metric's rate is a share of: the reports of a quality signal, else the events."""
+    whole = QUALITY_WHOLES.get(metric)
+    return figures.events if whole is None else int(figures.total(whole))  # type: ignore[arg-type]
+
+
+def _rate_counts(figures: Figures, part: str, metric: str = "") -> tuple[float, int]:
     events = figures.events
+    if metric in QUALITY_WHOLES:
+        return figures.total(part), _whole(figures, metric)  # type: ignore[arg-type]
     if part in ("cloud", "device"):
         return int(figures.total("events", part)), events
     if part == "fallbacks":
@@ -142,7 +156,8 @@ def _rate_counts(figures: Figures, part: str) -> tuple[int, int]:
 def _read_scope(
     guard: SequentialGuard, scope: str, mine: Figures, theirs: Figures, alpha: float
 ) -> ScopeReading:
-    events = (mine.events, theirs.events)
+    # The samples behind the figure: events, or a quality signal's reports.
+    events = (_whole(mine, guard.metric), _whole(theirs, guard.metric))
     if min(events) < max(1, guard.min_samples):
         return ScopeReading(
             scope=scope, verdict="collecting", interval=None,
@@ -164,8 +179,8 @@ def _read_scope(
     else:
         part, worse_when = RATE_PARTS[guard.metric]
         interval = rate_difference(
-            candidate=_rate_counts(mine, part),
-            stable=_rate_counts(theirs, part),
+            candidate=_rate_counts(mine, part, guard.metric),
+            stable=_rate_counts(theirs, part, guard.metric),
             alpha=alpha,
             prior_sd=max(guard.tolerance, MIN_PRIOR_SD),
             worse_when=worse_when,
@@ -187,12 +202,13 @@ def format_amount(metric: str, value: float) -> str:
 def describe(guard: SequentialGuard, reading: ScopeReading, label: str) -> str:
     """`fallback rate in fleet: +3.2 pts (95% interval +1.4 to +5.0 pts; tolerated +1.0 pts)`."""
     where = "fleet-wide" if reading.scope == "fleet" else f"in {reading.scope}"
+    unit = "reports" if guard.metric in QUALITY_WHOLES else "events"
     confidence = f"{guard.confidence * 100:g}%"
     tolerated = format_amount(guard.metric, guard.tolerance)
     if reading.interval is None:
         return (
             f"{label} {where}: collecting ({reading.candidate_events:,} candidate, "
-            f"{reading.stable_events:,} stable events of {guard.min_samples:,} each)"
+            f"{reading.stable_events:,} stable {unit} of {guard.min_samples:,} each)"
         )
     interval = reading.interval
     words = {
@@ -205,7 +221,7 @@ def describe(guard: SequentialGuard, reading: ScopeReading, label: str) -> str:
         f"{label} {where}: candidate vs stable {format_amount(guard.metric, interval.estimate)} "
         f"({confidence} interval {format_amount(guard.metric, interval.lower)} to "
         f"{format_amount(guard.metric, interval.upper)}, {words} the tolerated "
-        f"{tolerated}; {reading.candidate_events:,} vs {reading.stable_events:,} events)"
+        f"{tolerated}; {reading.candidate_events:,} vs {reading.stable_events:,} {unit})"
     )
 
 

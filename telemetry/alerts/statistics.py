@@ -5,9 +5,11 @@ far above its nominal level. These intervals are confidence *sequences*: with pr
 least `1 - alpha` they hold the true value at every look at once, so looking after every
 rollup costs nothing (docs/alerts.md, "Statistical guards").
 
-- Rates (cloud share, α, fallback, error, cache hit, privacy violations): the normal-mixture
-  sequential probability ratio test (mSPRT) of Johari, Koomen, Pekelis & Walsh ("Always valid
-  inference", Operations Research 2022; Optimizely's stats engine) on candidate − stable,
+- Rates (cloud share, α, fallback, error, cache hit, privacy violations, draft kept; mean
+  quality, a mean of values in [0, 1], as a rate: its variance is at most μ(1 − μ)): the
+  normal-mixture sequential probability ratio test (mSPRT) of Johari, Koomen, Pekelis & Walsh
+  ("Always valid inference", Operations Research 2022; Optimizely's stats engine) on candidate
+  − stable,
   inverted into a confidence sequence. The estimator's variance comes from the two cohorts'
   counts (a rate needs two integers per cohort, as in Lindon et al., KDD 2022); a count is
   shrunk by half an event towards ½ when the variance is estimated, so a zero baseline (0 of n
@@ -82,22 +84,24 @@ def mixture_statistic(*, gap: float, variance: float, prior_variance: float) -> 
     return math.sqrt(variance / total) * math.exp(prior_variance * gap**2 / (2 * variance * total))
 
 
-def _shrunk(part: int, whole: int) -> float:
+def _shrunk(part: float, whole: int) -> float:
     """A rate for its variance: half an event towards ½ (never exactly 0 or 1)."""
     return (part + 0.5) / (whole + 1)
 
 
 def rate_difference(
     *,
-    candidate: tuple[int, int],
-    stable: tuple[int, int],
+    candidate: tuple[float, int],
+    stable: tuple[float, int],
     alpha: float,
     prior_sd: float,
     worse_when: Literal["higher", "lower"] = "higher",
 ) -> Interval:
     """Candidate − stable of a rate from (part, whole) counts, as an anytime-valid interval.
 
-    `worse_when="lower"` (α, cache hit rate) turns the sign so that positive is always worse.
+    `worse_when="lower"` (α, cache hit rate, draft-kept rate) turns the sign so that positive
+    is always worse. A part may be a sum of values in [0, 1] (mean quality): their variance is
+    at most the Bernoulli one used here, so the interval stays valid, if wider.
     """
     (c_part, c_whole), (s_part, s_whole) = candidate, stable
     if c_whole <= 0 or s_whole <= 0:

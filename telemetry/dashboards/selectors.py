@@ -41,6 +41,7 @@ from ..rollups import (
     figures_at,
     merged,
     plan_window,
+    ratio,
     read_rows,
 )
 from ..rollups.sketch import merge_counts
@@ -228,10 +229,18 @@ def _series(
         "p50_ms",
         "p95_ms",
         "p99_ms",
+        # The quality signals (issue #15): None where no event of the bucket reported one,
+        # never 0 (no report is not "the cloud changed every draft").
+        "draft_kept_rate",
+        "refine_reported",
+        "mean_quality",
+        "quality_count",
     )
     out: dict[str, list[Any]] = {name: [None] * buckets for name in names}
     out["events"] = [0] * buckets
     out["privacy_violations"] = [0] * buckets
+    out["refine_reported"] = [0] * buckets
+    out["quality_count"] = [0] * buckets
     for index, figures in tallies.items():
         events = figures.events
         if not events:
@@ -246,6 +255,10 @@ def _series(
         out["cache_hit_rate"][index] = figures.rate("cache_hits")
         out["error_rate"][index] = figures.rate("errors")
         out["privacy_violations"][index] = figures.privacy_violations
+        out["draft_kept_rate"][index] = figures.draft_kept_rate()
+        out["refine_reported"][index] = int(figures.total("refine_reported"))
+        out["mean_quality"][index] = figures.mean_quality()
+        out["quality_count"][index] = int(figures.total("quality_count"))
         if with_latency:
             p50, p95, p99 = figures.latency_quantiles()
             out["p50_ms"][index], out["p95_ms"][index], out["p99_ms"][index] = p50, p95, p99
@@ -307,16 +320,30 @@ def _fold(
         cohorts[cohort] = {
             "versions": versions,
             "label": _cohort_label(cohort, versions, compared.get(cohort)),
-            "summary": cohort_figures[cohort].headline(),
+            "summary": _headline(cohort_figures[cohort]),
             "series": _series(by_index, buckets),
         }
     folded = {
-        "summary": summary.headline(),
+        "summary": _headline(summary),
         "series": _series(fleet, buckets, with_latency=False),
         "routes": routes,
         "cohorts": cohorts,
     }
     return folded, summary, cohort_figures
+
+
+def device_kept(figures: Figures) -> tuple[float | None, int]:
+    """The draft-kept rate of the device-route reports alone (shadow refines: the cloud refined
+    a device answer in the background) and their count: the measured device quality below θ,
+    what calibration's quality target predicts (docs/lab.md, "Device quality")."""
+    reported = int(figures.total("refine_reported", "device"))
+    return ratio(figures.total("refine_kept", "device"), reported), reported
+
+
+def _headline(figures: Figures) -> dict[str, Any]:
+    """The headline figures, with the device's own draft-kept rate beside the pooled one."""
+    rate, reported = device_kept(figures)
+    return {**figures.headline(), "device_kept_rate": rate, "device_refine_reported": reported}
 
 
 def _cohort_label(cohort: str, versions: list[int], compared: int | None) -> str:
@@ -387,7 +414,9 @@ def _cells(version_ids: list[int]) -> dict[int, dict[tuple[str, str, str], dict[
 def _grid(
     scan: Scan, cells: dict[tuple[str, str, str], dict[str, Any]], task_type: str | None
 ) -> dict[str, Any]:
-    """The latency–privacy matrix: each cell's cloud share and P95 against its budget."""
+    """The latency–privacy matrix: each cell's cloud share and P95 against its budget, and its
+    device quality: the draft-kept rate and the mean app quality, with the reports behind each
+    (a rate without reports is None: "no reports", never 0%)."""
     keys = set(scan.by_cell) | {key for key in cells if task_type is None or key[0] == task_type}
 
     def ordered(position: int) -> list[str]:
@@ -410,6 +439,12 @@ def _grid(
                 "budget_ms": policy.get("budget_ms"),
                 "mode": policy.get("mode"),
                 "privacy_violations": figures.privacy_violations,
+                "draft_kept_rate": figures.draft_kept_rate(),
+                "refine_reported": int(figures.total("refine_reported")),
+                "mean_quality": figures.mean_quality(),
+                "quality_count": int(figures.total("quality_count")),
+                "device_kept_rate": device_kept(figures)[0],
+                "device_refine_reported": device_kept(figures)[1],
             }
         )
     return {

@@ -3,12 +3,14 @@ calibrate two cells for an α, write the θs into the draft, backtest the draft 
 headline beside Publish, publish it."""
 
 import json
+import random
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from playwright.sync_api import Page, expect
 
+from edge_sdk.decision import decide
 from routing_policies import selectors, services
 from routing_policies.roles import Role
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
@@ -39,9 +41,19 @@ def _record(fleet: Any, publisher: Any) -> None:
     key = services.fleet_enrollment_key_rotate(actor=publisher, fleet=fleet)
     device, _ = services.device_enroll(fleet_key=key, device_id="phone-1", platform="android")
     events = []
+    rng = random.Random(5)
     for seed, label in enumerate(CELLS):
         cell = demo_cell(tuple(label.split("/")))  # type: ignore[arg-type]
-        events += [protocol_event(e) for e in recorded_sample(cell, 800, seed=seed)]
+        for recorded in recorded_sample(cell, 800, seed=seed):
+            event = protocol_event(recorded)
+            # Half the device answers were refined in the background and say whether the
+            # cloud kept the draft (less often at a high score): the curve score → draft kept.
+            score = decide(cell, recorded.task, recorded.device).score
+            event["score"] = score
+            if recorded.route == "device" and score is not None and rng.random() < 0.5:
+                event["shadow_refine"] = True
+                event["refine_changed"] = rng.random() < 0.05 + 0.6 * score
+            events.append(event)
     for start in range(0, len(events), 1000):
         body = json.dumps({"events": events[start : start + 1000]}).encode()
         telemetry_batch_ingest(device=device, body=body)
@@ -80,6 +92,9 @@ def test_calibration__alpha_for_two_cells__applied_backtested_then_published(
         card = page.locator(f'[data-cell="{label}"]')
         expect(card.locator(".chip-stable")).to_have_text("target met")
         expect(card.locator(".calib-chart .main-svg").first).to_be_visible()
+        # and under it the cell's curve score → draft kept, from its shadow refines
+        expect(card.locator(".calib-kept-chart .main-svg").first).to_be_visible()
+        expect(card.locator(".calib-kept-table tbody tr").first).to_be_visible()
         alpha = float(card.locator("[data-field=chosen-alpha]").inner_text())
         assert 0.74 <= alpha <= 0.76, (label, alpha)
     chosen = {

@@ -40,6 +40,7 @@ from tests.integration.test_telemetry_durability import Worker
 from tests.integration.ws_clients import BackgroundLoop, wait_until
 
 from .conftest import screenshot_path
+from .pages import LAPTOP, PHONE, assert_no_sideways_scroll
 
 __all__ = ["own_redis_db", "worker"]  # fixtures
 
@@ -62,6 +63,13 @@ CHARTS = (
     "chart-cohort-p95",
     "chart-convergence",
 )
+# Drawn where devices report the quality signals (the posted batches do).
+QUALITY_CHARTS = (
+    "chart-grid-kept",
+    "chart-grid-quality",
+    "chart-quality-kept",
+    "chart-quality-app",
+)
 
 
 def _event(rng: random.Random, device_id: str, ts: datetime, version: int) -> dict[str, Any]:
@@ -74,7 +82,19 @@ def _event(rng: random.Random, device_id: str, ts: datetime, version: int) -> di
     if version == 2 and tier == "normal":
         route = rng.choices(["device", "cloud"], [0.3, 0.7])[0]  # the candidate sends more up
     median = {"device": 35.0, "cloud": 340.0, "draft_refine": 520.0}[route]
+    score = None if tier == "sensitive" else round(rng.random(), 3)
+    # The quality signals (issue #15): every draft-refine says whether the cloud changed the
+    # draft (more often at a high score); a tenth of the normal device answers were refined in
+    # the background too; a third of the tasks carry the app's quality.
+    quality: dict[str, Any] = {}
+    if score is not None and (route == "draft_refine" or rng.random() < 0.1):
+        quality["refine_changed"] = rng.random() < 0.1 + 0.5 * score
+        if route == "device":
+            quality["shadow_refine"] = True
+    if rng.random() < 0.3:
+        quality["quality"] = round(rng.uniform(0.4, 1.0), 2)
     return {
+        **quality,
         "event_id": str(uuid.uuid4()),
         "device_id": device_id,
         "ts": iso(ts),
@@ -84,7 +104,7 @@ def _event(rng: random.Random, device_id: str, ts: datetime, version: int) -> di
         "privacy_tier": tier,
         "route": route,
         "decided_by": "privacy" if tier == "sensitive" else "threshold",
-        "score": None if tier == "sensitive" else round(rng.random(), 3),
+        "score": score,
         "threshold": 0.6,
         "tokens": rng.randint(20, 600),
         "intent_conf": 0.8,
@@ -119,6 +139,12 @@ class Fleet:
         )
         assert response.status_code == 202, response.text
         self.accepted.extend(events)
+
+    def kept_text(self) -> str:
+        """The draft-kept rate of the accepted events, as the headline shows it."""
+        reported = [e for e in self.accepted if "refine_changed" in e]
+        kept = sum(1 for e in reported if not e["refine_changed"])
+        return f"{100 * kept / len(reported):.1f}%"
 
     def alpha_text(self) -> str:
         on_device = sum(1 for e in self.accepted if e["route"] == "device")
@@ -229,6 +255,26 @@ def test_dashboard__simulated_reports__charts_filled_and_updated_live(
     assert "5%" in labels
     assert "v2 published" in labels
     page.screenshot(path=str(screenshot_path("dashboard-posted")), full_page=True, timeout=60_000)
+    # and the device quality: the headline draft-kept rate of what was sent, its heatmaps
+    # beside the cloud share and P95 grids, its lines per cohort over time
+    expect(page.locator('[data-figure="quality"] [data-value]')).to_have_text(
+        reporting_fleet.kept_text()
+    )
+    for chart in QUALITY_CHARTS:
+        expect(page.locator(f"#{chart} .main-svg").first).to_be_attached()
+        assert _chart_points(page, chart) > 0, f"{chart} drew nothing"
+    for name, size in (("1366", LAPTOP), ("390", PHONE)):
+        page.set_viewport_size(size)
+        # Plotly redraws each chart to the new width, one resize event at a time
+        page.wait_for_function(
+            "() => document.documentElement.scrollWidth <= window.innerWidth", timeout=15_000
+        )
+        page.wait_for_timeout(300)
+        assert_no_sideways_scroll(page, f"dashboard at {name} px")
+        page.screenshot(
+            path=str(screenshot_path(f"dashboard-quality-{name}")), full_page=True, timeout=60_000
+        )
+    page.set_viewport_size(LAPTOP)
 
     # When a phone reports 80 more events, all in the cloud
     page.evaluate("() => { window.__e2eMarker = 'before-update'; }")

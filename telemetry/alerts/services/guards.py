@@ -84,7 +84,20 @@ STATISTICAL_GUARDS: tuple[dict[str, Any], ...] = (
     {"kind": "sequential", "metric": "p95_budget", "tolerance": 0.2},
     {"metric": "privacy_violations", "comparison": "above", "threshold": 0},
 )
-PRESETS: Final = {"default": DEFAULT_GUARDS, "statistical": STATISTICAL_GUARDS}
+# The quality guard (issue #15): the candidate's draft-kept rate may fall at most 3 pts below
+# stable's. Not in "statistical": a fleet whose devices report no refines would keep it
+# collecting, and a collecting guard holds every stage. "quality" is "statistical" plus it.
+QUALITY_GUARD: Final[dict[str, Any]] = {
+    "kind": "sequential",
+    "metric": "draft_kept_rate",
+    "tolerance": 0.03,
+}
+QUALITY_GUARDS: tuple[dict[str, Any], ...] = (*STATISTICAL_GUARDS, QUALITY_GUARD)
+PRESETS: Final = {
+    "default": DEFAULT_GUARDS,
+    "statistical": STATISTICAL_GUARDS,
+    "quality": QUALITY_GUARDS,
+}
 SEQUENTIAL_FIELDS: Final = frozenset(
     {"kind", "metric", "tolerance", "confidence", "per_cell", "min_samples"}
 )
@@ -154,7 +167,8 @@ def _clean_guards(guards: object, min_samples: object) -> list[dict[str, Any]]:
         guards = [dict(g) for g in PRESETS[guards]]
     if not isinstance(guards, list) or not guards or len(guards) > MAX_GUARDS:
         raise ValidationFailed(
-            f'`guards` is a list of 1 to {MAX_GUARDS} guards, "default" or "statistical".',
+            f'`guards` is a list of 1 to {MAX_GUARDS} guards, "default", "statistical" or '
+            '"quality".',
             details=[field_problem("guards", "a list")],
         )
     problems: list[dict[str, str]] = []

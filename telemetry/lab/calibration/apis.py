@@ -91,10 +91,12 @@ def _target_case(kinds: list[str], value: dict[str, Any] | None) -> dict[str, An
 
 
 # What `TargetSerializer.validate` accepts, case by case (schemathesis holds the two equal):
-# a share for alpha and cloud_share, a ceiling for cost_ceiling, no value for the P95 target.
+# a share for alpha, cloud_share and quality, a ceiling for cost_ceiling, no value for the P95
+# target.
+SHARE_KINDS: Final = ("alpha", "cloud_share", "quality")
 TARGET_SCHEMA: Final[dict[str, Any]] = {
     "oneOf": [
-        _target_case(["alpha", "cloud_share"], {"maximum": 1}),
+        _target_case(list(SHARE_KINDS), {"maximum": 1}),
         _target_case(["cost_ceiling"], {"maximum": MAX_COST_PER_HOUR}),
         _target_case(["p95_within_budget"], None),
     ],
@@ -115,8 +117,8 @@ class TargetSerializer(serializers.Serializer[Any]):
         required=False,
         min_value=0.0,
         max_value=MAX_COST_PER_HOUR,
-        help_text="alpha and cloud_share: a share in [0, 1]; cost_ceiling: currency units "
-        "per hour per cell; p95_within_budget: none",
+        help_text="alpha, cloud_share and quality: a share in [0, 1]; cost_ceiling: currency "
+        "units per hour per cell; p95_within_budget: none",
     )
 
     class Meta:
@@ -129,7 +131,7 @@ class TargetSerializer(serializers.Serializer[Any]):
                 raise serializers.ValidationError({"value": "p95_within_budget takes no value"})
         elif value is None:
             raise serializers.ValidationError({"value": f"{kind} needs a value"})
-        elif kind in ("alpha", "cloud_share") and value > 1.0:
+        elif kind in SHARE_KINDS and value > 1.0:
             raise serializers.ValidationError({"value": f"{kind} is a share in [0, 1]"})
         return attrs
 
@@ -200,9 +202,49 @@ class CurvePointSerializer(serializers.Serializer[Any]):
         allow_null=True, help_text="predicted P95 latency of the cell's tasks"
     )
     cost_per_hour = serializers.FloatField()
+    device_quality = serializers.FloatField(
+        allow_null=True,
+        help_text="predicted device quality: of the tasks this θ keeps on the device, the "
+        "share whose draft the cloud would keep (null: too few reports, or no task judged)",
+    )
+    device_quality_low = serializers.FloatField(allow_null=True, help_text="its 95% interval")
+    device_quality_high = serializers.FloatField(allow_null=True)
+    device_judged = serializers.IntegerField(help_text="device tasks the prediction judges")
 
     class Meta:
         ref_name = "CalibrationPoint"
+
+
+class KeptBinSerializer(serializers.Serializer[Any]):
+    score_from = serializers.FloatField()
+    score_to = serializers.FloatField()
+    reported = serializers.IntegerField(help_text="events reporting refine_changed")
+    kept = serializers.IntegerField(help_text="of which the cloud kept the draft")
+    kept_rate = serializers.FloatField()
+    low = serializers.FloatField(help_text="Wilson 95% interval")
+    high = serializers.FloatField()
+
+    class Meta:
+        ref_name = "CalibrationKeptBin"
+
+
+class CellQualitySerializer(serializers.Serializer[Any]):
+    reports = serializers.IntegerField(help_text="events reporting refine_changed in the window")
+    scored_reports = serializers.IntegerField(help_text="of which with a score")
+    min_reports = serializers.IntegerField(help_text="scored reports the quality target needs")
+    draft_kept_rate = serializers.FloatField(allow_null=True)
+    device_kept_rate = serializers.FloatField(
+        allow_null=True,
+        help_text="kept rate of the device-route reports alone (shadow refines): the device "
+        "quality measured at the θs the window ran, to set beside the prediction",
+    )
+    device_reports = serializers.IntegerField(help_text="device-route reports (shadow refines)")
+    groups = serializers.IntegerField(help_text="score groups the estimator pools")
+    refused = serializers.CharField(help_text="why device quality is not predicted, or empty")
+    curve = KeptBinSerializer(many=True, help_text="score → draft kept, by score decile")
+
+    class Meta:
+        ref_name = "CalibrationCellQuality"
 
 
 class VerifiedSerializer(serializers.Serializer[Any]):
@@ -222,6 +264,9 @@ class CellResultSerializer(serializers.Serializer[Any]):
     latency_budget_ms = serializers.IntegerField()
     calibrated = serializers.BooleanField()
     skipped = serializers.CharField(help_text="why θ plays no part in this cell, or empty")
+    quality = CellQualitySerializer(
+        allow_null=True, help_text="the curve score → draft kept of the window's rollups"
+    )
     events = serializers.IntegerField()
     reached = serializers.BooleanField()
     current = CurvePointSerializer(allow_null=True)
@@ -322,11 +367,13 @@ class CalibrationApi(APIView):
 
     @extend_schema(
         request=CalibrationInputSerializer,
-        responses=CalibrationSerializer,
+        responses={200: CalibrationSerializer, **error_responses(409)},
         operation_id="lab_calibration_compute",
         description='Example: {"target": {"kind": "alpha", "value": 0.7}, "cells": '
         '[{"task_type": "text", "latency_budget": "interactive", "privacy_tier": "normal"}], '
-        '"hours": 24}. Nothing is stored; apply the chosen θs with .../apply.',
+        '"hours": 24}. Nothing is stored; apply the chosen θs with .../apply. 409: nothing to '
+        "calibrate (no version), or for a quality target too few draft reports in every cell "
+        "(too_few_quality_reports).",
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = fleet_get(slug=slug)

@@ -23,8 +23,17 @@ from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.pricing import CloudPrice, cost_report
 from routing_policies.selectors import draft_get, latest_published, version_get, version_table
 
+from ...dashboards.selectors import device_kept
+from ...rollups import Figures
 from ..estimate import LatencyModel, Observed, network_ms
 from ..replay import NudgeHistory, ReplayInputs, recorded_rows
+from .quality import (
+    MIN_QUALITY_REPORTS,
+    KeptGroups,
+    display_curve,
+    groups_of_cells,
+    kept_figures,
+)
 from .sweep import CellSweep, CurvePoint, SweepResult
 from .targets import Target
 
@@ -55,6 +64,9 @@ class CellCalibration:
     latency_budget_ms: int
     result: SweepResult | None
     skipped: str = ""  # why the cell was not calibrated
+    # The cell's rollups over the window (its curve score → draft kept) and their pooling.
+    kept: Figures | None = None
+    kept_groups: KeptGroups | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,6 +149,20 @@ def calibration_compute(
         for key in wanted
         if not why_fixed(table[key])
     }
+    # The curve score → draft kept of each cell, from the window's rollups (one query); the
+    # quality target is refused before the sweep when no cell has the reports it needs.
+    kept = kept_figures(fleet_id=fleet.pk, start=start, end=end)
+    groups = groups_of_cells(kept, sweeps)
+    if target.kind == "quality" and sweeps and not any(g.enough for g in groups.values()):
+        raise Conflict(
+            f"Too few draft reports to predict device quality: a cell needs "
+            f"{MIN_QUALITY_REPORTS:,} scored reports of `refine_changed` in the window.",
+            code="too_few_quality_reports",
+            details=[
+                {"field": "cells", "message": f"{cell_key_label(key)}: {group.refusal()}"}
+                for key, group in groups.items()
+            ],
+        )
     model = LatencyModel()
     events = unreplayable = 0
     # The backtest's hot loop: one reused ReplayInputs per row, no object per event. Every
@@ -174,10 +200,14 @@ def calibration_compute(
             mode=table[key].mode,
             current_threshold=table[key].threshold,
             latency_budget_ms=table[key].latency_budget_ms,
-            result=sweeps[key].result(target=target, model=model, hours=hours, price=price)
+            result=sweeps[key].result(
+                target=target, model=model, hours=hours, price=price, kept=groups[key]
+            )
             if key in sweeps
             else None,
             skipped=why_fixed(table[key]),
+            kept=kept.get(key) or Figures(),
+            kept_groups=groups.get(key),
         )
         for key in wanted
     ]
@@ -213,6 +243,30 @@ def _point_out(point: CurvePoint) -> dict[str, Any]:
         "draft_refine_share": point.draft_refine_share,
         "p95_ms": point.p95_ms,
         "cost_per_hour": point.cost_per_hour,
+        "device_quality": point.device_quality,
+        "device_quality_low": point.device_quality_low,
+        "device_quality_high": point.device_quality_high,
+        "device_judged": point.device_judged,
+    }
+
+
+def _quality_out(cell: CellCalibration) -> dict[str, Any] | None:
+    """The cell's curve score → draft kept (deciles, Wilson intervals) and what the quality
+    target can say of it: the reports behind it, or why it is refused."""
+    figures, groups = cell.kept, cell.kept_groups
+    if figures is None or groups is None:
+        return None
+    device_rate, device_reports = device_kept(figures)
+    return {
+        "device_kept_rate": device_rate,
+        "device_reports": device_reports,
+        "reports": groups.reports,
+        "scored_reports": groups.scored,
+        "min_reports": MIN_QUALITY_REPORTS,
+        "draft_kept_rate": figures.draft_kept_rate(),
+        "groups": len(groups.groups) if groups.enough else 0,
+        "refused": groups.refusal(),
+        "curve": display_curve(figures),
     }
 
 
@@ -250,6 +304,7 @@ def _cell_out(cell: CellCalibration, *, price: CloudPrice, hours: float) -> dict
         "latency_budget_ms": cell.latency_budget_ms,
         "calibrated": cell.result is not None,
         "skipped": cell.skipped,
+        "quality": _quality_out(cell),
     }
     result = cell.result
     if result is None:

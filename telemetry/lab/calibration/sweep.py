@@ -26,9 +26,10 @@ from typing import Any, Final
 
 from edge_sdk.decision import Cell, Decision, DeviceState, TaskSignals, decide
 from routing_policies.pricing import CloudPrice
-from telemetry.rollups.sketch import LatencySketch, bucket_index
+from telemetry.rollups.sketch import SCORE_BINS, LatencySketch, bucket_index, score_bin
 
 from ..estimate import ROUTES, LatencyModel, RouteLoad, network_ms, weighted_quantiles
+from .quality import KeptGroups, Prediction, predict
 from .targets import Figures, Target, choose
 
 __all__ = [
@@ -69,6 +70,12 @@ class CurvePoint:
     draft_refine_share: float
     p95_ms: float | None  # predicted over the cell's tasks; None: not evaluated or unknown
     cost_per_hour: float
+    # Predicted device quality of the tasks this θ keeps on the device (quality.py), its 95%
+    # interval and how many tasks it judges; None: too few reports, or no task judged.
+    device_quality: float | None = None
+    device_quality_low: float | None = None
+    device_quality_high: float | None = None
+    device_judged: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +91,7 @@ class SweepResult:
     verified_matching: int
     all_cloud_cost: float  # every task of the cell a cloud call with its tokens, in the window
     stable_cost: float | None  # the stable version's cell on the same tasks; None: no such cell
+    quality_refused: str = ""  # why device quality is not predicted in this cell, or ""
 
 
 @dataclass(slots=True)
@@ -148,6 +156,8 @@ class CellSweep:
         self._routes: dict[str, list[int]] = {route: [0] * (STEPS + 2) for route in ROUTES}
         self._tokens = [0] * (STEPS + 2)
         self._calls = [0] * (STEPS + 2)
+        # Device tasks with a score, per score bin: difference arrays over k (quality target).
+        self._device_bins: dict[int, list[int]] = {}
         # Latency loads by curve class c (the first curve point m with m*CURVE_EVERY >= the
         # event's first high candidate): low at curve points m < c, high at m >= c.
         self._low: dict[int, _Load] = {}
@@ -191,6 +201,18 @@ class CellSweep:
         counts = routes[high]
         counts[first_high] += 1
         counts[STEPS + 1] -= 1
+        if (low == "device" or high == "device") and low_decision.score is not None:
+            # The device tasks' score bins, for the predicted device quality (quality.py).
+            score_index = score_bin(low_decision.score)
+            by_bin = self._device_bins.get(score_index)
+            if by_bin is None:
+                by_bin = self._device_bins[score_index] = [0] * (STEPS + 2)
+            if low == "device" and first_high:
+                by_bin[0] += 1
+                by_bin[first_high] -= 1
+            if high == "device":
+                by_bin[first_high] += 1
+                by_bin[STEPS + 1] -= 1
         if not cache_hit:
             low_cloud, high_cloud = low in _CLOUD_ROUTES, high in _CLOUD_ROUTES
             if low_cloud or high_cloud:
@@ -322,8 +344,27 @@ class CellSweep:
         points = [point for route in ROUTES for point in model.predict(route_load, route)]
         return weighted_quantiles(points, [0.95])[0]
 
+    def _qualities(self, kept: KeptGroups) -> list[Prediction | None]:
+        """Predicted device quality at every candidate k (quality.predict over the device
+        tasks of each group at k)."""
+        per_group = [[0] * (STEPS + 1) for _ in kept.groups]
+        for index, diff in self._device_bins.items():
+            target = per_group[kept.group_of[min(index, SCORE_BINS - 1)]]
+            running = 0
+            for k in range(STEPS + 1):
+                running += diff[k]
+                if running:
+                    target[k] += running
+        return [predict(kept, [counts[k] for counts in per_group]) for k in range(STEPS + 1)]
+
     def result(
-        self, *, target: Target, model: LatencyModel, hours: float, price: CloudPrice
+        self,
+        *,
+        target: Target,
+        model: LatencyModel,
+        hours: float,
+        price: CloudPrice,
+        kept: KeptGroups | None = None,
     ) -> SweepResult:
         """The curve, the chosen point for `target` and the reservoir check at it.
 
@@ -336,6 +377,10 @@ class CellSweep:
         tokens, calls = _prefix(self._tokens), _prefix(self._calls)
         current_k = min(STEPS, max(0, round(self.cell.threshold * STEPS)))
         p95s = self._p95s(model, {*range(0, _CURVE_POINTS, P95_EVERY), *_around(current_k)})
+        refused = "no reports of the draft kept" if kept is None else kept.refusal()
+        qualities: list[Prediction | None] = (
+            self._qualities(kept) if kept is not None and not refused else [None] * (STEPS + 1)
+        )
 
         def candidates() -> list[Figures]:
             return [
@@ -345,19 +390,24 @@ class CellSweep:
                     cloud_share=(routes["cloud"][k] + routes["draft_refine"][k]) / total,
                     cost_per_hour=price.cost(tokens=tokens[k], calls=calls[k]) / hours,
                     p95_ms=p95s.get(k // CURVE_EVERY) if k % CURVE_EVERY == 0 else None,
+                    quality=quality.quality if (quality := qualities[k]) else None,
                 )
                 for k in range(STEPS + 1)
             ]
 
         budget = self.cell.latency_budget_ms
-        chosen_k, reached = choose(target=target, candidates=candidates(), budget_ms=budget)
+        chosen_k, reached = choose(
+            target=target, candidates=candidates(), budget_ms=budget, current=current_k
+        )
         wanted = set(_around(chosen_k))
         if target.kind == "p95_within_budget":
             coarse = chosen_k // CURVE_EVERY
             wanted.update(range(coarse, min(_CURVE_POINTS, coarse + P95_EVERY + 1)))
         if wanted - set(p95s):
             p95s.update(self._p95s(model, wanted - set(p95s)))
-            chosen_k, reached = choose(target=target, candidates=candidates(), budget_ms=budget)
+            chosen_k, reached = choose(
+                target=target, candidates=candidates(), budget_ms=budget, current=current_k
+            )
             p95s.update(self._p95s(model, set(_around(chosen_k)) - set(p95s)))
 
         def p95_between(k: int) -> float | None:
@@ -369,6 +419,7 @@ class CellSweep:
             return below + (above - below) * (k % CURVE_EVERY) / CURVE_EVERY
 
         def point(k: int) -> CurvePoint:
+            quality = qualities[k]
             return CurvePoint(
                 threshold=theta_of(k),
                 alpha=routes["device"][k] / total,
@@ -376,6 +427,10 @@ class CellSweep:
                 draft_refine_share=routes["draft_refine"][k] / total,
                 p95_ms=p95_between(k) if k % CURVE_EVERY else p95s.get(k // CURVE_EVERY),
                 cost_per_hour=price.cost(tokens=tokens[k], calls=calls[k]) / hours,
+                device_quality=quality.quality if quality else None,
+                device_quality_low=quality.low if quality else None,
+                device_quality_high=quality.high if quality else None,
+                device_judged=quality.tasks if quality else 0,
             )
 
         matching = self._verify(chosen_k)
@@ -394,6 +449,7 @@ class CellSweep:
             verified_matching=matching,
             all_cloud_cost=price.cost(tokens=self._all_tokens, calls=self.events),
             stable_cost=stable_cost,
+            quality_refused=refused,
         )
 
     def _verify(self, k: int) -> int:

@@ -1,8 +1,9 @@
 """What a calibration aims at, and how a point of the θ curve is chosen for it.
 
-Four kinds today. A quality target (a floor on the share of device answers the cloud would
-not have changed) follows the quality signal of issue #15: it is one more entry of
-TARGET_KINDS and one more `choose` branch over the same curve.
+Five kinds. The quality target (issue #15) is a floor on the predicted device quality: the
+share of the tasks a θ keeps on the device whose draft the cloud would have kept, judged by
+the cell's curve score → draft kept (quality.py); it is refused in a cell with too few
+reports, where `choose` sees no predicted quality and keeps the current θ.
 """
 
 from __future__ import annotations
@@ -13,13 +14,17 @@ from typing import Final, Literal, TypeAlias
 
 __all__ = ["TARGET_KINDS", "Figures", "Target", "TargetKind", "choose"]
 
-TargetKind: TypeAlias = Literal["alpha", "cloud_share", "p95_within_budget", "cost_ceiling"]
+TargetKind: TypeAlias = Literal[
+    "alpha", "cloud_share", "p95_within_budget", "cost_ceiling", "quality"
+]
 TARGET_KINDS: Final[dict[str, str]] = {
     "alpha": "a device share α (value: 0–1)",
     "cloud_share": "a share of tasks that call the cloud (value: 0–1)",
     "p95_within_budget": "the highest α whose predicted P95 is within the cell's budget",
     "cost_ceiling": "the most cloud use whose cost stays at or below a ceiling "
     "(value: currency units per hour, per cell)",
+    "quality": "the highest α whose predicted device quality (the share of device answers "
+    "whose draft the cloud would keep) is at or above the value (0–1)",
 }
 # "Reaching" a share target: within one point of it.
 SHARE_TOLERANCE: Final = 0.01
@@ -40,6 +45,8 @@ class Target:
             return f"cloud share {self.value:.0%}"
         if self.kind == "cost_ceiling":
             return f"cost ≤ {self.value:g}/h per cell"
+        if self.kind == "quality":
+            return f"highest α with device quality ≥ {self.value:.0%}"
         return "highest α with P95 within budget"
 
 
@@ -52,6 +59,7 @@ class Figures:
     cloud_share: float
     cost_per_hour: float
     p95_ms: float | None
+    quality: float | None = None  # predicted device quality; None: not predicted
 
 
 def _middle_of_best(candidates: Sequence[Figures], distance: Callable[[Figures], float]) -> int:
@@ -62,8 +70,11 @@ def _middle_of_best(candidates: Sequence[Figures], distance: Callable[[Figures],
     return run[len(run) // 2]
 
 
-def choose(*, target: Target, candidates: Sequence[Figures], budget_ms: float) -> tuple[int, bool]:
-    """The chosen candidate k for `target` and whether it meets the target."""
+def choose(
+    *, target: Target, candidates: Sequence[Figures], budget_ms: float, current: int = 0
+) -> tuple[int, bool]:
+    """The chosen candidate k for `target` and whether it meets the target (`current`: the
+    cell's θ now, kept where the quality target has nothing to judge by)."""
     if target.kind in ("alpha", "cloud_share"):
         wanted = float(target.value or 0.0)
 
@@ -81,6 +92,17 @@ def choose(*, target: Target, candidates: Sequence[Figures], budget_ms: float) -
         if affordable:
             return min(affordable, key=lambda c: c.k).k, True
         return min(candidates, key=lambda c: (c.cost_per_hour, c.k)).k, False
+    if target.kind == "quality":
+        floor = float(target.value or 0.0)
+        judged = [c for c in candidates if c.quality is not None]
+        meeting = [c for c in judged if c.quality is not None and c.quality >= floor]
+        if meeting:
+            highest = max(c.alpha for c in meeting)
+            return min(c.k for c in meeting if c.alpha == highest), True
+        if not judged:
+            return current, False
+        # Not reachable: the best predicted quality (of equals, the most α).
+        return max(judged, key=lambda c: (c.quality or 0.0, c.alpha, -c.k)).k, False
     # p95_within_budget: only the candidates whose P95 was evaluated take part.
     evaluated = [c for c in candidates if c.p95_ms is not None]
     within = [c for c in evaluated if c.p95_ms is not None and c.p95_ms <= budget_ms]

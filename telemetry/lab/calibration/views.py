@@ -39,12 +39,13 @@ from .services import calibration_apply
 from .targets import TARGET_KINDS, Target
 
 HOURS_CHOICES: Final = (1, 6, 24, 72, MAX_HOURS)
-_SHARE_KINDS: Final = ("alpha", "cloud_share")
+_SHARE_KINDS: Final = ("alpha", "cloud_share", "quality")
 KIND_LABELS: Final = {
     "alpha": "Device share α (%)",
     "cloud_share": "Cloud share (%)",
     "p95_within_budget": "Highest α with P95 within budget",
     "cost_ceiling": "Cloud cost ceiling (per hour, per cell)",
+    "quality": "Highest α with device quality at or above (%)",
 }
 
 
@@ -125,18 +126,22 @@ def _key(label: str) -> CellKey:
     return (task_type, latency_budget, privacy_tier)
 
 
-def _chart_cells(out: dict[str, Any]) -> list[dict[str, Any]]:
-    """What calibrate.js draws: per calibrated cell its curve, current and chosen points."""
+def _chart_cells(out: dict[str, Any]) -> list[dict[str, Any] | None]:
+    """What calibrate.js draws: per cell its θ curve, current and chosen points, and its curve
+    score → draft kept; None for a cell not calibrated, so that the list's index is the
+    template's loop index over every cell."""
     return [
         {
             "label": "/".join((c["task_type"], c["latency_budget"], c["privacy_tier"])),
             "budget_ms": c["latency_budget_ms"],
             "curve": c["curve"],
+            "kept": (c["quality"] or {}).get("curve", []),
             "current": c["current"],
             "chosen": c["chosen"],
         }
-        for c in out["cells"]
         if c["calibrated"]
+        else None
+        for c in out["cells"]
     ]
 
 

@@ -198,7 +198,15 @@ BAD_COMPUTE = [
         id="unknown-target-field",
     ),
     pytest.param(
-        {**ALPHA_70, "target": {"kind": "quality", "value": 0.9}}, "target.kind", id="unknown-kind"
+        {**ALPHA_70, "target": {"kind": "trust", "value": 0.9}}, "target.kind", id="unknown-kind"
+    ),
+    pytest.param(
+        {**ALPHA_70, "target": {"kind": "quality", "value": 1.2}},
+        "target.value",
+        id="quality-above-1",
+    ),
+    pytest.param(
+        {**ALPHA_70, "target": {"kind": "quality"}}, "target.value", id="quality-no-value"
     ),
     pytest.param(
         {**ALPHA_70, "target": {"kind": "alpha", "value": 1.5}}, "target.value", id="alpha-above-1"
