@@ -294,7 +294,12 @@ def refined(phone: tuple[Device, Any]) -> int:
         event["score"] = score
         if score is not None and recorded.route == "draft_refine":
             event["refine_changed"] = rng.random() >= true_kept(score)
-        elif score is not None and recorded.route == "device" and rng.random() < 1 / 3:
+        elif (
+            score is not None
+            and recorded.route == "device"
+            and not recorded.cache_hit
+            and rng.random() < 1 / 3
+        ):
             event["shadow_refine"] = True
             event["refine_changed"] = rng.random() >= true_kept(score)
         events.append(event)
