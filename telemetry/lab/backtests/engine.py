@@ -59,6 +59,9 @@ class BacktestInput:
     filter_versions: Collection[int] | None = None
     cohort: str | None = None
     cells: Collection[CellKey] | None = None
+    # Each replayed side's `shadow_refine_rate` per cell ("subject", "stable"): the cloud also
+    # refines that share of its device answers in the background, at a call's cost.
+    shadow_rates: Mapping[str, Mapping[CellKey, float]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -72,6 +75,7 @@ class _Tally:
     cloud_tokens: int = 0
     cloud_calls: int = 0
     tokens: int = 0  # of every task, cloud or not (what-happened tallies only: all-cloud)
+    device_tokens: int = 0  # of the tasks run on the device (replays: shadow refines' cost)
     privacy_violations: int = 0
     fallbacks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROUTES, 0))
     uncovered: int = 0  # the side has no cell for these events
@@ -93,6 +97,7 @@ class _Tally:
 class _Side:
     tallies: dict[CellKey, _Tally] = field(default_factory=dict)
     load: RouteLoad = field(default_factory=RouteLoad)
+    shadow_rates: Mapping[CellKey, float] = field(default_factory=dict)
 
     def tally(self, cell: CellKey) -> _Tally:
         tally = self.tallies.get(cell)
@@ -203,7 +208,9 @@ def backtest_compute(
     version_cells = {number: _canonical(cells, pool) for number, cells in spec.versions.items()}
     inputs = ReplayInputs(NudgeHistory.of_fleet(fleet_id=spec.fleet_id, end=spec.end))
     model = LatencyModel()
-    observed, subject, stable, running = _Side(), _Side(), _Side(), _Side()
+    observed, running = _Side(), _Side()
+    subject = _Side(shadow_rates=spec.shadow_rates.get("subject", {}))
+    stable = _Side(shadow_rates=spec.shadow_rates.get("stable", {}))
     # Clean runs' latencies per (cell, route), of the events the self-check replays.
     observed_latency: dict[tuple[CellKey, str], LatencySketch] = {}
     check = _Check()
@@ -272,7 +279,9 @@ def backtest_compute(
                     continue
                 tally.runs[replayed] += 1
                 load.counts[replayed] += 1
-                if replayed != "device":
+                if replayed == "device":
+                    tally.device_tokens += tokens
+                else:
                     tally.cloud_calls += 1
                     tally.cloud_tokens += tokens
                     counts = load.network[replayed].counts
@@ -461,14 +470,24 @@ class _Figures:
             route: weighted_quantiles(self.model.predict(load, route), _QUANTILES)
             for route in ROUTES
         }
-        expected = 0.0
+        expected = shadow_calls = shadow_tokens = 0.0
         for cell, tally in (
             side.tallies.items() if key is None else [(key, tallies[0])] if tallies else []
         ):
             for route in ROUTES:
                 rate = self.rate.get((cell, route), self.rate[(None, route)])
                 expected += tally.runs[route] * rate
-        return _figures(tallies, latency=latency, fallbacks=expected, price=self.price)
+            # Shadow refines: the cell's rate of its device runs, expected (a draw per task).
+            shadow = side.shadow_rates.get(cell, 0.0)
+            shadow_calls += shadow * tally.runs["device"]
+            shadow_tokens += shadow * tally.device_tokens
+        return _figures(
+            tallies,
+            latency=latency,
+            fallbacks=expected,
+            price=self.price,
+            shadow=(shadow_calls, shadow_tokens),
+        )
 
     @staticmethod
     def _tallies(side: _Side, key: CellKey | None) -> list[_Tally]:
@@ -484,7 +503,10 @@ def _figures(
     latency: Mapping[str, list[float | None]],
     fallbacks: float,
     price: CloudPrice,
+    shadow: tuple[float, float] = (0.0, 0.0),
 ) -> dict[str, Any]:
+    """One side's figures; `shadow` is its expected shadow refines and their tokens (replays
+    of cells with a `shadow_refine_rate`), cloud calls on top of the routed ones."""
     events = cache_hits = tokens = calls = violations = uncovered = 0
     routes = dict.fromkeys(ROUTES, 0)
     for tally in tallies:
@@ -510,7 +532,8 @@ def _figures(
         "fallbacks": fallbacks,
         "cloud_calls": calls,
         "cloud_tokens": tokens,
-        "cost": price.cost(tokens=tokens, calls=calls),
+        "shadow_refines": shadow[0],
+        "cost": price.cost(tokens=tokens + shadow[1], calls=calls + shadow[0]),
         "privacy_violations": violations,
     }
 

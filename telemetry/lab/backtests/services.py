@@ -20,12 +20,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.exceptions import Conflict, NotFound, ValidationFailed
-from edge_sdk.decision import Cell
 from routing_policies.cell_schema import CellKey, cell_key_label
 from routing_policies.documents import Table
 from routing_policies.models import Fleet, FleetRouting, PolicyVersion
 from routing_policies.policies.audit import Actor, actor_user
-from routing_policies.policies.sdk_cells import table_cells
+from routing_policies.policies.sdk_cells import shadow_refine_rates, table_cells
 from routing_policies.pricing import CloudPrice
 from routing_policies.selectors import draft_get, version_table
 
@@ -251,10 +250,10 @@ def backtest_start(*, actor: Actor, fleet: Fleet, data: dict[str, Any]) -> tuple
     return backtest, True
 
 
-def _published_cells(fleet_id: int) -> dict[int, dict[CellKey, Cell]]:
+def _published_tables(fleet_id: int) -> dict[int, Table]:
     versions = PolicyVersion.objects.filter(fleet_id=fleet_id, number__isnull=False)
     return {
-        version.number: table_cells(version_table(version=version))
+        version.number: version_table(version=version)
         for version in versions
         if version.number is not None
     }
@@ -304,10 +303,12 @@ def _replay(backtest: Backtest) -> dict[str, Any]:
         cells=cells,
     )
     Backtest.objects.filter(pk=backtest.pk).update(events_total=total)
-    versions = _published_cells(fleet.pk)
-    subject = table_cells(
-        {(task, budget, tier): values for (task, budget, tier), values in backtest.subject_table}
-    )
+    tables = _published_tables(fleet.pk)
+    versions = {number: table_cells(table) for number, table in tables.items()}
+    subject_table = {
+        (task, budget, tier): values for (task, budget, tier), values in backtest.subject_table
+    }
+    subject = table_cells(subject_table)
     last_write = [0.0]
 
     def progress(done: int, expected: int) -> None:
@@ -324,6 +325,10 @@ def _replay(backtest: Backtest) -> dict[str, Any]:
         stable=versions.get(backtest.stable_version, {}),
         versions=versions,
         price=CloudPrice.of_fleet(fleet),
+        shadow_rates={
+            "subject": shadow_refine_rates(subject_table),
+            "stable": shadow_refine_rates(tables.get(backtest.stable_version, {})),
+        },
         filter_versions=versions_filter,
         cohort=cohort,
         cells=cells,

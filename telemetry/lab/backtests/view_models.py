@@ -80,6 +80,17 @@ def _rows(sides: list[dict[str, Any]], currency: str) -> list[dict[str, Any]]:
             "observed: counted; replays: expected at the observed rate of each cell and route",
         ),
         row("cloud calls", [f"{s['cloud_calls']:,}" for s in sides]),
+    ]
+    if any(s.get("shadow_refines") for s in sides):
+        rows.append(
+            row(
+                "shadow refines",
+                [f"{s.get('shadow_refines', 0):,.0f}" for s in sides],
+                "expected: the cell's shadow_refine_rate of its device answers, priced as "
+                "cloud calls; what happened counts none (the replay does not read them)",
+            )
+        )
+    rows += [
         row("cloud cost", [money(s["cost"], currency) for s in sides]),
         row("privacy violations", [f"{s['privacy_violations']:,}" for s in sides]),
     ]

@@ -224,6 +224,38 @@ def test_backtest__draft__figures_equal_an_independent_computation(
     ]
 
 
+def test_backtest__draft_with_a_shadow_refine_rate__its_expected_refines_priced(
+    fleet: Any, publisher: Any
+) -> None:
+    # Given 600 events decided by v1, and a draft whose text/interactive/normal cell also
+    # refines 5% of its device answers in the background
+    stored = decided_events(fleet, _cells(fleet), count=600)
+    draft = _draft_with(fleet, publisher, TEXT, shadow_refine_rate=0.05)
+
+    # When the draft is backtested
+    result = _run(publisher, fleet, version="draft", revision=draft.revision)
+
+    # Then the draft's cost adds 5% of that cell's device runs as cloud calls with 5% of their
+    # tokens; the stable version (no shadow refines) costs what its routes cost
+    cells = _cells(fleet)
+    device_runs = [
+        e
+        for e in stored
+        if _key(e) == TEXT and not e.cache_hit and _decide(cells[TEXT], e) == "device"
+    ]
+    price = CloudPrice.of_fleet(fleet)
+    subject, stable = result["overall"]["subject"], result["overall"]["stable"]
+    extra = price.cost(
+        tokens=0.05 * sum(e.tokens for e in device_runs), calls=0.05 * len(device_runs)
+    )
+    assert device_runs
+    assert subject["shadow_refines"] == pytest.approx(0.05 * len(device_runs))
+    assert stable["shadow_refines"] == 0
+    assert subject["cost"] == pytest.approx(stable["cost"] + extra)
+    text = next(cell for cell in result["cells"] if cell["label"] == "text/interactive/normal")
+    assert text["subject"]["shadow_refines"] == pytest.approx(0.05 * len(device_runs))
+
+
 def test_backtest__device_latency__predicted_from_the_cells_own_observations(
     fleet: Any, publisher: Any
 ) -> None:
