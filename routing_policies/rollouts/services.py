@@ -78,7 +78,6 @@ def _require_open(fleet: Fleet) -> Rollout:
     return rollout
 
 
-@transaction.atomic
 def _holdback_valid(holdback: int) -> None:
     if not 0 <= holdback <= Rollout.MAX_HOLDBACK:
         raise ValidationFailed(
@@ -87,6 +86,7 @@ def _holdback_valid(holdback: int) -> None:
         )
 
 
+@transaction.atomic
 def rollout_start(*, actor: Actor, fleet: Fleet, version: int, holdback: int = 0) -> Rollout:
     """Start rolling `version` out at 5% with a new random salt (a repeat is a no-op); with a
     `holdback`, that percent of the fleet stays on stable at 100% until completion."""

@@ -50,7 +50,12 @@ def _record(fleet: Any, publisher: Any) -> None:
             # cloud kept the draft (less often at a high score): the curve score → draft kept.
             score = decide(cell, recorded.task, recorded.device).score
             event["score"] = score
-            if recorded.route == "device" and score is not None and rng.random() < 0.5:
+            if (
+                recorded.route == "device"
+                and not recorded.cache_hit
+                and score is not None
+                and rng.random() < 0.5
+            ):
                 event["shadow_refine"] = True
                 event["refine_changed"] = rng.random() < 0.05 + 0.6 * score
             events.append(event)

@@ -86,10 +86,12 @@ def _event(rng: random.Random, device_id: str, ts: datetime, version: int) -> di
     # The quality signals (issue #15): every draft-refine says whether the cloud changed the
     # draft (more often at a high score); a tenth of the normal device answers were refined in
     # the background too; a third of the tasks carry the app's quality.
+    cache_hit = rng.random() < 0.1
     quality: dict[str, Any] = {}
-    if score is not None and (route == "draft_refine" or rng.random() < 0.1):
+    shadow = route == "device" and not cache_hit and rng.random() < 0.1
+    if score is not None and (route == "draft_refine" or shadow):
         quality["refine_changed"] = rng.random() < 0.1 + 0.5 * score
-        if route == "device":
+        if shadow:
             quality["shadow_refine"] = True
     if rng.random() < 0.3:
         quality["quality"] = round(rng.uniform(0.4, 1.0), 2)
@@ -111,7 +113,7 @@ def _event(rng: random.Random, device_id: str, ts: datetime, version: int) -> di
         "lm_conf": 0.7,
         "latency_ms": round(rng.lognormvariate(math.log(median), 0.4), 2),
         "fallback": "cloud_to_device" if route == "cloud" and rng.random() < 0.05 else "none",
-        "cache_hit": rng.random() < 0.1,
+        "cache_hit": cache_hit,
         "upload_bytes": 0,
         "rtt_ms": 80,
         "bandwidth_kbps": 5000,
@@ -285,6 +287,8 @@ def test_dashboard__simulated_reports__charts_filled_and_updated_live(
     for _ in range(80):
         event = _event(rng, "phone-1", datetime.now(UTC), 1)
         event.update(privacy_tier="normal", route="cloud", decided_by="threshold", score=0.9)
+        for field in ("refine_changed", "refine_edit_ratio", "shadow_refine"):
+            event.pop(field, None)  # a cloud answer refined no draft
         burst.append(event)
     reporting_fleet.post("phone-1", burst)
 
