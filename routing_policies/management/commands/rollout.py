@@ -36,8 +36,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--guards",
             default=None,
-            help='start: "default" (fixed limits), "statistical", or a JSON list of guards '
-            "(docs/alerts.md)",
+            help='start: "default" (fixed limits), "statistical", "quality", or a JSON list of '
+            "guards (docs/alerts.md)",
         )
         parser.add_argument(
             "--bake-minutes",
@@ -99,10 +99,10 @@ def _guard_options(options: dict[str, Any]) -> dict[str, Any]:
     if options["guards"] is not None:
         text = options["guards"].strip()
         try:
-            guard["guards"] = text if text in ("default", "statistical") else json.loads(text)
+            guard["guards"] = text if text in ("default", "statistical", "quality") else json.loads(text)
         except ValueError as error:
             raise CommandError(
-                f"--guards is `default`, `statistical` or a JSON list: {error}"
+                f"--guards is `default`, `statistical`, `quality` or a JSON list: {error}"
             ) from error
     raw_bake = options["bake_minutes"]
     if raw_bake is not None:
