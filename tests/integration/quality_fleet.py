@@ -23,7 +23,7 @@ from django.utils import timezone
 from edge_sdk.simulate.fleet import FleetConfig
 from edge_sdk.simulate.virtual import VirtualFleet
 from routing_policies.demo import demo_table
-from routing_policies.models import Device, Fleet, PolicyVersion
+from routing_policies.models import Device, Fleet, PolicyVersion, Rollout
 from routing_policies.selectors import version_document
 from routing_policies.services import (
     device_enroll,
@@ -160,3 +160,16 @@ class VirtualRun:
 
     def close(self) -> None:
         self.sim.close()
+
+
+def rollout_backdated(rollout: Rollout, moment: datetime, *, stage_only: bool = False) -> None:
+    """Date the rollout's start (unless `stage_only`) and its stage's at `moment`, the
+    simulated moment it started or changed stage.
+
+    The virtual clock runs behind the real one (its events must not be from the future), and
+    ingest attributes an event to the candidate cohort by the event's own time: a rollout
+    stamped with the real now would leave every virtual event before it, in stable.
+    """
+    dates = {"stage_changed_at": moment} if stage_only else {"started_at": moment}
+    Rollout.objects.filter(pk=rollout.pk).update(**{"stage_changed_at": moment, **dates})
+    rollout.refresh_from_db()
