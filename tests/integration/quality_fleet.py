@@ -64,7 +64,8 @@ def publish_cell(*, actor: Any, fleet: Fleet, values: Mapping[str, Any], note: s
     version = policy_version_publish(
         actor=actor, fleet=fleet, revision=draft.revision + 1, note=note
     )
-    return int(version.number)
+    assert version.number is not None
+    return version.number
 
 
 def document_of(fleet: Fleet, number: int) -> dict[str, Any]:

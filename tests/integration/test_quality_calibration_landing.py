@@ -45,7 +45,8 @@ STEP_S = 30
 # The stable version: draft_refine at a low θ, so the cloud refines most drafts and the curve
 # score → draft kept is measured densely over the scores a higher θ would keep on the device
 # (below θ its shadow refines measure it): 5 virtual minutes, ~60,000 tasks.
-STABLE_VALUES = {"mode": "draft_refine", "threshold": 0.3, "shadow_refine_rate": 0.05}
+STABLE_THRESHOLD = 0.3
+STABLE_VALUES = {"mode": "draft_refine", "threshold": STABLE_THRESHOLD, "shadow_refine_rate": 0.05}
 STABLE_S = 300
 # The candidate's device quality is read from shadow refines alone (5% of its device
 # answers): 25 virtual minutes at 200 tasks/s, 80% of the fleet on the candidate, give
@@ -92,7 +93,7 @@ def test_quality_calibration__rolled_out__candidate_device_quality_within_2_poin
         assert result.reached, calibration.cells[0]
         chosen = result.chosen
         assert chosen.device_quality is not None
-        assert chosen.threshold > STABLE_VALUES["threshold"]
+        assert chosen.threshold > STABLE_THRESHOLD
         draft, _ = calibration_apply(
             actor=publisher,
             fleet=fleet,

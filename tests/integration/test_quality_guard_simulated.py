@@ -82,6 +82,7 @@ def _run(*, publisher: Any, slug: str, candidate_version: int | None) -> tuple[R
             assignment = fleet_assignment(fleet.pk)
             for device_id in run.devices:
                 version = assignment.version_for(device_id)
+                assert version is not None
                 if on[device_id] != version:
                     run.apply(documents[version], [device_id])
                     on[device_id] = version
@@ -121,7 +122,9 @@ def test_quality_guard__degraded_model_scenario__alert_fires_and_candidate_rolle
     # ... and the candidate's quality alert fired
     fired = AlertEvent.objects.filter(rule_name=rule.name, kind="firing")
     assert fired.exists(), (rule.state, rule.last_value, rule.last_samples, rule.last_message)
-    print(f"\n{_guards_read(rollout)}; rule fired at {fired.first().at}: {fired.first().message}")
+    first = fired.first()
+    assert first is not None
+    print(f"\n{_guards_read(rollout)}; rule fired at {first.at}: {first.message}")
 
 
 def test_quality_guard__healthy_candidate_same_guard__not_rolled_back(

@@ -81,8 +81,10 @@ def _shadow_version(fleet: Any, publisher: Any) -> int:
     version = policy_version_publish(
         actor=publisher, fleet=fleet, revision=draft.revision + 1, note="shadow refines"
     )
-    fleet_switch_version(actor=publisher, fleet=fleet, version=version.number)
-    return int(version.number)
+    number = version.number
+    assert number is not None
+    fleet_switch_version(actor=publisher, fleet=fleet, version=number)
+    return number
 
 
 def _cell_sums(fleet: Any, cell: tuple[str, str, str], **where: Any) -> dict[str, int]:
