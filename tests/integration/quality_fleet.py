@@ -27,6 +27,7 @@ from routing_policies.models import Device, Fleet, PolicyVersion, Rollout
 from routing_policies.selectors import version_document
 from routing_policies.services import (
     device_enroll,
+    devices_ack,
     fleet_create,
     fleet_enrollment_key_rotate,
     policy_draft_create,
@@ -111,6 +112,7 @@ class VirtualRun:
         for device_id, sim in self.sim.fleet.devices.items():
             device_enroll(fleet_key=fleet_key, device_id=device_id, platform=sim.profile.platform)
         self.devices = {d.device_id: d for d in Device.objects.filter(fleet=fleet)}
+        self.versions = dict.fromkeys(self.devices, int(document["version"]))
         self.keep = tuple(keep)  # event fields kept beside the cell, route and score
         self.events: list[dict[str, Any]] = []
         self.feedback: list[dict[str, Any]] = []
@@ -121,9 +123,11 @@ class VirtualRun:
         return datetime.fromtimestamp(self.sim.wall_time(), UTC)
 
     def apply(self, document: Mapping[str, Any], device_ids: Iterable[str]) -> None:
-        """Give these devices another policy document (as a push would)."""
+        """Give these devices another policy document (as a push would; acked at the next
+        step)."""
         for device_id in device_ids:
             self.sim.fleet.devices[device_id].device.policy.apply(document, save=False)
+            self.versions[device_id] = int(document["version"])
 
     def step(self, seconds: float) -> None:
         """Run `seconds` of virtual time, then land and process what the devices sent."""
@@ -158,6 +162,11 @@ class VirtualRun:
         # The worker's sweep: feedback whose event was folded before the feedback came.
         while feedback_sweep():
             pass
+        # What the push tier records of connected devices: the version each applied, seen now
+        # (the guards' sample ratio checks count the devices by it).
+        devices_ack(
+            acks=[(self.devices[d].pk, version, now) for d, version in self.versions.items()]
+        )
 
     def close(self) -> None:
         self.sim.close()
