@@ -14,6 +14,9 @@ from routing_policies.rollouts import selectors, services
 
 ACTIONS = ("start", "advance", "pause", "resume", "rollback", "complete", "switch", "status")
 
+# The presets `--guards` names (telemetry.alerts.services.guards.PRESETS); else JSON.
+GUARD_PRESETS = ("default", "statistical", "quality")
+
 
 class Command(BaseCommand):
     """Drive a fleet's rollout from scripts; prints the rollout status as JSON."""
@@ -99,7 +102,7 @@ def _guard_options(options: dict[str, Any]) -> dict[str, Any]:
     if options["guards"] is not None:
         text = options["guards"].strip()
         try:
-            guard["guards"] = text if text in ("default", "statistical", "quality") else json.loads(text)
+            guard["guards"] = text if text in GUARD_PRESETS else json.loads(text)
         except ValueError as error:
             raise CommandError(
                 f"--guards is `default`, `statistical`, `quality` or a JSON list: {error}"
