@@ -29,7 +29,8 @@ def guard_options(data: QueryDict) -> dict[str, Any]:
         return {}
     values = GuardOptionsForm(data).values()
     return {
-        # "default" (fixed limits) or "statistical"; the guard service refuses anything else.
+        # "default" (fixed limits), "statistical" or "quality"; the guard service refuses
+        # anything else.
         "guards": data.get("guard_preset") or "default",
         "bake_minutes": values["bake_minutes"],
         "auto_advance": data.get("auto_advance") == "on",

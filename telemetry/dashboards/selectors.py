@@ -44,6 +44,7 @@ from ..rollups import (
     ratio,
     read_rows,
 )
+from ..rollups.schema import FIELD_INDEX
 from ..rollups.sketch import merge_counts
 from .cost import CohortCost, cost_figures
 
@@ -189,6 +190,9 @@ def _scan(fleet_id: int, view: DashboardView, plan: WindowPlan) -> Scan:
     return scan
 
 
+_QUALITY_COUNT: Final = FIELD_INDEX["quality_count"]
+
+
 def _fold_rows(
     scan: Scan,
     plan: WindowPlan,
@@ -200,7 +204,10 @@ def _fold_rows(
     """Each row into its bucket × route × cohort figures and/or its cell's figures."""
     by_bucket, by_cell, versions = scan.by_bucket, scan.by_cell, scan.versions_by_cohort
     for row in rows:
-        if not row.events:
+        # A row of no events is skipped, unless it carries late feedback: the feedback join
+        # stores its quality as a partial row without events, merged into the event's row only
+        # at the next compaction, and the dashboard shows it from the join on.
+        if not row.events and not row.sums[_QUALITY_COUNT]:
             continue
         if buckets:
             key = (plan.bucket_index(row.bucket), row.route, row.cohort, row.policy_version)

@@ -14,6 +14,9 @@ from routing_policies.rollouts import selectors, services
 
 ACTIONS = ("start", "advance", "pause", "resume", "rollback", "complete", "switch", "status")
 
+# The presets `--guards` names (telemetry.alerts.services.guards.PRESETS); else JSON.
+GUARD_PRESETS = ("default", "statistical", "quality")
+
 
 class Command(BaseCommand):
     """Drive a fleet's rollout from scripts; prints the rollout status as JSON."""
@@ -36,8 +39,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--guards",
             default=None,
-            help='start: "default" (fixed limits), "statistical", or a JSON list of guards '
-            "(docs/alerts.md)",
+            help='start: "default" (fixed limits), "statistical", "quality", or a JSON list of '
+            "guards (docs/alerts.md)",
         )
         parser.add_argument(
             "--bake-minutes",
@@ -99,10 +102,10 @@ def _guard_options(options: dict[str, Any]) -> dict[str, Any]:
     if options["guards"] is not None:
         text = options["guards"].strip()
         try:
-            guard["guards"] = text if text in ("default", "statistical") else json.loads(text)
+            guard["guards"] = text if text in GUARD_PRESETS else json.loads(text)
         except ValueError as error:
             raise CommandError(
-                f"--guards is `default`, `statistical` or a JSON list: {error}"
+                f"--guards is `default`, `statistical`, `quality` or a JSON list: {error}"
             ) from error
     raw_bake = options["bake_minutes"]
     if raw_bake is not None:

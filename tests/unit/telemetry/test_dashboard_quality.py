@@ -20,6 +20,7 @@ from telemetry.dashboards.selectors import (
     _series,
     fleet_dashboard,
 )
+from telemetry.feedback.services import feedback_batch_ingest, feedback_join
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from telemetry.rollups import Figures, RollupRow, figures_at, plan_window
 from telemetry.rollups.schema import FIELD_INDEX, ZERO_SUMS
@@ -211,3 +212,30 @@ def test_fleet_dashboard__shadow_refines__device_kept_rate_of_the_device_route_a
     text = next(c for c in payload["grid"]["cells"] if c["task_type"] == "text" and c["events"])
     assert (text["device_kept_rate"], text["device_refine_reported"]) == (0.25, 4)
     assert payload["cohorts"]["stable"]["summary"]["device_kept_rate"] == 0.25
+
+
+def test_fleet_dashboard__late_feedback_joined_not_yet_compacted__counted_at_once(
+    phone: tuple[Device, str], fleet: Any
+) -> None:
+    # Given 4 device events folded into the rollups, then feedback on 3 of them, joined (its
+    # quality a partial rollup row without events until the next compaction)
+    at = iso(datetime.now(UTC) - timedelta(minutes=2))
+    events = [make_event(ts=at) for _ in range(4)]
+    _report(phone[0], events)
+    items = [
+        {"event_id": e["event_id"], "quality": q}
+        for e, q in zip(events, (0.2, 0.4, 0.9), strict=False)
+    ]
+    stored = feedback_batch_ingest(device=phone[0], body=json.dumps({"feedback": items}).encode())
+    assert feedback_join(ids=stored.ids) == 3
+
+    # When the dashboard is drawn before any compaction
+    payload = fleet_dashboard(fleet=fleet, view=DashboardView())
+
+    # Then the late readings count, in the headline, the grid and the series
+    assert payload["summary"]["quality_count"] == 3
+    assert payload["summary"]["mean_quality"] == pytest.approx(0.5)
+    assert payload["summary"]["events"] == 4
+    text = next(c for c in payload["grid"]["cells"] if c["task_type"] == "text" and c["events"])
+    assert (text["quality_count"], text["mean_quality"]) == (3, pytest.approx(0.5))
+    assert sum(payload["series"]["quality_count"]) == 3
