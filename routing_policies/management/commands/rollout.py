@@ -35,6 +35,12 @@ class Command(BaseCommand):
         parser.add_argument("--to-stage", type=int, choices=[5, 25, 100], help="advance to")
         parser.add_argument("--reason", default="", help="why (rollback)")
         parser.add_argument("--as-user", default="", help="audit the action as this user")
+        parser.add_argument(
+            "--holdback",
+            type=int,
+            default=0,
+            help="start: percent of the fleet kept on stable at 100%% until completion (0-50)",
+        )
         # Guards (start only; docs/alerts.md): any of these guards the new rollout.
         parser.add_argument(
             "--guards",
@@ -70,6 +76,7 @@ class Command(BaseCommand):
                     fleet=fleet,
                     version=options["policy_version"],
                     guard_options=_guard_options(options),
+                    holdback=options["holdback"],
                 )
             elif action == "advance":
                 services.rollout_advance(actor=actor, fleet=fleet, to_stage=options["to_stage"])

@@ -721,6 +721,14 @@ def test_rollout_command__every_action__drives_the_rollout(fleet3: Any, publishe
     ) == {"publisher"}
 
 
+def test_rollout_command__start_with_holdback__kept_on_stable_at_100(fleet3: Any) -> None:
+    slug = ["--fleet", fleet3.slug]
+    started = _command("start", *slug, "--policy-version", "2", "--holdback", "15")
+    full = _command("advance", *slug, "--to-stage", "100")
+    assert started["rollout"]["holdback"] == 15
+    assert (full["rollout"]["stage"], full["rollout"]["candidate_share"]) == (100, 85)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -731,6 +739,7 @@ def test_rollout_command__every_action__drives_the_rollout(fleet3: Any, publishe
         (["advance", "--fleet", "fleet-a", "--to-stage", "50"], "invalid choice"),
         (["start", "--fleet", "fleet-a", "--policy-version", "1"], "already_stable"),
         (["status", "--fleet", "fleet-a", "--as-user", "ghost"], "ghost"),
+        (["start", "--fleet", "fleet-a", "--policy-version", "2", "--holdback", "60"], "holdback"),
     ],
 )
 def test_rollout_command__bad_request__command_error(
