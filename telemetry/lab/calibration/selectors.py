@@ -19,7 +19,7 @@ from controlplane.exceptions import Conflict, NotFound
 from edge_sdk.decision import Cell
 from routing_policies.cell_schema import CellKey, cell_key_label
 from routing_policies.models import Fleet, FleetRouting, PolicyVersion
-from routing_policies.policies.sdk_cells import table_cells
+from routing_policies.policies.sdk_cells import shadow_refine_rates, table_cells
 from routing_policies.pricing import CloudPrice, cost_report
 from routing_policies.selectors import draft_get, latest_published, version_get, version_table
 
@@ -99,13 +99,15 @@ def _base_version(fleet: Fleet, ref: int | str | None) -> PolicyVersion:
     return base
 
 
-def _stable_cells(fleet: Fleet) -> tuple[int | None, dict[CellKey, Cell]]:
-    """The fleet's stable version and its cells (none before its first publish)."""
+def _stable_cells(fleet: Fleet) -> tuple[int | None, dict[CellKey, Cell], dict[CellKey, float]]:
+    """The fleet's stable version, its cells and their shadow refine rates (none before its
+    first publish)."""
     routing = FleetRouting.objects.select_related("stable_version").filter(fleet=fleet).first()
     if routing is None or routing.stable_version is None:
-        return None, {}
+        return None, {}, {}
     stable = routing.stable_version
-    return stable.number, table_cells(version_table(version=stable))
+    raw = version_table(version=stable)
+    return stable.number, table_cells(raw), shadow_refine_rates(raw)
 
 
 def why_fixed(cell: Cell) -> str:
@@ -130,7 +132,9 @@ def calibration_compute(
     version, or `version`) for `target` over the last `hours` of the fleet's events."""
     started = time.perf_counter()
     base = _base_version(fleet, version)
-    table = table_cells(version_table(version=base))
+    raw_table = version_table(version=base)
+    table = table_cells(raw_table)
+    shadow_rates = shadow_refine_rates(raw_table)
     wanted = list(table) if cells is None else list(cells)
     unknown = [index for index, key in enumerate(wanted) if key not in table]
     if unknown:  # well-formed, but not in this table: not found, as the lab's other reads
@@ -143,9 +147,14 @@ def calibration_compute(
         )
     end = end or timezone.now()
     start = end - timedelta(hours=hours)
-    stable_version, stable = _stable_cells(fleet)
+    stable_version, stable, stable_shadow = _stable_cells(fleet)
     sweeps = {
-        key: CellSweep(cell=table[key], stable=stable.get(key))
+        key: CellSweep(
+            cell=table[key],
+            stable=stable.get(key),
+            shadow_rate=shadow_rates.get(key, 0.0),
+            stable_shadow_rate=stable_shadow.get(key, 0.0),
+        )
         for key in wanted
         if not why_fixed(table[key])
     }

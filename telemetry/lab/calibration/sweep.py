@@ -127,7 +127,15 @@ class _Load:
 class CellSweep:
     """Accumulates one cell's events (`add`); `result` gives the curve and the chosen θ."""
 
-    def __init__(self, *, cell: Cell, stable: Cell | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        cell: Cell,
+        stable: Cell | None = None,
+        shadow_rate: float = 0.0,
+        stable_shadow_rate: float = 0.0,
+        seed: int = 0,
+    ) -> None:
         self.cell = cell
         self.key = (cell.task_type, cell.latency_budget, cell.privacy_tier)
         # The stable version's cell, for the saving against it: when it differs from this one
@@ -148,6 +156,18 @@ class CellSweep:
         self._stable_tokens = 0
         self._stable_calls = 0
         self._all_tokens = 0
+        # Shadow refines (the cell's `shadow_refine_rate` of its device answers, not cache
+        # hits) cost a cloud call each: the device runs' calls and tokens per candidate are
+        # kept only where a rate needs them.
+        self._shadow_rate = shadow_rate
+        self._stable_shadow_rate = stable_shadow_rate if stable is not None else 0.0
+        self._track_device = shadow_rate > 0 or (
+            self._stable_k is not None and self._stable_shadow_rate > 0
+        )
+        self._device_tokens = [0] * (STEPS + 2) if self._track_device else []
+        self._device_calls = [0] * (STEPS + 2) if self._track_device else []
+        self._stable_device_tokens = 0
+        self._stable_device_calls = 0
         self._low_cell = replace(cell, threshold=0.0)
         self._high_cell = replace(cell, threshold=1.0)
         self.events = 0
@@ -179,13 +199,14 @@ class CellSweep:
         low = low_decision.route
         self._all_tokens += task.tokens
         stable_cell = self._stable_cell
-        if (
-            stable_cell is not None
-            and not cache_hit
-            and decide(stable_cell, task, device).route in _CLOUD_ROUTES
-        ):
-            self._stable_tokens += task.tokens
-            self._stable_calls += 1
+        if stable_cell is not None and not cache_hit:
+            stable_route = decide(stable_cell, task, device).route
+            if stable_route in _CLOUD_ROUTES:
+                self._stable_tokens += task.tokens
+                self._stable_calls += 1
+            elif self._stable_shadow_rate:
+                self._stable_device_tokens += task.tokens
+                self._stable_device_calls += 1
         first_high = self._first_high(task, device, low_decision)
         if 0 < first_high <= STEPS:
             high = decide(self._high_cell, task, device).route
@@ -215,6 +236,18 @@ class CellSweep:
                 by_bin[STEPS + 1] -= 1
         if not cache_hit:
             low_cloud, high_cloud = low in _CLOUD_ROUTES, high in _CLOUD_ROUTES
+            if self._track_device and not (low_cloud and high_cloud):
+                tokens = task.tokens
+                if not low_cloud and first_high:
+                    self._device_tokens[0] += tokens
+                    self._device_tokens[first_high] -= tokens
+                    self._device_calls[0] += 1
+                    self._device_calls[first_high] -= 1
+                if not high_cloud:
+                    self._device_tokens[first_high] += tokens
+                    self._device_tokens[STEPS + 1] -= tokens
+                    self._device_calls[first_high] += 1
+                    self._device_calls[STEPS + 1] -= 1
             if low_cloud or high_cloud:
                 tokens = task.tokens
                 if low_cloud and first_high:
@@ -375,6 +408,18 @@ class CellSweep:
         total = max(1, self.events)
         routes = {route: _prefix(diff) for route, diff in self._routes.items()}
         tokens, calls = _prefix(self._tokens), _prefix(self._calls)
+        if self._track_device:
+            device_tokens, device_calls = _prefix(self._device_tokens), _prefix(self._device_calls)
+
+        def cost_at(k: int, rate: float) -> float:
+            """The routed cloud calls at candidate k, and `rate` of its device runs refined."""
+            if not rate:
+                return price.cost(tokens=tokens[k], calls=calls[k])
+            return price.cost(
+                tokens=tokens[k] + rate * device_tokens[k], calls=calls[k] + rate * device_calls[k]
+            )
+
+        shadow = self._shadow_rate
         current_k = min(STEPS, max(0, round(self.cell.threshold * STEPS)))
         p95s = self._p95s(model, {*range(0, _CURVE_POINTS, P95_EVERY), *_around(current_k)})
         refused = "no reports of the draft kept" if kept is None else kept.refusal()
@@ -388,7 +433,7 @@ class CellSweep:
                     k=k,
                     alpha=routes["device"][k] / total,
                     cloud_share=(routes["cloud"][k] + routes["draft_refine"][k]) / total,
-                    cost_per_hour=price.cost(tokens=tokens[k], calls=calls[k]) / hours,
+                    cost_per_hour=cost_at(k, shadow) / hours,
                     p95_ms=p95s.get(k // CURVE_EVERY) if k % CURVE_EVERY == 0 else None,
                     quality=quality.quality if (quality := qualities[k]) else None,
                 )
@@ -426,7 +471,7 @@ class CellSweep:
                 cloud_share=(routes["cloud"][k] + routes["draft_refine"][k]) / total,
                 draft_refine_share=routes["draft_refine"][k] / total,
                 p95_ms=p95_between(k) if k % CURVE_EVERY else p95s.get(k // CURVE_EVERY),
-                cost_per_hour=price.cost(tokens=tokens[k], calls=calls[k]) / hours,
+                cost_per_hour=cost_at(k, shadow) / hours,
                 device_quality=quality.quality if quality else None,
                 device_quality_low=quality.low if quality else None,
                 device_quality_high=quality.high if quality else None,
@@ -436,9 +481,13 @@ class CellSweep:
         matching = self._verify(chosen_k)
         stable_cost: float | None = None
         if self._stable_k is not None:
-            stable_cost = price.cost(tokens=tokens[self._stable_k], calls=calls[self._stable_k])
+            stable_cost = cost_at(self._stable_k, self._stable_shadow_rate)
         elif self._has_stable:
-            stable_cost = price.cost(tokens=self._stable_tokens, calls=self._stable_calls)
+            rate = self._stable_shadow_rate
+            stable_cost = price.cost(
+                tokens=self._stable_tokens + rate * self._stable_device_tokens,
+                calls=self._stable_calls + rate * self._stable_device_calls,
+            )
         return SweepResult(
             events=self.events,
             curve=[point(m * CURVE_EVERY) for m in range(_CURVE_POINTS)],

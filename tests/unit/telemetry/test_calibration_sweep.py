@@ -216,3 +216,52 @@ def test_calibration_sweep__no_stable_cell__no_stable_cost() -> None:
     cell = demo_cell(TEXT)
     result = sweep(cell, recorded_sample(cell, 200), Target(kind="alpha", value=0.5))
     assert result.stable_cost is None
+
+
+def _shadow_cost_of(cell: Cell, events: list[RecordedEvent], rate: float) -> float:
+    """`cell`'s routed cloud calls on `events`, plus `rate` of its device runs (not cache hits)
+    refined in the background, straight from decide."""
+    routed = [e for e in events if not e.cache_hit]
+    cloud = [e for e in routed if decide(cell, e.task, e.device).route != "device"]
+    on_device = [e for e in routed if decide(cell, e.task, e.device).route == "device"]
+    return PRICE.cost(
+        tokens=sum(e.tokens for e in cloud) + rate * sum(e.tokens for e in on_device),
+        calls=len(cloud) + rate * len(on_device),
+    )
+
+
+@pytest.mark.parametrize(
+    ("stable_overrides", "stable_rate"),
+    [
+        pytest.param({"threshold": 0.41}, 0.0, id="stable-on-the-curve-without-shadow"),
+        pytest.param({"threshold": 0.41}, 0.02, id="stable-on-the-curve-with-its-own-rate"),
+        pytest.param({"threshold": 0.5, "latency_budget_ms": 200}, 0.01, id="stable-decided"),
+    ],
+)
+def test_calibration_sweep__shadow_refine_rate__device_runs_priced_at_every_theta(
+    stable_overrides: dict[str, float], stable_rate: float
+) -> None:
+    # Given the text cell refining 5% of its device answers in the background, and a stable
+    # cell with its own rate
+    cell = demo_cell(TEXT)
+    stable = demo_cell(TEXT, **stable_overrides)
+    events = recorded_sample(cell, 2000, seed=8)
+
+    # When θ is calibrated
+    model = LatencyModel()
+    model.observe_all(events)
+    cell_sweep = CellSweep(
+        cell=cell, stable=stable, shadow_rate=0.05, stable_shadow_rate=stable_rate
+    )
+    for event in events:
+        cell_sweep.add(event.task, event.device, cache_hit=event.cache_hit)
+    result = cell_sweep.result(
+        target=Target(kind="alpha", value=0.6), model=model, hours=2.0, price=PRICE
+    )
+
+    # Then every curve point's cost adds 5% of its device runs as calls, and the stable cost
+    # adds the stable cell's own rate of its device runs
+    for point in result.curve[::17]:
+        at = replace(cell, threshold=point.threshold)
+        assert point.cost_per_hour == pytest.approx(_shadow_cost_of(at, events, 0.05) / 2.0)
+    assert result.stable_cost == pytest.approx(_shadow_cost_of(stable, events, stable_rate))
