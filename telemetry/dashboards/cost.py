@@ -5,8 +5,10 @@ device's cache (a cache hit never leaves the device); its tokens are that route'
 less the cache hits' share of it (rollups sum tokens per route, not per cache outcome, so the
 hits are assumed to carry the route's mean tokens). All-cloud prices every task of the window
 as a cloud call with its tokens; the saving is what routing to the device keeps from that.
-Fallbacks are not priced: a device task that fell back to the cloud is not in the rollups'
-cloud routes (its route stays `device`).
+A device task that fell back to the cloud (`fallback_device_to_cloud`; its route stays `device`)
+made a cloud call too: priced as one, with the device route's mean tokens per task. A cloud
+call that failed over to the device (`fallback_cloud_to_device`) is priced as its route's call
+already, whether or not the provider bills a call that timed out.
 A shadow refine (PROTOCOL.md extensions: a device answer the cloud also refined in the
 background, `shadow_refines` of the device route) is one cloud call more; its tokens are
 assumed to be the device route's mean tokens per task (the draft refined is that task's).
@@ -40,7 +42,8 @@ class CohortCost:
 
 
 def cloud_work(figures: Figures) -> tuple[float, float]:
-    """(cloud calls, tokens sent with them) in `figures`, shadow refines included."""
+    """(cloud calls, tokens sent with them) in `figures`, shadow refines and fallbacks to the
+    cloud included."""
     calls = 0.0
     tokens = 0.0
     for route in CLOUD_ROUTES:
@@ -50,11 +53,14 @@ def cloud_work(figures: Figures) -> tuple[float, float]:
         called = events - figures.total("cache_hits", route)
         calls += called
         tokens += figures.total("tokens_sum", route) * called / events
-    shadow = figures.total("shadow_refines", "device")
+    # Shadow refines and fallbacks to the cloud: device tasks that reached the cloud too.
+    extra = figures.total("shadow_refines", "device") + figures.total(
+        "fallback_device_to_cloud", "device"
+    )
     device_events = figures.total("events", "device")
-    if shadow and device_events:
-        calls += shadow
-        tokens += figures.total("tokens_sum", "device") * shadow / device_events
+    if extra and device_events:
+        calls += extra
+        tokens += figures.total("tokens_sum", "device") * extra / device_events
     return calls, tokens
 
 

@@ -188,3 +188,25 @@ def test_fleet_dashboard__open_rollout__cost_against_stable(
     assert cost["cohorts"]["candidate_change"] == pytest.approx(1.0)
     assert answered["saving_vs_stable"]["amount"] == pytest.approx(-0.002)
     assert answered["cohorts"]["candidate_version"] == 2
+
+
+def test_cost_figures__device_tasks_that_reached_the_cloud__priced_as_calls() -> None:
+    # Given 100 device tasks of 200 tokens each, 4 of which fell back to the cloud and 6 of
+    # which were refined in the background, at 1 per 1k tokens and 0.01 per call
+    figures = Figures()
+    figures.add(
+        _row(
+            "device",
+            events=100,
+            tokens_sum=20_000,
+            fallback_device_to_cloud=4,
+            shadow_refines=6,
+        )
+    )
+
+    # When priced
+    cost = cost_figures(figures=figures, price=CloudPrice(per_1k_tokens=1, per_call=0.01), hours=1)
+
+    # Then the 10 that reached the cloud are 10 calls with 2,000 tokens: 2.0 + 0.1
+    assert (cost["cloud_calls"], cost["cloud_tokens"]) == (10, 2_000)
+    assert cost["window"] == pytest.approx(2.1)
