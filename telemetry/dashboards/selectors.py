@@ -41,7 +41,6 @@ from ..rollups import (
     figures_at,
     merged,
     plan_window,
-    ratio,
     read_rows,
 )
 from ..rollups.schema import FIELD_INDEX
@@ -339,17 +338,9 @@ def _fold(
     return folded, summary, cohort_figures
 
 
-def device_kept(figures: Figures) -> tuple[float | None, int]:
-    """The draft-kept rate of the device-route reports alone (shadow refines: the cloud refined
-    a device answer in the background) and their count: the measured device quality below θ,
-    what calibration's quality target predicts (docs/lab.md, "Device quality")."""
-    reported = int(figures.total("refine_reported", "device"))
-    return ratio(figures.total("refine_kept", "device"), reported), reported
-
-
 def _headline(figures: Figures) -> dict[str, Any]:
     """The headline figures, with the device's own draft-kept rate beside the pooled one."""
-    rate, reported = device_kept(figures)
+    rate, reported = figures.device_kept()
     return {**figures.headline(), "device_kept_rate": rate, "device_refine_reported": reported}
 
 
@@ -434,6 +425,7 @@ def _grid(
         figures = scan.by_cell.get(key) or Figures()
         _, p95, _ = figures.latency_quantiles()
         policy = cells.get(key, {})
+        device_rate, device_reported = figures.device_kept()
         out_cells.append(
             {
                 "task_type": key[0],
@@ -450,8 +442,8 @@ def _grid(
                 "refine_reported": int(figures.total("refine_reported")),
                 "mean_quality": figures.mean_quality(),
                 "quality_count": int(figures.total("quality_count")),
-                "device_kept_rate": device_kept(figures)[0],
-                "device_refine_reported": device_kept(figures)[1],
+                "device_kept_rate": device_rate,
+                "device_refine_reported": device_reported,
             }
         )
     return {

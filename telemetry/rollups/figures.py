@@ -190,6 +190,13 @@ class Figures:
         a device answer) whose draft the cloud kept, over every route; None without reports."""
         return ratio(self.total("refine_kept"), self.total("refine_reported"))
 
+    def device_kept(self) -> tuple[float | None, int]:
+        """The draft-kept rate of the device route's reports alone (shadow refines: the cloud
+        refined a device answer in the background) and their count: the device's quality
+        below θ, measured (docs/lab.md, "Device quality")."""
+        reported = int(self.total("refine_reported", "device"))
+        return ratio(self.total("refine_kept", "device"), reported), reported
+
     def mean_quality(self) -> float | None:
         """The mean of the app's `quality` (carried by the event or sent later as feedback)."""
         return ratio(self.total("quality_sum"), self.total("quality_count"))

@@ -23,7 +23,6 @@ from routing_policies.policies.sdk_cells import shadow_refine_rates, table_cells
 from routing_policies.pricing import CloudPrice, cost_report
 from routing_policies.selectors import draft_get, latest_published, version_get, version_table
 
-from ...dashboards.selectors import device_kept
 from ...rollups import Figures
 from ..estimate import LatencyModel, Observed, network_ms
 from ..replay import NudgeHistory, ReplayInputs, recorded_rows
@@ -265,7 +264,7 @@ def _quality_out(cell: CellCalibration) -> dict[str, Any] | None:
     figures, groups = cell.kept, cell.kept_groups
     if figures is None or groups is None:
         return None
-    device_rate, device_reports = device_kept(figures)
+    device_rate, device_reports = figures.device_kept()
     return {
         "device_kept_rate": device_rate,
         "device_reports": device_reports,
