@@ -538,7 +538,10 @@
       var cohorts = cost.cohorts;
       if (cohorts && cohorts.candidate_change !== null) {
         var change = cohorts.candidate_change * 100;
-        saving += " · v" + cohorts.candidate_version + " " + (change >= 0 ? "+" : "−") + Math.abs(change).toFixed(0) + "% per task vs stable v" + cohorts.stable_version;
+        // The candidate's task count beside it: on a few tasks a per-task cost is only a hint.
+        saving += " · v" + cohorts.candidate_version + " " + (change >= 0 ? "+" : "−") + Math.abs(change).toFixed(0) +
+          "% per task vs stable v" + cohorts.stable_version + " (on " + count(cohorts.candidate_events) + " v" +
+          cohorts.candidate_version + " task" + (cohorts.candidate_events === 1 ? "" : "s") + ")";
       }
       setFigure("cost", money(cost.per_day, cost.currency), money(cost.per_hour, cost.currency) + "/h · " + saving);
     }

@@ -265,6 +265,11 @@ def test_dashboard_charts__young_fleet_during_rollout__read_at_a_glance(
     legend = [t["text"] for t in text_boxes(page, "#chart-cohort-alpha .legendtext")]
     assert legend == ["stable v1", "candidate v2"]
 
+    # and the cost sets the candidate's cost per task against stable's, saying on how many
+    expect(page.locator('[data-figure="cost"] [data-sub]')).to_contain_text(
+        re.compile(r"% per task vs stable v1 \(on \d+ v2 tasks?\)")
+    )
+
     # and the captions say minutes for minute buckets
     caption = page.locator('[data-field="caption-shares"]')
     expect(caption).to_contain_text("per minute")
