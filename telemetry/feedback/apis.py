@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
@@ -17,7 +16,7 @@ from routing_policies.devices.apis import DeviceTokenAuthentication, IsDevice
 from routing_policies.models import Device
 
 from .. import api_schemas
-from ..ingest.ratelimit import rate_limit_check
+from ..ingest.ratelimit import device_batch_gate
 from .messages import MAX_ITEMS, FeedbackTooLarge
 from .services import feedback_batch_ingest
 
@@ -31,18 +30,10 @@ def feedback_outcome(
     telemetry's), the size (413), validation (400 naming each bad item and field, or 413 over
     1,000 items), then the store: 202 once committed.
     """
-    retry_after = rate_limit_check(f"feedback:{device.token_hash[:32]}")
-    if retry_after is not None:
-        return (
-            429,
-            error_body(
-                "rate_limited", f"Too many batches from this device; retry in {retry_after} s."
-            ),
-            {"Retry-After": str(retry_after)},
-        )
-    limit: int = settings.MAX_REQUEST_BYTES
-    if body is None or len(body) > limit:
-        return 413, error_body("payload_too_large", f"The body is over {limit} bytes."), {}
+    refused = device_batch_gate(f"feedback:{device.token_hash[:32]}", body)
+    if refused is not None:
+        return refused
+    assert body is not None
     try:
         result = feedback_batch_ingest(device=device, body=body)
     except FeedbackTooLarge as exc:

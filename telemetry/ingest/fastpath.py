@@ -35,7 +35,7 @@ from routing_policies.models import Device
 
 from . import services
 from .events import BatchTooLarge
-from .ratelimit import rate_limit_check
+from .ratelimit import Outcome, device_batch_gate
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +59,6 @@ _HEADERS: Final = (
 )
 _ENCODER: Final = msgspec.json.Encoder()
 
-Outcome = tuple[int, dict[str, Any], dict[str, str]]
-
 
 def _too_large(message: str) -> Outcome:
     return 413, error_body("payload_too_large", message), {}
@@ -73,18 +71,10 @@ def ingest_outcome(device: Device, body: bytes | None) -> Outcome:
     (429), the size (413), validation (400 naming each bad event and field, or 413 over 1,000
     events), then the landing: 202 once committed.
     """
-    retry_after = rate_limit_check(device.token_hash[:32])
-    if retry_after is not None:
-        return (
-            429,
-            error_body(
-                "rate_limited", f"Too many batches from this device; retry in {retry_after} s."
-            ),
-            {"Retry-After": str(retry_after)},
-        )
-    limit: int = settings.MAX_REQUEST_BYTES
-    if body is None or len(body) > limit:
-        return _too_large(f"The body is over {limit} bytes.")
+    refused = device_batch_gate(device.token_hash[:32], body)
+    if refused is not None:
+        return refused
+    assert body is not None
     try:
         result = services.telemetry_batch_ingest(device=device, body=body)
     except BatchTooLarge as exc:

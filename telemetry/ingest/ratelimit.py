@@ -11,8 +11,11 @@ import logging
 import math
 import threading
 import time
+from typing import Any
 
 from django.conf import settings
+
+from controlplane.exceptions import error_body
 
 from ..redis_client import redis_client
 
@@ -49,3 +52,25 @@ def rate_limit_check(key: str, *, now: float | None = None) -> int | None:
                 for stale in [k for k in _local_counts if k[1] < window_id]:
                     del _local_counts[stale]
     return retry_after if count > limit else None
+
+
+Outcome = tuple[int, dict[str, Any], dict[str, str]]
+
+
+def device_batch_gate(key: str, body: bytes | None) -> Outcome | None:
+    """The answers every device batch endpoint gives before reading the body, in this order:
+    429 past the rate limit of `key`, 413 for a body over MAX_REQUEST_BYTES (None: the server
+    stopped reading it); None when the batch may be read."""
+    retry_after = rate_limit_check(key)
+    if retry_after is not None:
+        return (
+            429,
+            error_body(
+                "rate_limited", f"Too many batches from this device; retry in {retry_after} s."
+            ),
+            {"Retry-After": str(retry_after)},
+        )
+    limit: int = settings.MAX_REQUEST_BYTES
+    if body is None or len(body) > limit:
+        return 413, error_body("payload_too_large", f"The body is over {limit} bytes."), {}
+    return None
