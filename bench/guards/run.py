@@ -241,9 +241,16 @@ def _subtle(event: Event, rng: random.Random) -> Event:
 
 
 def run_rollout(
-    *, stable: Sequence[Event], candidate: Sequence[Event], kind: str, salt: str, preset: str
+    *,
+    stable: Sequence[Event],
+    candidate: Sequence[Event],
+    kind: str,
+    salt: str,
+    preset: str,
+    holdback: int = 0,
 ) -> Outcome:
-    """One guarded rollout over the two worlds' events, judged every STEP_S seconds."""
+    """One guarded rollout over the two worlds' events, judged every STEP_S seconds; with a
+    `holdback`, that percent of the fleet stays on stable at 100% (docs/PROTOCOL.md)."""
     rng = random.Random(salt)
     outcome = Outcome()
     stage_index, stage_start = 0, 0.0
@@ -261,7 +268,7 @@ def run_rollout(
         stage = STAGES[stage_index]
         if stage not in split:
             assignment = FleetAssignment(
-                stable=STABLE, candidate=CANDIDATE, salt=salt, percent=stage
+                stable=STABLE, candidate=CANDIDATE, salt=salt, percent=stage, holdback=holdback
             )
             split[stage] = {d for d in devices if assignment.in_candidate_cohort(d)}
         on_candidate = split[stage]
@@ -311,7 +318,7 @@ def run_rollout(
         if preset == "statistical":
             breaches, unsettled = _judge_statistical(cohorts, rows, stage, stage_floor, now)
             ratios = cohort_sample_ratios(
-                stage=stage,
+                stage=stage if stage < 100 else 100 - holdback,
                 candidate_devices=len(seen["candidate"]),
                 seen_devices=len(seen["candidate"]) + len(seen["stable"]),
                 candidate_events=cohorts["candidate"].total.events,
@@ -432,7 +439,10 @@ def _world(name: str, seed: int, threshold: float) -> list[Event]:
 
 def _job(args: tuple[str, int, int, float]) -> list[dict[str, Any]]:
     """All rollouts of one scenario over one seed's worlds (one process)."""
-    kind, seed, count, threshold = args
+    scenario, seed, count, threshold = args
+    # "subtle@10": the subtle candidate, rolled out holding 10% back at 100%.
+    kind, _, held = scenario.partition("@")
+    holdback = int(held or 0)
     stable = _world("stable", seed, threshold)
     candidate = {
         "aa": stable,
@@ -443,14 +453,19 @@ def _job(args: tuple[str, int, int, float]) -> list[dict[str, Any]]:
     }[kind] or _world(kind, seed, threshold)
     out = []
     for index in range(count):
-        salt = f"{kind}-{seed}-{index}"
+        salt = f"{kind}-{seed}-{index}"  # the same splits below 100% with and without holdback
         for preset in ("statistical", "default"):
             result = run_rollout(
-                stable=stable, candidate=candidate, kind=kind, salt=salt, preset=preset
+                stable=stable,
+                candidate=candidate,
+                kind=kind,
+                salt=salt,
+                preset=preset,
+                holdback=holdback,
             )
             out.append(
                 {
-                    "kind": kind,
+                    "kind": scenario,
                     "seed": seed,
                     "salt": salt,
                     "preset": preset,
@@ -499,6 +514,10 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
                 "held_srm": len(held),
                 "held_srm_min_median": statistics.median(held) if held else None,
                 "reached_25": sum(any(s == 25 for s, _ in r["stages"]) for r in mine),
+                "reached_100": sum(any(s == 100 for s, _ in r["stages"]) for r in mine),
+                "rolled_back_at_100": sum(
+                    r["action"] == "rolled_back" and r["stages"][-1][0] == 100 for r in mine
+                ),
             }
     return summary
 
@@ -510,6 +529,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=4, help="independent fleet runs")
     parser.add_argument("--threshold", type=float, default=0.3, help="θ of the one cell")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--holdback",
+        type=int,
+        default=10,
+        help="percent held back at 100%% in the holdback runs (A/A and subtle again; 0: none)",
+    )
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench/guards/last_run.json")
     args = parser.parse_args(argv)
     began = time.perf_counter()
@@ -519,6 +544,9 @@ def main(argv: list[str] | None = None) -> None:
         jobs.append(("aa", seed, -(-args.aa // args.seeds), threshold))
         for kind in ("one_cell", "fleet_wide", "subtle", "srm"):
             jobs.append((kind, seed, -(-args.ab // args.seeds), threshold))
+        if args.holdback:
+            jobs.append((f"aa@{args.holdback}", seed, -(-args.aa // args.seeds), threshold))
+            jobs.append((f"subtle@{args.holdback}", seed, -(-args.ab // args.seeds), threshold))
     # One process per seed, so a seed's worlds are simulated once.
     by_seed: dict[int, list[tuple[str, int, int, float]]] = {}
     for job in jobs:
