@@ -248,12 +248,14 @@ def run_rollout(
     salt: str,
     preset: str,
     holdback: int = 0,
+    first_stage: int = 0,
 ) -> Outcome:
     """One guarded rollout over the two worlds' events, judged every STEP_S seconds; with a
-    `holdback`, that percent of the fleet stays on stable at 100% (docs/PROTOCOL.md)."""
+    `holdback`, that percent of the fleet stays on stable at 100% (docs/PROTOCOL.md);
+    `first_stage`: the index in STAGES it starts at (2: straight at 100%)."""
     rng = random.Random(salt)
     outcome = Outcome()
-    stage_index, stage_start = 0, 0.0
+    stage_index, stage_start = first_stage, 0.0
     quiet_since: datetime | None = None
     devices = sorted({e.device for e in stable})
     rows: list[RollupRow] = []
@@ -262,7 +264,7 @@ def run_rollout(
     cursor = {"stable": 0, "candidate": 0}
     streams = {"stable": stable, "candidate": candidate}
     split: dict[int, set[str]] = {}
-    outcome.stages.append((STAGES[0], 0.0))
+    outcome.stages.append((STAGES[first_stage], 0.0))
     for step in range(1, MINUTES * 60 // STEP_S + 1):
         now_s = step * STEP_S
         stage = STAGES[stage_index]
@@ -440,9 +442,12 @@ def _world(name: str, seed: int, threshold: float) -> list[Event]:
 def _job(args: tuple[str, int, int, float]) -> list[dict[str, Any]]:
     """All rollouts of one scenario over one seed's worlds (one process)."""
     scenario, seed, count, threshold = args
-    # "subtle@10": the subtle candidate, rolled out holding 10% back at 100%.
+    # "late@10": the scenario, rolled out holding 10% back at 100%. The "…100" scenarios start
+    # at 100% (a regression that shows only at the last stage, or an A/A judged there).
     kind, _, held = scenario.partition("@")
     holdback = int(held or 0)
+    first_stage = len(STAGES) - 1 if kind in ("aa100", "late100") else 0
+    kind = {"aa100": "aa", "late100": "fleet_wide"}.get(kind, kind)
     stable = _world("stable", seed, threshold)
     candidate = {
         "aa": stable,
@@ -462,6 +467,7 @@ def _job(args: tuple[str, int, int, float]) -> list[dict[str, Any]]:
                 salt=salt,
                 preset=preset,
                 holdback=holdback,
+                first_stage=first_stage,
             )
             out.append(
                 {
@@ -533,7 +539,7 @@ def main(argv: list[str] | None = None) -> None:
         "--holdback",
         type=int,
         default=10,
-        help="percent held back at 100%% in the holdback runs (A/A and subtle again; 0: none)",
+        help="percent held back at 100%% in the runs started at 100%% (0: none of those)",
     )
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench/guards/last_run.json")
     args = parser.parse_args(argv)
@@ -544,9 +550,12 @@ def main(argv: list[str] | None = None) -> None:
         jobs.append(("aa", seed, -(-args.aa // args.seeds), threshold))
         for kind in ("one_cell", "fleet_wide", "subtle", "srm"):
             jobs.append((kind, seed, -(-args.ab // args.seeds), threshold))
+        # At the last stage: a fleet-wide regression and an A/A rollout started at 100%,
+        # without and with a holdback (without one there is no stable cohort to judge against).
         if args.holdback:
-            jobs.append((f"aa@{args.holdback}", seed, -(-args.aa // args.seeds), threshold))
-            jobs.append((f"subtle@{args.holdback}", seed, -(-args.ab // args.seeds), threshold))
+            for scenario in ("late100", f"late100@{args.holdback}"):
+                jobs.append((scenario, seed, -(-args.ab // args.seeds), threshold))
+            jobs.append((f"aa100@{args.holdback}", seed, -(-args.aa // args.seeds), threshold))
     # One process per seed, so a seed's worlds are simulated once.
     by_seed: dict[int, list[tuple[str, int, int, float]]] = {}
     for job in jobs:
