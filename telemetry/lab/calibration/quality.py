@@ -67,7 +67,8 @@ def wilson(kept: int, reported: int, *, z: float = Z_95) -> tuple[float, float]:
     centre = (p + z2 / (2 * reported)) / (1 + z2 / reported)
     half = z * math.sqrt(p * (1 - p) / reported + z2 / (4 * reported * reported))
     half /= 1 + z2 / reported
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # The interval always holds p; at p = 0 or 1 rounding can put its end a hair inside.
+    return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
 
 
 def kept_figures(*, fleet_id: int, start: datetime, end: datetime) -> dict[CellKey, Figures]:

@@ -84,6 +84,17 @@ def direct_quality(
     return sum(rates) / len(rates), len(rates)
 
 
+@pytest.mark.parametrize("reported", [1, 4, 10, 19, 50, 399, 10_000])
+def test_wilson__every_count__the_interval_holds_the_share(reported: int) -> None:
+    # Given every kept count of `reported` reports, all kept and none kept among them
+    for kept in range(reported + 1) if reported < 500 else (0, 1, reported - 1, reported):
+        # When its interval is computed
+        low, high = wilson(kept, reported)
+
+        # Then it holds the measured share, also at 0 and 1 (rounding put them a hair outside)
+        assert 0.0 <= low <= kept / reported <= high <= 1.0, (kept, reported)
+
+
 def test_wilson__known_interval__matches_the_formula() -> None:
     # 8 of 10: the textbook Wilson 95% interval
     low, high = wilson(8, 10)
