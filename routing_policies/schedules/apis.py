@@ -19,7 +19,7 @@ from ..reviews.apis import request_body
 from . import schemas, selectors, services
 
 PARAM_NAMES = (
-    *("version", "revision", "note", "to_stage", "require_healthy_guards"),
+    *("version", "holdback", "revision", "note", "to_stage", "require_healthy_guards"),
     *("theta_offset", "ttl_s"),
 )
 
@@ -81,6 +81,7 @@ class StagePlanApi(APIView):
             version=data["version"],
             steps=[{"to_stage": 5, "run_at": data["start_at"]}, *map(dict, data["steps"])],
             time_zone=data["time_zone"],
+            holdback=data.get("holdback", 0),
         )
         return Response(selectors.scheduled_changes(fleet=fleet), status=201)
 

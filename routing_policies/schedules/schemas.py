@@ -64,11 +64,28 @@ class PublishScheduleSerializer(_ScheduleBase):
 
 
 class VersionScheduleSerializer(_ScheduleBase):
-    kind = JsonChoiceField(choices=[Kind.ROLLOUT_START.value, Kind.SWITCH.value])
+    kind = JsonChoiceField(choices=[Kind.SWITCH.value])
     version = JsonIntegerField(min_value=1, max_value=MAX_VERSION)
 
     class Meta:
         ref_name = "VersionScheduleInput"
+
+
+def _holdback_field() -> JsonIntegerField:
+    return JsonIntegerField(
+        min_value=0,
+        max_value=Rollout.MAX_HOLDBACK,
+        required=False,
+        help_text="percent of the fleet kept on stable at 100% until completion; default 0",
+    )
+
+
+class RolloutStartScheduleSerializer(VersionScheduleSerializer):
+    kind = JsonChoiceField(choices=[Kind.ROLLOUT_START.value])
+    holdback = _holdback_field()
+
+    class Meta:
+        ref_name = "RolloutStartScheduleInput"
 
 
 class AdvanceScheduleSerializer(_ScheduleBase):
@@ -91,7 +108,7 @@ class CloudPressureScheduleSerializer(_ScheduleBase):
 
 SCHEDULE_INPUTS: dict[str, type[serializers.Serializer[Any]]] = {
     Kind.PUBLISH.value: PublishScheduleSerializer,
-    Kind.ROLLOUT_START.value: VersionScheduleSerializer,
+    Kind.ROLLOUT_START.value: RolloutStartScheduleSerializer,
     Kind.SWITCH.value: VersionScheduleSerializer,
     Kind.ROLLOUT_ADVANCE.value: AdvanceScheduleSerializer,
     Kind.CLOUD_PRESSURE.value: CloudPressureScheduleSerializer,
@@ -127,6 +144,7 @@ class StagePlanInputSerializer(serializers.Serializer[Any]):
     steps = serializers.ListField(
         child=PlanStepSerializer(), max_length=2, help_text="later stages (25, 100), in time order"
     )
+    holdback = _holdback_field()
 
     class Meta:
         ref_name = "StagePlanInput"

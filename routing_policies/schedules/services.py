@@ -66,6 +66,10 @@ def _params(fleet: Fleet, kind: str, params: dict[str, Any]) -> dict[str, Any]:
         version = _whole(params.get("version"), "version", 1, MAX_VERSION)
         if not PolicyVersion.objects.filter(fleet=fleet, number=version).exists():
             raise NotFound(f"Fleet {fleet.slug!r} has no published version {version}.")
+        holdback = params.get("holdback", 0)
+        if kind == Kind.ROLLOUT_START and holdback:
+            # The share kept on stable at 100% until completion (docs/PROTOCOL.md, "Holdback").
+            return {"version": version, "holdback": _whole(holdback, "holdback", 0, 50)}
         return {"version": version}
     if kind == Kind.ROLLOUT_ADVANCE:
         stage = params.get("to_stage")
@@ -166,9 +170,11 @@ def stage_plan_create(
     version: int,
     steps: list[dict[str, Any]],
     time_zone: str = "UTC",
+    holdback: int = 0,
 ) -> list[ScheduledChange]:
-    """A rollout of `version` in timed steps: the first starts it (5%), each later one advances
-    to its stage, optionally only if the guards are healthy then."""
+    """A rollout of `version` in timed steps: the first starts it (5%, holding `holdback`
+    percent back at 100%), each later one advances to its stage, optionally only if the guards
+    are healthy then."""
     if not steps or len(steps) > len(Rollout.STAGES):
         raise _problem("steps", f"1 to {len(Rollout.STAGES)} steps")
     plan = secrets.token_hex(6)
@@ -183,7 +189,7 @@ def stage_plan_create(
                     fleet=fleet,
                     kind=Kind.ROLLOUT_START,
                     run_at=step.get("run_at"),
-                    params={"version": version},
+                    params={"version": version, "holdback": holdback},
                     time_zone=time_zone,
                     plan=plan,
                 )
@@ -295,7 +301,11 @@ def _carry_out(schedule: ScheduledChange) -> str:
         return f"published v{version.number}"
     if schedule.kind == Kind.ROLLOUT_START:
         rollout = rollout_start_guarded(
-            actor=actor, fleet=fleet, version=params["version"], guard_options={}
+            actor=actor,
+            fleet=fleet,
+            version=params["version"],
+            guard_options={},
+            holdback=params.get("holdback", 0),
         )
         return f"started rollout {rollout.pk} of v{params['version']} at {rollout.stage}%"
     if schedule.kind == Kind.ROLLOUT_ADVANCE:

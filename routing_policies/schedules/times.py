@@ -57,6 +57,8 @@ def describe_what(schedule: ScheduledChange) -> str:
     what = WORDS[ScheduledChange.Kind(schedule.kind)].format(**schedule.params)
     if schedule.params.get("require_healthy_guards"):
         what += " if the guards are healthy"
+    if schedule.params.get("holdback"):
+        what += f", holding {schedule.params['holdback']}% back on stable at 100%"
     return what
 
 

@@ -37,6 +37,7 @@ class ScheduleForm(PageForm):
     run_at = forms.CharField(label="When", max_length=40)
     time_zone = forms.CharField(label="The time zone", max_length=64)
     version = WholeNumberField(label="The version", empty=None, minimum=1)
+    holdback = WholeNumberField(label="The holdback", empty=None, minimum=0)
     to_stage = WholeNumberField(label="The stage", empty=None, minimum=1)
     require_healthy_guards = forms.BooleanField(required=False)
     theta_offset = NumberField(label="The θ offset", empty=None)
@@ -72,7 +73,7 @@ def schedule_create(request: HttpRequest, slug: str) -> HttpResponse:
         zone(data["time_zone"])
         params = {
             name: data[name]
-            for name in ("version", "to_stage", "theta_offset", "ttl_s", "note")
+            for name in ("version", "holdback", "to_stage", "theta_offset", "ttl_s", "note")
             if data[name] not in (None, "")
         }
         params["require_healthy_guards"] = data["require_healthy_guards"]

@@ -16,6 +16,7 @@ from rest_framework.test import APIClient
 from routing_policies.models import AuditEntry, PolicyVersion, Rollout, ScheduledChange
 from routing_policies.reviews.services import fleet_freeze_release
 from routing_policies.schedules import services as schedules
+from routing_policies.schedules.times import describe_what
 from routing_policies.services import (
     policy_draft_create,
     policy_draft_update_cells,
@@ -62,6 +63,20 @@ def test_scheduled_rollout_start__due__runs_once_as_its_author(fleet2: Any, publ
     assert rollout.started_by == publisher
     assert rollout.stage == 5
     assert AuditEntry.objects.filter(action="scheduled_change.ran").count() == 1
+
+
+def test_scheduled_rollout_start__with_holdback__the_rollout_holds_it_back(
+    fleet2: Any, publisher: Any
+) -> None:
+    # Given a rollout of v2 scheduled to hold 20% back at 100%
+    schedule = _schedule(fleet2, publisher, "rollout_start", version=2, holdback=20)
+
+    # When it runs
+    assert _run_later() == 1
+
+    # Then the rollout it started keeps that holdback, and the schedule said so
+    assert Rollout.objects.get(fleet=fleet2).holdback == 20
+    assert "holding 20% back on stable at 100%" in describe_what(schedule)
 
 
 def test_scheduled_publish__draft_edited_after_scheduling__does_not_run_and_says_why(
@@ -228,6 +243,9 @@ def test_schedule_api__offset_time__stored_utc_shown_in_its_zone(
 FUTURE = "2099-01-01T00:00:00Z"
 
 
+START_2 = {"kind": "rollout_start", "version": 2, "run_at": FUTURE}
+
+
 @pytest.mark.parametrize(
     ("body", "status", "field"),
     [
@@ -248,10 +266,20 @@ FUTURE = "2099-01-01T00:00:00Z"
         ),
         ({"kind": "switch", "version": 2, "run_at": "x" * 5000}, 400, "run_at"),
         ({"kind": "rollout_advance", "to_stage": 5, "run_at": FUTURE}, 400, "to_stage"),
+        (
+            {"kind": "rollout_start", "version": 2, "holdback": 51, "run_at": FUTURE},
+            400,
+            "holdback",
+        ),
+        (
+            {"kind": "rollout_start", "version": 2, "holdback": "5", "run_at": FUTURE},
+            400,
+            "holdback",
+        ),
     ],
     ids=[
         *("not-a-time", "past", "unknown-version", "unknown-kind", "out-of-range"),
-        *("missing-ttl", "zone", "huge", "stage-5-is-a-start"),
+        *("missing-ttl", "zone", "huge", "stage-5-is-a-start", "holdback-51", "holdback-text"),
     ],
 )
 def test_schedule_api__bad_input__4xx_naming_the_field_nothing_stored(
@@ -301,6 +329,16 @@ def test_stage_plan_api__three_steps__a_start_and_two_advances(
     assert [u["kind"] for u in upcoming] == ["rollout_start", "rollout_advance", "rollout_advance"]
     assert upcoming[1]["run_at_local"] == "2099-01-01 14:00 Europe/Berlin"
     assert "if the guards are healthy" in upcoming[1]["what"]
+
+
+def test_stage_plan_api__holdback__its_start_holds_it_back(
+    fleet2: Any, publisher: Any, client_as: Callable[[Any], APIClient]
+) -> None:
+    body = {"version": 2, "start_at": "2099-01-01T09:00:00Z", "steps": [], "holdback": 10}
+    answer = client_as(publisher).post(f"{FLEET}/schedules/stage-plan", body, format="json")
+    assert answer.status_code == 201, answer.content
+    (start,) = ScheduledChange.objects.filter(fleet=fleet2)
+    assert start.params == {"version": 2, "holdback": 10}
 
 
 def test_schedule_api__editor__refused(
