@@ -344,7 +344,9 @@ def backtest_compute(
             {
                 "cell": list(key),
                 "label": cell_key_label(key),
-                "changed": subject_cells.get(key) is not stable_cells.get(key),
+                # A cell changed in its decision, or only in its shadow refines' rate.
+                "changed": subject_cells.get(key) is not stable_cells.get(key)
+                or subject.shadow_rates.get(key, 0.0) != stable.shadow_rates.get(key, 0.0),
                 "privacy_flag": _privacy_flag(subject_cells.get(key), subject.tallies.get(key)),
                 "observed": figures.observed(observed, key=key),
                 "subject": figures.replayed(subject, key=key),

@@ -254,6 +254,10 @@ def test_backtest__draft_with_a_shadow_refine_rate__its_expected_refines_priced(
     assert subject["cost"] == pytest.approx(stable["cost"] + extra)
     text = next(cell for cell in result["cells"] if cell["label"] == "text/interactive/normal")
     assert text["subject"]["shadow_refines"] == pytest.approx(0.05 * len(device_runs))
+    # and that cell is marked changed (its decision is not: only its shadow refines' rate)
+    assert {cell["label"] for cell in result["cells"] if cell["changed"]} == {
+        "text/interactive/normal"
+    }
 
 
 def test_backtest__device_latency__predicted_from_the_cells_own_observations(
