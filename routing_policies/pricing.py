@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from .policies.models import Fleet
@@ -50,7 +51,37 @@ def price_problem(value: object, *, maximum: float) -> str | None:
     return None
 
 
-HOURS_PER_DAY = 24.0
+HOURS_PER_DAY: Final = 24.0
+# The one name of the figure on every page (dashboard, backtest, calibration).
+COST_PER_DAY_LABEL: Final = "Cloud cost / day"
+
+
+def data_span_hours(first: datetime | None, last: datetime | None) -> float:
+    """The span that holds data: from the first event to the last one, in hours (0 with
+    fewer than two moments).
+
+    Every cost per day in the product is the cost over this span scaled to 24 h (docs/lab.md,
+    "Cost"): not over the nominal window (a fleet that reported for 2 h of a 7-day window
+    would read at a 7-day rate), and not counting the minute in progress as a whole minute.
+    """
+    if first is None or last is None or last <= first:
+        return 0.0
+    return (last - first).total_seconds() / 3600
+
+
+def span_text(hours: float) -> str:
+    """`3 h 12 m`, `14 m 05 s`, `40 s`, `2 d 4 h`: a data span as the pages print it."""
+    seconds = round(hours * 3600)
+    days, rest = divmod(seconds, 86400)
+    whole_hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {whole_hours} h"
+    if whole_hours:
+        return f"{whole_hours} h {minutes:02d} m"
+    if minutes:
+        return f"{minutes} m {secs:02d} s"
+    return f"{secs} s"
 
 
 def _rates(window: float, hours: float) -> dict[str, float | None]:
@@ -74,19 +105,30 @@ def cost_report(
     price: CloudPrice,
     spent: float,
     all_cloud: float,
-    hours: float,
+    first: datetime | None,
+    last: datetime | None,
     stable: float | None = None,
 ) -> dict[str, Any]:
-    """A cost over a span of `hours`, per hour and per day, with the savings against all-cloud
-    (every task a cloud call with its tokens) and against the stable version (`stable`: what
-    the stable version costs for the same tasks; None when there is nothing to compare).
+    """A cost of the events from `first` to `last` (the span that holds data), per hour and
+    per day, with the savings against all-cloud (every task a cloud call with its tokens) and
+    against the stable version (`stable`: what the stable version costs for the same tasks;
+    None when there is nothing to compare).
 
-    The backtest, the calibration and the dashboard all report cost in this one shape, so a
-    saving means the same thing on every page (docs/lab.md, "Cost").
+    The backtest, the calibration and the dashboard all report cost in this one shape, with
+    its rate from `data_span_hours`, so a cost per day and a saving mean the same thing on
+    every page (docs/lab.md, "Cost"). `per_hour` and `per_day` are None until the span has a
+    length (fewer than two events).
     """
+    hours = data_span_hours(first, last)
     return {
         "currency": price.currency,
+        "label": COST_PER_DAY_LABEL,
         "hours": hours,
+        "span": {
+            "from": None if first is None else first.isoformat(),
+            "to": None if last is None else last.isoformat(),
+            "text": span_text(hours) if hours > 0 else None,
+        },
         **_rates(spent, hours),
         "all_cloud": _rates(all_cloud, hours),
         "stable": None if stable is None else _rates(stable, hours),

@@ -315,9 +315,31 @@ class DashboardCohortCostSerializer(serializers.Serializer[Any]):
     candidate_change = serializers.FloatField(
         allow_null=True, help_text="candidate per task / stable per task - 1"
     )
+    candidate_change_low = serializers.FloatField(
+        allow_null=True, help_text="95% interval of candidate_change: its low end"
+    )
+    candidate_change_high = serializers.FloatField(
+        allow_null=True, help_text="95% interval of candidate_change: its high end"
+    )
 
     class Meta:
         ref_name = "DashboardCohortCost"
+
+
+class CostSpanSerializer(serializers.Serializer[Any]):
+    """The span that holds data: the first and the last event the cost is taken over."""
+
+    from_ = serializers.DateTimeField(allow_null=True, help_text="the first event")
+    to = serializers.DateTimeField(allow_null=True, help_text="the last event")
+    text = serializers.CharField(allow_null=True, help_text='its length in words ("3 h 12 m")')
+
+    def get_fields(self) -> dict[str, Any]:
+        fields = super().get_fields()
+        fields["from"] = fields.pop("from_")
+        return fields
+
+    class Meta:
+        ref_name = "CostSpan"
 
 
 class DashboardPriceSerializer(serializers.Serializer[Any]):
@@ -333,7 +355,12 @@ class CostReportSerializer(serializers.Serializer[Any]):
     the stable version (routing_policies.pricing.cost_report; docs/lab.md, "Cost")."""
 
     currency = serializers.CharField()
-    hours = serializers.FloatField(help_text="the span the per-hour figures are taken over")
+    label = serializers.CharField(help_text='the figure\'s name on every page: "Cloud cost / day"')
+    hours = serializers.FloatField(
+        help_text="the span that holds data (first to last event), in hours: per_hour and "
+        "per_day are the cost over it; 0 (and they null) with fewer than two events"
+    )
+    span = CostSpanSerializer()
     window = serializers.FloatField(help_text="the cost over the span")
     per_hour = serializers.FloatField(allow_null=True)
     per_day = serializers.FloatField(allow_null=True)
@@ -359,7 +386,15 @@ class DashboardCostSerializer(CostReportSerializer):
     cloud_tokens = serializers.FloatField()
     saving = serializers.FloatField(help_text="all-cloud minus actual, in the view")
     saving_share = serializers.FloatField(allow_null=True, help_text="saving / all-cloud")
-    cohorts = DashboardCohortCostSerializer(allow_null=True)
+    cohorts = DashboardCohortCostSerializer(
+        allow_null=True, help_text="the rollout in progress, past min_compared_tasks per cohort"
+    )
+    cohorts_withheld = serializers.CharField(
+        allow_null=True, help_text="why cohorts is null, in words; null when it is shown"
+    )
+    min_compared_tasks = serializers.IntegerField(
+        help_text="tasks each cohort needs in the view before their costs are compared"
+    )
 
     class Meta:
         ref_name = "DashboardCost"

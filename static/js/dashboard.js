@@ -534,16 +534,28 @@
     var cost = payload.cost;
     if (cost) {
       var saving = cost.saving_share === null ? "no task yet" : "saves " + pct(cost.saving_share, 0) + " vs all-cloud " + money(cost.all_cloud.per_day, cost.currency) + "/day";
-      // Against stable only while a rollout's two cohorts both have tasks in the view.
+      // Against stable only for the rollout in progress, past a minimum of tasks per cohort,
+      // with its 95% interval; otherwise the API says why not (cost.cohorts_withheld).
       var cohorts = cost.cohorts;
+      var versus;
       if (cohorts && cohorts.candidate_change !== null) {
-        var change = cohorts.candidate_change * 100;
-        // The candidate's task count beside it: on a few tasks a per-task cost is only a hint.
-        saving += " · v" + cohorts.candidate_version + " " + (change >= 0 ? "+" : "−") + Math.abs(change).toFixed(0) +
-          "% per task vs stable v" + cohorts.stable_version + " (on " + count(cohorts.candidate_events) + " v" +
-          cohorts.candidate_version + " task" + (cohorts.candidate_events === 1 ? "" : "s") + ")";
+        var signed = function (value) {
+          var rounded = Math.round(value * 100);
+          return (rounded >= 0 ? "+" : "−") + Math.abs(rounded) + "%";
+        };
+        var interval = cohorts.candidate_change_low === null ? "" :
+          "95%: " + signed(cohorts.candidate_change_low) + " to " + signed(cohorts.candidate_change_high) + ", ";
+        versus = "v" + cohorts.candidate_version + " " + signed(cohorts.candidate_change) + " per task vs stable v" +
+          cohorts.stable_version + " (" + interval + "on " + count(cohorts.candidate_events) + " v" +
+          cohorts.candidate_version + " tasks)";
+      } else {
+        versus = "vs stable: " + (cost.cohorts_withheld || "not compared");
       }
-      setFigure("cost", money(cost.per_day, cost.currency), money(cost.per_hour, cost.currency) + "/h · " + saving);
+      // The rate per day is the cost over the span that holds data (first to last event).
+      var span = cost.span && cost.span.text ? "from " + cost.span.text + " of data" : "fewer than two events: no rate yet";
+      var perHour = cost.per_hour === null ? "" : money(cost.per_hour, cost.currency) + "/h · ";
+      setFigure("cost", cost.per_day === null ? "—" : money(cost.per_day, cost.currency) + "/day",
+                span + " · " + perHour + saving + " · " + versus);
     }
     if (payload.alerts !== null && payload.alerts !== undefined) {
       var firing = payload.alerts.firing || 0;

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 from urllib.parse import urlencode
 
-from django.db.models import Count
+from django.db.models import Count, Max, Min
 from django.utils import timezone
 
 from controlplane.exceptions import ValidationFailed
@@ -31,7 +31,7 @@ from routing_policies.models import AuditEntry, Device, Fleet, FleetRouting, Pol
 from routing_policies.pricing import CloudPrice
 from routing_policies.rollouts.selectors import candidate_cohort_count, open_rollout, rollout_out
 
-from ..models import Cohort
+from ..models import Cohort, Event
 from ..rollups import ROUTES as ROUTES  # the routes the dashboard draws, for its views
 from ..rollups import (
     Figures,
@@ -392,6 +392,30 @@ def _shown_from(fleet: Fleet, plan: WindowPlan, scan: Scan) -> datetime:
     return plan.start + plan.step * index
 
 
+def _data_span(
+    fleet_id: int, view: DashboardView, plan: WindowPlan, now: datetime, scan: Scan
+) -> tuple[datetime | None, datetime | None]:
+    """The first and the last event of the view (window and filters): the span its cost per
+    day is figured over (routing_policies.pricing.data_span_hours).
+
+    Read from the raw events (one aggregate on the fleet-and-time index): the rollups know
+    an event's minute or hour only, and a span counted in whole buckets would take a minute
+    in progress, or the first hour of a 7-day window, as full. Where the raw events are gone
+    (past their retention) the rollup buckets bound the span, the last one up to now.
+    """
+    where = {FILTER_COLUMNS.get(name, name): value for name, value in view.filters.items()}
+    span = Event.objects.filter(fleet_id=fleet_id, ts__gte=plan.start, ts__lte=now, **where).aggregate(
+        first=Min("ts"), last=Max("ts")
+    )
+    if span["first"] is not None:
+        return as_utc(span["first"]), as_utc(span["last"])
+    indexes = sorted({key[0] for key, figures in scan.by_bucket.items() if figures.events})
+    if not indexes:
+        return None, None
+    first = plan.start + plan.step * indexes[0]
+    return first, min(plan.start + plan.step * (indexes[-1] + 1), now)
+
+
 # --- policy, markers, convergence --------------------------------------------------------------
 
 
@@ -597,8 +621,7 @@ def fleet_dashboard(
     buckets = [_iso(plan.start + plan.step * i) for i in range(plan.buckets)]
     markers = _markers(fleet.pk, plan.start)
     shown_from = _shown_from(fleet, plan, scan)
-    # Per hour over the span the charts show (a young fleet: since it started reporting).
-    hours = max((now - shown_from).total_seconds(), plan.step.total_seconds()) / 3600
+    first_event, last_event = _data_span(fleet.pk, view, plan, now, scan)
     return {
         "fleet": fleet.slug,
         "view": view.as_json(),
@@ -617,7 +640,10 @@ def fleet_dashboard(
         "cost": cost_figures(
             figures=summary,
             price=CloudPrice.of_fleet(fleet),
-            hours=hours,
+            first=first_event,
+            last=last_event,
+            # Candidate against stable only for the rollout in progress: a finished rollout's
+            # candidate was promoted or rolled back, and its cost says nothing now.
             cohorts=(
                 CohortCost(
                     stable=cohort_figures[Cohort.STABLE.value],
@@ -625,7 +651,7 @@ def fleet_dashboard(
                     stable_version=compared.stable.number,
                     candidate_version=compared.candidate.number,
                 )
-                if compared is not None
+                if compared is not None and rollout is not None and compared.pk == rollout.pk
                 else None
             ),
         ),

@@ -18,6 +18,7 @@ decision's inputs"):
 from __future__ import annotations
 
 import bisect
+import operator
 import uuid
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -256,6 +257,41 @@ def _where(
         for cell in sorted(wanted):
             params.extend(cell)
     return " AND ".join(where), params
+
+
+class EventSpan:
+    """The first and the last event time of the rows `recorded_rows` yields, batch by batch:
+    the span a cost per day is figured over (routing_policies.pricing.data_span_hours)."""
+
+    __slots__ = ("_first", "_last")
+
+    def __init__(self) -> None:
+        self._first: Any = None
+        self._last: Any = None
+
+    def add(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Widen the span to a batch's rows (its `ts`, the first column)."""
+        if not rows:
+            return
+        first = min(rows, key=_TS)[0]
+        last = max(rows, key=_TS)[0]
+        if self._first is None or first < self._first:
+            self._first = first
+        if self._last is None or last > self._last:
+            self._last = last
+
+    @property
+    def first(self) -> datetime | None:
+        """The first event's time; None before any."""
+        return None if self._first is None else _as_datetime(self._first)
+
+    @property
+    def last(self) -> datetime | None:
+        """The last event's time; None before any."""
+        return None if self._last is None else _as_datetime(self._last)
+
+
+_TS = operator.itemgetter(0)
 
 
 def _as_datetime(value: Any) -> datetime:

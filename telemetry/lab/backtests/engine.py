@@ -31,7 +31,7 @@ from ..estimate import (
     RouteLoad,
     weighted_quantiles,
 )
-from ..replay import CellKey, NudgeHistory, ReplayInputs, recorded_rows
+from ..replay import CellKey, EventSpan, NudgeHistory, ReplayInputs, recorded_rows
 
 __all__ = ["SIDES", "BacktestInput", "backtest_compute"]
 
@@ -217,6 +217,7 @@ def backtest_compute(
     replayable = 0
     done = 0
     plans: dict[tuple[CellKey, int], _Plan] = {}
+    span = EventSpan()
 
     def plan_of(key: CellKey, version: int) -> _Plan:
         ran = version_cells.get(version)
@@ -243,6 +244,7 @@ def backtest_compute(
         cohort=spec.cohort,
         cells=spec.cells,
     ):
+        span.add(rows)
         for row in rows:
             event = inputs.load(row)
             key = event.cell
@@ -370,7 +372,7 @@ def backtest_compute(
         },
         "seconds": round(time.perf_counter() - began, 3),
     }
-    result["cost"] = _cost(result["overall"], observed, spec)
+    result["cost"] = _cost(result["overall"], observed, spec, span)
     flagged = [cell["label"] for cell in result["cells"] if cell["privacy_flag"]]
     flagged += [
         cell_key_label(key)
@@ -381,10 +383,12 @@ def backtest_compute(
     return result
 
 
-def _cost(overall: dict[str, Any], observed: _Side, spec: BacktestInput) -> dict[str, Any]:
-    """Each side's cost per hour and day, and its savings against all-cloud (every task of
-    the window a cloud call with its tokens) and against the stable version replayed."""
-    hours = (spec.end - spec.start).total_seconds() / 3600
+def _cost(
+    overall: dict[str, Any], observed: _Side, spec: BacktestInput, span: EventSpan
+) -> dict[str, Any]:
+    """Each side's cost per hour and day over the span that holds data (the window's first
+    event to its last), and its savings against all-cloud (every task of the window a cloud
+    call with its tokens) and against the stable version replayed."""
     tallies = observed.tallies.values()
     all_cloud = spec.price.cost(
         tokens=sum(tally.tokens for tally in tallies), calls=sum(tally.events for tally in tallies)
@@ -395,7 +399,8 @@ def _cost(overall: dict[str, Any], observed: _Side, spec: BacktestInput) -> dict
             price=spec.price,
             spent=overall[side]["cost"],
             all_cloud=all_cloud,
-            hours=hours,
+            first=span.first,
+            last=span.last,
             stable=None if side == "stable" else stable,
         )
         for side in ("observed", "stable", "subject")

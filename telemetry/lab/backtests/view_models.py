@@ -6,6 +6,8 @@ from typing import Any
 
 from django.http import QueryDict
 
+from routing_policies.pricing import COST_PER_DAY_LABEL
+
 from .models import Backtest, BacktestStatus
 
 _ROUTE_NAMES = {"device": "device", "cloud": "cloud", "draft_refine": "draft-refine"}
@@ -97,11 +99,28 @@ def _rows(sides: list[dict[str, Any]], currency: str) -> list[dict[str, Any]]:
     return rows
 
 
-def cost_sentence(report: dict[str, Any], *, stable_version: int | None) -> str:
-    """`1.20 USD/day (0.05 USD/h); saves 2.10 USD/day (64%) against all-cloud and 0.30 USD/day
-    (20%) against v3 (stable)`: one cost report in words."""
+def per_day_text(report: dict[str, Any]) -> str:
+    """`6.70 USD/day (from 3 h 12 m of data)`: a cost report's rate per day with the span
+    that holds data beside it, as every Python-rendered page prints it (the dashboard's
+    script prints the same from the same fields). A report kept from before the span was
+    recorded has no true rate per day: it says so."""
     currency = report["currency"]
-    text = f"{money(report['per_day'], currency)}/day ({money(report['per_hour'], currency)}/h)"
+    span = report.get("span")
+    if span is None:
+        return "– (kept from before costs per day were taken over the span of data)"
+    if report["per_day"] is None or span["text"] is None:
+        return "– (fewer than two events: no span of data)"
+    return f"{money(report['per_day'], currency)}/day (from {span['text']} of data)"
+
+
+def cost_sentence(report: dict[str, Any], *, stable_version: int | None) -> str:
+    """`1.20 USD/day (from 3 h 12 m of data; 0.05 USD/h); saves 2.10 USD/day (64%) against
+    all-cloud and 0.30 USD/day (20%) against v3 (stable)`: one cost report in words."""
+    currency = report["currency"]
+    text = per_day_text(report)
+    if report.get("span") is None or report["per_hour"] is None:
+        return text
+    text = text.removesuffix(")") + f"; {money(report['per_hour'], currency)}/h)"
     hours = report["hours"]
 
     def per_day(saving: dict[str, Any]) -> str:
@@ -128,9 +147,10 @@ def _cost_rows(cost: dict[str, Any], currency: str) -> list[dict[str, Any]]:
     sides = [cost[side] for side in ("observed", "stable", "subject")]
     return [
         {
-            "label": "cloud cost per day",
-            "values": [money(side["per_day"], currency) for side in sides],
-            "hint": "the window's cost at its rate per hour, times 24",
+            "label": COST_PER_DAY_LABEL,
+            "values": [per_day_text(side) for side in sides],
+            "hint": "the cost over the span that holds data (the window's first event to its "
+            "last), scaled to 24 h",
         },
         {
             "label": "saving vs all-cloud",

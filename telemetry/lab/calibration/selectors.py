@@ -20,12 +20,12 @@ from edge_sdk.decision import Cell
 from routing_policies.cell_schema import CellKey, cell_key_label
 from routing_policies.models import Fleet, FleetRouting, PolicyVersion
 from routing_policies.policies.sdk_cells import shadow_refine_rates, table_cells
-from routing_policies.pricing import CloudPrice, cost_report
+from routing_policies.pricing import CloudPrice, cost_report, data_span_hours
 from routing_policies.selectors import draft_get, latest_published, version_get, version_table
 
 from ...rollups import Figures
 from ..estimate import LatencyModel, Observed, network_ms
-from ..replay import NudgeHistory, ReplayInputs, recorded_rows
+from ..replay import EventSpan, NudgeHistory, ReplayInputs, recorded_rows
 from .quality import (
     MIN_QUALITY_REPORTS,
     KeptGroups,
@@ -77,6 +77,10 @@ class Calibration:
     target: Target
     start: datetime
     end: datetime
+    # The first and the last event of the window: the span its costs per hour are over.
+    first_event: datetime | None
+    last_event: datetime | None
+    cost_hours: float  # what the curve's costs per hour are per (the span, or 1 without one)
     price: CloudPrice
     stable_version: int | None  # what the cost is compared with
     events: int
@@ -178,8 +182,10 @@ def calibration_compute(
     # only the calibrated cells' events are swept.
     inputs = ReplayInputs(NudgeHistory.of_fleet(fleet_id=fleet.pk, end=end))
     plans: dict[CellKey, tuple[Observed, CellSweep | None]] = {}
+    span = EventSpan()
     for rows in recorded_rows(fleet_id=fleet.pk, start=start, end=end):
         events += len(rows)
+        span.add(rows)
         for row in rows:
             event = inputs.load(row)
             key = event.cell
@@ -202,6 +208,10 @@ def calibration_compute(
             if cell_sweep is not None:
                 cell_sweep.add(event, event, cache_hit=cache_hit)  # type: ignore[arg-type]
     price = CloudPrice.of_fleet(fleet)
+    # Costs per hour over the span that holds data, as every cost in the product (pricing).
+    # With fewer than two events there is no span: the curve's cost per hour is then the
+    # window's cost (the report's per hour and per day stay null).
+    span_hours = data_span_hours(span.first, span.last) or 1.0
     results = [
         CellCalibration(
             key=key,
@@ -209,7 +219,7 @@ def calibration_compute(
             current_threshold=table[key].threshold,
             latency_budget_ms=table[key].latency_budget_ms,
             result=sweeps[key].result(
-                target=target, model=model, hours=hours, price=price, kept=groups[key]
+                target=target, model=model, hours=span_hours, price=price, kept=groups[key]
             )
             if key in sweeps
             else None,
@@ -234,6 +244,9 @@ def calibration_compute(
         target=target,
         start=start,
         end=end,
+        first_event=span.first,
+        last_event=span.last,
+        cost_hours=span_hours,
         price=price,
         stable_version=stable_version,
         events=events,
@@ -279,14 +292,22 @@ def _quality_out(cell: CellCalibration) -> dict[str, Any] | None:
 
 
 def _cost(
-    price: CloudPrice, hours: float, *, chosen: float, all_cloud: float, stable: float | None
+    calibration: Calibration, *, chosen: float, all_cloud: float, stable: float | None
 ) -> dict[str, Any]:
+    """A cost report at the chosen θ (`chosen`: its cost per hour over the span that holds
+    data; `all_cloud` and `stable`: costs over that span)."""
+    first, last = calibration.first_event, calibration.last_event
     return cost_report(
-        price=price, spent=chosen * hours, all_cloud=all_cloud, hours=hours, stable=stable
+        price=calibration.price,
+        spent=chosen * calibration.cost_hours,
+        all_cloud=all_cloud,
+        first=first,
+        last=last,
+        stable=stable,
     )
 
 
-def _overall_cost(calibration: Calibration, hours: float) -> dict[str, Any] | None:
+def _overall_cost(calibration: Calibration) -> dict[str, Any] | None:
     """The calibrated cells together at their chosen θs; against stable only when every one
     of them has a stable cell."""
     results = [cell.result for cell in calibration.cells if cell.result is not None]
@@ -294,15 +315,14 @@ def _overall_cost(calibration: Calibration, hours: float) -> dict[str, Any] | No
         return None
     stables = [result.stable_cost for result in results]
     return _cost(
-        calibration.price,
-        hours,
+        calibration,
         chosen=sum(result.chosen.cost_per_hour for result in results),
         all_cloud=sum(result.all_cloud_cost for result in results),
         stable=None if None in stables else sum(s for s in stables if s is not None),
     )
 
 
-def _cell_out(cell: CellCalibration, *, price: CloudPrice, hours: float) -> dict[str, Any]:
+def _cell_out(cell: CellCalibration, *, calibration: Calibration) -> dict[str, Any]:
     out: dict[str, Any] = {
         "task_type": cell.key[0],
         "latency_budget": cell.key[1],
@@ -335,8 +355,7 @@ def _cell_out(cell: CellCalibration, *, price: CloudPrice, hours: float) -> dict
         "curve": [_point_out(point) for point in result.curve],
         "verified": {"events": result.verified_events, "matching": result.verified_matching},
         "cost": _cost(
-            price,
-            hours,
+            calibration,
             chosen=result.chosen.cost_per_hour,
             all_cloud=result.all_cloud_cost,
             stable=result.stable_cost,
@@ -372,7 +391,7 @@ def calibration_out(calibration: Calibration) -> dict[str, Any]:
         "unreplayable_events": calibration.unreplayable,
         "seconds": round(calibration.seconds, 3),
         "cells": [
-            _cell_out(cell, price=calibration.price, hours=hours) for cell in calibration.cells
+            _cell_out(cell, calibration=calibration) for cell in calibration.cells
         ],
-        "cost": _overall_cost(calibration, hours),
+        "cost": _overall_cost(calibration),
     }
