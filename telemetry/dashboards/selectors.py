@@ -404,9 +404,9 @@ def _data_span(
     (past their retention) the rollup buckets bound the span, the last one up to now.
     """
     where = {FILTER_COLUMNS.get(name, name): value for name, value in view.filters.items()}
-    span = Event.objects.filter(fleet_id=fleet_id, ts__gte=plan.start, ts__lte=now, **where).aggregate(
-        first=Min("ts"), last=Max("ts")
-    )
+    span = Event.objects.filter(
+        fleet_id=fleet_id, ts__gte=plan.start, ts__lte=now, **where
+    ).aggregate(first=Min("ts"), last=Max("ts"))
     if span["first"] is not None:
         return as_utc(span["first"]), as_utc(span["last"])
     indexes = sorted({key[0] for key, figures in scan.by_bucket.items() if figures.events})

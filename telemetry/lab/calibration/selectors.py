@@ -390,8 +390,6 @@ def calibration_out(calibration: Calibration) -> dict[str, Any]:
         "events": calibration.events,
         "unreplayable_events": calibration.unreplayable,
         "seconds": round(calibration.seconds, 3),
-        "cells": [
-            _cell_out(cell, calibration=calibration) for cell in calibration.cells
-        ],
+        "cells": [_cell_out(cell, calibration=calibration) for cell in calibration.cells],
         "cost": _overall_cost(calibration),
     }

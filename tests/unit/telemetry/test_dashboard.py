@@ -163,7 +163,7 @@ def test_fleet_dashboard__open_rollout__candidate_beside_stable(
 
 @pytest.mark.parametrize(
     ("window", "task_type", "queries"),
-    [("15m", None, 6), ("1h", "voice", 6), ("24h", None, 7), ("7d", "voice", 6)],
+    [("15m", None, 7), ("1h", "voice", 7), ("24h", None, 8), ("7d", "voice", 7)],
 )
 def test_fleet_dashboard__pinned_queries(
     reported: None,
@@ -179,7 +179,8 @@ def test_fleet_dashboard__pinned_queries(
     # When the dashboard is computed for a window, whole or for one task type
     # Then it costs a fixed number of queries: the rollup scan (hour windows: fleet-hour
     # rollups for the series, hour rollups for the grid, unless filtered by task type),
-    # routing, open rollout, cells, markers, convergence
+    # routing, open rollout, cells, markers, convergence, and the span of the view's events
+    # (the cost per day's: one aggregate of the raw events)
     with django_assert_num_queries(queries):
         payload = fleet_dashboard(fleet=fleet, view=view)
     # and they count every event of the view
@@ -197,7 +198,7 @@ def test_fleet_dashboard__pinned_queries_during_rollout(
     # When the last hour's dashboard is computed
     # Then it costs one query more: the candidate's share of the devices (counted in SQL
     # over their buckets)
-    with django_assert_num_queries(7):
+    with django_assert_num_queries(8):
         payload = fleet_dashboard(fleet=fleet, view=DashboardView(window="1h"))
     # and shows the rollout beside every event
     assert (payload["rollout"]["candidate"], payload["rollout"]["stage"]) == (2, 5)
@@ -295,8 +296,8 @@ def test_dashboard_api__pinned_queries(
     client = client_as(viewer)
 
     # When the viewer reads the last 24 hours
-    # Then it costs the role check, the fleet, then the selector's seven
-    with django_assert_num_queries(9):
+    # Then it costs the role check, the fleet, then the selector's eight
+    with django_assert_num_queries(10):
         response = client.get(API, {"window": "24h"})
     assert response.status_code == 200
     # and the answer counts every event

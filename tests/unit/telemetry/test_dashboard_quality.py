@@ -172,7 +172,7 @@ def test_fleet_dashboard__quality_signals__headline_grid_and_cohort_series(
 
 @pytest.mark.parametrize(
     ("window", "task_type", "queries"),
-    [("15m", None, 6), ("1h", "text", 6), ("24h", None, 7), ("7d", "text", 6)],
+    [("15m", None, 7), ("1h", "text", 7), ("24h", None, 8), ("7d", "text", 7)],
 )
 def test_fleet_dashboard__quality_signals__pinned_queries_unchanged(
     reported: None,
