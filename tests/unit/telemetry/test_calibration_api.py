@@ -4,6 +4,7 @@ stale) with the one error shape and nothing changed."""
 
 import json
 import re
+from datetime import UTC, datetime, timedelta
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,7 @@ from routing_policies.models import AuditEntry, Device, PolicyCell
 from routing_policies.services import policy_draft_create
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from telemetry.lab.backtests.models import Backtest
-from tests.factories import demo_cell, protocol_event, recorded_sample
+from tests.factories import demo_cell, iso, protocol_event, recorded_sample
 from tests.hostile_json import HOSTILE_PARAMS, Hostile, assert_names, with_field
 
 pytestmark = pytest.mark.django_db
@@ -47,9 +48,14 @@ def _state() -> tuple[int, int, list[float]]:
 
 @pytest.fixture
 def recorded(phone: tuple[Device, Any]) -> int:
-    """600 generated events of the text cell, ingested as phone-1 sent them and processed."""
+    """600 generated events of the text cell, one a second over the 10 minutes to an hour ago,
+    ingested as phone-1 sent them and processed."""
     cell = demo_cell(TEXT_KEY)
-    events = [protocol_event(e) for e in recorded_sample(cell, 600, seed=4)]
+    last = datetime.now(UTC) - timedelta(hours=1)
+    events = [
+        {**protocol_event(e), "ts": iso(last - timedelta(seconds=599 - index))}
+        for index, e in enumerate(recorded_sample(cell, 600, seed=4))
+    ]
     for start in range(0, len(events), 500):
         batch = {"events": events[start : start + 500]}
         telemetry_batch_ingest(device=phone[0], body=json.dumps(batch).encode())
@@ -91,8 +97,11 @@ def test_calibration_api__viewer_alpha_target__chosen_theta_within_one_point_not
     assert body["stable_version"] == 1
     assert cost["per_day"] == pytest.approx(cell["chosen"]["cost_per_hour"] * 24)
     assert cost["stable"]["per_hour"] == pytest.approx(cell["current"]["cost_per_hour"])
+    # (the saving over the window: per hour times the span that holds data, 599 s; it was
+    # times the nominal 24 h before costs were taken over the span of data, issue 22)
+    assert cost["hours"] == pytest.approx(599 / 3600)
     assert cost["saving_vs_stable"]["amount"] == pytest.approx(
-        (cell["current"]["cost_per_hour"] - cell["chosen"]["cost_per_hour"]) * 24
+        (cell["current"]["cost_per_hour"] - cell["chosen"]["cost_per_hour"]) * 599 / 3600
     )
     assert cost["all_cloud"]["per_hour"] >= cell["curve"][0]["cost_per_hour"]
     assert body["cost"]["window"] == pytest.approx(cost["window"])
