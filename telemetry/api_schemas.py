@@ -355,7 +355,8 @@ class CostReportSerializer(serializers.Serializer[Any]):
     the stable version (routing_policies.pricing.cost_report; docs/lab.md, "Cost")."""
 
     currency = serializers.CharField()
-    label = serializers.CharField(help_text='the figure\'s name on every page: "Cloud cost / day"')
+    # `label` in the answer (a serializer's own attribute of that name is its field label).
+    label_ = serializers.CharField(help_text='the figure\'s name on every page: "Cloud cost / day"')
     hours = serializers.FloatField(
         help_text="the span that holds data (first to last event), in hours: per_hour and "
         "per_day are the cost over it; 0 (and they null) with fewer than two events"
@@ -370,6 +371,11 @@ class CostReportSerializer(serializers.Serializer[Any]):
     )
     saving_vs_all_cloud = DashboardSavingSerializer()
     saving_vs_stable = DashboardSavingSerializer(allow_null=True)
+
+    def get_fields(self) -> dict[str, Any]:
+        fields = super().get_fields()
+        fields["label"] = fields.pop("label_")
+        return fields
 
     class Meta:
         ref_name = "CostReport"

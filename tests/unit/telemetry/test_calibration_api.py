@@ -4,8 +4,8 @@ stale) with the one error shape and nothing changed."""
 
 import json
 import re
-from datetime import UTC, datetime, timedelta
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
