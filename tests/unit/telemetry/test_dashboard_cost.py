@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from routing_policies.models import Device, Rollout
+from routing_policies.models import Device, Fleet, Rollout
 from routing_policies.pricing import CloudPrice
 from routing_policies.services import device_enroll, rollout_rollback, rollout_start
 from telemetry.dashboards.cost import CohortCost, cost_figures
@@ -345,3 +345,32 @@ def test_cost_figures__device_tasks_that_reached_the_cloud__priced_as_calls() ->
     # Then the 10 that reached the cloud are 10 calls with 2,000 tokens: 2.0 + 0.1
     assert (cost["cloud_calls"], cost["cloud_tokens"]) == (10, 2_000)
     assert cost["window"] == pytest.approx(2.1)
+
+
+@pytest.mark.parametrize("window", ["15m", "1h", "24h", "7d"])
+def test_dashboard_api__three_minutes_of_traffic_on_an_older_fleet__per_day_at_the_traffic_rate(
+    phone: tuple[Device, str], fleet: Any, viewer: Any, client_as: Any, window: str
+) -> None:
+    # Given a fleet created an hour ago at 0.001 per call, whose devices began reporting three
+    # minutes ago: one cloud task a second (0.001 × 86,400 = 86.40 a day)
+    Fleet.objects.filter(pk=fleet.pk).update(created_at=datetime.now(UTC) - timedelta(hours=1))
+    fleet.cloud_price_per_1k_tokens = 0
+    fleet.cloud_price_per_call = 0.001
+    fleet.save()
+    last = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
+    events = [
+        make_event(ts=iso(last - timedelta(seconds=179 - index)), route="cloud")
+        for index in range(180)
+    ]
+    telemetry_batch_ingest(device=phone[0], body=json.dumps({"events": events}).encode())
+    landed_batches_process()
+
+    # When the dashboard's API is read
+    cost = client_as(viewer).get(f"/api/v1/fleets/fleet-a/dashboard?window={window}").json()["cost"]
+
+    # Then its cost per day is the traffic's rate, over the 2 m 59 s from the first event to
+    # the last: not the hour since the fleet's creation, nor the window, nor whole minutes
+    assert cost["window"] == pytest.approx(0.18)
+    assert cost["span"]["text"] == "2 m 59 s"
+    assert cost["per_day"] == pytest.approx(0.18 / 179 * 86_400)
+    assert cost["per_day"] == pytest.approx(86.4, rel=0.01)
