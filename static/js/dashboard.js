@@ -553,9 +553,8 @@
       }
       // The rate per day is the cost over the span that holds data (first to last event).
       var span = cost.span && cost.span.text ? "from " + cost.span.text + " of data" : "fewer than two events: no rate yet";
-      var perHour = cost.per_hour === null ? "" : money(cost.per_hour, cost.currency) + "/h · ";
-      setFigure("cost", cost.per_day === null ? "—" : money(cost.per_day, cost.currency) + "/day",
-                span + " · " + perHour + saving + " · " + versus);
+      // The label says "/ day"; the value stays short enough for the smallest card.
+      setFigure("cost", money(cost.per_day, cost.currency), span + " · " + saving + " · " + versus);
     }
     if (payload.alerts !== null && payload.alerts !== undefined) {
       var firing = payload.alerts.firing || 0;

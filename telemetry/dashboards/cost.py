@@ -109,8 +109,8 @@ def _against_stable(
         return (
             None,
             None,
-            f"{short} has {fewest:,} task{'' if fewest == 1 else 's'} in this view; "
-            f"comparing cost per task needs {MIN_COMPARED_TASKS:,} in each cohort",
+            f"{short} has {fewest:,} task{'' if fewest == 1 else 's'} in this view, "
+            f"{MIN_COMPARED_TASKS:,} per cohort needed",
         )
     stable_calls, _ = cloud_work(cohorts.stable)
     candidate_calls, _ = cloud_work(cohorts.candidate)

@@ -275,7 +275,7 @@ def test_dashboard_charts__young_fleet_during_rollout__read_at_a_glance(
     expect(cost_sub).to_contain_text(
         re.compile(
             r"% per task vs stable v1 \(95%: [−+]\d+% to [−+]\d+%, on [\d,]+ v2 tasks\)"
-            r"|vs stable: .+ has [\d,]+ tasks? in this view; comparing cost per task needs 200"
+            r"|vs stable: .+ has [\d,]+ tasks? in this view, 200 per cohort needed"
         )
     )
 

@@ -199,7 +199,7 @@ def test_cost_figures__candidate_below_the_minimum__withheld_saying_why() -> Non
     # Then no comparison, and the reason in words
     assert (cost["cohorts"], cost["stable"], cost["saving_vs_stable"]) == (None, None, None)
     assert cost["cohorts_withheld"] == (
-        "v4 has 2 tasks in this view; comparing cost per task needs 200 in each cohort"
+        "v4 has 2 tasks in this view, 200 per cohort needed"
     )
 
 
@@ -291,7 +291,7 @@ def test_dashboard_api__open_rollout_with_few_candidate_tasks__comparison_withhe
     # Then no per-task comparison on 2 tasks, and why not
     assert (cost["cohorts"], cost["stable"], cost["saving_vs_stable"]) == (None, None, None)
     assert cost["cohorts_withheld"] == (
-        "v2 has 2 tasks in this view; comparing cost per task needs 200 in each cohort"
+        "v2 has 2 tasks in this view, 200 per cohort needed"
     )
     assert cost["min_compared_tasks"] == 200
 
