@@ -54,6 +54,9 @@ def price_problem(value: object, *, maximum: float) -> str | None:
 HOURS_PER_DAY: Final = 24.0
 # The one name of the figure on every page (dashboard, backtest, calibration).
 COST_PER_DAY_LABEL: Final = "Cloud cost / day"
+# The shortest span a rate is taken over: a burst of events inside a few seconds, scaled to a
+# day, would read as thousands of times what the fleet spends.
+MIN_RATE_HOURS: Final = 1 / 60
 
 
 def data_span_hours(first: datetime | None, last: datetime | None) -> float:
@@ -84,8 +87,13 @@ def span_text(hours: float) -> str:
     return f"{secs} s"
 
 
+def has_rate(hours: float) -> bool:
+    """Whether a span of data `hours` long is long enough for a rate (MIN_RATE_HOURS)."""
+    return hours >= MIN_RATE_HOURS
+
+
 def _rates(window: float, hours: float) -> dict[str, float | None]:
-    per_hour = window / hours if hours > 0 else None
+    per_hour = window / hours if has_rate(hours) else None
     return {
         "window": window,
         "per_hour": per_hour,
@@ -116,8 +124,8 @@ def cost_report(
 
     The backtest, the calibration and the dashboard all report cost in this one shape, with
     its rate from `data_span_hours`, so a cost per day and a saving mean the same thing on
-    every page (docs/lab.md, "Cost"). `per_hour` and `per_day` are None until the span has a
-    length (fewer than two events).
+    every page (docs/lab.md, "Cost"). `per_hour` and `per_day` are None until the span is a
+    minute long (MIN_RATE_HOURS).
     """
     hours = data_span_hours(first, last)
     return {

@@ -552,7 +552,8 @@
         versus = "vs stable: " + (cost.cohorts_withheld || "not compared");
       }
       // The rate per day is the cost over the span that holds data (first to last event).
-      var span = cost.span && cost.span.text ? "from " + cost.span.text + " of data" : "fewer than two events: no rate yet";
+      var span = !(cost.span && cost.span.text) ? "fewer than two events: no rate yet"
+        : "from " + cost.span.text + " of data" + (cost.per_day === null ? ": under a minute, no rate yet" : "");
       // The label says "/ day"; the value stays short enough for the smallest card.
       setFigure("cost", money(cost.per_day, cost.currency), span + " · " + saving + " · " + versus);
     }

@@ -108,8 +108,10 @@ def per_day_text(report: dict[str, Any]) -> str:
     span = report.get("span")
     if span is None:
         return "– (kept from before costs per day were taken over the span of data)"
-    if report["per_day"] is None or span["text"] is None:
+    if span["text"] is None:
         return "– (fewer than two events: no span of data)"
+    if report["per_day"] is None:
+        return f"– (from {span['text']} of data: under a minute, no rate)"
     return f"{money(report['per_day'], currency)}/day (from {span['text']} of data)"
 
 

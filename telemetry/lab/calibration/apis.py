@@ -201,7 +201,10 @@ class CurvePointSerializer(serializers.Serializer[Any]):
     p95_ms = serializers.FloatField(
         allow_null=True, help_text="predicted P95 latency of the cell's tasks"
     )
-    cost_per_hour = serializers.FloatField()
+    cost_per_hour = serializers.FloatField(
+        allow_null=True,
+        help_text="over the span that holds data (docs/lab.md, Cost); null under a minute of data",
+    )
     device_quality = serializers.FloatField(
         allow_null=True,
         help_text="predicted device quality: of the tasks this θ keeps on the device, the "

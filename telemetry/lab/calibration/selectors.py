@@ -20,7 +20,7 @@ from edge_sdk.decision import Cell
 from routing_policies.cell_schema import CellKey, cell_key_label
 from routing_policies.models import Fleet, FleetRouting, PolicyVersion
 from routing_policies.policies.sdk_cells import shadow_refine_rates, table_cells
-from routing_policies.pricing import CloudPrice, cost_report, data_span_hours
+from routing_policies.pricing import CloudPrice, cost_report, data_span_hours, has_rate
 from routing_policies.selectors import draft_get, latest_published, version_get, version_table
 
 from ...rollups import Figures
@@ -209,9 +209,18 @@ def calibration_compute(
                 cell_sweep.add(event, event, cache_hit=cache_hit)  # type: ignore[arg-type]
     price = CloudPrice.of_fleet(fleet)
     # Costs per hour over the span that holds data, as every cost in the product (pricing).
-    # With fewer than two events there is no span: the curve's cost per hour is then the
-    # window's cost (the report's per hour and per day stay null).
-    span_hours = data_span_hours(span.first, span.last) or 1.0
+    # Under a minute of data there is no rate: the sweep's cost "per hour" is then the window's
+    # cost, kept for the report's window figures and shown nowhere as a rate (_point_out).
+    span_hours = data_span_hours(span.first, span.last)
+    if not has_rate(span_hours):
+        if target.kind == "cost_ceiling":
+            raise Conflict(
+                "Too little data for a cost per hour: the window's events span "
+                f"{round(span_hours * 3600)} s; a cost ceiling needs a minute at least.",
+                code="too_little_data_for_a_rate",
+                details=[{"field": "target", "message": "no cost per hour under a minute"}],
+            )
+        span_hours = 1.0
     results = [
         CellCalibration(
             key=key,
@@ -256,14 +265,14 @@ def calibration_compute(
     )
 
 
-def _point_out(point: CurvePoint) -> dict[str, Any]:
+def _point_out(point: CurvePoint, *, rate: bool) -> dict[str, Any]:
     return {
         "threshold": point.threshold,
         "alpha": point.alpha,
         "cloud_share": point.cloud_share,
         "draft_refine_share": point.draft_refine_share,
         "p95_ms": point.p95_ms,
-        "cost_per_hour": point.cost_per_hour,
+        "cost_per_hour": point.cost_per_hour if rate else None,
         "device_quality": point.device_quality,
         "device_quality_low": point.device_quality_low,
         "device_quality_high": point.device_quality_high,
@@ -323,6 +332,7 @@ def _overall_cost(calibration: Calibration) -> dict[str, Any] | None:
 
 
 def _cell_out(cell: CellCalibration, *, calibration: Calibration) -> dict[str, Any]:
+    rate = has_rate(data_span_hours(calibration.first_event, calibration.last_event))
     out: dict[str, Any] = {
         "task_type": cell.key[0],
         "latency_budget": cell.key[1],
@@ -350,9 +360,9 @@ def _cell_out(cell: CellCalibration, *, calibration: Calibration) -> dict[str, A
         **out,
         "events": result.events,
         "reached": result.reached,
-        "current": _point_out(result.current),
-        "chosen": _point_out(result.chosen),
-        "curve": [_point_out(point) for point in result.curve],
+        "current": _point_out(result.current, rate=rate),
+        "chosen": _point_out(result.chosen, rate=rate),
+        "curve": [_point_out(point, rate=rate) for point in result.curve],
         "verified": {"events": result.verified_events, "matching": result.verified_matching},
         "cost": _cost(
             calibration,

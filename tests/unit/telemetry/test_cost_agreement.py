@@ -134,3 +134,45 @@ def test_backtest_and_calibration_pages__steady_traffic__per_day_with_the_span_o
     calibration_text = calibration_page.content.decode()
     assert "Cloud cost / day" in calibration_text, calibration_text[:2000]
     assert "/day (from 1 h 59 m of data;" in calibration_text
+
+
+@pytest.fixture
+def burst(fleet: Any, phone: tuple[Device, Any]) -> None:
+    """300 tasks of the text cell reported within 30 seconds, ten minutes ago."""
+    start = datetime.now(UTC) - timedelta(minutes=10)
+    events = [
+        {**protocol_event(e), "ts": iso(start + timedelta(milliseconds=100 * index))}
+        for index, e in enumerate(recorded_sample(demo_cell(TEXT_KEY), 300, seed=5))
+    ]
+    telemetry_batch_ingest(device=phone[0], body=json.dumps({"events": events}).encode())
+    landed_batches_process()
+
+
+def test_calibration_api__a_burst_under_a_minute__no_rate_and_no_cost_ceiling(
+    burst: None, viewer: Any, client_as: Any
+) -> None:
+    # Given 300 tasks within 30 seconds / When the text cell is calibrated for α 50%
+    api = client_as(viewer)
+    body = {"cells": [TEXT], "hours": 24}
+    answer = api.post(
+        f"{BASE}/lab/calibrations",
+        {**body, "target": {"kind": "alpha", "value": 0.5}},
+        format="json",
+    )
+
+    # Then its cost is there for the window, but no rate per hour or day: 30 s is no day
+    assert answer.status_code == 200, answer.content
+    cost = answer.json()["cost"]
+    assert cost["window"] > 0
+    assert (cost["per_hour"], cost["per_day"], cost["span"]["text"]) == (None, None, "30 s")
+    assert answer.json()["cells"][0]["chosen"]["cost_per_hour"] is None
+    # and a cost ceiling per hour is refused, naming the target and saying why
+    ceiling = api.post(
+        f"{BASE}/lab/calibrations",
+        {**body, "target": {"kind": "cost_ceiling", "value": 0.01}},
+        format="json",
+    )
+    assert ceiling.status_code == 409, ceiling.content
+    error = ceiling.json()["error"]
+    assert error["code"] == "too_little_data_for_a_rate"
+    assert error["details"][0]["field"] == "target"

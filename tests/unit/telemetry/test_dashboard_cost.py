@@ -87,12 +87,12 @@ def test_fleet_dashboard__reported_events__cost_priced_by_the_fleet(
     fleet.cloud_price_per_1k_tokens = 0.01
     fleet.cloud_price_per_call = 0.002
     fleet.save()
-    ago = datetime.now(UTC) - timedelta(minutes=1)
+    ago = datetime.now(UTC) - timedelta(minutes=2)
     events = [
         make_event(ts=iso(ago), tokens=100),
-        make_event(ts=iso(ago + timedelta(seconds=10)), tokens=100),
-        make_event(ts=iso(ago + timedelta(seconds=20)), route="cloud", tokens=1000),
-        make_event(ts=iso(ago + timedelta(seconds=30)), route="draft_refine", tokens=500),
+        make_event(ts=iso(ago + timedelta(seconds=30)), tokens=100),
+        make_event(ts=iso(ago + timedelta(seconds=60)), route="cloud", tokens=1000),
+        make_event(ts=iso(ago + timedelta(seconds=90)), route="draft_refine", tokens=500),
     ]
     telemetry_batch_ingest(device=phone[0], body=json.dumps({"events": events}).encode())
     landed_batches_process()
@@ -106,9 +106,9 @@ def test_fleet_dashboard__reported_events__cost_priced_by_the_fleet(
     assert cost["window"] == pytest.approx(0.019)
     assert cost["all_cloud"]["window"] == pytest.approx(0.017 + 0.008)
     assert cost["saving"] == pytest.approx(0.006)
-    # and per day over the 30 s from the first event to the last: 0.019 × 2 × 60 × 24
-    assert cost["per_day"] == pytest.approx(0.019 * 120 * 24)
-    assert cost["span"]["text"] == "30 s"
+    # and per day over the 90 s from the first event to the last: 0.019 × 40 × 24
+    assert cost["per_day"] == pytest.approx(0.019 * 40 * 24)
+    assert cost["span"]["text"] == "1 m 30 s"
     assert cost["price"] == {"per_1k_tokens": 0.01, "per_call": 0.002}
     assert answered["window"] == pytest.approx(0.019)
 
@@ -198,9 +198,7 @@ def test_cost_figures__candidate_below_the_minimum__withheld_saying_why() -> Non
 
     # Then no comparison, and the reason in words
     assert (cost["cohorts"], cost["stable"], cost["saving_vs_stable"]) == (None, None, None)
-    assert cost["cohorts_withheld"] == (
-        "v4 has 2 tasks in this view, 200 per cohort needed"
-    )
+    assert cost["cohorts_withheld"] == ("v4 has 2 tasks in this view, 200 per cohort needed")
 
 
 def test_cost_figures__candidate_without_tasks__no_saving_against_stable() -> None:
@@ -290,9 +288,7 @@ def test_dashboard_api__open_rollout_with_few_candidate_tasks__comparison_withhe
 
     # Then no per-task comparison on 2 tasks, and why not
     assert (cost["cohorts"], cost["stable"], cost["saving_vs_stable"]) == (None, None, None)
-    assert cost["cohorts_withheld"] == (
-        "v2 has 2 tasks in this view, 200 per cohort needed"
-    )
+    assert cost["cohorts_withheld"] == ("v2 has 2 tasks in this view, 200 per cohort needed")
     assert cost["min_compared_tasks"] == 200
 
 
@@ -374,3 +370,24 @@ def test_dashboard_api__three_minutes_of_traffic_on_an_older_fleet__per_day_at_t
     assert cost["span"]["text"] == "2 m 59 s"
     assert cost["per_day"] == pytest.approx(0.18 / 179 * 86_400)
     assert cost["per_day"] == pytest.approx(86.4, rel=0.01)
+
+
+def test_dashboard_api__a_burst_under_a_minute__no_rate_per_day_yet(
+    phone: tuple[Device, str], fleet: Any, viewer: Any, client_as: Any
+) -> None:
+    # Given 100 cloud tasks reported within 20 seconds, a minute ago
+    start = datetime.now(UTC) - timedelta(minutes=1)
+    events = [
+        make_event(ts=iso(start + timedelta(milliseconds=200 * index)), route="cloud")
+        for index in range(100)
+    ]
+    telemetry_batch_ingest(device=phone[0], body=json.dumps({"events": events}).encode())
+    landed_batches_process()
+
+    # When the dashboard's API is read
+    cost = client_as(viewer).get("/api/v1/fleets/fleet-a/dashboard?window=15m").json()["cost"]
+
+    # Then the cost is there, but no rate: 20 s scaled to a day would be 4,320 times it
+    assert cost["window"] > 0
+    assert cost["span"]["text"] == "20 s"
+    assert (cost["per_hour"], cost["per_day"]) == (None, None)
