@@ -575,10 +575,11 @@ def fleet_dashboard(
 ) -> dict[str, Any]:
     """The dashboard of `fleet` for `view`: figures, series, grid, markers, convergence.
 
-    Reads rollups only. Queries: the rollup scan (two for hour windows without a task-type
+    Reads rollups, and the first and last time of the raw events. Queries: the rollup scan (two for hour windows without a task-type
     filter), the fleet's routing, its open rollout, the
-    cells of its stable and candidate versions, the audit markers, and convergence (one
-    aggregate, plus the candidate's share of devices during a partial rollout).
+    cells of its stable and candidate versions, the audit markers, convergence (one
+    aggregate, plus the candidate's share of devices during a partial rollout), and the span
+    of the view's events for its cost per day (one aggregate of the raw events).
     """
     now = now or timezone.now()
     plan = plan_window(WINDOWS[view.window], now=now)
