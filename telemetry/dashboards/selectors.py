@@ -575,9 +575,9 @@ def fleet_dashboard(
 ) -> dict[str, Any]:
     """The dashboard of `fleet` for `view`: figures, series, grid, markers, convergence.
 
-    Reads rollups, and the first and last time of the raw events. Queries: the rollup scan (two for hour windows without a task-type
-    filter), the fleet's routing, its open rollout, the
-    cells of its stable and candidate versions, the audit markers, convergence (one
+    Reads rollups, and the first and last time of the raw events. Queries: the rollup scan
+    (two for hour windows without a task-type filter), the fleet's routing, its open rollout,
+    the cells of its stable and candidate versions, the audit markers, convergence (one
     aggregate, plus the candidate's share of devices during a partial rollout), and the span
     of the view's events for its cost per day (one aggregate of the raw events).
     """
