@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from django.utils import timezone
 
-from controlplane.exceptions import Conflict, NotFound
+from controlplane.exceptions import Conflict, ValidationFailed
 from edge_sdk.decision import Cell
 from routing_policies.cell_schema import CellKey, cell_key_label
 from routing_policies.models import Fleet, FleetRouting, PolicyVersion
@@ -136,8 +136,8 @@ def calibration_compute(
     shadow_rates = shadow_refine_rates(raw_table)
     wanted = list(table) if cells is None else list(cells)
     unknown = [index for index, key in enumerate(wanted) if key not in table]
-    if unknown:  # well-formed, but not in this table: not found, as the lab's other reads
-        raise NotFound(
+    if unknown:  # well-formed, but not in this table: a bad request naming the cell
+        raise ValidationFailed(
             f"{cell_key_label(wanted[unknown[0]])} is not a cell of {base.label}.",
             details=[
                 {"field": f"cells[{index}]", "message": f"not a cell of {base.label}"}
