@@ -15,9 +15,10 @@ from edge_sdk.decision import Cell, DeviceState, TaskSignals
 from routing_policies.documents import cell_document, ordered_keys
 from routing_policies.models import Fleet, PolicyVersion
 from routing_policies.pricing import CloudPrice
-from routing_policies.selectors import draft_get, latest_published, version_get, version_table
+from routing_policies.selectors import version_get, version_table
 
 from ...models import Event
+from ..running import lab_version_default, running_versions
 from .explain import (
     SEED_DEVICE_MS,
     CellKey,
@@ -50,20 +51,34 @@ class LabTable:
         return "draft" if self.version.is_draft else f"v{self.version.number}"
 
 
-def lab_version_default(*, fleet: Fleet) -> PolicyVersion | None:
-    """What the lab opens on: the draft, else the latest published version."""
-    return draft_get(fleet=fleet) or latest_published(fleet=fleet)
-
-
-def lab_versions(*, fleet: Fleet) -> dict[str, Any]:
-    """What the version picker offers: `versions` (published numbers, newest first) and
-    `has_draft`."""
-    numbers = list(
-        PolicyVersion.objects.filter(fleet=fleet)
-        .order_by(F("number").desc(nulls_first=True))
-        .values_list("number", flat=True)
+def lab_versions(*, fleet: Fleet, shown: PolicyVersion | None = None) -> dict[str, Any]:
+    """What the version picker offers: `versions` (published numbers, newest first),
+    `has_draft`, `version_options` (value, label naming who runs it, selected) and `running`
+    (what devices run, in words) with `shown_role` (who runs the version `shown`)."""
+    versions = list(
+        PolicyVersion.objects.filter(fleet=fleet).order_by(F("number").desc(nulls_first=True))
     )
-    return {"versions": [n for n in numbers if n is not None], "has_draft": None in numbers}
+    running = running_versions(fleet=fleet)
+    options = []
+    for version in versions:
+        role = running.role_of(version)
+        value = "draft" if version.is_draft else str(version.number)
+        label = "draft" if version.is_draft else f"v{version.number}"
+        if role:
+            label = f"{label} · " + (
+                "candidate"
+                if running.candidate is not None and version.pk == running.candidate.pk
+                else "stable: devices run it"
+            )
+        selected = shown is not None and version.pk == shown.pk
+        options.append({"value": value, "label": label, "selected": selected})
+    return {
+        "versions": [v.number for v in versions if v.number is not None],
+        "has_draft": any(v.is_draft for v in versions),
+        "version_options": options,
+        "running": running.sentence(),
+        "shown_role": running.role_of(shown) if shown is not None else "",
+    }
 
 
 def lab_table(*, fleet: Fleet, ref: int | str | None) -> LabTable:

@@ -87,7 +87,7 @@ def _lab_page(
     context: dict[str, Any] = {
         "fleet": fleet,
         "table": table,
-        **lab_versions(fleet=fleet),
+        **lab_versions(fleet=fleet, shown=table.version),
         "rows": rows,
         "tiers": table.dimensions["privacy_tier"],
         "key": key,
@@ -109,7 +109,8 @@ def _lab_page(
 @role_required(Role.VIEWER)
 @require_GET
 def lab_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """The playground on `?version=` (a number or `draft`; default the draft, else latest)."""
+    """The playground on `?version=` (a number or `draft`; default the draft, else what
+    devices run, else the latest)."""
     return _lab_page(request, fleet_or_404(slug))
 
 
