@@ -20,7 +20,7 @@ from routing_policies.pricing import CloudPrice
 from routing_policies.roles import Role
 from routing_policies.services import fleet_cloud_price_set
 
-from .explain import SEED_DEVICE_MS, CellOverride
+from .explain import CellOverride
 from .selectors import lab_table, lab_versions, playground_explain
 from .sliders import DEVICE_SLIDERS, START_CELL, START_DEVICE, START_TASK, TASK_SLIDERS
 
@@ -72,7 +72,6 @@ def _lab_page(
         device=DeviceState(**START_DEVICE),
         with_matrix=True,
         samples="seed",
-        device_ms=SEED_DEVICE_MS,
     )
     rows = [
         {
