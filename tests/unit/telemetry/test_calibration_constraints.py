@@ -2,21 +2,18 @@
 target keeps both, and the lab opens on what the devices run and names it."""
 
 import json
-import random
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from edge_sdk.decision import DeviceState, TaskSignals, decide
 from routing_policies.models import Device
 from routing_policies.services import policy_draft_create, rollout_start
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
-from telemetry.lab.replay import RecordedEvent
-from tests.factories import PASSWORD, demo_cell, protocol_event
+from tests.factories import PASSWORD
+from tests.lab_events import slow_device_events
 
 pytestmark = pytest.mark.django_db
 
@@ -37,39 +34,8 @@ def _login(user: Any) -> Client:
 @pytest.fixture
 def slow_devices(phone: tuple[Device, Any]) -> int:
     """400 events of voice/interactive/normal (budget 300 ms) decided by v1: a device answer
-    takes 600 ms, a cloud answer 140 ms (40 ms round trip, 100 ms inference)."""
-    cell = demo_cell(VOICE_KEY)
-    rng = random.Random(5)
-    now = datetime.now(UTC) - timedelta(minutes=5)
-    events = []
-    for _ in range(400):
-        task = TaskSignals(
-            tokens=rng.randint(0, 800),
-            intent_conf=round(rng.random(), 3),
-            lm_conf=round(rng.random(), 3),
-            upload_bytes=0,
-        )
-        device = DeviceState(
-            rtt_ms=40.0, bandwidth_kbps=8000.0, device_load=0.2, online=True, cloud_infer_ms=100.0
-        )
-        decision = decide(cell, task, device)
-        recorded = RecordedEvent(
-            ts=now,
-            policy_version=1,
-            cohort="stable",
-            cell=VOICE_KEY,
-            task=task,
-            device=device,
-            route=decision.route,
-            decided_by=decision.decided_by,
-            fallback="none",
-            cache_hit=False,
-            ok=True,
-            latency_ms=600.0 if decision.route == "device" else 140.0,
-            tokens=task.tokens,
-            replayable=True,
-        )
-        events.append(protocol_event(recorded))
+    takes 600 ms, a cloud answer 140 ms."""
+    events = slow_device_events()
     telemetry_batch_ingest(device=phone[0], body=json.dumps({"events": events}).encode())
     landed_batches_process()
     return len(events)
