@@ -10,9 +10,9 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from routing_policies.models import Device
-from routing_policies.services import policy_draft_create, rollout_start
+from routing_policies.services import policy_draft_create, policy_draft_update_cells, rollout_start
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
-from tests.factories import PASSWORD
+from tests.factories import PASSWORD, make_event
 from tests.lab_events import slow_device_events
 
 pytestmark = pytest.mark.django_db
@@ -183,3 +183,45 @@ def test_calibration__a_draft_is_open__opens_on_it_and_says_what_devices_run(
     # Then it is on the draft, and says what the devices run beside it
     assert "on the draft" in text
     assert "devices run v1 (stable)" in text
+
+
+def test_calibration_api__cell_never_ran_draft_refine__p95_its_device_plus_cloud_residual(
+    fleet: Any, editor: Any, client_as: Clients, phone: tuple[Device, Any]
+) -> None:
+    # Given the voice cell's devices answer in 600 ms and its cloud calls in 140 ms (40 ms
+    # round trip, 100 ms beyond it), it never ran draft_refine, and another cell's draft-refine
+    # runs took 3,000 ms
+    image = [
+        make_event(
+            task_type="image",
+            route="draft_refine",
+            decided_by="threshold",
+            latency_ms=3_000.0,
+            rtt_ms=80,
+            upload_bytes=0,
+        )
+        for _ in range(200)
+    ]
+    body = json.dumps({"events": [*slow_device_events(), *image]}).encode()
+    telemetry_batch_ingest(device=phone[0], body=body)
+    landed_batches_process()
+    # and a draft that turns the voice cell to draft_refine
+    draft = policy_draft_create(actor=editor, fleet=fleet)
+    policy_draft_update_cells(
+        actor=editor,
+        fleet=fleet,
+        revision=draft.revision,
+        edits=[{**VOICE, "values": {"mode": "draft_refine"}}],
+    )
+
+    # When the draft's voice cell is calibrated
+    body_in = {"target": {"kind": "alpha", "value": 0.5}, "cells": [VOICE]}
+    answer = client_as(editor).post(API, body_in, format="json").json()
+
+    # Then at θ 0, where every task drafts and refines (the cloud answers in 140 ms, within
+    # the budget), the predicted P95 is the documented rule: 600 + 100 + 40 = 740 ms
+    cell = _voice(answer)
+    assert answer["base"]["is_draft"] is True
+    at_zero = cell["curve"][0]
+    assert at_zero["draft_refine_share"] == 1.0
+    assert at_zero["p95_ms"] == pytest.approx(740.0, rel=0.01)
