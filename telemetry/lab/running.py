@@ -39,6 +39,16 @@ class Running:
             return "what devices run (stable)"
         return ""
 
+    def short_role_of(self, version: PolicyVersion) -> str:
+        """Who runs `version`, as a version picker says it ("" when no device does)."""
+        if self.candidate is not None and version.pk == self.candidate.pk:
+            return f"candidate cohort ({self.candidate_percent}%)"
+        if self.stable is not None and version.pk == self.stable.pk:
+            if self.candidate is not None:
+                return f"stable cohort ({100 - self.candidate_percent}%)"
+            return "stable: devices run it"
+        return ""
+
     def sentence(self) -> str:
         """What devices run, for a page that opened on something else."""
         if self.stable is None:

@@ -66,11 +66,7 @@ def lab_versions(*, fleet: Fleet, shown: PolicyVersion | None = None) -> dict[st
         value = "draft" if version.is_draft else str(version.number)
         label = "draft" if version.is_draft else f"v{version.number}"
         if role:
-            label = f"{label} · " + (
-                "candidate"
-                if running.candidate is not None and version.pk == running.candidate.pk
-                else "stable: devices run it"
-            )
+            label = f"{label} · {running.short_role_of(version)}"
         selected = shown is not None and version.pk == shown.pk
         options.append({"value": value, "label": label, "selected": selected})
     return {

@@ -153,7 +153,8 @@ def test_calibration_page__during_a_rollout__names_the_cohort(
     # Then it is on v1 and says it is the stable cohort's, v2 the candidate's
     assert "on v1" in text
     assert "the stable cohort runs it (95% of devices; v2 is rolling out to the rest)" in text
-    assert "v2 · candidate" in text
+    assert '<option value="1" selected>v1 · stable cohort (95%)</option>' in text
+    assert '<option value="2">v2 · candidate cohort (5%)</option>' in text
 
 
 def test_lab_page__published_version_no_device_runs__opens_on_stable_and_names_it(
