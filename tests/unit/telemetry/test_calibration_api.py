@@ -3,7 +3,6 @@ refuse (malformed, oversized, deep, NUL, out of range, unknown cell, unauthorise
 stale) with the one error shape and nothing changed."""
 
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -36,8 +35,8 @@ def assert_error(response: Any, status: int, code: str | None = None) -> dict[st
 
 
 def _fields(error: dict[str, Any]) -> list[str]:
-    """The fields an error names, list indexes written `[0]` (DRF's own say `.0`)."""
-    return [re.sub(r"\.(\d+)", r"[\1]", detail["field"]) for detail in error["details"]]
+    """The fields an error names, as the API writes them."""
+    return [detail["field"] for detail in error["details"]]
 
 
 def _state() -> tuple[int, int, list[float]]:
@@ -359,3 +358,40 @@ def test_calibration_api__not_json__400(
 ) -> None:
     response = client_as(editor).generic("POST", path, "{target:", content_type="application/json")
     assert_error(response, 400)
+
+
+def test_calibration_api__a_cell_the_table_lacks__400_names_cells_0(
+    fleet: Any, viewer: Any, client_as: Client
+) -> None:
+    # Given a table without a "code" task type
+    # When a calibration names text/… and code/…
+    body = {**ALPHA_70, "cells": [{**TEXT, "task_type": "code"}, TEXT]}
+    response = client_as(viewer).post(BASE, body, format="json")
+
+    # Then it is a bad request naming the first cell, as docs/lab.md says
+    error = assert_error(response, 400, "validation_failed")
+    assert _fields(error) == ["cells[0]"], error
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        (APPLY, {"revision": 1, "cells": [{**TEXT, "threshold": 1.5}]}, "cells[0].threshold"),
+        (
+            BASE,
+            {**ALPHA_70, "cells": [{"task_type": "text", "privacy_tier": "normal"}]},
+            "cells[0].latency_budget",
+        ),
+    ],
+    ids=["apply-theta", "compute-missing-dimension"],
+)
+def test_calibration_api__bad_list_item__field_written_with_brackets(
+    draft: Any, editor: Any, client_as: Client, path: str, body: Any, field: str
+) -> None:
+    # Given a draft
+    # When a list item of the body is bad
+    response = client_as(editor).post(path, body, format="json")
+
+    # Then the error names it as the rest of the API does: `cells[0].field`, never `cells.0.field`
+    error = assert_error(response, 400, "validation_failed")
+    assert _fields(error) == [field], error
