@@ -305,7 +305,7 @@ def test_calibration_api__bad_apply_body__400_names_the_field_draft_unchanged(
     assert _state() == before
 
 
-def test_calibration_api__apply_to_a_cell_the_draft_lacks__404_names_it_draft_unchanged(
+def test_calibration_api__apply_to_a_cell_the_draft_lacks__400_names_it_draft_unchanged(
     draft: Any, editor: Any, client_as: Client
 ) -> None:
     # Given a draft without a "code" task type
@@ -318,8 +318,9 @@ def test_calibration_api__apply_to_a_cell_the_draft_lacks__404_names_it_draft_un
     }
     response = client_as(editor).post(APPLY, body, format="json")
 
-    # Then it is not found, naming the second cell, and nothing is written
-    error = assert_error(response, 404)
+    # Then it is refused, naming the second cell, and nothing is written (as a calibration
+    # naming a cell its table lacks is: one answer for the same mistake)
+    error = assert_error(response, 400)
     assert _fields(error) == ["cells[1]"], error
     assert _state() == before
 
