@@ -48,7 +48,8 @@ def test_alert_rules_api__version_scope_not_a_number__400_names_scope_value_in_w
     fields, message = _refusal(response)
     assert fields == ["scope_value"]
     assert "a version number such as 3" in message
-    assert "invalid literal" not in message and "int()" not in message
+    assert "invalid literal" not in message
+    assert "int()" not in message
     # And nothing is stored
     assert not AlertRule.objects.exists()
     assert AuditEntry.objects.count() == audits
