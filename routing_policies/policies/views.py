@@ -156,6 +156,8 @@ def _fleet_page(
                 "max_note": 2000,
                 # The lab's backtest of this revision, beside Publish (telemetry registers it).
                 "backtest": lab_draft_headline(fleet=fleet, draft=version),
+                # The service's own check: Publish is off while it would refuse (no_changes).
+                "same_as": selectors.draft_same_as(fleet=fleet, draft=version, table=table),
             }
         )
     return render(request, "routing_policies/fleet_detail.html", context, status=status)
