@@ -60,7 +60,13 @@ def _flatten_drf_detail(detail: Any, path: str = "") -> list[dict[str, Any]]:
     if isinstance(detail, dict):
         out: list[dict[str, Any]] = []
         for key, value in detail.items():
-            out.extend(_flatten_drf_detail(value, f"{path}.{key}" if path else str(key)))
+            # A list's item errors come keyed by index (ListField): `cells[0].threshold`,
+            # the one path syntax of every error the API writes.
+            if isinstance(key, int):
+                child = f"{path}[{key}]"
+            else:
+                child = f"{path}.{key}" if path else str(key)
+            out.extend(_flatten_drf_detail(value, child))
         return out
     if isinstance(detail, list):
         if all(not isinstance(item, dict | list) for item in detail):

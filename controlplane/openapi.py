@@ -214,11 +214,24 @@ def closed_body(serializer_class: SerializerClass) -> SerializerClass:
     return serializer_class
 
 
+_NON_EMPTY_BODIES: set[str] = set()
+
+
+def non_empty_body(serializer_class: SerializerClass) -> SerializerClass:
+    """Mark an input serializer of optional fields of which the server needs at least one: its
+    request component says `minProperties: 1`."""
+    _NON_EMPTY_BODIES.add(serializer_class.Meta.ref_name)  # type: ignore[attr-defined]
+    return serializer_class
+
+
 def postprocess_closed_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    """drf-spectacular postprocessing hook: close the request components `closed_body` marked."""
+    """drf-spectacular postprocessing hook: close the request components `closed_body` marked
+    (and ask for one field at least in those `non_empty_body` marked)."""
     for name, component in result.get("components", {}).get("schemas", {}).items():
         if name.endswith("Request") and name.removesuffix("Request") in _CLOSED_BODIES:
             component["additionalProperties"] = False
+        if name.endswith("Request") and name.removesuffix("Request") in _NON_EMPTY_BODIES:
+            component["minProperties"] = 1
     return result
 
 

@@ -488,8 +488,10 @@ def _rule_input_fields(*, partial: bool) -> dict[str, Any]:
             min_value=-1e9,
             max_value=1e9,
             required=required,
-            help_text="shares (cloud_share, alpha, fallback_rate, error_rate) are fractions "
-            "from -1 to 1; latency metrics are ratios to each cell's budget",
+            help_text="shares (cloud_share, alpha, fallback_rate, error_rate, cache_hit_rate, "
+            "draft_kept_rate, mean_quality) are fractions from 0 to 1, and so is a change's "
+            "size (rises_by 0.2: up by 20 points; the condition gives the direction); latency "
+            "metrics are ratios to each cell's budget; events is a count",
         ),
         "window_minutes": serializers.IntegerField(min_value=1, max_value=360, required=False),
         "min_samples": serializers.IntegerField(min_value=0, max_value=10_000_000, required=False),
@@ -734,12 +736,14 @@ class RolloutGuardsSerializer(serializers.Serializer[Any]):
 _MINUTES = {"type": "integer", "minimum": 0, "maximum": MAX_BAKE_MINUTES}
 
 
-def _guard_schema(metrics: frozenset[str], threshold: dict[str, Any]) -> dict[str, Any]:
+def _guard_schema(
+    metrics: frozenset[str], comparisons: list[str], threshold: dict[str, Any]
+) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": {
             "metric": {"type": "string", "enum": sorted(metrics)},
-            "comparison": {"type": "string", "enum": list(GuardComparison.values)},
+            "comparison": {"type": "string", "enum": comparisons},
             "threshold": {"type": "number", **threshold},
             "min_samples": {"type": "integer", "minimum": 0, "maximum": 10**7},
             "kind": {"type": "string", "enum": [GuardKind.FIXED]},
@@ -774,8 +778,20 @@ GUARDS_SCHEMA: dict[str, Any] = {
             "maxItems": MAX_GUARDS,
             "items": {
                 "oneOf": [
-                    _guard_schema(RATE_METRICS, {"minimum": -1, "maximum": 1}),
-                    _guard_schema(GUARD_METRICS - RATE_METRICS, {"minimum": -1e9, "maximum": 1e9}),
+                    # A share is 0 to 1; a difference of two shares may be negative.
+                    _guard_schema(
+                        RATE_METRICS, [GuardComparison.ABOVE.value], {"minimum": 0, "maximum": 1}
+                    ),
+                    _guard_schema(
+                        RATE_METRICS,
+                        [GuardComparison.ABOVE_STABLE_BY.value],
+                        {"minimum": -1, "maximum": 1},
+                    ),
+                    _guard_schema(
+                        GUARD_METRICS - RATE_METRICS,
+                        list(GuardComparison.values),
+                        {"minimum": -1e9, "maximum": 1e9},
+                    ),
                     _sequential_schema(SEQUENTIAL_METRICS - frozenset(QUANTILE_METRICS), 1),
                     _sequential_schema(frozenset(QUANTILE_METRICS), 10),
                 ]
@@ -785,7 +801,8 @@ GUARDS_SCHEMA: dict[str, Any] = {
     "nullable": True,
     "description": '"default" (or null), "statistical", "quality" (statistical and the '
     f"draft-kept rate at most 3 pts below stable), or a list of 1 to {MAX_GUARDS} guards; "
-    "a fixed guard's share threshold is a fraction from -1 to 1 (0.02 is 2 points); a "
+    "a fixed guard's share threshold is a fraction from 0 to 1 for `above` (0.02 is 2%) and "
+    "from -1 to 1 for `above_stable_by` (0.02 is 2 points above stable); a "
     'sequential guard ("kind": "sequential") tolerates a regression: a fraction of a share '
     "from 0 to 1, or of a latency quantile from 0 to 10 (0.2: 20% slower)",
 }

@@ -10,7 +10,10 @@ class TelemetryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Connect the live dashboard feed and the alert evaluation to new rollups."""
+        """Register the tasks; connect the live dashboard feed and alert evaluation to rollups."""
+        # Every task of telemetry in Celery's registry, in web processes too: services start
+        # them by name (controlplane/queue.py), never by importing them.
+        from . import tasks  # noqa: F401
         from .alerts.tasks import on_rollups_stored as alerts_on_rollups_stored
         from .dashboards.tasks import on_rollups_stored as dashboards_on_rollups_stored
         from .signals import rollups_stored

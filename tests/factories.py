@@ -14,10 +14,16 @@ from django.contrib.auth.models import Group
 
 from edge_sdk.decision import Cell, DeviceState, TaskSignals, decide
 from routing_policies.demo import demo_table
-from routing_policies.models import Fleet
+from routing_policies.models import Fleet, PolicyVersion
 from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.roles import ROLE_GROUPS, Role
-from routing_policies.services import fleet_create, policy_version_publish
+from routing_policies.selectors import version_table
+from routing_policies.services import (
+    fleet_create,
+    policy_draft_create,
+    policy_draft_update_cells,
+    policy_version_publish,
+)
 from telemetry.lab.replay import RecordedEvent
 from telemetry.models import Event
 
@@ -48,6 +54,25 @@ def make_fleet(*, slug: str = "fleet-a", actor: Any = None, publish: bool = True
     if publish:
         policy_version_publish(actor=actor, fleet=fleet, revision=1, note="v1")
     return fleet
+
+
+EDITED_CELL = ("voice", "interactive", "normal")
+
+
+def draft_changed(*, fleet: Fleet, actor: Any = None) -> PolicyVersion:
+    """A draft of the latest version with voice/interactive/normal's θ nudged by 0.01, at
+    revision 2: a draft identical to a published version cannot be published (no_changes)."""
+    draft = policy_draft_create(actor=actor, fleet=fleet)
+    theta = version_table(version=draft)[EDITED_CELL]["threshold"]
+    nudged = round(theta + 0.01 if theta <= 0.98 else theta - 0.01, 4)
+    task_type, latency_budget, privacy_tier = EDITED_CELL
+    edit = {"task_type": task_type, "latency_budget": latency_budget}
+    return policy_draft_update_cells(
+        actor=actor,
+        fleet=fleet,
+        revision=draft.revision,
+        edits=[{**edit, "privacy_tier": privacy_tier, "values": {"threshold": nudged}}],
+    )
 
 
 def iso(moment: datetime) -> str:

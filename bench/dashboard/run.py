@@ -97,6 +97,7 @@ def _make_fleet() -> Any:
     from routing_policies.services import (
         fleet_create,
         policy_draft_create,
+        policy_draft_update_cells,
         policy_version_publish,
         rollout_advance,
         rollout_start,
@@ -104,7 +105,20 @@ def _make_fleet() -> Any:
 
     fleet = fleet_create(actor=None, slug=SLUG, name=SLUG, table=demo_table())
     policy_version_publish(actor=None, fleet=fleet, revision=1, note="v1")
-    draft = policy_draft_create(actor=None, fleet=fleet)
+    # A version identical to the last is refused (no_changes): v2 nudges one θ.
+    draft = policy_draft_update_cells(
+        actor=None,
+        fleet=fleet,
+        revision=policy_draft_create(actor=None, fleet=fleet).revision,
+        edits=[
+            {
+                "task_type": "voice",
+                "latency_budget": "interactive",
+                "privacy_tier": "normal",
+                "values": {"threshold": 0.66},
+            }
+        ],
+    )
     policy_version_publish(actor=None, fleet=fleet, revision=draft.revision, note="v2")
     rollout_start(actor=None, fleet=fleet, version=2)
     rollout_advance(actor=None, fleet=fleet, to_stage=25)

@@ -449,7 +449,21 @@ def prepare_world(device_count: int) -> World:
     )
     for number in (1, 2, 3):
         if number > 1:
-            services.policy_draft_create(actor=None, fleet=fleet)
+            # A version identical to the last is refused (no_changes): each nudges one θ.
+            started = services.policy_draft_create(actor=None, fleet=fleet)
+            services.policy_draft_update_cells(
+                actor=None,
+                fleet=fleet,
+                revision=started.revision,
+                edits=[
+                    {
+                        "task_type": "voice",
+                        "latency_budget": "interactive",
+                        "privacy_tier": "normal",
+                        "values": {"threshold": 0.6 + number / 100},
+                    }
+                ],
+            )
         draft = PolicyVersion.objects.get(fleet=fleet, published_at__isnull=True)
         services.policy_version_publish(
             actor=None, fleet=fleet, revision=draft.revision, note=f"bench v{number}"

@@ -385,12 +385,26 @@ def _make_fleet(slug: str, devices: int) -> tuple[int, list[tuple[str, str]]]:
         fleet_create,
         fleet_enrollment_key_rotate,
         policy_draft_create,
+        policy_draft_update_cells,
         policy_version_publish,
     )
 
     fleet = fleet_create(actor=None, slug=slug, name=slug, table=demo_table())
     policy_version_publish(actor=None, fleet=fleet, revision=1, note="v1")
-    draft = policy_draft_create(actor=None, fleet=fleet)
+    # A version identical to the last is refused (no_changes): v2 nudges one θ.
+    draft = policy_draft_update_cells(
+        actor=None,
+        fleet=fleet,
+        revision=policy_draft_create(actor=None, fleet=fleet).revision,
+        edits=[
+            {
+                "task_type": "voice",
+                "latency_budget": "interactive",
+                "privacy_tier": "normal",
+                "values": {"threshold": 0.66},
+            }
+        ],
+    )
     policy_version_publish(actor=None, fleet=fleet, revision=draft.revision, note="v2")
     key = fleet_enrollment_key_rotate(actor=None, fleet=fleet)
     tokens = []

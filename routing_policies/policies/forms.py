@@ -164,13 +164,8 @@ def parse_cell_edit(post: QueryDict) -> CellEdit:
             problems.append({"field": path, "message": error})
         for key in cells:
             problems.append({"cell": "/".join(key), "field": path, "message": error})
-    if cells and not values and not field_errors:
-        problems.append(
-            {
-                "field": "values",
-                "message": "fill in at least one field; blank fields are left unchanged",
-            }
-        )
+    # Cells but no field with a value is not a mistake: nothing changes, and the view says so
+    # (a field left showing the cell's value is sent blank, as the editor sends only edits).
     return CellEdit(revision=revision, cells=cells, values=values, problems=problems, raw=raw)
 
 

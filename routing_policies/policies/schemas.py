@@ -14,7 +14,7 @@ from typing import Any
 from rest_framework import serializers
 
 from controlplane.api import JsonIntegerField
-from controlplane.openapi import closed_body
+from controlplane.openapi import closed_body, non_empty_body
 
 from ..cell_schema import CELL_FIELDS, DIMENSIONS, FieldSpec
 from ..pricing import MAX_PRICE_PER_1K_TOKENS, MAX_PRICE_PER_CALL
@@ -85,7 +85,10 @@ def _cell_serializer(
 
 
 PolicyCellSerializer = _cell_serializer("PolicyCell", partial=False, with_key=True)
-PolicyCellValuesSerializer = _cell_serializer("PolicyCellValues", partial=True, with_key=False)
+# A cell edit names one field at least (services._parse_edits: "names no field to change").
+PolicyCellValuesSerializer = non_empty_body(
+    _cell_serializer("PolicyCellValues", partial=True, with_key=False)
+)
 
 
 def _dimension_values() -> serializers.ListField:
@@ -96,6 +99,8 @@ def _dimension_values() -> serializers.ListField:
     )
 
 
+# Closed as a request body: validation.validate_dimensions refuses any other dimension name.
+@closed_body
 class DimensionsSerializer(serializers.Serializer[Any]):
     task_type = _dimension_values()
     latency_budget = _dimension_values()
@@ -123,7 +128,7 @@ class PolicyDocumentImportSerializer(serializers.Serializer[Any]):
     """A policy document to replace the draft's table with: every cell of the dimensions."""
 
     dimensions = DimensionsSerializer()
-    cells = serializers.ListField(child=PolicyCellSerializer(), max_length=MAX_CELLS)
+    cells = serializers.ListField(child=PolicyCellSerializer(), min_length=1, max_length=MAX_CELLS)
     fleet = serializers.SlugField(required=False, help_text="ignored: the path names the fleet")
     version = serializers.IntegerField(required=False, allow_null=True, help_text="ignored")
     etag = serializers.CharField(required=False, allow_blank=True, help_text="ignored")
@@ -226,7 +231,9 @@ class DraftCellEditSerializer(serializers.Serializer[Any]):
 
 
 class DraftCellsEditSerializer(serializers.Serializer[Any]):
-    cells = DraftCellEditSerializer(many=True, allow_empty=False)
+    # A ListField, not many=True: its min_length is what the schema shows as minItems (the
+    # service refuses an empty list, services._parse_edits).
+    cells = serializers.ListField(child=DraftCellEditSerializer(), min_length=1)
     revision = DRAFT_REVISION()
 
     class Meta:

@@ -9,7 +9,7 @@ from django_stubs_ext import WithAnnotations
 from controlplane.exceptions import NotFound
 
 from ..cell_schema import DIMENSIONS, CellKey
-from ..documents import Table, build_document, diff_tables, ordered_keys
+from ..documents import Table, build_document, content_for_etag, diff_tables, ordered_keys
 from ..rollouts.models import Rollout
 from .models import AuditEntry, Fleet, PolicyCell, PolicyVersion
 
@@ -111,6 +111,28 @@ def versions_list(*, fleet: Fleet) -> QuerySet[PolicyVersion]:
 def version_table(*, version: PolicyVersion) -> Table:
     """The version's cells keyed by (task_type, latency_budget, privacy_tier), one query."""
     return {cell.key: cell.values() for cell in PolicyCell.objects.filter(version=version)}
+
+
+def draft_same_as(
+    *, fleet: Fleet, draft: PolicyVersion, table: Table | None = None
+) -> PolicyVersion | None:
+    """The published version the draft is identical to (same dimensions, same cells): the one
+    it started from, else the latest; None when it differs from both. Publishing it would add
+    a copy, so `policy_version_publish` refuses it (`no_changes`) and the page disables Publish.
+    """
+    if table is None:
+        table = version_table(version=draft)
+    mine = content_for_etag(fleet.slug, draft.dimensions, table)
+    latest = latest_published(fleet=fleet)
+    seen: set[int] = set()
+    for version in (draft.based_on, latest):
+        if version is None or version.pk in seen or version.published_at is None:
+            continue
+        seen.add(version.pk)
+        theirs = content_for_etag(fleet.slug, version.dimensions, version_table(version=version))
+        if theirs == mine:
+            return version
+    return None
 
 
 def version_document(*, version: PolicyVersion) -> dict[str, Any]:

@@ -49,7 +49,7 @@ from ..validation import (
 from .audit import Actor, actor_user, audit_record
 from .models import Fleet, PolicyCell, PolicyVersion
 from .sdk_cells import privacy_problems
-from .selectors import version_table
+from .selectors import draft_same_as, version_table
 
 logger = logging.getLogger(__name__)
 
@@ -554,6 +554,16 @@ def policy_version_publish(
     # Asked of the decision function itself, so no mode or rule can slip past it.
     problems.extend(privacy_problems(table))
     _raise_problems("The draft cannot be published until these are fixed.", problems)
+    same = draft_same_as(fleet=fleet, draft=draft, table=table)
+    if same is not None:
+        # A second number for the same table only muddles which version devices run and why.
+        raise Conflict(
+            f"Nothing to publish: the draft is identical to v{same.number}"
+            f"{' (the version it started from)' if same == draft.based_on else ''}. "
+            f"Change a cell first; to run v{same.number} on devices, roll it out or switch to "
+            "it on the rollout page.",
+            code="no_changes",
+        )
     last = PolicyVersion.objects.filter(fleet=fleet).aggregate(m=Max("number"))["m"] or 0
     draft.number = last + 1
     draft.published_at = timezone.now()

@@ -156,6 +156,8 @@ def _fleet_page(
                 "max_note": 2000,
                 # The lab's backtest of this revision, beside Publish (telemetry registers it).
                 "backtest": lab_draft_headline(fleet=fleet, draft=version),
+                # The service's own check: Publish is off while it would refuse (no_changes).
+                "same_as": selectors.draft_same_as(fleet=fleet, draft=version, table=table),
             }
         )
     return render(request, "routing_policies/fleet_detail.html", context, status=status)
@@ -245,6 +247,13 @@ def fleet_detail_page(request: HttpRequest, slug: str) -> HttpResponse:
     return _fleet_page(request, fleet_or_404(slug))
 
 
+def _shown(value: object) -> str:
+    """A cell value as the edit panel shows it: yes/no for booleans, numbers as typed."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return f"{value:.12g}" if isinstance(value, float) else str(value)
+
+
 @role_required(Role.EDITOR)
 @require_POST
 def draft_cells_update(request: HttpRequest, slug: str) -> HttpResponse:
@@ -262,6 +271,18 @@ def draft_cells_update(request: HttpRequest, slug: str) -> HttpResponse:
             form_revision=edit.revision,
         )
     assert edit.revision is not None
+    labels = ", ".join(cell_key_label(key) for key in edit.cells[:4])
+    more = f" and {len(edit.cells) - 4} more" if len(edit.cells) > 4 else ""
+    selection = urlencode([("cell", cell_key_label(key)) for key in edit.cells], safe="/")
+    back = f"{reverse('fleet-detail', args=[fleet.slug])}?{selection}"
+    if not edit.values:
+        # Every field was left as the cell has it (or blank): a no-op, not a mistake.
+        messages.info(
+            request,
+            f"Nothing changed: no field of {labels}{more} was given a new value, so there "
+            "was nothing to save. Type a new value into a field, then save.",
+        )
+        return HttpResponseRedirect(back)
     try:
         draft = services.policy_draft_update_cells(
             actor=request.user,
@@ -279,10 +300,14 @@ def draft_cells_update(request: HttpRequest, slug: str) -> HttpResponse:
         )
     except ApplicationError as exc:
         return _refusal(request, fleet, exc, posted_revision=edit.revision, edit=edit)
-    labels = ", ".join(cell_key_label(key) for key in edit.cells[:4])
-    more = f" and {len(edit.cells) - 4} more" if len(edit.cells) > 4 else ""
     if draft.revision == edit.revision:
-        messages.info(request, f"Nothing changed: {labels}{more} already had those values.")
+        had = ", ".join(
+            f"{field_label(path)} {_shown(value)}" for path, value in edit.values.items()
+        )
+        messages.info(
+            request,
+            f"Nothing changed: {labels}{more} already had {had}, so there was nothing to save.",
+        )
     else:
         fields = ", ".join(field_label(path) for path in edit.values)
         messages.success(
@@ -290,8 +315,7 @@ def draft_cells_update(request: HttpRequest, slug: str) -> HttpResponse:
             f"Saved {fields} on {labels}{more}; the draft is now at revision {draft.revision}.",
         )
     # The edited cells stay selected, so a second change to them is one click away.
-    selection = urlencode([("cell", cell_key_label(key)) for key in edit.cells], safe="/")
-    return HttpResponseRedirect(f"{reverse('fleet-detail', args=[fleet.slug])}?{selection}")
+    return HttpResponseRedirect(back)
 
 
 @role_required(Role.EDITOR)

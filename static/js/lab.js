@@ -11,7 +11,8 @@
   var TERM_LABEL = { length: "length", intent: "intent doubt", lm: "model doubt" };
   var TERM_HINT = { length: "min(1, tokens / the cell's length norm)", intent: "1 − intent confidence", lm: "1 − on-device model confidence" };
   var ADJUST_LABEL = { network: "weak network", load: "device busy", cloud_pressure: "cloud pressure", clamp: "clamp to 0–1" };
-  var WHY = { policy: "mode", privacy: "privacy", offline: "offline", latency: "too slow", threshold: "θ" };
+  // Why a matrix cell routes as it does; by threshold, the comparison itself says it.
+  var WHY = { policy: "mode", privacy: "privacy", offline: "offline", latency: "too slow", threshold: "" };
 
   var root = document.getElementById("lab");
   if (!root) { return; }
@@ -227,6 +228,11 @@
     drawMatrix(answer);
     samples = answer.samples || [];
     field("stream-note").textContent = samples.length ? "" : "No recorded task of this cell in the last 24 h carries its signals.";
+    field("stream-count").textContent = String(samples.length);
+    if (answer.samples_device_ms) {
+      field("device-ms").textContent = Math.round(answer.samples_device_ms.value) + " ms";
+      field("device-ms-source").textContent = answer.samples_device_ms.source;
+    }
   }
 
   var publishedModes = {};
@@ -244,8 +250,11 @@
       td.dataset.route = cell.route;
       td.classList.toggle("is-picked", key === picked);
       field("mroute", td).textContent = cell.route === "draft_refine" ? "draft+refine" : cell.route;
-      var why = cell.mode + " · " + (WHY[cell.decided_by] || cell.decided_by);
-      if (cell.score !== null) { why += " " + fmt(cell.score) + (cell.score < cell.threshold ? " < " : " ≥ ") + fmt(cell.threshold); }
+      var reason = cell.decided_by in WHY ? WHY[cell.decided_by] : cell.decided_by;
+      var why = cell.mode + " · " + reason;
+      if (cell.score !== null) {
+        why += (reason ? ", " : "") + "score " + fmt(cell.score) + (cell.score < cell.threshold ? " < " : " ≥ ") + "θ " + fmt(cell.threshold);
+      }
       field("mwhy", td).textContent = why;
     });
   }
@@ -271,7 +280,6 @@
     var sum = known.reduce(function (total, s) { return total + s.latency_ms; }, 0);
     field("alpha").textContent = Math.round(onDevice / recent.length * 100) + "%";
     field("avg-latency").textContent = known.length ? Math.round(sum / known.length) + " ms" : "–";
-    field("stream-count").textContent = String(streamIndex);
   }
 
   // --- wiring -------------------------------------------------------------------------------

@@ -92,6 +92,7 @@
 
     function refreshSummary(labels) {
       summary.textContent = "";
+      summary.classList.remove("nothing-changed");
       if (labels.length === 0) {
         summary.textContent = "Select one or more cells in the grid. Fill in only what should change: blank fields stay unchanged.";
       } else if (labels.length === 1) {
@@ -223,6 +224,17 @@
 
     // Send only what the user changed: prefilled values of a single cell are not edits.
     form.addEventListener("submit", function (event) {
+      var labels = selectedLabels();
+      var edited = fields.some(function (field) { return field.dataset.dirty === "1"; });
+      if (labels.length > 0 && !edited) {
+        // Nothing to send: say so here, in the user's terms, instead of a round trip.
+        event.preventDefault();
+        summary.textContent = labels.length === 1
+          ? "Nothing changed: every field still shows the value " + labels[0] + " already has. Type a new value into a field, then save."
+          : "Nothing changed: no field is filled in. Type a value into the fields that should change on the " + labels.length + " selected cells, then save.";
+        summary.classList.add("nothing-changed");
+        return;
+      }
       var first = null;
       fields.forEach(function (field) {
         if (field.dataset.dirty !== "1") { return; }

@@ -90,10 +90,11 @@ def parse_scope(scope: str, value: str) -> dict[str, Any]:
     if scope == Scope.FLEET:
         return {}
     if scope == Scope.VERSION:
-        number = int(value.strip().lstrip("v"))
-        if number < 1:
-            raise ValueError("a version is a whole number ≥ 1")
-        return {"policy_version": number}
+        # Checked by hand, not by int(): its refusal is Python's text, and it reads "٣" or "1_0".
+        digits = value.strip().removeprefix("v")
+        if not (digits.isascii() and digits.isdigit()) or int(digits) < 1:
+            raise ValueError(f"a version number such as 3 (whole, ≥ 1); got {value!r}")
+        return {"policy_version": int(digits)}
     if scope == Scope.COHORT:
         if value not in ("stable", "candidate"):
             raise ValueError("a cohort is `stable` or `candidate`")

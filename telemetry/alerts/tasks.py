@@ -19,7 +19,12 @@ from routing_policies.schedules.services import scheduled_changes_run_due
 
 from ..redis_client import redis_client
 from .selectors import fleets_to_evaluate
-from .services import alerts_evaluate, webhook_deliveries_overdue, webhook_delivery_attempt
+from .services import (
+    alerts_evaluate,
+    enqueue_delivery,
+    webhook_deliveries_overdue,
+    webhook_delivery_attempt,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -62,26 +67,6 @@ def deliver_webhook(self: Any, delivery_id: int) -> None:
     retry_in = webhook_delivery_attempt(delivery_id=delivery_id)
     if retry_in is not None:
         raise self.retry(countdown=retry_in)
-
-
-def enqueue_delivery(delivery_id: int) -> None:
-    """Start delivering (call after the commit that created the delivery)."""
-    if settings.CELERY_TASK_ALWAYS_EAGER:
-        # Embedded mode has no worker to wait for a retry: a thread sleeps through the back-off.
-        threading.Thread(target=_deliver_embedded, args=(delivery_id,), daemon=True).start()
-        return
-    try:
-        deliver_webhook.apply_async(args=[delivery_id], retry=False)
-    except Exception:  # the beat re-enqueues overdue deliveries
-        logger.warning("webhook.enqueue_failed delivery=%d", delivery_id)
-
-
-def _deliver_embedded(delivery_id: int) -> None:
-    try:
-        while (retry_in := webhook_delivery_attempt(delivery_id=delivery_id)) is not None:
-            time.sleep(retry_in)
-    finally:
-        connection.close()
 
 
 def request_alert_evaluation(fleet_ids: frozenset[int]) -> None:

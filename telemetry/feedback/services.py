@@ -22,6 +22,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from controlplane.queue import task_send
 from routing_policies.models import Device
 
 from ..models import Event, EventKey
@@ -107,10 +108,8 @@ def feedback_batch_ingest(
 
 
 def _wake_join(ids: list[int]) -> None:
-    from ..ingest.tasks import join_feedback  # tasks → services
-
     try:
-        join_feedback.apply_async(args=[ids])
+        task_send("telemetry.join_feedback", args=[ids])
     except Exception:  # the rows are durable; the sweep joins them
         logger.warning("telemetry.feedback_enqueue_failed items=%d", len(ids), exc_info=True)
 

@@ -18,6 +18,8 @@ import logging
 
 from django.conf import settings
 
+from controlplane.queue import task_send
+
 from ..redis_client import redis_client
 
 logger = logging.getLogger(__name__)
@@ -28,11 +30,9 @@ WAKE_TTL_MS = 5000
 
 def wake_worker(batch_id: int) -> None:
     """Called after the landing commit: make sure a drain will see `batch_id`."""
-    from .tasks import drain_landed, process_landed  # tasks → services → this module
-
     try:
         if not settings.REDIS_URL or settings.CELERY_TASK_ALWAYS_EAGER:
-            process_landed.apply_async(args=[[batch_id]])
+            task_send("telemetry.process_landed", args=[[batch_id]])
             return
         try:
             first = bool(
@@ -40,10 +40,10 @@ def wake_worker(batch_id: int) -> None:
             )
         except Exception:  # Redis down: fall back to a task for this batch
             logger.warning("telemetry.wake_unavailable batch=%s", batch_id)
-            process_landed.apply_async(args=[[batch_id]], retry=False)
+            task_send("telemetry.process_landed", args=[[batch_id]], retry=False)
             return
         if first:
-            drain_landed.apply_async(retry=False)
+            task_send("telemetry.drain_landed", retry=False)
     except Exception:  # the batch is durable; the sweeper re-enqueues it
         logger.warning("telemetry.enqueue_failed batch=%s", batch_id, exc_info=True)
 
@@ -59,13 +59,11 @@ def wake_helper(slot: int) -> None:
     while CPU is idle; helpers claim other batches beside it (`SKIP LOCKED`) and stop when they
     find none.
     """
-    from .tasks import drain_landed  # tasks → services → this module
-
     if not settings.REDIS_URL or settings.CELERY_TASK_ALWAYS_EAGER:
         return
     try:
         if redis_client(settings.REDIS_URL).set(_key(slot), "1", nx=True, px=WAKE_TTL_MS):
-            drain_landed.apply_async(kwargs={"slot": slot}, retry=False)
+            task_send("telemetry.drain_landed", kwargs={"slot": slot}, retry=False)
     except Exception:  # the first drain carries on alone
         logger.warning("telemetry.wake_helper_failed slot=%d", slot, exc_info=True)
 

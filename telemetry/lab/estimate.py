@@ -10,7 +10,8 @@ estimator (docs/lab.md, "Backtest") answers from the same window's own observati
   *residual* observed in the same cell: `latency_ms` minus the network part of every task of
   the cell that did run in the cloud (route `cloud`, no fallback, no cache hit), floored at 0;
 - draft_refine: the same, with the residuals of the cell's `draft_refine` tasks; a cell that
-  never refined uses its device latency plus its cloud residual;
+  never refined uses its own device latency plus its cloud residual (never the fleet's
+  draft-refine figures, which are other cells');
 - a cell with no observation of a route borrows the fleet's (all cells) figures for it.
 
 Network part and residual are taken as independent: a route's predicted distribution over a
@@ -139,23 +140,30 @@ class LatencyModel:
         key = (cell, kind)
         if key in self._grid_cache:
             return self._grid_cache[key]
-        grid: list[float] | None = None
         if FLEET not in self._cells:
             self._cells[FLEET] = self._fleet()
-        for source in (cell, FLEET):
-            observed = self._cells.get(source)
-            if observed is None:
-                continue
-            sketch = observed.device if kind == "device" else observed.residual[kind]
-            if sketch.counts:
-                grid = [value for value in sketch.quantiles(_QS) if value is not None]
-                break
+        grid = self._observed_grid(cell, kind)
         if grid is None and kind == "draft_refine":
+            # A cell that never refined: its own device latency plus its cloud residual (each
+            # the fleet's where the cell has none), not the fleet's draft-refine figures,
+            # which are other cells' devices and budgets (docs/lab.md, "The latency estimator").
             device, cloud = self._grid(cell, "device"), self._grid(cell, "cloud")
             if device is not None and cloud is not None:
                 grid = sorted(_sums(device, cloud))[GRID // 2 :: GRID]
+        if grid is None and cell != FLEET:
+            grid = self._observed_grid(FLEET, kind)
         self._grid_cache[key] = grid
         return grid
+
+    def _observed_grid(self, source: CellKey, kind: str) -> list[float] | None:
+        """GRID quantiles of what `source` itself observed of `kind`; None when nothing."""
+        observed = self._cells.get(source)
+        if observed is None:
+            return None
+        sketch = observed.device if kind == "device" else observed.residual[kind]
+        if not sketch.counts:
+            return None
+        return [value for value in sketch.quantiles(_QS) if value is not None]
 
     def predict(self, load: RouteLoad, route: str) -> list[tuple[float, float]]:
         """The predicted latency distribution of the tasks `load` sends to `route`, as

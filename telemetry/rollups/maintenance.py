@@ -13,6 +13,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from controlplane.queue import task_send
+
 from ..feedback.models import Feedback
 from ..ingest import partitions
 from ..ingest.services.processing import partitions_ensure_window
@@ -152,8 +154,6 @@ def landed_sweep(*, older_than_s: float | None = None, now: datetime | None = No
     Catches batches whose task was lost: a Redis restart, a web process that died between
     commit and enqueue, a worker killed with the task unacknowledged.
     """
-    from ..tasks import process_landed
-
     now = now or timezone.now()
     age: float = settings.TELEMETRY_SWEEP_AFTER_S if older_than_s is None else older_than_s
     ids = list(
@@ -163,7 +163,7 @@ def landed_sweep(*, older_than_s: float | None = None, now: datetime | None = No
     )
     chunk: int = settings.TELEMETRY_PROCESS_MAX_BATCHES
     for start in range(0, len(ids), chunk):
-        process_landed.apply_async(args=[ids[start : start + chunk]])
+        task_send("telemetry.process_landed", args=[ids[start : start + chunk]])
     if ids:
         logger.info("telemetry.landed_swept batches=%d", len(ids))
     return len(ids)

@@ -16,6 +16,7 @@ from routing_policies.roles import Role
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from tests.factories import UserFactory, demo_cell, make_fleet, protocol_event, recorded_sample
 from tests.integration.test_telemetry_durability import Worker
+from tests.lab_events import slow_device_events
 from tests.live_server import empty_test_redis
 
 from .conftest import screenshot_path
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.e2e
 
 SLUG = "e2e-calibrate"
 CELLS = ("text/interactive/normal", "text/background/normal")
+VOICE = {"task_type": "voice", "latency_budget": "interactive", "privacy_tier": "normal"}
 LIVE_TIMEOUT_MS = 120_000  # an outer bound for the worker's backtest
 
 
@@ -146,3 +148,65 @@ def test_calibration__alpha_for_two_cells__applied_backtested_then_published(
         assert table[tuple(label.split("/"))]["threshold"] == theta  # type: ignore[index]
     actions = [entry.action for entry in selectors.audit_list(fleet=fleet)]
     assert "policy_cells.updated" in actions
+
+
+def test_calibration__alpha_breaks_the_budget__badge_says_so_and_within_budget_keeps_it(
+    transactional_db: None, requires_postgres: None, asgi_server: str, browser_page: Page
+) -> None:
+    # Given devices on v1 (voice θ 0.65) whose answers take 600 ms against the voice cell's
+    # 300 ms budget, and a v2 published that no device runs
+    editor: Any = UserFactory(role=Role.PUBLISHER, username="cal")
+    fleet = make_fleet(slug=SLUG, actor=editor)
+    key = services.fleet_enrollment_key_rotate(actor=editor, fleet=fleet)
+    device, _ = services.device_enroll(fleet_key=key, device_id="phone-1", platform="android")
+    body = json.dumps({"events": slow_device_events()}).encode()
+    telemetry_batch_ingest(device=device, body=body)
+    landed_batches_process()
+    draft = services.policy_draft_create(actor=editor, fleet=fleet)
+    draft = services.policy_draft_update_cells(
+        actor=editor,
+        fleet=fleet,
+        revision=draft.revision,
+        edits=[{**VOICE, "values": {"threshold": 0.7}}],
+    )
+    services.policy_version_publish(actor=editor, fleet=fleet, revision=draft.revision, note="v2")
+    page = browser_page
+    log_in(page, asgi_server, "cal")
+
+    for name, size in (("calibration-budget-1366", LAPTOP), ("calibration-budget-390", PHONE)):
+        page.set_viewport_size(size)
+        # When the calibration page opens
+        page.goto(f"{asgi_server}/fleets/{SLUG}/lab/calibrate/")
+
+        # Then it is on v1, what devices run, and says so; v2 can be picked
+        expect(page.locator("[data-field=base]")).to_have_text("on v1")
+        expect(page.locator("[data-field=running]")).to_contain_text("what devices run (stable)")
+        expect(page.locator("#calib-version option:checked")).to_have_text(
+            "v1 · stable: devices run it"
+        )
+
+        # When α 70% is asked for in the voice cell
+        page.locator("#calib-kind").select_option("alpha")
+        page.locator("#calib-value").fill("70")
+        page.locator('input[name=cells][value="voice/interactive/normal"]').check()
+        page.get_by_role("button", name="Calibrate").click()
+
+        # Then θ now is v1's 0.650, and the badge says α is met but the budget is broken
+        card = page.locator('[data-cell="voice/interactive/normal"]')
+        expect(card.locator("tbody tr").first).to_contain_text("0.650")
+        expect(card.locator("[data-field=badge]")).to_have_text(
+            "target met, breaks the 300 ms budget"
+        )
+        expect(card.locator("[data-field=constraint-broken]")).to_contain_text("300 ms")
+        assert_no_sideways_scroll(page, f"calibration at {size['width']} px")
+        page.screenshot(path=str(screenshot_path(name)), full_page=True)
+
+        # When α 70% within the budget is asked for instead
+        page.locator("#calib-kind").select_option("alpha_within_budget")
+        page.get_by_role("button", name="Calibrate").click()
+
+        # Then the chosen point keeps the budget: no broken constraint
+        expect(card.locator("[data-field=badge]")).to_have_text("closest point: target not met")
+        expect(card.locator("[data-field=constraint-broken]")).to_have_count(0)
+        p95 = card.locator(".calib-chosen td").nth(3).inner_text()
+        assert int(p95.replace(" ms", "").replace(",", "")) <= 300, p95

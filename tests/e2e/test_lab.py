@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
+from routing_policies import services
 from routing_policies.roles import Role
 from tests.factories import UserFactory, make_fleet
 
@@ -123,3 +124,62 @@ def test_lab__laptop_and_phone__trace_readable_no_sideways_scroll(
 
         # Then nothing makes the page scroll sideways
         assert_no_sideways_scroll(page, f"lab at {size['width']} px")
+
+
+def test_lab__opens_on_what_devices_run__matrix_and_stream_say_what_they_count(
+    transactional_db: None, requires_postgres: None, asgi_server: str, browser_page: Page
+) -> None:
+    # Given devices on v1 and a v2 published that no device runs (no draft)
+    publisher: Any = UserFactory(role=Role.PUBLISHER, username="pia")
+    fleet = make_fleet(slug=SLUG, actor=publisher)
+    draft = services.policy_draft_create(actor=publisher, fleet=fleet)
+    draft = services.policy_draft_update_cells(
+        actor=publisher,
+        fleet=fleet,
+        revision=draft.revision,
+        edits=[
+            {
+                "task_type": "text",
+                "latency_budget": "interactive",
+                "privacy_tier": "normal",
+                "values": {"threshold": 0.7},
+            }
+        ],
+    )
+    services.policy_version_publish(
+        actor=publisher, fleet=fleet, revision=draft.revision, note="v2"
+    )
+    page = browser_page
+    log_in(page, asgi_server, "pia")
+
+    # When the lab opens
+    page.goto(f"{asgi_server}/fleets/{SLUG}/lab/")
+
+    # Then it is on v1, named as what the devices run, with v1's θ 0.6
+    expect(page.locator("[data-field=running]")).to_have_text(
+        "Opened on v1: what devices run (stable)."
+    )
+    expect(page.locator('select[name="version"] option:checked')).to_have_text(
+        "v1 · stable: devices run it"
+    )
+    expect(page.locator('[data-out="threshold"]')).to_have_text("0.60")
+
+    # And the picked matrix cell reads the score against θ, not "θ <score>"
+    why = page.locator('.lab-mcell[data-cell="text/interactive/normal"] [data-field="mwhy"]')
+    expect(why).to_have_text("auto · score 0.31 < θ 0.60")
+
+    # And the seed's five tasks are counted five however many dots have gone by
+    page.wait_for_timeout(5_000)  # about seven dots
+    expect(page.locator('[data-field="stream-count"]')).to_have_text("5")
+    expect(page.locator('[data-field="device-ms-source"]')).to_have_text(
+        "the seed's on-device latency (30 ms)"
+    )
+
+    # When the operator picks v2
+    page.locator('select[name="version"]').select_option("2")
+
+    # Then the playground is on v2 (θ 0.7), which it says no device runs
+    expect(page.locator('[data-out="threshold"]')).to_have_text("0.70")
+    expect(page.locator("[data-field=running]")).to_contain_text(
+        "Opened on v2; devices run v1 (stable)"
+    )

@@ -8,7 +8,7 @@ from playwright.sync_api import Page, expect
 
 from routing_policies import selectors, services
 from routing_policies.roles import Role
-from tests.factories import PASSWORD, UserFactory, make_fleet
+from tests.factories import PASSWORD, UserFactory, draft_changed, make_fleet
 
 from .conftest import screenshot_path
 
@@ -223,10 +223,10 @@ def test_policy_editor__pinned_mode_cells__theta_marked_not_used(
 def test_policy_editor__publish_without_note__refused_then_page_says_what_devices_run(
     transactional_db: None, requires_postgres: None, asgi_server: str, browser_page: Page
 ) -> None:
-    # Given a publisher on a draft of a fleet whose devices run v1
+    # Given a publisher on a draft (one θ changed) of a fleet whose devices run v1
     publisher: Any = UserFactory(role=Role.PUBLISHER, username="pia")
     fleet = make_fleet(slug=SLUG, actor=publisher)
-    services.policy_draft_create(actor=publisher, fleet=fleet)
+    draft_changed(fleet=fleet, actor=publisher)
     page = browser_page
     _log_in(page, asgi_server, "pia")
     page.goto(f"{asgi_server}/fleets/{SLUG}/")
@@ -245,7 +245,7 @@ def test_policy_editor__publish_without_note__refused_then_page_says_what_device
     assert selectors.latest_published(fleet=fleet).number == 1  # type: ignore[union-attr]
 
     # When they publish with a note
-    note.fill("Same table, new number")
+    note.fill("Nudge θ on voice")
     publish.click()
 
     # Then the page says devices still run v1, v2 runs on no device, and how to ship it

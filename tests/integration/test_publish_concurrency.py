@@ -20,6 +20,7 @@ from routing_policies.services import (
     policy_draft_update_cells,
     policy_version_publish,
 )
+from tests.factories import draft_changed
 
 pytestmark = pytest.mark.integration
 
@@ -80,14 +81,14 @@ def _winners_and_losers(outcomes: list[Outcome]) -> tuple[list[Any], list[Applic
 def test_policy_version_publish__two_publishers_same_revision_at_once__one_wins(
     requires_postgres: None, transactional_db: None, fleet: Any, publisher: Any
 ) -> None:
-    # Given fleet-a at v1 with a draft at revision 1
-    policy_draft_create(actor=publisher, fleet=fleet)
+    # Given fleet-a at v1 with a draft at revision 2 (one θ changed)
+    draft_changed(fleet=fleet, actor=publisher)
 
-    # When two publishers publish revision 1 at the same moment
+    # When two publishers publish revision 2 at the same moment
     outcomes = _race(
         2,
         lambda i: policy_version_publish(
-            actor=publisher, fleet=fleet, revision=1, note=f"publisher {i}"
+            actor=publisher, fleet=fleet, revision=2, note=f"publisher {i}"
         ),
     )
 
@@ -107,11 +108,12 @@ def test_policy_version_publish__racing_rounds_after_new_drafts__versions_1_2_3(
 ) -> None:
     # Given fleet-a at v1
     for round_number in (2, 3):
-        # When a new draft is made and three publishers race to publish it
-        policy_draft_create(actor=publisher, fleet=fleet)
+        # When a new draft is made (one θ changed: revision 2) and three publishers race to
+        # publish it
+        draft_changed(fleet=fleet, actor=publisher)
         outcomes = _race(
             3,
-            lambda i: policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="race"),
+            lambda i: policy_version_publish(actor=publisher, fleet=fleet, revision=2, note="race"),
         )
 
         # Then each round publishes exactly one version, the next number

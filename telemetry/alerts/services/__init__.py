@@ -1,6 +1,6 @@
 """Writes of alerts: rules, webhooks, rollout guards, evaluation, webhook delivery, seeding."""
 
-from .delivery import webhook_deliveries_overdue, webhook_delivery_attempt
+from .delivery import enqueue_delivery, webhook_deliveries_overdue, webhook_delivery_attempt
 from .evaluation import Evaluation, alerts_evaluate
 from .guards import (
     DEFAULT_GUARDS,
@@ -34,6 +34,7 @@ __all__ = [
     "alert_webhook_create",
     "alert_webhook_delete",
     "alerts_evaluate",
+    "enqueue_delivery",
     "guard_input_defaults",
     "rollout_guards_set",
     "rollout_start_guarded",

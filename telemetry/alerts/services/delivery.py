@@ -22,6 +22,8 @@ import ipaddress
 import logging
 import re
 import socket
+import threading
+import time
 import unicodedata
 from datetime import timedelta
 from typing import Final
@@ -29,8 +31,10 @@ from urllib.parse import urlparse
 
 import httpx
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
+
+from controlplane.queue import task_send
 
 from ..models import WebhookDelivery
 
@@ -219,3 +223,23 @@ def webhook_deliveries_overdue(*, grace_s: float = 60.0) -> list[int]:
             status=WebhookDelivery.Status.PENDING, next_attempt_at__lt=cutoff
         ).values_list("pk", flat=True)[:500]
     )
+
+
+def enqueue_delivery(delivery_id: int) -> None:
+    """Start delivering (call after the commit that created the delivery)."""
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        # Embedded mode has no worker to wait for a retry: a thread sleeps through the back-off.
+        threading.Thread(target=_deliver_embedded, args=(delivery_id,), daemon=True).start()
+        return
+    try:
+        task_send("telemetry.deliver_webhook", args=[delivery_id], retry=False)
+    except Exception:  # the beat re-enqueues overdue deliveries
+        logger.warning("webhook.enqueue_failed delivery=%d", delivery_id)
+
+
+def _deliver_embedded(delivery_id: int) -> None:
+    try:
+        while (retry_in := webhook_delivery_attempt(delivery_id=delivery_id)) is not None:
+            time.sleep(retry_in)
+    finally:
+        connection.close()

@@ -22,6 +22,7 @@ from .. import selectors as alert_selectors
 from ..judging import LATENCY_METRICS, Judgement, figures_of, judge_rule, parse_scope
 from ..models import AlertEvent, AlertRule, AlertState, Condition, Metric, RolloutGuardSet
 from ..notify import broadcast_alerts
+from .delivery import enqueue_delivery
 from .guards import guards_evaluate
 from .webhooks import webhook_deliveries_create
 
@@ -200,8 +201,6 @@ def alerts_evaluate(*, fleet_id: int, now: datetime | None = None) -> Evaluation
             summary = {"kind": last.kind, "rule": last.rule_name, "message": last.message}
             transaction.on_commit(lambda: broadcast_alerts(fleet_id=fleet_id, event=summary))
         if deliveries:
-            from ..tasks import enqueue_delivery  # the tasks module imports this one
-
             ids = [d.pk for d in deliveries]
 
             def start_deliveries() -> None:

@@ -205,9 +205,18 @@ def _clean_guards(guards: object, min_samples: object) -> list[dict[str, Any]]:
             or not -1e9 <= threshold <= 1e9
         ):
             problems.append(field_problem(f"{where}.threshold", "a finite number"))
-        elif metric in RATE_METRICS and not -1 <= threshold <= 1:
+        elif metric in RATE_METRICS and comparison == GuardComparison.ABOVE_STABLE_BY:
+            # A difference of two shares: a negative one asks the candidate to beat stable.
+            if not -1 <= threshold <= 1:
+                problems.append(
+                    field_problem(
+                        f"{where}.threshold",
+                        "a difference of shares, a fraction from -1 to 1 (0.02 is 2 pts)",
+                    )
+                )
+        elif metric in RATE_METRICS and not 0 <= threshold <= 1:
             problems.append(
-                field_problem(f"{where}.threshold", "a fraction from 0 to 1 (0.02 is 2 pts)")
+                field_problem(f"{where}.threshold", "a share, a fraction from 0 to 1 (0.02 is 2%)")
             )
         if isinstance(samples, bool) or not isinstance(samples, int) or not 0 <= samples <= 10**7:
             problems.append(field_problem(f"{where}.min_samples", "a whole number ≥ 0"))

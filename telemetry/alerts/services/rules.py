@@ -49,6 +49,17 @@ def _whole(values: dict[str, Any], name: str, low: int, high: int, problems: lis
         problems.append(field_problem(name, f"a whole number from {low} to {high} (got {value!r})"))
 
 
+def _rate_threshold_rule(values: dict[str, Any], threshold: float) -> str:
+    """Why a share's threshold is refused: a share is 0 to 1, and so is a change's size (the
+    condition, rises_by or falls_by, gives its direction, so a negative one means nothing)."""
+    if values.get("condition") in (Condition.RISES_BY, Condition.FALLS_BY):
+        return (
+            "a change of a share, in points as a fraction from 0 to 1 (0.2 is 20 pts); "
+            f"rises_by or falls_by gives its direction (got {threshold!r})"
+        )
+    return f"a share: a fraction from 0 to 1 (0.2 is 20%) (got {threshold!r})"
+
+
 def _clean_rule(values: dict[str, Any], *, fleet_id: int) -> dict[str, Any]:
     """Check a rule's fields together; raise ValidationFailed naming every bad one."""
     problems: list[dict[str, str]] = []
@@ -75,10 +86,8 @@ def _clean_rule(values: dict[str, Any], *, fleet_id: int) -> dict[str, Any]:
         problems.append(field_problem("threshold", f"a finite number (got {threshold!r})"))
     else:
         values["threshold"] = float(threshold)
-        if metric in RATE_METRICS and not -1.0 <= threshold <= 1.0:
-            problems.append(
-                field_problem("threshold", "a share: a fraction from 0 to 1 (0.2 is 20%)")
-            )
+        if metric in RATE_METRICS and not 0.0 <= threshold <= 1.0:
+            problems.append(field_problem("threshold", _rate_threshold_rule(values, threshold)))
     _whole(values, "window_minutes", 1, 360, problems)
     _whole(values, "min_samples", 0, 10_000_000, problems)
     _whole(values, "for_seconds", 0, 86_400, problems)

@@ -21,7 +21,7 @@ from routing_policies.policies.audit import Actor, audit_record
 
 from ..models import AlertEvent, AlertRule, AlertWebhook, WebhookDelivery, WebhookFormat
 from ..notify import webhook_payload
-from .delivery import url_refusal
+from .delivery import enqueue_delivery, url_refusal
 from .problems import field_problem
 from .rules import rule_snapshot
 
@@ -177,8 +177,6 @@ def governance_deliveries_create(fleet_id: int, body: dict[str, Any]) -> None:
         for webhook in webhooks
     )
     if deliveries:
-        from ..tasks import enqueue_delivery  # the tasks module imports this one
-
         ids = [d.pk for d in deliveries]
 
         def start_deliveries() -> None:

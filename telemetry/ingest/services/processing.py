@@ -27,6 +27,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb, set_json_dumps
 
+from controlplane.queue import task_send
+
 from ...feedback.joining import feedback_join_folding
 from ...models import FleetHourRollup, HourRollup, MinuteRollup
 from ...rollups import METRIC_FIELDS, SENSITIVE_TIER, RollupAccumulator, Tally, is_privacy_violation
@@ -377,7 +379,5 @@ def landed_drain(*, slot: int = 0, budget_s: float = 60.0) -> int:
             time.sleep(linger)
     wakeup.release(slot)
     if slot == 0:
-        from ..tasks import drain_landed  # the tasks module imports this one
-
-        drain_landed.apply_async()
+        task_send("telemetry.drain_landed")
     return events

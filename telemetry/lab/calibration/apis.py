@@ -91,9 +91,9 @@ def _target_case(kinds: list[str], value: dict[str, Any] | None) -> dict[str, An
 
 
 # What `TargetSerializer.validate` accepts, case by case (schemathesis holds the two equal):
-# a share for alpha, cloud_share and quality, a ceiling for cost_ceiling, no value for the P95
-# target.
-SHARE_KINDS: Final = ("alpha", "cloud_share", "quality")
+# a share for alpha, alpha_within_budget, cloud_share and quality, a ceiling for
+# cost_ceiling, no value for the P95 target.
+SHARE_KINDS: Final = ("alpha", "alpha_within_budget", "cloud_share", "quality")
 TARGET_SCHEMA: Final[dict[str, Any]] = {
     "oneOf": [
         _target_case(list(SHARE_KINDS), {"maximum": 1}),
@@ -117,7 +117,8 @@ class TargetSerializer(serializers.Serializer[Any]):
         required=False,
         min_value=0.0,
         max_value=MAX_COST_PER_HOUR,
-        help_text="alpha, cloud_share and quality: a share in [0, 1]; cost_ceiling: currency "
+        help_text="alpha, alpha_within_budget, cloud_share and quality: a share in [0, 1]; "
+        "cost_ceiling: currency "
         "units per hour per cell; p95_within_budget: none",
     )
 
@@ -258,6 +259,16 @@ class VerifiedSerializer(serializers.Serializer[Any]):
         ref_name = "CalibrationVerified"
 
 
+class BrokenConstraintSerializer(serializers.Serializer[Any]):
+    constraint = serializers.ChoiceField(choices=["latency_budget"])
+    limit = serializers.FloatField(help_text="the cell's limit (latency budget, ms)")
+    value = serializers.FloatField(help_text="the chosen point's figure (predicted P95, ms)")
+    message = serializers.CharField()
+
+    class Meta:
+        ref_name = "CalibrationBrokenConstraint"
+
+
 class CellResultSerializer(serializers.Serializer[Any]):
     task_type = serializers.CharField()
     latency_budget = serializers.CharField()
@@ -277,6 +288,11 @@ class CellResultSerializer(serializers.Serializer[Any]):
     curve = CurvePointSerializer(many=True)
     verified = VerifiedSerializer(allow_null=True)
     cost = CostReportSerializer(allow_null=True, help_text="at the chosen θ, over the window")
+    constraints_broken = BrokenConstraintSerializer(
+        many=True,
+        help_text="the constraints of the cell the chosen point breaks, whatever the target "
+        "(empty: none): its predicted P95 over the cell's latency budget",
+    )
 
     class Meta:
         ref_name = "CalibrationCellResult"

@@ -15,17 +15,18 @@ from typing import Any, Final
 
 from django.utils import timezone
 
-from controlplane.exceptions import Conflict, NotFound
+from controlplane.exceptions import Conflict, ValidationFailed
 from edge_sdk.decision import Cell
 from routing_policies.cell_schema import CellKey, cell_key_label
 from routing_policies.models import Fleet, FleetRouting, PolicyVersion
 from routing_policies.policies.sdk_cells import shadow_refine_rates, table_cells
 from routing_policies.pricing import CloudPrice, cost_report, data_span_hours, has_rate
-from routing_policies.selectors import draft_get, latest_published, version_get, version_table
+from routing_policies.selectors import version_get, version_table
 
 from ...rollups import Figures
 from ..estimate import LatencyModel, Observed, network_ms
 from ..replay import EventSpan, NudgeHistory, ReplayInputs, recorded_rows
+from ..running import lab_version_default
 from .quality import (
     MIN_QUALITY_REPORTS,
     KeptGroups,
@@ -34,7 +35,7 @@ from .quality import (
     kept_figures,
 )
 from .sweep import CellSweep, CurvePoint, SweepResult
-from .targets import Target
+from .targets import Target, broken_constraints
 
 __all__ = [
     "DEFAULT_HOURS",
@@ -92,7 +93,7 @@ class Calibration:
 def _base_version(fleet: Fleet, ref: int | str | None) -> PolicyVersion:
     if ref is not None:
         return version_get(fleet=fleet, ref=ref)
-    base = draft_get(fleet=fleet) or latest_published(fleet=fleet)
+    base = lab_version_default(fleet=fleet)
     if base is None:
         raise Conflict(
             f"Fleet {fleet.slug!r} has no draft and no published version to calibrate.",
@@ -131,8 +132,9 @@ def calibration_compute(
     version: int | str | None = None,
     end: datetime | None = None,
 ) -> Calibration:
-    """Calibrate θ of `cells` (None: every cell) of the draft (else the latest published
-    version, or `version`) for `target` over the last `hours` of the fleet's events."""
+    """Calibrate θ of `cells` (None: every cell) of the draft (else what devices run, the
+    stable version, else the latest published version; or `version`) for `target` over the
+    last `hours` of the fleet's events."""
     started = time.perf_counter()
     base = _base_version(fleet, version)
     raw_table = version_table(version=base)
@@ -140,8 +142,8 @@ def calibration_compute(
     shadow_rates = shadow_refine_rates(raw_table)
     wanted = list(table) if cells is None else list(cells)
     unknown = [index for index, key in enumerate(wanted) if key not in table]
-    if unknown:  # well-formed, but not in this table: not found, as the lab's other reads
-        raise NotFound(
+    if unknown:  # well-formed, but not in this table: a bad request naming the cell
+        raise ValidationFailed(
             f"{cell_key_label(wanted[unknown[0]])} is not a cell of {base.label}.",
             details=[
                 {"field": f"cells[{index}]", "message": f"not a cell of {base.label}"}
@@ -355,6 +357,7 @@ def _cell_out(cell: CellCalibration, *, calibration: Calibration) -> dict[str, A
             "curve": [],
             "verified": None,
             "cost": None,
+            "constraints_broken": [],
         }
     return {
         **out,
@@ -369,6 +372,9 @@ def _cell_out(cell: CellCalibration, *, calibration: Calibration) -> dict[str, A
             chosen=result.chosen.cost_per_hour,
             all_cloud=result.all_cloud_cost,
             stable=result.stable_cost,
+        ),
+        "constraints_broken": broken_constraints(
+            p95_ms=result.chosen.p95_ms, budget_ms=cell.latency_budget_ms
         ),
     }
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db import transaction
 
-from controlplane.exceptions import ApplicationError, NotFound, ValidationFailed
+from controlplane.exceptions import ApplicationError, ValidationFailed
 from routing_policies.cell_schema import DIMENSIONS, CellKey
 from routing_policies.models import Fleet, PolicyCell, PolicyVersion
 from routing_policies.selectors import draft_get
@@ -65,15 +65,15 @@ def calibration_apply(
 
 
 def _cells_exist(fleet: Fleet, keys: Sequence[CellKey]) -> None:
-    """A well-formed cell the draft does not have is not found (404 naming it), as in the
-    lab's other requests; nothing is written."""
+    """A well-formed cell the draft does not have is refused (400 naming it), as a calibration
+    naming a cell its table lacks is; nothing is written."""
     draft = draft_get(fleet=fleet)
     if draft is None:
         return  # the draft-edit service refuses it, saying there is no draft
     known = set(PolicyCell.objects.filter(version=draft).values_list(*DIMENSIONS))
     for index, key in enumerate(keys):
         if tuple(key) not in known:
-            raise NotFound(
+            raise ValidationFailed(
                 f"The draft has no cell {'/'.join(key)}.",
                 details=[{"field": f"cells[{index}]", "message": "no such cell in the draft"}],
             )

@@ -448,6 +448,12 @@ class CellSweep:
         if target.kind == "p95_within_budget":
             coarse = chosen_k // CURVE_EVERY
             wanted.update(range(coarse, min(_CURVE_POINTS, coarse + P95_EVERY + 1)))
+        elif target.kind == "alpha_within_budget":
+            # The closest α within budget may lie between two coarse points on either side.
+            coarse = chosen_k // CURVE_EVERY
+            wanted.update(
+                range(max(0, coarse - P95_EVERY), min(_CURVE_POINTS, coarse + P95_EVERY + 1))
+            )
         if wanted - set(p95s):
             p95s.update(self._p95s(model, wanted - set(p95s)))
             chosen_k, reached = choose(

@@ -12,13 +12,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
-__all__ = ["TARGET_KINDS", "Figures", "Target", "TargetKind", "choose"]
+__all__ = ["TARGET_KINDS", "Figures", "Target", "TargetKind", "broken_constraints", "choose"]
 
 TargetKind: TypeAlias = Literal[
-    "alpha", "cloud_share", "p95_within_budget", "cost_ceiling", "quality"
+    "alpha", "alpha_within_budget", "cloud_share", "p95_within_budget", "cost_ceiling", "quality"
 ]
 TARGET_KINDS: Final[dict[str, str]] = {
     "alpha": "a device share α (value: 0–1)",
+    "alpha_within_budget": "the device share α closest to the value (0–1) whose predicted "
+    "P95 is within the cell's latency budget",
     "cloud_share": "a share of tasks that call the cloud (value: 0–1)",
     "p95_within_budget": "the highest α whose predicted P95 is within the cell's budget",
     "cost_ceiling": "the most cloud use whose cost stays at or below a ceiling "
@@ -41,6 +43,8 @@ class Target:
         """How the page and the audit summary name it."""
         if self.kind == "alpha":
             return f"α {self.value:.0%}"
+        if self.kind == "alpha_within_budget":
+            return f"α {self.value:.0%} within the latency budget"
         if self.kind == "cloud_share":
             return f"cloud share {self.value:.0%}"
         if self.kind == "cost_ceiling":
@@ -103,12 +107,35 @@ def choose(
             return current, False
         # Not reachable: the best predicted quality (of equals, the most α).
         return max(judged, key=lambda c: (c.quality or 0.0, c.alpha, -c.k)).k, False
-    # p95_within_budget: only the candidates whose P95 was evaluated take part.
+    # p95_within_budget and alpha_within_budget: only the candidates whose P95 was evaluated
+    # take part.
     evaluated = [c for c in candidates if c.p95_ms is not None]
     within = [c for c in evaluated if c.p95_ms is not None and c.p95_ms <= budget_ms]
+    if target.kind == "alpha_within_budget" and within:
+        wanted = float(target.value or 0.0)
+        k = _middle_of_best(within, lambda c: abs(c.alpha - wanted))
+        chosen = next(c for c in within if c.k == k)
+        return k, abs(chosen.alpha - wanted) <= SHARE_TOLERANCE
     if within:
         highest = max(c.alpha for c in within)
         return min(c.k for c in within if c.alpha == highest), True
     if not evaluated:
         return 0, False
     return min(evaluated, key=lambda c: (c.p95_ms, c.k)).k, False
+
+
+def broken_constraints(*, p95_ms: float | None, budget_ms: float) -> list[dict[str, object]]:
+    """The constraints of the cell a point breaks, whatever the target: its predicted P95
+    over the cell's latency budget (`constraints_broken` of the API; the page's badge says
+    it). A P95 not predicted breaks nothing known."""
+    if p95_ms is None or p95_ms <= budget_ms:
+        return []
+    return [
+        {
+            "constraint": "latency_budget",
+            "limit": budget_ms,
+            "value": p95_ms,
+            "message": f"predicted P95 {p95_ms:,.0f} ms is over the cell's {budget_ms:,.0f} ms "
+            "latency budget",
+        }
+    ]

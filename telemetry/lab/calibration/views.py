@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from django import forms
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -27,21 +27,24 @@ from controlplane.pages import (
     role_required,
 )
 from routing_policies.cell_schema import CellKey, cell_key_label
-from routing_policies.models import Fleet
+from routing_policies.models import Fleet, PolicyVersion
 from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.pricing import CloudPrice
 from routing_policies.roles import Role, has_role
-from routing_policies.selectors import draft_get, latest_published, version_table
+from routing_policies.selectors import draft_get, version_get, version_table
 
 from ..backtests.view_models import cost_sentence
+from ..playground.selectors import lab_versions
+from ..running import lab_version_default
 from .selectors import DEFAULT_HOURS, MAX_HOURS, calibration_compute, calibration_out, why_fixed
 from .services import calibration_apply
 from .targets import TARGET_KINDS, Target
 
 HOURS_CHOICES: Final = (1, 6, 24, 72, MAX_HOURS)
-_SHARE_KINDS: Final = ("alpha", "cloud_share", "quality")
+_SHARE_KINDS: Final = ("alpha", "alpha_within_budget", "cloud_share", "quality")
 KIND_LABELS: Final = {
     "alpha": "Device share α (%)",
+    "alpha_within_budget": "Device share α (%) within the P95 budget",
     "cloud_share": "Cloud share (%)",
     "p95_within_budget": "Highest α with P95 within budget",
     "cost_ceiling": "Cloud cost ceiling (per hour, per cell)",
@@ -58,6 +61,7 @@ class CalibrateForm(PageForm):
         label="Window", coerce=int, choices=[(h, h) for h in HOURS_CHOICES], empty_value=None
     )
     cells = forms.MultipleChoiceField(label="Cells", required=False)
+    version = forms.CharField(label="Version", required=False, max_length=16)
 
     def __init__(self, *args: Any, cell_labels: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -162,14 +166,24 @@ def _page(
     problems: list[dict[str, Any]] | None = None,
 ) -> HttpResponse:
     draft = draft_get(fleet=fleet)
-    base = draft or latest_published(fleet=fleet)
+    chosen = request.GET
+    # What the page opens on: the draft, else what devices run (stable); `?version=` another.
+    requested = chosen.get("version") or None
+    ref: int | str | None = None
+    if requested is not None:
+        ref = int(requested) if requested.isascii() and requested.isdigit() else requested
+        try:
+            base: PolicyVersion | None = version_get(fleet=fleet, ref=ref)
+        except ApplicationError:
+            raise Http404(f"Fleet {fleet.slug!r} has no version {requested!r}.") from None
+    else:
+        base = lab_version_default(fleet=fleet)
     cells = table_cells(version_table(version=base)) if base else {}
     cell_rows = [
         {"label": cell_key_label(key), "fixed": why_fixed(cell), "mode": cell.mode}
         for key, cell in cells.items()
     ]
     result = None
-    chosen = request.GET
     if base is not None and "kind" in chosen and not error:
         form = CalibrateForm(chosen, cell_labels=[row["label"] for row in cell_rows])
         try:
@@ -181,6 +195,7 @@ def _page(
                     target=target,
                     cells=[_key(label) for label in labels] or None,
                     hours=form.values()["hours"] or DEFAULT_HOURS,
+                    version=ref,
                 )
             )
         except ApplicationError as exc:
@@ -192,6 +207,9 @@ def _page(
         "fleet": fleet,
         "base": base,
         "draft": draft,
+        # θs are written into the draft only from a calibration of the draft's own cells.
+        "on_draft": base is not None and base.is_draft,
+        **lab_versions(fleet=fleet, shown=base),
         "cell_rows": cell_rows,
         "ticked": ticked,
         "kinds": KIND_LABELS,

@@ -17,7 +17,7 @@ from controlplane.api import require_object
 from edge_sdk.decision import DeviceState, TaskSignals
 from routing_policies.selectors import fleet_get
 
-from .explain import SEED_DEVICE_MS, CellOverride
+from .explain import CellOverride
 from .schemas import ExplainInputSerializer, ExplainOutSerializer
 from .selectors import playground_explain
 
@@ -66,6 +66,6 @@ class ExplainApi(APIView):
                 ),
                 with_matrix=body.get("matrix", False),
                 samples=body.get("samples", "none"),
-                device_ms=body.get("device_ms", SEED_DEVICE_MS),
+                device_ms=body.get("device_ms"),
             )
         )

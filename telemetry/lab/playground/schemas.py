@@ -165,7 +165,8 @@ class ExplainInputSerializer(ClosedSerializer):
         min_value=0.0,
         max_value=MAX_DEVICE_MS,
         required=False,
-        help_text=f"on-device latency of a sample task (default {SEED_DEVICE_MS:g} ms, the seed's)",
+        help_text="on-device latency of a sample task (default: for recorded tasks the "
+        f"observed device P50 of the last 24 h, else {SEED_DEVICE_MS:g} ms, the seed's)",
     )
 
     class Meta:
@@ -308,6 +309,14 @@ class LabSampleOut(_Out):
         ref_name = "LabSample"
 
 
+class LabSamplesDeviceMsOut(_Out):
+    value = serializers.FloatField(help_text="the latency of a device answer in the stream, ms")
+    source = serializers.CharField(help_text="where it came from, in words")  # type: ignore[assignment]  # a declared field
+
+    class Meta:
+        ref_name = "LabSamplesDeviceMs"
+
+
 class ExplainOutSerializer(_Out):
     """The decision and its trace."""
 
@@ -322,6 +331,12 @@ class ExplainOutSerializer(_Out):
     cost = LabCostOut()
     matrix = LabMatrixCellOut(many=True, required=False)
     samples = LabSampleOut(many=True, required=False)
+    samples_device_ms = LabSamplesDeviceMsOut(
+        required=False,
+        help_text="with samples: the device latency the stream uses and its source (the "
+        "request's device_ms; for recorded tasks the device P50 of the cell, else of the "
+        "fleet, over the last 24 h; else the seed's)",
+    )
 
     class Meta:
         ref_name = "LabExplain"

@@ -15,9 +15,11 @@ from edge_sdk.decision import Cell, DeviceState, TaskSignals
 from routing_policies.documents import cell_document, ordered_keys
 from routing_policies.models import Fleet, PolicyVersion
 from routing_policies.pricing import CloudPrice
-from routing_policies.selectors import draft_get, latest_published, version_get, version_table
+from routing_policies.selectors import version_get, version_table
 
 from ...models import Event
+from ...rollups import Figures, plan_window, read_rows
+from ..running import lab_version_default, running_versions
 from .explain import (
     SEED_DEVICE_MS,
     CellKey,
@@ -50,20 +52,30 @@ class LabTable:
         return "draft" if self.version.is_draft else f"v{self.version.number}"
 
 
-def lab_version_default(*, fleet: Fleet) -> PolicyVersion | None:
-    """What the lab opens on: the draft, else the latest published version."""
-    return draft_get(fleet=fleet) or latest_published(fleet=fleet)
-
-
-def lab_versions(*, fleet: Fleet) -> dict[str, Any]:
-    """What the version picker offers: `versions` (published numbers, newest first) and
-    `has_draft`."""
-    numbers = list(
-        PolicyVersion.objects.filter(fleet=fleet)
-        .order_by(F("number").desc(nulls_first=True))
-        .values_list("number", flat=True)
+def lab_versions(*, fleet: Fleet, shown: PolicyVersion | None = None) -> dict[str, Any]:
+    """What the version picker offers: `versions` (published numbers, newest first),
+    `has_draft`, `version_options` (value, label naming who runs it, selected) and `running`
+    (what devices run, in words) with `shown_role` (who runs the version `shown`)."""
+    versions = list(
+        PolicyVersion.objects.filter(fleet=fleet).order_by(F("number").desc(nulls_first=True))
     )
-    return {"versions": [n for n in numbers if n is not None], "has_draft": None in numbers}
+    running = running_versions(fleet=fleet)
+    options = []
+    for version in versions:
+        role = running.role_of(version)
+        value = "draft" if version.is_draft else str(version.number)
+        label = "draft" if version.is_draft else f"v{version.number}"
+        if role:
+            label = f"{label} · {running.short_role_of(version)}"
+        selected = shown is not None and version.pk == shown.pk
+        options.append({"value": value, "label": label, "selected": selected})
+    return {
+        "versions": [v.number for v in versions if v.number is not None],
+        "has_draft": any(v.is_draft for v in versions),
+        "version_options": options,
+        "running": running.sentence(),
+        "shown_role": running.role_of(shown) if shown is not None else "",
+    }
 
 
 def lab_table(*, fleet: Fleet, ref: int | str | None) -> LabTable:
@@ -137,6 +149,46 @@ def recorded_samples(
     return samples
 
 
+@dataclass(frozen=True, slots=True)
+class ObservedDeviceLatency:
+    """What a device answer took in the fleet's telemetry: the P50 and where it came from."""
+
+    p50_ms: float
+    answers: int
+    source: str  # in words, for the page
+
+
+def observed_device_latency(*, fleet: Fleet, key: CellKey) -> ObservedDeviceLatency | None:
+    """The device route's P50 latency over the last 24 h of rollups (the dashboard's figure):
+    the cell's own where it has device answers, else the fleet's; None when neither has."""
+    end = timezone.now()
+    plan = plan_window(RECORDED_LOOKBACK, now=end)
+    rows = read_rows(
+        plan.level(cell_level=True),
+        fleet_id=fleet.pk,
+        since=plan.start,
+        until=end,
+        where={"route": "device"},
+        latency=True,
+    )
+    cell, whole = Figures(), Figures()
+    for row in rows:
+        whole.add(row, scores=False)
+        if (row.task_type, row.latency_budget, row.privacy_tier) == key:
+            cell.add(row, scores=False)
+    hours = int(RECORDED_LOOKBACK.total_seconds() // 3600)
+    for figures, whose in ((cell, f"{'/'.join(key)}'s"), (whole, "the fleet's")):
+        (p50,) = figures.latency_quantiles([0.5])
+        if p50 is not None:
+            return ObservedDeviceLatency(
+                p50_ms=p50,
+                answers=figures.events,
+                source=f"the device P50 of {whose} {figures.events:,} device answers "
+                f"over the last {hours} h, as the dashboard shows it",
+            )
+    return None
+
+
 def playground_explain(
     *,
     fleet: Fleet,
@@ -147,7 +199,7 @@ def playground_explain(
     device: DeviceState,
     with_matrix: bool = False,
     samples: str = "none",
-    device_ms: float = SEED_DEVICE_MS,
+    device_ms: float | None = None,
 ) -> dict[str, Any]:
     """The explain API's answer: the task in the cell of version `ref` (after `override`),
     optionally in every cell, and optionally a stream of sample tasks in the cell.
@@ -184,10 +236,25 @@ def playground_explain(
     if with_matrix:
         answer["matrix"] = matrix(cells={**table.cells, key: cell}, task=task, device=device)
     if samples != "none":
-        stream = (
-            seed_samples(device, upload_bytes=task.upload_bytes)
-            if samples == "seed"
-            else recorded_samples(fleet=fleet, key=key, device=device)
-        )
-        answer["samples"] = sample_stream(cell=cell, samples=stream, device_ms=device_ms)
+        source = f"the seed's on-device latency ({SEED_DEVICE_MS:g} ms)"
+        if device_ms is not None:
+            source = "set in the request"
+        if samples == "seed":
+            stream = seed_samples(device, upload_bytes=task.upload_bytes)
+        else:
+            stream = recorded_samples(fleet=fleet, key=key, device=device)
+            if device_ms is None:
+                # Recorded tasks are the fleet's own: a device answer takes what the fleet's
+                # devices took, not the seed's constant.
+                observed = observed_device_latency(fleet=fleet, key=key)
+                if observed is not None:
+                    device_ms, source = observed.p50_ms, observed.source
+                else:
+                    source = (
+                        f"no device answer in the last 24 h: the seed's on-device latency "
+                        f"({SEED_DEVICE_MS:g} ms)"
+                    )
+        used = SEED_DEVICE_MS if device_ms is None else device_ms
+        answer["samples"] = sample_stream(cell=cell, samples=stream, device_ms=used)
+        answer["samples_device_ms"] = {"value": used, "source": source}
     return answer

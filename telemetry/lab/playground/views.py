@@ -20,7 +20,7 @@ from routing_policies.pricing import CloudPrice
 from routing_policies.roles import Role
 from routing_policies.services import fleet_cloud_price_set
 
-from .explain import SEED_DEVICE_MS, CellOverride
+from .explain import CellOverride
 from .selectors import lab_table, lab_versions, playground_explain
 from .sliders import DEVICE_SLIDERS, START_CELL, START_DEVICE, START_TASK, TASK_SLIDERS
 
@@ -72,7 +72,6 @@ def _lab_page(
         device=DeviceState(**START_DEVICE),
         with_matrix=True,
         samples="seed",
-        device_ms=SEED_DEVICE_MS,
     )
     rows = [
         {
@@ -87,7 +86,7 @@ def _lab_page(
     context: dict[str, Any] = {
         "fleet": fleet,
         "table": table,
-        **lab_versions(fleet=fleet),
+        **lab_versions(fleet=fleet, shown=table.version),
         "rows": rows,
         "tiers": table.dimensions["privacy_tier"],
         "key": key,
@@ -109,7 +108,8 @@ def _lab_page(
 @role_required(Role.VIEWER)
 @require_GET
 def lab_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """The playground on `?version=` (a number or `draft`; default the draft, else latest)."""
+    """The playground on `?version=` (a number or `draft`; default the draft, else what
+    devices run, else the latest)."""
     return _lab_page(request, fleet_or_404(slug))
 
 

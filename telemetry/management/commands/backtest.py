@@ -59,7 +59,9 @@ class Command(BaseCommand):
             backtest, created = backtest_start(actor=None, fleet=fleet, data=data)
         except ApplicationError as exc:
             details = "; ".join(f"{d.get('field')}: {d.get('message')}" for d in exc.details)
-            raise CommandError(f"{exc.message} {details}".strip()) from None
+            # The details name the fields; the message alone when there are none (never both:
+            # a one-field message already says what its detail says).
+            raise CommandError(details or exc.message) from None
         if created or backtest.status == BacktestStatus.QUEUED:
             backtest_run(backtest_id=backtest.pk)
         backtest.refresh_from_db()

@@ -19,10 +19,11 @@ from routing_policies.roles import Role
 from routing_policies.selectors import version_get, version_table
 from routing_policies.services import (
     policy_draft_create,
+    policy_draft_import,
     policy_draft_update_cells,
     policy_version_publish,
 )
-from tests.factories import PASSWORD, make_fleet
+from tests.factories import PASSWORD, draft_changed, make_fleet
 from tests.hostile_json import HOSTILE_PARAMS, Hostile, assert_names, with_field
 
 pytestmark = pytest.mark.django_db
@@ -202,7 +203,15 @@ def state_for(fleet: Any, editor: Any) -> Callable[[Write], None]:
     """Prepare fleet-a for one write: a draft at revision 1 unless the write makes one."""
 
     def _prepare(write: Write) -> None:
-        if write.needs_draft:
+        if write.name == "publish":
+            # A draft at revision 1 that differs from v1 (an identical one is not published):
+            # imported as a new draft, as a script would.
+            document = _demo_document()
+            for cell in document["cells"]:
+                if {k: cell[k] for k in VOICE_NORMAL} == VOICE_NORMAL:
+                    cell["threshold"] = 0.7
+            policy_draft_import(actor=editor, fleet=fleet, document=document)
+        elif write.needs_draft:
             policy_draft_create(actor=editor, fleet=fleet)
 
     return _prepare
@@ -868,12 +877,15 @@ def test_draft_dimensions_api__add_code__201_with_four_new_cells(
 def test_publish_api__same_revision_twice__second_409(
     client_as: Callable[[Any], APIClient], publisher: Any, draft: PolicyVersion
 ) -> None:
-    # Given a draft at revision 1
+    # Given a draft with one θ changed, at revision 2
+    policy_draft_update_cells(
+        actor=publisher, fleet=draft.fleet, revision=1, edits=[_cell_edit(threshold=0.7)]
+    )
     client = client_as(publisher)
 
-    # When it is published twice with revision 1
-    first = client.post(f"{FLEET}/draft/publish/", {"revision": 1, "note": "a"}, format="json")
-    second = client.post(f"{FLEET}/draft/publish/", {"revision": 1, "note": "a"}, format="json")
+    # When it is published twice with revision 2
+    first = client.post(f"{FLEET}/draft/publish/", {"revision": 2, "note": "a"}, format="json")
+    second = client.post(f"{FLEET}/draft/publish/", {"revision": 2, "note": "a"}, format="json")
 
     # Then the first gives v2 with its ETag, the second 409, and there is no v3
     assert first.status_code == 201, first.content
@@ -1146,8 +1158,8 @@ def test_fleet_detail_api__draft_and_versions__reported(
     client_as: Callable[[Any], APIClient], viewer: Any, publisher: Any, fleet: Any
 ) -> None:
     # Given fleet-a at v2 with a new draft edited to revision 2, and fleet-b never published
-    policy_draft_create(actor=publisher, fleet=fleet)
-    policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="next")
+    draft_changed(fleet=fleet, actor=publisher)
+    policy_version_publish(actor=publisher, fleet=fleet, revision=2, note="next")
     policy_draft_create(actor=publisher, fleet=fleet)
     policy_draft_update_cells(
         actor=publisher, fleet=fleet, revision=1, edits=[_cell_edit(threshold=0.7)]
@@ -1169,8 +1181,8 @@ def test_version_list_api__draft_first_then_newest(
     client_as: Callable[[Any], APIClient], viewer: Any, publisher: Any, fleet: Any
 ) -> None:
     # Given v1, v2 and a draft based on v2
-    policy_draft_create(actor=publisher, fleet=fleet)
-    policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="second")
+    draft_changed(fleet=fleet, actor=publisher)
+    policy_version_publish(actor=publisher, fleet=fleet, revision=2, note="second")
     policy_draft_create(actor=publisher, fleet=fleet)
 
     # When the versions are listed
@@ -1227,8 +1239,8 @@ def test_version_list_api__n_versions__constant_query_count(
 ) -> None:
     # Given N published versions and a draft
     for _ in range(versions - 1):
-        policy_draft_create(actor=publisher, fleet=fleet)
-        policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="next")
+        draft_changed(fleet=fleet, actor=publisher)
+        policy_version_publish(actor=publisher, fleet=fleet, revision=2, note="next")
     policy_draft_create(actor=publisher, fleet=fleet)
     client = client_as(viewer)
 

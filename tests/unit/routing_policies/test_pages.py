@@ -12,6 +12,7 @@ from routing_policies import selectors, services
 from routing_policies.cell_schema import FIELDS_BY_PATH
 from routing_policies.models import AuditEntry, Fleet, PolicyVersion
 from routing_policies.roles import Role
+from tests.factories import draft_changed
 
 SLUG = "fleet-a"
 FLEET_URL = f"/fleets/{SLUG}/"
@@ -902,8 +903,8 @@ def test_versions_page__two_versions__compare_controls_and_start_draft(
     client: Client, fleet: Fleet, publisher: Any
 ) -> None:
     # Given v1 and v2
-    services.policy_draft_create(actor=publisher, fleet=fleet)
-    services.policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="second")
+    draft_changed(fleet=fleet, actor=publisher)
+    services.policy_version_publish(actor=publisher, fleet=fleet, revision=2, note="second")
     as_user(client, publisher)
 
     # When the versions page is opened
@@ -1157,9 +1158,13 @@ def test_fleet_page__draft_equal_to_base__no_marks_and_zero_changes(
     # When the publisher opens it
     page = text_of(as_user(client, publisher).get(FLEET_URL))
 
-    # Then no cell is marked and Publish says nothing changed yet
+    # Then no cell is marked, and Publish is off: there is nothing to publish (issue 22: it
+    # used to say "0 cells changed since v1" beside an enabled Publish)
     assert "mark-tag mark-" not in page.split('id="matrix"')[1]
-    assert "0 cells changed since v1" in page
+    assert "Nothing to publish: this draft is identical to v1, the version it started from." in (
+        page
+    )
+    assert 'class="btn btn-publish" disabled' in page
 
 
 @pytest.mark.parametrize("note", ["", "   ", "\t\n"])
@@ -1292,7 +1297,7 @@ def test_fleet_list__rollout_open_and_newer_version__says_what_devices_run(
 ) -> None:
     # Given v2 rolled out to 5% over v1, and v3 published but not rolled out
     for note in ("v2", "v3"):
-        draft = services.policy_draft_create(actor=publisher, fleet=fleet)
+        draft = draft_changed(fleet=fleet, actor=publisher)
         services.policy_version_publish(
             actor=publisher, fleet=fleet, revision=draft.revision, note=note
         )

@@ -13,6 +13,7 @@ from routing_policies import selectors, services
 from routing_policies.devices.tokens import hash_secret
 from routing_policies.models import Device, Fleet, FleetRouting, PolicyVersion, Rollout
 from routing_policies.roles import Role
+from tests.factories import draft_changed
 
 SLUG = "fleet-a"
 ROLLOUT_URL = f"/fleets/{SLUG}/rollout/"
@@ -352,7 +353,7 @@ def test_rollout_start__one_already_open__409_with_message_and_first_kept(
 ) -> None:
     # Given v2 rolling out, and v3 published meanwhile
     services.rollout_start(actor=publisher, fleet=two_versions, version=2)
-    draft = services.policy_draft_create(actor=publisher, fleet=two_versions)
+    draft = draft_changed(fleet=two_versions, actor=publisher)
     services.policy_version_publish(
         actor=publisher, fleet=two_versions, revision=draft.revision, note="v3"
     )

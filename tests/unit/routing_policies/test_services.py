@@ -24,6 +24,7 @@ from routing_policies.services import (
 pytestmark = pytest.mark.django_db
 
 VOICE_NORMAL = {"task_type": "voice", "latency_budget": "interactive", "privacy_tier": "normal"}
+TEXT_NORMAL = {"task_type": "text", "latency_budget": "interactive", "privacy_tier": "normal"}
 NUMERIC_FIELDS = [spec.path for spec in CELL_FIELDS if spec.kind in ("int", "float")]
 
 
@@ -139,10 +140,13 @@ def test_policy_version_publish__three_times__numbers_1_2_3(publisher: Any) -> N
 def test_policy_version_publish__note__stored_with_publisher_and_etag(
     fleet: Any, publisher: Any, draft: PolicyVersion
 ) -> None:
-    # Given a draft
+    # Given a draft with one θ changed (a draft identical to v1 is not published)
+    policy_draft_update_cells(
+        actor=publisher, fleet=fleet, revision=1, edits=[_edit(TEXT_NORMAL, threshold=0.7)]
+    )
     # When it is published with a note padded by spaces
     version = policy_version_publish(
-        actor=publisher, fleet=fleet, revision=1, note="  Raise θ for long prompts  "
+        actor=publisher, fleet=fleet, revision=2, note="  Raise θ for long prompts  "
     )
 
     # Then the note is trimmed and the publisher, time and ETag are recorded
@@ -156,8 +160,11 @@ def test_policy_version_publish__note__stored_with_publisher_and_etag(
 def test_policy_version_publish__then_edit__conflict_no_draft_and_version_unchanged(
     fleet: Any, publisher: Any, draft: PolicyVersion
 ) -> None:
-    # Given a draft published as v2
-    version = policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="next")
+    # Given a draft published as v2 (with text/interactive/normal's θ changed)
+    policy_draft_update_cells(
+        actor=publisher, fleet=fleet, revision=1, edits=[_edit(TEXT_NORMAL, threshold=0.7)]
+    )
+    version = policy_version_publish(actor=publisher, fleet=fleet, revision=2, note="next")
     cells_before = version_table(version=version)
 
     # When someone edits with the revision they loaded before the publish
@@ -205,12 +212,15 @@ def test_policy_version_publish__blank_note__refused_naming_note_and_still_a_dra
 def test_policy_version_publish__same_revision_twice__second_conflict(
     fleet: Any, publisher: Any, draft: PolicyVersion
 ) -> None:
-    # Given a draft published once
-    policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="next")
+    # Given a draft with one θ changed, published once
+    policy_draft_update_cells(
+        actor=publisher, fleet=fleet, revision=1, edits=[_edit(TEXT_NORMAL, threshold=0.7)]
+    )
+    policy_version_publish(actor=publisher, fleet=fleet, revision=2, note="next")
 
     # When the same revision is published again (a double click)
     with pytest.raises(Conflict) as refused:
-        policy_version_publish(actor=publisher, fleet=fleet, revision=1, note="next")
+        policy_version_publish(actor=publisher, fleet=fleet, revision=2, note="next")
 
     # Then the second is refused and there is no v3
     assert refused.value.status_code == 409

@@ -3,7 +3,6 @@ refuse (malformed, oversized, deep, NUL, out of range, unknown cell, unauthorise
 stale) with the one error shape and nothing changed."""
 
 import json
-import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,8 +36,8 @@ def assert_error(response: Any, status: int, code: str | None = None) -> dict[st
 
 
 def _fields(error: dict[str, Any]) -> list[str]:
-    """The fields an error names, list indexes written `[0]` (DRF's own say `.0`)."""
-    return [re.sub(r"\.(\d+)", r"[\1]", detail["field"]) for detail in error["details"]]
+    """The fields an error names, as the API writes them."""
+    return [detail["field"] for detail in error["details"]]
 
 
 def _state() -> tuple[int, int, list[float]]:
@@ -315,7 +314,7 @@ def test_calibration_api__bad_apply_body__400_names_the_field_draft_unchanged(
     assert _state() == before
 
 
-def test_calibration_api__apply_to_a_cell_the_draft_lacks__404_names_it_draft_unchanged(
+def test_calibration_api__apply_to_a_cell_the_draft_lacks__400_names_it_draft_unchanged(
     draft: Any, editor: Any, client_as: Client
 ) -> None:
     # Given a draft without a "code" task type
@@ -328,8 +327,9 @@ def test_calibration_api__apply_to_a_cell_the_draft_lacks__404_names_it_draft_un
     }
     response = client_as(editor).post(APPLY, body, format="json")
 
-    # Then it is not found, naming the second cell, and nothing is written
-    error = assert_error(response, 404)
+    # Then it is refused, naming the second cell, and nothing is written (as a calibration
+    # naming a cell its table lacks is: one answer for the same mistake)
+    error = assert_error(response, 400)
     assert _fields(error) == ["cells[1]"], error
     assert _state() == before
 
@@ -368,3 +368,40 @@ def test_calibration_api__not_json__400(
 ) -> None:
     response = client_as(editor).generic("POST", path, "{target:", content_type="application/json")
     assert_error(response, 400)
+
+
+def test_calibration_api__a_cell_the_table_lacks__400_names_cells_0(
+    fleet: Any, viewer: Any, client_as: Client
+) -> None:
+    # Given a table without a "code" task type
+    # When a calibration names text/… and code/…
+    body = {**ALPHA_70, "cells": [{**TEXT, "task_type": "code"}, TEXT]}
+    response = client_as(viewer).post(BASE, body, format="json")
+
+    # Then it is a bad request naming the first cell, as docs/lab.md says
+    error = assert_error(response, 400, "validation_failed")
+    assert _fields(error) == ["cells[0]"], error
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        (APPLY, {"revision": 1, "cells": [{**TEXT, "threshold": 1.5}]}, "cells[0].threshold"),
+        (
+            BASE,
+            {**ALPHA_70, "cells": [{"task_type": "text", "privacy_tier": "normal"}]},
+            "cells[0].latency_budget",
+        ),
+    ],
+    ids=["apply-theta", "compute-missing-dimension"],
+)
+def test_calibration_api__bad_list_item__field_written_with_brackets(
+    draft: Any, editor: Any, client_as: Client, path: str, body: Any, field: str
+) -> None:
+    # Given a draft
+    # When a list item of the body is bad
+    response = client_as(editor).post(path, body, format="json")
+
+    # Then the error names it as the rest of the API does: `cells[0].field`, never `cells.0.field`
+    error = assert_error(response, 400, "validation_failed")
+    assert _fields(error) == [field], error

@@ -461,3 +461,42 @@ def test_explain__matrix_and_samples__queries_bounded(
     with django_assert_max_num_queries(6):
         response = _post(viewer_client, body(matrix=True, samples="recorded"))
     assert response.status_code == 200
+
+
+def test_explain__recorded_samples__device_latency_is_the_fleets_observed_p50(
+    viewer_client: APIClient, phone: tuple[Device, str]
+) -> None:
+    # Given the cell's devices answered in 50, 57 and 64 ms, and a hard task went to the cloud
+    events = [
+        make_event(latency_ms=50.0),
+        make_event(latency_ms=57.0),
+        make_event(latency_ms=64.0),
+        make_event(tokens=600, intent_conf=0.3, lm_conf=0.2, route="cloud", latency_ms=400.0),
+    ]
+    telemetry_batch_ingest(device=phone[0], body=json.dumps({"events": events}).encode())
+    landed_drain()
+
+    # When the recorded stream is asked without a device latency
+    answer = _post(viewer_client, body(samples="recorded")).json()
+
+    # Then a device answer in the stream takes the observed device P50 (57 ms, the sketch's
+    # 0.5%), not the seed's 30 ms, and the answer says where that came from
+    used = answer["samples_device_ms"]
+    assert used["value"] == pytest.approx(57.0, rel=0.01)
+    assert "device P50 of text/interactive/normal's 3 device answers" in used["source"]
+    device_answers = [s for s in answer["samples"] if s["route"] == "device"]
+    assert device_answers
+    assert all(s["latency_ms"] == pytest.approx(used["value"]) for s in device_answers)
+
+
+def test_explain__seed_samples__device_latency_the_seeds_and_said_so(
+    viewer_client: APIClient,
+) -> None:
+    # When the seed's tasks are streamed
+    answer = _post(viewer_client, body(samples="seed")).json()
+
+    # Then a device answer takes the seed's 30 ms, and the answer says so
+    assert answer["samples_device_ms"] == {
+        "value": 30.0,
+        "source": "the seed's on-device latency (30 ms)",
+    }
