@@ -166,7 +166,11 @@ class MetricsGroupSerializer(serializers.Serializer[Any]):
     """One group's figures; its `group_by` keys (version, cohort, route, cell dimensions) too."""
 
     version = serializers.IntegerField(required=False)
-    cohort = serializers.CharField(required=False)
+    cohort = serializers.CharField(
+        required=False,
+        allow_null=True,
+        help_text="stable or candidate (the arms of `cohorts`); null: an event of neither arm",
+    )
     route = serializers.CharField(required=False)
     task_type = serializers.CharField(required=False)
     latency_budget = serializers.CharField(required=False)
@@ -216,11 +220,24 @@ class MetricsWindowSerializer(serializers.Serializer[Any]):
         return {"from": serializers.DateTimeField(), **super().get_fields()}
 
 
+class CohortArmsSerializer(serializers.Serializer[Any]):
+    """The version each cohort counts (docs/telemetry.md, "Cohorts"); null: every version."""
+
+    stable = serializers.IntegerField(allow_null=True)
+    candidate = serializers.IntegerField(allow_null=True)
+
+    class Meta:
+        ref_name = "CohortArms"
+
+
 class FleetMetricsSerializer(serializers.Serializer[Any]):
     fleet = serializers.SlugField()
     window = MetricsWindowSerializer()
     group_by = serializers.ListField(child=serializers.CharField())
     filters = serializers.DictField(child=serializers.JSONField(), help_text="the filters set")
+    cohorts = CohortArmsSerializer(
+        required=False, help_text="with a cohort grouping or filter: the version each counts"
+    )
     groups = MetricsGroupSerializer(many=True)
 
     class Meta:
