@@ -26,6 +26,8 @@ from typing import Final, Literal
 
 from ..rollups import Figures, RollupRow, figures_at
 from .statistics import (
+    SRM_P_VALUE,
+    SRM_RELEASE_P_VALUE,
     Interval,
     RatioCheck,
     Verdict,
@@ -61,6 +63,9 @@ MAX_SERIES_POINTS: Final = 240
 # Events cluster by device: an event-share mismatch also has to be this far off (relatively)
 # before it holds a rollout; the device share has no such floor.
 EVENT_SRM_FLOOR: Final = 0.2
+# Hysteresis: a held stage stays held until each ratio is clearly back, p at or above
+# SRM_RELEASE_P_VALUE and, for events, off by at most this share of expected.
+EVENT_SRM_RELEASE_FLOOR: Final = 0.15
 # How long after a stage change the sample ratios are left alone (the devices' presence
 # window, routing_policies.devices.models.ONLINE_WINDOW: by then every live device was seen).
 SRM_GRACE: Final = timedelta(minutes=2)
@@ -316,6 +321,7 @@ class StageFacts:
     candidate_devices: int
     candidate_events: int
     sample_ratios: Mapping[str, RatioCheck] = field(default_factory=dict)  # "devices", "events"
+    held: bool = False  # the stage is held for a sample ratio mismatch (released with hysteresis)
 
 
 Action = Literal["rollback", "hold", "extend", "advance", "wait"]
@@ -333,12 +339,19 @@ class StageDecision:
     extensions_used: int
 
 
-def srm_mismatches(ratios: Mapping[str, RatioCheck]) -> list[str]:
-    """Sentences for each mismatched sample ratio (devices: p < 0.001; events: and 20% off)."""
+def srm_mismatches(ratios: Mapping[str, RatioCheck], *, held: bool = False) -> list[str]:
+    """Sentences for each mismatched sample ratio (devices: p < 0.001; events: and 20% off).
+
+    While `held`, a ratio still counts until it is clearly back (p < 0.01; events more than
+    15% off): a p-value near the threshold would otherwise hold and release at every look.
+    """
     out = []
+    p_value = SRM_RELEASE_P_VALUE if held else SRM_P_VALUE
     for name, check in ratios.items():
-        floor = EVENT_SRM_FLOOR if name == "events" else 0.0
-        if check.mismatched(relative_floor=floor):
+        floor = 0.0
+        if name == "events":
+            floor = EVENT_SRM_RELEASE_FLOOR if held else EVENT_SRM_FLOOR
+        if check.mismatched(relative_floor=floor, p_value=p_value):
             out.append(
                 f"sample ratio mismatch in {name}: candidate has {check.share * 100:.1f}% of "
                 f"{check.total:,} {name}, expected {check.expected_share * 100:.1f}% "
@@ -393,12 +406,14 @@ def stage_decide(facts: StageFacts, exposure: Exposure) -> StageDecision:
             quiet_since=None,
             extensions_used=facts.extensions_used,
         )
-    mismatches = srm_mismatches(facts.sample_ratios)
+    mismatches = srm_mismatches(facts.sample_ratios, held=facts.held)
     if mismatches:
         return StageDecision(
             action="hold",
             verdict="srm",
-            reason="Held (a bucket or SDK fault?): " + "; ".join(mismatches),
+            reason="Held (a bucket or SDK fault?): "
+            + "; ".join(mismatches)
+            + f"; released once p ≥ {SRM_RELEASE_P_VALUE:g}",
             quiet_since=None,
             extensions_used=facts.extensions_used,
         )

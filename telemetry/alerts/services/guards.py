@@ -519,6 +519,7 @@ def _sequential_evaluate(
             candidate_devices=ratios["devices"].observed if "devices" in ratios else 0,
             candidate_events=candidate.total.events,
             sample_ratios=ratios,
+            held=guard_set.verdict == RolloutGuardSet.Verdict.SRM,
         ),
         Exposure(
             min_devices=guard_set.min_devices,

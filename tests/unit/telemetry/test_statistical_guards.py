@@ -135,6 +135,44 @@ def test_statistical_guards__candidate_drops_half_its_telemetry__held_for_sample
     assert AlertEvent.objects.filter(rollout=rollout, kind="held").exists()
 
 
+def test_statistical_guards__srm_p_value_near_threshold__one_held_entry_until_clearly_back(
+    fleet: Any, device: Device, candidate: int, publisher: Any
+) -> None:
+    # Given 5% expected on the candidate, held for 2.5% of the events
+    rollout = start(fleet, candidate, publisher, auto_advance=False)
+    report(device, version=1, cloud=585, device_side=1365)
+    report(device, version=candidate, cloud=15, device_side=35)
+    minutes = iter(range(3, 10))
+
+    def look() -> RolloutGuardSet:
+        at = rollout.stage_changed_at + timedelta(minutes=next(minutes))
+        alerts_evaluate(fleet_id=fleet.pk, now=at)
+        return RolloutGuardSet.objects.get(rollout=rollout)
+
+    held = look()
+
+    # When the p-value wanders just above the hold's threshold (3.8% of 3,000, p ≈ 0.003),
+    # back below it (3.4% of 4,020), then the share comes back (5.1% of 5,020)
+    report(device, version=1, cloud=280, device_side=655)
+    report(device, version=candidate, cloud=20, device_side=45)
+    near = look()
+    report(device, version=1, cloud=300, device_side=700)
+    report(device, version=candidate, cloud=6, device_side=14)
+    again = look()
+    report(device, version=1, cloud=264, device_side=616)
+    report(device, version=candidate, cloud=36, device_side=84)
+    back = look()
+
+    # Then the stage stays held through the wandering, with one "held" entry in the history,
+    # and the hold says when it is released; it is released once the share is clearly back
+    assert (held.verdict, near.verdict, again.verdict) == ("srm", "srm", "srm")
+    assert "p = 0.0034" in near.verdict_reason
+    assert "released once p ≥ 0.01" in near.verdict_reason
+    assert AlertEvent.objects.filter(rollout=rollout, kind="held").count() == 1
+    assert back.verdict != "srm"
+    assert "sample ratio" not in back.verdict_reason
+
+
 def test_statistical_guards__exposure_never_reached__extended_then_rolled_back(
     fleet: Any, device: Device, candidate: int, publisher: Any
 ) -> None:
