@@ -639,6 +639,24 @@ class SampleRatioSerializer(serializers.Serializer[Any]):
         ref_name = "SampleRatio"
 
 
+class GuardDecideSerializer(serializers.Serializer[Any]):
+    """When a statistical guard can decide at the current rate (docs/alerts.md)."""
+
+    minutes = serializers.FloatField(
+        allow_null=True, help_text="null: not within the stage's limit (or 24 h) at this rate"
+    )
+    text = serializers.CharField(help_text='"decides in about 17 min at the current rate (…)"')
+    shorter = serializers.ListField(
+        child=serializers.CharField(), help_text="what would shorten it, each with its estimate"
+    )
+    candidate_per_minute = serializers.FloatField()
+    stable_per_minute = serializers.FloatField()
+    horizon_minutes = serializers.FloatField()
+
+    class Meta:
+        ref_name = "GuardDecide"
+
+
 class GuardStateSerializer(serializers.Serializer[Any]):
     metric = serializers.ChoiceField(choices=sorted(GUARD_METRICS))
     metric_label = serializers.CharField()
@@ -667,6 +685,10 @@ class GuardStateSerializer(serializers.Serializer[Any]):
         allow_blank=True, help_text='"fleet", or the cell it acted on: task/budget/tier'
     )
     series = GuardPointSerializer(many=True, help_text="the interval over time, oldest first")
+    decide = GuardDecideSerializer(
+        allow_null=True,
+        help_text="a statistical guard not yet healthy: when it can decide (null otherwise)",
+    )
 
     class Meta:
         ref_name = "GuardState"

@@ -87,15 +87,15 @@ def mixture_statistic(*, gap: float, variance: float, prior_variance: float) -> 
     return math.sqrt(variance / total) * math.exp(prior_variance * gap**2 / (2 * variance * total))
 
 
-def _shrunk(part: float, whole: int) -> float:
+def _shrunk(part: float, whole: float) -> float:
     """A rate for its variance: half an event towards ½ (never exactly 0 or 1)."""
     return (part + 0.5) / (whole + 1)
 
 
 def rate_difference(
     *,
-    candidate: tuple[float, int],
-    stable: tuple[float, int],
+    candidate: tuple[float, float],
+    stable: tuple[float, float],
     alpha: float,
     prior_sd: float,
     worse_when: Literal["higher", "lower"] = "higher",
