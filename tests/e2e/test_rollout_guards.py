@@ -130,7 +130,8 @@ def test_rollout_page__healthy_candidate_inconclusive__says_when_each_guard_will
     for device_id in (candidate_id, stable_id):
         device_enroll(fleet_key=key, device_id=device_id)
     phones = {d.device_id: d for d in Device.objects.filter(fleet=fleet)}
-    _report(phones[stable_id], version=1, cloud=1140, on_device=2660)
+    for _ in range(4):  # batches of at most 1,000 events
+        _report(phones[stable_id], version=1, cloud=285, on_device=665)
     _report(phones[candidate_id], version=2, cloud=60, on_device=140)
     alerts_evaluate(fleet_id=fleet.pk, now=rollout.stage_changed_at + timedelta(minutes=5))
 

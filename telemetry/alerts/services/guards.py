@@ -666,7 +666,8 @@ def _decide_estimate(
     elif minutes is None:
         text = f"cannot decide at this rate within {window_text} ({pace_text})"
     else:
-        text = f"decides in {minutes_text(minutes)} at the current rate ({pace_text})"
+        when = "within a minute" if minutes < 1 else f"in {minutes_text(minutes)}"
+        text = f"decides {when} at the current rate ({pace_text})"
     options: list[tuple[str, float, float, bool]] = []
     if rollout.next_stage is not None:
         later = rollout.next_stage if rollout.next_stage < 100 else 100 - rollout.holdback
@@ -677,6 +678,13 @@ def _decide_estimate(
             (f"a holdback ({SUGGESTED_HOLDBACK}% kept on stable at 100%)",
              100 - SUGGESTED_HOLDBACK, share, True)
         )  # fmt: skip
+
+    def sooner(found: float | None) -> bool:
+        # Listed only when it would say a shorter time than the current rate does.
+        if found is None:
+            return False
+        return minutes is None or (found < minutes and minutes_text(found) != minutes_text(minutes))
+
     shorter = []
     for label, later_share, now_share, fresh in options:
         found = estimate(
@@ -685,10 +693,10 @@ def _decide_estimate(
             fresh=fresh,
             within=window,
         )
-        if found is not None and (minutes is None or found < minutes):
-            shorter.append(f"{label}: {minutes_text(found)} there")
+        if sooner(found):
+            shorter.append(f"{label}: {minutes_text(found or 0.0)} there")
     doubled = estimate(2 * per_minute[0], 2 * per_minute[1], fresh=False, within=horizon)
-    if doubled is not None and (minutes is None or doubled < minutes):
+    if doubled is not None and sooner(doubled):
         shorter.append(f"twice the traffic: {minutes_text(doubled)}")
     return {
         "minutes": None if minutes is None else round(minutes, 1),
