@@ -166,7 +166,11 @@ class MetricsGroupSerializer(serializers.Serializer[Any]):
     """One group's figures; its `group_by` keys (version, cohort, route, cell dimensions) too."""
 
     version = serializers.IntegerField(required=False)
-    cohort = serializers.CharField(required=False)
+    cohort = serializers.CharField(
+        required=False,
+        allow_null=True,
+        help_text="stable or candidate (the arms of `cohorts`); null: an event of neither arm",
+    )
     route = serializers.CharField(required=False)
     task_type = serializers.CharField(required=False)
     latency_budget = serializers.CharField(required=False)
@@ -216,11 +220,24 @@ class MetricsWindowSerializer(serializers.Serializer[Any]):
         return {"from": serializers.DateTimeField(), **super().get_fields()}
 
 
+class CohortArmsSerializer(serializers.Serializer[Any]):
+    """The version each cohort counts (docs/telemetry.md, "Cohorts"); null: every version."""
+
+    stable = serializers.IntegerField(allow_null=True)
+    candidate = serializers.IntegerField(allow_null=True)
+
+    class Meta:
+        ref_name = "CohortArms"
+
+
 class FleetMetricsSerializer(serializers.Serializer[Any]):
     fleet = serializers.SlugField()
     window = MetricsWindowSerializer()
     group_by = serializers.ListField(child=serializers.CharField())
     filters = serializers.DictField(child=serializers.JSONField(), help_text="the filters set")
+    cohorts = CohortArmsSerializer(
+        required=False, help_text="with a cohort grouping or filter: the version each counts"
+    )
     groups = MetricsGroupSerializer(many=True)
 
     class Meta:
@@ -665,6 +682,24 @@ class SampleRatioSerializer(serializers.Serializer[Any]):
         ref_name = "SampleRatio"
 
 
+class GuardDecideSerializer(serializers.Serializer[Any]):
+    """When a statistical guard can decide at the current rate (docs/alerts.md)."""
+
+    minutes = serializers.FloatField(
+        allow_null=True, help_text="null: not within the stage's limit (or 24 h) at this rate"
+    )
+    text = serializers.CharField(help_text='"decides in about 17 min at the current rate (…)"')
+    shorter = serializers.ListField(
+        child=serializers.CharField(), help_text="what would shorten it, each with its estimate"
+    )
+    candidate_per_minute = serializers.FloatField()
+    stable_per_minute = serializers.FloatField()
+    horizon_minutes = serializers.FloatField()
+
+    class Meta:
+        ref_name = "GuardDecide"
+
+
 class GuardStateSerializer(serializers.Serializer[Any]):
     metric = serializers.ChoiceField(choices=sorted(GUARD_METRICS))
     metric_label = serializers.CharField()
@@ -693,6 +728,10 @@ class GuardStateSerializer(serializers.Serializer[Any]):
         allow_blank=True, help_text='"fleet", or the cell it acted on: task/budget/tier'
     )
     series = GuardPointSerializer(many=True, help_text="the interval over time, oldest first")
+    decide = GuardDecideSerializer(
+        allow_null=True,
+        help_text="a statistical guard not yet healthy: when it can decide (null otherwise)",
+    )
 
     class Meta:
         ref_name = "GuardState"

@@ -29,6 +29,18 @@ def open_rollout(fleet_id: int) -> Rollout | None:
     )
 
 
+def compared_rollout(fleet_id: int, since: datetime) -> Rollout | None:
+    """The rollout whose two versions a view's cohorts are (telemetry/rollups/cohorts.py): the
+    open one, else the latest one that was open at some time since `since`."""
+    return (
+        Rollout.objects.filter(fleet_id=fleet_id)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
+        .select_related("candidate", "stable")
+        .order_by("-started_at", "-id")
+        .first()
+    )
+
+
 def fleet_assignment(fleet_id: int) -> FleetAssignment:
     """What each device of the fleet must run now (stable, candidate, salt, stage)."""
     routing = (

@@ -66,13 +66,17 @@ def _event(
     )
 
 
-def _require_open(fleet: Fleet) -> Rollout:
-    rollout = (
+def _open_locked(fleet: Fleet) -> Rollout | None:
+    return (
         Rollout.objects.select_for_update(of=("self",))
         .select_related("candidate", "stable")
         .filter(fleet=fleet, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED])
         .first()
     )
+
+
+def _require_open(fleet: Fleet) -> Rollout:
+    rollout = _open_locked(fleet)
     if rollout is None:
         raise Conflict(f"Fleet {fleet.slug!r} has no rollout in progress.", code="no_rollout")
     return rollout
@@ -164,7 +168,12 @@ def rollout_advance(*, actor: Actor, fleet: Fleet, to_stage: int | None = None) 
     if to_stage is not None:
         _stage_valid(to_stage)
     # The open rollout's row lock serialises this with every other transition of it.
-    rollout = _require_open(fleet)
+    rollout = _open_locked(fleet)
+    if rollout is None:
+        # After an automatic rollback there is no rollout, and the freeze is why none may
+        # advance: say so first (docs/governance.md), then that there is nothing to advance.
+        freeze_refuse(fleet=fleet, doing="advancing a rollout")
+        raise Conflict(f"Fleet {fleet.slug!r} has no rollout in progress.", code="no_rollout")
     target = to_stage if to_stage is not None else rollout.next_stage
     if target is None:
         raise Conflict("The rollout is at 100%: complete it.", code="at_last_stage")

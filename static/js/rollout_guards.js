@@ -104,6 +104,15 @@
       }
       var message = li.querySelector("[data-field=guard-message]");
       if (message) { message.textContent = guard.message || "not judged yet"; }
+      var decide = li.querySelector("[data-field=guard-decide]");
+      if (decide) {
+        var plan = guard.decide;
+        decide.hidden = !plan;
+        decide.querySelector("[data-field=guard-decide-text]").textContent = plan ? plan.text : "";
+        var sooner = decide.querySelector("[data-field=guard-decide-shorter]");
+        sooner.hidden = !plan || !plan.shorter.length;
+        sooner.textContent = plan && plan.shorter.length ? ". Sooner with " + plan.shorter.join("; ") : "";
+      }
       var chart = li.querySelector("[data-guard-chart]");
       if (chart && guard.kind === "sequential") { draw(chart, guard.series); }
     });

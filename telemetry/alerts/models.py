@@ -294,6 +294,9 @@ class RolloutGuard(models.Model):
     upper = models.FloatField(null=True, blank=True)
     scope = models.CharField(max_length=200, blank=True)
     series = models.JSONField(default=list, blank=True)
+    # When a statistical guard not yet healthy can decide at the current rate, and what would
+    # shorten it: {"minutes", "text", "shorter": [...], ...} ({}: decided, or not judged).
+    decide = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["guard_set", "id"]

@@ -279,6 +279,8 @@ def _sequential_out(guard: RolloutGuard) -> dict[str, Any]:
         "upper": guard.upper,
         "scope": guard.scope,
         "series": [dict(zip(SERIES_FIELDS, point, strict=False)) for point in guard.series],
+        # When it can decide at the current rate and what would shorten it (null: decided).
+        "decide": (guard.decide or None) if guard.kind == "sequential" else None,
     }
 
 

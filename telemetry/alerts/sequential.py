@@ -18,6 +18,7 @@ benchmark (bench/guards) runs the same function over simulated rollouts.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from typing import Final, Literal
 
 from ..rollups import Figures, RollupRow, figures_at
 from .statistics import (
+    SRM_P_VALUE,
+    SRM_RELEASE_P_VALUE,
     Interval,
     RatioCheck,
     Verdict,
@@ -61,6 +64,9 @@ MAX_SERIES_POINTS: Final = 240
 # Events cluster by device: an event-share mismatch also has to be this far off (relatively)
 # before it holds a rollout; the device share has no such floor.
 EVENT_SRM_FLOOR: Final = 0.2
+# Hysteresis: a held stage stays held until each ratio is clearly back, p at or above
+# SRM_RELEASE_P_VALUE and, for events, off by at most this share of expected.
+EVENT_SRM_RELEASE_FLOOR: Final = 0.15
 # How long after a stage change the sample ratios are left alone (the devices' presence
 # window, routing_policies.devices.models.ONLINE_WINDOW: by then every live device was seen).
 SRM_GRACE: Final = timedelta(minutes=2)
@@ -316,6 +322,7 @@ class StageFacts:
     candidate_devices: int
     candidate_events: int
     sample_ratios: Mapping[str, RatioCheck] = field(default_factory=dict)  # "devices", "events"
+    held: bool = False  # the stage is held for a sample ratio mismatch (released with hysteresis)
 
 
 Action = Literal["rollback", "hold", "extend", "advance", "wait"]
@@ -333,12 +340,19 @@ class StageDecision:
     extensions_used: int
 
 
-def srm_mismatches(ratios: Mapping[str, RatioCheck]) -> list[str]:
-    """Sentences for each mismatched sample ratio (devices: p < 0.001; events: and 20% off)."""
+def srm_mismatches(ratios: Mapping[str, RatioCheck], *, held: bool = False) -> list[str]:
+    """Sentences for each mismatched sample ratio (devices: p < 0.001; events: and 20% off).
+
+    While `held`, a ratio still counts until it is clearly back (p < 0.01; events more than
+    15% off): a p-value near the threshold would otherwise hold and release at every look.
+    """
     out = []
+    p_value = SRM_RELEASE_P_VALUE if held else SRM_P_VALUE
     for name, check in ratios.items():
-        floor = EVENT_SRM_FLOOR if name == "events" else 0.0
-        if check.mismatched(relative_floor=floor):
+        floor = 0.0
+        if name == "events":
+            floor = EVENT_SRM_RELEASE_FLOOR if held else EVENT_SRM_FLOOR
+        if check.mismatched(relative_floor=floor, p_value=p_value):
             out.append(
                 f"sample ratio mismatch in {name}: candidate has {check.share * 100:.1f}% of "
                 f"{check.total:,} {name}, expected {check.expected_share * 100:.1f}% "
@@ -393,12 +407,14 @@ def stage_decide(facts: StageFacts, exposure: Exposure) -> StageDecision:
             quiet_since=None,
             extensions_used=facts.extensions_used,
         )
-    mismatches = srm_mismatches(facts.sample_ratios)
+    mismatches = srm_mismatches(facts.sample_ratios, held=facts.held)
     if mismatches:
         return StageDecision(
             action="hold",
             verdict="srm",
-            reason="Held (a bucket or SDK fault?): " + "; ".join(mismatches),
+            reason="Held (a bucket or SDK fault?): "
+            + "; ".join(mismatches)
+            + f"; released once p ≥ {SRM_RELEASE_P_VALUE:g}",
             quiet_since=None,
             extensions_used=facts.extensions_used,
         )
@@ -499,3 +515,122 @@ def series_point(
         return out[-MAX_SERIES_POINTS:]
     out.append(point)
     return out[-MAX_SERIES_POINTS:]
+
+
+# --- when a guard will know ---------------------------------------------------------------------
+
+# With no stage limit, an estimate looks this far ahead before saying "cannot decide".
+DECIDE_HORIZON_MINUTES: Final = 24 * 60
+_DECIDE_STEPS: Final = 24  # bisection steps: under 0.1 s of a 24 h horizon
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pace:
+    """Samples a minute of each cohort (events, or a quality signal's reports), and whether
+    the stage starts over (a new stage: the evidence since the stage began restarts at 0)."""
+
+    candidate: float
+    stable: float
+    fresh_stage: bool = False
+
+
+def samples_of(guard: SequentialGuard, figures: Figures) -> int:
+    """What a guard counts of a cohort: its events, or the reports of a quality signal."""
+    return _whole(figures, guard.metric)
+
+
+def _scaled_hist(counts: Mapping[str, int], factor: float) -> dict[str, int]:
+    return {key: max(1, round(count * factor)) for key, count in counts.items() if count > 0}
+
+
+def _verdict_with(
+    guard: SequentialGuard, mine: Figures, theirs: Figures, alpha: float, grow: tuple[float, float]
+) -> Verdict:
+    """The fleet-wide verdict had each cohort `grow` times its samples, in the same
+    proportions (the rates, the latency distribution and so the estimate unchanged): the
+    interval `_read_scope` would draw at that sample size, from the same boundary."""
+    grow_c, grow_s = grow
+    n_c, n_s = _whole(mine, guard.metric), _whole(theirs, guard.metric)
+    if min(n_c * grow_c, n_s * grow_s) < max(1, guard.min_samples):
+        return "collecting"
+    interval: Interval | None
+    if guard.metric in QUANTILE_METRICS:
+        q = QUANTILE_METRICS[guard.metric]
+        estimate = (mine.latency_quantiles([q])[0], theirs.latency_quantiles([q])[0])
+        if estimate[0] is None or estimate[1] is None:
+            return "collecting"
+        interval = quantile_ratio(
+            _scaled_hist(mine.latency_hist, grow_c),
+            _scaled_hist(theirs.latency_hist, grow_s),
+            q=q,
+            alpha=alpha,
+            estimate=(estimate[0], estimate[1]),
+        )
+    else:
+        part, worse_when = RATE_PARTS[guard.metric]
+        (c_part, c_whole), (s_part, s_whole) = (
+            _rate_counts(mine, part, guard.metric),
+            _rate_counts(theirs, part, guard.metric),
+        )
+        interval = rate_difference(
+            candidate=(c_part * grow_c, c_whole * grow_c),
+            stable=(s_part * grow_s, s_whole * grow_s),
+            alpha=alpha,
+            prior_sd=max(guard.tolerance, MIN_PRIOR_SD),
+            worse_when=worse_when,
+        )
+    return "collecting" if interval is None else interval.verdict(guard.tolerance)
+
+
+def minutes_to_decide(
+    guard: SequentialGuard,
+    *,
+    candidate: Figures,
+    stable: Figures,
+    cells_planned: int,
+    pace: Pace,
+    horizon_minutes: float,
+) -> float | None:
+    """Minutes until the guard's fleet-wide interval would lie wholly on one side of its
+    tolerance (healthy or regressed), if the estimate stays what it is and samples keep coming
+    at `pace`: the confidence sequence's own boundary (`_read_scope`'s interval at the larger
+    sample), solved for the time by bisection. 0 when it is decided now; None when it would not
+    be within `horizon_minutes`, or there is nothing yet to extrapolate from (no sample, or no
+    sample coming, in a cohort).
+    """
+    alpha = 1 - guard.confidence
+    if guard.per_cell and cells_planned > 0:
+        alpha /= 2  # the fleet-wide interval's share (judge_sequential's Bonferroni split)
+    n_c, n_s = _whole(candidate, guard.metric), _whole(stable, guard.metric)
+    if n_c <= 0 or n_s <= 0 or pace.candidate <= 0 or pace.stable <= 0:
+        return None
+    base = 0.0 if pace.fresh_stage else 1.0
+
+    def decided(minutes: float) -> bool:
+        grow = (
+            base + pace.candidate * minutes / n_c,
+            base + pace.stable * minutes / n_s,
+        )
+        return _verdict_with(guard, candidate, stable, alpha, grow) in ("healthy", "regressed")
+
+    if not pace.fresh_stage and decided(0.0):
+        return 0.0
+    if not decided(horizon_minutes):
+        return None
+    low, high = 0.0, float(horizon_minutes)
+    for _ in range(_DECIDE_STEPS):
+        middle = (low + high) / 2
+        if decided(middle):
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def minutes_text(minutes: float) -> str:
+    """`within a minute`, `about 17 min`, `about 3.5 h`."""
+    if minutes < 1:
+        return "within a minute"
+    if minutes < 120:
+        return f"about {math.ceil(minutes)} min"
+    return f"about {minutes / 60:.1f} h"

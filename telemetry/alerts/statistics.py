@@ -38,6 +38,9 @@ from ..rollups.sketch import bucket_value
 # tolerance, straddling it, wholly beyond it; SRM is the guard set's, not a guard's.
 Verdict = Literal["collecting", "healthy", "inconclusive", "regressed"]
 SRM_P_VALUE: Final = 0.001
+# A hold is released only once the ratio is clearly back (p at or above ten times the hold's
+# threshold): a p-value wandering about 0.001 holds once, not once per look.
+SRM_RELEASE_P_VALUE: Final = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,15 +87,15 @@ def mixture_statistic(*, gap: float, variance: float, prior_variance: float) -> 
     return math.sqrt(variance / total) * math.exp(prior_variance * gap**2 / (2 * variance * total))
 
 
-def _shrunk(part: float, whole: int) -> float:
+def _shrunk(part: float, whole: float) -> float:
     """A rate for its variance: half an event towards ½ (never exactly 0 or 1)."""
     return (part + 0.5) / (whole + 1)
 
 
 def rate_difference(
     *,
-    candidate: tuple[float, int],
-    stable: tuple[float, int],
+    candidate: tuple[float, float],
+    stable: tuple[float, float],
     alpha: float,
     prior_sd: float,
     worse_when: Literal["higher", "lower"] = "higher",
@@ -190,9 +193,10 @@ class RatioCheck:
         """The candidate's observed share."""
         return self.observed / self.total if self.total else 0.0
 
-    def mismatched(self, *, relative_floor: float = 0.0) -> bool:
-        """p < 0.001 and, when a floor is given, off by more than that share of expected."""
-        if self.p_value >= SRM_P_VALUE:
+    def mismatched(self, *, relative_floor: float = 0.0, p_value: float = SRM_P_VALUE) -> bool:
+        """p below `p_value` (0.001) and, when a floor is given, off by more than that share
+        of expected."""
+        if self.p_value >= p_value:
             return False
         return abs(self.share - self.expected_share) > relative_floor * self.expected_share
 

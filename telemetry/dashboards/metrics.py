@@ -9,7 +9,7 @@ per group into `Figures`. Also: the Prometheus counters per fleet and route.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from operator import attrgetter
 from typing import Any, Final
@@ -18,9 +18,11 @@ from django.utils import timezone
 
 from controlplane.exceptions import ValidationFailed
 from routing_policies.policies.models import Fleet
+from routing_policies.rollouts.selectors import compared_rollout
 
 from ..models import RouteCounter
-from ..rollups import CELL_DIMENSIONS, Figures, figures_at, plan_window, read_rows
+from ..rollups import CELL_DIMENSIONS, Figures, RollupRow, figures_at, plan_window, read_rows
+from ..rollups.cohorts import CohortArms
 from ..rollups.prometheus import RouteTotals, stored_latency_bins
 from ..rollups.sketch import SCORE_BINS
 
@@ -100,7 +102,8 @@ def fleet_metrics(
     """α, shares, fallback, cache, error and privacy figures, latency percentiles and tokens
     per task per group.
 
-    One query, over one rollup table; the histograms of a group's rows are merged in Python.
+    One query, over one rollup table (and, grouped or filtered by cohort, one for the rollout
+    whose arms the cohorts are); the histograms of a group's rows are merged in Python.
     """
     filters = {name: value for name, value in (filters or {}).items() if value is not None}
     for name in filters:
@@ -108,31 +111,55 @@ def fleet_metrics(
             raise ValidationFailed(f"Cannot filter by {name!r}.", details=[{"field": name}])
     cell_level = any(name in CELL_DIMENSIONS for name in [*group_by, *filters])
     plan = plan_window(window, now=now or timezone.now())
-    rows = read_rows(
-        plan.level(cell_level=cell_level),
-        fleet_id=fleet_id,
-        since=plan.start,
-        where={GROUPS[name]: value for name, value in filters.items()},
-        latency=with_latency,
-        scores=with_scores,
-    )
-    columns = [GROUPS[name] for name in group_by]
-    key_of = attrgetter(*columns) if columns else None
+    where = {GROUPS[name]: value for name, value in filters.items()}
+    # A cohort is an arm of the rollout the window compares (rollups/cohorts.py), as on the
+    # dashboard: its attribution and, with a rollout, that arm's version.
+    arms: CohortArms | None = None
+    if "cohort" in group_by or "cohort" in filters:
+        arms = CohortArms.of_rollout(compared_rollout(fleet_id, plan.start))
+    wanted = arms.version(filters["cohort"]) if arms and "cohort" in filters else None
+    if wanted is not None and where.setdefault("policy_version", wanted) != wanted:
+        rows: Iterable[RollupRow] = ()  # a version outside the cohort: nothing to read
+    else:
+        rows = read_rows(
+            plan.level(cell_level=cell_level),
+            fleet_id=fleet_id,
+            since=plan.start,
+            where=where,
+            latency=with_latency,
+            scores=with_scores,
+        )
+    key_of = _group_key(group_by, arms)
     groups: dict[tuple[Any, ...], Figures] = {}
     for row in rows:
-        if key_of is None:
-            key: tuple[Any, ...] = ()
-        else:
-            value = key_of(row)
-            key = value if len(columns) > 1 else (value,)
-        figures_at(groups, key).add(row)
+        figures_at(groups, key_of(row)).add(row)
     ordered = sorted(groups.items(), key=lambda item: tuple(str(v) for v in item[0]))
     return {
         "window": {"from": plan.start, "to": plan.end, "resolution": plan.resolution},
         "group_by": list(group_by),
         "filters": filters,
+        **(
+            {}
+            if arms is None
+            else {"cohorts": {"stable": arms.stable, "candidate": arms.candidate}}
+        ),
         "groups": [_group_out(key, g, group_by, with_scores) for key, g in ordered],
     }
+
+
+def _group_key(
+    group_by: Sequence[str], arms: CohortArms | None
+) -> Callable[[RollupRow], tuple[Any, ...]]:
+    """A row's group: its value of each `group_by` name (a cohort as `arms` say)."""
+    getters = [attrgetter(GROUPS[name]) for name in group_by if name != "cohort"]
+
+    def key_of(row: RollupRow) -> tuple[Any, ...]:
+        values = [get(row) for get in getters]
+        if "cohort" in group_by and arms is not None:
+            values.insert(group_by.index("cohort"), arms.cohort_of(row.cohort, row.policy_version))
+        return tuple(values)
+
+    return key_of
 
 
 # --- Prometheus ---------------------------------------------------------------------------------

@@ -27,9 +27,13 @@ from django.utils import timezone
 from controlplane.exceptions import ValidationFailed
 from routing_policies.assignment import FleetAssignment
 from routing_policies.devices.models import online_q
-from routing_policies.models import AuditEntry, Device, Fleet, FleetRouting, PolicyCell, Rollout
+from routing_policies.models import AuditEntry, Device, Fleet, FleetRouting, PolicyCell
 from routing_policies.pricing import CloudPrice
-from routing_policies.rollouts.selectors import candidate_cohort_count, open_rollout, rollout_out
+from routing_policies.rollouts.selectors import (
+    candidate_cohort_count,
+    compared_rollout,
+    rollout_out,
+)
 
 from ..models import Cohort, Event
 from ..rollups import ROUTES as ROUTES  # the routes the dashboard draws, for its views
@@ -43,6 +47,7 @@ from ..rollups import (
     plan_window,
     read_rows,
 )
+from ..rollups.cohorts import CohortArms
 from ..rollups.schema import FIELD_INDEX
 from ..rollups.sketch import merge_counts
 from .cost import CohortCost, cost_figures
@@ -166,7 +171,7 @@ class Scan:
     versions_by_cohort: dict[str, set[int]] = field(default_factory=dict)
 
 
-def _scan(fleet_id: int, view: DashboardView, plan: WindowPlan) -> Scan:
+def _scan(fleet_id: int, view: DashboardView, plan: WindowPlan, arms: CohortArms) -> Scan:
     """The window's rollup rows folded per bucket × route × cohort and per cell.
 
     Minute windows, or any window filtered by task type: one query over the cell-level table,
@@ -176,6 +181,10 @@ def _scan(fleet_id: int, view: DashboardView, plan: WindowPlan) -> Scan:
     """
     where = {FILTER_COLUMNS.get(name, name): value for name, value in view.filters.items()}
     scan = Scan()
+    # `?cohort=` counts what the cohort's line counts: its arm of the compared rollout.
+    wanted = arms.version(view.cohort) if view.cohort is not None else None
+    if wanted is not None and where.setdefault("policy_version", wanted) != wanted:
+        return scan  # a version outside the cohort: nothing to read
 
     def rows(*, cell_level: bool) -> Iterator[RollupRow]:
         level = plan.level(cell_level=cell_level)
@@ -351,19 +360,6 @@ def _cohort_label(cohort: str, versions: list[int], compared: int | None) -> str
     if not versions:
         return cohort
     return f"{cohort} {', '.join(f'v{v}' for v in versions)}"
-
-
-def _compared_rollout(fleet_id: int, rollout: Rollout | None, scan: Scan) -> Rollout | None:
-    """The rollout whose two versions the cohort charts compare: the open one, else (when the
-    window holds candidate events) the latest one, finished since."""
-    if rollout is not None or not scan.versions_by_cohort.get(Cohort.CANDIDATE.value):
-        return rollout
-    return (
-        Rollout.objects.filter(fleet_id=fleet_id)
-        .select_related("candidate", "stable")
-        .order_by("-started_at", "-id")
-        .first()
-    )
 
 
 def _captions(plan: WindowPlan, shown_from: datetime) -> dict[str, str]:
@@ -583,22 +579,22 @@ def fleet_dashboard(
     """
     now = now or timezone.now()
     plan = plan_window(WINDOWS[view.window], now=now)
-    scan = _scan(fleet.pk, view, plan)
+    # The rollout the cohorts are the arms of (the open one, else the latest open in the
+    # window): one definition for the cohort lines, `?cohort=` and the metrics API.
+    compared = compared_rollout(fleet.pk, plan.start)
+    rollout = compared if compared is not None and compared.is_open else None
+    arms = CohortArms.of_rollout(compared)
+    scan = _scan(fleet.pk, view, plan, arms)
 
     stable_id, stable_number = (
         FleetRouting.objects.filter(fleet=fleet)
         .values_list("stable_version_id", "stable_version__number")
         .first()
     ) or (None, None)
-    rollout = open_rollout(fleet.pk)
-    compared = _compared_rollout(fleet.pk, rollout, scan)
     folded, summary, cohort_figures = _fold(
         scan,
         plan.buckets,
-        {
-            Cohort.STABLE.value: compared.stable.number if compared else None,
-            Cohort.CANDIDATE.value: compared.candidate.number if compared else None,
-        },
+        {Cohort.STABLE.value: arms.stable, Cohort.CANDIDATE.value: arms.candidate},
     )
     version_ids = [stable_id] if stable_id is not None else []
     if rollout is not None:

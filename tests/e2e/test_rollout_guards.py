@@ -104,3 +104,57 @@ def test_rollout_page__statistical_guard_acts__interval_over_time_and_reason_sho
         # Nothing wider than the page at this width
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 1, f"{overflow}px wider than a {width}px window"
+
+
+def test_rollout_page__healthy_candidate_inconclusive__says_when_each_guard_will_know(
+    asgi_server: str,
+    transactional_db: None,
+    requires_postgres: None,
+    browser_page: Page,
+    publish_version: Any,
+    settings: Any,
+) -> None:
+    settings.TELEMETRY_RATE_LIMIT_BATCHES = 0
+    # Given v2 like v1 rolled out at 5% with the statistical guards, judged after 5 minutes
+    publisher: Any = UserFactory(role=Role.PUBLISHER, username="pia")
+    UserFactory(role=Role.VIEWER, username="vera")
+    fleet = make_fleet(slug=SLUG, actor=publisher)
+    publish_version(fleet)
+    rollout = rollout_start_guarded(
+        actor=publisher, fleet=fleet, version=2, guard_options={"guards": "statistical"}
+    )
+    key = fleet_enrollment_key_rotate(actor=publisher, fleet=fleet)
+    ids = [f"phone-{n}" for n in range(400)]
+    candidate_id = next(d for d in ids if bucket(rollout.salt, d) < 500)
+    stable_id = next(d for d in ids if bucket(rollout.salt, d) >= 500)
+    for device_id in (candidate_id, stable_id):
+        device_enroll(fleet_key=key, device_id=device_id)
+    phones = {d.device_id: d for d in Device.objects.filter(fleet=fleet)}
+    for _ in range(4):  # batches of at most 1,000 events
+        _report(phones[stable_id], version=1, cloud=285, on_device=665)
+    _report(phones[candidate_id], version=2, cloud=60, on_device=140)
+    alerts_evaluate(fleet_id=fleet.pk, now=rollout.stage_changed_at + timedelta(minutes=5))
+
+    # When a viewer opens the rollout page, wide and on a phone
+    page = browser_page
+    _login(page, asgi_server)
+    for width, height in ((1366, 900), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.goto(f"{asgi_server}/fleets/{SLUG}/rollout/")
+
+        # Then the inconclusive cloud-share guard says about when it will know at this rate
+        # and what would make it sooner, and the page is no wider than the window
+        guard = page.locator("li[data-guard-kind=sequential]", has_text="cloud share")
+        expect(guard).to_have_attribute("data-guard-state", "inconclusive")
+        decide = guard.locator("[data-field=guard-decide]")
+        expect(decide).to_be_visible()
+        expect(decide).to_contain_text("When it will know: decides in about ")
+        expect(decide).to_contain_text("at the current rate (")
+        expect(decide).to_contain_text("Sooner with a larger stage (25% on the candidate)")
+        guard.scroll_into_view_if_needed()
+        page.screenshot(path=str(screenshot_path(f"rollout-decide-{width}")), full_page=True)
+        page.locator("#rollout-guards").screenshot(
+            path=str(screenshot_path(f"rollout-decide-{width}-detail"))
+        )
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 1, f"{overflow}px wider than a {width}px window"

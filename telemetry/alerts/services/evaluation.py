@@ -20,7 +20,15 @@ from routing_policies.models import Rollout
 
 from .. import selectors as alert_selectors
 from ..judging import LATENCY_METRICS, Judgement, figures_of, judge_rule, parse_scope
-from ..models import AlertEvent, AlertRule, AlertState, Condition, Metric, RolloutGuardSet
+from ..models import (
+    AlertEvent,
+    AlertRule,
+    AlertState,
+    Condition,
+    GuardKind,
+    Metric,
+    RolloutGuardSet,
+)
 from ..notify import broadcast_alerts
 from .delivery import enqueue_delivery
 from .guards import guards_evaluate
@@ -158,9 +166,16 @@ def alerts_evaluate(*, fleet_id: int, now: datetime | None = None) -> Evaluation
         if not rules and guard_set is None:
             return result
         spans = [timedelta(minutes=r.window_minutes * (2 if _compares(r) else 1)) for r in rules]
-        if guard_set is not None:
-            spans.append(timedelta(minutes=guard_set.window_minutes))
         floor = alert_selectors.minute_floor(now)
+        guard_span = timedelta(0)
+        if guard_set is not None:
+            guard_span = timedelta(minutes=guard_set.window_minutes)
+            if any(g.kind == GuardKind.SEQUENTIAL for g in guard_set.guards.all()):
+                # Statistical guards judge every row since the stage began (the evidence
+                # accumulates, docs/alerts.md), not the fixed guards' window.
+                stage_start = alert_selectors.minute_floor(guard_set.rollout.stage_changed_at)
+                guard_span = max(guard_span, floor - stage_start)
+            spans.append(guard_span)
         # Histograms are heavy: read them only for the minutes a latency rule or guard looks at.
         latency_spans = [
             span for span, r in zip(spans, rules, strict=False) if r.metric in LATENCY_METRICS
@@ -168,7 +183,7 @@ def alerts_evaluate(*, fleet_id: int, now: datetime | None = None) -> Evaluation
         if guard_set is not None and any(
             g.metric in LATENCY_METRICS for g in guard_set.guards.all()
         ):
-            latency_spans.append(timedelta(minutes=guard_set.window_minutes))
+            latency_spans.append(guard_span)
         rows = alert_selectors.recent_rows(
             fleet_id=fleet_id,
             since=floor - max(spans),

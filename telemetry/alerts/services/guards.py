@@ -44,18 +44,24 @@ from ..models import (
 )
 from ..selectors import minute_floor, window_bounds
 from ..sequential import (
+    DECIDE_HORIZON_MINUTES,
+    QUALITY_WHOLES,
     QUANTILE_LABELS,
     QUANTILE_METRICS,
     SEQUENTIAL_METRICS,
     SRM_GRACE,
     CohortFigures,
     Exposure,
+    Pace,
     SequentialGuard,
     StageDecision,
     StageFacts,
     cohort_figures,
     cohort_sample_ratios,
     judge_sequential,
+    minutes_text,
+    minutes_to_decide,
+    samples_of,
     series_point,
     stage_decide,
     stage_role,
@@ -468,6 +474,7 @@ GUARD_STATE = (
     "upper",
     "scope",
     "series",
+    "decide",
 )
 SEQUENTIAL_LABELS: Final = {**{m.value: m.label for m in Metric}, **QUANTILE_LABELS}
 
@@ -528,6 +535,7 @@ def _sequential_evaluate(
             candidate_devices=ratios["devices"].observed if "devices" in ratios else 0,
             candidate_events=candidate.total.events,
             sample_ratios=ratios,
+            held=guard_set.verdict == RolloutGuardSet.Verdict.SRM,
         ),
         Exposure(
             min_devices=guard_set.min_devices,
@@ -557,14 +565,15 @@ def _judge_all(
     fixed_candidate = fixed_stable = None
     for guard in guards:
         if guard.kind == GuardKind.SEQUENTIAL:
+            spec = SequentialGuard(
+                metric=guard.metric,
+                tolerance=guard.threshold,
+                confidence=guard.confidence,
+                per_cell=guard.per_cell,
+                min_samples=guard.min_samples,
+            )
             judgement = judge_sequential(
-                SequentialGuard(
-                    metric=guard.metric,
-                    tolerance=guard.threshold,
-                    confidence=guard.confidence,
-                    per_cell=guard.per_cell,
-                    min_samples=guard.min_samples,
-                ),
+                spec,
                 candidate=candidate,
                 stable=stable,
                 cells_planned=cells_planned,
@@ -587,6 +596,11 @@ def _judge_all(
             guard.stable_samples = judgement.fleet.stable_events
             guard.series = series_point(guard.series, now=now, stage=stage, judgement=judgement)
             role = stage_role(judgement, stage=stage, stable_events=stable.total.events)
+            guard.decide = (
+                _decide_estimate(spec, guard_set, cohorts, cells_planned, now)
+                if role == "unsettled"
+                else {}
+            )
             if role == "breach":
                 breaches.append(judgement.message)
             elif role == "unsettled":
@@ -607,6 +621,100 @@ def _judge_all(
         elif guard.state == "insufficient":
             unsettled.append(fixed.message)
     return breaches, unsettled
+
+
+# The holdback a "what would shorten it" line tries at 100% when the rollout has none.
+SUGGESTED_HOLDBACK: Final = 10
+
+
+def _decide_estimate(
+    spec: SequentialGuard,
+    guard_set: RolloutGuardSet,
+    cohorts: tuple[CohortFigures, CohortFigures],
+    cells_planned: int,
+    now: datetime,
+) -> dict[str, Any]:
+    """When a guard not yet healthy can decide at the current rate, and what would shorten it
+    (docs/alerts.md, "When a guard will know"): `sequential.minutes_to_decide` at the pace
+    seen since the stage began, at the next stage, with a holdback at 100%, at twice the
+    traffic."""
+    rollout = guard_set.rollout
+    candidate, stable = cohorts
+    unit = "reports" if spec.metric in QUALITY_WHOLES else "events"
+    elapsed = max(1.0, (now - minute_floor(rollout.stage_changed_at)).total_seconds() / 60)
+    n_candidate = samples_of(spec, candidate.total)
+    n_stable = samples_of(spec, stable.total)
+    per_minute = (n_candidate / elapsed, n_stable / elapsed)
+    share = rollout.candidate_share
+    if guard_set.stage_limit_minutes:
+        window = guard_set.stage_limit_minutes * (guard_set.max_extensions + 1)
+        in_stage = (now - rollout.stage_changed_at).total_seconds() / 60
+        horizon, window_text = max(0.0, window - in_stage), f"the stage's {window} min limit"
+    else:
+        window, horizon, window_text = DECIDE_HORIZON_MINUTES, DECIDE_HORIZON_MINUTES, "24 h"
+
+    def estimate(
+        candidate_pm: float, stable_pm: float, *, fresh: bool, within: float
+    ) -> float | None:
+        return minutes_to_decide(
+            spec,
+            candidate=candidate.total,
+            stable=stable.total,
+            cells_planned=cells_planned,
+            pace=Pace(candidate=candidate_pm, stable=stable_pm, fresh_stage=fresh),
+            horizon_minutes=within,
+        )
+
+    pace_text = f"{per_minute[0]:.1f} candidate and {per_minute[1]:.1f} stable {unit} a minute"
+    minutes = estimate(*per_minute, fresh=False, within=horizon)
+    if not n_candidate or not n_stable:
+        text = (
+            f"cannot decide yet: no {'candidate' if not n_candidate else 'stable'} {unit} "
+            "since the stage began"
+        )
+    elif minutes is None:
+        text = f"cannot decide at this rate within {window_text} ({pace_text})"
+    else:
+        when = "within a minute" if minutes < 1 else f"in {minutes_text(minutes)}"
+        text = f"decides {when} at the current rate ({pace_text})"
+    options: list[tuple[str, float, float, bool]] = []
+    if rollout.next_stage is not None:
+        later = rollout.next_stage if rollout.next_stage < 100 else 100 - rollout.holdback
+        if later < 100:
+            options.append((f"a larger stage ({later}% on the candidate)", later, share, True))
+    if not rollout.holdback and share < 100:
+        options.append(
+            (f"a holdback ({SUGGESTED_HOLDBACK}% kept on stable at 100%)",
+             100 - SUGGESTED_HOLDBACK, share, True)
+        )  # fmt: skip
+
+    def sooner(found: float | None) -> bool:
+        # Listed only when it would say a shorter time than the current rate does.
+        if found is None:
+            return False
+        return minutes is None or (found < minutes and minutes_text(found) != minutes_text(minutes))
+
+    shorter = []
+    for label, later_share, now_share, fresh in options:
+        found = estimate(
+            per_minute[0] * later_share / now_share,
+            per_minute[1] * (100 - later_share) / (100 - now_share),
+            fresh=fresh,
+            within=window,
+        )
+        if sooner(found):
+            shorter.append(f"{label}: {minutes_text(found or 0.0)} there")
+    doubled = estimate(2 * per_minute[0], 2 * per_minute[1], fresh=False, within=horizon)
+    if doubled is not None and sooner(doubled):
+        shorter.append(f"twice the traffic: {minutes_text(doubled)}")
+    return {
+        "minutes": None if minutes is None else round(minutes, 1),
+        "text": text,
+        "shorter": shorter,
+        "candidate_per_minute": round(per_minute[0], 3),
+        "stable_per_minute": round(per_minute[1], 3),
+        "horizon_minutes": round(horizon, 1),
+    }
 
 
 def _judge_fixed(

@@ -96,6 +96,34 @@ def test_rollback__by_a_guard__freezes_starts_and_switches(fleet2: Any, publishe
         assert getattr(refused.value, "code", None) == "fleet_frozen"
 
 
+def test_rollout_advance__after_automatic_rollback__answers_fleet_frozen(
+    fleet2: Any, publisher: Any, client_as: Callable[[Any], APIClient]
+) -> None:
+    # Given a rollout of v2 that a guard rolled back (the fleet is frozen, no rollout open)
+    rollout_start(actor=publisher, fleet=fleet2, version=2)
+    rollout_rollback(actor=None, fleet=fleet2, reason="error rate 9% > 5%")
+
+    # When a publisher presses "advance" through the API
+    advanced = client_as(publisher).post(f"{FLEET}/rollout/advance", {}, format="json")
+
+    # Then the answer is the freeze, as docs/governance.md promises, not "no rollout"
+    assert advanced.status_code == 409
+    assert advanced.json()["error"]["code"] == "fleet_frozen"
+    assert "acknowledge" in advanced.json()["error"]["message"]
+
+
+def test_rollout_advance__no_rollout_and_not_frozen__answers_no_rollout(
+    fleet2: Any, publisher: Any, client_as: Callable[[Any], APIClient]
+) -> None:
+    # Given a fleet with no rollout and no freeze
+    # When "advance" is pressed
+    advanced = client_as(publisher).post(f"{FLEET}/rollout/advance", {}, format="json")
+
+    # Then it says there is nothing to advance
+    assert advanced.status_code == 409
+    assert advanced.json()["error"]["code"] == "no_rollout"
+
+
 def test_rollback__by_a_person__does_not_freeze(fleet2: Any, publisher: Any) -> None:
     rollout_start(actor=publisher, fleet=fleet2, version=2)
     rollout_rollback(actor=publisher, fleet=fleet2, reason="changed my mind")

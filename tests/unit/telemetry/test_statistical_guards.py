@@ -13,7 +13,7 @@ from routing_policies.models import AuditEntry, Device, Rollout
 from telemetry.alerts.selectors import guard_status
 from telemetry.alerts.services import alerts_evaluate, rollout_guards_set, rollout_start_guarded
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
-from telemetry.models import AlertEvent, RolloutGuardSet
+from telemetry.models import AlertEvent, RolloutGuard, RolloutGuardSet
 from tests.factories import iso, make_events
 
 pytestmark = pytest.mark.usefixtures("requires_postgres")
@@ -133,6 +133,131 @@ def test_statistical_guards__candidate_drops_half_its_telemetry__held_for_sample
     assert (rollout.state, rollout.stage, guard_set.verdict) == ("active", 5, "srm")
     assert "sample ratio mismatch in events: candidate has 2.5%" in guard_set.verdict_reason
     assert AlertEvent.objects.filter(rollout=rollout, kind="held").exists()
+
+
+def test_statistical_guards__srm_p_value_near_threshold__one_held_entry_until_clearly_back(
+    fleet: Any, device: Device, candidate: int, publisher: Any
+) -> None:
+    # Given 5% expected on the candidate, held for 2.5% of the events
+    rollout = start(fleet, candidate, publisher, auto_advance=False)
+    report(device, version=1, cloud=585, device_side=1365)
+    report(device, version=candidate, cloud=15, device_side=35)
+    minutes = iter(range(3, 10))
+
+    def look() -> RolloutGuardSet:
+        at = rollout.stage_changed_at + timedelta(minutes=next(minutes))
+        alerts_evaluate(fleet_id=fleet.pk, now=at)
+        return RolloutGuardSet.objects.get(rollout=rollout)
+
+    held = look()
+
+    # When the p-value wanders just above the hold's threshold (3.8% of 3,000, p ≈ 0.003),
+    # back below it (3.4% of 4,020), then the share comes back (5.1% of 5,020)
+    report(device, version=1, cloud=280, device_side=655)
+    report(device, version=candidate, cloud=20, device_side=45)
+    near = look()
+    report(device, version=1, cloud=300, device_side=700)
+    report(device, version=candidate, cloud=6, device_side=14)
+    again = look()
+    report(device, version=1, cloud=264, device_side=616)
+    report(device, version=candidate, cloud=36, device_side=84)
+    back = look()
+
+    # Then the stage stays held through the wandering, with one "held" entry in the history,
+    # and the hold says when it is released; it is released once the share is clearly back
+    assert (held.verdict, near.verdict, again.verdict) == ("srm", "srm", "srm")
+    assert "p = 0.0034" in near.verdict_reason
+    assert "released once p ≥ 0.01" in near.verdict_reason
+    assert AlertEvent.objects.filter(rollout=rollout, kind="held").count() == 1
+    assert back.verdict != "srm"
+    assert "sample ratio" not in back.verdict_reason
+
+
+def _at_pace(per_minute: float, minutes: float) -> int:
+    """Events of `minutes` at `per_minute`, in whole tens (3 in 10 to the cloud, as before)."""
+    return max(10, round(per_minute * minutes / 10) * 10)
+
+
+def test_statistical_guards__healthy_candidate_inconclusive__says_when_it_will_know_honestly(
+    fleet: Any,
+    device: Device,
+    candidate: int,
+    publisher: Any,
+    viewer: Any,
+    client_as: Any,
+    client: Any,
+) -> None:
+    # Given a candidate like stable (30% cloud on both) at 5%, judged by one statistical
+    # guard (cloud share, +5 pts tolerated), after 5 minutes with 200 candidate events
+    guard = {"kind": "sequential", "metric": "cloud_share", "tolerance": 0.05}
+    rollout = start(fleet, candidate, publisher, guards=[guard], auto_advance=False)
+    report(device, version=1, cloud=1140, device_side=2660)
+    report(device, version=candidate, cloud=60, device_side=140)
+    stage_start = rollout.stage_changed_at
+
+    # When the guard is judged, and the rollout page and the guards API are read
+    alerts_evaluate(fleet_id=fleet.pk, now=stage_start + timedelta(minutes=5))
+    api = client_as(viewer).get("/api/v1/fleets/fleet-a/rollout/guards").json()
+    client.force_login(viewer)
+    page = client.get(f"/fleets/{fleet.slug}/rollout/").content.decode()
+
+    # Then it is inconclusive and says, at the current rate, about when it will know and
+    # what would shorten it, on the page as in the API
+    (cloud,) = api["guards"]["guards"]
+    decide = cloud["decide"]
+    assert cloud["state"] == "inconclusive"
+    assert decide["minutes"] > 5
+    assert decide["text"].startswith("decides in about ")
+    # (the pace: the stage's events over the minutes since its first minute, 5 to 6 here)
+    pace_c, pace_s = decide["candidate_per_minute"], decide["stable_per_minute"]
+    assert 200 / 6 <= pace_c <= 200 / 5
+    assert 3800 / 6 <= pace_s <= 3800 / 5
+    assert decide["text"].endswith(
+        f"at the current rate ({pace_c:.1f} candidate and {pace_s:.1f} stable events a minute)"
+    )
+    assert decide["shorter"][0].startswith("a larger stage (25% on the candidate): about ")
+    assert any(line.startswith("twice the traffic: about ") for line in decide["shorter"])
+    assert "When it will know:" in page
+    assert decide["text"] in page
+    assert "Sooner with a larger stage (25% on the candidate)" in page
+
+    # and the estimate is the test's own boundary: at 90% of it, events still coming at that
+    # pace, the guard is still inconclusive; just past it, it is healthy
+    minutes = decide["minutes"]
+    states = []
+    for share in (0.9, 1.03):
+        have = RolloutGuard.objects.get(guard_set__rollout=rollout)
+        more_c = _at_pace(pace_c, minutes * share) - (have.candidate_samples - 200)
+        more_s = _at_pace(pace_s, minutes * share) - (have.stable_samples - 3800)
+        report(device, version=1, cloud=more_s * 3 // 10, device_side=more_s * 7 // 10)
+        report(device, version=candidate, cloud=more_c * 3 // 10, device_side=more_c * 7 // 10)
+        at = stage_start + timedelta(minutes=5 + minutes * share)
+        alerts_evaluate(fleet_id=fleet.pk, now=at)
+        states.append(RolloutGuard.objects.get(guard_set__rollout=rollout).state)
+    assert states == ["inconclusive", "healthy"]
+
+
+def test_statistical_guards__too_slow_for_the_stage_limit__says_it_cannot_decide_at_this_rate(
+    fleet: Any, device: Device, candidate: int, publisher: Any, viewer: Any, client_as: Any
+) -> None:
+    # Given the same healthy candidate, but a stage limit of 10 minutes without extensions
+    guard = {"kind": "sequential", "metric": "cloud_share", "tolerance": 0.05}
+    rollout = start(
+        fleet, candidate, publisher, guards=[guard], stage_limit_minutes=10, max_extensions=0
+    )
+    report(device, version=1, cloud=1140, device_side=2660)
+    report(device, version=candidate, cloud=60, device_side=140)
+
+    # When judged after 5 minutes
+    alerts_evaluate(fleet_id=fleet.pk, now=rollout.stage_changed_at + timedelta(minutes=5))
+
+    # Then the API says it cannot decide in the stage's window at this rate, and what would
+    # let it (a larger stage decides within the limit)
+    api = client_as(viewer).get("/api/v1/fleets/fleet-a/rollout/guards").json()
+    decide = api["guards"]["guards"][0]["decide"]
+    assert decide["minutes"] is None
+    assert decide["text"].startswith("cannot decide at this rate within the stage's 10 min limit")
+    assert decide["shorter"][0].startswith("a larger stage (25% on the candidate): about ")
 
 
 def test_statistical_guards__exposure_never_reached__extended_then_rolled_back(
