@@ -729,7 +729,7 @@ def measure_pushes(pushes: Pushes, n: int, reps: int, rows: dict[str, Row]) -> N
 
         # Back to the stable version for the next repetition.
         _settle(pushes.pool, 0.2)
-        services.rollout_rollback(actor=None, fleet=world.fleet, reason="bench")
+        services.rollout_rollback(actor=None, fleet=world.fleet, reason="bench", automatic=False)
         pushes.pool.wait_matched("ours", "policy", target, len(first | second), timeout=60)
 
 
@@ -789,7 +789,7 @@ def measure_reconnect(
         raise BenchError(f"{len(wrong)} devices hold a wrong assignment, e.g. {wrong[:3]}")
     back = sorted(greeted_at[d] - t_kill for d in connected)
     last = t_kill + back[-1]
-    services.rollout_rollback(actor=None, fleet=world.fleet, reason="bench")
+    services.rollout_rollback(actor=None, fleet=world.fleet, reason="bench", automatic=False)
     result = {
         "devices": n,
         "rollout": rollout.pk,
