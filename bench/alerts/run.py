@@ -32,20 +32,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench import admin_url, database_name, database_url, redis_url
 from routing_policies.cell_schema import SEED_DIMENSIONS
 from routing_policies.documents import ordered_keys
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ADMIN_URL = "postgres://root@127.0.0.1:5432/root"
-BENCH_DB = "bench_alerts"
-REDIS_URL = "redis://127.0.0.1:6379/13"
+ADMIN_URL = admin_url()
+BENCH_DB = database_name("bench_alerts")
+REDIS_URL = redis_url("redis://127.0.0.1:6379/13")
 SLUG = "bench-alerts"
 CELLS = ordered_keys(SEED_DIMENSIONS)  # the demo table's 12 cells, in table order
 
 
 def _env() -> dict[str, str]:
     return {
-        "DATABASE_URL": f"postgres://root@127.0.0.1:5432/{BENCH_DB}",
+        "DATABASE_URL": database_url("bench_alerts"),
         "REDIS_URL": REDIS_URL,
         "SECRET_KEY": "bench-only",
         "DEBUG": "0",

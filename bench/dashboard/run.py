@@ -42,12 +42,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import admin_url, database_name, database_url
 from bench.ingest.history import store_history
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ADMIN_URL = "postgres://root@127.0.0.1:5432/root"
-BENCH_DB = "bench_dashboard"
-BENCH_URL = f"postgres://root@127.0.0.1:5432/{BENCH_DB}"
+ADMIN_URL = admin_url()
+BENCH_DB = database_name("bench_dashboard")
+BENCH_URL = database_url("bench_dashboard")
 SLUG = "bench-dashboard"
 DEVICES = 10_000
 

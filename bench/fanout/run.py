@@ -43,10 +43,12 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from bench import database_url, redis_url
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BENCH_FLEET = "bench-fanout"
-DEFAULT_DATABASE_URL = "postgres://root@127.0.0.1:5432/bench_fanout"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/11"
+DEFAULT_DATABASE_URL = database_url("bench_fanout")
+DEFAULT_REDIS_URL = redis_url("redis://127.0.0.1:6379/11")
 # Quieter logs than `make run`: one line per socket would be measured too.
 BENCH_LOG_ARGS = "--no-access-log --log-level warning"
 

@@ -43,13 +43,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench import admin_url, database_name, database_url
 from routing_policies.cell_schema import SEED_DIMENSIONS
 from routing_policies.documents import ordered_keys
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ADMIN_URL = "postgres://root@127.0.0.1:5432/root"
-BENCH_DB = "bench_ingest"
-BENCH_URL = f"postgres://root@127.0.0.1:5432/{BENCH_DB}"
+ADMIN_URL = admin_url()
+BENCH_DB = database_name("bench_ingest")
+BENCH_URL = database_url("bench_ingest")
 BATCH = 500
 CELLS = ordered_keys(SEED_DIMENSIONS)  # the demo table's 12 cells, in table order
 

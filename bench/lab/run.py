@@ -40,11 +40,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench import admin_url, database_name, url_of
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ADMIN_URL = "postgres://root@127.0.0.1:5432/root"
-# Its own database, dropped and re-created: `--db` (or BENCH_LAB_DB) when two runs share a server.
-BENCH_DB = os.environ.get("BENCH_LAB_DB", "bench_lab")
-BENCH_URL = f"postgres://root@127.0.0.1:5432/{BENCH_DB}"
+ADMIN_URL = admin_url()
+# Its own database, dropped and re-created: BENCH_LAB_DB names another (when two runs share a
+# server), else `bench_lab` with BENCH_DB_SUFFIX (bench/__init__.py).
+BENCH_DB = os.environ.get("BENCH_LAB_DB") or database_name("bench_lab")
+BENCH_URL = url_of(BENCH_DB)
 SLUG = "bench-lab"
 CHUNK = 100_000
 
