@@ -9,9 +9,13 @@ developer's) never share one; a bench that needs a Redis database of the shared 
 """
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 DEFAULT_PG_URL = "postgres://root@127.0.0.1:5432/root"
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def admin_url() -> str:
@@ -37,3 +41,37 @@ def url_of(database: str) -> str:
 def redis_url(default: str) -> str:
     """The Redis database a bench uses: `BENCH_REDIS_URL`, else its own default."""
     return os.environ.get("BENCH_REDIS_URL") or default
+
+
+def database_recreate(database: str) -> bool:
+    """Drop and create `database` (a bench's own: its name starts with `bench`) on that
+    server. With `BENCH_TEMPLATE_DB` set (a migrated database of the same tree nobody is
+    connected to, as the suite's smoke run makes once) it is created as a copy of that one and
+    True is returned: already migrated. Else it is empty and the caller migrates it."""
+    import psycopg
+    from psycopg import sql
+
+    if not database.startswith("bench"):
+        raise ValueError(
+            f"refusing to drop {database!r}: a bench database's name starts with bench"
+        )
+    template = os.environ.get("BENCH_TEMPLATE_DB", "")
+    with psycopg.connect(admin_url(), autocommit=True, connect_timeout=10) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
+        )
+        create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database))
+        if template:
+            create += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+        conn.execute(create)
+    return bool(template)
+
+
+def migrate(env: dict[str, str]) -> None:
+    """`manage.py migrate` in a subprocess with the bench's environment."""
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
+        cwd=REPO_ROOT,
+        env={**os.environ, **env},
+        check=True,
+    )

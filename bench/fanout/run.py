@@ -395,8 +395,9 @@ class ClientPool:
 # --- the fleet ---------------------------------------------------------------------------------
 
 
-def recreate_database(database_url: str) -> None:
-    """Drop and create the bench database (its own, never the project's), then migrate it.
+def recreate_database(database_url: str) -> bool:
+    """Drop and create the bench database (its own, never the project's); True when it is a
+    copy of BENCH_TEMPLATE_DB (bench/__init__.py), already migrated, else the caller migrates.
 
     A fresh database per run: no leftovers of an earlier run, and the schema of this tree.
     """
@@ -407,14 +408,18 @@ def recreate_database(database_url: str) -> None:
     if not name.startswith("bench"):
         raise BenchError(f"refusing to drop {name!r}: the bench database's name starts with bench")
     server = database_url.rsplit("/", 1)[0]
+    template = os.environ.get("BENCH_TEMPLATE_DB", "")
     for admin_url in (f"{server}/postgres", f"{server}/root"):
         try:
             with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
                 conn.execute(
                     sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
                 )
-                conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-                return
+                create = sql.SQL("create database {}").format(sql.Identifier(name))
+                if template:
+                    create += sql.SQL(" template {}").format(sql.Identifier(template))
+                conn.execute(create)
+                return bool(template)
         except psycopg.OperationalError:
             continue
     raise BenchError(f"cannot reach PostgreSQL to create {name!r}")
@@ -981,13 +986,14 @@ def main(argv: list[str] | None = None) -> int:
     reconnect: dict[str, Any] | None = None
     server: AsgiServer | None = None
     try:
-        recreate_database(args.database_url)
+        migrated = recreate_database(args.database_url)
         import django
 
         django.setup()
         from django.core.management import call_command
 
-        call_command("migrate", verbosity=0)
+        if not migrated:
+            call_command("migrate", verbosity=0)
         world = prepare_world(max(args.devices))
         log(f"fleet {BENCH_FLEET} ready: v1 v2 v3, {len(world.devices)} devices")
         pool = ClientPool(procs, args.client_processes)

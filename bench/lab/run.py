@@ -29,8 +29,6 @@ import json
 import math
 import os
 import random
-import subprocess
-import sys
 import time
 import tracemalloc
 import uuid
@@ -40,20 +38,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench import admin_url, database_name, url_of
+from bench import database_name, database_recreate, migrate, url_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ADMIN_URL = admin_url()
 # Its own database, dropped and re-created: BENCH_LAB_DB names another (when two runs share a
 # server), else `bench_lab` with BENCH_DB_SUFFIX (bench/__init__.py).
 BENCH_DB = os.environ.get("BENCH_LAB_DB") or database_name("bench_lab")
 BENCH_URL = url_of(BENCH_DB)
 SLUG = "bench-lab"
 CHUNK = 100_000
-
-
-def _psql(sql: str, url: str = ADMIN_URL) -> None:
-    subprocess.run(["psql", url, "-q", "-v", "ON_ERROR_STOP=1", "-c", sql], check=True)
 
 
 def _env() -> dict[str, str]:
@@ -80,14 +73,8 @@ def _use_existing() -> None:
 
 
 def _setup() -> None:
-    _psql(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-    _psql(f"CREATE DATABASE {BENCH_DB}")
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
-        cwd=REPO_ROOT,
-        env=_env(),
-        check=True,
-    )
+    if not database_recreate(BENCH_DB):
+        migrate(_env())
     os.environ.update(_env())
     import django
 
