@@ -24,28 +24,26 @@ import json
 import os
 import random
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench import database_name, database_recreate, database_url, migrate, redis_url
 from routing_policies.cell_schema import SEED_DIMENSIONS
 from routing_policies.documents import ordered_keys
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ADMIN_URL = "postgres://root@127.0.0.1:5432/root"
-BENCH_DB = "bench_alerts"
-REDIS_URL = "redis://127.0.0.1:6379/13"
+BENCH_DB = database_name("bench_alerts")
+REDIS_URL = redis_url("redis://127.0.0.1:6379/13")
 SLUG = "bench-alerts"
 CELLS = ordered_keys(SEED_DIMENSIONS)  # the demo table's 12 cells, in table order
 
 
 def _env() -> dict[str, str]:
     return {
-        "DATABASE_URL": f"postgres://root@127.0.0.1:5432/{BENCH_DB}",
+        "DATABASE_URL": database_url("bench_alerts"),
         "REDIS_URL": REDIS_URL,
         "SECRET_KEY": "bench-only",
         "DEBUG": "0",
@@ -57,15 +55,8 @@ def _env() -> dict[str, str]:
 
 
 def _setup() -> None:
-    for sql in (f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)", f"CREATE DATABASE {BENCH_DB}"):
-        subprocess.run(["psql", ADMIN_URL, "-q", "-v", "ON_ERROR_STOP=1", "-c", sql], check=True)
-    env = {**os.environ, **_env()}
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
-        cwd=REPO_ROOT,
-        env=env,
-        check=True,
-    )
+    if not database_recreate(BENCH_DB):
+        migrate(_env())
     os.environ.update(_env())
     import django
 

@@ -35,19 +35,17 @@ import os
 import random
 import secrets
 import statistics
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import database_name, database_recreate, database_url, migrate
 from bench.ingest.history import store_history
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ADMIN_URL = "postgres://root@127.0.0.1:5432/root"
-BENCH_DB = "bench_dashboard"
-BENCH_URL = f"postgres://root@127.0.0.1:5432/{BENCH_DB}"
+BENCH_DB = database_name("bench_dashboard")
+BENCH_URL = database_url("bench_dashboard")
 SLUG = "bench-dashboard"
 DEVICES = 10_000
 
@@ -69,19 +67,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _psql(sql: str) -> None:
-    subprocess.run(["psql", ADMIN_URL, "-q", "-v", "ON_ERROR_STOP=1", "-c", sql], check=True)
-
-
 def _setup() -> None:
-    _psql(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-    _psql(f"CREATE DATABASE {BENCH_DB}")
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
-        cwd=REPO_ROOT,
-        env=_env(),
-        check=True,
-    )
+    if not database_recreate(BENCH_DB):
+        migrate(_env())
     os.environ.update(_env())
     import django
 

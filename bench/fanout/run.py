@@ -43,10 +43,12 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from bench import database_url, redis_url
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BENCH_FLEET = "bench-fanout"
-DEFAULT_DATABASE_URL = "postgres://root@127.0.0.1:5432/bench_fanout"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/11"
+DEFAULT_DATABASE_URL = database_url("bench_fanout")
+DEFAULT_REDIS_URL = redis_url("redis://127.0.0.1:6379/11")
 # Quieter logs than `make run`: one line per socket would be measured too.
 BENCH_LOG_ARGS = "--no-access-log --log-level warning"
 
@@ -393,8 +395,9 @@ class ClientPool:
 # --- the fleet ---------------------------------------------------------------------------------
 
 
-def recreate_database(database_url: str) -> None:
-    """Drop and create the bench database (its own, never the project's), then migrate it.
+def recreate_database(database_url: str) -> bool:
+    """Drop and create the bench database (its own, never the project's); True when it is a
+    copy of BENCH_TEMPLATE_DB (bench/__init__.py), already migrated, else the caller migrates.
 
     A fresh database per run: no leftovers of an earlier run, and the schema of this tree.
     """
@@ -405,14 +408,18 @@ def recreate_database(database_url: str) -> None:
     if not name.startswith("bench"):
         raise BenchError(f"refusing to drop {name!r}: the bench database's name starts with bench")
     server = database_url.rsplit("/", 1)[0]
+    template = os.environ.get("BENCH_TEMPLATE_DB", "")
     for admin_url in (f"{server}/postgres", f"{server}/root"):
         try:
             with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
                 conn.execute(
                     sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
                 )
-                conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-                return
+                create = sql.SQL("create database {}").format(sql.Identifier(name))
+                if template:
+                    create += sql.SQL(" template {}").format(sql.Identifier(template))
+                conn.execute(create)
+                return bool(template)
         except psycopg.OperationalError:
             continue
     raise BenchError(f"cannot reach PostgreSQL to create {name!r}")
@@ -743,7 +750,7 @@ def measure_pushes(pushes: Pushes, n: int, reps: int, rows: dict[str, Row]) -> N
 
         # Back to the stable version for the next repetition.
         _settle(pushes.pool, 0.2)
-        services.rollout_rollback(actor=None, fleet=world.fleet, reason="bench")
+        services.rollout_rollback(actor=None, fleet=world.fleet, reason="bench", automatic=False)
         pushes.pool.wait_matched("ours", "policy", target, len(first | second), timeout=60)
 
 
@@ -803,7 +810,7 @@ def measure_reconnect(
         raise BenchError(f"{len(wrong)} devices hold a wrong assignment, e.g. {wrong[:3]}")
     back = sorted(greeted_at[d] - t_kill for d in connected)
     last = t_kill + back[-1]
-    services.rollout_rollback(actor=None, fleet=world.fleet, reason="bench")
+    services.rollout_rollback(actor=None, fleet=world.fleet, reason="bench", automatic=False)
     result = {
         "devices": n,
         "rollout": rollout.pk,
@@ -993,13 +1000,14 @@ def main(argv: list[str] | None = None) -> int:
     reconnect: dict[str, Any] | None = None
     server: AsgiServer | None = None
     try:
-        recreate_database(args.database_url)
+        migrated = recreate_database(args.database_url)
         import django
 
         django.setup()
         from django.core.management import call_command
 
-        call_command("migrate", verbosity=0)
+        if not migrated:
+            call_command("migrate", verbosity=0)
         world = prepare_world(max(args.devices))
         log(f"fleet {BENCH_FLEET} ready: v1 v2 v3, {len(world.devices)} devices")
         pool = ClientPool(procs, args.client_processes)

@@ -542,7 +542,11 @@ def main(argv: list[str] | None = None) -> None:
         help="percent held back at 100%% in the runs started at 100%% (0: none of those)",
     )
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench/guards/last_run.json")
+    # A smaller world, for the suite's smoke run only: its figures say nothing.
+    parser.add_argument("--devices", type=int, default=DEVICES, help=argparse.SUPPRESS)
+    parser.add_argument("--minutes", type=int, default=MINUTES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    _world_size(args.devices, args.minutes)
     began = time.perf_counter()
     threshold = args.threshold  # 0.3: text/background/normal goes from ~30% to ~70% cloud
     jobs: list[tuple[str, int, int, float]] = []
@@ -561,7 +565,9 @@ def main(argv: list[str] | None = None) -> None:
     for job in jobs:
         by_seed.setdefault(job[1], []).append(job)
     results: list[dict[str, Any]] = []
-    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+    with ProcessPoolExecutor(
+        max_workers=args.workers, initializer=_world_size, initargs=(DEVICES, MINUTES)
+    ) as pool:
         for part in pool.map(_seed_jobs, by_seed.values()):
             results.extend(part)
     summary = summarise(results)
@@ -599,6 +605,12 @@ def main(argv: list[str] | None = None) -> None:
         lines[-1] = lines[-1].rstrip(",")
     args.out.write_text("\n".join([*lines, " ]}"]) + "\n")
     print(json.dumps(report, indent=1))
+
+
+def _world_size(devices: int, minutes: int) -> None:
+    """The simulated fleet's size and length (the defaults, except in the smoke run)."""
+    global DEVICES, MINUTES
+    DEVICES, MINUTES = devices, minutes
 
 
 def _seed_jobs(jobs: list[tuple[str, int, int, float]]) -> list[dict[str, Any]]:

@@ -43,13 +43,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench import database_name, database_recreate, database_url, migrate
 from routing_policies.cell_schema import SEED_DIMENSIONS
 from routing_policies.documents import ordered_keys
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ADMIN_URL = "postgres://root@127.0.0.1:5432/root"
-BENCH_DB = "bench_ingest"
-BENCH_URL = f"postgres://root@127.0.0.1:5432/{BENCH_DB}"
+BENCH_DB = database_name("bench_ingest")
+BENCH_URL = database_url("bench_ingest")
 BATCH = 500
 CELLS = ordered_keys(SEED_DIMENSIONS)  # the demo table's 12 cells, in table order
 
@@ -61,10 +61,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _psql(sql: str, url: str = ADMIN_URL) -> None:
-    subprocess.run(["psql", url, "-q", "-v", "ON_ERROR_STOP=1", "-c", sql], check=True)
 
 
 def _env(redis_url: str, **extra: str) -> dict[str, str]:
@@ -357,14 +353,8 @@ def _wire_event(
 
 
 def _setup_database() -> None:
-    _psql(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-    _psql(f"CREATE DATABASE {BENCH_DB}")
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
-        cwd=REPO_ROOT,
-        env=_env("redis://127.0.0.1:1/0"),
-        check=True,
-    )
+    if not database_recreate(BENCH_DB):
+        migrate(_env("redis://127.0.0.1:1/0"))
 
 
 def _django(redis_url: str) -> None:

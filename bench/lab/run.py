@@ -29,8 +29,6 @@ import json
 import math
 import os
 import random
-import subprocess
-import sys
 import time
 import tracemalloc
 import uuid
@@ -40,17 +38,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench import database_name, database_recreate, migrate, url_of
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ADMIN_URL = "postgres://root@127.0.0.1:5432/root"
-# Its own database, dropped and re-created: `--db` (or BENCH_LAB_DB) when two runs share a server.
-BENCH_DB = os.environ.get("BENCH_LAB_DB", "bench_lab")
-BENCH_URL = f"postgres://root@127.0.0.1:5432/{BENCH_DB}"
+# Its own database, dropped and re-created: BENCH_LAB_DB names another (when two runs share a
+# server), else `bench_lab` with BENCH_DB_SUFFIX (bench/__init__.py).
+BENCH_DB = os.environ.get("BENCH_LAB_DB") or database_name("bench_lab")
+BENCH_URL = url_of(BENCH_DB)
 SLUG = "bench-lab"
 CHUNK = 100_000
-
-
-def _psql(sql: str, url: str = ADMIN_URL) -> None:
-    subprocess.run(["psql", url, "-q", "-v", "ON_ERROR_STOP=1", "-c", sql], check=True)
 
 
 def _env() -> dict[str, str]:
@@ -77,14 +73,8 @@ def _use_existing() -> None:
 
 
 def _setup() -> None:
-    _psql(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-    _psql(f"CREATE DATABASE {BENCH_DB}")
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
-        cwd=REPO_ROOT,
-        env=_env(),
-        check=True,
-    )
+    if not database_recreate(BENCH_DB):
+        migrate(_env())
     os.environ.update(_env())
     import django
 
@@ -148,6 +138,14 @@ def _fleet() -> Any:
     return fleet
 
 
+def _event_row(values: dict[str, Any], columns: tuple[str, ...]) -> tuple[Any, ...]:
+    """A row in the raw table's COPY order (`columns`); a column the bench does not generate
+    (a signal devices may leave out, e.g. the quality fields) is NULL, as the ingest stores it."""
+    if len(values) > len(columns) or not values.keys() <= set(columns):
+        raise ValueError(f"not columns of telemetry_event: {sorted(set(values) - set(columns))}")
+    return tuple(values.get(name) for name in columns)
+
+
 def store_events(fleet: Any, *, total: int, start: datetime, end: datetime) -> float:
     """`total` events decided by v1, spread over [start, end), COPYed in; seconds taken."""
     import psycopg
@@ -155,7 +153,7 @@ def store_events(fleet: Any, *, total: int, start: datetime, end: datetime) -> f
     from edge_sdk.decision import DeviceState, TaskSignals, decide
     from routing_policies.policies.sdk_cells import table_cells
     from routing_policies.selectors import version_table
-    from telemetry.ingest.services.processing import EVENT_COLUMN_TYPES
+    from telemetry.ingest.services.processing import EVENT_COLUMN_TYPES, EVENT_COLUMNS
 
     cells = table_cells(version_table(version=fleet.versions.get(number=1)))
     keys = sorted(cells)
@@ -196,38 +194,39 @@ def store_events(fleet: Any, *, total: int, start: datetime, end: datetime) -> f
                     network = task.upload_bytes * 8 / device.bandwidth_kbps + device.rtt_ms
                     latency = network + rng.lognormvariate(math.log(300), 0.3)
                 ts = start + step * index
-                copy.write_row(
-                    (
-                        uuid.UUID(int=rng.getrandbits(128), version=4),
-                        fleet.pk,
-                        f"phone-{index % 5000:04d}",
-                        ts,
-                        ts,
-                        1,
-                        "stable",
-                        *key,
-                        decision.route,
-                        decision.decided_by,
-                        fallback,
-                        round(latency, 3),
-                        cache_hit,
-                        roll > 0.002,
-                        False,
-                        decision.score,
-                        decision.threshold,
-                        task.tokens,
-                        task.intent_conf,
-                        task.lm_conf,
-                        task.upload_bytes,
-                        device.rtt_ms,
-                        device.bandwidth_kbps,
-                        device.device_load,
-                        decision.route != "device" and not cache_hit,
-                        device.online,
-                        device.cloud_infer_ms,
-                        device.cloud_pressure,
-                    )
-                )
+                row = {
+                    "event_id": uuid.UUID(int=rng.getrandbits(128), version=4),
+                    "fleet_id": fleet.pk,
+                    "device_id": f"phone-{index % 5000:04d}",
+                    "ts": ts,
+                    "received_at": ts,
+                    "policy_version": 1,
+                    "cohort": "stable",
+                    "task_type": key[0],
+                    "latency_budget": key[1],
+                    "privacy_tier": key[2],
+                    "route": decision.route,
+                    "decided_by": decision.decided_by,
+                    "fallback": fallback,
+                    "latency_ms": round(latency, 3),
+                    "cache_hit": cache_hit,
+                    "ok": roll > 0.002,
+                    "deidentified": False,
+                    "score": decision.score,
+                    "threshold": decision.threshold,
+                    "tokens": task.tokens,
+                    "intent_conf": task.intent_conf,
+                    "lm_conf": task.lm_conf,
+                    "upload_bytes": task.upload_bytes,
+                    "rtt_ms": device.rtt_ms,
+                    "bandwidth_kbps": device.bandwidth_kbps,
+                    "device_load": device.device_load,
+                    "uploaded": decision.route != "device" and not cache_hit,
+                    "online": device.online,
+                    "cloud_infer_ms": device.cloud_infer_ms,
+                    "cloud_pressure": device.cloud_pressure,
+                }
+                copy.write_row(_event_row(row, EVENT_COLUMNS))
         conn.commit()
     with psycopg.connect(BENCH_URL, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE telemetry_event")

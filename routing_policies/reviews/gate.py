@@ -36,12 +36,17 @@ def freeze_refuse(*, fleet: Fleet, doing: str) -> None:
     """Refuse `doing` (a rollout start, advance, switch) while the fleet is frozen."""
     freeze = fleet_freeze_open(fleet_id=fleet.pk)
     if freeze is not None:
-        raise Conflict(
-            f"The fleet's rollouts are frozen since an automatic rollback ({freeze.reason}); "
-            f"a publisher must acknowledge it with a note before {doing}.",
-            code="fleet_frozen",
-            details=[{"field": "fleet", "message": "frozen", "freeze_id": freeze.pk}],
-        )
+        raise frozen_conflict(freeze_id=freeze.pk, reason=freeze.reason, doing=doing)
+
+
+def frozen_conflict(*, freeze_id: int, reason: str, doing: str) -> Conflict:
+    """The refusal of `doing` while the fleet is frozen (for a caller that read the freeze)."""
+    return Conflict(
+        f"The fleet's rollouts are frozen since an automatic rollback ({reason}); "
+        f"a publisher must acknowledge it with a note before {doing}.",
+        code="fleet_frozen",
+        details=[{"field": "fleet", "message": "frozen", "freeze_id": freeze_id}],
+    )
 
 
 def freeze_after_rollback(*, fleet: Fleet, rollout: Rollout, reason: str) -> FleetFreeze:
@@ -103,16 +108,25 @@ def change_request_body(
 
 
 def approval_consume(
-    *, actor: Actor, fleet: Fleet, kind: str, version: PolicyVersion
+    *,
+    actor: Actor,
+    fleet: Fleet,
+    kind: str,
+    version: PolicyVersion,
+    needed: bool | None = None,
 ) -> ChangeRequest | None:
     """When the fleet needs an approval for `kind`, the approved open request of `version` is
-    marked done (in the caller's transaction); without one the change is refused."""
-    settings = review_settings_of(fleet)
-    needed = (
-        settings.publish_needs_approval
-        if kind == ChangeRequest.Kind.PUBLISH
-        else settings.rollout_needs_approval
-    )
+    marked done (in the caller's transaction); without one the change is refused.
+
+    `needed`: whether the fleet's review settings ask for one, when the caller read them
+    already (None: read here)."""
+    if needed is None:
+        settings = review_settings_of(fleet)
+        needed = (
+            settings.publish_needs_approval
+            if kind == ChangeRequest.Kind.PUBLISH
+            else settings.rollout_needs_approval
+        )
     request = (
         ChangeRequest.objects.select_for_update(of=("self",))
         .select_related("version", "fleet")

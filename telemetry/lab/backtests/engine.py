@@ -260,19 +260,34 @@ def backtest_compute(
                 if 0 < bandwidth < _INF
                 else event.rtt_ms
             )
-            # The network part's sketch bucket (LatencySketch.add's, inline: it runs for most
-            # replayed cloud tasks, twice or three times per event).
-            bucket = ceil(log(network) / LOG_GAMMA) if network > MIN_VALUE else ZERO_INDEX
+            # The network part's sketch bucket (LatencySketch.add's, inline), worked out at
+            # the first replayed cloud task that needs it (most events need it once or twice,
+            # a cache hit or an event every side keeps on the device never).
+            bucket = None
             replayable += event.replayable
-            # What happened.
+            # What happened (_Tally.count, inline).
             observed_tally = plan.observed
-            observed_tally.count(route, cache_hit, tokens)
-            if not clean and not cache_hit:
-                observed_tally.fallbacks[route] += 1
+            observed_tally.events += 1
+            observed_tally.routes[route] += 1
+            observed_tally.tokens += tokens
+            if cache_hit:
+                observed_tally.cache_hits += 1
+            else:
+                observed_tally.runs[route] += 1
+                if route != "device":
+                    observed_tally.cloud_calls += 1
+                    observed_tally.cloud_tokens += tokens
+                if not clean:
+                    observed_tally.fallbacks[route] += 1
             # The replays; equal cells are decided once (an unchanged cell's subject figures
-            # are the stable version's, filled in after the loop).
-            decisions = [decide(cell, event, event) for cell in plan.cells]  # type: ignore[arg-type]
-            for (cell, tally, load), decision in zip(plan.replays, decisions, strict=True):
+            # are the stable version's, filled in after the loop). The self-check reuses the
+            # decision of the replay whose cell is the running version's.
+            running_index = plan.running_index
+            running_decision = None
+            for index, (cell, tally, load) in enumerate(plan.replays):
+                decision = decide(cell, event, event)  # type: ignore[arg-type]
+                if index == running_index:
+                    running_decision = decision
                 replayed = decision.route
                 tally.events += 1
                 tally.routes[replayed] += 1
@@ -286,6 +301,10 @@ def backtest_compute(
                 else:
                     tally.cloud_calls += 1
                     tally.cloud_tokens += tokens
+                    if bucket is None:
+                        bucket = (
+                            ceil(log(network) / LOG_GAMMA) if network > MIN_VALUE else ZERO_INDEX
+                        )
                     counts = load.network[replayed].counts
                     counts[bucket] = counts.get(bucket, 0) + 1
                     if cell.privacy_tier == _SENSITIVE:
@@ -303,8 +322,9 @@ def backtest_compute(
             if ran is None:
                 check.unknown_version += 1
                 continue
-            index = plan.running_index
-            decision = decisions[index] if index >= 0 else decide(ran, event, event)  # type: ignore[arg-type]
+            decision = (
+                running_decision if running_decision is not None else decide(ran, event, event)  # type: ignore[arg-type]
+            )
             agrees = decision.route == route and decision.decided_by == event.decided_by
             check.eligible += 1
             check.agree += agrees
@@ -317,12 +337,22 @@ def backtest_compute(
             replayed = decision.route
             if event.ok:
                 # (the device latency sketch is the model's own: one add for both)
-                plan.model.add(route, event.latency_ms, network)
+                latency_ms = event.latency_ms
+                plan.model.add(route, latency_ms, network)
                 if route != "device":
-                    plan.latency[route].add(event.latency_ms)
+                    # LatencySketch.add, inline
+                    latency_bucket = (
+                        ZERO_INDEX if latency_ms <= MIN_VALUE else ceil(log(latency_ms) / LOG_GAMMA)
+                    )
+                    counts = plan.latency[route].counts
+                    counts[latency_bucket] = counts.get(latency_bucket, 0) + 1
                 running_load = plan.running_load
                 running_load.counts[replayed] += 1
                 if replayed != "device":
+                    if bucket is None:
+                        bucket = (
+                            ceil(log(network) / LOG_GAMMA) if network > MIN_VALUE else ZERO_INDEX
+                        )
                     counts = running_load.network[replayed].counts
                     counts[bucket] = counts.get(bucket, 0) + 1
         done += len(rows)
