@@ -4,8 +4,10 @@ The routing decision lives here once; the control plane imports it for its playg
 threshold calibration and backtests. An app embeds `Device` (see docs/sdk.md).
 """
 
+from edge_sdk.backoff import Backoff
 from edge_sdk.cache import ResultCache
 from edge_sdk.config import SDK_VERSION, DeviceConfig
+from edge_sdk.connection import STATES, DeviceRevoked, EnrolmentRefused
 from edge_sdk.decision import (
     Cell,
     CellDocumentError,
@@ -17,8 +19,9 @@ from edge_sdk.decision import (
     decide,
     fallback_route,
 )
-from edge_sdk.device import STATES, Backoff, Device, DeviceRevoked, EnrolmentRefused, Listener
+from edge_sdk.device import Device
 from edge_sdk.feedback import FeedbackQueue
+from edge_sdk.listeners import Listener
 from edge_sdk.policy import Policy, PolicyDocumentError, PolicyStore
 from edge_sdk.router import NO_POLICY_DECISION, Router
 from edge_sdk.task import (

@@ -574,8 +574,9 @@ def test_sdk__server_error_frame__counted_and_the_socket_stays_open(
 
     # When a malformed frame goes up its socket, the server answers with an `error` frame
     async def send_garbage() -> None:
-        assert device._ws is not None
-        await device._ws.send("{not json")
+        socket = device._connection.transport.channel
+        assert socket is not None
+        await socket.send("{not json")
 
     background.run(send_garbage())
 

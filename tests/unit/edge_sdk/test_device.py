@@ -376,7 +376,7 @@ async def test_frame__policy__applied_acked_and_announced(tmp_path: Path) -> Non
     socket = Socket()
     frame = {"type": "policy", **policy_document(4), "rollout": {"id": 2, "stage": 5}}
 
-    in_sync = await device._on_frame(socket, json.dumps(frame))  # type: ignore[arg-type]
+    in_sync = await device._connection.on_frame(socket, json.dumps(frame))
 
     assert in_sync
     assert (device.policy.version, device.policy.rollout) == (4, {"id": 2, "stage": 5})
@@ -392,7 +392,7 @@ async def test_frame__unusable_policy__not_applied_not_acked() -> None:
     socket = Socket()
     frame = {"type": "policy", **policy_document(2), "cells": [{"mode": "auto"}]}
 
-    assert not await device._on_frame(socket, json.dumps(frame))  # type: ignore[arg-type]
+    assert not await device._connection.on_frame(socket, json.dumps(frame))
 
     assert (device.policy.version, device.policy_errors, socket.sent) == (1, 1, [])
 
@@ -408,7 +408,7 @@ async def test_frame__unusable_policy__not_applied_not_acked() -> None:
 async def test_frame__error_or_garbage__counted_and_tolerated(frame: str) -> None:
     device = _device(Inference(), document=policy_document(1))
 
-    assert not await device._on_frame(Socket(), frame)  # type: ignore[arg-type]
+    assert not await device._connection.on_frame(Socket(), frame)
 
     assert device.server_errors == 1
     assert device.policy.version == 1
@@ -418,7 +418,7 @@ async def test_frame__unknown_type_or_not_an_object__ignored() -> None:
     device = _device(Inference())
 
     for frame in ('{"type":"news_from_v2","x":1}', "[1,2]", '"text"'):
-        assert not await device._on_frame(Socket(), frame)  # type: ignore[arg-type]
+        assert not await device._connection.on_frame(Socket(), frame)
 
     assert device.server_errors == 0
 
@@ -426,7 +426,7 @@ async def test_frame__unknown_type_or_not_an_object__ignored() -> None:
 async def test_frame__up_to_date__in_sync_and_connected() -> None:
     device = _device(Inference())
 
-    assert await device._on_frame(Socket(), '{"type":"up_to_date","version":1}')  # type: ignore[arg-type]
+    assert await device._connection.on_frame(Socket(), '{"type":"up_to_date","version":1}')
 
     assert device.connection_state == "connected"
 
@@ -436,7 +436,9 @@ async def test_frame__cloud_pressure__applied_with_its_ttl_and_announced() -> No
     events: list[tuple[str, dict[str, Any]]] = []
     device.add_listener(lambda name, details: events.append((name, details)))
 
-    await device._on_frame(Socket(), '{"type":"cloud_pressure","theta_offset":0.1,"ttl_s":300}')  # type: ignore[arg-type]
+    await device._connection.on_frame(
+        Socket(), '{"type":"cloud_pressure","theta_offset":0.1,"ttl_s":300}'
+    )
 
     assert device.cloud_pressure == 0.1
     assert events == [("cloud_pressure", {"theta_offset": 0.1, "ttl_s": 300.0})]
@@ -445,7 +447,9 @@ async def test_frame__cloud_pressure__applied_with_its_ttl_and_announced() -> No
 async def test_run__under_cloud_pressure__event_says_the_offset_in_force() -> None:
     # Given a device under a live cloud-pressure nudge
     device = _device(Inference(), document=policy_document())
-    await device._on_frame(Socket(), '{"type":"cloud_pressure","theta_offset":0.1,"ttl_s":300}')  # type: ignore[arg-type]
+    await device._connection.on_frame(
+        Socket(), '{"type":"cloud_pressure","theta_offset":0.1,"ttl_s":300}'
+    )
 
     # When it runs a task
     await device.run(task())
@@ -472,7 +476,7 @@ async def test_run__under_cloud_pressure__event_says_the_offset_in_force() -> No
 async def test_frame__bad_cloud_pressure__ignored_and_counted(message: dict[str, Any]) -> None:
     device = _device(Inference())
 
-    await device._on_frame(Socket(), json.dumps({"type": "cloud_pressure", **message}))  # type: ignore[arg-type]
+    await device._connection.on_frame(Socket(), json.dumps({"type": "cloud_pressure", **message}))
 
     assert (device.cloud_pressure, device.server_errors) == (0.0, 1)
 
@@ -486,7 +490,7 @@ def test_listener__raises__others_still_called() -> None:
 
     device.add_listener(broken)
     device.add_listener(lambda name, details: seen.append(name))
-    device._set_state("connecting")
+    device._connection.set_state("connecting")
 
     assert seen == ["state"]
 
