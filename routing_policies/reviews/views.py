@@ -25,7 +25,6 @@ from . import selectors, services
 from .forms import NoteForm, OpenForm, SettingsForm, VerdictForm
 from .models import ChangeRequest
 
-
 Kind = ChangeRequest.Kind
 KIND_LABELS = {
     Kind.PUBLISH: "Publish the draft",

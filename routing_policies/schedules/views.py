@@ -30,7 +30,6 @@ from . import selectors, services
 from .models import ScheduledChange
 from .times import describe, local_to_utc, zone
 
-
 Kind = ScheduledChange.Kind
 
 # The fields each kind of change takes besides its time (what `services._params` reads): the
