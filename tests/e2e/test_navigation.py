@@ -258,12 +258,6 @@ CHANGED = [
 ]
 
 
-# The dashboard's figures at 390 px push the page 7 px sideways with or without this issue's
-# navigation and alerts link (measured): the 390 px layouts are another part of issue 22, and
-# tests/e2e/test_page_layout.py holds that check.
-SIDEWAYS_ELSEWHERE = {("dashboard", "390")}
-
-
 def test_changed_pages__at_1366_and_390_px__fit_the_window_and_are_kept_as_screenshots(
     asgi_server: str, demo: dict[str, Any], browser_page: Page
 ) -> None:
@@ -282,8 +276,7 @@ def test_changed_pages__at_1366_and_390_px__fit_the_window_and_are_kept_as_scree
                 page.wait_for_function("() => window.dashboardLive?.renders > 0")
                 expect(page.locator("#chart-shares .main-svg").first).to_be_attached()
             # Then it does not scroll sideways, and its navigation marks it
-            if (label, width) not in SIDEWAYS_ELSEWHERE:
-                assert_no_sideways_scroll(page, f"{label} at {width} px")
+            assert_no_sideways_scroll(page, f"{label} at {width} px")
             _current_page_marked(page, f"{label} at {width} px")
             page.screenshot(path=str(folder / f"{width}-{label}.png"), full_page=True)
 

@@ -87,6 +87,7 @@ def test_top_bar__publisher__no_django_admin_link(fleet: Any, publisher: Any) ->
 
 def test_dashboard__firing_alerts_card__opens_the_alerts_page(fleet: Any, viewer: Any) -> None:
     html = _page(viewer, f"{PAGES}/dashboard/")
+    assert "{#" not in html  # no template comment shows as text beside the card
     card = re.search(r'<a class="figure figure-alerts[^"]*"[^>]*>', html)
     assert card is not None
     assert f'href="{PAGES}/alerts/"' in card.group(0)
