@@ -18,12 +18,22 @@ from controlplane.pages import fleet_or_404, posted_values, refusal, role_requir
 
 from ..extensions import lab_draft_headline
 from ..policies.models import Fleet
-from ..policies.selectors import draft_get
+from ..policies.selectors import draft_get, published_versions
 from ..policies.view_models import diff_rows
 from ..roles import Role
 from . import selectors, services
 from .forms import NoteForm, OpenForm, SettingsForm, VerdictForm
 from .models import ChangeRequest
+
+Kind = ChangeRequest.Kind
+KIND_LABELS = {
+    Kind.PUBLISH: "Publish the draft",
+    Kind.ROLLOUT_START: "Start a rollout of a version",
+    Kind.SWITCH: "Switch the fleet to a version",
+}
+# The kinds that name a version; the page shows its Version field only for them
+# (static/js/kind_fields.js) and, without JavaScript, takes it only for them.
+VERSION_KINDS = (Kind.ROLLOUT_START, Kind.SWITCH)
 
 
 def _list_page(
@@ -36,7 +46,9 @@ def _list_page(
             r for r in selectors.change_request_list(fleet=fleet) if r["state"] != "open"
         ][:30],
         "settings": selectors.review_settings_out(fleet=fleet),
-        "kinds": ChangeRequest.Kind.choices,
+        "kinds": [(kind.value, KIND_LABELS[kind]) for kind in ChangeRequest.Kind],
+        "version_kinds": " ".join(VERSION_KINDS),
+        "versions": published_versions(fleet=fleet),
         "posted": {},
         **extra,
     }
@@ -56,7 +68,10 @@ def change_request_open(request: HttpRequest, slug: str) -> HttpResponse:
     """Ask for review of the draft (or of a rollout / switch)."""
     fleet = fleet_or_404(slug)
     try:
-        data = OpenForm(request.POST).values()
+        posted = request.POST.copy()
+        if posted.get("kind") not in VERSION_KINDS:
+            posted.pop("version", None)
+        data = OpenForm(posted).values()
         opened = services.change_request_open(
             actor=request.user,
             fleet=fleet,

@@ -24,10 +24,36 @@ from controlplane.pages import (
 )
 
 from ..policies.models import Fleet
+from ..policies.selectors import published_versions
 from ..roles import Role
 from . import selectors, services
 from .models import ScheduledChange
 from .times import describe, local_to_utc, zone
+
+Kind = ScheduledChange.Kind
+
+# The fields each kind of change takes besides its time (what `services._params` reads): the
+# page shows only the chosen kind's (static/js/kind_fields.js) and, without JavaScript, takes
+# only those from the form, so a value typed for another kind is neither checked nor kept.
+KIND_FIELDS: dict[str, tuple[str, ...]] = {
+    Kind.PUBLISH: ("note",),
+    Kind.ROLLOUT_START: ("version", "holdback"),
+    Kind.ROLLOUT_ADVANCE: ("to_stage", "require_healthy_guards"),
+    Kind.SWITCH: ("version",),
+    Kind.CLOUD_PRESSURE: ("theta_offset", "ttl_s"),
+}
+KIND_LABELS = {
+    Kind.PUBLISH: "Publish the draft",
+    Kind.ROLLOUT_START: "Start a rollout (5%)",
+    Kind.ROLLOUT_ADVANCE: "Advance the rollout (a stage)",
+    Kind.SWITCH: "Switch the fleet",
+    Kind.CLOUD_PRESSURE: "Cloud-pressure window",
+}
+
+
+def kinds_of(field: str) -> str:
+    """The kinds that take `field`, space-separated (the form's `data-kinds`)."""
+    return " ".join(kind for kind, fields in KIND_FIELDS.items() if field in fields)
 
 
 class ScheduleForm(PageForm):
@@ -49,7 +75,11 @@ def _page(request: HttpRequest, fleet: Fleet, *, status: int = 200, **extra: Any
     context = {
         "fleet": fleet,
         **selectors.scheduled_changes(fleet=fleet),
-        "kinds": ScheduledChange.Kind.choices,
+        "kinds": [(kind.value, KIND_LABELS[kind]) for kind in Kind],
+        "field_kinds": {
+            field: kinds_of(field) for fields in KIND_FIELDS.values() for field in fields
+        },
+        "versions": published_versions(fleet=fleet),
         "posted": {},
         **extra,
     }
@@ -69,14 +99,18 @@ def schedule_create(request: HttpRequest, slug: str) -> HttpResponse:
     """Schedule one change at a local time."""
     fleet = fleet_or_404(slug)
     try:
-        data = ScheduleForm(request.POST).values()
-        zone(data["time_zone"])
-        params = {
-            name: data[name]
-            for name in ("version", "holdback", "to_stage", "theta_offset", "ttl_s", "note")
-            if data[name] not in (None, "")
+        kind = request.POST.get("kind", "")
+        fields = KIND_FIELDS.get(kind, ())
+        posted = {
+            name: value
+            for name, value in request.POST.items()
+            if name in ("kind", "run_at", "time_zone") or name in fields
         }
-        params["require_healthy_guards"] = data["require_healthy_guards"]
+        data = ScheduleForm(posted).values()
+        zone(data["time_zone"])
+        params = {name: data[name] for name in fields if data[name] not in (None, "")}
+        if "require_healthy_guards" in fields:
+            params["require_healthy_guards"] = data["require_healthy_guards"]
         schedule = services.scheduled_change_create(
             actor=request.user,
             fleet=fleet,

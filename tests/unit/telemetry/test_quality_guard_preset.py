@@ -36,13 +36,14 @@ def test_rollout_page__start_form__offers_default_statistical_and_quality(
     # When the page is drawn
     page = client.get(f"/fleets/{fleet.slug}/rollout/").content.decode()
 
-    # Then the guard select offers the three presets, "default" chosen
-    select = re.search(r'<select name="guard_preset".*?</select>', page, re.S)
-    assert select is not None
-    options = re.findall(r'<option value="(\w+)"( selected)?', select.group(0))
+    # Then the guards offer the three presets, each described in full, "default" chosen
+    # (issue 22: radio buttons, since a select cut the descriptions off)
+    group = re.search(r'<div class="guard-presets".*?</div>', page, re.S)
+    assert group is not None
+    options = re.findall(r'name="guard_preset" value="(\w+)"( checked)?', group.group(0))
     assert [value for value, _ in options] == ["default", "statistical", "quality"]
     assert [value for value, chosen in options if chosen] == ["default"]
-    assert "draft-kept rate" in select.group(0)
+    assert "draft-kept rate" in group.group(0)
 
 
 def test_rollout_page__quality_preset_started__rollout_guarded_by_the_quality_guards(
