@@ -81,6 +81,63 @@ def assert_in_view_horizontally(page: Page, selector: str, what: str) -> None:
         assert right <= width + 0.5, f"{what}: {selector} cut off on the right at {right}"
 
 
+def wider_than_the_window(page: Page) -> list[str]:
+    """Visible elements wider than the window (they cannot be read without scrolling sideways,
+    whether the page or a box inside it scrolls)."""
+    return page.evaluate(  # type: ignore[no-any-return]
+        """() => {
+          const width = window.innerWidth;
+          return [...document.querySelectorAll('body *')]
+            .filter(el => el.getBoundingClientRect().width > width + 0.5)
+            .filter(el => getComputedStyle(el).visibility !== 'hidden')
+            .slice(0, 5)
+            .map(el => [el.tagName.toLowerCase(), ...String(el.className || '').split(' ')]
+              .filter(Boolean).join('.') + ' width=' + Math.round(el.getBoundingClientRect().width));
+        }"""
+    )
+
+
+def off_screen(page: Page, selector: str) -> dict[str, Any]:
+    """How many visible elements match, and those not wholly inside the window's width or
+    inside a box that scrolls sideways (a box whose content is wider than the box)."""
+    return page.evaluate(  # type: ignore[no-any-return]
+        """sel => {
+          const width = window.innerWidth;
+          const shown = [...document.querySelectorAll(sel)]
+            .filter(el => el.getBoundingClientRect().width > 0);
+          const off = [];
+          for (const el of shown) {
+            const box = el.getBoundingClientRect();
+            let why = null;
+            if (box.left < -0.5 || box.right > width + 0.5) {
+              why = `left=${Math.round(box.left)} right=${Math.round(box.right)}`;
+            }
+            for (let up = el.parentElement; up && !why; up = up.parentElement) {
+              const overflow = getComputedStyle(up).overflowX;
+              if (overflow !== 'visible' && up.scrollWidth > up.clientWidth + 1) {
+                why = `in a box that scrolls sideways (${up.tagName.toLowerCase()}.${up.className})`;
+              }
+            }
+            if (why) {
+              const name = el.dataset.cell || el.dataset.label || el.textContent.trim().slice(0, 30);
+              off.push(`${name}: ${why}`);
+            }
+          }
+          return { shown: shown.length, off };
+        }""",
+        selector,
+    )
+
+
+def assert_on_screen(page: Page, selector: str, what: str) -> int:
+    """Every visible element matching `selector` (at least one) is wholly on screen sideways,
+    not in a box that scrolls; returns how many there are."""
+    measured = off_screen(page, selector)
+    assert measured["shown"], f"{what}: nothing visible matches {selector}"
+    assert measured["off"] == [], f"{what}: {selector} not on screen: {measured['off']}"
+    return int(measured["shown"])
+
+
 def text_boxes(page: Page, selector: str) -> list[dict[str, Any]]:
     """The text and bounding box of each visible element matching `selector`."""
     return page.evaluate(  # type: ignore[no-any-return]

@@ -35,9 +35,11 @@ from .pages import (
     ConsoleErrors,
     assert_in_view_horizontally,
     assert_no_sideways_scroll,
+    assert_on_screen,
     log_in,
     overlapping,
     text_boxes,
+    wider_than_the_window,
 )
 
 pytestmark = pytest.mark.e2e
@@ -175,11 +177,73 @@ def test_every_page__390px_phone__no_sideways_scroll(
             path=str(screenshot_path(f"layout-{name}-390")), full_page=True, timeout=60_000
         )
 
-    # and the matrix, wider than the phone, scrolls inside its own box
+    assert errors.take() == []
+
+
+# The columns a person reads a row by, per page: each must be on screen on a phone.
+KEY_COLUMNS = (
+    ("devices", f"/fleets/{SLUG}/devices/", ("Device", "Online", "Assigned", "Acked", "Token")),
+    ("versions", f"/fleets/{SLUG}/versions/", ("Version", "Status", "When", "Note")),
+    ("rollout", f"/fleets/{SLUG}/rollout/", ("When (UTC)", "Action", "Stage", "Acked")),
+    ("alerts", f"/fleets/{SLUG}/alerts/", ("Watches", "State", "Now")),
+)
+
+
+def _cells_on_screen(page: Page, what: str) -> None:
+    """Every cell of the matrix is on screen, headed by its privacy tier."""
+    shown = assert_on_screen(page, "td[data-cell]", what)
+    assert shown == 12, f"{what}: {shown} of the demo's 12 cells shown"
+    heads = page.evaluate(
+        "() => [...document.querySelectorAll('td[data-cell]')]"
+        ".map(td => getComputedStyle(td, '::before').content)"
+    )
+    assert all(re.fullmatch(r'"privacy \w+"', head) for head in heads), heads
+    assert wider_than_the_window(page) == [], what
+
+
+def test_matrix_and_tables__390px_phone__every_cell_and_key_column_on_screen(
+    asgi_server: str, demo: dict[str, Any], browser_page: Page
+) -> None:
+    page = browser_page
+    _patient(page)
+    errors = ConsoleErrors(page)
+    page.set_viewport_size(PHONE)
+    log_in(page, asgi_server, "publisher", DEMO_PASSWORD)
+
+    # Given a phone 390 px wide / When the publisher opens a published version's matrix
+    page.goto(f"{asgi_server}/fleets/{SLUG}/?version=1")
+    # Then every cell of it is on screen, each named by its privacy tier: no box to scroll
+    _cells_on_screen(page, "version-1")
+    page.screenshot(path=str(screenshot_path("matrix-390-read")), full_page=True, timeout=60_000)
+
+    # When they open the draft and pick a cell to edit
     page.goto(f"{asgi_server}/fleets/{SLUG}/")
-    wrap = page.locator(".grid-wrap").first
-    assert wrap.evaluate("el => el.scrollWidth > el.clientWidth")
-    assert wrap.evaluate("el => getComputedStyle(el).overflowX") == "auto"
+    _cells_on_screen(page, "draft")
+    cell = page.locator('td[data-cell="voice/background/sensitive"]')
+    cell.locator(".cell-hit").click()
+    expect(page.locator("[data-selection-summary]")).to_contain_text("voice/background/sensitive")
+    # Then the cell being edited is on screen, and so are the column boxes above the matrix
+    assert_on_screen(page, "td.cell.selected", "the selected cell")
+    assert_on_screen(page, "th.tier-head", "the privacy column boxes")
+    page.screenshot(path=str(screenshot_path("matrix-390-edit")), full_page=True, timeout=60_000)
+
+    for name, path, columns in KEY_COLUMNS:
+        # When they open each page with a table
+        page.goto(f"{asgi_server}{path}")
+        page.wait_for_load_state("load")
+        # Then every key column of every row is on screen, with its column's name beside it
+        for column in columns:
+            selector = f'table.stack td[data-label="{column}"]'
+            assert_on_screen(page, selector, f"{name} {column}")
+            label = page.locator(selector).first.evaluate(
+                "td => getComputedStyle(td, '::before').content"
+            )
+            assert label == f'"{column}"', (name, column, label)
+        # and every other cell of those tables too, and nothing is wider than the phone
+        assert_on_screen(page, "table.stack td, table.stack tbody th", name)
+        assert wider_than_the_window(page) == [], name
+        assert_no_sideways_scroll(page, name)
+        page.screenshot(path=str(screenshot_path(f"tables-390-{name}")), full_page=True)
     assert errors.take() == []
 
 
@@ -245,11 +309,40 @@ def test_dashboard_charts__young_fleet_during_rollout__read_at_a_glance(
     )
     assert (end - start) / 60_000 <= 7, "a five-minute-old fleet drawn over an hour"
 
-    # and the version and stage labels on it do not run into each other
+    # and the version and stage labels on it do not run into each other, nor past its edges
     markers = text_boxes(page, "#chart-shares .annotation-text-g text")
     assert any("v2 published" in m["text"] for m in markers), markers
     assert any("5%" in m["text"] for m in markers), markers
     assert overlapping(markers) == []
+    plot = page.locator("#chart-shares .nsewdrag").first.bounding_box()
+    assert plot is not None
+    for marker in markers:
+        box = marker["box"]
+        assert box["left"] >= plot["x"] - 1, f"{marker['text']} cut at the left"
+        assert box["right"] <= plot["x"] + plot["width"] + 1, f"{marker['text']} cut at the right"
+
+    # and the minute in progress is left out of every line (its events so far would read as a
+    # drop, its rates as a spike) and shaded; minutes without events are gaps, not zeros
+    drawn = page.evaluate(
+        """() => {
+          const chart = document.getElementById('chart-shares');
+          const events = chart.data.find(t => t.name === 'events');
+          const payload = window.dashboardLive.payload;
+          return {
+            last: events.y[events.y.length - 1], connectgaps: events.connectgaps,
+            band: chart.layout.shapes.filter(s => s.name === 'partial').map(s => s.x0),
+            partial: payload.window.partial_bucket, buckets: payload.buckets.length,
+            partialFrom: payload.window.partial_from, served: payload.series.events,
+            rates: document.getElementById('chart-rates').data.map(t => t.y[t.y.length - 1]),
+          };
+        }"""
+    )
+    assert drawn["partial"] == drawn["buckets"] - 1
+    assert drawn["last"] is None and drawn["connectgaps"] is False
+    assert drawn["rates"] == [None] * 4
+    assert drawn["band"] == [drawn["partialFrom"]]
+    assert drawn["served"][0] is None, "an hour-old minute without events is null, not 0"
+    expect(page.locator('[data-field="caption-partial"]')).to_contain_text("minute in progress")
 
     # and the latency axis reads as durations, each tick once and in order
     ticks = [t["text"] for t in text_boxes(page, "#chart-latency .ytick text")]
@@ -260,6 +353,22 @@ def test_dashboard_charts__young_fleet_during_rollout__read_at_a_glance(
     assert budgets
     assert all("budget" in b["text"] for b in budgets)
     assert overlapping(budgets) == []
+
+    # and the policy grids' labels stand apart, and the P95 grid's figures are readable
+    for grid in ("chart-grid-cloud", "chart-grid-p95"):
+        for axis in ("xtick", "ytick"):
+            ticks = text_boxes(page, f"#{grid} .{axis} text")
+            assert ticks and overlapping(ticks) == [], (grid, axis, ticks)
+        assert_in_view_horizontally(page, f"#{grid} .main-svg", grid)
+    sizes = page.evaluate(
+        "() => [...document.querySelectorAll('#chart-grid-p95 .hm text, #chart-grid-p95 .heatmaplayer text')]"
+        ".map(t => parseFloat(getComputedStyle(t).fontSize))"
+    )
+    assert sizes and min(sizes) >= 11, sizes
+    for grid in ("chart-grid-cloud", "chart-grid-p95"):
+        figures = text_boxes(page, f"#{grid} .hm text, #{grid} .heatmaplayer text")
+        assert overlapping(figures) == [], (grid, overlapping(figures))
+    assert any(re.search(r"\d ms", f["text"]) for f in figures), figures
 
     # and the cohort legend names the open rollout's two versions, nothing else
     legend = [t["text"] for t in text_boxes(page, "#chart-cohort-alpha .legendtext")]
