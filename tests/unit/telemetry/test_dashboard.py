@@ -108,9 +108,7 @@ def test_fleet_dashboard__hour__headline_series_latency_grid(reported: None, fle
     assert payload["rollout"] is None
 
 
-def test_fleet_dashboard__minutes_without_events__null_not_zero(
-    reported: None, fleet: Any
-) -> None:
+def test_fleet_dashboard__minutes_without_events__null_not_zero(reported: None, fleet: Any) -> None:
     # Given events ten and two minutes ago, none in the minutes between
     # When the last hour's dashboard is computed
     payload = fleet_dashboard(fleet=fleet, view=DashboardView(window="1h"))
