@@ -188,6 +188,7 @@ KEY_COLUMNS = (
     ("versions", f"/fleets/{SLUG}/versions/", ("Version", "Status", "When", "Note")),
     ("rollout", f"/fleets/{SLUG}/rollout/", ("When (UTC)", "Action", "Stage", "Acked")),
     ("alerts", f"/fleets/{SLUG}/alerts/", ("Watches", "State", "Now")),
+    ("audit", f"/fleets/{SLUG}/audit/", ("Time (UTC)", "Action", "Summary")),
 )
 
 
@@ -242,7 +243,7 @@ def test_matrix_and_tables__390px_phone__every_cell_and_key_column_on_screen(
             )
             assert label == f'"{column}"', (name, column, label)
         # and every other cell of those tables too, and nothing is wider than the phone
-        assert_on_screen(page, "table.stack td, table.stack tbody th", name)
+        assert_on_screen(page, "table.stack > tbody > tr > :is(td, th)", name)
         assert wider_than_the_window(page) == [], name
         assert_no_sideways_scroll(page, name)
         page.screenshot(path=str(screenshot_path(f"tables-390-{name}")), full_page=True)
