@@ -317,7 +317,9 @@
     var high = all.length ? Math.max.apply(null, all) * 1.4 : 1000;
     var lo = Math.log10(low);
     var hi = Math.log10(high);
-    var margin = { l: 70, r: 16, t: 10, b: 42 };
+    // The bottom margin holds the two-line date ticks and the axis title, so the plot's height
+    // (which places the budget labels) is what Plotly draws, not less after its automargin.
+    var margin = { l: 70, r: 16, t: 10, b: 64 };
     var el = document.getElementById("chart-latency");
     var plotHeight = Math.max(80, (el && el.clientHeight ? el.clientHeight : 300) - margin.t - margin.b);
     // On a phone the labels say the milliseconds only, so the two columns stay apart.
@@ -332,14 +334,15 @@
     var lines = Object.keys(byMs).map(function (key) { return byMs[key]; })
       .sort(function (a, b) { return a.ms - b.ms; });
     // Labels sit at the left or right edge beside their line: each goes to the side where it
-    // needs the least push to clear the label below it (13 px a line), so none overlap.
+    // needs the least push to clear the label below it (15 px a line), so none overlap.
+    var LABEL_PX = 15;
     var previous = [-Infinity, -Infinity];
     var shapes = [];
     var annotations = [];
     lines.forEach(function (line) {
       var px = plotHeight * (Math.log10(line.ms) - lo) / (hi - lo);
-      var side = Math.max(px, previous[0] + 13) - px <= Math.max(px, previous[1] + 13) - px ? 0 : 1;
-      var placed = Math.max(px, previous[side] + 13);
+      var side = Math.max(px, previous[0] + LABEL_PX) - px <= Math.max(px, previous[1] + LABEL_PX) - px ? 0 : 1;
+      var placed = Math.max(px, previous[side] + LABEL_PX);
       previous[side] = placed;
       shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: line.ms, y1: line.ms,
                     line: { color: "#b42318", width: 1.1, dash: "dash" } });
