@@ -108,10 +108,14 @@
   // The bucket still in progress (the last) holds part of a bucket's events: drawn as a whole
   // bucket its events read as a drop toward zero and its rates, over a handful of events, as a
   // spike. The charts leave it out (and shade where it is); the headline figures count it.
+  // A fleet younger than a bucket has nothing else to show: its bucket in progress stays drawn
+  // (shaded as such) rather than empty charts.
   function withoutPartial(payload) {
     var index = payload.window.partial_bucket;
     if (index === undefined || index === null) { return payload; }
     var length = payload.buckets.length;
+    var whole = payload.series.events.some(function (n, i) { return i !== index && n > 0; });
+    if (!whole) { return payload; }
     function cut(series) {
       var out = {};
       Object.keys(series).forEach(function (name) {
