@@ -9,11 +9,11 @@ and reads the dashboard and the alerts page.
 
 Every step asserts that the page does not scroll sideways, that no element is wider than the
 window, and that the console stayed free of errors, and keeps a screenshot:
-`var/artifacts/first_hour/<width>/<nn>-<step>.png` (the path is printed; on the phone the
-dashboard's charts are kept one by one too). The steady demo must fire no alert. On the phone
-(issue 22) every cell of the matrix, the cell being edited, and the key columns of the rollout
-history and the alert rules are on screen with no box to scroll sideways; at both widths the
-dashboard's labels stand apart and the minute in progress is not drawn.
+`var/artifacts/first_hour/<width>/<nn>-<step>.png` (the path is printed). The steady demo
+must fire no alert. On the phone (issue 22) every cell of the matrix, the cell being edited,
+and the key columns of the rollout history and the alert rules are on screen with no box to
+scroll sideways; at both widths the dashboard's labels stand apart and the minute in progress
+is not drawn.
 """
 
 import re
@@ -139,7 +139,6 @@ def test_first_hour__main_job_as_each_role__true_and_readable(
     page.set_default_navigation_timeout(60_000)
     page.set_viewport_size(viewport)
     walk = Walk(page, asgi_server, viewport["width"])
-    phone = viewport == PHONE
 
     # --- the viewer reads ---------------------------------------------------------------------
     # Given the demo's viewer / When they log in and open the fleet
@@ -262,9 +261,6 @@ def test_first_hour__main_job_as_each_role__true_and_readable(
     # the fallback chart at 10x the card's rate) and shaded
     page.wait_for_function("() => document.querySelectorAll('#chart-grid-p95 .hm text').length > 0")
     assert_dashboard_reads(page, f"dashboard at {viewport['width']} px")
-    if phone:
-        for chart in ("chart-shares", "chart-latency", "chart-grid-cloud", "chart-grid-p95"):
-            page.locator(f"#{chart}").screenshot(path=str(walk.folder / f"{chart}.png"))
     walk.step("dashboard")
 
     # When they open the alerts page / Then the steady demo fires nothing, and no banner shows
