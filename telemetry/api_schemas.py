@@ -249,6 +249,12 @@ class FleetMetricsSerializer(serializers.Serializer[Any]):
 
 class DashboardWindowSerializer(MetricsWindowSerializer):
     bucket_seconds = serializers.IntegerField(min_value=1)
+    partial_bucket = serializers.IntegerField(
+        min_value=0,
+        help_text="index in `buckets` of the bucket still in progress (the last one): its "
+        "figures so far are in the series, but it is not a whole bucket; the page leaves it out",
+    )
+    partial_from = serializers.DateTimeField(help_text="when the bucket in progress began")
 
     class Meta:
         ref_name = "DashboardWindow"

@@ -105,6 +105,50 @@
     return [new Date(first).toISOString(), new Date(last).toISOString()];
   }
 
+  // The bucket still in progress (the last) holds part of a bucket's events: drawn as a whole
+  // bucket its events read as a drop toward zero and its rates, over a handful of events, as a
+  // spike. The charts leave it out (and shade where it is); the headline figures count it.
+  // A fleet younger than a bucket has nothing else to show: its bucket in progress stays drawn
+  // (shaded as such) rather than empty charts.
+  function withoutPartial(payload) {
+    var index = payload.window.partial_bucket;
+    if (index === undefined || index === null) { return payload; }
+    var length = payload.buckets.length;
+    var whole = payload.series.events.some(function (n, i) { return i !== index && n > 0; });
+    if (!whole) { return payload; }
+    function cut(series) {
+      var out = {};
+      Object.keys(series).forEach(function (name) {
+        var list = series[name];
+        out[name] = Array.isArray(list) && list.length === length
+          ? list.map(function (value, i) { return i === index ? null : value; }) : list;
+      });
+      return out;
+    }
+    var routes = {};
+    Object.keys(payload.routes).forEach(function (route) { routes[route] = cut(payload.routes[route]); });
+    var cohorts = {};
+    Object.keys(payload.cohorts).forEach(function (cohort) {
+      cohorts[cohort] = Object.assign({}, payload.cohorts[cohort], { series: cut(payload.cohorts[cohort].series) });
+    });
+    return Object.assign({}, payload, { series: cut(payload.series), routes: routes, cohorts: cohorts });
+  }
+
+  // A light band over the bucket in progress (not drawn until it ends).
+  function partialBand(payload) {
+    if (!payload.window.partial_from) { return []; }
+    var from = new Date(payload.window.partial_from).getTime();
+    var to = from + payload.window.bucket_seconds * 1000;
+    return [{ type: "rect", xref: "x", yref: "paper", x0: payload.window.partial_from, x1: new Date(to).toISOString(),
+              y0: 0, y1: 1, fillcolor: "rgba(107,118,133,0.12)", line: { width: 0 }, layer: "below", name: "partial" }];
+  }
+
+  // A phone's chart: fewer and shorter labels.
+  function isNarrow(id) {
+    var el = document.getElementById(id);
+    return Boolean(el && el.clientWidth && el.clientWidth < 520);
+  }
+
   // The width in pixels of a chart's plot area (its box less the layout's side margins).
   function plotWidth(id, margin) {
     var el = document.getElementById(id);
@@ -113,7 +157,7 @@
   }
 
   // About how wide a label is at `size` px (Plotly measures only once it has drawn).
-  function textWidth(text, size) { return 0.6 * size * String(text).length + 8; }
+  function textWidth(text, size) { return 0.58 * size * String(text).length + 8; }
 
   // Vertical lines and labels for publishes, switches and rollout stages. Markers within one
   // bucket share one label ("v2 published · 5%"); labels that would touch go on a lower row,
@@ -142,18 +186,27 @@
         groups.push({ at: at, iso: marker.at, labels: [marker.label], summaries: [marker.summary], colour: colour });
       }
     });
+    // Each label starts just right of its line, or ends just left of it near the right edge,
+    // and is pushed inside the plot when even that would cut it (a line near the left edge of
+    // a phone's narrow chart); labels that would touch go on a lower row.
+    // A label too long for a phone's chart puts each marker on a line of its own.
     var rowsEnd = [];
+    var lines = 1;
     groups.forEach(function (group) {
-      var text = group.labels.join(" · ");
+      group.stacked = textWidth(group.labels.join(" · "), 10) > width / 2;
+      if (group.stacked) { lines = Math.max(lines, group.labels.length); }
+    });
+    groups.forEach(function (group) {
+      var text = group.labels.join(group.stacked ? "<br>" : " · ");
       var px = width * (group.at - t0) / span;
-      var w = textWidth(text, 10);
-      var right = px + w > width;
-      var left = right ? px - w : px;
+      var w = group.stacked ? Math.max.apply(null, group.labels.map(function (l) { return textWidth(l, 10); })) : textWidth(text, 10);
+      var left = px + 3 + w > width ? px - 3 - w : px + 3;
+      left = Math.max(0, Math.min(left, width - w));
       var row = 0;
       while (rowsEnd[row] !== undefined && rowsEnd[row] > left - 4) { row += 1; }
-      rowsEnd[row] = right ? px : px + w;
-      annotations.push({ x: group.iso, xref: "x", yref: "paper", y: 1, yanchor: "top", yshift: -2 - 15 * row,
-                         xanchor: right ? "right" : "left", xshift: right ? -3 : 3,
+      rowsEnd[row] = left + w;
+      annotations.push({ x: left / width, xref: "paper", yref: "paper", y: 1, yanchor: "top", yshift: -2 - (2 + 13 * lines) * row,
+                         xanchor: "left",
                          text: text, showarrow: false, font: { size: 10, color: group.colour },
                          bgcolor: "rgba(255,255,255,0.9)", hovertext: group.summaries.join("<br>"),
                          name: "marker" });
@@ -198,21 +251,37 @@
 
   function drawShares(payload, x) {
     var series = payload.series;
-    // Only buckets with events: an empty minute is not "0% on the device".
-    var keep = series.events.map(function (n) { return n > 0; });
-    function kept(list) { return list.filter(function (_, i) { return keep[i]; }); }
-    var keptX = kept(x);
-    var traces = [
+    // Only buckets with events: an empty minute is not "0% on the device", and a stretch with
+    // none is a gap, not a slope from the bucket before it to the one after. Each run of
+    // buckets with events is its own stack (a stack would fill a gap with 0 or a slope).
+    var runs = [];
+    var run = null;
+    series.events.forEach(function (n, i) {
+      if (n > 0) {
+        if (!run) { run = []; runs.push(run); }
+        run.push(i);
+      } else {
+        run = null;
+      }
+    });
+    var shares = [
       { name: "α on device", y: percents(series.alpha), fillcolor: "rgba(47,158,91,0.55)", line: { color: ROUTE_COLOURS.device } },
       { name: "draft-refine", y: percents(series.draft_refine_share), fillcolor: "rgba(138,85,201,0.5)", line: { color: ROUTE_COLOURS.draft_refine } },
       { name: "cloud", y: percents(series.cloud_share), fillcolor: "rgba(47,111,214,0.5)", line: { color: ROUTE_COLOURS.cloud } }
-    ].map(function (trace) {
-      // A young fleet has a bucket or two: markers, or a lone bucket draws nothing at all.
-      return Object.assign({ type: "scatter", mode: keptX.length < 3 ? "lines+markers" : "lines", stackgroup: "share",
-                             marker: { size: 7 }, hovertemplate: "%{y:.1f}%" },
-                           trace, { x: keptX, y: kept(trace.y) });
+    ];
+    var traces = [];
+    runs.forEach(function (indexes, k) {
+      shares.forEach(function (share) {
+        // A run of a bucket or two: markers, or a lone bucket draws nothing at all.
+        traces.push(Object.assign({ type: "scatter", mode: indexes.length < 3 ? "lines+markers" : "lines",
+                                    stackgroup: "share-" + k, legendgroup: share.name, showlegend: k === 0,
+                                    marker: { size: 7 }, hovertemplate: "%{y:.1f}%" },
+                                  share, { x: indexes.map(function (i) { return x[i]; }),
+                                           y: indexes.map(function (i) { return share.y[i]; }) }));
+      });
     });
-    traces.push({ x: x, y: series.events, name: "events", type: "scatter", mode: "lines", yaxis: "y2",
+    traces.push({ x: x, y: series.events, name: "events", type: "scatter", mode: "lines+markers", yaxis: "y2",
+                  connectgaps: false, marker: { size: 3 },
                   line: { color: "#4a5568", width: 1, dash: "dot" }, hovertemplate: "%{y:,} events" });
     var margin = { l: 62, r: 62, t: 10, b: 42 };
     var marks = markerShapes(payload, "chart-shares", margin);
@@ -222,7 +291,7 @@
                 showgrid: false, tickmode: "auto", nticks: 5, tickformat: ",d" },
       xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", automargin: true, range: timeRange(payload), gridcolor: "#eef1f5" },
       margin: margin,
-      shapes: marks.shapes, annotations: marks.annotations
+      shapes: partialBand(payload).concat(marks.shapes), annotations: marks.annotations
     }));
   }
 
@@ -252,11 +321,13 @@
     var high = all.length ? Math.max.apply(null, all) * 1.4 : 1000;
     var lo = Math.log10(low);
     var hi = Math.log10(high);
-    var margin = { l: 70, r: 16, t: 10, b: 42 };
+    // The bottom margin holds the two-line date ticks and the axis title, so the plot's height
+    // (which places the budget labels) is what Plotly draws, not less after its automargin.
+    var margin = { l: 70, r: 16, t: 10, b: 64 };
     var el = document.getElementById("chart-latency");
     var plotHeight = Math.max(80, (el && el.clientHeight ? el.clientHeight : 300) - margin.t - margin.b);
-    // On a phone the two label columns would meet: one column, the milliseconds only.
-    var narrow = plotWidth("chart-latency", margin) < 520;
+    // On a phone the labels say the milliseconds only, so the two columns stay apart.
+    var narrow = isNarrow("chart-latency");
     // Budgets of the same milliseconds share a line and a label.
     var byMs = {};
     payload.budgets.forEach(function (budget) {
@@ -267,15 +338,15 @@
     var lines = Object.keys(byMs).map(function (key) { return byMs[key]; })
       .sort(function (a, b) { return a.ms - b.ms; });
     // Labels sit at the left or right edge beside their line: each goes to the side where it
-    // needs the least push to clear the label below it (13 px a line), so none overlap.
+    // needs the least push to clear the label below it (15 px a line), so none overlap.
+    var LABEL_PX = 15;
     var previous = [-Infinity, -Infinity];
     var shapes = [];
     var annotations = [];
     lines.forEach(function (line) {
       var px = plotHeight * (Math.log10(line.ms) - lo) / (hi - lo);
-      var side = Math.max(px, previous[0] + 13) - px <= Math.max(px, previous[1] + 13) - px ? 0 : 1;
-      if (narrow) { side = 0; }
-      var placed = Math.max(px, previous[side] + 13);
+      var side = Math.max(px, previous[0] + LABEL_PX) - px <= Math.max(px, previous[1] + LABEL_PX) - px ? 0 : 1;
+      var placed = Math.max(px, previous[side] + LABEL_PX);
       previous[side] = placed;
       shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: line.ms, y1: line.ms,
                     line: { color: "#b42318", width: 1.1, dash: "dash" } });
@@ -291,7 +362,7 @@
       yaxis: { title: { text: "latency (log scale)" }, type: "log", gridcolor: "#eef1f5", range: [lo, hi],
                tickmode: "array", tickvals: ticks.tickvals, ticktext: ticks.ticktext },
       xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", automargin: true, range: range, gridcolor: "#eef1f5" },
-      margin: margin, shapes: shapes, annotations: annotations
+      margin: margin, shapes: partialBand(payload).concat(shapes), annotations: annotations
     }));
   }
 
@@ -309,7 +380,8 @@
     });
     draw("chart-rates", traces, baseLayout("% of events", {
       yaxis: { title: { text: "% of events" }, ticksuffix: "%", rangemode: "tozero", gridcolor: "#eef1f5" },
-      xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", automargin: true, range: timeRange(payload), gridcolor: "#eef1f5" }
+      xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", automargin: true, range: timeRange(payload), gridcolor: "#eef1f5" },
+      shapes: partialBand(payload)
     }));
   }
 
@@ -321,7 +393,7 @@
          baseLayout("violations (events)", {
            yaxis: { title: { text: "violations (events)" }, rangemode: "tozero", range: any ? null : [0, 1], dtick: any ? null : 1, gridcolor: "#eef1f5" },
            xaxis: { title: { text: "time (UTC)", standoff: 6 }, type: "date", automargin: true, range: timeRange(payload), gridcolor: "#eef1f5" },
-           showlegend: false,
+           showlegend: false, shapes: partialBand(payload),
            annotations: any ? [] : [{ xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false,
                                       text: "none in this window", font: { size: 13, color: "#1d7a3e" } }]
          }));
@@ -341,35 +413,54 @@
 
   function drawGrid(payload) {
     var axes = gridAxes(payload.grid);
+    // On a phone the grid is transposed: the few short task types across, each latency budget
+    // · privacy tier down (four labels like "interactive / normal" side by side run together
+    // in a chart 350 px wide), the colour scale under the chart rather than beside it.
+    var narrow = isNarrow("chart-grid-cloud");
     var columnLabels = axes.columns.map(function (c) { return c[0] + "<br>" + c[1]; });
+    var across = narrow ? axes.rows : columnLabels;
+    var down = narrow ? columnLabels : axes.rows;
     function matrix(pick) {
-      return axes.rows.map(function (task) {
+      var rows = axes.rows.map(function (task) {
         return axes.columns.map(function (c) { return pick(axes.index[task + "|" + c[0] + "|" + c[1]]); });
       });
+      if (!narrow) { return rows; }
+      return axes.columns.map(function (_, j) { return rows.map(function (row) { return row[j]; }); });
     }
+    function scale(bar) {
+      if (!narrow) { return bar; }
+      return Object.assign({}, bar, { orientation: "h", x: 0.5, xanchor: "center", y: -0.2, yanchor: "top",
+                                      thickness: 10, len: 1, title: Object.assign({}, bar.title, { side: "top" }) });
+    }
+    var TEXT = { size: narrow ? 11 : 12 };
+    var where = narrow ? "%{x} · %{y}" : "%{y} · %{x}";
     var cloud = matrix(function (cell) { return cell && cell.events ? 100 * cell.cloud_share : null; });
     var cloudText = matrix(function (cell) {
       if (!cell) { return ""; }
       return cell.events ? (100 * cell.cloud_share).toFixed(0) + "%<br>" + count(cell.events) + " ev" : "no events";
     });
     var p95 = matrix(function (cell) { return cell && cell.events ? cell.p95_ms : null; });
+    // Two short lines a cell: the P95 over the cell's budget ("420 ms" / "of 1 s").
+    function seconds(value) {
+      return value >= 1000 ? (value / 1000).toLocaleString("en-US", { maximumFractionDigits: 1 }) + " s" : count(value) + " ms";
+    }
     var p95Text = matrix(function (cell) {
       if (!cell) { return ""; }
-      var budget = cell.budget_ms ? " / " + count(cell.budget_ms) : "";
-      return cell.events ? ms(cell.p95_ms) + budget : "no events" + (budget ? "<br>budget" + budget + " ms" : "");
+      var budget = cell.budget_ms ? seconds(cell.budget_ms) : "";
+      return cell.events ? ms(cell.p95_ms) + (budget ? "<br>of " + budget : "") : "no events" + (budget ? "<br>budget " + budget : "");
     });
     var overBudget = matrix(function (cell) {
       return cell && cell.events && cell.budget_ms ? cell.p95_ms / cell.budget_ms : null;
     });
     var layout = {
-      font: FONT, margin: { l: 86, r: 16, t: 8, b: 78 }, paper_bgcolor: "rgba(0,0,0,0)",
-      xaxis: { title: { text: "latency budget · privacy tier" }, tickangle: 0, automargin: true },
-      yaxis: { title: { text: "task type" }, automargin: true }
+      font: FONT, margin: narrow ? { l: 8, r: 8, t: 8, b: 70 } : { l: 86, r: 16, t: 8, b: 78 }, paper_bgcolor: "rgba(0,0,0,0)",
+      xaxis: { title: { text: narrow ? "task type" : "latency budget · privacy tier" }, tickangle: 0, automargin: true, side: narrow ? "top" : "bottom" },
+      yaxis: { title: { text: narrow ? "budget · privacy" : "task type" }, automargin: true, autorange: narrow ? "reversed" : true }
     };
     draw("chart-grid-cloud", [{
-      type: "heatmap", x: columnLabels, y: axes.rows, z: cloud, text: cloudText, texttemplate: "%{text}",
+      type: "heatmap", x: across, y: down, textfont: TEXT, z: cloud, text: cloudText, texttemplate: "%{text}",
       zmin: 0, zmax: 100, colorscale: [[0, "#e3f4e8"], [0.5, "#98b5ee"], [1, "#1f4fb0"]],
-      colorbar: { title: { text: "cloud %" }, ticksuffix: "%" }, hovertemplate: "%{y} · %{x}<br>cloud %{z:.1f}%<extra></extra>",
+      colorbar: scale({ title: { text: "cloud %" }, ticksuffix: "%" }), hovertemplate: where + "<br>cloud %{z:.1f}%<extra></extra>",
       xgap: 2, ygap: 2
     }], layout);
     // Device quality per cell: a cell whose events reported nothing is "no reports", never
@@ -395,29 +486,30 @@
       var any = values.some(function (row) { return row.some(function (v) { return v !== null; }); });
       if (any) { return layout; }
       return Object.assign({}, layout, {
-        xaxis: Object.assign({}, layout.xaxis, { type: "category", categoryarray: columnLabels, range: [-0.5, columnLabels.length - 0.5] }),
-        yaxis: Object.assign({}, layout.yaxis, { type: "category", categoryarray: axes.rows, range: [-0.5, axes.rows.length - 0.5] }),
+        xaxis: Object.assign({}, layout.xaxis, { type: "category", categoryarray: across, range: [-0.5, across.length - 0.5] }),
+        yaxis: Object.assign({}, layout.yaxis, { type: "category", categoryarray: down, autorange: false,
+                                                 range: narrow ? [down.length - 0.5, -0.5] : [-0.5, down.length - 0.5] }),
         annotations: [{ xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false,
                         text: "no reports in this view", font: { size: 13, color: "#6b7685" } }]
       });
     }
     draw("chart-grid-kept", [{
-      type: "heatmap", x: columnLabels, y: axes.rows, z: kept, text: keptText, texttemplate: "%{text}",
+      type: "heatmap", x: across, y: down, textfont: TEXT, z: kept, text: keptText, texttemplate: "%{text}",
       customdata: keptDevice, zmin: 0, zmax: 100, colorscale: qualityScale,
-      colorbar: { title: { text: "kept %" }, ticksuffix: "%" }, hovertemplate: "%{y} · %{x}<br>draft kept %{z:.1f}%<br>%{customdata}<extra></extra>",
+      colorbar: scale({ title: { text: "kept %" }, ticksuffix: "%" }), hovertemplate: where + "<br>draft kept %{z:.1f}%<br>%{customdata}<extra></extra>",
       xgap: 2, ygap: 2
     }], reportedLayout(kept));
     draw("chart-grid-quality", [{
-      type: "heatmap", x: columnLabels, y: axes.rows, z: quality, text: qualityText, texttemplate: "%{text}",
+      type: "heatmap", x: across, y: down, textfont: TEXT, z: quality, text: qualityText, texttemplate: "%{text}",
       zmin: 0, zmax: 1, colorscale: qualityScale,
-      colorbar: { title: { text: "quality" } }, hovertemplate: "%{y} · %{x}<br>app quality %{z:.2f}<extra></extra>",
+      colorbar: scale({ title: { text: "quality" } }), hovertemplate: where + "<br>app quality %{z:.2f}<extra></extra>",
       xgap: 2, ygap: 2
     }], reportedLayout(quality));
     draw("chart-grid-p95", [{
-      type: "heatmap", x: columnLabels, y: axes.rows, z: overBudget, text: p95Text, texttemplate: "%{text}",
+      type: "heatmap", x: across, y: down, textfont: TEXT, z: overBudget, text: p95Text, texttemplate: "%{text}",
       customdata: p95, zmin: 0, zmax: 2, colorscale: [[0, "#e3f4e8"], [0.45, "#fff3d6"], [0.5, "#f6c27a"], [1, "#b42318"]],
-      colorbar: { title: { text: "P95 ÷ budget" }, tickvals: [0, 0.5, 1, 1.5, 2], ticktext: ["0", "½", "1 (at budget)", "1½", "≥2"] },
-      hovertemplate: "%{y} · %{x}<br>P95 %{customdata:,.0f} ms (%{z:.2f}× budget)<extra></extra>", xgap: 2, ygap: 2
+      colorbar: scale({ title: { text: "P95 ÷ budget" }, tickvals: [0, 0.5, 1, 1.5, 2], ticktext: ["0", "½", "1 (at budget)", "1½", "≥2"] }),
+      hovertemplate: where + "<br>P95 %{customdata:,.0f} ms (%{z:.2f}× budget)<extra></extra>", xgap: 2, ygap: 2
     }], layout);
   }
 
@@ -451,7 +543,8 @@
       draw(chart[0], traces, baseLayout(chart[2], {
         margin: { l: 54, r: 8, t: 24, b: 40 },
         legend: { orientation: "h", x: 0, y: 1.0, yanchor: "bottom", font: { size: 10 } },
-        xaxis: { title: { text: "time (UTC)", standoff: 4 }, type: "date", automargin: true, range: timeRange(payload), gridcolor: "#eef1f5", nticks: 4 }
+        xaxis: { title: { text: "time (UTC)", standoff: 4 }, type: "date", automargin: true, range: timeRange(payload), gridcolor: "#eef1f5", nticks: 4 },
+        shapes: partialBand(payload)
       }));
     });
     return stable;
@@ -483,6 +576,7 @@
         legend: { orientation: "h", x: 0, y: 1.0, yanchor: "bottom", font: { size: 10 } },
         yaxis: { title: { text: chart[3] }, range: chart[4] ? [0, 100] : [0, 1], ticksuffix: chart[4] ? "%" : "", gridcolor: "#eef1f5" },
         xaxis: { title: { text: "time (UTC)", standoff: 4 }, type: "date", automargin: true, range: timeRange(payload), gridcolor: "#eef1f5", nticks: 6 },
+        shapes: partialBand(payload),
         annotations: any ? [] : [{ xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false,
                                    text: "no reports in this window", font: { size: 13, color: "#6b7685" } }]
       }));
@@ -568,14 +662,15 @@
     live.payload = payload;
     live.renders += 1;
     var x = payload.buckets;
+    var whole = withoutPartial(payload);
     drawFigures(payload);
-    drawShares(payload, x);
-    drawLatency(payload, x);
-    drawRates(payload, x);
-    drawPrivacy(payload, x);
+    drawShares(whole, x);
+    drawLatency(whole, x);
+    drawRates(whole, x);
+    drawPrivacy(whole, x);
     drawGrid(payload);
-    drawCohorts(payload, x);
-    drawQuality(payload, x);
+    drawCohorts(whole, x);
+    drawQuality(whole, x);
     drawConvergence(payload);
     setText("stable", payload.stable_version ? "v" + payload.stable_version : "none yet");
     var rolloutEl = document.querySelector('[data-field="rollout"]');
@@ -594,6 +689,7 @@
     }
     setText("window-note", payload.captions.window);
     setText("caption-shares", payload.captions.shares);
+    setText("caption-partial", payload.captions.partial || "");
     refreshOptions(payload);
   }
 

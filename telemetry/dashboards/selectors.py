@@ -229,7 +229,9 @@ def _fold_rows(
 def _series(
     tallies: dict[int, Figures], buckets: int, *, with_latency: bool = True
 ) -> dict[str, list[Any]]:
-    """Per-bucket lists (None where a bucket has no events), aligned with `buckets`."""
+    """Per-bucket lists aligned with `buckets`: None where a bucket has no events, its event
+    and violation counts too (a bucket nothing reported is a gap on the chart, never a 0 a
+    line would run down to and back up from)."""
     names = (
         "events",
         "alpha",
@@ -252,8 +254,7 @@ def _series(
         "quality_count",
     )
     out: dict[str, list[Any]] = {name: [None] * buckets for name in names}
-    out["events"] = [0] * buckets
-    out["privacy_violations"] = [0] * buckets
+    # Reports per bucket stay counts (0: nothing reported); the drawn rates beside them are None.
     out["refine_reported"] = [0] * buckets
     out["quality_count"] = [0] * buckets
     for index, figures in tallies.items():
@@ -371,6 +372,7 @@ def _captions(plan: WindowPlan, shown_from: datetime) -> dict[str, str]:
         "shares": f"share of events {per}, with versions and rollout stages",
         "events_axis": f"events {per}",
         "window": f"{plan.resolution} buckets from {when} UTC",
+        "partial": f"the {plan.resolution} in progress (shaded) is drawn once it ends",
     }
 
 
@@ -630,6 +632,10 @@ def fleet_dashboard(
             "resolution": plan.resolution,
             "bucket_seconds": int(plan.step.total_seconds()),
             "shown_from": _iso(shown_from),
+            # The last bucket is still filling: a minute 10 s old holds a sixth of a minute's
+            # events, and its rates rest on a handful of them.
+            "partial_bucket": plan.buckets - 1,
+            "partial_from": _iso(plan.current),
         },
         "captions": _captions(plan, shown_from),
         "buckets": buckets,

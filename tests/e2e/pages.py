@@ -81,6 +81,72 @@ def assert_in_view_horizontally(page: Page, selector: str, what: str) -> None:
         assert right <= width + 0.5, f"{what}: {selector} cut off on the right at {right}"
 
 
+def wider_than_the_window(page: Page) -> list[str]:
+    """Visible elements wider than the window (they cannot be read without scrolling sideways,
+    whether the page or a box inside it scrolls)."""
+    return page.evaluate(  # type: ignore[no-any-return]
+        """() => {
+          const width = window.innerWidth;
+          return [...document.querySelectorAll('body *')]
+            // A chart's own drawing layers may reach past its box (they are clipped to it).
+            .filter(el => !(el instanceof SVGElement) || el.tagName.toLowerCase() === 'svg')
+            .filter(el => el.getBoundingClientRect().width > width + 0.5)
+            // Plotly's text-measuring box sits far off the page, where nobody sees it.
+            .filter(el => el.getBoundingClientRect().right > 0)
+            .filter(el => getComputedStyle(el).visibility !== 'hidden')
+            .slice(0, 5)
+            .map(el => {
+              const name = [el.tagName.toLowerCase(), ...String(el.className || '').split(' ')];
+              const width = Math.round(el.getBoundingClientRect().width);
+              return name.filter(Boolean).join('.') + ' width=' + width;
+            });
+        }"""
+    )
+
+
+def off_screen(page: Page, selector: str) -> dict[str, Any]:
+    """How many visible elements match, and those not wholly inside the window's width or
+    inside a box that scrolls sideways (a box whose content is wider than the box)."""
+    return page.evaluate(  # type: ignore[no-any-return]
+        """sel => {
+          const width = window.innerWidth;
+          const shown = [...document.querySelectorAll(sel)]
+            .filter(el => el.getBoundingClientRect().width > 0);
+          const off = [];
+          for (const el of shown) {
+            const box = el.getBoundingClientRect();
+            let why = null;
+            if (box.left < -0.5 || box.right > width + 0.5) {
+              why = `left=${Math.round(box.left)} right=${Math.round(box.right)}`;
+            }
+            for (let up = el.parentElement; up && !why; up = up.parentElement) {
+              const overflow = getComputedStyle(up).overflowX;
+              if (overflow !== 'visible' && up.scrollWidth > up.clientWidth + 1) {
+                const box = `${up.tagName.toLowerCase()}.${up.className}`;
+                why = `in a box that scrolls sideways (${box})`;
+              }
+            }
+            if (why) {
+              const name =
+                el.dataset.cell || el.dataset.label || el.textContent.trim().slice(0, 30);
+              off.push(`${name}: ${why}`);
+            }
+          }
+          return { shown: shown.length, off };
+        }""",
+        selector,
+    )
+
+
+def assert_on_screen(page: Page, selector: str, what: str) -> int:
+    """Every visible element matching `selector` (at least one) is wholly on screen sideways,
+    not in a box that scrolls; returns how many there are."""
+    measured = off_screen(page, selector)
+    assert measured["shown"], f"{what}: nothing visible matches {selector}"
+    assert measured["off"] == [], f"{what}: {selector} not on screen: {measured['off']}"
+    return int(measured["shown"])
+
+
 def text_boxes(page: Page, selector: str) -> list[dict[str, Any]]:
     """The text and bounding box of each visible element matching `selector`."""
     return page.evaluate(  # type: ignore[no-any-return]
@@ -103,6 +169,61 @@ def overlapping(boxes: list[dict[str, Any]], slack: float = 1.0) -> list[tuple[s
             ):
                 pairs.append((first["text"], second["text"]))
     return pairs
+
+
+def assert_dashboard_reads(page: Page, what: str) -> None:
+    """The drawn dashboard reads at a glance: the version and stage labels stand apart and
+    inside the plot, the budget labels stand apart, the policy grids' axis labels and figures
+    stand apart at a readable size, and the bucket in progress is out of every line, shaded."""
+    markers = text_boxes(page, "#chart-shares .annotation-text-g text")
+    assert overlapping(markers) == [], f"{what}: rollout labels overlap: {overlapping(markers)}"
+    plot = page.locator("#chart-shares .nsewdrag").first.bounding_box()
+    assert plot is not None
+    for marker in markers:
+        box = marker["box"]
+        assert box["left"] >= plot["x"] - 1, f"{what}: {marker['text']!r} cut at the left"
+        assert box["right"] <= plot["x"] + plot["width"] + 1, f"{what}: {marker['text']!r} cut"
+    budgets = text_boxes(page, "#chart-latency .annotation-text-g text")
+    assert overlapping(budgets) == [], f"{what}: budget labels overlap: {overlapping(budgets)}"
+    for grid in ("chart-grid-cloud", "chart-grid-p95"):
+        for axis in ("xtick", "ytick"):
+            ticks = text_boxes(page, f"#{grid} .{axis} text")
+            assert ticks, f"{what}: {grid} has no {axis} labels"
+            assert overlapping(ticks) == [], f"{what}: {grid} {axis} labels run together"
+        figures = text_boxes(page, f"#{grid} .hm text")
+        assert figures, f"{what}: {grid} shows no figures"
+        assert overlapping(figures) == [], f"{what}: {grid} figures run together"
+        sizes = page.evaluate(
+            "sel => [...document.querySelectorAll(sel)]"
+            ".map(t => parseFloat(getComputedStyle(t).fontSize))",
+            f"#{grid} .hm text",
+        )
+        assert min(sizes) >= 11, f"{what}: {grid} figures at {min(sizes)} px"
+        assert_in_view_horizontally(page, f"#{grid} .main-svg", what)
+    drawn = page.evaluate(
+        """() => {
+          const payload = window.dashboardLive.payload;
+          const last = payload.window.partial_bucket;
+          const lines = ['chart-shares', 'chart-latency', 'chart-rates', 'chart-privacy']
+            .flatMap(id => document.getElementById(id).data
+              .filter(t => t.x && t.x.length === payload.buckets.length)
+              .map(t => [id + ' ' + t.name, t.y[last]]));
+          const bands = document.getElementById('chart-shares').layout.shapes
+            .filter(s => s.name === 'partial').map(s => s.x0);
+          const whole = payload.series.events.some((n, i) => i !== last && n > 0);
+          return { last, buckets: payload.buckets.length, lines, bands, whole,
+                   from: payload.window.partial_from };
+        }"""
+    )
+    assert drawn["last"] == drawn["buckets"] - 1, what
+    assert drawn["lines"], what
+    # (Unless no whole bucket has events yet: then the bucket in progress, shaded, is all
+    # there is to show, rather than empty charts.)
+    if drawn["whole"]:
+        assert [name for name, value in drawn["lines"] if value is not None] == [], (
+            f"{what}: the bucket in progress is drawn"
+        )
+    assert drawn["bands"] == [drawn["from"]], f"{what}: the bucket in progress is not shaded"
 
 
 class ConsoleErrors:

@@ -7,9 +7,13 @@ the viewer reads the matrix; the editor starts a draft and edits a cell; the pub
 publishes it with a note, sees what the devices run, rolls it out 5% → 25%, rolls it back,
 and reads the dashboard and the alerts page.
 
-Every step asserts that the page does not scroll sideways and that the console stayed free of
-errors, and keeps a screenshot: `var/artifacts/first_hour/<width>/<nn>-<step>.png` (the path
-is printed). The steady demo must fire no alert.
+Every step asserts that the page does not scroll sideways, that no element is wider than the
+window, and that the console stayed free of errors, and keeps a screenshot:
+`var/artifacts/first_hour/<width>/<nn>-<step>.png` (the path is printed). The steady demo
+must fire no alert. On the phone (issue 22) every cell of the matrix, the cell being edited,
+and the key columns of the rollout history and the alert rules are on screen with no box to
+scroll sideways; at both widths the dashboard's labels stand apart and the minute in progress
+is not drawn.
 """
 
 import re
@@ -25,7 +29,17 @@ from tests.integration.test_dashboard_feed import own_redis_db, worker
 from tests.integration.test_telemetry_durability import Worker
 from tests.integration.ws_clients import BackgroundLoop, wait_until
 
-from .pages import LAPTOP, PHONE, ConsoleErrors, assert_no_sideways_scroll, log_in, log_out
+from .pages import (
+    LAPTOP,
+    PHONE,
+    ConsoleErrors,
+    assert_dashboard_reads,
+    assert_no_sideways_scroll,
+    assert_on_screen,
+    log_in,
+    log_out,
+    wider_than_the_window,
+)
 
 __all__ = ["own_redis_db", "worker"]  # fixtures
 
@@ -60,6 +74,7 @@ class Walk:
         self.page.wait_for_load_state("load")
         self.steps += 1
         assert_no_sideways_scroll(self.page, name)
+        assert wider_than_the_window(self.page) == [], f"wider than the window at step {name}"
         assert self.console.take() == [], f"console errors at step {name}"
         self.page.screenshot(
             path=str(self.folder / f"{self.steps:02d}-{name}.png"), full_page=True, timeout=60_000
@@ -137,6 +152,8 @@ def test_first_hour__main_job_as_each_role__true_and_readable(
     expect(page.locator(f'td[data-cell="{CELL}"]')).to_be_visible()
     _runs(page, r"v1\s+\(stable\)")
     expect(page.get_by_role("button", name="Start a draft")).to_have_count(0)
+    # and on a phone too: every cell on screen (one privacy tier per block), none off to a side
+    assert assert_on_screen(page, "td[data-cell]", "viewer matrix") == 12
     walk.step("viewer-matrix")
     log_out(page)
 
@@ -152,6 +169,8 @@ def test_first_hour__main_job_as_each_role__true_and_readable(
     cell.locator(".cell-hit").click()
     expect(page.locator("[data-selection-summary]")).to_contain_text(f"Editing {CELL}")
     page.locator("#field-threshold").fill("0.55")
+    # and the cell being edited is on screen, not in a box scrolled sideways
+    assert_on_screen(page, "td.cell.selected", "the edited cell")
     walk.step("editor-editing")
     page.get_by_role("button", name="Save changes").click()
     # Then the cell shows the new value, and it is marked as changed from v1
@@ -196,6 +215,9 @@ def test_first_hour__main_job_as_each_role__true_and_readable(
     expect(page.locator(".flash")).to_contain_text("Advanced v2 to 25%")
     expect(page.locator(".stage[data-stage='25']")).to_have_attribute("data-step", "current")
     expect(page.locator(".stage[data-stage='5']")).to_have_attribute("data-step", "done")
+    # and the history's when, action and stage are on screen for each transition
+    for column in ("When (UTC)", "Action", "Stage"):
+        assert assert_on_screen(page, f'.history td[data-label="{column}"]', column) >= 2
     walk.step("rollout-25")
     # and the fleet page says what runs: v1 as stable, v2 on a quarter
     walk.go(f"/fleets/{SLUG}/?version=2")
@@ -234,11 +256,19 @@ def test_first_hour__main_job_as_each_role__true_and_readable(
     for chart in ("chart-shares", "chart-latency", "chart-grid-cloud", "chart-convergence"):
         points = page.locator(f"#{chart}").get_attribute("data-points") or "0"
         assert int(points) > 0, f"{chart} drew nothing"
+    # and its labels stand apart and inside their charts (rollout stages, budgets, the grids'
+    # axes and figures); the minute in progress is out of every line (a few events of it drew
+    # the fallback chart at 10x the card's rate) and shaded
+    page.wait_for_function("() => document.querySelectorAll('#chart-grid-p95 .hm text').length > 0")
+    assert_dashboard_reads(page, f"dashboard at {viewport['width']} px")
     walk.step("dashboard")
 
     # When they open the alerts page / Then the steady demo fires nothing, and no banner shows
     walk.go(f"/fleets/{SLUG}/alerts/")
     expect(page.locator('[data-field="firing-count"]')).to_have_text("0")
     expect(page.locator("#alert-banner")).to_be_hidden()
+    # and each rule's state and current value are on screen (on a phone: a card per rule)
+    for column in ("State", "Now"):
+        assert assert_on_screen(page, f'.alert-rules td[data-label="{column}"]', column) >= 1
     walk.step("alerts")
     assert steady_demo.stats.tasks > 0

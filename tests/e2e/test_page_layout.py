@@ -33,11 +33,14 @@ from .pages import (
     LAPTOP,
     PHONE,
     ConsoleErrors,
+    assert_dashboard_reads,
     assert_in_view_horizontally,
     assert_no_sideways_scroll,
+    assert_on_screen,
     log_in,
     overlapping,
     text_boxes,
+    wider_than_the_window,
 )
 
 pytestmark = pytest.mark.e2e
@@ -175,11 +178,75 @@ def test_every_page__390px_phone__no_sideways_scroll(
             path=str(screenshot_path(f"layout-{name}-390")), full_page=True, timeout=60_000
         )
 
-    # and the matrix, wider than the phone, scrolls inside its own box
+    assert errors.take() == []
+
+
+# The columns a person reads a row by, per page: each must be on screen on a phone.
+KEY_COLUMNS = (
+    ("fleet-list", "/", ("Fleet", "Latest published", "Draft")),
+    ("devices", f"/fleets/{SLUG}/devices/", ("Device", "Online", "Assigned", "Acked", "Token")),
+    ("versions", f"/fleets/{SLUG}/versions/", ("Version", "Status", "When", "Note")),
+    ("rollout", f"/fleets/{SLUG}/rollout/", ("When (UTC)", "Action", "Stage", "Acked")),
+    ("alerts", f"/fleets/{SLUG}/alerts/", ("Watches", "State", "Now")),
+    ("audit", f"/fleets/{SLUG}/audit/", ("Time (UTC)", "Action", "Summary")),
+)
+
+
+def _cells_on_screen(page: Page, what: str) -> None:
+    """Every cell of the matrix is on screen, headed by its privacy tier."""
+    shown = assert_on_screen(page, "td[data-cell]", what)
+    assert shown == 12, f"{what}: {shown} of the demo's 12 cells shown"
+    heads = page.evaluate(
+        "() => [...document.querySelectorAll('td[data-cell]')]"
+        ".map(td => getComputedStyle(td, '::before').content)"
+    )
+    assert all(re.fullmatch(r'"privacy \w+"', head) for head in heads), heads
+    assert wider_than_the_window(page) == [], what
+
+
+def test_matrix_and_tables__390px_phone__every_cell_and_key_column_on_screen(
+    asgi_server: str, demo: dict[str, Any], browser_page: Page
+) -> None:
+    page = browser_page
+    _patient(page)
+    errors = ConsoleErrors(page)
+    page.set_viewport_size(PHONE)
+    log_in(page, asgi_server, "publisher", DEMO_PASSWORD)
+
+    # Given a phone 390 px wide / When the publisher opens a published version's matrix
+    page.goto(f"{asgi_server}/fleets/{SLUG}/?version=1")
+    # Then every cell of it is on screen, each named by its privacy tier: no box to scroll
+    _cells_on_screen(page, "version-1")
+    page.screenshot(path=str(screenshot_path("matrix-390-read")), full_page=True, timeout=60_000)
+
+    # When they open the draft and pick a cell to edit
     page.goto(f"{asgi_server}/fleets/{SLUG}/")
-    wrap = page.locator(".grid-wrap").first
-    assert wrap.evaluate("el => el.scrollWidth > el.clientWidth")
-    assert wrap.evaluate("el => getComputedStyle(el).overflowX") == "auto"
+    _cells_on_screen(page, "draft")
+    cell = page.locator('td[data-cell="voice/background/sensitive"]')
+    cell.locator(".cell-hit").click()
+    expect(page.locator("[data-selection-summary]")).to_contain_text("voice/background/sensitive")
+    # Then the cell being edited is on screen, and so are the column boxes above the matrix
+    assert_on_screen(page, "td.cell.selected", "the selected cell")
+    assert_on_screen(page, "th.tier-head", "the privacy column boxes")
+    page.screenshot(path=str(screenshot_path("matrix-390-edit")), full_page=True, timeout=60_000)
+
+    for name, path, columns in KEY_COLUMNS:
+        # When they open each page with a table
+        page.goto(f"{asgi_server}{path}")
+        page.wait_for_load_state("load")
+        # Then every key column of every row is on screen, with its column's name beside it
+        for column in columns:
+            selector = f'table.stack td[data-label="{column}"]'
+            assert_on_screen(page, selector, f"{name} {column}")
+            label = page.locator(selector).first.evaluate(
+                "td => getComputedStyle(td, '::before').content"
+            )
+            assert label == f'"{column}"', (name, column, label)
+        # and every other cell of those tables too, and nothing is wider than the phone
+        assert_on_screen(page, "table.stack > tbody > tr > :is(td, th)", name)
+        assert wider_than_the_window(page) == [], name
+        assert_no_sideways_scroll(page, name)
+        page.screenshot(path=str(screenshot_path(f"tables-390-{name}")), full_page=True)
     assert errors.take() == []
 
 
@@ -245,11 +312,23 @@ def test_dashboard_charts__young_fleet_during_rollout__read_at_a_glance(
     )
     assert (end - start) / 60_000 <= 7, "a five-minute-old fleet drawn over an hour"
 
-    # and the version and stage labels on it do not run into each other
+    # and the version and stage labels on it do not run into each other, nor past its edges;
+    # nor do the budget labels, the policy grids' labels and figures; and the minute in
+    # progress is left out of every line (its events so far would read as a drop, its rates
+    # as a spike) and shaded
     markers = text_boxes(page, "#chart-shares .annotation-text-g text")
     assert any("v2 published" in m["text"] for m in markers), markers
     assert any("5%" in m["text"] for m in markers), markers
-    assert overlapping(markers) == []
+    assert_dashboard_reads(page, f"dashboard at {width} px")
+    expect(page.locator('[data-field="caption-partial"]')).to_contain_text("minute in progress")
+    # and minutes without events are gaps (null), not zeros the line would run down to
+    served = page.evaluate("() => window.dashboardLive.payload.series.events")
+    assert served[0] is None, "an hour-old minute without events is served as null, not 0"
+    connect = page.evaluate(
+        "() => document.getElementById('chart-shares').data.find(t => t.name === 'events')"
+        ".connectgaps"
+    )
+    assert connect is False
 
     # and the latency axis reads as durations, each tick once and in order
     ticks = [t["text"] for t in text_boxes(page, "#chart-latency .ytick text")]

@@ -21,7 +21,9 @@ TEXT_NORMAL = ("text", "interactive", "normal")
 
 def cell_html(page: str, label: str) -> str:
     """The HTML of one grid cell (`<td data-cell="voice/interactive/normal">…</td>`)."""
-    match = re.search(rf'<td class="([^"]*)" data-cell="{re.escape(label)}">(.*?)</td>', page, re.S)
+    match = re.search(
+        rf'<td class="([^"]*)" data-cell="{re.escape(label)}"[^>]*>(.*?)</td>', page, re.S
+    )
     assert match, f"no grid cell {label} on the page"
     return f'class="{match.group(1)}" {match.group(2)}'
 

@@ -494,7 +494,7 @@ def test_rollout_page__after_transitions__history_lists_them_newest_first(
     assert "25% → 0%" in history
     assert "5% → 25%" in history
     assert "— → 5%" in history
-    assert history.count("<td>publisher</td>") == 3
+    assert history.count('<td data-label="Who">publisher</td>') == 3
     assert f'href="/fleets/{SLUG}/audit/"' in page
 
 

@@ -49,6 +49,10 @@ def reported(phone: tuple[Device, str]) -> None:
     )
 
 
+def _at(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
 def _index_of(payload: dict[str, Any], minutes_ago: float) -> int:
     moment = datetime.now(UTC) - timedelta(minutes=minutes_ago)
     start = datetime.fromisoformat(payload["buckets"][0].replace("Z", "+00:00"))
@@ -75,7 +79,7 @@ def test_fleet_dashboard__hour__headline_series_latency_grid(reported: None, fle
     ten, two = _index_of(payload, 10), _index_of(payload, 2)
     assert series["events"][ten] == 4
     assert series["events"][two] == 2
-    assert sum(series["events"]) == 6
+    assert sum(n for n in series["events"] if n is not None) == 6
     assert series["alpha"][ten] == pytest.approx(0.75)
     assert series["cloud_share"][two] == 1.0
     assert series["alpha"][0] is None
@@ -102,6 +106,63 @@ def test_fleet_dashboard__hour__headline_series_latency_grid(reported: None, fle
     assert payload["convergence"]["devices"] == 1
     assert payload["stable_version"] == 1
     assert payload["rollout"] is None
+
+
+def test_fleet_dashboard__minutes_without_events__null_not_zero(reported: None, fleet: Any) -> None:
+    # Given events ten and two minutes ago, none in the minutes between
+    # When the last hour's dashboard is computed
+    payload = fleet_dashboard(fleet=fleet, view=DashboardView(window="1h"))
+
+    # Then every minute between is a gap in each series (null), never a 0 a line runs down to
+    ten, two = _index_of(payload, 10), _index_of(payload, 2)
+    series = payload["series"]
+    for index in range(ten + 1, two):
+        assert series["events"][index] is None
+        assert series["privacy_violations"][index] is None
+        assert series["alpha"][index] is None
+        assert payload["cohorts"]["stable"]["series"]["events"][index] is None
+    # and the minutes that had events keep their counts, 0 violations included
+    assert (series["events"][ten], series["privacy_violations"][ten]) == (4, 0)
+    # and the buckets are all there: a missing bucket is null, not left out
+    assert all(len(values) == len(payload["buckets"]) for values in series.values())
+
+
+def test_fleet_dashboard__7d_hours_without_events__null_not_zero(
+    phone: tuple[Device, str], fleet: Any
+) -> None:
+    # Given events five hours ago and one hour ago, none in the hours between
+    _report(phone[0], [make_event(ts=_minutes_ago(5 * 60)) for _ in range(3)])
+    _report(phone[0], [make_event(ts=_minutes_ago(60)) for _ in range(2)])
+
+    # When the 7-day dashboard is computed (hour buckets)
+    payload = fleet_dashboard(fleet=fleet, view=DashboardView(window="7d"))
+
+    # Then the hours between are null (a gap), the two hours keep their counts
+    events = payload["series"]["events"]
+    five, one = _index_of(payload, 5 * 60), _index_of(payload, 60)
+    assert (events[five], events[one]) == (3, 2)
+    assert events[five + 1 : one] == [None] * (one - five - 1)
+    assert events[0] is None
+
+
+def test_fleet_dashboard__minute_in_progress__marked_partial(
+    phone: tuple[Device, str], fleet: Any
+) -> None:
+    # Given an event in the minute now in progress
+    now = datetime.now(UTC)
+    _report(phone[0], [make_event(ts=iso(now))])
+
+    # When the dashboard is computed
+    payload = fleet_dashboard(fleet=fleet, view=DashboardView(window="1h"), now=now)
+
+    # Then the last bucket is named as the one in progress, from the start of this minute
+    window = payload["window"]
+    assert window["partial_bucket"] == len(payload["buckets"]) - 1
+    assert window["partial_from"] == payload["buckets"][-1]
+    assert _at(window["partial_from"]) == now.replace(second=0, microsecond=0)
+    # and its events so far are counted there, and the page is told it is not whole yet
+    assert payload["series"]["events"][window["partial_bucket"]] == 1
+    assert "minute in progress" in payload["captions"]["partial"]
 
 
 def test_fleet_dashboard__filters__only_matching_rollups(reported: None, fleet: Any) -> None:
