@@ -70,6 +70,16 @@ def test_fleet_nav__a_change_request__marks_change_requests(
     assert _current(_page(publisher, f"{PAGES}/reviews/{opened.pk}/")) == ["Change requests"]
 
 
+def test_fleet_reviews_page__breadcrumb_and_title__say_change_requests_as_the_bar_does(
+    fleet: Any, viewer: Any
+) -> None:
+    # Given a viewer / When they open the fleet's change requests
+    html = _page(viewer, f"{PAGES}/reviews/")
+    # Then the breadcrumb and the window title name it as the navigation does
+    assert '<span class="crumb-sep" aria-hidden="true">/</span><span>change requests</span>' in html
+    assert f"<title>{fleet.slug} change requests" in html
+
+
 def test_top_bar__superuser__admin_badge_and_django_admin_link(fleet: Any) -> None:
     # Given a superuser / When they open the fleet list
     superuser = UserFactory(is_superuser=True, is_staff=True)
