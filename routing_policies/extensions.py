@@ -113,7 +113,7 @@ def demo_seeders() -> list[DemoSeeder]:
     return list(_demo_seeders.values())
 
 
-# --- the policy lab (telemetry/lab, docs/lab.md) -------------------------------------------------
+# --- the policy lab (lab/, docs/lab.md) -------------------------------------------------
 
 
 @dataclass(frozen=True)

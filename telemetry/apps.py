@@ -26,10 +26,8 @@ class TelemetryConfig(AppConfig):
         # Rollout guards and the demo's alert rules, plugged into routing_policies (which never
         # imports telemetry): routing_policies/extensions.py.
         from routing_policies.extensions import (
-            LabPanels,
             RolloutGuards,
             demo_seeder_register,
-            lab_panels_register,
             review_notifier_register,
             rollout_guards_register,
         )
@@ -39,9 +37,6 @@ class TelemetryConfig(AppConfig):
         from .alerts.services import alert_rules_seed, rollout_start_guarded
         from .alerts.services.webhooks import governance_deliveries_create
         from .api_schemas import RolloutGuardsInputSerializer
-        from .lab.backtests.panels import draft_headline, rollout_prediction
-        from .lab.backtests.services import backtest_queue_register
-        from .lab.backtests.tasks import backtest_enqueue
 
         rollout_guards_register(
             RolloutGuards(
@@ -50,11 +45,6 @@ class TelemetryConfig(AppConfig):
                 options_of=guard_options,
                 start_fields=RolloutGuardsInputSerializer,
             )
-        )
-        # The policy lab: backtests run as a Celery task, and show on the policy pages.
-        backtest_queue_register(backtest_enqueue)
-        lab_panels_register(
-            LabPanels(draft_headline=draft_headline, rollout_prediction=rollout_prediction)
         )
         demo_seeder_register(
             "telemetry.alert_rules", lambda fleet: alert_rules_seed(actor=None, fleet=fleet)

@@ -23,7 +23,6 @@ from .alerts.models import (
 )
 from .feedback.models import Feedback, FeedbackState
 from .ingest.models import Cohort, Event, EventKey, LandedBatch, bulk_fleet_fk
-from .lab.backtests.models import Backtest, BacktestStatus
 
 
 class RollupMetrics(models.Model):
@@ -167,8 +166,6 @@ __all__ = [
     "AlertEvent",
     "AlertRule",
     "AlertWebhook",
-    "Backtest",
-    "BacktestStatus",
     "Cohort",
     "Event",
     "EventKey",

@@ -5,7 +5,4 @@ from django.urls import include, path
 urlpatterns = [
     path("", include("telemetry.alerts.page_urls")),
     path("", include("telemetry.dashboards.page_urls")),
-    path("", include("telemetry.lab.playground.page_urls")),
-    path("", include("telemetry.lab.calibration.page_urls")),
-    path("", include("telemetry.lab.backtests.page_urls")),
 ]

@@ -16,7 +16,6 @@ from .ingest.tasks import (
     sweep_feedback,
     sweep_landed,
 )
-from .lab.backtests.tasks import run_backtest
 
 __all__ = [
     "compact_rollups",
@@ -29,7 +28,6 @@ __all__ = [
     "join_feedback",
     "maintain_storage",
     "process_landed",
-    "run_backtest",
     "sweep_feedback",
     "sweep_landed",
 ]

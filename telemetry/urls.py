@@ -6,7 +6,4 @@ urlpatterns = [
     path("", include("telemetry.ingest.urls")),
     path("", include("telemetry.dashboards.urls")),
     path("", include("telemetry.alerts.urls")),
-    path("", include("telemetry.lab.playground.urls")),
-    path("", include("telemetry.lab.calibration.urls")),
-    path("", include("telemetry.lab.backtests.urls")),
 ]

@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
 from edge_sdk.decision import Cell, DeviceState, TaskSignals, decide
+from lab.replay import RecordedEvent
 from routing_policies.demo import demo_table
 from routing_policies.models import Fleet, PolicyVersion
 from routing_policies.policies.sdk_cells import table_cells
@@ -24,7 +25,6 @@ from routing_policies.services import (
     policy_draft_update_cells,
     policy_version_publish,
 )
-from telemetry.lab.replay import RecordedEvent
 from telemetry.models import Event
 
 PASSWORD = "test-password-123"

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from edge_sdk.decision import DeviceState, TaskSignals, decide
-from telemetry.lab.replay import RecordedEvent
+from lab.replay import RecordedEvent
 from tests.factories import demo_cell, protocol_event
 
 VOICE_KEY = ("voice", "interactive", "normal")

@@ -53,9 +53,9 @@ def bench_calibration(args: argparse.Namespace, context: Context) -> dict[str, A
     """Calibrate all 12 cells; the ratios to one backtest and to the read; memory."""
     from django.db import connection
 
-    from telemetry.lab.backtests.engine import backtest_compute
-    from telemetry.lab.calibration.selectors import calibration_compute
-    from telemetry.lab.calibration.targets import Target
+    from lab.backtests.engine import backtest_compute
+    from lab.calibration.selectors import calibration_compute
+    from lab.calibration.targets import Target
 
     fleet = context.fleet
     spec = backtest_spec(context, context.start)  # the draft's cells before the edit below

@@ -278,7 +278,7 @@ def read_alone(fleet_id: int, start: datetime, end: datetime) -> tuple[Cost, int
     tuple, and how many there were."""
     import psycopg
 
-    from telemetry.lab.replay import COLUMNS
+    from lab.replay import COLUMNS
 
     types = dict(_column_types())
     rows = 0
@@ -321,10 +321,10 @@ def reset_peak_rss() -> None:
 
 def backtest_spec(context: Context, start: datetime) -> Any:
     """The bench's backtest: the draft against the stable v1 over [start, end)."""
+    from lab.backtests.engine import BacktestInput
     from routing_policies.policies.sdk_cells import table_cells
     from routing_policies.pricing import CloudPrice
     from routing_policies.selectors import draft_get, version_table
-    from telemetry.lab.backtests.engine import BacktestInput
 
     fleet = context.fleet
     v1 = table_cells(version_table(version=fleet.versions.get(number=1)))
@@ -343,7 +343,7 @@ def backtest_spec(context: Context, start: datetime) -> Any:
 def bench_backtest(args: argparse.Namespace, context: Context) -> dict[str, Any]:
     from django.db import connection
 
-    from telemetry.lab.backtests.engine import backtest_compute
+    from lab.backtests.engine import backtest_compute
 
     spec = backtest_spec(context, context.start)
     connection.ensure_connection()

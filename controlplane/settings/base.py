@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "controlplane",  # its ready() makes var/ and the static root (controlplane/apps.py)
     "routing_policies",
     "telemetry",
+    "lab",  # the policy lab; nothing imports it (docs/ARCHITECTURE.md)
 ]
 
 MIDDLEWARE = [

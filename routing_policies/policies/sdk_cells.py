@@ -1,6 +1,6 @@
 """A version's table as the decision function reads it, and the publish-time privacy check.
 
-The lab (telemetry/lab) replays and explains decisions with these `edge_sdk.decision.Cell`s;
+The lab (lab/) replays and explains decisions with these `edge_sdk.decision.Cell`s;
 publishing asks the same decision function whether a cell could send a sensitive task's data
 off the device where the cell forbids it (docs/lab.md, "Backtest").
 """

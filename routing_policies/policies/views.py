@@ -154,7 +154,7 @@ def _fleet_page(
                 or DimensionValueAddForm(initial={"revision": revision, "dimension": "task_type"}),
                 "publish_note": publish_note,
                 "max_note": 2000,
-                # The lab's backtest of this revision, beside Publish (telemetry registers it).
+                # The lab's backtest of this revision, beside Publish (the lab registers it).
                 "backtest": lab_draft_headline(fleet=fleet, draft=version),
                 # The service's own check: Publish is off while it would refuse (no_changes).
                 "same_as": selectors.draft_same_as(fleet=fleet, draft=version, table=table),

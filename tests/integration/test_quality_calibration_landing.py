@@ -15,6 +15,9 @@ from typing import Any
 import pytest
 from django.db.models import Sum
 
+from lab.calibration.selectors import calibration_compute
+from lab.calibration.services import calibration_apply
+from lab.calibration.targets import Target
 from routing_policies.rollouts.selectors import fleet_assignment
 from routing_policies.services import (
     policy_draft_create,
@@ -22,9 +25,6 @@ from routing_policies.services import (
     rollout_advance,
     rollout_start,
 )
-from telemetry.lab.calibration.selectors import calibration_compute
-from telemetry.lab.calibration.services import calibration_apply
-from telemetry.lab.calibration.targets import Target
 from telemetry.models import MinuteRollup
 
 from .quality_fleet import (

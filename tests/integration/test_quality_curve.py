@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from edge_sdk.simulate.quality import true_kept_rate
-from telemetry.lab.calibration.quality import kept_figures
+from lab.calibration.quality import kept_figures
 from telemetry.rollups.sketch import SCORE_BINS, score_bin, score_counts
 
 from .quality_fleet import CELL, VirtualRun, fleet_config, one_cell_fleet

@@ -1,4 +1,5 @@
-"""Fixtures for telemetry tests: an enrolled device and an API client holding its token."""
+"""Fixtures for telemetry tests: an API client holding the token of the enrolled device `phone`
+(tests/unit/conftest.py, shared with the lab's tests)."""
 
 import asyncio
 import json
@@ -10,14 +11,6 @@ from django.core import signals
 from django.db import close_old_connections
 from django.test import override_settings
 from rest_framework.test import APIClient
-
-from routing_policies.services import device_enroll
-
-
-@pytest.fixture
-def phone(fleet: Any, fleet_key: str) -> tuple[Any, str]:
-    """Device `phone-1` of `fleet` (on v1): (device, token)."""
-    return device_enroll(fleet_key=fleet_key, device_id="phone-1", platform="android")
 
 
 class AsgiResponse:

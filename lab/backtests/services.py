@@ -1,0 +1,361 @@
+"""Backtest writes: start one (validated, kept per subject, window and filters) and run it.
+
+`backtest_start` checks the request, snapshots the subject's cells and queues the run on
+commit (a Celery task; embedded mode runs it in process). Asking again for the same subject at
+the same revision, window and filters returns the backtest already kept, unless it failed.
+`backtest_run` replays the window (engine.py) and stores progress and the result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.exceptions import Conflict, NotFound, ValidationFailed
+from routing_policies.cell_schema import CellKey, cell_key_label
+from routing_policies.documents import Table
+from routing_policies.models import Fleet, FleetRouting, PolicyVersion
+from routing_policies.policies.audit import Actor, actor_user
+from routing_policies.policies.sdk_cells import shadow_refine_rates, table_cells
+from routing_policies.pricing import CloudPrice
+from routing_policies.selectors import draft_get, version_table
+from telemetry.ingest.models import Cohort
+
+from ..replay import recorded_count
+from .engine import BacktestInput, backtest_compute
+from .models import Backtest, BacktestStatus
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HOURS: Final = 24
+MAX_FILTER_VERSIONS: Final = 100
+MAX_FILTER_CELLS: Final = 4096
+MAX_CELL_NAME: Final = 100
+START_FIELDS: Final = ("version", "revision", "hours", "end", "versions", "cohort", "cells")
+# Progress is written at most this often (a day of events is a few hundred batches).
+_PROGRESS_EVERY_S: Final = 0.5
+
+BacktestQueue = Callable[[int], None]
+_queue: BacktestQueue | None = None
+
+
+def backtest_queue_register(queue: BacktestQueue) -> None:
+    """How a started backtest is run (tasks.py registers the Celery task)."""
+    global _queue
+    _queue = queue
+
+
+def _problem(field: str, message: str) -> ValidationFailed:
+    return ValidationFailed(f"{field}: {message}", details=[{"field": field, "message": message}])
+
+
+def _state(field: str, message: str, code: str) -> Conflict:
+    """A well-formed request the fleet's state (or the clock) cannot serve: 409."""
+    return Conflict(
+        f"{field}: {message}", code=code, details=[{"field": field, "message": message}]
+    )
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _max_hours() -> int:
+    return int(settings.TELEMETRY_RETENTION_DAYS) * 24
+
+
+def _subject(fleet: Fleet, data: dict[str, Any]) -> tuple[PolicyVersion, str]:
+    ref = data.get("version", "draft")
+    if ref == "draft":
+        draft = draft_get(fleet=fleet)
+        if draft is None:
+            raise _state(
+                "version", f"fleet {fleet.slug!r} has no draft; name a version", "no_draft"
+            )
+        _revision_check(data, draft, f"The draft is at revision {draft.revision}")
+        return draft, "draft"
+    if not _whole(ref) or not 1 <= ref <= 2**31 - 1:
+        raise _problem("version", f'must be "draft" or a published version number, got {ref!r}')
+    version = PolicyVersion.objects.filter(fleet=fleet, number=ref).first()
+    if version is None:
+        raise NotFound(
+            f"Fleet {fleet.slug!r} has no published version {ref}.",
+            details=[{"field": "version", "message": f"no published version {ref}"}],
+        )
+    _revision_check(data, version, f"v{ref} was published at revision {version.revision}")
+    return version, "version"
+
+
+def _revision_check(data: dict[str, Any], subject: PolicyVersion, where: str) -> None:
+    """The revision the caller looked at, if sent, must be the subject's (a draft moves on; a
+    published version keeps the revision it was published at): else 409."""
+    revision = data.get("revision")
+    if revision is None:
+        return
+    if not _whole(revision) or revision < 1:
+        raise _problem("revision", f"must be a whole number >= 1, got {revision!r}")
+    if revision != subject.revision:
+        raise Conflict(
+            f"{where}, not {revision}.",
+            code="stale_revision",
+            details=[{"field": "revision", "message": f"{where}"}],
+        )
+
+
+def _window(data: dict[str, Any]) -> tuple[datetime, datetime]:
+    hours = data.get("hours", DEFAULT_HOURS)
+    if not _whole(hours) or not 1 <= hours <= _max_hours():
+        raise _problem("hours", f"must be whole hours in [1, {_max_hours()}], got {hours!r}")
+    now = timezone.now()
+    raw_end = data.get("end")
+    if raw_end is None:
+        # Whole minutes, so that asking again within the minute finds the same backtest.
+        end = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    else:
+        if not isinstance(raw_end, str) or len(raw_end) > 40:
+            raise _problem("end", "must be an RFC 3339 timestamp string")
+        try:
+            end = datetime.fromisoformat(raw_end)
+        except ValueError:
+            raise _problem("end", "must be an RFC 3339 timestamp") from None
+        if end.tzinfo is None:
+            raise _problem("end", "must carry a time zone (e.g. Z)")
+        end = end.astimezone(UTC)
+        if end > now + timedelta(minutes=5):
+            raise _state("end", "must not be in the future", "end_in_future")
+    start = end - timedelta(hours=hours)
+    if end < now - timedelta(hours=_max_hours()):
+        raise _state("end", "is older than the raw events are kept", "past_retention")
+    return start, end
+
+
+def _filters(data: dict[str, Any], table: Table) -> dict[str, Any]:
+    filters: dict[str, Any] = {}
+    versions = data.get("versions")
+    if versions is not None:
+        if not isinstance(versions, list) or not 1 <= len(versions) <= MAX_FILTER_VERSIONS:
+            raise _problem("versions", f"must be a list of 1 to {MAX_FILTER_VERSIONS} numbers")
+        for index, number in enumerate(versions):
+            if not _whole(number) or not 1 <= number <= 2**31 - 1:
+                raise _problem(f"versions[{index}]", f"must be a version number, got {number!r}")
+        filters["versions"] = sorted(set(versions))
+    cohort = data.get("cohort")
+    if cohort is not None:
+        if cohort not in Cohort.values:
+            raise _problem("cohort", f"must be one of {', '.join(Cohort.values)}")
+        filters["cohort"] = cohort
+    cells = data.get("cells")
+    if cells is not None:
+        if not isinstance(cells, list) or not 1 <= len(cells) <= MAX_FILTER_CELLS:
+            raise _problem("cells", f"must be a list of 1 to {MAX_FILTER_CELLS} cell names")
+        labels = {cell_key_label(key): key for key in table}
+        keys: set[CellKey] = set()
+        for index, label in enumerate(cells):
+            if not isinstance(label, str) or len(label) > MAX_CELL_NAME:
+                raise _problem(
+                    f"cells[{index}]", f"must be a cell name of at most {MAX_CELL_NAME} characters"
+                )
+            if label not in labels:
+                raise _state(
+                    f"cells[{index}]",
+                    f"{label!r} is not a cell of the subject (task_type/latency_budget/"
+                    "privacy_tier, e.g. text/interactive/normal)",
+                    "unknown_cell",
+                )
+            keys.add(labels[label])
+        filters["cells"] = [list(key) for key in sorted(keys)]
+    return filters
+
+
+def _key(subject: PolicyVersion, start: datetime, end: datetime, filters: dict[str, Any]) -> str:
+    identity = [subject.pk, subject.revision, start.isoformat(), end.isoformat(), filters]
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+@transaction.atomic
+def backtest_start(*, actor: Actor, fleet: Fleet, data: dict[str, Any]) -> tuple[Backtest, bool]:
+    """Start (or find) the backtest `data` asks for; (backtest, whether it is new).
+
+    `data`: `version` ("draft", the default, or a published number), `revision` (the draft's,
+    checked), `hours` (1 to the raw retention, default 24), `end` (RFC 3339, default now),
+    and the filters `versions`, `cohort`, `cells`.
+    """
+    unknown = sorted(set(data) - set(START_FIELDS))
+    if unknown:
+        raise ValidationFailed(
+            f"Unknown field {unknown[0]!r}.",
+            details=[{"field": name, "message": "unknown"} for name in unknown],
+        )
+    # Every field is checked, so that one answer names every problem.
+    details: list[dict[str, Any]] = []
+    found: dict[str, Any] = {}
+    checks: list[tuple[str, Callable[[], Any]]] = [
+        ("subject", lambda: _subject(fleet, data)),
+        ("window", lambda: _window(data)),
+        ("filters", lambda: _filters(data, version_table(version=found["subject"][0]))),
+    ]
+    for name, check in checks:
+        if name == "filters" and "subject" not in found:
+            continue
+        try:
+            found[name] = check()
+        except ValidationFailed as exc:
+            details.extend(exc.details)
+    if details:
+        first = details[0]
+        raise ValidationFailed(
+            f"The backtest cannot start: {first['field']} {first['message']}.", details=details
+        )
+    (subject, kind), (start, end), filters = found["subject"], found["window"], found["filters"]
+    table = version_table(version=subject)
+    routing = FleetRouting.objects.select_related("stable_version").filter(fleet=fleet).first()
+    if routing is None or routing.stable_version is None or routing.stable_version.number is None:
+        raise _state(
+            "version", f"fleet {fleet.slug!r} has no stable version to compare with", "no_stable"
+        )
+    key = _key(subject, start, end, filters)
+    kept = (
+        Backtest.objects.filter(fleet=fleet, key=key)
+        .exclude(status=BacktestStatus.FAILED)
+        .order_by("-created_at")
+        .first()
+    )
+    if kept is not None:
+        return kept, False
+    backtest = Backtest.objects.create(
+        fleet=fleet,
+        key=key,
+        subject=kind,
+        policy_version=subject,
+        version=subject.number,
+        revision=subject.revision,
+        subject_table=[[list(cell), values] for cell, values in sorted(table.items())],
+        stable_version=routing.stable_version.number,
+        start=start,
+        end=end,
+        filters=filters,
+        created_by=actor_user(actor),
+    )
+    queue = _queue
+    if queue is not None:
+        transaction.on_commit(lambda: queue(backtest.pk))
+    return backtest, True
+
+
+def _published_tables(fleet_id: int) -> dict[int, Table]:
+    versions = PolicyVersion.objects.filter(fleet_id=fleet_id, number__isnull=False)
+    return {
+        version.number: version_table(version=version)
+        for version in versions
+        if version.number is not None
+    }
+
+
+def backtest_run(*, backtest_id: int) -> Backtest | None:
+    """Replay a queued backtest and store its result (or why it failed); None if it is gone
+    or already taken by another worker."""
+    claimed = Backtest.objects.filter(pk=backtest_id, status=BacktestStatus.QUEUED).update(
+        status=BacktestStatus.RUNNING, started_at=timezone.now()
+    )
+    if not claimed:
+        return None
+    backtest = Backtest.objects.select_related("fleet").get(pk=backtest_id)
+    try:
+        result = _replay(backtest)
+    except Exception as exc:
+        logger.exception("backtest %s failed", backtest_id)
+        Backtest.objects.filter(pk=backtest_id).update(
+            status=BacktestStatus.FAILED, error=str(exc)[:2000], finished_at=timezone.now()
+        )
+        raise
+    Backtest.objects.filter(pk=backtest_id).update(
+        status=BacktestStatus.DONE,
+        result=result,
+        events_done=result["events"],
+        finished_at=timezone.now(),
+    )
+    backtest.refresh_from_db()
+    return backtest
+
+
+def _replay(backtest: Backtest) -> dict[str, Any]:
+    fleet = backtest.fleet
+    filters = backtest.filters or {}
+    cells: list[CellKey] | None = None
+    if "cells" in filters:
+        cells = [(task, budget, tier) for task, budget, tier in filters["cells"]]
+    versions_filter: list[int] | None = filters.get("versions")
+    cohort: str | None = filters.get("cohort")
+    total = recorded_count(
+        fleet_id=fleet.pk,
+        start=backtest.start,
+        end=backtest.end,
+        versions=versions_filter,
+        cohort=cohort,
+        cells=cells,
+    )
+    Backtest.objects.filter(pk=backtest.pk).update(events_total=total)
+    tables = _published_tables(fleet.pk)
+    versions = {number: table_cells(table) for number, table in tables.items()}
+    subject_table = {
+        (task, budget, tier): values for (task, budget, tier), values in backtest.subject_table
+    }
+    subject = table_cells(subject_table)
+    last_write = [0.0]
+
+    def progress(done: int, expected: int) -> None:
+        now = timezone.now().timestamp()
+        if now - last_write[0] >= _PROGRESS_EVERY_S:
+            last_write[0] = now
+            Backtest.objects.filter(pk=backtest.pk).update(events_done=done, events_total=expected)
+
+    spec = BacktestInput(
+        fleet_id=fleet.pk,
+        start=backtest.start,
+        end=backtest.end,
+        subject=subject,
+        stable=versions.get(backtest.stable_version, {}),
+        versions=versions,
+        price=CloudPrice.of_fleet(fleet),
+        shadow_rates={
+            "subject": shadow_refine_rates(subject_table),
+            "stable": shadow_refine_rates(tables.get(backtest.stable_version, {})),
+        },
+        filter_versions=versions_filter,
+        cohort=cohort,
+        cells=cells,
+    )
+    result = backtest_compute(spec, total=total, progress=progress)
+    result["headline"] = headline(result)
+    return result
+
+
+def _percent_change(before: float | None, after: float | None) -> float | None:
+    if before is None or after is None or before == 0:
+        return None
+    return (after - before) / before
+
+
+def headline(result: dict[str, Any]) -> dict[str, Any]:
+    """The figures the draft page shows beside Publish: stable → subject, both replayed."""
+    stable, subject = result["overall"]["stable"], result["overall"]["subject"]
+    cloud = ("cloud", "p95")
+    return {
+        "alpha": [stable["alpha"], subject["alpha"]],
+        "cloud_p95_ms": [
+            stable["latency_ms"][cloud[0]][cloud[1]],
+            subject["latency_ms"][cloud[0]][cloud[1]],
+        ],
+        "cost": [stable["cost"], subject["cost"]],
+        "cost_change": _percent_change(stable["cost"], subject["cost"]),
+        "privacy_ok": result["privacy"]["ok"],
+        "agreement": result["self_check"]["agreement"],
+    }
