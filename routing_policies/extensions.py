@@ -1,6 +1,7 @@
 """Where another app plugs into routing_policies, which never imports it: rollout guards,
 demo data, the notifiers of change governance (reviews, freezes) and the policy lab's
-panels. Telemetry fills these in `TelemetryConfig.ready()` (telemetry/apps.py).
+panels. Telemetry fills these in `TelemetryConfig.ready()` (telemetry/apps.py), the lab its
+panels in `LabConfig.ready()` (lab/apps.py).
 
 Without a registered guard extension a rollout starts unguarded, and asking for guards is
 refused; without demo seeders the demo is the fleet and its users only.

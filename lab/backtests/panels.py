@@ -1,4 +1,4 @@
-"""The backtest's panels on routing_policies' pages (registered in telemetry.apps through
+"""The backtest's panels on routing_policies' pages (registered in lab.apps through
 routing_policies/extensions.py): the draft's headline beside Publish, and on the rollout page
 the prediction for the candidate next to what its cohort did."""
 
