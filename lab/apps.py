@@ -12,8 +12,8 @@ class LabConfig(AppConfig):
 
     def ready(self) -> None:
         """Register the backtest task, and plug the lab's panels into the policy pages."""
-        # The task in Celery's registry, in web processes too (its name stays
-        # `telemetry.backtest_run`, which queued messages use).
+        # Importing backtests.tasks puts the backtest task in Celery's registry, in web processes
+        # too (its name stays `telemetry.backtest_run`, which beat and queued messages use).
         from routing_policies.extensions import LabPanels, lab_panels_register
 
         from .backtests.panels import draft_headline, rollout_prediction
