@@ -8,7 +8,3 @@ class RoutingPoliciesConfig(AppConfig):
 
     name = "routing_policies"
     default_auto_field = "django.db.models.BigAutoField"
-
-    def ready(self) -> None:
-        """Register the tasks in Celery's registry (services start them by name)."""
-        from . import tasks  # noqa: F401

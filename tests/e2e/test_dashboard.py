@@ -300,10 +300,20 @@ def test_dashboard__simulated_reports__charts_filled_and_updated_live(
     assert page.evaluate("() => window.__e2eMarker") == "before-update"
     assert len(loads) == loads_before
     assert page.evaluate("() => window.dashboardLive.updates") > updates_before
-    events_drawn = page.evaluate(
-        "() => document.getElementById('chart-shares').data[3].y.reduce((a, b) => a + (b || 0), 0)"
+    # ... the events line holds every event but the minute still in progress, which the chart
+    # leaves out (issue 22: drawn whole it read as a drop) and the headline counts
+    events_drawn, in_progress = page.evaluate(
+        """() => {
+          const line = document.getElementById('chart-shares').data
+            .find(trace => trace.name === 'events');
+          const payload = window.dashboardLive.payload;
+          const index = payload.window.partial_bucket;
+          const partial = index === null || index === undefined
+            ? 0 : (payload.series.events[index] || 0);
+          return [line.y.reduce((a, b) => a + (b || 0), 0), partial];
+        }"""
     )
-    assert events_drawn == total + 80
+    assert events_drawn == total + 80 - in_progress
 
     # When they switch to the last hour, the view changes in place with hour-long axes
     page.locator(".dash-window", has_text="1h").click()
