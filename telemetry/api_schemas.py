@@ -15,11 +15,21 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.openapi import closed_body
-from controlplane.validators import TIDY_TEXT_PATTERN
 from routing_policies.models import Rollout
 from routing_policies.rollouts.schemas import RolloutSerializer
 
 from .alerts.judging import GUARD_METRICS, RATE_METRICS
+from .alerts.limits import (
+    MAX_FOR_SECONDS,
+    MAX_HYSTERESIS,
+    MAX_MIN_SAMPLES,
+    MAX_RULE_NAME_LENGTH,
+    MAX_SCOPE_VALUE_LENGTH,
+    MAX_THRESHOLD,
+    MAX_WINDOW_MINUTES,
+    MIN_WINDOW_MINUTES,
+    RULE_NAME_PATTERN,
+)
 from .alerts.models import (
     AlertState,
     Condition,
@@ -454,8 +464,6 @@ class FleetDashboardSerializer(serializers.Serializer[Any]):
 
 # --- alert rules ----------------------------------------------------------------------------------
 
-RULE_NAME_PATTERN = TIDY_TEXT_PATTERN  # the service refuses what text_problem refuses
-
 
 class AlertRuleSerializer(serializers.Serializer[Any]):
     id = serializers.IntegerField()
@@ -466,6 +474,7 @@ class AlertRuleSerializer(serializers.Serializer[Any]):
     window_minutes = serializers.IntegerField()
     min_samples = serializers.IntegerField()
     for_seconds = serializers.IntegerField()
+    hysteresis = serializers.FloatField()
     scope = serializers.ChoiceField(choices=Scope.values)
     scope_value = serializers.CharField(allow_blank=True)
     enabled = serializers.BooleanField()
@@ -493,7 +502,7 @@ def _rule_input_fields(*, partial: bool) -> dict[str, Any]:
     required = not partial
     return {
         "name": serializers.RegexField(
-            RULE_NAME_PATTERN, min_length=1, max_length=120, required=required
+            RULE_NAME_PATTERN, min_length=1, max_length=MAX_RULE_NAME_LENGTH, required=required
         ),
         "metric": serializers.ChoiceField(choices=Metric.values, required=required),
         "condition": serializers.ChoiceField(
@@ -502,20 +511,33 @@ def _rule_input_fields(*, partial: bool) -> dict[str, Any]:
             help_text="events (silence) is judged above or below a count, not rises_by/falls_by",
         ),
         "threshold": serializers.FloatField(
-            min_value=-1e9,
-            max_value=1e9,
+            min_value=-MAX_THRESHOLD,
+            max_value=MAX_THRESHOLD,
             required=required,
             help_text="shares (cloud_share, alpha, fallback_rate, error_rate, cache_hit_rate, "
             "draft_kept_rate, mean_quality) are fractions from 0 to 1, and so is a change's "
             "size (rises_by 0.2: up by 20 points; the condition gives the direction); latency "
             "metrics are ratios to each cell's budget; events is a count",
         ),
-        "window_minutes": serializers.IntegerField(min_value=1, max_value=360, required=False),
-        "min_samples": serializers.IntegerField(min_value=0, max_value=10_000_000, required=False),
-        "for_seconds": serializers.IntegerField(min_value=0, max_value=86_400, required=False),
+        "window_minutes": serializers.IntegerField(
+            min_value=MIN_WINDOW_MINUTES, max_value=MAX_WINDOW_MINUTES, required=False
+        ),
+        "min_samples": serializers.IntegerField(
+            min_value=0, max_value=MAX_MIN_SAMPLES, required=False
+        ),
+        "for_seconds": serializers.IntegerField(
+            min_value=0, max_value=MAX_FOR_SECONDS, required=False
+        ),
+        "hysteresis": serializers.FloatField(
+            min_value=0,
+            max_value=MAX_HYSTERESIS,
+            required=False,
+            help_text="how far back past the threshold the value must come before the rule "
+            "clears, in the threshold's unit (a share's is a fraction from 0 to 1)",
+        ),
         "scope": serializers.ChoiceField(choices=Scope.values, required=False),
         "scope_value": serializers.CharField(
-            max_length=120,
+            max_length=MAX_SCOPE_VALUE_LENGTH,
             allow_blank=True,
             required=False,
             help_text="version: a number; cohort: stable or candidate; "
@@ -784,7 +806,7 @@ def _guard_schema(
             "metric": {"type": "string", "enum": sorted(metrics)},
             "comparison": {"type": "string", "enum": comparisons},
             "threshold": {"type": "number", **threshold},
-            "min_samples": {"type": "integer", "minimum": 0, "maximum": 10**7},
+            "min_samples": {"type": "integer", "minimum": 0, "maximum": MAX_MIN_SAMPLES},
             "kind": {"type": "string", "enum": [GuardKind.FIXED]},
         },
         "required": ["metric", "comparison", "threshold"],
@@ -800,7 +822,7 @@ def _sequential_schema(metrics: frozenset[str], maximum: float) -> dict[str, Any
             "tolerance": {"type": "number", "minimum": 0, "maximum": maximum},
             "confidence": {"type": "number", "minimum": MIN_CONFIDENCE, "maximum": MAX_CONFIDENCE},
             "per_cell": {"type": "boolean"},
-            "min_samples": {"type": "integer", "minimum": 0, "maximum": 10**7},
+            "min_samples": {"type": "integer", "minimum": 0, "maximum": MAX_MIN_SAMPLES},
         },
         "required": ["kind", "metric", "tolerance"],
         "additionalProperties": False,
@@ -879,8 +901,10 @@ class RolloutGuardsInputSerializer(serializers.Serializer[Any]):
     guards = GuardsField(required=False)
     bake_minutes = BakeMinutesField(required=False)
     auto_advance = serializers.BooleanField(required=False)
-    window_minutes = serializers.IntegerField(min_value=1, max_value=360, required=False)
-    min_samples = serializers.IntegerField(min_value=0, max_value=10**7, required=False)
+    window_minutes = serializers.IntegerField(
+        min_value=MIN_WINDOW_MINUTES, max_value=MAX_WINDOW_MINUTES, required=False
+    )
+    min_samples = serializers.IntegerField(min_value=0, max_value=MAX_MIN_SAMPLES, required=False)
     min_devices = serializers.IntegerField(
         min_value=0,
         max_value=MAX_EXPOSURE,

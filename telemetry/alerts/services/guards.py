@@ -34,6 +34,7 @@ from ..judging import (
     figures_of,
     judge_guard,
 )
+from ..limits import MAX_MIN_SAMPLES, MAX_WINDOW_MINUTES, MIN_WINDOW_MINUTES
 from ..models import (
     AlertEvent,
     GuardComparison,
@@ -152,7 +153,11 @@ def _clean_sequential(
         )
     if not isinstance(per_cell, bool):
         problems.append(field_problem(f"{where}.per_cell", "a boolean"))
-    if isinstance(samples, bool) or not isinstance(samples, int) or not 0 <= samples <= 10**7:
+    if (
+        isinstance(samples, bool)
+        or not isinstance(samples, int)
+        or not 0 <= samples <= MAX_MIN_SAMPLES
+    ):
         problems.append(field_problem(f"{where}.min_samples", "a whole number ≥ 0"))
     cleaned = {
         "kind": GuardKind.SEQUENTIAL,
@@ -224,7 +229,11 @@ def _clean_guards(guards: object, min_samples: object) -> list[dict[str, Any]]:
             problems.append(
                 field_problem(f"{where}.threshold", "a share, a fraction from 0 to 1 (0.02 is 2%)")
             )
-        if isinstance(samples, bool) or not isinstance(samples, int) or not 0 <= samples <= 10**7:
+        if (
+            isinstance(samples, bool)
+            or not isinstance(samples, int)
+            or not 0 <= samples <= MAX_MIN_SAMPLES
+        ):
             problems.append(field_problem(f"{where}.min_samples", "a whole number ≥ 0"))
         cleaned.append(
             {
@@ -290,10 +299,13 @@ def rollout_guards_set(
     if (
         isinstance(window_minutes, bool)
         or not isinstance(window_minutes, int)
-        or not 1 <= window_minutes <= 360
+        or not MIN_WINDOW_MINUTES <= window_minutes <= MAX_WINDOW_MINUTES
     ):
         raise ValidationFailed(
-            "`window_minutes` is 1 to 360.", details=[field_problem("window_minutes", "1 to 360")]
+            f"`window_minutes` is {MIN_WINDOW_MINUTES} to {MAX_WINDOW_MINUTES}.",
+            details=[
+                field_problem("window_minutes", f"{MIN_WINDOW_MINUTES} to {MAX_WINDOW_MINUTES}")
+            ],
         )
     cleaned = _clean_guards(guards, min_samples)
     bake = _clean_bake(bake_minutes)

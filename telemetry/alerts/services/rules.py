@@ -21,6 +21,16 @@ from routing_policies.policies.audit import Actor, audit_record
 
 from .. import selectors as alert_selectors
 from ..judging import RATE_METRICS, parse_scope
+from ..limits import (
+    MAX_FOR_SECONDS,
+    MAX_HYSTERESIS,
+    MAX_MIN_SAMPLES,
+    MAX_RULE_NAME_LENGTH,
+    MAX_SCOPE_VALUE_LENGTH,
+    MAX_THRESHOLD,
+    MAX_WINDOW_MINUTES,
+    MIN_WINDOW_MINUTES,
+)
 from ..models import AlertRule, AlertState, Condition, Metric, Scope
 from ..notify import broadcast_alerts
 from .problems import field_problem
@@ -64,8 +74,8 @@ def _clean_rule(values: dict[str, Any], *, fleet_id: int) -> dict[str, Any]:
     """Check a rule's fields together; raise ValidationFailed naming every bad one."""
     problems: list[dict[str, str]] = []
     name = values.get("name")
-    if not isinstance(name, str) or not name or len(name) > 120:
-        problems.append(field_problem("name", "a name of 1 to 120 characters"))
+    if not isinstance(name, str) or not name or len(name) > MAX_RULE_NAME_LENGTH:
+        problems.append(field_problem("name", f"a name of 1 to {MAX_RULE_NAME_LENGTH} characters"))
     elif (untidy := text_problem(name)) is not None:
         # Refused, not trimmed, as ids are: the name shown is the name sent.
         problems.append(field_problem("name", f"{untidy} Nothing is trimmed."))
@@ -81,22 +91,22 @@ def _clean_rule(values: dict[str, Any], *, fleet_id: int) -> dict[str, Any]:
         isinstance(threshold, bool)
         or not isinstance(threshold, int | float)
         or not math.isfinite(threshold)
-        or not -1e9 <= threshold <= 1e9
+        or not -MAX_THRESHOLD <= threshold <= MAX_THRESHOLD
     ):
         problems.append(field_problem("threshold", f"a finite number (got {threshold!r})"))
     else:
         values["threshold"] = float(threshold)
         if metric in RATE_METRICS and not 0.0 <= threshold <= 1.0:
             problems.append(field_problem("threshold", _rate_threshold_rule(values, threshold)))
-    _whole(values, "window_minutes", 1, 360, problems)
-    _whole(values, "min_samples", 0, 10_000_000, problems)
-    _whole(values, "for_seconds", 0, 86_400, problems)
+    _whole(values, "window_minutes", MIN_WINDOW_MINUTES, MAX_WINDOW_MINUTES, problems)
+    _whole(values, "min_samples", 0, MAX_MIN_SAMPLES, problems)
+    _whole(values, "for_seconds", 0, MAX_FOR_SECONDS, problems)
     hysteresis = values.get("hysteresis")
     if (
         isinstance(hysteresis, bool)
         or not isinstance(hysteresis, int | float)
         or not math.isfinite(hysteresis)
-        or not 0 <= hysteresis <= 1e9
+        or not 0 <= hysteresis <= MAX_HYSTERESIS
     ):
         problems.append(
             field_problem(
@@ -120,8 +130,10 @@ def _clean_rule(values: dict[str, Any], *, fleet_id: int) -> dict[str, Any]:
     scope_value = values.get("scope_value")
     if scope not in Scope.values:
         problems.append(field_problem("scope", f"one of {', '.join(Scope.values)}"))
-    elif not isinstance(scope_value, str) or len(scope_value) > 120:
-        problems.append(field_problem("scope_value", "text of at most 120 characters"))
+    elif not isinstance(scope_value, str) or len(scope_value) > MAX_SCOPE_VALUE_LENGTH:
+        problems.append(
+            field_problem("scope_value", f"text of at most {MAX_SCOPE_VALUE_LENGTH} characters")
+        )
     else:
         try:
             where = parse_scope(scope, scope_value)
