@@ -22,8 +22,7 @@ from routing_policies import selectors as policy_selectors
 from routing_policies.models import Fleet, Rollout
 from routing_policies.permissions import IsEditor, IsPublisher, IsViewer
 
-from .. import api_schemas as schemas
-from . import selectors, services
+from . import schemas, selectors, services
 from .models import AlertRule
 from .services.guards import rollout_guards_set
 
