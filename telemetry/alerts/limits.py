@@ -1,17 +1,14 @@
 """The limits and patterns of an alert rule's fields, declared once.
 
-The rule service checks them and the API schema shows them (`alerts.schemas`); the guards
-share the evaluation window's and the sample count's bounds.
+The rule input serializers (`alerts.schemas`) check them, for the API and the alerts page
+alike, and the schema shows them; the guards share the window's and the sample count's bounds.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from controlplane.validators import TIDY_TEXT_PATTERN
-
-# The service refuses what `text_problem` refuses; the schema shows it as this pattern.
-RULE_NAME_PATTERN: Final = TIDY_TEXT_PATTERN
+# A rule's name is tidy text as well (controlplane.validators.TIDY_TEXT_PATTERN).
 MAX_RULE_NAME_LENGTH: Final = 120
 MAX_SCOPE_VALUE_LENGTH: Final = 120
 MAX_THRESHOLD: Final = 1e9  # a threshold is within ±this

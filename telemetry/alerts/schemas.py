@@ -12,7 +12,15 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from controlplane.api import (
+    JsonBooleanField,
+    JsonChoiceField,
+    JsonFloatField,
+    JsonIntegerField,
+    JsonStringField,
+)
 from controlplane.openapi import closed_body
+from controlplane.validators import TidyTextValidator, text_problem
 from routing_policies.models import Rollout
 
 from .judging import GUARD_METRICS, RATE_METRICS
@@ -25,7 +33,6 @@ from .limits import (
     MAX_THRESHOLD,
     MAX_WINDOW_MINUTES,
     MIN_WINDOW_MINUTES,
-    RULE_NAME_PATTERN,
 )
 from .models import (
     AlertState,
@@ -84,19 +91,31 @@ class AlertRuleListSerializer(serializers.Serializer[Any]):
         ref_name = "AlertRuleList"
 
 
+class _RuleNameValidator(TidyTextValidator):
+    """Tidy text, refused and never trimmed: the name shown is the name sent, as for ids."""
+
+    def __call__(self, value: object) -> None:
+        problem = text_problem(str(value))
+        if problem is not None:
+            raise serializers.ValidationError(f"{problem} Nothing is trimmed.")
+
+
 def _rule_input_fields(*, partial: bool) -> dict[str, Any]:
     required = not partial
     return {
-        "name": serializers.RegexField(
-            RULE_NAME_PATTERN, min_length=1, max_length=MAX_RULE_NAME_LENGTH, required=required
+        "name": JsonStringField(
+            min_length=1,
+            max_length=MAX_RULE_NAME_LENGTH,
+            validators=[_RuleNameValidator()],
+            required=required,
         ),
-        "metric": serializers.ChoiceField(choices=Metric.values, required=required),
-        "condition": serializers.ChoiceField(
+        "metric": JsonChoiceField(choices=Metric.values, required=required),
+        "condition": JsonChoiceField(
             choices=Condition.values,
             required=required,
             help_text="events (silence) is judged above or below a count, not rises_by/falls_by",
         ),
-        "threshold": serializers.FloatField(
+        "threshold": JsonFloatField(
             min_value=-MAX_THRESHOLD,
             max_value=MAX_THRESHOLD,
             required=required,
@@ -105,31 +124,27 @@ def _rule_input_fields(*, partial: bool) -> dict[str, Any]:
             "size (rises_by 0.2: up by 20 points; the condition gives the direction); latency "
             "metrics are ratios to each cell's budget; events is a count",
         ),
-        "window_minutes": serializers.IntegerField(
+        "window_minutes": JsonIntegerField(
             min_value=MIN_WINDOW_MINUTES, max_value=MAX_WINDOW_MINUTES, required=False
         ),
-        "min_samples": serializers.IntegerField(
-            min_value=0, max_value=MAX_MIN_SAMPLES, required=False
-        ),
-        "for_seconds": serializers.IntegerField(
-            min_value=0, max_value=MAX_FOR_SECONDS, required=False
-        ),
-        "hysteresis": serializers.FloatField(
+        "min_samples": JsonIntegerField(min_value=0, max_value=MAX_MIN_SAMPLES, required=False),
+        "for_seconds": JsonIntegerField(min_value=0, max_value=MAX_FOR_SECONDS, required=False),
+        "hysteresis": JsonFloatField(
             min_value=0,
             max_value=MAX_HYSTERESIS,
             required=False,
             help_text="how far back past the threshold the value must come before the rule "
             "clears, in the threshold's unit (a share's is a fraction from 0 to 1)",
         ),
-        "scope": serializers.ChoiceField(choices=Scope.values, required=False),
-        "scope_value": serializers.CharField(
+        "scope": JsonChoiceField(choices=Scope.values, required=False),
+        "scope_value": JsonStringField(
             max_length=MAX_SCOPE_VALUE_LENGTH,
             allow_blank=True,
             required=False,
             help_text="version: a number; cohort: stable or candidate; "
             "cell: task_type/latency_budget/privacy_tier; fleet: empty",
         ),
-        "enabled": serializers.BooleanField(required=False),
+        "enabled": JsonBooleanField(required=False),
     }
 
 
@@ -150,9 +165,7 @@ AlertRuleUpdateSerializer = closed_body(
         "AlertRuleUpdateSerializer",
         (serializers.Serializer,),
         {
-            "revision": serializers.IntegerField(
-                help_text="the rule's revision from the last read"
-            ),
+            "revision": JsonIntegerField(help_text="the rule's revision from the last read"),
             **_rule_input_fields(partial=True),
             "Meta": type("Meta", (), {"ref_name": "AlertRuleUpdate"}),
         },
