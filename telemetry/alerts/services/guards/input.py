@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from controlplane.exceptions import ValidationFailed
+from controlplane.validators import is_whole_number
 from routing_policies.models import Rollout
 
 from ...judging import (
@@ -132,11 +133,7 @@ def guard_set_clean(
         raise ValidationFailed(
             "`auto_advance` is true or false.", details=[field_problem("auto_advance", "a boolean")]
         )
-    if (
-        isinstance(window_minutes, bool)
-        or not isinstance(window_minutes, int)
-        or not MIN_WINDOW_MINUTES <= window_minutes <= MAX_WINDOW_MINUTES
-    ):
+    if not is_whole_number(window_minutes, MIN_WINDOW_MINUTES, MAX_WINDOW_MINUTES):
         raise ValidationFailed(
             f"`window_minutes` is {MIN_WINDOW_MINUTES} to {MAX_WINDOW_MINUTES}.",
             details=[
@@ -188,11 +185,7 @@ def _clean_sequential(
         )
     if not isinstance(per_cell, bool):
         problems.append(field_problem(f"{where}.per_cell", "a boolean"))
-    if (
-        isinstance(samples, bool)
-        or not isinstance(samples, int)
-        or not 0 <= samples <= MAX_MIN_SAMPLES
-    ):
+    if not is_whole_number(samples, 0, MAX_MIN_SAMPLES):
         problems.append(field_problem(f"{where}.min_samples", "a whole number ≥ 0"))
     cleaned = {
         "kind": GuardKind.SEQUENTIAL,
@@ -264,11 +257,7 @@ def _clean_guards(guards: object, min_samples: object) -> list[dict[str, Any]]:
             problems.append(
                 field_problem(f"{where}.threshold", "a share, a fraction from 0 to 1 (0.02 is 2%)")
             )
-        if (
-            isinstance(samples, bool)
-            or not isinstance(samples, int)
-            or not 0 <= samples <= MAX_MIN_SAMPLES
-        ):
+        if not is_whole_number(samples, 0, MAX_MIN_SAMPLES):
             problems.append(field_problem(f"{where}.min_samples", "a whole number ≥ 0"))
         cleaned.append(
             {
@@ -292,8 +281,7 @@ def _clean_bake(bake_minutes: object) -> dict[str, int]:
     if isinstance(bake_minutes, dict):
         bake = {str(k): v for k, v in bake_minutes.items()}
         if set(bake) <= {str(s) for s in Rollout.STAGES} and all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_BAKE_MINUTES
-            for v in bake.values()
+            is_whole_number(v, 0, MAX_BAKE_MINUTES) for v in bake.values()
         ):
             return {str(s): int(bake.get(str(s), 0)) for s in Rollout.STAGES}
     raise ValidationFailed(
@@ -304,7 +292,7 @@ def _clean_bake(bake_minutes: object) -> dict[str, int]:
 
 
 def _whole(value: object, name: str, limit: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+    if not is_whole_number(value, 0, limit):
         raise ValidationFailed(
             f"`{name}` is a whole number from 0 to {limit:,}.",
             details=[field_problem(name, f"0 to {limit}")],
