@@ -75,7 +75,11 @@ class AlertRuleListApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = _fleet(slug)
-        data = input_validate(schemas.AlertRuleCreateSerializer, require_object(request.data))
+        data = input_validate(
+            schemas.AlertRuleCreateSerializer,
+            require_object(request.data),
+            message=services.RULE_INVALID,
+        )
         rule = services.alert_rule_create(actor=request.user, fleet=fleet, **data)
         return Response(selectors.rule_out(rule), status=status.HTTP_201_CREATED)
 
@@ -101,7 +105,11 @@ class AlertRuleDetailApi(APIView):
     )
     def patch(self, request: Request, slug: str, rule_id: int) -> Response:
         fleet = _fleet(slug)
-        data = input_validate(schemas.AlertRuleUpdateSerializer, require_object(request.data))
+        data = input_validate(
+            schemas.AlertRuleUpdateSerializer,
+            require_object(request.data),
+            message=services.RULE_INVALID,
+        )
         revision = data.pop("revision")
         rule = services.alert_rule_update(
             actor=request.user, fleet=fleet, rule_id=rule_id, revision=revision, changes=data

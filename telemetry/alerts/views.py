@@ -162,7 +162,9 @@ def alert_rule_create(request: HttpRequest, slug: str) -> HttpResponse:
     """Add a rule."""
     fleet = fleet_or_404(slug)
     try:
-        values = input_validate(AlertRuleCreateSerializer, _posted_rule(request))
+        values = input_validate(
+            AlertRuleCreateSerializer, _posted_rule(request), message=services.RULE_INVALID
+        )
         rule = services.alert_rule_create(actor=request.user, fleet=fleet, **values)
     except ApplicationError as exc:
         return _refused(request, fleet, exc)
@@ -184,6 +186,7 @@ def alert_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpRespon
         changes = input_validate(
             AlertRuleUpdateSerializer,
             {**_RevisionForm(request.POST).values(), **_posted_rule(request)},
+            message=services.RULE_INVALID,
         )
         rule = services.alert_rule_update(
             actor=request.user,

@@ -28,6 +28,8 @@ from .problems import field_problem
 logger = logging.getLogger(__name__)
 
 MAX_RULES_PER_FLEET = 100
+# The headline of every refusal of a rule's fields, the input serializer's and these checks'.
+RULE_INVALID = "The alert rule is invalid."
 RULE_FIELDS = (
     "name",
     "metric",
@@ -92,7 +94,7 @@ def _clean_rule(values: dict[str, Any], *, fleet_id: int) -> dict[str, Any]:
     elif found := _scope_problem(values["scope"], values["scope_value"], fleet_id=fleet_id):
         problems.append(found)
     if problems:
-        raise ValidationFailed("The alert rule is invalid.", details=problems)
+        raise ValidationFailed(RULE_INVALID, details=problems)
     return values
 
 
