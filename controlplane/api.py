@@ -7,7 +7,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from controlplane.exceptions import ValidationFailed
+from controlplane.exceptions import ValidationFailed, drf_error_details
 from controlplane.validators import TidyTextValidator
 
 
@@ -96,3 +96,34 @@ class JsonFloatField(serializers.FloatField):
         if isinstance(data, bool) or not isinstance(data, int | float):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+class JsonBooleanField(serializers.BooleanField):
+    """`true` or `false` only: DRF's BooleanField would take `"yes"`, `1` or `"on"`."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
+def input_validate(
+    serializer_class: type[serializers.Serializer[Any]],
+    data: dict[str, Any],
+    *,
+    message: str = "The request is invalid.",
+) -> dict[str, Any]:
+    """`data` checked by an input serializer, or one ValidationFailed naming every bad field
+    (an unknown field included: a typo must not be silently ignored). For the views of the
+    API and of the pages alike, which both show a ValidationFailed's details."""
+    fields = serializer_class().fields
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ValidationFailed(
+            f"Unknown field {unknown[0]!r}.",
+            details=[{"field": name, "message": "unknown"} for name in unknown],
+        )
+    serializer = serializer_class(data=data)
+    if not serializer.is_valid():
+        raise ValidationFailed(message, details=drf_error_details(serializer.errors))
+    return dict(serializer.validated_data)

@@ -56,7 +56,8 @@ class NotFound(ApplicationError):
     code = "not_found"
 
 
-def _flatten_drf_detail(detail: Any, path: str = "") -> list[dict[str, Any]]:
+def drf_error_details(detail: Any, path: str = "") -> list[dict[str, Any]]:
+    """A DRF error detail as the API's `details`: one `{field, message}` per problem."""
     if isinstance(detail, dict):
         out: list[dict[str, Any]] = []
         for key, value in detail.items():
@@ -66,14 +67,14 @@ def _flatten_drf_detail(detail: Any, path: str = "") -> list[dict[str, Any]]:
                 child = f"{path}[{key}]"
             else:
                 child = f"{path}.{key}" if path else str(key)
-            out.extend(_flatten_drf_detail(value, child))
+            out.extend(drf_error_details(value, child))
         return out
     if isinstance(detail, list):
         if all(not isinstance(item, dict | list) for item in detail):
             return [{"field": path or "body", "message": str(item)} for item in detail]
         out = []
         for index, value in enumerate(detail):
-            out.extend(_flatten_drf_detail(value, f"{path}[{index}]"))
+            out.extend(drf_error_details(value, f"{path}[{index}]"))
         return out
     return [{"field": path or "body", "message": str(detail)}]
 
@@ -100,7 +101,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         return None
     if isinstance(exc, drf_exceptions.ValidationError):
         body = error_body(
-            "validation_failed", "The request is invalid.", _flatten_drf_detail(exc.detail)
+            "validation_failed", "The request is invalid.", drf_error_details(exc.detail)
         )
     elif isinstance(exc, drf_exceptions.APIException):
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)

@@ -1,7 +1,7 @@
 """Checks of identifiers and names shared by the API, the services and the pages."""
 
 import re
-from typing import Final
+from typing import Final, TypeGuard
 
 from django.core.validators import RegexValidator
 from rest_framework import serializers
@@ -22,6 +22,16 @@ TIDY_TEXT_PATTERN: Final = (
 )
 # Some text, not only whitespace: what a service that refuses `not value.strip()` accepts.
 SOME_TEXT_PATTERN: Final = rf"[^{PY_SPACE_CLASS}]"
+
+
+def is_whole_number(value: object, low: int, high: int | None = None) -> TypeGuard[int]:
+    """Whether `value` is a JSON whole number from `low` to `high` (no upper end: None).
+
+    `True` is not 1 and `"5"` is not 5: a service taking JSON as it is typed refuses both,
+    as the schema's integer does."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return False
+    return low <= value and (high is None or value <= high)
 
 
 def text_problem(value: str) -> str | None:

@@ -33,10 +33,10 @@ class TelemetryConfig(AppConfig):
         )
 
         from .alerts.apis import guard_options
+        from .alerts.schemas import RolloutGuardsInputSerializer
         from .alerts.selectors import guard_status
         from .alerts.services import alert_rules_seed, rollout_start_guarded
         from .alerts.services.webhooks import governance_deliveries_create
-        from .api_schemas import RolloutGuardsInputSerializer
 
         rollout_guards_register(
             RolloutGuards(

@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.exceptions import ApplicationError, Conflict, NotFound, ValidationFailed
+from controlplane.validators import is_whole_number
 
 from ..extensions import rollout_guard_status, rollout_start_guarded
 from ..policies.audit import Actor, actor_name, actor_user, audit_record
@@ -45,7 +46,7 @@ def _problem(field: str, message: str) -> ValidationFailed:
 
 
 def _whole(value: object, field: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    if not is_whole_number(value, low, high):
         raise _problem(field, f"a whole number in [{low}, {high}]")
     return value
 

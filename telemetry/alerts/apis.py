@@ -15,15 +15,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import require_object
+from controlplane.api import input_validate, require_object
 from controlplane.exceptions import Conflict, NotFound, ValidationFailed
 from controlplane.openapi import error_responses, query_params_validate
 from routing_policies import selectors as policy_selectors
 from routing_policies.models import Fleet, Rollout
 from routing_policies.permissions import IsEditor, IsPublisher, IsViewer
 
-from .. import api_schemas as schemas
-from . import selectors, services
+from . import schemas, selectors, services
 from .models import AlertRule
 from .services.guards import rollout_guards_set
 
@@ -76,19 +75,11 @@ class AlertRuleListApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = _fleet(slug)
-        data = require_object(request.data)
-        unknown = sorted(set(data) - set(services.RULE_FIELDS))
-        if unknown:
-            raise ValidationFailed(
-                f"Unknown field {unknown[0]!r}.",
-                details=[{"field": name, "message": "unknown"} for name in unknown],
-            )
-        missing = [n for n in ("name", "metric", "condition", "threshold") if n not in data]
-        if missing:
-            raise ValidationFailed(
-                "A rule needs a name, metric, condition and threshold.",
-                details=[{"field": name, "message": "is required"} for name in missing],
-            )
+        data = input_validate(
+            schemas.AlertRuleCreateSerializer,
+            require_object(request.data),
+            message=services.RULE_INVALID,
+        )
         rule = services.alert_rule_create(actor=request.user, fleet=fleet, **data)
         return Response(selectors.rule_out(rule), status=status.HTTP_201_CREATED)
 
@@ -114,8 +105,12 @@ class AlertRuleDetailApi(APIView):
     )
     def patch(self, request: Request, slug: str, rule_id: int) -> Response:
         fleet = _fleet(slug)
-        data = dict(require_object(request.data))
-        revision = data.pop("revision", None)
+        data = input_validate(
+            schemas.AlertRuleUpdateSerializer,
+            require_object(request.data),
+            message=services.RULE_INVALID,
+        )
+        revision = data.pop("revision")
         rule = services.alert_rule_update(
             actor=request.user, fleet=fleet, rule_id=rule_id, revision=revision, changes=data
         )

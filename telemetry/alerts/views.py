@@ -12,6 +12,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from controlplane.api import input_validate
 from controlplane.exceptions import ApplicationError
 from controlplane.pages import (
     NumberField,
@@ -28,6 +29,7 @@ from routing_policies.roles import Role, has_role
 from . import selectors, services
 from .judging import format_clear, format_threshold, format_value
 from .models import AlertRule, Condition, Metric, Scope, WebhookFormat
+from .schemas import AlertRuleCreateSerializer, AlertRuleUpdateSerializer
 
 STATE_LABELS = {"ok": "ok", "pending": "pending", "firing": "firing", "no_data": "too few samples"}
 
@@ -160,7 +162,10 @@ def alert_rule_create(request: HttpRequest, slug: str) -> HttpResponse:
     """Add a rule."""
     fleet = fleet_or_404(slug)
     try:
-        rule = services.alert_rule_create(actor=request.user, fleet=fleet, **_posted_rule(request))
+        values = input_validate(
+            AlertRuleCreateSerializer, _posted_rule(request), message=services.RULE_INVALID
+        )
+        rule = services.alert_rule_create(actor=request.user, fleet=fleet, **values)
     except ApplicationError as exc:
         return _refused(request, fleet, exc)
     messages.success(request, f"Added the rule {rule.name!r}; it is judged with the next rollups.")
@@ -178,13 +183,17 @@ def alert_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpRespon
     if request.method == "GET":
         return _alerts_page(request, fleet, editing=rule)
     try:
-        revision = _RevisionForm(request.POST).values()["revision"]
+        changes = input_validate(
+            AlertRuleUpdateSerializer,
+            {**_RevisionForm(request.POST).values(), **_posted_rule(request)},
+            message=services.RULE_INVALID,
+        )
         rule = services.alert_rule_update(
             actor=request.user,
             fleet=fleet,
             rule_id=rule.pk,
-            revision=revision,
-            changes=_posted_rule(request),
+            revision=changes.pop("revision"),
+            changes=changes,
         )
     except ApplicationError as exc:
         return _refused(request, fleet, exc, editing=rule)

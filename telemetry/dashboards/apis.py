@@ -18,10 +18,9 @@ from controlplane.openapi import query_params_validate
 from routing_policies.models import Fleet
 from routing_policies.validation import DIMENSION_VALUE_RE, MAX_VERSION
 
-from .. import api_schemas
 from ..ingest.selectors import ingest_gauges
 from ..rollups import prometheus
-from . import metrics
+from . import metrics, schemas
 
 _FILTERS = ("version", "cohort", "route", "task_type", "latency_budget", "privacy_tier")
 # 1 to 99999 minutes, 9600 hours or 400 days (the longest window the rollups keep).
@@ -70,7 +69,7 @@ class FleetMetricsApi(APIView):
 
     @extend_schema(
         parameters=[QuerySerializer],
-        responses=api_schemas.FleetMetricsSerializer,
+        responses=schemas.FleetMetricsSerializer,
         operation_id="fleet_metrics",
     )
     def get(self, request: Request, slug: str) -> Response:

@@ -22,8 +22,8 @@ from controlplane.pages import fleet_or_404, role_required
 from routing_policies.roles import Role
 from routing_policies.selectors import fleet_get
 
-from ..api_schemas import FleetDashboardSerializer
 from ..models import Cohort
+from .schemas import FleetDashboardSerializer
 from .selectors import (
     DEFAULT_WINDOW,
     MAX_VERSION,

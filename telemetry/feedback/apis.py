@@ -15,8 +15,9 @@ from controlplane.openapi import error_responses
 from routing_policies.devices.apis import DeviceTokenAuthentication, IsDevice
 from routing_policies.models import Device
 
-from .. import api_schemas
+from ..ingest import schemas as ingest_schemas
 from ..ingest.ratelimit import device_batch_gate
+from . import schemas
 from .messages import MAX_ITEMS, FeedbackTooLarge
 from .services import feedback_batch_ingest
 
@@ -52,8 +53,8 @@ class TelemetryFeedbackApi(APIView):
     parser_classes: list[Any] = []  # the body is read raw and decoded by msgspec
 
     @extend_schema(
-        request={"application/json": api_schemas.TelemetryFeedbackBatchSerializer},
-        responses={202: api_schemas.TelemetryAcceptedSerializer, **error_responses(429)},
+        request={"application/json": schemas.TelemetryFeedbackBatchSerializer},
+        responses={202: ingest_schemas.TelemetryAcceptedSerializer, **error_responses(429)},
         operation_id="telemetry_feedback",
         description=(
             f"At most {MAX_ITEMS} items and 1 MiB. The first quality sent for an event wins; "

@@ -14,8 +14,7 @@ from controlplane.openapi import error_responses
 from routing_policies.devices.apis import DeviceTokenAuthentication, IsDevice
 from routing_policies.models import Device
 
-from .. import api_schemas
-from . import selectors
+from . import schemas, selectors
 from .events import MAX_EVENTS
 from .fastpath import ingest_outcome
 
@@ -33,8 +32,8 @@ class TelemetryIngestApi(APIView):
 
     @extend_schema(
         # The body is read raw (no DRF parser), so its media type is named here.
-        request={"application/json": api_schemas.TelemetryBatchSerializer},
-        responses={202: api_schemas.TelemetryAcceptedSerializer, **error_responses(429)},
+        request={"application/json": schemas.TelemetryBatchSerializer},
+        responses={202: schemas.TelemetryAcceptedSerializer, **error_responses(429)},
         operation_id="telemetry_ingest",
         description=f"At most {MAX_EVENTS} events and 1 MiB. See PROTOCOL.md.",
     )
@@ -52,9 +51,7 @@ class TelemetryIngestApi(APIView):
 class IngestStatusApi(APIView):
     """Accepted batches and events waiting for a worker, and the age of the oldest."""
 
-    @extend_schema(
-        responses=api_schemas.IngestStatusSerializer, operation_id="telemetry_ingest_status"
-    )
+    @extend_schema(responses=schemas.IngestStatusSerializer, operation_id="telemetry_ingest_status")
     def get(self, request: Request) -> Response:
         gauges = selectors.ingest_gauges()
         return Response(

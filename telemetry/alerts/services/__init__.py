@@ -12,6 +12,7 @@ from .guards import (
 from .rules import (
     MAX_RULES_PER_FLEET,
     RULE_FIELDS,
+    RULE_INVALID,
     alert_rule_create,
     alert_rule_delete,
     alert_rule_update,
@@ -25,6 +26,7 @@ __all__ = [
     "MAX_RULES_PER_FLEET",
     "MAX_WEBHOOKS_PER_FLEET",
     "RULE_FIELDS",
+    "RULE_INVALID",
     "SEED_RULES",
     "Evaluation",
     "alert_rule_create",

@@ -1,21 +1,21 @@
 """Alert rules: add, change and remove a fleet's rules, each change checked and audited.
 
-A rule's fields are checked together (one refusal names every bad field); a second rule of
-the same name, a stale `revision` or one rule too many is a 409. The evaluation state on the
+Each field's type and range is checked by the rule input serializers (`alerts.schemas`),
+which the API and the alerts page both run; here only what the fields say together and what
+needs the database (one refusal names every bad field). A second rule of the same name, a
+stale `revision` or one rule too many is a 409. The evaluation state on the
 row is written only by `alerts.services.evaluation`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.exceptions import Conflict, NotFound, ValidationFailed
-from controlplane.validators import text_problem
 from routing_policies.models import Fleet
 from routing_policies.policies.audit import Actor, audit_record
 
@@ -28,6 +28,8 @@ from .problems import field_problem
 logger = logging.getLogger(__name__)
 
 MAX_RULES_PER_FLEET = 100
+# The headline of every refusal of a rule's fields, the input serializer's and these checks'.
+RULE_INVALID = "The alert rule is invalid."
 RULE_FIELDS = (
     "name",
     "metric",
@@ -43,16 +45,10 @@ RULE_FIELDS = (
 )
 
 
-def _whole(values: dict[str, Any], name: str, low: int, high: int, problems: list[Any]) -> None:
-    value = values.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        problems.append(field_problem(name, f"a whole number from {low} to {high} (got {value!r})"))
-
-
-def _rate_threshold_rule(values: dict[str, Any], threshold: float) -> str:
+def _rate_threshold_rule(condition: str, threshold: float) -> str:
     """Why a share's threshold is refused: a share is 0 to 1, and so is a change's size (the
     condition, rises_by or falls_by, gives its direction, so a negative one means nothing)."""
-    if values.get("condition") in (Condition.RISES_BY, Condition.FALLS_BY):
+    if condition in (Condition.RISES_BY, Condition.FALLS_BY):
         return (
             "a change of a share, in points as a fraction from 0 to 1 (0.2 is 20 pts); "
             f"rises_by or falls_by gives its direction (got {threshold!r})"
@@ -60,89 +56,45 @@ def _rate_threshold_rule(values: dict[str, Any], threshold: float) -> str:
     return f"a share: a fraction from 0 to 1 (0.2 is 20%) (got {threshold!r})"
 
 
-def _clean_rule(values: dict[str, Any], *, fleet_id: int) -> dict[str, Any]:
-    """Check a rule's fields together; raise ValidationFailed naming every bad one."""
-    problems: list[dict[str, str]] = []
-    name = values.get("name")
-    if not isinstance(name, str) or not name or len(name) > 120:
-        problems.append(field_problem("name", "a name of 1 to 120 characters"))
-    elif (untidy := text_problem(name)) is not None:
-        # Refused, not trimmed, as ids are: the name shown is the name sent.
-        problems.append(field_problem("name", f"{untidy} Nothing is trimmed."))
-    # A metric of the wrong JSON type (a list, an object) is refused like an unknown one, and
-    # the checks below see None: it is unhashable, so `in RATE_METRICS` would raise.
-    metric = values.get("metric") if isinstance(values.get("metric"), str) else None
-    if metric not in Metric.values:
-        problems.append(field_problem("metric", f"one of {', '.join(Metric.values)}"))
-    if values.get("condition") not in Condition.values:
-        problems.append(field_problem("condition", f"one of {', '.join(Condition.values)}"))
-    threshold = values.get("threshold")
-    if (
-        isinstance(threshold, bool)
-        or not isinstance(threshold, int | float)
-        or not math.isfinite(threshold)
-        or not -1e9 <= threshold <= 1e9
-    ):
-        problems.append(field_problem("threshold", f"a finite number (got {threshold!r})"))
-    else:
-        values["threshold"] = float(threshold)
-        if metric in RATE_METRICS and not 0.0 <= threshold <= 1.0:
-            problems.append(field_problem("threshold", _rate_threshold_rule(values, threshold)))
-    _whole(values, "window_minutes", 1, 360, problems)
-    _whole(values, "min_samples", 0, 10_000_000, problems)
-    _whole(values, "for_seconds", 0, 86_400, problems)
-    hysteresis = values.get("hysteresis")
-    if (
-        isinstance(hysteresis, bool)
-        or not isinstance(hysteresis, int | float)
-        or not math.isfinite(hysteresis)
-        or not 0 <= hysteresis <= 1e9
-    ):
-        problems.append(
-            field_problem(
-                "hysteresis", f"a finite number ≥ 0, in the threshold's unit (got {hysteresis!r})"
-            )
+def _scope_problem(scope: str, scope_value: str, *, fleet_id: int) -> dict[str, str] | None:
+    """Why a scope value is refused for its scope, or None (a cell the fleet never had, too)."""
+    try:
+        where = parse_scope(scope, scope_value)
+    except ValueError as exc:
+        return field_problem("scope_value", str(exc))
+    if scope == Scope.CELL and not alert_selectors.cell_known(fleet_id=fleet_id, **where):
+        # A rule on a cell no version of the fleet has could never have data.
+        return field_problem(
+            "scope_value",
+            f"the fleet's policy has no cell {'/'.join(where.values())} (in no version, nor "
+            "the draft)",
         )
-    else:
-        values["hysteresis"] = float(hysteresis)
-        if metric in RATE_METRICS and hysteresis > 1.0:
-            problems.append(
-                field_problem("hysteresis", "a share: a fraction from 0 to 1 (0.01 is 1 pt)")
-            )
-    if metric == Metric.EVENTS and values.get("condition") in (
-        Condition.RISES_BY,
-        Condition.FALLS_BY,
-    ):
+    return None
+
+
+def _clean_rule(values: dict[str, Any], *, fleet_id: int) -> dict[str, Any]:
+    """Check what a rule's fields say together (each field's own type and range are the input
+    serializer's, `alerts.schemas`); raise ValidationFailed naming every bad one."""
+    problems: list[dict[str, str]] = []
+    metric, condition = values["metric"], values["condition"]
+    threshold, hysteresis = float(values["threshold"]), float(values["hysteresis"])
+    values["threshold"], values["hysteresis"] = threshold, hysteresis
+    if metric in RATE_METRICS and not 0.0 <= threshold <= 1.0:
+        problems.append(field_problem("threshold", _rate_threshold_rule(condition, threshold)))
+    if metric in RATE_METRICS and hysteresis > 1.0:
+        problems.append(
+            field_problem("hysteresis", "a share: a fraction from 0 to 1 (0.01 is 1 pt)")
+        )
+    if metric == Metric.EVENTS and condition in (Condition.RISES_BY, Condition.FALLS_BY):
         problems.append(
             field_problem("condition", "silence (events) is judged above or below a count")
         )
-    scope = values.get("scope")
-    scope_value = values.get("scope_value")
-    if scope not in Scope.values:
-        problems.append(field_problem("scope", f"one of {', '.join(Scope.values)}"))
-    elif not isinstance(scope_value, str) or len(scope_value) > 120:
-        problems.append(field_problem("scope_value", "text of at most 120 characters"))
-    else:
-        try:
-            where = parse_scope(scope, scope_value)
-        except ValueError as exc:
-            problems.append(field_problem("scope_value", str(exc)))
-        else:
-            if scope == Scope.CELL and not alert_selectors.cell_known(fleet_id=fleet_id, **where):
-                # A rule on a cell no version of the fleet has could never have data.
-                problems.append(
-                    field_problem(
-                        "scope_value",
-                        f"the fleet's policy has no cell {'/'.join(where.values())} (in no "
-                        "version, nor the draft)",
-                    )
-                )
-        if scope == Scope.FLEET:
-            values["scope_value"] = ""
-    if not isinstance(values.get("enabled"), bool):
-        problems.append(field_problem("enabled", "true or false"))
+    if values["scope"] == Scope.FLEET:
+        values["scope_value"] = ""
+    elif found := _scope_problem(values["scope"], values["scope_value"], fleet_id=fleet_id):
+        problems.append(found)
     if problems:
-        raise ValidationFailed("The alert rule is invalid.", details=problems)
+        raise ValidationFailed(RULE_INVALID, details=problems)
     return values
 
 
@@ -169,19 +121,20 @@ def alert_rule_create(
     *,
     actor: Actor,
     fleet: Fleet,
-    name: object,
-    metric: object,
-    condition: object,
-    threshold: object,
-    window_minutes: object = 10,
-    min_samples: object = 50,
-    for_seconds: object = 0,
-    hysteresis: object = 0.0,
-    scope: object = Scope.FLEET.value,
-    scope_value: object = "",
-    enabled: object = True,
+    name: str,
+    metric: str,
+    condition: str,
+    threshold: float,
+    window_minutes: int = 10,
+    min_samples: int = 50,
+    for_seconds: int = 0,
+    hysteresis: float = 0.0,
+    scope: str = Scope.FLEET.value,
+    scope_value: str = "",
+    enabled: bool = True,
 ) -> AlertRule:
-    """Add a rule to the fleet; a second rule of the same name is refused (409)."""
+    """Add a rule to the fleet, its fields as the input serializer (`alerts.schemas`) took
+    them; a second rule of the same name is refused (409)."""
     values = _clean_rule(
         {
             "name": name,
@@ -216,17 +169,13 @@ def alert_rule_create(
 
 @transaction.atomic
 def alert_rule_update(
-    *, actor: Actor, fleet: Fleet, rule_id: int, revision: object, changes: dict[str, Any]
+    *, actor: Actor, fleet: Fleet, rule_id: int, revision: int, changes: dict[str, Any]
 ) -> AlertRule:
-    """Change some of a rule's fields; a stale `revision` is refused (409), nothing saved."""
+    """Change some of a rule's fields (as the input serializer took them); a stale `revision`
+    is refused (409), nothing saved."""
     rule = AlertRule.objects.select_for_update().filter(fleet=fleet, pk=rule_id).first()
     if rule is None:
         raise NotFound(f"Fleet {fleet.slug!r} has no alert rule {rule_id}.")
-    if isinstance(revision, bool) or not isinstance(revision, int):
-        raise ValidationFailed(
-            "Send the rule's `revision` (from the last read) with the change.",
-            details=[field_problem("revision", "a whole number")],
-        )
     if revision != rule.revision:
         raise Conflict(
             f"The rule changed since you read it (revision {revision}, now {rule.revision}).",

@@ -1,0 +1,525 @@
+"""The alerts and rollout-guards APIs in the OpenAPI schema.
+
+Rules, webhooks and guards are checked by the services, which name every bad field; the
+input serializers declare the same limits from the same constants (`alerts.limits`, the guard
+service's), so a generated client refuses what the server would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from controlplane.api import (
+    JsonBooleanField,
+    JsonChoiceField,
+    JsonFloatField,
+    JsonIntegerField,
+    JsonStringField,
+)
+from controlplane.openapi import closed_body
+from controlplane.validators import TidyTextValidator, text_problem
+from routing_policies.models import Rollout
+
+from .judging import GUARD_METRICS, RATE_METRICS
+from .limits import (
+    MAX_FOR_SECONDS,
+    MAX_HYSTERESIS,
+    MAX_MIN_SAMPLES,
+    MAX_RULE_NAME_LENGTH,
+    MAX_SCOPE_VALUE_LENGTH,
+    MAX_THRESHOLD,
+    MAX_WINDOW_MINUTES,
+    MIN_WINDOW_MINUTES,
+)
+from .models import (
+    AlertState,
+    Condition,
+    GuardComparison,
+    GuardKind,
+    Metric,
+    RolloutGuardSet,
+    Scope,
+    WebhookDelivery,
+    WebhookFormat,
+)
+from .sequential import QUANTILE_METRICS, SEQUENTIAL_METRICS
+from .services.guards import (
+    DEFAULT_BAKE_MINUTES,
+    MAX_BAKE_MINUTES,
+    MAX_CONFIDENCE,
+    MAX_EXPOSURE,
+    MAX_EXTENSIONS,
+    MAX_GUARDS,
+    MIN_CONFIDENCE,
+    PRESETS,
+)
+
+
+class AlertRuleSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    metric = serializers.ChoiceField(choices=Metric.values)
+    condition = serializers.ChoiceField(choices=Condition.values)
+    threshold = serializers.FloatField()
+    window_minutes = serializers.IntegerField()
+    min_samples = serializers.IntegerField()
+    for_seconds = serializers.IntegerField()
+    hysteresis = serializers.FloatField()
+    scope = serializers.ChoiceField(choices=Scope.values)
+    scope_value = serializers.CharField(allow_blank=True)
+    enabled = serializers.BooleanField()
+    revision = serializers.IntegerField()
+    state = serializers.ChoiceField(choices=AlertState.values)
+    state_since = serializers.DateTimeField()
+    value = serializers.FloatField(allow_null=True)
+    previous_value = serializers.FloatField(allow_null=True)
+    samples = serializers.IntegerField(allow_null=True)
+    message = serializers.CharField(allow_blank=True)
+    evaluated_at = serializers.DateTimeField(allow_null=True)
+
+    class Meta:
+        ref_name = "AlertRule"
+
+
+class AlertRuleListSerializer(serializers.Serializer[Any]):
+    results = AlertRuleSerializer(many=True)
+
+    class Meta:
+        ref_name = "AlertRuleList"
+
+
+class _RuleNameValidator(TidyTextValidator):
+    """Tidy text, refused and never trimmed: the name shown is the name sent, as for ids."""
+
+    def __call__(self, value: object) -> None:
+        problem = text_problem(str(value))
+        if problem is not None:
+            raise serializers.ValidationError(f"{problem} Nothing is trimmed.")
+
+
+def _rule_input_fields(*, partial: bool) -> dict[str, Any]:
+    required = not partial
+    return {
+        "name": JsonStringField(
+            min_length=1,
+            max_length=MAX_RULE_NAME_LENGTH,
+            validators=[_RuleNameValidator()],
+            required=required,
+        ),
+        "metric": JsonChoiceField(choices=Metric.values, required=required),
+        "condition": JsonChoiceField(
+            choices=Condition.values,
+            required=required,
+            help_text="events (silence) is judged above or below a count, not rises_by/falls_by",
+        ),
+        "threshold": JsonFloatField(
+            min_value=-MAX_THRESHOLD,
+            max_value=MAX_THRESHOLD,
+            required=required,
+            help_text="shares (cloud_share, alpha, fallback_rate, error_rate, cache_hit_rate, "
+            "draft_kept_rate, mean_quality) are fractions from 0 to 1, and so is a change's "
+            "size (rises_by 0.2: up by 20 points; the condition gives the direction); latency "
+            "metrics are ratios to each cell's budget; events is a count",
+        ),
+        "window_minutes": JsonIntegerField(
+            min_value=MIN_WINDOW_MINUTES, max_value=MAX_WINDOW_MINUTES, required=False
+        ),
+        "min_samples": JsonIntegerField(min_value=0, max_value=MAX_MIN_SAMPLES, required=False),
+        "for_seconds": JsonIntegerField(min_value=0, max_value=MAX_FOR_SECONDS, required=False),
+        "hysteresis": JsonFloatField(
+            min_value=0,
+            max_value=MAX_HYSTERESIS,
+            required=False,
+            help_text="how far back past the threshold the value must come before the rule "
+            "clears, in the threshold's unit (a share's is a fraction from 0 to 1)",
+        ),
+        "scope": JsonChoiceField(choices=Scope.values, required=False),
+        "scope_value": JsonStringField(
+            max_length=MAX_SCOPE_VALUE_LENGTH,
+            allow_blank=True,
+            required=False,
+            help_text="version: a number; cohort: stable or candidate; "
+            "cell: task_type/latency_budget/privacy_tier; fleet: empty",
+        ),
+        "enabled": JsonBooleanField(required=False),
+    }
+
+
+AlertRuleCreateSerializer = closed_body(
+    type(
+        "AlertRuleCreateSerializer",
+        (serializers.Serializer,),
+        {
+            **_rule_input_fields(partial=False),
+            "Meta": type("Meta", (), {"ref_name": "AlertRuleCreate"}),
+        },
+    )
+)
+
+
+AlertRuleUpdateSerializer = closed_body(
+    type(
+        "AlertRuleUpdateSerializer",
+        (serializers.Serializer,),
+        {
+            "revision": JsonIntegerField(help_text="the rule's revision from the last read"),
+            **_rule_input_fields(partial=True),
+            "Meta": type("Meta", (), {"ref_name": "AlertRuleUpdate"}),
+        },
+    )
+)
+
+
+class AlertEventSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    kind = serializers.CharField()
+    rule_id = serializers.IntegerField(allow_null=True)
+    rule = serializers.CharField(allow_blank=True)
+    rollout_id = serializers.IntegerField(allow_null=True)
+    state_before = serializers.CharField(allow_blank=True)
+    state_after = serializers.CharField(allow_blank=True)
+    value = serializers.FloatField(allow_null=True)
+    previous_value = serializers.FloatField(allow_null=True)
+    samples = serializers.IntegerField(allow_null=True)
+    message = serializers.CharField(allow_blank=True)
+    at = serializers.DateTimeField()
+
+    class Meta:
+        ref_name = "AlertEvent"
+
+
+class AlertEventListSerializer(serializers.Serializer[Any]):
+    results = AlertEventSerializer(many=True)
+
+    class Meta:
+        ref_name = "AlertEventList"
+
+
+class FiringAlertSerializer(serializers.Serializer[Any]):
+    rule_id = serializers.IntegerField()
+    fleet = serializers.SlugField()
+    name = serializers.CharField()
+    message = serializers.CharField(allow_blank=True)
+    since = serializers.DateTimeField(allow_null=True)
+
+    class Meta:
+        ref_name = "FiringAlert"
+
+
+class FiringAlertListSerializer(serializers.Serializer[Any]):
+    results = FiringAlertSerializer(many=True)
+
+    class Meta:
+        ref_name = "FiringAlertList"
+
+
+class AlertWebhookSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    url = serializers.URLField()
+    format = serializers.ChoiceField(choices=WebhookFormat.values)
+    rule_id = serializers.IntegerField(allow_null=True)
+    enabled = serializers.BooleanField()
+
+    class Meta:
+        ref_name = "AlertWebhook"
+
+
+class AlertWebhookListSerializer(serializers.Serializer[Any]):
+    results = AlertWebhookSerializer(many=True)
+
+    class Meta:
+        ref_name = "AlertWebhookList"
+
+
+@closed_body
+class AlertWebhookCreateSerializer(serializers.Serializer[Any]):
+    url = serializers.URLField(
+        max_length=500, help_text="http(s), a public address unless the deployment allows others"
+    )
+    format = serializers.ChoiceField(choices=WebhookFormat.values, required=False)
+    rule_id = serializers.IntegerField(
+        required=False, allow_null=True, help_text="one rule of this fleet; null: every rule"
+    )
+
+    class Meta:
+        ref_name = "AlertWebhookCreate"
+
+
+class WebhookDeliverySerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    webhook_id = serializers.IntegerField(allow_null=True)
+    alert_event_id = serializers.IntegerField(allow_null=True)
+    url = serializers.CharField()
+    status = serializers.ChoiceField(choices=WebhookDelivery.Status.values)
+    attempts = serializers.IntegerField(min_value=0)
+    attempt_log = serializers.JSONField(help_text="each attempt: when, status code, error")
+    next_attempt_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    payload = serializers.JSONField()
+
+    class Meta:
+        ref_name = "WebhookDelivery"
+
+
+class WebhookDeliveryListSerializer(serializers.Serializer[Any]):
+    results = WebhookDeliverySerializer(many=True)
+
+    class Meta:
+        ref_name = "WebhookDeliveryList"
+
+
+class GuardPointSerializer(serializers.Serializer[Any]):
+    at = serializers.DateTimeField()
+    stage = serializers.IntegerField()
+    estimate = serializers.FloatField(allow_null=True)
+    lower = serializers.FloatField(allow_null=True)
+    upper = serializers.FloatField(allow_null=True)
+    state = serializers.ChoiceField(choices=["collecting", "healthy", "inconclusive", "regressed"])
+    scope = serializers.CharField(
+        required=False, help_text='"fleet", or the cell the point is about: task/budget/tier'
+    )
+
+    class Meta:
+        ref_name = "GuardPoint"
+
+
+class SampleRatioSerializer(serializers.Serializer[Any]):
+    observed = serializers.IntegerField()
+    total = serializers.IntegerField()
+    share = serializers.FloatField()
+    expected_share = serializers.FloatField()
+    chi_square = serializers.FloatField()
+    p_value = serializers.FloatField()
+
+    class Meta:
+        ref_name = "SampleRatio"
+
+
+class GuardDecideSerializer(serializers.Serializer[Any]):
+    """When a statistical guard can decide at the current rate (docs/alerts.md)."""
+
+    minutes = serializers.FloatField(
+        allow_null=True, help_text="null: not within the stage's limit (or 24 h) at this rate"
+    )
+    text = serializers.CharField(help_text='"decides in about 17 min at the current rate (…)"')
+    shorter = serializers.ListField(
+        child=serializers.CharField(), help_text="what would shorten it, each with its estimate"
+    )
+    candidate_per_minute = serializers.FloatField()
+    stable_per_minute = serializers.FloatField()
+    horizon_minutes = serializers.FloatField()
+
+    class Meta:
+        ref_name = "GuardDecide"
+
+
+class GuardStateSerializer(serializers.Serializer[Any]):
+    metric = serializers.ChoiceField(choices=sorted(GUARD_METRICS))
+    metric_label = serializers.CharField()
+    comparison = serializers.ChoiceField(choices=GuardComparison.values)
+    comparison_label = serializers.CharField()
+    threshold = serializers.FloatField()
+    threshold_text = serializers.CharField()
+    min_samples = serializers.IntegerField()
+    state = serializers.CharField()
+    candidate_value = serializers.FloatField(allow_null=True)
+    stable_value = serializers.FloatField(allow_null=True)
+    candidate_samples = serializers.IntegerField(allow_null=True)
+    stable_samples = serializers.IntegerField(allow_null=True)
+    message = serializers.CharField(allow_blank=True)
+    kind = serializers.ChoiceField(choices=GuardKind.values)
+    confidence = serializers.FloatField(allow_null=True, help_text="null for a fixed guard")
+    per_cell = serializers.BooleanField(allow_null=True, help_text="null for a fixed guard")
+    estimate = serializers.FloatField(
+        allow_null=True,
+        help_text="how much worse the candidate is: points of a rate (0.03 is 3 pts), or the "
+        "latency quantile's ratio minus one (0.2 is 20% slower); at `scope`",
+    )
+    lower = serializers.FloatField(allow_null=True, help_text="the interval's lower end")
+    upper = serializers.FloatField(allow_null=True, help_text="the interval's upper end")
+    scope = serializers.CharField(
+        allow_blank=True, help_text='"fleet", or the cell it acted on: task/budget/tier'
+    )
+    series = GuardPointSerializer(many=True, help_text="the interval over time, oldest first")
+    decide = GuardDecideSerializer(
+        allow_null=True,
+        help_text="a statistical guard not yet healthy: when it can decide (null otherwise)",
+    )
+
+    class Meta:
+        ref_name = "GuardState"
+
+
+class GuardSetSerializer(serializers.Serializer[Any]):
+    window_minutes = serializers.IntegerField()
+    bake_minutes = serializers.DictField(
+        child=serializers.IntegerField(), help_text="minutes per stage: 5, 25, 100"
+    )
+    auto_advance = serializers.BooleanField()
+    verdict = serializers.ChoiceField(choices=RolloutGuardSet.Verdict.values)
+    verdict_label = serializers.CharField()
+    reason = serializers.CharField(allow_blank=True)
+    quiet_since = serializers.DateTimeField(allow_null=True)
+    evaluated_at = serializers.DateTimeField(allow_null=True)
+    min_devices = serializers.IntegerField()
+    min_events = serializers.IntegerField()
+    stage_limit_minutes = serializers.IntegerField()
+    max_extensions = serializers.IntegerField()
+    extensions_used = serializers.IntegerField()
+    on_expiry = serializers.ChoiceField(choices=RolloutGuardSet.OnExpiry.values)
+    sample_ratios = serializers.DictField(
+        child=SampleRatioSerializer(),
+        help_text='"devices", "events": the last sample ratio checks (statistical guards)',
+    )
+    guards = GuardStateSerializer(many=True)
+
+    class Meta:
+        ref_name = "GuardSet"
+
+
+class RolloutGuardsSerializer(serializers.Serializer[Any]):
+    rollout = serializers.IntegerField(allow_null=True, help_text="the open (or last) rollout")
+    guards = GuardSetSerializer(allow_null=True, help_text="null: the rollout has no guards")
+
+    class Meta:
+        ref_name = "RolloutGuards"
+
+
+_MINUTES = {"type": "integer", "minimum": 0, "maximum": MAX_BAKE_MINUTES}
+
+
+def _guard_schema(
+    metrics: frozenset[str], comparisons: list[str], threshold: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "metric": {"type": "string", "enum": sorted(metrics)},
+            "comparison": {"type": "string", "enum": comparisons},
+            "threshold": {"type": "number", **threshold},
+            "min_samples": {"type": "integer", "minimum": 0, "maximum": MAX_MIN_SAMPLES},
+            "kind": {"type": "string", "enum": [GuardKind.FIXED]},
+        },
+        "required": ["metric", "comparison", "threshold"],
+    }
+
+
+def _sequential_schema(metrics: frozenset[str], maximum: float) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string", "enum": [GuardKind.SEQUENTIAL]},
+            "metric": {"type": "string", "enum": sorted(metrics)},
+            "tolerance": {"type": "number", "minimum": 0, "maximum": maximum},
+            "confidence": {"type": "number", "minimum": MIN_CONFIDENCE, "maximum": MAX_CONFIDENCE},
+            "per_cell": {"type": "boolean"},
+            "min_samples": {"type": "integer", "minimum": 0, "maximum": MAX_MIN_SAMPLES},
+        },
+        "required": ["kind", "metric", "tolerance"],
+        "additionalProperties": False,
+    }
+
+
+# What services.guards._clean_guards accepts, as a schema: a share's threshold is a fraction.
+GUARDS_SCHEMA: dict[str, Any] = {
+    "oneOf": [
+        {"type": "string", "enum": sorted(PRESETS)},
+        {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_GUARDS,
+            "items": {
+                "oneOf": [
+                    # A share is 0 to 1; a difference of two shares may be negative.
+                    _guard_schema(
+                        RATE_METRICS, [GuardComparison.ABOVE.value], {"minimum": 0, "maximum": 1}
+                    ),
+                    _guard_schema(
+                        RATE_METRICS,
+                        [GuardComparison.ABOVE_STABLE_BY.value],
+                        {"minimum": -1, "maximum": 1},
+                    ),
+                    _guard_schema(
+                        GUARD_METRICS - RATE_METRICS,
+                        list(GuardComparison.values),
+                        {"minimum": -1e9, "maximum": 1e9},
+                    ),
+                    _sequential_schema(SEQUENTIAL_METRICS - frozenset(QUANTILE_METRICS), 1),
+                    _sequential_schema(frozenset(QUANTILE_METRICS), 10),
+                ]
+            },
+        },
+    ],
+    "nullable": True,
+    "description": '"default" (or null), "statistical", "quality" (statistical and the '
+    f"draft-kept rate at most 3 pts below stable), or a list of 1 to {MAX_GUARDS} guards; "
+    "a fixed guard's share threshold is a fraction from 0 to 1 for `above` (0.02 is 2%) and "
+    "from -1 to 1 for `above_stable_by` (0.02 is 2 points above stable); a "
+    'sequential guard ("kind": "sequential") tolerates a regression: a fraction of a share '
+    "from 0 to 1, or of a latency quantile from 0 to 10 (0.2: 20% slower)",
+}
+# What services.guards._clean_bake accepts: minutes at every stage, or per stage (missing: 0).
+BAKE_MINUTES_SCHEMA: dict[str, Any] = {
+    "oneOf": [
+        _MINUTES,
+        {
+            "type": "object",
+            "properties": {str(stage): _MINUTES for stage in Rollout.STAGES},
+            "additionalProperties": False,
+        },
+    ],
+    "nullable": True,
+    "description": f"minutes from 0 to {MAX_BAKE_MINUTES} at every stage "
+    f"(null: {DEFAULT_BAKE_MINUTES}), "
+    'or per stage: {"5": 10, "25": 20, "100": 30} (a missing stage bakes 0)',
+}
+
+
+@extend_schema_field(GUARDS_SCHEMA)
+class GuardsField(serializers.JSONField):
+    """The guards of a rollout, as the schema declares them; the service checks them."""
+
+
+@extend_schema_field(BAKE_MINUTES_SCHEMA)
+class BakeMinutesField(serializers.JSONField):
+    """The bake time of a rollout, as the schema declares it; the service checks it."""
+
+
+@closed_body
+class RolloutGuardsInputSerializer(serializers.Serializer[Any]):
+    """The guards of an open rollout (PUT), or of the rollout a start opens."""
+
+    guards = GuardsField(required=False)
+    bake_minutes = BakeMinutesField(required=False)
+    auto_advance = serializers.BooleanField(required=False)
+    window_minutes = serializers.IntegerField(
+        min_value=MIN_WINDOW_MINUTES, max_value=MAX_WINDOW_MINUTES, required=False
+    )
+    min_samples = serializers.IntegerField(min_value=0, max_value=MAX_MIN_SAMPLES, required=False)
+    min_devices = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_EXPOSURE,
+        required=False,
+        help_text="candidate devices a stage needs before it may advance",
+    )
+    min_events = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_EXPOSURE,
+        required=False,
+        help_text="candidate events a stage needs before it may advance",
+    )
+    stage_limit_minutes = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_BAKE_MINUTES,
+        required=False,
+        help_text="0: none; past it a stage that cannot advance is extended, then expires",
+    )
+    max_extensions = serializers.IntegerField(min_value=0, max_value=MAX_EXTENSIONS, required=False)
+    on_expiry = serializers.ChoiceField(choices=RolloutGuardSet.OnExpiry.values, required=False)
+
+    class Meta:
+        ref_name = "RolloutGuardsInput"

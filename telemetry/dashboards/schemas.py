@@ -1,0 +1,281 @@
+"""The metrics API and the fleet dashboard in the OpenAPI schema.
+
+The views answer with the selectors' dicts (the same the page and the live feed use); these
+serializers are their contract.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from routing_policies.rollouts.schemas import RolloutSerializer
+
+from ..api_schemas import CostReportSerializer
+
+
+class LatencyFiguresSerializer(serializers.Serializer[Any]):
+    mean = serializers.FloatField(allow_null=True)
+    p50 = serializers.FloatField(allow_null=True)
+    p95 = serializers.FloatField(allow_null=True)
+    p99 = serializers.FloatField(allow_null=True)
+
+    class Meta:
+        ref_name = "LatencyFigures"
+
+
+class FallbackRatesSerializer(serializers.Serializer[Any]):
+    cloud_to_device = serializers.FloatField(allow_null=True)
+    device_to_cloud = serializers.FloatField(allow_null=True)
+
+    class Meta:
+        ref_name = "FallbackRates"
+
+
+class TokensPerTaskSerializer(serializers.Serializer[Any]):
+    """Mean tokens per task on each route; null where the route had no task."""
+
+    device = serializers.FloatField(allow_null=True)
+    cloud = serializers.FloatField(allow_null=True)
+    draft_refine = serializers.FloatField(allow_null=True)
+
+    class Meta:
+        ref_name = "TokensPerTask"
+
+
+class ScoreHistogramSerializer(serializers.Serializer[Any]):
+    bin_width = serializers.FloatField()
+    counts = serializers.ListField(child=serializers.IntegerField(min_value=0))
+
+    class Meta:
+        ref_name = "ScoreHistogram"
+
+
+class MetricsGroupSerializer(serializers.Serializer[Any]):
+    """One group's figures; its `group_by` keys (version, cohort, route, cell dimensions) too."""
+
+    version = serializers.IntegerField(required=False)
+    cohort = serializers.CharField(
+        required=False,
+        allow_null=True,
+        help_text="stable or candidate (the arms of `cohorts`); null: an event of neither arm",
+    )
+    route = serializers.CharField(required=False)
+    task_type = serializers.CharField(required=False)
+    latency_budget = serializers.CharField(required=False)
+    privacy_tier = serializers.CharField(required=False)
+    events = serializers.IntegerField(min_value=0)
+    alpha = serializers.FloatField(allow_null=True, help_text="device share")
+    cloud_share = serializers.FloatField(allow_null=True)
+    draft_refine_share = serializers.FloatField(allow_null=True)
+    fallback_rate = serializers.FloatField(allow_null=True)
+    fallback_rates = FallbackRatesSerializer()
+    cache_hit_rate = serializers.FloatField(allow_null=True)
+    error_rate = serializers.FloatField(allow_null=True)
+    privacy_violations = serializers.IntegerField(min_value=0)
+    latency_ms = LatencyFiguresSerializer()
+    draft_kept_rate = serializers.FloatField(
+        allow_null=True,
+        help_text="share of the events reporting refine_changed whose draft the cloud kept",
+    )
+    mean_quality = serializers.FloatField(
+        allow_null=True, help_text="mean app quality (from events and late feedback)"
+    )
+    refine_reported = serializers.IntegerField(
+        min_value=0, help_text="events reporting refine_changed"
+    )
+    quality_count = serializers.IntegerField(
+        min_value=0, help_text="quality readings (from events and late feedback)"
+    )
+    score_mean = serializers.FloatField(allow_null=True)
+    tokens_per_task = TokensPerTaskSerializer(
+        help_text="mean tokens per task per route (a task sent without `tokens` counts as 0)"
+    )
+    score_histogram = ScoreHistogramSerializer(required=False, help_text="with ?scores=true")
+
+    class Meta:
+        ref_name = "MetricsGroup"
+
+
+class MetricsWindowSerializer(serializers.Serializer[Any]):
+    to = serializers.DateTimeField()
+    resolution = serializers.ChoiceField(choices=["minute", "hour"])
+
+    class Meta:
+        ref_name = "MetricsWindow"
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        # `from` is a Python keyword: it cannot be a class attribute.
+        return {"from": serializers.DateTimeField(), **super().get_fields()}
+
+
+class CohortArmsSerializer(serializers.Serializer[Any]):
+    """The version each cohort counts (docs/telemetry.md, "Cohorts"); null: every version."""
+
+    stable = serializers.IntegerField(allow_null=True)
+    candidate = serializers.IntegerField(allow_null=True)
+
+    class Meta:
+        ref_name = "CohortArms"
+
+
+class FleetMetricsSerializer(serializers.Serializer[Any]):
+    fleet = serializers.SlugField()
+    window = MetricsWindowSerializer()
+    group_by = serializers.ListField(child=serializers.CharField())
+    filters = serializers.DictField(child=serializers.JSONField(), help_text="the filters set")
+    cohorts = CohortArmsSerializer(
+        required=False, help_text="with a cohort grouping or filter: the version each counts"
+    )
+    groups = MetricsGroupSerializer(many=True)
+
+    class Meta:
+        ref_name = "FleetMetrics"
+
+
+class DashboardWindowSerializer(MetricsWindowSerializer):
+    bucket_seconds = serializers.IntegerField(min_value=1)
+    partial_bucket = serializers.IntegerField(
+        min_value=0,
+        help_text="index in `buckets` of the bucket still in progress (the last one): its "
+        "figures so far are in the series, but it is not a whole bucket; the page leaves it out",
+    )
+    partial_from = serializers.DateTimeField(help_text="when the bucket in progress began")
+
+    class Meta:
+        ref_name = "DashboardWindow"
+
+
+class DashboardMarkerSerializer(serializers.Serializer[Any]):
+    at = serializers.DateTimeField()
+    kind = serializers.ChoiceField(choices=["published", "switched", "rollout", "rolled_back"])
+    label = serializers.CharField()  # type: ignore[assignment]  # a declared field
+    summary = serializers.CharField(allow_blank=True)
+
+    class Meta:
+        ref_name = "DashboardMarker"
+
+
+class DashboardOptionsSerializer(serializers.Serializer[Any]):
+    versions = serializers.ListField(child=serializers.IntegerField())
+    task_types = serializers.ListField(child=serializers.CharField())
+
+    class Meta:
+        ref_name = "DashboardOptions"
+
+
+class DashboardConvergenceVersionSerializer(serializers.Serializer[Any]):
+    version = serializers.IntegerField()
+    role = serializers.ChoiceField(choices=["stable", "candidate", "other"])
+    assigned = serializers.IntegerField(min_value=0)
+    acked = serializers.IntegerField(min_value=0)
+    online = serializers.IntegerField(min_value=0)
+
+    class Meta:
+        ref_name = "DashboardConvergenceVersion"
+
+
+class DashboardConvergenceSerializer(serializers.Serializer[Any]):
+    devices = serializers.IntegerField(min_value=0)
+    online = serializers.IntegerField(min_value=0)
+    versions = DashboardConvergenceVersionSerializer(many=True)
+
+    class Meta:
+        ref_name = "DashboardConvergence"
+
+
+class DashboardViewSerializer(serializers.Serializer[Any]):
+    window = serializers.CharField()
+    version = serializers.IntegerField(allow_null=True)
+    cohort = serializers.CharField(allow_null=True)
+    task_type = serializers.CharField(allow_null=True)
+    route = serializers.CharField(allow_null=True)
+
+    class Meta:
+        ref_name = "DashboardView"
+
+
+class DashboardCohortCostSerializer(serializers.Serializer[Any]):
+    """Cost per task of the compared rollout's two cohorts."""
+
+    stable_version = serializers.IntegerField()
+    candidate_version = serializers.IntegerField()
+    stable_events = serializers.IntegerField()
+    candidate_events = serializers.IntegerField()
+    stable_per_task = serializers.FloatField()
+    candidate_per_task = serializers.FloatField()
+    candidate_change = serializers.FloatField(
+        allow_null=True, help_text="candidate per task / stable per task - 1"
+    )
+    candidate_change_low = serializers.FloatField(
+        allow_null=True, help_text="95% interval of candidate_change: its low end"
+    )
+    candidate_change_high = serializers.FloatField(
+        allow_null=True, help_text="95% interval of candidate_change: its high end"
+    )
+
+    class Meta:
+        ref_name = "DashboardCohortCost"
+
+
+class DashboardPriceSerializer(serializers.Serializer[Any]):
+    per_1k_tokens = serializers.FloatField()
+    per_call = serializers.FloatField()
+
+    class Meta:
+        ref_name = "DashboardCloudPrice"
+
+
+class DashboardCostSerializer(CostReportSerializer):
+    """The cloud cost of the view, priced by the fleet's cloud price (docs/lab.md, Cost).
+
+    `stable` is the view had the candidate's tasks cost what the stable cohort's cost per task;
+    null without a rollout whose two cohorts both have tasks in the view."""
+
+    price = DashboardPriceSerializer()
+    cloud_calls = serializers.FloatField(help_text="cloud and draft_refine tasks, not cached")
+    cloud_tokens = serializers.FloatField()
+    saving = serializers.FloatField(help_text="all-cloud minus actual, in the view")
+    saving_share = serializers.FloatField(allow_null=True, help_text="saving / all-cloud")
+    cohorts = DashboardCohortCostSerializer(
+        allow_null=True, help_text="the rollout in progress, past min_compared_tasks per cohort"
+    )
+    cohorts_withheld = serializers.CharField(
+        allow_null=True, help_text="why cohorts is null, in words; null when it is shown"
+    )
+    min_compared_tasks = serializers.IntegerField(
+        help_text="tasks each cohort needs in the view before their costs are compared"
+    )
+
+    class Meta:
+        ref_name = "DashboardCost"
+
+
+class FleetDashboardSerializer(serializers.Serializer[Any]):
+    """Everything the fleet dashboard draws; series are lists aligned with `buckets`."""
+
+    fleet = serializers.SlugField()
+    view = DashboardViewSerializer()
+    view_key = serializers.CharField()
+    generated_at = serializers.DateTimeField()
+    window = DashboardWindowSerializer()
+    buckets = serializers.ListField(child=serializers.DateTimeField())
+    summary = serializers.DictField(help_text="headline figures of the whole view")
+    series = serializers.DictField(help_text="per-bucket series, each a list aligned with buckets")
+    routes = serializers.DictField(help_text="latency and shares per route")
+    cohorts = serializers.DictField(help_text="figures and series of the stable and candidate")
+    cost = DashboardCostSerializer()
+    budgets = serializers.JSONField(help_text="the policy's latency budgets per route")
+    grid = serializers.JSONField(
+        help_text="cloud share, P95, draft-kept rate and mean app quality per policy cell"
+    )
+    markers = DashboardMarkerSerializer(many=True)
+    options = DashboardOptionsSerializer()
+    stable_version = serializers.IntegerField(allow_null=True)
+    rollout = RolloutSerializer(allow_null=True)
+    convergence = DashboardConvergenceSerializer()
+    alerts = serializers.JSONField(allow_null=True, help_text="kept live by the alert feed")
+
+    class Meta:
+        ref_name = "FleetDashboard"
