@@ -250,6 +250,49 @@ def test_matrix_and_tables__390px_phone__every_cell_and_key_column_on_screen(
     assert errors.take() == []
 
 
+def _misaligned_columns(page: Page) -> list[str]:
+    """Tables whose header cells do not stand over their columns' cells (or do not span the
+    table): each head cell's left edge against the first body row's cell of the same column."""
+    return list(
+        page.evaluate(
+            """() => [...document.querySelectorAll('table.table')].flatMap((table, t) => {
+              const head = table.tHead && table.tHead.rows[0];
+              const row = [...table.tBodies].flatMap(b => [...b.rows])
+                .find(r => r.cells.length === (head ? head.cells.length : -1));
+              if (!head || !row || table.offsetParent === null) { return []; }
+              const width = table.getBoundingClientRect().width;
+              const problems = [];
+              if (head.getBoundingClientRect().width < width - 2) {
+                problems.push(`table ${t}: header row narrower than the table`);
+              }
+              [...head.cells].forEach((th, i) => {
+                const gap = Math.abs(th.getBoundingClientRect().left
+                                     - row.cells[i].getBoundingClientRect().left);
+                if (gap > 2) { problems.push(`table ${t} column ${i}: ${gap}px apart`); }
+              });
+              return problems;
+            })"""
+        )
+    )
+
+
+def test_tables__1366px_laptop__header_cells_stand_over_their_columns(
+    asgi_server: str, demo: dict[str, Any], browser_page: Page
+) -> None:
+    page = browser_page
+    _patient(page)
+    page.set_viewport_size(LAPTOP)
+    log_in(page, asgi_server, "publisher", DEMO_PASSWORD)
+
+    for name, path, _columns in KEY_COLUMNS:
+        # Given a laptop / When the publisher opens each page with a table
+        page.goto(f"{asgi_server}{path}")
+        page.wait_for_load_state("load")
+        # Then each table reads as a table: its head spans it, each head over its column
+        assert _misaligned_columns(page) == [], name
+        page.screenshot(path=str(screenshot_path(f"tables-1366-{name}")), full_page=True)
+
+
 def test_dashboard_header__no_rollout_open__no_empty_rolling_out_chip(
     asgi_server: str, demo: dict[str, Any], browser_page: Page
 ) -> None:
