@@ -8,6 +8,7 @@ COPY pyproject.toml README.md ./
 COPY controlplane ./controlplane
 COPY routing_policies ./routing_policies
 COPY telemetry ./telemetry
+COPY lab ./lab
 COPY edge_sdk ./edge_sdk
 RUN pip install --no-cache-dir .
 
