@@ -1,5 +1,6 @@
-"""What every server-rendered page shares: the role check, the fleet of the URL, page input
-through Django forms, and showing a refused change on the page it came from."""
+"""What every server-rendered page shares: the role check, page input through Django forms,
+and showing a refused change on the page it came from. (The fleet a page's URL names is
+`routing_policies.policies.pages.fleet_or_404`: the shared layer reads no part.)"""
 
 import functools
 import math
@@ -9,13 +10,11 @@ from typing import Any, TypeVar
 from django import forms
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 
-from controlplane.exceptions import ApplicationError, NotFound, ValidationFailed
-from routing_policies.permissions import ROLE_REFUSALS
-from routing_policies.policies.models import Fleet
-from routing_policies.policies.selectors import fleet_get
-from routing_policies.roles import Role, has_role, user_role
+from controlplane.exceptions import ApplicationError, ValidationFailed
+from controlplane.permissions import ROLE_REFUSALS
+from controlplane.roles import Role, has_role, user_role
 
 View = TypeVar("View", bound=Callable[..., HttpResponse])
 
@@ -38,14 +37,6 @@ def role_required(role: Role) -> Callable[[View], View]:
         return wrapper  # type: ignore[return-value]
 
     return decorator
-
-
-def fleet_or_404(slug: str) -> Fleet:
-    """The fleet a page's URL names, or the 404 page."""
-    try:
-        return fleet_get(slug=slug)
-    except NotFound as exc:
-        raise Http404(exc.message) from None
 
 
 def posted_values(request: HttpRequest) -> dict[str, str]:

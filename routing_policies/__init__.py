@@ -1,1 +1,2 @@
-"""Fleets, the routing policy table, its versions, diffs, roles and the audit log."""
+"""Fleets, the routing policy table, its versions, diffs and the audit log (roles are shared:
+controlplane/roles.py)."""

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from .roles import Role, user_role
+from controlplane.roles import Role, user_role
 
 
 def roles(request: HttpRequest) -> dict[str, Any]:

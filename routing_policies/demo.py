@@ -5,13 +5,14 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from controlplane.roles import ROLE_GROUPS, Role, ensure_role_groups
+
 from .cell_schema import DEFAULT_CELL_VALUES, SEED_DIMENSIONS
 from .devices.services import fleet_enrollment_key_rotate
 from .documents import Table, ordered_keys
 from .extensions import demo_seeders
 from .policies.models import Fleet
 from .policies.services import fleet_create, policy_version_publish
-from .roles import ROLE_GROUPS, Role, ensure_role_groups
 from .rollouts.models import FleetRouting
 
 DEMO_FLEET = "voice-assistant-android"

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
-from routing_policies.roles import Role
+from controlplane.roles import Role
 from tests.factories import UserFactory, make_fleet
 
 ON_CI = os.environ.get("CI") == "true"

@@ -12,12 +12,12 @@ import factory
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
+from controlplane.roles import ROLE_GROUPS, Role
 from edge_sdk.decision import Cell, DeviceState, TaskSignals, decide
 from lab.replay import RecordedEvent
 from routing_policies.demo import demo_table
 from routing_policies.models import Fleet, PolicyVersion
 from routing_policies.policies.sdk_cells import table_cells
-from routing_policies.roles import ROLE_GROUPS, Role
 from routing_policies.selectors import version_table
 from routing_policies.services import (
     fleet_create,

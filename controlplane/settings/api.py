@@ -10,7 +10,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["routing_policies.permissions.IsViewer"],
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.permissions.IsViewer"],
     # JSON only, through controlplane.json_guard: depth, NUL / lone surrogates and non-finite
     # numbers refused naming the field (a form or multipart body is a 415).
     "DEFAULT_PARSER_CLASSES": ["controlplane.parsers.GuardedJSONParser"],

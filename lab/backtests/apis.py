@@ -11,8 +11,8 @@ from rest_framework.views import APIView
 
 from controlplane.api import require_object
 from controlplane.openapi import error_responses
+from controlplane.permissions import IsEditor, IsViewer
 from routing_policies import selectors as policy_selectors
-from routing_policies.permissions import IsEditor, IsViewer
 
 from . import schemas, selectors, services
 

@@ -12,10 +12,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.exceptions import ApplicationError
-from controlplane.pages import fleet_or_404, posted_values, refusal, role_required
+from controlplane.pages import posted_values, refusal, role_required
+from controlplane.roles import Role, has_role
 from routing_policies.models import Fleet
+from routing_policies.policies.pages import fleet_or_404
 from routing_policies.policies.selectors import draft_get, published_numbers
-from routing_policies.roles import Role, has_role
 
 from . import selectors, services
 from .models import Backtest

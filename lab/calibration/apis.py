@@ -25,8 +25,8 @@ from controlplane.api import (
 )
 from controlplane.exceptions import ValidationFailed
 from controlplane.openapi import closed_body, error_responses
+from controlplane.permissions import IsEditor, IsViewer
 from routing_policies.cell_schema import DIMENSIONS, CellKey
-from routing_policies.permissions import IsEditor, IsViewer
 from routing_policies.selectors import fleet_get
 from routing_policies.validation import DIMENSION_VALUE_RE, MAX_CELLS, MAX_VERSION
 from telemetry.api_schemas import CostReportSerializer

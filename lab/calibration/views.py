@@ -22,15 +22,15 @@ from controlplane.pages import (
     NumberField,
     PageForm,
     WholeNumberField,
-    fleet_or_404,
     refusal,
     role_required,
 )
+from controlplane.roles import Role, has_role
 from routing_policies.cell_schema import CellKey, cell_key_label
 from routing_policies.models import Fleet, PolicyVersion
+from routing_policies.policies.pages import fleet_or_404
 from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.pricing import CloudPrice
-from routing_policies.roles import Role, has_role
 from routing_policies.selectors import draft_get, version_get, version_table
 
 from ..backtests.view_models import cost_sentence

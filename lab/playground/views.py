@@ -12,12 +12,13 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.exceptions import ApplicationError
-from controlplane.pages import NumberField, PageForm, fleet_or_404, posted_values, role_required
+from controlplane.pages import NumberField, PageForm, posted_values, role_required
+from controlplane.roles import Role
 from edge_sdk.decision import DeviceState, TaskSignals
 from routing_policies.cell_schema import MODES
 from routing_policies.models import Fleet
+from routing_policies.policies.pages import fleet_or_404
 from routing_policies.pricing import CloudPrice
-from routing_policies.roles import Role
 from routing_policies.services import fleet_cloud_price_set
 
 from .explain import CellOverride

@@ -21,8 +21,8 @@ from controlplane.api import JsonRegexField, TidyJsonStringField, require_object
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_response, error_responses, query_params_validate
 from controlplane.pagination import BoundedLimitOffsetPagination
+from controlplane.permissions import IsPublisher, IsViewer
 
-from ..permissions import IsPublisher, IsViewer
 from ..policies.apis import IF_NONE_MATCH, NOT_MODIFIED
 from ..policies.schemas import PolicyDocumentSerializer
 from ..policies.selectors import fleet_get, published_version_get, version_document

@@ -12,11 +12,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.exceptions import ValidationFailed
-from controlplane.pages import fleet_or_404, role_required
+from controlplane.pages import role_required
+from controlplane.roles import Role
 
 from ..policies.models import Fleet
+from ..policies.pages import fleet_or_404
 from ..policies.selectors import published_versions
-from ..roles import Role
 from ..rollouts.selectors import fleet_assignment
 from . import selectors, services
 from .forms import DeviceFilterForm

@@ -26,10 +26,10 @@ from controlplane.api import (
 )
 from controlplane.exceptions import ApplicationError, ValidationFailed
 from controlplane.openapi import error_responses, query_params_validate
+from controlplane.permissions import IsEditor, IsPublisher, IsViewer
 from controlplane.validators import SOME_TEXT_PATTERN
 
 from ..cell_schema import DIMENSIONS, flatten
-from ..permissions import IsEditor, IsPublisher, IsViewer
 from ..pricing import CloudPrice
 from ..validation import DIMENSION_VALUE_RE
 from . import schemas, selectors, services

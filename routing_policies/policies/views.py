@@ -17,11 +17,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.exceptions import ApplicationError, Conflict, NotFound, ValidationFailed
-from controlplane.pages import fleet_or_404, refusal, role_required
+from controlplane.pages import refusal, role_required
+from controlplane.roles import Role, has_role
 
 from ..cell_schema import DIMENSION_LABELS, DIMENSIONS, cell_key_label
 from ..extensions import lab_draft_headline
-from ..roles import Role, has_role
 from ..rollouts.selectors import fleet_running
 from . import selectors, services
 from .forms import (
@@ -37,6 +37,7 @@ from .forms import (
     read_import_document,
 )
 from .models import Fleet, PolicyVersion
+from .pages import fleet_or_404
 from .view_models import (
     audit_rows,
     diff_marks,

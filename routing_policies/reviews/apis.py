@@ -12,8 +12,8 @@ from rest_framework.views import APIView
 from controlplane.api import require_object
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_responses, query_params_validate
+from controlplane.permissions import IsEditor, IsPublisher, IsViewer
 
-from ..permissions import IsEditor, IsPublisher, IsViewer
 from ..policies.apis import version_out
 from ..policies.models import Fleet
 from ..policies.schemas import VersionSerializer

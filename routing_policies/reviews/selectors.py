@@ -5,9 +5,10 @@ from typing import Any
 
 from django.db.models import Prefetch, QuerySet
 
+from controlplane.roles import Role, has_role
+
 from ..policies.models import Fleet
 from ..policies.selectors import version_diff
-from ..roles import Role, has_role
 from .gate import KIND_WORDS, fleet_freeze_open, review_settings_of
 from .models import ChangeRequest, ChangeRequestComment, ChangeRequestVerdict, FleetFreeze
 from .rules import review_status

@@ -8,11 +8,11 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.exceptions import ApplicationError, Conflict, NotFound, ValidationFailed
+from controlplane.roles import Role, has_role
 
 from ..policies.audit import Actor, actor_name, actor_user, audit_record
 from ..policies.models import Fleet, PolicyVersion
 from ..policies.services import policy_version_publish
-from ..roles import Role, has_role
 from ..rollouts.services import fleet_routing_lock
 from .gate import KIND_WORDS, change_request_body, fleet_freeze_open
 from .models import (

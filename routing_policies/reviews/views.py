@@ -14,13 +14,14 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.exceptions import ApplicationError
-from controlplane.pages import fleet_or_404, posted_values, refusal, role_required
+from controlplane.pages import posted_values, refusal, role_required
+from controlplane.roles import Role
 
 from ..extensions import lab_draft_headline
 from ..policies.models import Fleet
+from ..policies.pages import fleet_or_404
 from ..policies.selectors import draft_get, published_versions
 from ..policies.view_models import diff_rows
-from ..roles import Role
 from . import selectors, services
 from .forms import NoteForm, OpenForm, SettingsForm, VerdictForm
 from .models import ChangeRequest

@@ -15,9 +15,9 @@ from rest_framework.views import APIView
 from controlplane.api import JsonChoiceField, JsonIntegerField, TidyJsonStringField, require_object
 from controlplane.exceptions import ValidationFailed
 from controlplane.openapi import ApiAutoSchema, error_responses
+from controlplane.permissions import IsPublisher, IsViewer
 
 from ..extensions import rollout_guard_status, rollout_guards, rollout_start_guarded
-from ..permissions import IsPublisher, IsViewer
 from ..policies.models import Fleet
 from ..policies.selectors import fleet_get
 from ..validation import MAX_VERSION

@@ -17,12 +17,13 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.exceptions import ApplicationError
-from controlplane.pages import fleet_or_404, posted_values, refusal, role_required
+from controlplane.pages import posted_values, refusal, role_required
+from controlplane.roles import Role
 
 from ..extensions import lab_rollout_prediction, rollout_guard_status, rollout_start_guarded
 from ..policies.models import Fleet
+from ..policies.pages import fleet_or_404
 from ..policies.selectors import published_versions
-from ..roles import Role
 from . import selectors, services
 from .forms import (
     CloudPressureForm,

@@ -10,8 +10,8 @@ from rest_framework.views import APIView
 from controlplane.api import require_object
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_responses
+from controlplane.permissions import IsPublisher, IsViewer
 
-from ..permissions import IsPublisher, IsViewer
 from ..policies.models import Fleet
 from ..policies.selectors import fleet_get
 from ..reviews import schemas as review_schemas

@@ -17,15 +17,15 @@ from controlplane.pages import (
     NumberField,
     PageForm,
     WholeNumberField,
-    fleet_or_404,
     posted_values,
     refusal,
     role_required,
 )
+from controlplane.roles import Role
 
 from ..policies.models import Fleet
+from ..policies.pages import fleet_or_404
 from ..policies.selectors import published_versions
-from ..roles import Role
 from . import selectors, services
 from .models import ScheduledChange
 from .times import describe, local_to_utc, zone

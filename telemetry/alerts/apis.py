@@ -18,9 +18,9 @@ from rest_framework.views import APIView
 from controlplane.api import input_validate, require_object
 from controlplane.exceptions import Conflict, NotFound, ValidationFailed
 from controlplane.openapi import error_responses, query_params_validate
+from controlplane.permissions import IsEditor, IsPublisher, IsViewer
 from routing_policies import selectors as policy_selectors
 from routing_policies.models import Fleet, Rollout
-from routing_policies.permissions import IsEditor, IsPublisher, IsViewer
 
 from . import schemas, selectors, services
 from .models import AlertRule

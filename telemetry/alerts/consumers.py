@@ -19,7 +19,7 @@ from typing import Any, Final
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from routing_policies.roles import Role, user_role
+from controlplane.roles import Role, user_role
 
 from ..close_codes import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
 from .notify import ALERTS_GROUP

@@ -18,13 +18,13 @@ from controlplane.pages import (
     NumberField,
     PageForm,
     WholeNumberField,
-    fleet_or_404,
     posted_values,
     refusal,
     role_required,
 )
+from controlplane.roles import Role, has_role
 from routing_policies.models import Fleet
-from routing_policies.roles import Role, has_role
+from routing_policies.policies.pages import fleet_or_404
 
 from . import selectors, services
 from .judging import format_clear, format_threshold, format_value

@@ -32,8 +32,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from controlplane import json_guard
 from controlplane.exceptions import ApplicationError
+from controlplane.roles import Role, user_role
 from routing_policies.models import Fleet
-from routing_policies.roles import Role, user_role
 
 from ..close_codes import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from . import feed

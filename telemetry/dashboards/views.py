@@ -18,8 +18,9 @@ from rest_framework.views import APIView
 
 from controlplane.exceptions import ApplicationError
 from controlplane.openapi import query_params_validate
-from controlplane.pages import fleet_or_404, role_required
-from routing_policies.roles import Role
+from controlplane.pages import role_required
+from controlplane.roles import Role
+from routing_policies.policies.pages import fleet_or_404
 from routing_policies.selectors import fleet_get
 
 from ..models import Cohort

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from routing_policies.roles import Role
+from controlplane.roles import Role
 from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
 from telemetry.alerts.services import alert_rules_seed
 from tests.factories import PASSWORD, UserFactory, iso, make_events, make_fleet

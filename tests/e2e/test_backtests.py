@@ -14,8 +14,8 @@ import pytest
 from django.db import transaction
 from playwright.sync_api import Page, expect
 
+from controlplane.roles import Role
 from routing_policies.policies.sdk_cells import table_cells
-from routing_policies.roles import Role
 from routing_policies.selectors import version_table
 from routing_policies.services import (
     policy_draft_create,

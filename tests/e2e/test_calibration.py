@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
+from controlplane.roles import Role
 from edge_sdk.decision import decide
 from routing_policies import selectors, services
-from routing_policies.roles import Role
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from tests.factories import UserFactory, demo_cell, make_fleet, protocol_event, recorded_sample
 from tests.integration.test_telemetry_durability import Worker

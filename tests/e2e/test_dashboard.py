@@ -20,10 +20,10 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from controlplane.roles import Role
 from routing_policies.assignment import bucket
 from routing_policies.cell_schema import SEED_DIMENSIONS
 from routing_policies.documents import ordered_keys
-from routing_policies.roles import Role
 from routing_policies.services import (
     device_enroll,
     fleet_enrollment_key_rotate,

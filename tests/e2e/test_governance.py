@@ -10,9 +10,9 @@ from zoneinfo import ZoneInfo
 import pytest
 from playwright.sync_api import Page, expect
 
+from controlplane.roles import Role
 from routing_policies.models import ChangeRequest, PolicyVersion, Rollout
 from routing_policies.reviews.services import review_settings_update
-from routing_policies.roles import Role
 from routing_policies.services import policy_draft_create, policy_draft_update_cells
 from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, PAGE_TIMEOUT_MS, screenshot_path
 from tests.e2e.pages import LAPTOP, PHONE, assert_no_sideways_scroll, log_in, log_out

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
+from controlplane.roles import Role
 from routing_policies import services
-from routing_policies.roles import Role
 from tests.factories import UserFactory, make_fleet
 
 from .conftest import screenshot_path

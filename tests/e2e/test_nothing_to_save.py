@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
+from controlplane.roles import Role
 from routing_policies import services
 from routing_policies.models import PolicyVersion
-from routing_policies.roles import Role
 from tests.factories import PASSWORD, UserFactory, make_fleet
 
 from .conftest import screenshot_path

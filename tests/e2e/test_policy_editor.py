@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
+from controlplane.roles import Role
 from routing_policies import selectors, services
-from routing_policies.roles import Role
 from tests.factories import PASSWORD, UserFactory, draft_changed, make_fleet
 
 from .conftest import screenshot_path

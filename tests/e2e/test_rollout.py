@@ -21,10 +21,10 @@ import pytest
 from django.db import transaction
 from playwright.sync_api import Page, expect
 
+from controlplane.roles import Role
 from routing_policies import services
 from routing_policies.assignment import bucket
 from routing_policies.models import Device, Fleet, Rollout
-from routing_policies.roles import Role
 from tests.factories import PASSWORD, UserFactory, make_fleet
 
 from .conftest import screenshot_path

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
+from controlplane.roles import Role
 from routing_policies.assignment import bucket
 from routing_policies.models import Device
-from routing_policies.roles import Role
 from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
 from telemetry.alerts.services import alerts_evaluate, rollout_start_guarded
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest

@@ -23,9 +23,9 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from controlplane.roles import Role
 from routing_policies.assignment import bucket
 from routing_policies.models import AuditEntry, Rollout, RolloutEvent
-from routing_policies.roles import Role
 from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
 from telemetry.alerts.services import alert_rule_create, alert_webhook_create, rollout_start_guarded
 from telemetry.models import AlertEvent, AlertRule, WebhookDelivery

@@ -9,8 +9,8 @@ import httpx
 import pytest
 from rest_framework.authtoken.models import Token
 
+from controlplane.roles import Role
 from routing_policies.policies.sdk_cells import table_cells
-from routing_policies.roles import Role
 from routing_policies.selectors import version_table
 from tests.factories import UserFactory, decided_events, make_fleet
 from tests.integration.test_telemetry_durability import Worker

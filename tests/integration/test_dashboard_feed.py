@@ -18,7 +18,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from routing_policies.roles import Role
+from controlplane.roles import Role
 from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
 from tests.factories import UserFactory, make_events, make_fleet
 from tests.integration.test_telemetry_durability import Worker

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from controlplane.roles import Role
 from routing_policies.models import AuditEntry, ScheduledChange
-from routing_policies.roles import Role
 from routing_policies.schedules.services import scheduled_change_create
 from tests.factories import UserFactory, make_fleet
 from tests.integration.test_telemetry_durability import Worker, _wait_until

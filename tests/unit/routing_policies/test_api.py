@@ -11,11 +11,11 @@ from rest_framework.authtoken.models import Token
 from rest_framework.response import Response
 from rest_framework.test import APIClient
 
+from controlplane.roles import Role
 from routing_policies.cell_schema import SEED_DIMENSIONS
 from routing_policies.demo import demo_table
 from routing_policies.documents import build_document
 from routing_policies.models import AuditEntry, Fleet, PolicyVersion
-from routing_policies.roles import Role
 from routing_policies.selectors import version_get, version_table
 from routing_policies.services import (
     policy_draft_create,

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 
+from controlplane.roles import Role
 from routing_policies.models import Device
 from routing_policies.push import store as device_store
 from routing_policies.push.store import DeviceStore
-from routing_policies.roles import Role
 from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
 from tests.factories import UserFactory, make_fleet
 

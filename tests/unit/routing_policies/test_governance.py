@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
+from controlplane.roles import Role
 from routing_policies.models import (
     AuditEntry,
     ChangeRequest,
@@ -18,7 +19,6 @@ from routing_policies.models import (
 )
 from routing_policies.reviews import services as reviews
 from routing_policies.reviews.notify import review_notifier_register
-from routing_policies.roles import Role
 from routing_policies.services import (
     fleet_switch_version,
     policy_draft_create,

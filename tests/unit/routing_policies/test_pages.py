@@ -8,10 +8,10 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client, override_settings
 
+from controlplane.roles import Role
 from routing_policies import selectors, services
 from routing_policies.cell_schema import FIELDS_BY_PATH
 from routing_policies.models import AuditEntry, Fleet, PolicyVersion
-from routing_policies.roles import Role
 from tests.factories import draft_changed
 
 SLUG = "fleet-a"

@@ -186,7 +186,7 @@ def test_change_request_publish__draft_unchanged__409_no_changes(
     fleet: Any, publisher: Any, make_user: Callable[..., Any]
 ) -> None:
     # Given a fleet that reviews publishes, and an approved request for an unchanged draft
-    from routing_policies.roles import Role
+    from controlplane.roles import Role
 
     reviewer = make_user(Role.PUBLISHER, username="reviewer")
     reviews.review_settings_update(

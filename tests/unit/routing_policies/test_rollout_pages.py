@@ -9,10 +9,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from controlplane.exceptions import ApplicationError
+from controlplane.roles import Role
 from routing_policies import selectors, services
 from routing_policies.devices.tokens import hash_secret
 from routing_policies.models import Device, Fleet, FleetRouting, PolicyVersion, Rollout
-from routing_policies.roles import Role
 from tests.factories import draft_changed
 
 SLUG = "fleet-a"

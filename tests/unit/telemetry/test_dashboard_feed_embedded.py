@@ -11,8 +11,8 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.test import Client
 
+from controlplane.roles import Role
 from routing_policies.models import Fleet
-from routing_policies.roles import Role
 from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
 from telemetry.dashboards import consumers
 from telemetry.dashboards.selectors import parse_view

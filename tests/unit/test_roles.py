@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import AnonymousUser, Group
 
-from routing_policies.roles import Role, ensure_role_groups, has_role, user_role
+from controlplane.roles import Role, ensure_role_groups, has_role, user_role
 
 pytestmark = pytest.mark.django_db
 
