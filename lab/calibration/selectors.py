@@ -140,16 +140,7 @@ def calibration_compute(
     raw_table = version_table(version=base)
     table = table_cells(raw_table)
     shadow_rates = shadow_refine_rates(raw_table)
-    wanted = list(table) if cells is None else list(cells)
-    unknown = [index for index, key in enumerate(wanted) if key not in table]
-    if unknown:  # well-formed, but not in this table: a bad request naming the cell
-        raise ValidationFailed(
-            f"{cell_key_label(wanted[unknown[0]])} is not a cell of {base.label}.",
-            details=[
-                {"field": f"cells[{index}]", "message": f"not a cell of {base.label}"}
-                for index in unknown
-            ],
-        )
+    wanted = _wanted_cells(table, cells, base)
     end = end or timezone.now()
     start = end - timedelta(hours=hours)
     stable_version, stable, stable_shadow = _stable_cells(fleet)
@@ -168,61 +159,13 @@ def calibration_compute(
     kept = kept_figures(fleet_id=fleet.pk, start=start, end=end)
     groups = groups_of_cells(kept, sweeps)
     if target.kind == "quality" and sweeps and not any(g.enough for g in groups.values()):
-        raise Conflict(
-            f"Too few draft reports to predict device quality: a cell needs "
-            f"{MIN_QUALITY_REPORTS:,} scored reports of `refine_changed` in the window.",
-            code="too_few_quality_reports",
-            details=[
-                {"field": "cells", "message": f"{cell_key_label(key)}: {group.refusal()}"}
-                for key, group in groups.items()
-            ],
-        )
+        raise _too_few_quality_reports(groups)
     model = LatencyModel()
-    events = unreplayable = 0
-    # The backtest's hot loop: one reused ReplayInputs per row, no object per event. Every
-    # cell's clean runs feed the estimator (a cell without observations borrows the fleet's);
-    # only the calibrated cells' events are swept.
-    inputs = ReplayInputs(NudgeHistory.of_fleet(fleet_id=fleet.pk, end=end))
-    plans: dict[CellKey, tuple[Observed, CellSweep | None]] = {}
-    span = EventSpan()
-    for rows in recorded_rows(fleet_id=fleet.pk, start=start, end=end):
-        events += len(rows)
-        span.add(rows)
-        for row in rows:
-            event = inputs.load(row)
-            key = event.cell
-            plan = plans.get(key)
-            if plan is None:
-                plan = plans[key] = (model.of_cell(key), sweeps.get(key))
-            observed, cell_sweep = plan
-            unreplayable += not event.replayable
-            cache_hit = event.cache_hit
-            if event.ok and not cache_hit and event.fallback == "none":
-                route = event.route
-                network = 0.0
-                if route != "device":
-                    network = network_ms(
-                        upload_bytes=event.upload_bytes,
-                        bandwidth_kbps=event.bandwidth_kbps,
-                        rtt_ms=event.rtt_ms,
-                    )
-                observed.add(route, event.latency_ms, network)
-            if cell_sweep is not None:
-                cell_sweep.add(event, event, cache_hit=cache_hit)  # type: ignore[arg-type]
+    events, unreplayable, span = _replay(
+        fleet=fleet, start=start, end=end, model=model, sweeps=sweeps
+    )
     price = CloudPrice.of_fleet(fleet)
-    # Costs per hour over the span that holds data, as every cost in the product (pricing).
-    # Under a minute of data there is no rate: the sweep's cost "per hour" is then the window's
-    # cost, kept for the report's window figures and shown nowhere as a rate (_point_out).
-    span_hours = data_span_hours(span.first, span.last)
-    if not has_rate(span_hours):
-        if target.kind == "cost_ceiling":
-            raise Conflict(
-                "Too little data for a cost per hour: the window's events span "
-                f"{round(span_hours * 3600)} s; a cost ceiling needs a minute at least.",
-                code="too_little_data_for_a_rate",
-                details=[{"field": "target", "message": "no cost per hour under a minute"}],
-            )
-        span_hours = 1.0
+    span_hours = _cost_hours(span, target)
     results = [
         CellCalibration(
             key=key,
@@ -265,6 +208,100 @@ def calibration_compute(
         seconds=seconds,
         cells=results,
     )
+
+
+def _wanted_cells(
+    table: dict[CellKey, Cell], cells: Sequence[CellKey] | None, base: PolicyVersion
+) -> list[CellKey]:
+    """The cells asked for (None: every cell of the table); a cell not in the table is a bad
+    request naming it."""
+    wanted = list(table) if cells is None else list(cells)
+    unknown = [index for index, key in enumerate(wanted) if key not in table]
+    if unknown:  # well-formed, but not in this table: a bad request naming the cell
+        raise ValidationFailed(
+            f"{cell_key_label(wanted[unknown[0]])} is not a cell of {base.label}.",
+            details=[
+                {"field": f"cells[{index}]", "message": f"not a cell of {base.label}"}
+                for index in unknown
+            ],
+        )
+    return wanted
+
+
+def _too_few_quality_reports(groups: dict[CellKey, KeptGroups]) -> Conflict:
+    """The refusal of a quality target when no cell has the draft reports it needs."""
+    return Conflict(
+        f"Too few draft reports to predict device quality: a cell needs "
+        f"{MIN_QUALITY_REPORTS:,} scored reports of `refine_changed` in the window.",
+        code="too_few_quality_reports",
+        details=[
+            {"field": "cells", "message": f"{cell_key_label(key)}: {group.refusal()}"}
+            for key, group in groups.items()
+        ],
+    )
+
+
+def _replay(
+    *,
+    fleet: Fleet,
+    start: datetime,
+    end: datetime,
+    model: LatencyModel,
+    sweeps: dict[CellKey, CellSweep],
+) -> tuple[int, int, EventSpan]:
+    """Replay the window's events into the latency model and the calibrated cells' sweeps;
+    the number of events, of unreplayable ones, and the span they cover."""
+    events = unreplayable = 0
+    # The backtest's hot loop: one reused ReplayInputs per row, no object per event. Every
+    # cell's clean runs feed the estimator (a cell without observations borrows the fleet's);
+    # only the calibrated cells' events are swept.
+    inputs = ReplayInputs(NudgeHistory.of_fleet(fleet_id=fleet.pk, end=end))
+    plans: dict[CellKey, tuple[Observed, CellSweep | None]] = {}
+    span = EventSpan()
+    for rows in recorded_rows(fleet_id=fleet.pk, start=start, end=end):
+        events += len(rows)
+        span.add(rows)
+        for row in rows:
+            event = inputs.load(row)
+            key = event.cell
+            plan = plans.get(key)
+            if plan is None:
+                plan = plans[key] = (model.of_cell(key), sweeps.get(key))
+            observed, cell_sweep = plan
+            unreplayable += not event.replayable
+            cache_hit = event.cache_hit
+            if event.ok and not cache_hit and event.fallback == "none":
+                route = event.route
+                network = 0.0
+                if route != "device":
+                    network = network_ms(
+                        upload_bytes=event.upload_bytes,
+                        bandwidth_kbps=event.bandwidth_kbps,
+                        rtt_ms=event.rtt_ms,
+                    )
+                observed.add(route, event.latency_ms, network)
+            if cell_sweep is not None:
+                cell_sweep.add(event, event, cache_hit=cache_hit)  # type: ignore[arg-type]
+    return events, unreplayable, span
+
+
+def _cost_hours(span: EventSpan, target: Target) -> float:
+    """The hours costs are per: the span that holds data (1.0 under a minute, refused for a
+    cost ceiling)."""
+    # Costs per hour over the span that holds data, as every cost in the product (pricing).
+    # Under a minute of data there is no rate: the sweep's cost "per hour" is then the window's
+    # cost, kept for the report's window figures and shown nowhere as a rate (_point_out).
+    span_hours = data_span_hours(span.first, span.last)
+    if not has_rate(span_hours):
+        if target.kind == "cost_ceiling":
+            raise Conflict(
+                "Too little data for a cost per hour: the window's events span "
+                f"{round(span_hours * 3600)} s; a cost ceiling needs a minute at least.",
+                code="too_little_data_for_a_rate",
+                details=[{"field": "target", "message": "no cost per hour under a minute"}],
+            )
+        span_hours = 1.0
+    return span_hours
 
 
 def _point_out(point: CurvePoint, *, rate: bool) -> dict[str, Any]:

@@ -405,44 +405,47 @@ class CellSweep:
         next to the chosen θ (for the P95 target, between the last coarse point within the
         budget and the next one), and interpolated by θ between two curve points.
         """
-        total = max(1, self.events)
-        routes = {route: _prefix(diff) for route, diff in self._routes.items()}
-        tokens, calls = _prefix(self._tokens), _prefix(self._calls)
-        if self._track_device:
-            device_tokens, device_calls = _prefix(self._device_tokens), _prefix(self._device_calls)
-
-        def cost_at(k: int, rate: float) -> float:
-            """The routed cloud calls at candidate k, and `rate` of its device runs refined."""
-            if not rate:
-                return price.cost(tokens=tokens[k], calls=calls[k])
-            return price.cost(
-                tokens=tokens[k] + rate * device_tokens[k], calls=calls[k] + rate * device_calls[k]
-            )
-
-        shadow = self._shadow_rate
         current_k = min(STEPS, max(0, round(self.cell.threshold * STEPS)))
-        p95s = self._p95s(model, {*range(0, _CURVE_POINTS, P95_EVERY), *_around(current_k)})
         refused = "no reports of the draft kept" if kept is None else kept.refusal()
-        qualities: list[Prediction | None] = (
-            self._qualities(kept) if kept is not None and not refused else [None] * (STEPS + 1)
+        curve = _Curve(
+            total=max(1, self.events),
+            routes={route: _prefix(diff) for route, diff in self._routes.items()},
+            tokens=_prefix(self._tokens),
+            calls=_prefix(self._calls),
+            device_tokens=_prefix(self._device_tokens) if self._track_device else [],
+            device_calls=_prefix(self._device_calls) if self._track_device else [],
+            price=price,
+            hours=hours,
+            shadow=self._shadow_rate,
+            p95s=self._p95s(model, {*range(0, _CURVE_POINTS, P95_EVERY), *_around(current_k)}),
+            qualities=(
+                self._qualities(kept) if kept is not None and not refused else [None] * (STEPS + 1)
+            ),
+        )
+        chosen_k, reached = self._choose(curve, target=target, model=model, current_k=current_k)
+        matching = self._verify(chosen_k)
+        return SweepResult(
+            events=self.events,
+            curve=[curve.point(m * CURVE_EVERY) for m in range(_CURVE_POINTS)],
+            current=curve.point(current_k),
+            chosen=curve.point(chosen_k),
+            reached=reached and self.events > 0,
+            verified_events=len(self._sample),
+            verified_matching=matching,
+            all_cloud_cost=price.cost(tokens=self._all_tokens, calls=self.events),
+            stable_cost=self._stable_cost(curve),
+            quality_refused=refused,
         )
 
-        def candidates() -> list[Figures]:
-            return [
-                Figures(
-                    k=k,
-                    alpha=routes["device"][k] / total,
-                    cloud_share=(routes["cloud"][k] + routes["draft_refine"][k]) / total,
-                    cost_per_hour=cost_at(k, shadow) / hours,
-                    p95_ms=p95s.get(k // CURVE_EVERY) if k % CURVE_EVERY == 0 else None,
-                    quality=quality.quality if (quality := qualities[k]) else None,
-                )
-                for k in range(STEPS + 1)
-            ]
-
+    def _choose(
+        self, curve: _Curve, *, target: Target, model: LatencyModel, current_k: int
+    ) -> tuple[int, bool]:
+        """The candidate k chosen for `target`, and whether it reaches it; the P95s next to
+        it are predicted into `curve` (and the choice made again with them)."""
+        p95s = curve.p95s
         budget = self.cell.latency_budget_ms
         chosen_k, reached = choose(
-            target=target, candidates=candidates(), budget_ms=budget, current=current_k
+            target=target, candidates=curve.candidates(), budget_ms=budget, current=current_k
         )
         wanted = set(_around(chosen_k))
         if target.kind == "p95_within_budget":
@@ -457,55 +460,22 @@ class CellSweep:
         if wanted - set(p95s):
             p95s.update(self._p95s(model, wanted - set(p95s)))
             chosen_k, reached = choose(
-                target=target, candidates=candidates(), budget_ms=budget, current=current_k
+                target=target, candidates=curve.candidates(), budget_ms=budget, current=current_k
             )
             p95s.update(self._p95s(model, set(_around(chosen_k)) - set(p95s)))
+        return chosen_k, reached
 
-        def p95_between(k: int) -> float | None:
-            """At a curve point, its P95; between two, interpolated by θ (docs/lab.md)."""
-            below = p95s.get(k // CURVE_EVERY)
-            above = p95s.get(-(-k // CURVE_EVERY))
-            if below is None or above is None:
-                return below if above is None else above
-            return below + (above - below) * (k % CURVE_EVERY) / CURVE_EVERY
-
-        def point(k: int) -> CurvePoint:
-            quality = qualities[k]
-            return CurvePoint(
-                threshold=theta_of(k),
-                alpha=routes["device"][k] / total,
-                cloud_share=(routes["cloud"][k] + routes["draft_refine"][k]) / total,
-                draft_refine_share=routes["draft_refine"][k] / total,
-                p95_ms=p95_between(k) if k % CURVE_EVERY else p95s.get(k // CURVE_EVERY),
-                cost_per_hour=cost_at(k, shadow) / hours,
-                device_quality=quality.quality if quality else None,
-                device_quality_low=quality.low if quality else None,
-                device_quality_high=quality.high if quality else None,
-                device_judged=quality.tasks if quality else 0,
-            )
-
-        matching = self._verify(chosen_k)
-        stable_cost: float | None = None
+    def _stable_cost(self, curve: _Curve) -> float | None:
+        """The stable version's cost over the window (None without a stable version)."""
         if self._stable_k is not None:
-            stable_cost = cost_at(self._stable_k, self._stable_shadow_rate)
-        elif self._has_stable:
+            return curve.cost_at(self._stable_k, self._stable_shadow_rate)
+        if self._has_stable:
             rate = self._stable_shadow_rate
-            stable_cost = price.cost(
+            return curve.price.cost(
                 tokens=self._stable_tokens + rate * self._stable_device_tokens,
                 calls=self._stable_calls + rate * self._stable_device_calls,
             )
-        return SweepResult(
-            events=self.events,
-            curve=[point(m * CURVE_EVERY) for m in range(_CURVE_POINTS)],
-            current=point(current_k),
-            chosen=point(chosen_k),
-            reached=reached and self.events > 0,
-            verified_events=len(self._sample),
-            verified_matching=matching,
-            all_cloud_cost=price.cost(tokens=self._all_tokens, calls=self.events),
-            stable_cost=stable_cost,
-            quality_refused=refused,
-        )
+        return None
 
     def _verify(self, k: int) -> int:
         """How many reservoir events `decide` routes at candidate k as the sweep says."""
@@ -531,6 +501,71 @@ class CellSweep:
 def _around(k: int) -> tuple[int, int]:
     """The curve points at and around candidate k."""
     return (k // CURVE_EVERY, -(-k // CURVE_EVERY))
+
+
+@dataclass(slots=True, kw_only=True)
+class _Curve:
+    """One result's figures at every candidate k: prefix sums of the sweep's counts, the
+    predicted P95 at the curve points asked for so far, the predicted device quality."""
+
+    total: int
+    routes: dict[str, list[int]]
+    tokens: list[int]
+    calls: list[int]
+    device_tokens: list[int]  # empty unless the sweep tracks the device runs
+    device_calls: list[int]
+    price: CloudPrice
+    hours: float
+    shadow: float
+    p95s: dict[int, float | None]
+    qualities: list[Prediction | None]
+
+    def cost_at(self, k: int, rate: float) -> float:
+        """The routed cloud calls at candidate k, and `rate` of its device runs refined."""
+        if not rate:
+            return self.price.cost(tokens=self.tokens[k], calls=self.calls[k])
+        return self.price.cost(
+            tokens=self.tokens[k] + rate * self.device_tokens[k],
+            calls=self.calls[k] + rate * self.device_calls[k],
+        )
+
+    def candidates(self) -> list[Figures]:
+        routes, total, p95s, qualities = self.routes, self.total, self.p95s, self.qualities
+        return [
+            Figures(
+                k=k,
+                alpha=routes["device"][k] / total,
+                cloud_share=(routes["cloud"][k] + routes["draft_refine"][k]) / total,
+                cost_per_hour=self.cost_at(k, self.shadow) / self.hours,
+                p95_ms=p95s.get(k // CURVE_EVERY) if k % CURVE_EVERY == 0 else None,
+                quality=quality.quality if (quality := qualities[k]) else None,
+            )
+            for k in range(STEPS + 1)
+        ]
+
+    def p95_between(self, k: int) -> float | None:
+        """At a curve point, its P95; between two, interpolated by θ (docs/lab.md)."""
+        below = self.p95s.get(k // CURVE_EVERY)
+        above = self.p95s.get(-(-k // CURVE_EVERY))
+        if below is None or above is None:
+            return below if above is None else above
+        return below + (above - below) * (k % CURVE_EVERY) / CURVE_EVERY
+
+    def point(self, k: int) -> CurvePoint:
+        routes, total = self.routes, self.total
+        quality = self.qualities[k]
+        return CurvePoint(
+            threshold=theta_of(k),
+            alpha=routes["device"][k] / total,
+            cloud_share=(routes["cloud"][k] + routes["draft_refine"][k]) / total,
+            draft_refine_share=routes["draft_refine"][k] / total,
+            p95_ms=self.p95_between(k) if k % CURVE_EVERY else self.p95s.get(k // CURVE_EVERY),
+            cost_per_hour=self.cost_at(k, self.shadow) / self.hours,
+            device_quality=quality.quality if quality else None,
+            device_quality_low=quality.low if quality else None,
+            device_quality_high=quality.high if quality else None,
+            device_judged=quality.tasks if quality else 0,
+        )
 
 
 def _prefix(diff: list[int]) -> list[int]:

@@ -604,18 +604,8 @@ def fleet_dashboard(
     cells_by_version = _cells(version_ids)
     current_id = rollout.stable_id if rollout is not None else stable_id
     stable_cells = cells_by_version.get(current_id, {}) if current_id is not None else {}
-    if rollout is not None:
-        stable_number = rollout.stable.number
-        assignment = FleetAssignment(
-            stable=stable_number,
-            candidate=rollout.candidate.number,
-            salt=rollout.salt,
-            percent=rollout.stage,
-            rollout_id=rollout.pk,
-            holdback=rollout.holdback,
-        )
-    else:
-        assignment = FleetAssignment(stable=stable_number)
+    assignment = _assignment(rollout, stable_number)
+    stable_number = assignment.stable
 
     buckets = [_iso(plan.start + plan.step * i) for i in range(plan.buckets)]
     markers = _markers(fleet.pk, plan.start)
@@ -626,17 +616,7 @@ def fleet_dashboard(
         "view": view.as_json(),
         "view_key": view.key,
         "generated_at": _iso(now),
-        "window": {
-            "from": _iso(plan.start),
-            "to": _iso(now),
-            "resolution": plan.resolution,
-            "bucket_seconds": int(plan.step.total_seconds()),
-            "shown_from": _iso(shown_from),
-            # The last bucket is still filling: a minute 10 s old holds a sixth of a minute's
-            # events, and its rates rest on a handful of them.
-            "partial_bucket": plan.buckets - 1,
-            "partial_from": _iso(plan.current),
-        },
+        "window": _window_json(plan, now, shown_from),
         "captions": _captions(plan, shown_from),
         "buckets": buckets,
         **folded,
@@ -645,18 +625,7 @@ def fleet_dashboard(
             price=CloudPrice.of_fleet(fleet),
             first=first_event,
             last=last_event,
-            # Candidate against stable only for the rollout in progress: a finished rollout's
-            # candidate was promoted or rolled back, and its cost says nothing now.
-            cohorts=(
-                CohortCost(
-                    stable=cohort_figures[Cohort.STABLE.value],
-                    candidate=cohort_figures[Cohort.CANDIDATE.value],
-                    stable_version=compared.stable.number,
-                    candidate_version=compared.candidate.number,
-                )
-                if compared is not None and rollout is not None and compared.pk == rollout.pk
-                else None
-            ),
+            cohorts=_cohort_cost(compared, rollout, cohort_figures),
         ),
         "budgets": _budgets(stable_cells, view.task_type),
         "grid": _grid(scan, stable_cells, view.task_type),
@@ -677,6 +646,52 @@ def fleet_dashboard(
         # a dict here ({"firing": n, "summary": text}) would be drawn by dashboard.js too.
         "alerts": None,
     }
+
+
+def _assignment(rollout: Any, stable_number: int | None) -> FleetAssignment:
+    """What the fleet runs: the open rollout's versions and split, else its stable version."""
+    if rollout is not None:
+        stable_number = rollout.stable.number
+        assignment = FleetAssignment(
+            stable=stable_number,
+            candidate=rollout.candidate.number,
+            salt=rollout.salt,
+            percent=rollout.stage,
+            rollout_id=rollout.pk,
+            holdback=rollout.holdback,
+        )
+    else:
+        assignment = FleetAssignment(stable=stable_number)
+    return assignment
+
+
+def _window_json(plan: WindowPlan, now: datetime, shown_from: datetime) -> dict[str, Any]:
+    return {
+        "from": _iso(plan.start),
+        "to": _iso(now),
+        "resolution": plan.resolution,
+        "bucket_seconds": int(plan.step.total_seconds()),
+        "shown_from": _iso(shown_from),
+        # The last bucket is still filling: a minute 10 s old holds a sixth of a minute's
+        # events, and its rates rest on a handful of them.
+        "partial_bucket": plan.buckets - 1,
+        "partial_from": _iso(plan.current),
+    }
+
+
+def _cohort_cost(
+    compared: Any, rollout: Any, cohort_figures: dict[str, Figures]
+) -> CohortCost | None:
+    """Candidate against stable only for the rollout in progress: a finished rollout's
+    candidate was promoted or rolled back, and its cost says nothing now."""
+    if compared is not None and rollout is not None and compared.pk == rollout.pk:
+        return CohortCost(
+            stable=cohort_figures[Cohort.STABLE.value],
+            candidate=cohort_figures[Cohort.CANDIDATE.value],
+            stable_version=compared.stable.number,
+            candidate_version=compared.candidate.number,
+        )
+    return None
 
 
 def _rollout_json(rollout: Any) -> dict[str, Any] | None:
