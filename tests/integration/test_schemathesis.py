@@ -48,6 +48,8 @@ STATE_DEPENDENT = json.dumps(
         "v1_fleets_draft_document_update",
         "v1_fleets_draft_dimensions_create",
         "telemetry_ingest",
+        "lab_calibration_compute",
+        "lab_calibration_apply",
     ]
 )
 NEGATIVE_REFUSED = [
@@ -101,7 +103,8 @@ parameters = {{ "path.slug" = "{slug}" }}
 # for a rule that does not exist, a cell scope naming no cell of the fleet, a cell edit or an
 # import whose weights do not sum to 1 or whose table misses cells, a dimension value copied
 # from one that is not there or a value removed that is not there, a draft copied from a
-# version that was never published. A document of the schema's 4,096 cells can also be over the
+# version that was never published, a calibration (or its apply) naming a cell the table lacks
+# (`cells[0]`, as every other list in the API). A document of the schema's 4,096 cells can also be over the
 # 1 MiB body limit (413). A telemetry event must also be of a published version and its cells:
 # the hooks give positive events this device's context, and what they leave generated may not.
 [[operations]]
