@@ -105,8 +105,9 @@ parameters = {{ "path.slug" = "{slug}" }}
 # from one that is not there or a value removed that is not there, a draft copied from a
 # version that was never published, a calibration (or its apply) naming a cell the table lacks
 # (`cells[0]`, as every other list in the API). A document of the schema's 4,096 cells can
-# also be over the 1 MiB body limit (413). A telemetry event must also be of a published version and its cells:
-# the hooks give positive events this device's context, and what they leave generated may not.
+# also be over the 1 MiB body limit (413). A telemetry event must also be of a published
+# version and its cells: the hooks give positive events this device's context, and what they
+# leave generated may not.
 [[operations]]
 include-operation-id = {STATE_DEPENDENT}
 checks.positive_data_acceptance.expected-statuses = {json.dumps(POSITIVE_OR_STATE_400)}
