@@ -13,7 +13,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.api import JsonChoiceField, JsonIntegerField, JsonRegexField
+from controlplane.api import JsonBooleanField, JsonChoiceField, JsonIntegerField, JsonRegexField
 from controlplane.openapi import closed_body
 from edge_sdk.decision import SCORE_TERM_NAMES
 from routing_policies.cell_schema import MODES
@@ -39,15 +39,6 @@ class JsonNumberField(serializers.FloatField):
         if isinstance(data, float) and not math.isfinite(data):
             self.fail("invalid")
         return super().to_internal_value(data)
-
-
-class JsonBooleanField(serializers.BooleanField):
-    """JSON `true` or `false` only: not `"yes"`, not `1`."""
-
-    def to_internal_value(self, data: Any) -> bool:
-        if not isinstance(data, bool):
-            self.fail("invalid", input=data)
-        return data
 
 
 class ClosedSerializer(serializers.Serializer[Any]):

@@ -135,21 +135,16 @@ def _sequential_evaluate(
     stage_start = minute_floor(rollout.stage_changed_at)
     guards = list(guard_set.guards.all())
     with_latency = any(g.metric in LATENCY_METRICS for g in guards)
-    candidate = cohort_figures(
-        rows,
-        start=stage_start,
-        end=now,
-        version=rollout.candidate.number or 0,
-        cohort="candidate",
-        with_latency=with_latency,
-    )
-    stable = cohort_figures(
-        rows,
-        start=stage_start,
-        end=now,
-        version=rollout.stable.number or 0,
-        cohort="stable",
-        with_latency=with_latency,
+    candidate, stable = (
+        cohort_figures(
+            rows,
+            start=stage_start,
+            end=now,
+            version=version.number or 0,
+            cohort=cohort,
+            with_latency=with_latency,
+        )
+        for cohort, version in (("candidate", rollout.candidate), ("stable", rollout.stable))
     )
     cells_planned = PolicyCell.objects.filter(version=rollout.candidate).count()
     breaches, unsettled = _judge_all(
