@@ -21,7 +21,7 @@ ASSET_URL_RE = re.compile(
 @pytest.fixture
 def api_client(client_as: Callable[[Any], Any], make_user: Callable[..., Any]) -> Any:
     """Logged in: the schema is read by logged-in users and API tokens (API_DOCS_ACCESS;
-    tests/unit/test_api_docs_access.py)."""
+    tests/unit/controlplane/test_api_docs_access.py)."""
     return client_as(make_user(None))
 
 

@@ -75,7 +75,7 @@ def _config(*, operator_token: str, device_token: str, slug: str) -> str:
 [generation]
 max-examples = {MAX_EXAMPLES}
 # Strings the schema allows carry no NUL (the server refuses one in any field or parameter
-# with a 400, tested on its own in tests/unit/test_api_contract.py).
+# with a 400, tested on its own in tests/unit/controlplane/test_api_contract.py).
 allow-x00 = false
 
 [checks]

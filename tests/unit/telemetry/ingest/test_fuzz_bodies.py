@@ -15,7 +15,7 @@ from telemetry.models import EventKey, Feedback, LandedBatch
 from tests.factories import make_event
 from tests.hostile_json import fuzz_bodies
 
-from .conftest import AsgiClient
+from ..conftest import AsgiClient
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 OPERATIONS = ROOT / "docs" / "operations.md"
 TIMEOUT_S = 180
 

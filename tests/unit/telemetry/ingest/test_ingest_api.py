@@ -14,7 +14,7 @@ from telemetry.models import Event, EventKey, LandedBatch, MinuteRollup
 from tests.factories import iso, make_event, make_events
 from tests.hostile_json import HOSTILE_PARAMS, Hostile, with_field
 
-from .conftest import AsgiClient
+from ..conftest import AsgiClient
 
 pytestmark = pytest.mark.django_db
 
