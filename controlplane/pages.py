@@ -1,5 +1,6 @@
-"""What every server-rendered page shares: the role check, page input through Django forms,
-and showing a refused change on the page it came from. (The fleet a page's URL names is
+"""What every server-rendered page shares: the role check, page input (the API's own input
+serializer through `form_input`, or a Django form where no API takes the same input), and
+showing a refused change on the page it came from. (The fleet a page's URL names is
 `routing_policies.policies.pages.fleet_or_404`: the shared layer reads no part.)"""
 
 import functools
@@ -10,9 +11,10 @@ from typing import Any, TypeVar
 from django import forms
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
+from rest_framework import serializers
 
-from controlplane.exceptions import ApplicationError, ValidationFailed
+from controlplane.exceptions import ApplicationError, ValidationFailed, drf_error_details
 from controlplane.permissions import ROLE_REFUSALS
 from controlplane.roles import Role, has_role, user_role
 
@@ -128,3 +130,81 @@ class PageForm(forms.Form):
         message = str(self.errors[name][0]) if name else self.errors.as_text()
         kind = getattr(self.fields.get(name), "kind", message)
         raise ValidationFailed(message, details=[{"field": name or "form", "message": kind}])
+
+
+# --- page input through the API's input serializer ----------------------------------------------
+# A page posts strings; the API's serializers take JSON as typed. `form_input` types what a page
+# posted by the serializer's own fields and validates with that same serializer, so one
+# declaration checks (and the OpenAPI schema documents) the input of the API and of the page.
+
+_TRUE = frozenset({"on", "true", "1", "yes"})
+_FALSE = frozenset({"", "off", "false", "0", "no"})
+
+
+def _typed(field: serializers.Field[Any, Any, Any, Any], text: str) -> Any:
+    """`text` as the JSON value `field` takes, or the text itself when it is not one (the
+    serializer then refuses it with its own words)."""
+    stripped = text.strip()
+    if isinstance(field, serializers.BooleanField):
+        lowered = stripped.lower()
+        return True if lowered in _TRUE else False if lowered in _FALSE else text
+    integer_choices = isinstance(field, serializers.ChoiceField) and any(
+        isinstance(choice, int) and not isinstance(choice, bool) for choice in field.choices
+    )
+    if isinstance(field, serializers.IntegerField) or integer_choices:
+        try:
+            return int(stripped)
+        except ValueError:
+            return text
+    if isinstance(field, serializers.FloatField):
+        try:
+            number = float(stripped)
+        except ValueError:
+            return text
+        return number if math.isfinite(number) else text
+    return text
+
+
+def form_values(
+    serializer_class: type[serializers.Serializer[Any]], posted: QueryDict
+) -> dict[str, Any]:
+    """What a page posted, typed for `serializer_class`: only its fields; a blank optional
+    field is left out (its default applies); an unticked checkbox is `false`; a list field
+    takes every value posted under its name."""
+    data: dict[str, Any] = {}
+    for name, field in serializer_class().fields.items():
+        if field.read_only:
+            continue
+        if isinstance(field, serializers.BooleanField) and name not in posted:
+            data[name] = False
+            continue
+        if name not in posted:
+            continue
+        if isinstance(field, serializers.ListField):
+            data[name] = [_typed(field.child, text) for text in posted.getlist(name)]
+            continue
+        text = str(posted.get(name, ""))
+        if not text.strip() and not field.required:
+            continue
+        data[name] = _typed(field, text)
+    return data
+
+
+def form_input(
+    serializer_class: type[serializers.Serializer[Any]],
+    posted: QueryDict,
+    *,
+    message: str = "",
+) -> dict[str, Any]:
+    """A page's posted form validated by the API's input serializer: the validated values, or
+    one `ValidationFailed` whose message names the first field at fault (its label) and whose
+    details name every problem, as the API's would."""
+    serializer = serializer_class(data=form_values(serializer_class, posted))
+    if serializer.is_valid():
+        return dict(serializer.validated_data)
+    details = drf_error_details(serializer.errors)
+    first = details[0]
+    field = serializer.fields.get(first["field"].split(".")[0].split("[")[0])
+    label = field.label if field is not None and field.label else first["field"]
+    message = message or f"{label[:1].upper()}{label[1:]}: {first['message']}"
+    raise ValidationFailed(message, details=details)
