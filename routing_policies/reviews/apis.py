@@ -4,12 +4,11 @@ requests (open, comment, approve, reject, withdraw, publish) and what waits for 
 from typing import Any
 
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import require_object
+from controlplane.api import request_input, require_object
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_responses, query_params_validate
 from controlplane.permissions import IsEditor, IsPublisher, IsViewer
@@ -19,14 +18,6 @@ from ..policies.models import Fleet
 from ..policies.schemas import VersionSerializer
 from ..policies.selectors import fleet_get
 from . import schemas, selectors, services
-
-
-def request_body(
-    serializer_class: type[serializers.Serializer[Any]], request: Request
-) -> dict[str, Any]:
-    serializer = serializer_class(data=require_object(request.data))
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
 
 
 def _detail(fleet: Fleet, request_id: int, code: int = 200) -> Response:
@@ -58,8 +49,8 @@ class FleetFreezeReleaseApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = fleet_get(slug=slug)
-        data = request_body(schemas.NoteInputSerializer, request)
-        services.fleet_freeze_release(actor=request.user, fleet=fleet, note=data["note"])
+        data = request_input(schemas.NoteInputSerializer, request)
+        services.fleet_freeze_release(actor=request.user, fleet=fleet, **data)
         return Response(selectors.fleet_freeze(fleet=fleet))
 
 
@@ -80,7 +71,7 @@ class ReviewSettingsApi(APIView):
     )
     def put(self, request: Request, slug: str) -> Response:
         fleet = fleet_get(slug=slug)
-        data = request_body(schemas.ReviewSettingsSerializer, request)
+        data = request_input(schemas.ReviewSettingsSerializer, request)
         services.review_settings_update(actor=request.user, fleet=fleet, **data)
         return Response(selectors.review_settings_out(fleet=fleet))
 
@@ -110,15 +101,9 @@ class ChangeRequestListApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = fleet_get(slug=slug)
-        body = require_object(request.data)
-        data = request_body(schemas.by_kind(schemas.OPEN_INPUTS, body), request)
-        opened = services.change_request_open(
-            actor=request.user,
-            fleet=fleet,
-            kind=data["kind"],
-            note=data["note"],
-            version=data.get("version"),
-        )
+        inputs = schemas.by_kind(schemas.OPEN_INPUTS, require_object(request.data))
+        data = request_input(inputs, request)
+        opened = services.change_request_open(actor=request.user, fleet=fleet, **data)
         return _detail(fleet, opened.pk, 201)
 
 
@@ -147,62 +132,51 @@ class ChangeRequestCommentApi(APIView):
     )
     def post(self, request: Request, slug: str, request_id: int) -> Response:
         fleet = fleet_get(slug=slug)
-        data = request_body(schemas.CommentInputSerializer, request)
+        data = request_input(schemas.CommentInputSerializer, request)
         services.change_request_comment(
-            actor=request.user, fleet=fleet, request_id=request_id, body=data["body"]
+            actor=request.user, fleet=fleet, request_id=request_id, **data
         )
         return _detail(fleet, request_id, 201)
 
 
 class _VerdictApi(APIView):
     permission_classes = [IsPublisher]
+    input_serializer: schemas.InputSerializer
     approve = True
 
     def post(self, request: Request, slug: str, request_id: int) -> Response:
         fleet = fleet_get(slug=slug)
-        data = request_body(
-            schemas.VerdictInputSerializer if self.approve else schemas.RejectInputSerializer,
-            request,
-        )
+        data = request_input(self.input_serializer, request)
         service = (
             services.change_request_approve if self.approve else services.change_request_reject
         )
-        service(
-            actor=request.user,
-            fleet=fleet,
-            request_id=request_id,
-            revision=data["revision"],
-            note=data["note"],
-        )
+        service(actor=request.user, fleet=fleet, request_id=request_id, **data)
         return _detail(fleet, request_id)
 
 
-_VERDICT_RESPONSES = {200: schemas.ChangeRequestDetailSerializer, **error_responses(404, 409)}
-
-
-@extend_schema_view(
-    post=extend_schema(
-        request=schemas.VerdictInputSerializer,
-        responses=_VERDICT_RESPONSES,
-        operation_id="change_request_approve",
+def _verdict_schema(input_serializer: schemas.InputSerializer, operation_id: str) -> Any:
+    """The OpenAPI description of a verdict: its input, the detail answered, 404 and 409."""
+    return extend_schema_view(
+        post=extend_schema(
+            request=input_serializer,
+            responses={200: schemas.ChangeRequestDetailSerializer, **error_responses(404, 409)},
+            operation_id=operation_id,
+        )
     )
-)
+
+
+@_verdict_schema(schemas.VerdictInputSerializer, "change_request_approve")
 class ChangeRequestApproveApi(_VerdictApi):
     """Approve the revision you reviewed (another publisher than the author)."""
 
-    approve = True
+    input_serializer = schemas.VerdictInputSerializer
 
 
-@extend_schema_view(
-    post=extend_schema(
-        request=schemas.RejectInputSerializer,
-        responses=_VERDICT_RESPONSES,
-        operation_id="change_request_reject",
-    )
-)
+@_verdict_schema(schemas.RejectInputSerializer, "change_request_reject")
 class ChangeRequestRejectApi(_VerdictApi):
     """Reject the revision you reviewed, with a note."""
 
+    input_serializer = schemas.RejectInputSerializer
     approve = False
 
 
@@ -234,13 +208,9 @@ class ChangeRequestPublishApi(APIView):
     )
     def post(self, request: Request, slug: str, request_id: int) -> Response:
         fleet = fleet_get(slug=slug)
-        data = request_body(schemas.PublishInputSerializer, request)
+        data = request_input(schemas.PublishInputSerializer, request)
         version = services.change_request_publish(
-            actor=request.user,
-            fleet=fleet,
-            request_id=request_id,
-            revision=data["revision"],
-            note=data["note"],
+            actor=request.user, fleet=fleet, request_id=request_id, **data
         )
         response = Response(version_out(version), status=201)
         response["ETag"] = version.etag

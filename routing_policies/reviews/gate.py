@@ -69,16 +69,24 @@ def freeze_after_rollback(*, fleet: Fleet, rollout: Rollout, reason: str) -> Fle
     )
     review_notify(
         fleet_id=fleet.pk,
-        body={
-            "kind": "fleet.frozen",
-            "fleet": fleet.slug,
-            "message": f"Rollouts frozen after an automatic rollback: {freeze.reason}",
-            "freeze": {"id": freeze.pk, "rollout": rollout.pk, "reason": freeze.reason},
-            "at": freeze.frozen_at.isoformat(),
-        },
+        body=freeze_body(
+            fleet, freeze, "frozen", f"Rollouts frozen after an automatic rollback: {freeze.reason}"
+        ),
     )
     logger.warning("fleet.frozen fleet=%s rollout=%d", fleet.slug, rollout.pk)
     return freeze
+
+
+def freeze_body(fleet: Fleet, freeze: FleetFreeze, event: str, message: str) -> dict[str, object]:
+    """The notification of a freeze (`frozen`) or of its release (`unfrozen`), at the moment
+    it happened."""
+    return {
+        "kind": f"fleet.{event}",
+        "fleet": fleet.slug,
+        "message": message,
+        "freeze": {"id": freeze.pk, "rollout": freeze.rollout_id, "reason": freeze.reason},
+        "at": (freeze.released_at or freeze.frozen_at).isoformat(),
+    }
 
 
 def review_settings_of(fleet: Fleet) -> ReviewSettings:

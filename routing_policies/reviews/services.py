@@ -14,7 +14,7 @@ from ..policies.audit import Actor, actor_name, actor_user, audit_record
 from ..policies.models import Fleet, PolicyVersion
 from ..policies.services import policy_version_publish
 from ..rollouts.services import fleet_routing_lock
-from .gate import KIND_WORDS, change_request_body, fleet_freeze_open
+from .gate import KIND_WORDS, change_request_body, fleet_freeze_open, freeze_body
 from .models import (
     ChangeRequest,
     ChangeRequestComment,
@@ -27,26 +27,7 @@ from .rules import current_revision, review_status
 
 logger = logging.getLogger(__name__)
 
-MAX_NOTE = 2000
-
-
-def _text(value: object, *, field: str, required: bool = True) -> str:
-    if not isinstance(value, str):
-        raise ValidationFailed(
-            f"{field} must be text.", details=[{"field": field, "message": "must be a string"}]
-        )
-    text = value.strip()
-    if required and not text:
-        raise ValidationFailed(
-            f"Write the {field}: say why.",
-            details=[{"field": field, "message": "must not be empty"}],
-        )
-    if len(text) > MAX_NOTE:
-        raise ValidationFailed(
-            f"The {field} is too long (2,000 characters at most).",
-            details=[{"field": field, "message": f"at most {MAX_NOTE} characters"}],
-        )
-    return text
+Verdict = ChangeRequestVerdict.Verdict
 
 
 def _publisher_only(actor: Actor, doing: str) -> None:
@@ -114,17 +95,10 @@ def _version_for(fleet: Fleet, kind: str, version: int | None) -> PolicyVersion:
 
 @transaction.atomic
 def change_request_open(
-    *, actor: Actor, fleet: Fleet, kind: str, note: object, version: int | None = None
+    *, actor: Actor, fleet: Fleet, kind: str, note: str, version: int | None = None
 ) -> ChangeRequest:
     """Put the draft (or a rollout of / switch to a published version) up for review."""
-    if kind not in ChangeRequest.Kind.values:
-        raise ValidationFailed(
-            f"{kind!r} is not a kind of change request.",
-            details=[
-                {"field": "kind", "message": f"one of {', '.join(ChangeRequest.Kind.values)}"}
-            ],
-        )
-    text = _text(note, field="note")
+    text = note.strip()
     fleet = Fleet.objects.select_for_update().get(pk=fleet.pk)
     target = _version_for(fleet, kind, version)
     # A request whose draft was discarded can go nowhere: it no longer holds the kind's place.
@@ -192,10 +166,10 @@ def _require_open(request: ChangeRequest) -> None:
 
 @transaction.atomic
 def change_request_comment(
-    *, actor: Actor, fleet: Fleet, request_id: int, body: object
+    *, actor: Actor, fleet: Fleet, request_id: int, body: str
 ) -> ChangeRequestComment:
     """Add a message to the request's thread (open or not: a thread outlives its decision)."""
-    text = _text(body, field="body")
+    text = body.strip()
     request = _lock_request(fleet, request_id)
     comment = ChangeRequestComment.objects.create(
         change_request=request,
@@ -215,11 +189,15 @@ def change_request_comment(
 
 
 def _verdict(
-    *, actor: Actor, fleet: Fleet, request_id: int, revision: int, note: object, verdict: str
+    verdict: str, actor: Actor, fleet: Fleet, request_id: int, revision: int, note: str
 ) -> ChangeRequest:
-    approving = verdict == ChangeRequestVerdict.Verdict.APPROVED
+    approving = verdict == Verdict.APPROVED
     _publisher_only(actor, "approve or reject a change request")
-    text = _text(note, field="note", required=not approving)
+    text = note.strip()
+    if not approving and not text:  # a rejection says what must change
+        raise ValidationFailed(
+            "Write the note: say why.", details=[{"field": "note", "message": "must not be empty"}]
+        )
     request = _lock_request(fleet, request_id)
     _require_open(request)
     user = actor_user(actor)
@@ -286,32 +264,18 @@ def _verdict(
 
 @transaction.atomic
 def change_request_approve(
-    *, actor: Actor, fleet: Fleet, request_id: int, revision: int, note: object = ""
+    *, actor: Actor, fleet: Fleet, request_id: int, revision: int, note: str = ""
 ) -> ChangeRequest:
     """Approve the revision you reviewed (not your own request; an edit after it withdraws it)."""
-    return _verdict(
-        actor=actor,
-        fleet=fleet,
-        request_id=request_id,
-        revision=revision,
-        note=note,
-        verdict=ChangeRequestVerdict.Verdict.APPROVED,
-    )
+    return _verdict(Verdict.APPROVED, actor, fleet, request_id, revision, note)
 
 
 @transaction.atomic
 def change_request_reject(
-    *, actor: Actor, fleet: Fleet, request_id: int, revision: int, note: object
+    *, actor: Actor, fleet: Fleet, request_id: int, revision: int, note: str
 ) -> ChangeRequest:
     """Reject the revision you reviewed, saying why (the author edits and asks again)."""
-    return _verdict(
-        actor=actor,
-        fleet=fleet,
-        request_id=request_id,
-        revision=revision,
-        note=note,
-        verdict=ChangeRequestVerdict.Verdict.REJECTED,
-    )
+    return _verdict(Verdict.REJECTED, actor, fleet, request_id, revision, note)
 
 
 @transaction.atomic
@@ -369,10 +333,10 @@ def change_request_publish(
 
 
 @transaction.atomic
-def fleet_freeze_release(*, actor: Actor, fleet: Fleet, note: object) -> FleetFreeze:
+def fleet_freeze_release(*, actor: Actor, fleet: Fleet, note: str) -> FleetFreeze:
     """Acknowledge why the fleet was frozen (a note) and let rollouts go on; a repeat is a no-op."""
     _publisher_only(actor, "release a freeze")
-    text = _text(note, field="note")
+    text = note.strip()
     fleet_routing_lock(fleet)  # serialised with every start and switch of the fleet
     freeze = fleet_freeze_open(fleet_id=fleet.pk)
     if freeze is None:
@@ -396,13 +360,9 @@ def fleet_freeze_release(*, actor: Actor, fleet: Fleet, note: object) -> FleetFr
     )
     review_notify(
         fleet_id=fleet.pk,
-        body={
-            "kind": "fleet.unfrozen",
-            "fleet": fleet.slug,
-            "message": f"{freeze.released_by_name} released the freeze: {text}",
-            "freeze": {"id": freeze.pk, "rollout": freeze.rollout_id, "reason": freeze.reason},
-            "at": freeze.released_at.isoformat(),
-        },
+        body=freeze_body(
+            fleet, freeze, "unfrozen", f"{freeze.released_by_name} released the freeze: {text}"
+        ),
     )
     logger.info("fleet.unfrozen fleet=%s freeze=%d", fleet.slug, freeze.pk)
     return freeze

@@ -7,21 +7,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import require_object
+from controlplane.api import request_input, require_object
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_responses
 from controlplane.permissions import IsPublisher, IsViewer
 
 from ..policies.models import Fleet
 from ..policies.selectors import fleet_get
-from ..reviews import schemas as review_schemas
-from ..reviews.apis import request_body
+from ..reviews.schemas import by_kind
+from ..rollouts.models import Rollout
 from . import schemas, selectors, services
-
-PARAM_NAMES = (
-    *("version", "holdback", "revision", "note", "to_stage", "require_healthy_guards"),
-    *("theta_offset", "ttl_s"),
-)
 
 
 def _one(fleet: Fleet, schedule_id: int, code: int = 200) -> Response:
@@ -48,16 +43,10 @@ class ScheduleListApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = fleet_get(slug=slug)
-        data = request_body(
-            review_schemas.by_kind(schemas.SCHEDULE_INPUTS, require_object(request.data)), request
-        )
+        inputs = by_kind(schemas.SCHEDULE_INPUTS, require_object(request.data))
+        data = request_input(inputs, request)
         schedule = services.scheduled_change_create(
-            actor=request.user,
-            fleet=fleet,
-            kind=data["kind"],
-            run_at=data["run_at"],
-            time_zone=data["time_zone"],
-            params={name: data[name] for name in PARAM_NAMES if name in data},
+            actor=request.user, fleet=fleet, **schemas.schedule_arguments(data)
         )
         return _one(fleet, schedule.pk, 201)
 
@@ -74,15 +63,10 @@ class StagePlanApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = fleet_get(slug=slug)
-        data = request_body(schemas.StagePlanInputSerializer, request)
-        services.stage_plan_create(
-            actor=request.user,
-            fleet=fleet,
-            version=data["version"],
-            steps=[{"to_stage": 5, "run_at": data["start_at"]}, *map(dict, data["steps"])],
-            time_zone=data["time_zone"],
-            holdback=data.get("holdback", 0),
-        )
+        data = request_input(schemas.StagePlanInputSerializer, request)
+        start = {"to_stage": Rollout.STAGES[0], "run_at": data.pop("start_at")}
+        steps = [start, *map(dict, data.pop("steps"))]
+        services.stage_plan_create(actor=request.user, fleet=fleet, steps=steps, **data)
         return Response(selectors.scheduled_changes(fleet=fleet), status=201)
 
 
@@ -106,13 +90,9 @@ class ScheduleDetailApi(APIView):
     )
     def patch(self, request: Request, slug: str, schedule_id: int) -> Response:
         fleet = fleet_get(slug=slug)
-        data = request_body(schemas.ScheduleUpdateSerializer, request)
+        data = request_input(schemas.ScheduleUpdateSerializer, request)
         services.scheduled_change_update(
-            actor=request.user,
-            fleet=fleet,
-            schedule_id=schedule_id,
-            run_at=data["run_at"],
-            time_zone=data.get("time_zone"),
+            actor=request.user, fleet=fleet, schedule_id=schedule_id, **data
         )
         return _one(fleet, schedule_id)
 
