@@ -6,7 +6,6 @@ The one error shape itself is `controlplane.exceptions.error_body`, raised as `A
 from typing import Any
 
 from rest_framework import serializers
-from rest_framework.request import Request
 
 from controlplane.exceptions import ValidationFailed, drf_error_details
 from controlplane.validators import TidyTextValidator
@@ -128,10 +127,3 @@ def input_validate(
     if not serializer.is_valid():
         raise ValidationFailed(message, details=drf_error_details(serializer.errors))
     return dict(serializer.validated_data)
-
-
-def request_input(
-    serializer_class: type[serializers.Serializer[Any]], request: Request
-) -> dict[str, Any]:
-    """The request's body, a JSON object, checked by an input serializer (`input_validate`)."""
-    return input_validate(serializer_class, require_object(request.data))

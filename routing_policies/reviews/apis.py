@@ -1,14 +1,16 @@
 """REST API of change governance: the fleet's freeze and its release, review settings, change
 requests (open, comment, approve, reject, withdraw, publish) and what waits for me."""
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, cast
 
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema, extend_schema_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import request_input, require_object
+from controlplane.api import input_validate, require_object
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_responses, query_params_validate
 from controlplane.permissions import IsEditor, IsPublisher, IsViewer
@@ -18,6 +20,37 @@ from ..policies.models import Fleet
 from ..policies.schemas import VersionSerializer
 from ..policies.selectors import fleet_get
 from . import schemas, selectors, services
+
+FleetMethod = Callable[..., Response]
+Declared = schemas.InputSerializer | PolymorphicProxySerializer
+
+
+def fleet_input(
+    declared: Declared, **schema: Any
+) -> Callable[[FleetMethod], Callable[..., Response]]:
+    """An API method that changes a fleet with the body `declared` checks: the same serializer
+    its OpenAPI request shows (a polymorphic one: the serializer of the body's kind). The method
+    is called with the fleet (an unknown one is a 404 first) and the checked body, as `fleet`
+    and `data`, for its slug; `schema`: the rest of its `extend_schema`."""
+
+    def decorate(method: FleetMethod) -> Callable[..., Response]:
+        @functools.wraps(method)
+        def checked(view: APIView, request: Request, slug: str, **kwargs: Any) -> Response:
+            fleet = fleet_get(slug=slug)
+            body = require_object(request.data)
+            serializer = (
+                schemas.by_kind(
+                    cast(dict[str, schemas.InputSerializer], declared.serializers), body
+                )
+                if isinstance(declared, PolymorphicProxySerializer)
+                else declared
+            )
+            data = input_validate(serializer, body)
+            return method(view, request, fleet=fleet, data=data, **kwargs)
+
+        return extend_schema(request=declared, **schema)(checked)
+
+    return decorate
 
 
 def _detail(fleet: Fleet, request_id: int, code: int = 200) -> Response:
@@ -42,14 +75,12 @@ class FleetFreezeReleaseApi(APIView):
 
     permission_classes = [IsPublisher]
 
-    @extend_schema(
-        request=schemas.NoteInputSerializer,
+    @fleet_input(
+        schemas.NoteInputSerializer,
         responses={200: schemas.FleetFreezeSerializer, **error_responses(409)},
         operation_id="fleet_freeze_release",
     )
-    def post(self, request: Request, slug: str) -> Response:
-        fleet = fleet_get(slug=slug)
-        data = request_input(schemas.NoteInputSerializer, request)
+    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
         services.fleet_freeze_release(actor=request.user, fleet=fleet, **data)
         return Response(selectors.fleet_freeze(fleet=fleet))
 
@@ -64,14 +95,12 @@ class ReviewSettingsApi(APIView):
     def get(self, request: Request, slug: str) -> Response:
         return Response(selectors.review_settings_out(fleet=fleet_get(slug=slug)))
 
-    @extend_schema(
-        request=schemas.ReviewSettingsSerializer,
+    @fleet_input(
+        schemas.ReviewSettingsSerializer,
         responses=schemas.ReviewSettingsOutSerializer,
         operation_id="review_settings_update",
     )
-    def put(self, request: Request, slug: str) -> Response:
-        fleet = fleet_get(slug=slug)
-        data = request_input(schemas.ReviewSettingsSerializer, request)
+    def put(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
         services.review_settings_update(actor=request.user, fleet=fleet, **data)
         return Response(selectors.review_settings_out(fleet=fleet))
 
@@ -94,15 +123,12 @@ class ChangeRequestListApi(APIView):
             {"results": selectors.change_request_list(fleet=fleet, state=query.get("state"))}
         )
 
-    @extend_schema(
-        request=schemas.ChangeRequestOpenSerializer,
+    @fleet_input(
+        schemas.ChangeRequestOpenSerializer,
         responses={201: schemas.ChangeRequestDetailSerializer, **error_responses(409)},
         operation_id="change_request_open",
     )
-    def post(self, request: Request, slug: str) -> Response:
-        fleet = fleet_get(slug=slug)
-        inputs = schemas.by_kind(schemas.OPEN_INPUTS, require_object(request.data))
-        data = request_input(inputs, request)
+    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
         opened = services.change_request_open(actor=request.user, fleet=fleet, **data)
         return _detail(fleet, opened.pk, 201)
 
@@ -125,14 +151,14 @@ class ChangeRequestCommentApi(APIView):
 
     permission_classes = [IsEditor]
 
-    @extend_schema(
-        request=schemas.CommentInputSerializer,
+    @fleet_input(
+        schemas.CommentInputSerializer,
         responses={201: schemas.ChangeRequestDetailSerializer, **error_responses(404)},
         operation_id="change_request_comment",
     )
-    def post(self, request: Request, slug: str, request_id: int) -> Response:
-        fleet = fleet_get(slug=slug)
-        data = request_input(schemas.CommentInputSerializer, request)
+    def post(
+        self, request: Request, fleet: Fleet, data: dict[str, Any], request_id: int
+    ) -> Response:
         services.change_request_comment(
             actor=request.user, fleet=fleet, request_id=request_id, **data
         )
@@ -146,7 +172,7 @@ class _VerdictApi(APIView):
 
     def post(self, request: Request, slug: str, request_id: int) -> Response:
         fleet = fleet_get(slug=slug)
-        data = request_input(self.input_serializer, request)
+        data = input_validate(self.input_serializer, require_object(request.data))
         service = (
             services.change_request_approve if self.approve else services.change_request_reject
         )
@@ -201,14 +227,14 @@ class ChangeRequestPublishApi(APIView):
 
     permission_classes = [IsPublisher]
 
-    @extend_schema(
-        request=schemas.PublishInputSerializer,
+    @fleet_input(
+        schemas.PublishInputSerializer,
         responses={201: VersionSerializer, **error_responses(404, 409)},
         operation_id="change_request_publish",
     )
-    def post(self, request: Request, slug: str, request_id: int) -> Response:
-        fleet = fleet_get(slug=slug)
-        data = request_input(schemas.PublishInputSerializer, request)
+    def post(
+        self, request: Request, fleet: Fleet, data: dict[str, Any], request_id: int
+    ) -> Response:
         version = services.change_request_publish(
             actor=request.user, fleet=fleet, request_id=request_id, **data
         )

@@ -67,26 +67,25 @@ def freeze_after_rollback(*, fleet: Fleet, rollout: Rollout, reason: str) -> Fle
         summary=f"Rollouts frozen after rollout {rollout.pk} was rolled back: {freeze.reason}",
         after={"frozen": True, "rollout": rollout.pk, "reason": freeze.reason},
     )
-    review_notify(
-        fleet_id=fleet.pk,
-        body=freeze_body(
-            fleet, freeze, "frozen", f"Rollouts frozen after an automatic rollback: {freeze.reason}"
-        ),
+    freeze_notify(
+        fleet, freeze, "frozen", f"Rollouts frozen after an automatic rollback: {freeze.reason}"
     )
     logger.warning("fleet.frozen fleet=%s rollout=%d", fleet.slug, rollout.pk)
     return freeze
 
 
-def freeze_body(fleet: Fleet, freeze: FleetFreeze, event: str, message: str) -> dict[str, object]:
-    """The notification of a freeze (`frozen`) or of its release (`unfrozen`), at the moment
-    it happened."""
-    return {
-        "kind": f"fleet.{event}",
-        "fleet": fleet.slug,
-        "message": message,
-        "freeze": {"id": freeze.pk, "rollout": freeze.rollout_id, "reason": freeze.reason},
-        "at": (freeze.released_at or freeze.frozen_at).isoformat(),
-    }
+def freeze_notify(fleet: Fleet, freeze: FleetFreeze, event: str, message: str) -> None:
+    """Notify of a freeze (`frozen`) or of its release (`unfrozen`), at the moment it happened."""
+    review_notify(
+        fleet_id=fleet.pk,
+        body={
+            "kind": f"fleet.{event}",
+            "fleet": fleet.slug,
+            "message": message,
+            "freeze": {"id": freeze.pk, "rollout": freeze.rollout_id, "reason": freeze.reason},
+            "at": (freeze.released_at or freeze.frozen_at).isoformat(),
+        },
+    )
 
 
 def review_settings_of(fleet: Fleet) -> ReviewSettings:

@@ -39,11 +39,6 @@ def note_field(*, required: bool = True, help_text: str) -> JsonStringField:
     )
 
 
-def revision_field() -> JsonIntegerField:
-    """The revision the reviewer looked at (a stale one is refused with 409)."""
-    return JsonIntegerField(min_value=1, max_value=MAX_REVISION, help_text="the revision reviewed")
-
-
 @closed_body
 class NoteInputSerializer(serializers.Serializer[Any]):
     note = note_field(help_text="why: what you checked, what you acknowledge")
@@ -115,14 +110,22 @@ def by_kind(inputs: dict[str, InputSerializer], data: Mapping[str, Any]) -> Inpu
     return inputs[kind]
 
 
-def kinds_with(inputs: dict[str, InputSerializer], field: str) -> str:
-    """The kinds whose input takes `field`, space-separated (a page form's `data-kinds`)."""
-    return " ".join(kind for kind, serializer in inputs.items() if field in serializer().fields)
+def kind_fields(inputs: dict[str, InputSerializer]) -> dict[str, str]:
+    """Each field that only some kinds' inputs take, with those kinds space-separated (what a
+    page's form says in `data-kinds`, for static/js/kind_fields.js to show the chosen kind's)."""
+    taking: dict[str, list[str]] = {}
+    for kind, serializer in inputs.items():
+        for name, _ in serializer().fields.items():
+            taking.setdefault(name, []).append(kind)
+    return {name: " ".join(kinds) for name, kinds in taking.items() if len(kinds) < len(inputs)}
 
 
 @closed_body
 class VerdictInputSerializer(serializers.Serializer[Any]):
-    revision = revision_field()
+    # the revision the reviewer looked at (a stale one is refused with 409)
+    revision = JsonIntegerField(
+        min_value=1, max_value=MAX_REVISION, help_text="the revision reviewed"
+    )
     note = note_field(required=False, help_text="what you checked (required to reject)")
 
     class Meta:
@@ -130,8 +133,7 @@ class VerdictInputSerializer(serializers.Serializer[Any]):
 
 
 @closed_body
-class RejectInputSerializer(serializers.Serializer[Any]):
-    revision = revision_field()
+class RejectInputSerializer(VerdictInputSerializer):
     note = note_field(help_text="why not: what must change")
 
     class Meta:
@@ -147,8 +149,7 @@ class CommentInputSerializer(serializers.Serializer[Any]):
 
 
 @closed_body
-class PublishInputSerializer(serializers.Serializer[Any]):
-    revision = revision_field()
+class PublishInputSerializer(VerdictInputSerializer):
     note = note_field(required=False, help_text="the release note (default: the request's note)")
 
     class Meta:

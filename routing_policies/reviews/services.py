@@ -3,6 +3,8 @@ reject, withdraw, publish) and releasing a freeze. One audited call each, under 
 what notifiers write (webhook deliveries) joins the same transaction."""
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -14,7 +16,7 @@ from ..policies.audit import Actor, actor_name, actor_user, audit_record
 from ..policies.models import Fleet, PolicyVersion
 from ..policies.services import policy_version_publish
 from ..rollouts.services import fleet_routing_lock
-from .gate import KIND_WORDS, change_request_body, fleet_freeze_open, freeze_body
+from .gate import KIND_WORDS, change_request_body, fleet_freeze_open, freeze_notify
 from .models import (
     ChangeRequest,
     ChangeRequestComment,
@@ -28,6 +30,19 @@ from .rules import current_revision, review_status
 logger = logging.getLogger(__name__)
 
 Verdict = ChangeRequestVerdict.Verdict
+
+
+@contextmanager
+def _once(refusal: str, *, field: str, message: str) -> Iterator[None]:
+    """Create a row a unique constraint allows once: a second is refused as a `duplicate`
+    (409) naming `field`, and the caller's transaction goes on."""
+    try:
+        with transaction.atomic():
+            yield
+    except IntegrityError:
+        raise Conflict(
+            refusal, code="duplicate", details=[{"field": field, "message": message}]
+        ) from None
 
 
 def _publisher_only(actor: Actor, doing: str) -> None:
@@ -105,24 +120,21 @@ def change_request_open(
     ChangeRequest.objects.filter(
         fleet=fleet, kind=kind, state=ChangeRequest.State.OPEN, version__isnull=True
     ).update(state=ChangeRequest.State.CLOSED, finished_at=timezone.now())
-    try:
-        with transaction.atomic():
-            request = ChangeRequest.objects.create(
-                fleet=fleet,
-                kind=kind,
-                version=target,
-                base_number=target.based_on.number if target.based_on else None,
-                version_number=target.number,
-                note=text,
-                author=actor_user(actor),
-                author_name=actor_name(actor),
-            )
-    except IntegrityError:
-        raise Conflict(
-            f"Fleet {fleet.slug!r} already has an open change request for {KIND_WORDS[kind]}.",
-            code="duplicate",
-            details=[{"field": "kind", "message": "one open request per kind"}],
-        ) from None
+    with _once(
+        f"Fleet {fleet.slug!r} already has an open change request for {KIND_WORDS[kind]}.",
+        field="kind",
+        message="one open request per kind",
+    ):
+        request = ChangeRequest.objects.create(
+            fleet=fleet,
+            kind=kind,
+            version=target,
+            base_number=target.based_on.number if target.based_on else None,
+            version_number=target.number,
+            note=text,
+            author=actor_user(actor),
+            author_name=actor_name(actor),
+        )
     audit_record(
         actor=actor,
         action="change_request.opened",
@@ -225,22 +237,19 @@ def _verdict(
                 }
             ],
         )
-    try:
-        with transaction.atomic():
-            ChangeRequestVerdict.objects.create(
-                change_request=request,
-                reviewer=user,
-                reviewer_name=actor_name(actor),
-                verdict=verdict,
-                revision=revision,
-                note=text,
-            )
-    except IntegrityError:
-        raise Conflict(
-            f"You already reviewed revision {revision} of this change request.",
-            code="duplicate",
-            details=[{"field": "revision", "message": "already reviewed by you"}],
-        ) from None
+    with _once(
+        f"You already reviewed revision {revision} of this change request.",
+        field="revision",
+        message="already reviewed by you",
+    ):
+        ChangeRequestVerdict.objects.create(
+            change_request=request,
+            reviewer=user,
+            reviewer_name=actor_name(actor),
+            verdict=verdict,
+            revision=revision,
+            note=text,
+        )
     word = "approved" if approving else "rejected"
     audit_record(
         actor=actor,
@@ -358,11 +367,8 @@ def fleet_freeze_release(*, actor: Actor, fleet: Fleet, note: str) -> FleetFreez
         before={"frozen": True, "reason": freeze.reason},
         after={"frozen": False, "note": text},
     )
-    review_notify(
-        fleet_id=fleet.pk,
-        body=freeze_body(
-            fleet, freeze, "unfrozen", f"{freeze.released_by_name} released the freeze: {text}"
-        ),
+    freeze_notify(
+        fleet, freeze, "unfrozen", f"{freeze.released_by_name} released the freeze: {text}"
     )
     logger.info("fleet.unfrozen fleet=%s freeze=%d", fleet.slug, freeze.pk)
     return freeze

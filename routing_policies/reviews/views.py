@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.exceptions import ApplicationError
-from controlplane.pages import form_input, posted_values, refusal, role_required
+from controlplane.pages import form_input, posted_change, role_required
 from controlplane.roles import Role
 
 from ..extensions import lab_draft_headline
@@ -35,7 +35,7 @@ KIND_LABELS = {
 }
 # The kinds whose input names a version: the page shows its Version field only for them
 # (static/js/kind_fields.js); without JavaScript, the kind's own serializer takes only its fields.
-VERSION_KINDS = schemas.kinds_with(schemas.OPEN_INPUTS, "version")
+VERSION_KINDS = schemas.kind_fields(schemas.OPEN_INPUTS)["version"]
 
 
 def _list_page(
@@ -69,17 +69,16 @@ def review_list(request: HttpRequest, slug: str) -> HttpResponse:
 def change_request_open(request: HttpRequest, slug: str) -> HttpResponse:
     """Ask for review of the draft (or of a rollout / switch)."""
     fleet = fleet_or_404(slug)
-    try:
+
+    def change() -> tuple[str, str]:
         data = form_input(schemas.by_kind(schemas.OPEN_INPUTS, request.POST), request.POST)
         opened = services.change_request_open(actor=request.user, fleet=fleet, **data)
-    except ApplicationError as exc:
-        return refusal(
-            lambda **page: _list_page(request, fleet, **page),
-            exc,
-            posted=posted_values(request),
+        return (
+            f"Opened change request {opened.pk}: another publisher reviews it.",
+            reverse("change-request", args=[fleet.slug, opened.pk]),
         )
-    messages.success(request, f"Opened change request {opened.pk}: another publisher reviews it.")
-    return HttpResponseRedirect(reverse("change-request", args=[fleet.slug, opened.pk]))
+
+    return posted_change(request, lambda **page: _list_page(request, fleet, **page), change)
 
 
 @role_required(Role.PUBLISHER)
@@ -167,17 +166,18 @@ def _action_view(action: str, doc: str) -> Callable[..., HttpResponse]:
     @require_POST
     def view(request: HttpRequest, slug: str, request_id: int) -> HttpResponse:
         fleet = fleet_or_404(slug)
-        try:
+
+        def change() -> tuple[str, str]:
             data = form_input(input_serializer, request.POST) if input_serializer else {}
             result = service(actor=request.user, fleet=fleet, request_id=request_id, **data)
-        except ApplicationError as exc:
-            return refusal(
-                lambda **page: _detail_page(request, fleet, request_id, **page),
-                exc,
-                posted=posted_values(request),
+            return (
+                done.format(result=result, **data),
+                reverse("change-request", args=[fleet.slug, request_id]),
             )
-        messages.success(request, done.format(result=result, **data))
-        return HttpResponseRedirect(reverse("change-request", args=[fleet.slug, request_id]))
+
+        return posted_change(
+            request, lambda **page: _detail_page(request, fleet, request_id, **page), change
+        )
 
     view.__name__ = view.__qualname__ = f"change_request_{action}"
     view.__doc__ = doc

@@ -7,14 +7,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import request_input, require_object
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_responses
 from controlplane.permissions import IsPublisher, IsViewer
 
 from ..policies.models import Fleet
 from ..policies.selectors import fleet_get
-from ..reviews.schemas import by_kind
+from ..reviews.apis import fleet_input
 from ..rollouts.models import Rollout
 from . import schemas, selectors, services
 
@@ -36,15 +35,12 @@ class ScheduleListApi(APIView):
     def get(self, request: Request, slug: str) -> Response:
         return Response(selectors.scheduled_changes(fleet=fleet_get(slug=slug)))
 
-    @extend_schema(
-        request=schemas.ScheduleInputSerializer,
+    @fleet_input(
+        schemas.ScheduleInputSerializer,
         responses={201: schemas.ScheduledChangeSerializer, **error_responses(409)},
         operation_id="schedule_create",
     )
-    def post(self, request: Request, slug: str) -> Response:
-        fleet = fleet_get(slug=slug)
-        inputs = by_kind(schemas.SCHEDULE_INPUTS, require_object(request.data))
-        data = request_input(inputs, request)
+    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
         schedule = services.scheduled_change_create(
             actor=request.user, fleet=fleet, **schemas.schedule_arguments(data)
         )
@@ -56,14 +52,12 @@ class StagePlanApi(APIView):
 
     permission_classes = [IsPublisher]
 
-    @extend_schema(
-        request=schemas.StagePlanInputSerializer,
+    @fleet_input(
+        schemas.StagePlanInputSerializer,
         responses={201: schemas.ScheduledChangesSerializer, **error_responses(409)},
         operation_id="schedule_stage_plan",
     )
-    def post(self, request: Request, slug: str) -> Response:
-        fleet = fleet_get(slug=slug)
-        data = request_input(schemas.StagePlanInputSerializer, request)
+    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
         start = {"to_stage": Rollout.STAGES[0], "run_at": data.pop("start_at")}
         steps = [start, *map(dict, data.pop("steps"))]
         services.stage_plan_create(actor=request.user, fleet=fleet, steps=steps, **data)
@@ -83,14 +77,14 @@ class ScheduleDetailApi(APIView):
     def get(self, request: Request, slug: str, schedule_id: int) -> Response:
         return _one(fleet_get(slug=slug), schedule_id)
 
-    @extend_schema(
-        request=schemas.ScheduleUpdateSerializer,
+    @fleet_input(
+        schemas.ScheduleUpdateSerializer,
         responses={200: schemas.ScheduledChangeSerializer, **error_responses(404, 409)},
         operation_id="schedule_update",
     )
-    def patch(self, request: Request, slug: str, schedule_id: int) -> Response:
-        fleet = fleet_get(slug=slug)
-        data = request_input(schemas.ScheduleUpdateSerializer, request)
+    def patch(
+        self, request: Request, fleet: Fleet, data: dict[str, Any], schedule_id: int
+    ) -> Response:
         services.scheduled_change_update(
             actor=request.user, fleet=fleet, schedule_id=schedule_id, **data
         )

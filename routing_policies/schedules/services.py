@@ -140,39 +140,26 @@ def stage_plan_create(
     if not steps or len(steps) > len(Rollout.STAGES):
         raise _problem("steps", f"1 to {len(Rollout.STAGES)} steps")
     plan = secrets.token_hex(6)
-    made = []
+    made: list[ScheduledChange] = []
     for index, step in enumerate(steps):
-        if index == 0:
-            if step.get("to_stage", 5) != Rollout.STAGES[0]:
-                raise _problem("steps[0].to_stage", "5: the first step starts the rollout")
-            made.append(
-                scheduled_change_create(
-                    actor=actor,
-                    fleet=fleet,
-                    kind=Kind.ROLLOUT_START,
-                    run_at=step["run_at"],
-                    params={"version": version, "holdback": holdback},
-                    time_zone=time_zone,
-                    plan=plan,
-                )
-            )
-            continue
-        if step.get("run_at") is None or made[-1].run_at >= step["run_at"]:
+        if index == 0 and step.get("to_stage", 5) != Rollout.STAGES[0]:
+            raise _problem("steps[0].to_stage", "5: the first step starts the rollout")
+        if index and (step.get("run_at") is None or made[-1].run_at >= step["run_at"]):
             raise Conflict(
                 "Each step of a stage plan comes after the one before it.",
                 code="plan_out_of_order",
                 details=[{"field": f"steps[{index}].run_at", "message": "after the step before"}],
             )
+        start = {"version": version, "holdback": holdback}
+        healthy = step.get("require_healthy_guards", False)
+        advance = {"to_stage": step.get("to_stage"), "require_healthy_guards": healthy}
         made.append(
             scheduled_change_create(
                 actor=actor,
                 fleet=fleet,
-                kind=Kind.ROLLOUT_ADVANCE,
+                kind=Kind.ROLLOUT_ADVANCE if index else Kind.ROLLOUT_START,
                 run_at=step["run_at"],
-                params={
-                    "to_stage": step.get("to_stage"),
-                    "require_healthy_guards": step.get("require_healthy_guards", False),
-                },
+                params=advance if index else start,
                 time_zone=time_zone,
                 plan=plan,
             )

@@ -5,20 +5,18 @@ Times are typed in the user's time zone (the page fills in the browser's) and st
 
 from typing import Any
 
-from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from controlplane.exceptions import ApplicationError
-from controlplane.pages import form_input, posted_values, refusal, role_required
+from controlplane.pages import form_input, posted_change, role_required
 from controlplane.roles import Role
 
 from ..policies.models import Fleet
 from ..policies.pages import fleet_or_404
 from ..policies.selectors import published_versions
-from ..reviews.schemas import by_kind, kinds_with
+from ..reviews.schemas import by_kind, kind_fields
 from . import schemas, selectors, services
 from .models import ScheduledChange
 from .times import describe, with_offset
@@ -28,10 +26,7 @@ Kind = ScheduledChange.Kind
 # The fields of some kinds only (a kind's input serializer in `schemas` says which): the page
 # shows only the chosen kind's (static/js/kind_fields.js) and, without JavaScript, the kind's
 # serializer takes only its own, so a value typed for another kind is neither checked nor kept.
-KIND_FIELDS = sorted(
-    {name for inputs in schemas.SCHEDULE_INPUTS.values() for name in inputs().fields.keys()}
-    - set(schemas.SCHEDULE_FIELDS)
-)
+KIND_FIELDS = kind_fields(schemas.SCHEDULE_INPUTS)
 KIND_LABELS = {
     Kind.PUBLISH: "Publish the draft",
     Kind.ROLLOUT_START: "Start a rollout (5%)",
@@ -46,7 +41,7 @@ def _page(request: HttpRequest, fleet: Fleet, *, status: int = 200, **extra: Any
         "fleet": fleet,
         **selectors.scheduled_changes(fleet=fleet),
         "kinds": [(kind.value, KIND_LABELS[kind]) for kind in Kind],
-        "field_kinds": {field: kinds_with(schemas.SCHEDULE_INPUTS, field) for field in KIND_FIELDS},
+        "field_kinds": KIND_FIELDS,
         "versions": published_versions(fleet=fleet),
         "posted": {},
         **extra,
@@ -66,19 +61,17 @@ def schedule_page(request: HttpRequest, slug: str) -> HttpResponse:
 def schedule_create(request: HttpRequest, slug: str) -> HttpResponse:
     """Schedule one change at a local time."""
     fleet = fleet_or_404(slug)
-    try:
+
+    def change() -> tuple[str, str]:
         posted = request.POST.copy()  # the time as typed in its zone, with that zone's offset
         posted["run_at"] = with_offset(posted.get("run_at", ""), posted.get("time_zone", "UTC"))
         data = form_input(by_kind(schemas.SCHEDULE_INPUTS, posted), posted)
         schedule = services.scheduled_change_create(
             actor=request.user, fleet=fleet, **schemas.schedule_arguments(data)
         )
-    except ApplicationError as exc:
-        return refusal(
-            lambda **page: _page(request, fleet, **page), exc, posted=posted_values(request)
-        )
-    messages.success(request, f"Scheduled: {describe(schedule)}.")
-    return HttpResponseRedirect(reverse("fleet-schedules", args=[fleet.slug]))
+        return f"Scheduled: {describe(schedule)}.", reverse("fleet-schedules", args=[fleet.slug])
+
+    return posted_change(request, lambda **page: _page(request, fleet, **page), change)
 
 
 @role_required(Role.PUBLISHER)
@@ -86,9 +79,9 @@ def schedule_create(request: HttpRequest, slug: str) -> HttpResponse:
 def schedule_cancel(request: HttpRequest, slug: str, schedule_id: int) -> HttpResponse:
     """Cancel a pending change."""
     fleet = fleet_or_404(slug)
-    try:
+
+    def change() -> tuple[str, str]:
         services.scheduled_change_cancel(actor=request.user, fleet=fleet, schedule_id=schedule_id)
-    except ApplicationError as exc:
-        return refusal(lambda **page: _page(request, fleet, **page), exc)
-    messages.success(request, "Cancelled.")
-    return HttpResponseRedirect(reverse("fleet-schedules", args=[fleet.slug]))
+        return "Cancelled.", reverse("fleet-schedules", args=[fleet.slug])
+
+    return posted_change(request, lambda **page: _page(request, fleet, **page), change)
