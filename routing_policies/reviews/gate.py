@@ -114,6 +114,33 @@ def change_request_body(
     }
 
 
+def change_request_finish(
+    request: ChangeRequest,
+    *,
+    actor: Actor,
+    fleet: Fleet,
+    state: str,
+    action: str,
+    summary: str,
+    **after: object,
+) -> None:
+    """Finish an open change request as `state` (done, closed) by `actor`, audited as
+    `change_request.<action>` (with `after` besides the new state)."""
+    request.state = state
+    request.finished_at = timezone.now()
+    request.finished_by_name = actor_name(actor)
+    request.save(update_fields=["state", "finished_at", "finished_by_name", "version_number"])
+    audit_record(
+        actor=actor,
+        action=f"change_request.{action}",
+        fleet=fleet,
+        target=f"change request {request.pk}",
+        summary=summary,
+        before={"state": ChangeRequest.State.OPEN},
+        after={"state": state, **after},
+    )
+
+
 def approval_consume(
     *,
     actor: Actor,
@@ -172,20 +199,16 @@ def approval_consume(
                 }
             ],
         )
-    request.state = ChangeRequest.State.DONE
-    request.finished_at = timezone.now()
-    request.finished_by_name = actor_name(actor)
     request.version_number = version.number
-    request.save(update_fields=["state", "finished_at", "finished_by_name", "version_number"])
-    audit_record(
+    change_request_finish(
+        request,
         actor=actor,
-        action="change_request.done",
         fleet=fleet,
-        target=f"change request {request.pk}",
+        state=ChangeRequest.State.DONE,
+        action="done",
         summary=f"Carried out change request {request.pk} ({KIND_WORDS[kind]}), approved by "
         + ", ".join(status.approved_by),
-        before={"state": ChangeRequest.State.OPEN},
-        after={"state": request.state, "approved_by": status.approved_by},
+        approved_by=status.approved_by,
     )
     event = "published" if kind == ChangeRequest.Kind.PUBLISH else "done"
     review_notify(

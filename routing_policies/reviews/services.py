@@ -16,7 +16,13 @@ from ..policies.audit import Actor, actor_name, actor_user, audit_record
 from ..policies.models import Fleet, PolicyVersion
 from ..policies.services import policy_version_publish
 from ..rollouts.services import fleet_routing_lock
-from .gate import KIND_WORDS, change_request_body, fleet_freeze_open, freeze_notify
+from .gate import (
+    KIND_WORDS,
+    change_request_body,
+    change_request_finish,
+    fleet_freeze_open,
+    freeze_notify,
+)
 from .models import (
     ChangeRequest,
     ChangeRequestComment,
@@ -301,18 +307,13 @@ def change_request_withdraw(*, actor: Actor, fleet: Fleet, request_id: int) -> C
             code="permission_denied",
             status=403,
         )
-    request.state = ChangeRequest.State.CLOSED
-    request.finished_at = timezone.now()
-    request.finished_by_name = actor_name(actor)
-    request.save(update_fields=["state", "finished_at", "finished_by_name"])
-    audit_record(
+    change_request_finish(
+        request,
         actor=actor,
-        action="change_request.withdrawn",
         fleet=fleet,
-        target=f"change request {request.pk}",
+        state=ChangeRequest.State.CLOSED,
+        action="withdrawn",
         summary=f"Withdrew change request {request.pk}",
-        before={"state": ChangeRequest.State.OPEN},
-        after={"state": request.state},
     )
     return request
 
