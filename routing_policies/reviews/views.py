@@ -57,11 +57,22 @@ def _list_page(
     return render(request, "routing_policies/reviews.html", context, status=status)
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def review_list(request: HttpRequest, slug: str) -> HttpResponse:
-    """The fleet's open and past change requests; open one; the review settings."""
-    return _list_page(request, fleet_or_404(slug))
+def fleet_page(render_page: Callable[..., HttpResponse], doc: str) -> Callable[..., HttpResponse]:
+    """The GET view of a fleet's page, for viewers: `render_page(request, fleet)` draws it (the
+    same function draws it again after a refused change, with why)."""
+
+    @role_required(Role.VIEWER)
+    @require_GET
+    def view(request: HttpRequest, slug: str) -> HttpResponse:
+        return render_page(request, fleet_or_404(slug))
+
+    view.__doc__ = doc
+    return view
+
+
+review_list = fleet_page(
+    _list_page, "The fleet's open and past change requests; open one; the review settings."
+)
 
 
 @role_required(Role.EDITOR)

@@ -8,7 +8,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST
 
 from controlplane.pages import form_input, posted_change, role_required
 from controlplane.roles import Role
@@ -17,6 +17,7 @@ from ..policies.models import Fleet
 from ..policies.pages import fleet_or_404
 from ..policies.selectors import published_versions
 from ..reviews.schemas import by_kind, kind_fields
+from ..reviews.views import fleet_page
 from . import schemas, selectors, services
 from .models import ScheduledChange
 from .times import describe, with_offset
@@ -49,11 +50,7 @@ def _page(request: HttpRequest, fleet: Fleet, *, status: int = 200, **extra: Any
     return render(request, "routing_policies/schedules.html", context, status=status)
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def schedule_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """Upcoming and past scheduled changes of the fleet."""
-    return _page(request, fleet_or_404(slug))
+schedule_page = fleet_page(_page, "Upcoming and past scheduled changes of the fleet.")
 
 
 @role_required(Role.PUBLISHER)
