@@ -9,9 +9,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django import forms
+from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from rest_framework import serializers
 
 from controlplane.exceptions import ApplicationError, ValidationFailed, drf_error_details
@@ -61,6 +62,22 @@ def refusal(
         problems=exc.details,
         **page,
     )
+
+
+def posted_change(
+    request: HttpRequest,
+    render_page: Callable[..., HttpResponse],
+    change: Callable[[], tuple[str, str]],
+) -> HttpResponse:
+    """Make the change a page's form posted: `change()` makes it (one service call) and answers
+    what was done and where to go next, and the browser goes there with that message. Refused,
+    the page `render_page` draws comes back saying why, its form filled in as it was posted."""
+    try:
+        done, to = change()
+    except ApplicationError as exc:
+        return refusal(render_page, exc, posted=posted_values(request))
+    messages.success(request, done)
+    return HttpResponseRedirect(to)
 
 
 # --- page input -------------------------------------------------------------------------------

@@ -1,15 +1,16 @@
 """REST API of change governance: the fleet's freeze and its release, review settings, change
 requests (open, comment, approve, reject, withdraw, publish) and what waits for me."""
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, cast
 
-from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import serializers
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema, extend_schema_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import require_object
+from controlplane.api import input_validate, require_object
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_responses, query_params_validate
 from controlplane.permissions import IsEditor, IsPublisher, IsViewer
@@ -20,13 +21,36 @@ from ..policies.schemas import VersionSerializer
 from ..policies.selectors import fleet_get
 from . import schemas, selectors, services
 
+FleetMethod = Callable[..., Response]
+Declared = schemas.InputSerializer | PolymorphicProxySerializer
 
-def request_body(
-    serializer_class: type[serializers.Serializer[Any]], request: Request
-) -> dict[str, Any]:
-    serializer = serializer_class(data=require_object(request.data))
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
+
+def fleet_input(
+    declared: Declared, **schema: Any
+) -> Callable[[FleetMethod], Callable[..., Response]]:
+    """An API method that changes a fleet with the body `declared` checks: the same serializer
+    its OpenAPI request shows (a polymorphic one: the serializer of the body's kind). The method
+    is called with the fleet (an unknown one is a 404 first) and the checked body, as `fleet`
+    and `data`, for its slug; `schema`: the rest of its `extend_schema`."""
+
+    def decorate(method: FleetMethod) -> Callable[..., Response]:
+        @functools.wraps(method)
+        def checked(view: APIView, request: Request, slug: str, **kwargs: Any) -> Response:
+            fleet = fleet_get(slug=slug)
+            body = require_object(request.data)
+            serializer = (
+                schemas.by_kind(
+                    cast(dict[str, schemas.InputSerializer], declared.serializers), body
+                )
+                if isinstance(declared, PolymorphicProxySerializer)
+                else declared
+            )
+            data = input_validate(serializer, body)
+            return method(view, request, fleet=fleet, data=data, **kwargs)
+
+        return extend_schema(request=declared, **schema)(checked)
+
+    return decorate
 
 
 def _detail(fleet: Fleet, request_id: int, code: int = 200) -> Response:
@@ -51,15 +75,13 @@ class FleetFreezeReleaseApi(APIView):
 
     permission_classes = [IsPublisher]
 
-    @extend_schema(
-        request=schemas.NoteInputSerializer,
+    @fleet_input(
+        schemas.NoteInputSerializer,
         responses={200: schemas.FleetFreezeSerializer, **error_responses(409)},
         operation_id="fleet_freeze_release",
     )
-    def post(self, request: Request, slug: str) -> Response:
-        fleet = fleet_get(slug=slug)
-        data = request_body(schemas.NoteInputSerializer, request)
-        services.fleet_freeze_release(actor=request.user, fleet=fleet, note=data["note"])
+    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
+        services.fleet_freeze_release(actor=request.user, fleet=fleet, **data)
         return Response(selectors.fleet_freeze(fleet=fleet))
 
 
@@ -73,14 +95,12 @@ class ReviewSettingsApi(APIView):
     def get(self, request: Request, slug: str) -> Response:
         return Response(selectors.review_settings_out(fleet=fleet_get(slug=slug)))
 
-    @extend_schema(
-        request=schemas.ReviewSettingsSerializer,
+    @fleet_input(
+        schemas.ReviewSettingsSerializer,
         responses=schemas.ReviewSettingsOutSerializer,
         operation_id="review_settings_update",
     )
-    def put(self, request: Request, slug: str) -> Response:
-        fleet = fleet_get(slug=slug)
-        data = request_body(schemas.ReviewSettingsSerializer, request)
+    def put(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
         services.review_settings_update(actor=request.user, fleet=fleet, **data)
         return Response(selectors.review_settings_out(fleet=fleet))
 
@@ -103,22 +123,13 @@ class ChangeRequestListApi(APIView):
             {"results": selectors.change_request_list(fleet=fleet, state=query.get("state"))}
         )
 
-    @extend_schema(
-        request=schemas.ChangeRequestOpenSerializer,
+    @fleet_input(
+        schemas.ChangeRequestOpenSerializer,
         responses={201: schemas.ChangeRequestDetailSerializer, **error_responses(409)},
         operation_id="change_request_open",
     )
-    def post(self, request: Request, slug: str) -> Response:
-        fleet = fleet_get(slug=slug)
-        body = require_object(request.data)
-        data = request_body(schemas.by_kind(schemas.OPEN_INPUTS, body), request)
-        opened = services.change_request_open(
-            actor=request.user,
-            fleet=fleet,
-            kind=data["kind"],
-            note=data["note"],
-            version=data.get("version"),
-        )
+    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
+        opened = services.change_request_open(actor=request.user, fleet=fleet, **data)
         return _detail(fleet, opened.pk, 201)
 
 
@@ -140,69 +151,58 @@ class ChangeRequestCommentApi(APIView):
 
     permission_classes = [IsEditor]
 
-    @extend_schema(
-        request=schemas.CommentInputSerializer,
+    @fleet_input(
+        schemas.CommentInputSerializer,
         responses={201: schemas.ChangeRequestDetailSerializer, **error_responses(404)},
         operation_id="change_request_comment",
     )
-    def post(self, request: Request, slug: str, request_id: int) -> Response:
-        fleet = fleet_get(slug=slug)
-        data = request_body(schemas.CommentInputSerializer, request)
+    def post(
+        self, request: Request, fleet: Fleet, data: dict[str, Any], request_id: int
+    ) -> Response:
         services.change_request_comment(
-            actor=request.user, fleet=fleet, request_id=request_id, body=data["body"]
+            actor=request.user, fleet=fleet, request_id=request_id, **data
         )
         return _detail(fleet, request_id, 201)
 
 
 class _VerdictApi(APIView):
     permission_classes = [IsPublisher]
+    input_serializer: schemas.InputSerializer
     approve = True
 
     def post(self, request: Request, slug: str, request_id: int) -> Response:
         fleet = fleet_get(slug=slug)
-        data = request_body(
-            schemas.VerdictInputSerializer if self.approve else schemas.RejectInputSerializer,
-            request,
-        )
+        data = input_validate(self.input_serializer, require_object(request.data))
         service = (
             services.change_request_approve if self.approve else services.change_request_reject
         )
-        service(
-            actor=request.user,
-            fleet=fleet,
-            request_id=request_id,
-            revision=data["revision"],
-            note=data["note"],
-        )
+        service(actor=request.user, fleet=fleet, request_id=request_id, **data)
         return _detail(fleet, request_id)
 
 
-_VERDICT_RESPONSES = {200: schemas.ChangeRequestDetailSerializer, **error_responses(404, 409)}
-
-
-@extend_schema_view(
-    post=extend_schema(
-        request=schemas.VerdictInputSerializer,
-        responses=_VERDICT_RESPONSES,
-        operation_id="change_request_approve",
+def _verdict_schema(input_serializer: schemas.InputSerializer, operation_id: str) -> Any:
+    """The OpenAPI description of a verdict: its input, the detail answered, 404 and 409."""
+    return extend_schema_view(
+        post=extend_schema(
+            request=input_serializer,
+            responses={200: schemas.ChangeRequestDetailSerializer, **error_responses(404, 409)},
+            operation_id=operation_id,
+        )
     )
-)
+
+
+@_verdict_schema(schemas.VerdictInputSerializer, "change_request_approve")
 class ChangeRequestApproveApi(_VerdictApi):
     """Approve the revision you reviewed (another publisher than the author)."""
 
-    approve = True
+    input_serializer = schemas.VerdictInputSerializer
 
 
-@extend_schema_view(
-    post=extend_schema(
-        request=schemas.RejectInputSerializer,
-        responses=_VERDICT_RESPONSES,
-        operation_id="change_request_reject",
-    )
-)
+@_verdict_schema(schemas.RejectInputSerializer, "change_request_reject")
 class ChangeRequestRejectApi(_VerdictApi):
     """Reject the revision you reviewed, with a note."""
 
+    input_serializer = schemas.RejectInputSerializer
     approve = False
 
 
@@ -227,20 +227,16 @@ class ChangeRequestPublishApi(APIView):
 
     permission_classes = [IsPublisher]
 
-    @extend_schema(
-        request=schemas.PublishInputSerializer,
+    @fleet_input(
+        schemas.PublishInputSerializer,
         responses={201: VersionSerializer, **error_responses(404, 409)},
         operation_id="change_request_publish",
     )
-    def post(self, request: Request, slug: str, request_id: int) -> Response:
-        fleet = fleet_get(slug=slug)
-        data = request_body(schemas.PublishInputSerializer, request)
+    def post(
+        self, request: Request, fleet: Fleet, data: dict[str, Any], request_id: int
+    ) -> Response:
         version = services.change_request_publish(
-            actor=request.user,
-            fleet=fleet,
-            request_id=request_id,
-            revision=data["revision"],
-            note=data["note"],
+            actor=request.user, fleet=fleet, request_id=request_id, **data
         )
         response = Response(version_out(version), status=201)
         response["ETag"] = version.etag

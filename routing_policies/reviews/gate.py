@@ -67,18 +67,25 @@ def freeze_after_rollback(*, fleet: Fleet, rollout: Rollout, reason: str) -> Fle
         summary=f"Rollouts frozen after rollout {rollout.pk} was rolled back: {freeze.reason}",
         after={"frozen": True, "rollout": rollout.pk, "reason": freeze.reason},
     )
-    review_notify(
-        fleet_id=fleet.pk,
-        body={
-            "kind": "fleet.frozen",
-            "fleet": fleet.slug,
-            "message": f"Rollouts frozen after an automatic rollback: {freeze.reason}",
-            "freeze": {"id": freeze.pk, "rollout": rollout.pk, "reason": freeze.reason},
-            "at": freeze.frozen_at.isoformat(),
-        },
+    freeze_notify(
+        fleet, freeze, "frozen", f"Rollouts frozen after an automatic rollback: {freeze.reason}"
     )
     logger.warning("fleet.frozen fleet=%s rollout=%d", fleet.slug, rollout.pk)
     return freeze
+
+
+def freeze_notify(fleet: Fleet, freeze: FleetFreeze, event: str, message: str) -> None:
+    """Notify of a freeze (`frozen`) or of its release (`unfrozen`), at the moment it happened."""
+    review_notify(
+        fleet_id=fleet.pk,
+        body={
+            "kind": f"fleet.{event}",
+            "fleet": fleet.slug,
+            "message": message,
+            "freeze": {"id": freeze.pk, "rollout": freeze.rollout_id, "reason": freeze.reason},
+            "at": (freeze.released_at or freeze.frozen_at).isoformat(),
+        },
+    )
 
 
 def review_settings_of(fleet: Fleet) -> ReviewSettings:
@@ -105,6 +112,33 @@ def change_request_body(
         },
         "at": timezone.now().isoformat(),
     }
+
+
+def change_request_finish(
+    request: ChangeRequest,
+    *,
+    actor: Actor,
+    fleet: Fleet,
+    state: str,
+    action: str,
+    summary: str,
+    **after: object,
+) -> None:
+    """Finish an open change request as `state` (done, closed) by `actor`, audited as
+    `change_request.<action>` (with `after` besides the new state)."""
+    request.state = state
+    request.finished_at = timezone.now()
+    request.finished_by_name = actor_name(actor)
+    request.save(update_fields=["state", "finished_at", "finished_by_name", "version_number"])
+    audit_record(
+        actor=actor,
+        action=f"change_request.{action}",
+        fleet=fleet,
+        target=f"change request {request.pk}",
+        summary=summary,
+        before={"state": ChangeRequest.State.OPEN},
+        after={"state": state, **after},
+    )
 
 
 def approval_consume(
@@ -165,20 +199,16 @@ def approval_consume(
                 }
             ],
         )
-    request.state = ChangeRequest.State.DONE
-    request.finished_at = timezone.now()
-    request.finished_by_name = actor_name(actor)
     request.version_number = version.number
-    request.save(update_fields=["state", "finished_at", "finished_by_name", "version_number"])
-    audit_record(
+    change_request_finish(
+        request,
         actor=actor,
-        action="change_request.done",
         fleet=fleet,
-        target=f"change request {request.pk}",
+        state=ChangeRequest.State.DONE,
+        action="done",
         summary=f"Carried out change request {request.pk} ({KIND_WORDS[kind]}), approved by "
         + ", ".join(status.approved_by),
-        before={"state": ChangeRequest.State.OPEN},
-        after={"state": request.state, "approved_by": status.approved_by},
+        approved_by=status.approved_by,
     )
     event = "published" if kind == ChangeRequest.Kind.PUBLISH else "done"
     review_notify(

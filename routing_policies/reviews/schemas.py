@@ -1,28 +1,25 @@
 """Serializers of the change-governance API: the input each endpoint validates, and the answers
 as the OpenAPI schema describes them."""
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.validators import RegexValidator
 from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
-from controlplane.api import JsonChoiceField, JsonIntegerField, JsonStringField
+from controlplane.api import JsonBooleanField, JsonChoiceField, JsonIntegerField, JsonStringField
+from controlplane.exceptions import ValidationFailed
+from controlplane.openapi import closed_body
 from controlplane.validators import SOME_TEXT_PATTERN
 
 from ..rollouts.schemas import FreezeSerializer
 from ..validation import MAX_VERSION
 from .models import ChangeRequest
-from .services import MAX_NOTE
 
-
-class JsonBooleanField(serializers.BooleanField):
-    """`true` or `false` only: DRF's BooleanField also takes "yes", 1 and "on"."""
-
-    def to_internal_value(self, data: Any) -> bool:
-        if not isinstance(data, bool):
-            self.fail("invalid", input=data)
-        return data
+MAX_NOTE = 2000
+MAX_REVISION = 2**31 - 1
+InputSerializer = type[serializers.Serializer[Any]]
 
 
 def note_field(*, required: bool = True, help_text: str) -> JsonStringField:
@@ -42,11 +39,7 @@ def note_field(*, required: bool = True, help_text: str) -> JsonStringField:
     )
 
 
-def revision_field() -> JsonIntegerField:
-    """The revision the reviewer looked at (a stale one is refused with 409)."""
-    return JsonIntegerField(min_value=1, max_value=2**31 - 1, help_text="the revision reviewed")
-
-
+@closed_body
 class NoteInputSerializer(serializers.Serializer[Any]):
     note = note_field(help_text="why: what you checked, what you acknowledge")
 
@@ -54,6 +47,7 @@ class NoteInputSerializer(serializers.Serializer[Any]):
         ref_name = "GovernanceNoteInput"
 
 
+@closed_body
 class ReviewSettingsSerializer(serializers.Serializer[Any]):
     publish_needs_approval = JsonBooleanField(help_text="publishing needs another publisher's OK")
     rollout_needs_approval = JsonBooleanField(
@@ -71,13 +65,7 @@ class ReviewSettingsOutSerializer(ReviewSettingsSerializer):
         ref_name = "ReviewSettings"
 
 
-class ChangeRequestKindSerializer(serializers.Serializer[Any]):
-    kind = JsonChoiceField(choices=ChangeRequest.Kind.values)
-
-    class Meta:
-        ref_name = "ChangeRequestKind"
-
-
+@closed_body
 class PublishRequestOpenSerializer(serializers.Serializer[Any]):
     kind = JsonChoiceField(choices=[ChangeRequest.Kind.PUBLISH.value])
     note = note_field(help_text="what the change is and why")
@@ -86,6 +74,7 @@ class PublishRequestOpenSerializer(serializers.Serializer[Any]):
         ref_name = "PublishRequestOpenInput"
 
 
+@closed_body
 class VersionRequestOpenSerializer(serializers.Serializer[Any]):
     kind = JsonChoiceField(
         choices=[ChangeRequest.Kind.ROLLOUT_START.value, ChangeRequest.Kind.SWITCH.value]
@@ -99,7 +88,7 @@ class VersionRequestOpenSerializer(serializers.Serializer[Any]):
         ref_name = "VersionRequestOpenInput"
 
 
-OPEN_INPUTS: dict[str, type[serializers.Serializer[Any]]] = {
+OPEN_INPUTS: dict[str, InputSerializer] = {
     ChangeRequest.Kind.PUBLISH.value: PublishRequestOpenSerializer,
     ChangeRequest.Kind.ROLLOUT_START.value: VersionRequestOpenSerializer,
     ChangeRequest.Kind.SWITCH.value: VersionRequestOpenSerializer,
@@ -111,34 +100,47 @@ ChangeRequestOpenSerializer = PolymorphicProxySerializer(
 )
 
 
-def by_kind(
-    inputs: dict[str, type[serializers.Serializer[Any]]], data: dict[str, Any]
-) -> type[serializers.Serializer[Any]]:
-    """The input serializer of the body's `kind` (a refusal naming `kind` when unknown)."""
+def by_kind(inputs: dict[str, InputSerializer], data: Mapping[str, Any]) -> InputSerializer:
+    """The input serializer of the body's `kind` (a refusal naming `kind` when unknown), for the
+    API's body and a page's posted form alike."""
     kind = data.get("kind")
     if not isinstance(kind, str) or kind not in inputs:
-        raise serializers.ValidationError(
-            {"kind": [f"one of {', '.join(inputs)} (got {str(kind)[:40]!r})"]}
-        )
+        problem = f"one of {', '.join(inputs)} (got {str(kind)[:40]!r})"
+        raise ValidationFailed(f"Kind: {problem}.", details=[{"field": "kind", "message": problem}])
     return inputs[kind]
 
 
+def kind_fields(inputs: dict[str, InputSerializer]) -> dict[str, str]:
+    """Each field that only some kinds' inputs take, with those kinds space-separated (what a
+    page's form says in `data-kinds`, for static/js/kind_fields.js to show the chosen kind's)."""
+    taking: dict[str, list[str]] = {}
+    for kind, serializer in inputs.items():
+        for name, _ in serializer().fields.items():
+            taking.setdefault(name, []).append(kind)
+    return {name: " ".join(kinds) for name, kinds in taking.items() if len(kinds) < len(inputs)}
+
+
+@closed_body
 class VerdictInputSerializer(serializers.Serializer[Any]):
-    revision = revision_field()
+    # the revision the reviewer looked at (a stale one is refused with 409)
+    revision = JsonIntegerField(
+        min_value=1, max_value=MAX_REVISION, help_text="the revision reviewed"
+    )
     note = note_field(required=False, help_text="what you checked (required to reject)")
 
     class Meta:
         ref_name = "ChangeRequestVerdictInput"
 
 
-class RejectInputSerializer(serializers.Serializer[Any]):
-    revision = revision_field()
+@closed_body
+class RejectInputSerializer(VerdictInputSerializer):
     note = note_field(help_text="why not: what must change")
 
     class Meta:
         ref_name = "ChangeRequestRejectInput"
 
 
+@closed_body
 class CommentInputSerializer(serializers.Serializer[Any]):
     body = note_field(help_text="the comment")
 
@@ -146,8 +148,8 @@ class CommentInputSerializer(serializers.Serializer[Any]):
         ref_name = "ChangeRequestCommentInput"
 
 
-class PublishInputSerializer(serializers.Serializer[Any]):
-    revision = revision_field()
+@closed_body
+class PublishInputSerializer(VerdictInputSerializer):
     note = note_field(required=False, help_text="the release note (default: the request's note)")
 
     class Meta:

@@ -3,6 +3,8 @@ reject, withdraw, publish) and releasing a freeze. One audited call each, under 
 what notifiers write (webhook deliveries) joins the same transaction."""
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -14,7 +16,13 @@ from ..policies.audit import Actor, actor_name, actor_user, audit_record
 from ..policies.models import Fleet, PolicyVersion
 from ..policies.services import policy_version_publish
 from ..rollouts.services import fleet_routing_lock
-from .gate import KIND_WORDS, change_request_body, fleet_freeze_open
+from .gate import (
+    KIND_WORDS,
+    change_request_body,
+    change_request_finish,
+    fleet_freeze_open,
+    freeze_notify,
+)
 from .models import (
     ChangeRequest,
     ChangeRequestComment,
@@ -27,26 +35,20 @@ from .rules import current_revision, review_status
 
 logger = logging.getLogger(__name__)
 
-MAX_NOTE = 2000
+Verdict = ChangeRequestVerdict.Verdict
 
 
-def _text(value: object, *, field: str, required: bool = True) -> str:
-    if not isinstance(value, str):
-        raise ValidationFailed(
-            f"{field} must be text.", details=[{"field": field, "message": "must be a string"}]
-        )
-    text = value.strip()
-    if required and not text:
-        raise ValidationFailed(
-            f"Write the {field}: say why.",
-            details=[{"field": field, "message": "must not be empty"}],
-        )
-    if len(text) > MAX_NOTE:
-        raise ValidationFailed(
-            f"The {field} is too long (2,000 characters at most).",
-            details=[{"field": field, "message": f"at most {MAX_NOTE} characters"}],
-        )
-    return text
+@contextmanager
+def _once(refusal: str, *, field: str, message: str) -> Iterator[None]:
+    """Create a row a unique constraint allows once: a second is refused as a `duplicate`
+    (409) naming `field`, and the caller's transaction goes on."""
+    try:
+        with transaction.atomic():
+            yield
+    except IntegrityError:
+        raise Conflict(
+            refusal, code="duplicate", details=[{"field": field, "message": message}]
+        ) from None
 
 
 def _publisher_only(actor: Actor, doing: str) -> None:
@@ -114,41 +116,31 @@ def _version_for(fleet: Fleet, kind: str, version: int | None) -> PolicyVersion:
 
 @transaction.atomic
 def change_request_open(
-    *, actor: Actor, fleet: Fleet, kind: str, note: object, version: int | None = None
+    *, actor: Actor, fleet: Fleet, kind: str, note: str, version: int | None = None
 ) -> ChangeRequest:
     """Put the draft (or a rollout of / switch to a published version) up for review."""
-    if kind not in ChangeRequest.Kind.values:
-        raise ValidationFailed(
-            f"{kind!r} is not a kind of change request.",
-            details=[
-                {"field": "kind", "message": f"one of {', '.join(ChangeRequest.Kind.values)}"}
-            ],
-        )
-    text = _text(note, field="note")
+    text = note.strip()
     fleet = Fleet.objects.select_for_update().get(pk=fleet.pk)
     target = _version_for(fleet, kind, version)
     # A request whose draft was discarded can go nowhere: it no longer holds the kind's place.
     ChangeRequest.objects.filter(
         fleet=fleet, kind=kind, state=ChangeRequest.State.OPEN, version__isnull=True
     ).update(state=ChangeRequest.State.CLOSED, finished_at=timezone.now())
-    try:
-        with transaction.atomic():
-            request = ChangeRequest.objects.create(
-                fleet=fleet,
-                kind=kind,
-                version=target,
-                base_number=target.based_on.number if target.based_on else None,
-                version_number=target.number,
-                note=text,
-                author=actor_user(actor),
-                author_name=actor_name(actor),
-            )
-    except IntegrityError:
-        raise Conflict(
-            f"Fleet {fleet.slug!r} already has an open change request for {KIND_WORDS[kind]}.",
-            code="duplicate",
-            details=[{"field": "kind", "message": "one open request per kind"}],
-        ) from None
+    with _once(
+        f"Fleet {fleet.slug!r} already has an open change request for {KIND_WORDS[kind]}.",
+        field="kind",
+        message="one open request per kind",
+    ):
+        request = ChangeRequest.objects.create(
+            fleet=fleet,
+            kind=kind,
+            version=target,
+            base_number=target.based_on.number if target.based_on else None,
+            version_number=target.number,
+            note=text,
+            author=actor_user(actor),
+            author_name=actor_name(actor),
+        )
     audit_record(
         actor=actor,
         action="change_request.opened",
@@ -192,10 +184,10 @@ def _require_open(request: ChangeRequest) -> None:
 
 @transaction.atomic
 def change_request_comment(
-    *, actor: Actor, fleet: Fleet, request_id: int, body: object
+    *, actor: Actor, fleet: Fleet, request_id: int, body: str
 ) -> ChangeRequestComment:
     """Add a message to the request's thread (open or not: a thread outlives its decision)."""
-    text = _text(body, field="body")
+    text = body.strip()
     request = _lock_request(fleet, request_id)
     comment = ChangeRequestComment.objects.create(
         change_request=request,
@@ -215,11 +207,15 @@ def change_request_comment(
 
 
 def _verdict(
-    *, actor: Actor, fleet: Fleet, request_id: int, revision: int, note: object, verdict: str
+    verdict: str, actor: Actor, fleet: Fleet, request_id: int, revision: int, note: str
 ) -> ChangeRequest:
-    approving = verdict == ChangeRequestVerdict.Verdict.APPROVED
+    approving = verdict == Verdict.APPROVED
     _publisher_only(actor, "approve or reject a change request")
-    text = _text(note, field="note", required=not approving)
+    text = note.strip()
+    if not approving and not text:  # a rejection says what must change
+        raise ValidationFailed(
+            "Write the note: say why.", details=[{"field": "note", "message": "must not be empty"}]
+        )
     request = _lock_request(fleet, request_id)
     _require_open(request)
     user = actor_user(actor)
@@ -247,22 +243,19 @@ def _verdict(
                 }
             ],
         )
-    try:
-        with transaction.atomic():
-            ChangeRequestVerdict.objects.create(
-                change_request=request,
-                reviewer=user,
-                reviewer_name=actor_name(actor),
-                verdict=verdict,
-                revision=revision,
-                note=text,
-            )
-    except IntegrityError:
-        raise Conflict(
-            f"You already reviewed revision {revision} of this change request.",
-            code="duplicate",
-            details=[{"field": "revision", "message": "already reviewed by you"}],
-        ) from None
+    with _once(
+        f"You already reviewed revision {revision} of this change request.",
+        field="revision",
+        message="already reviewed by you",
+    ):
+        ChangeRequestVerdict.objects.create(
+            change_request=request,
+            reviewer=user,
+            reviewer_name=actor_name(actor),
+            verdict=verdict,
+            revision=revision,
+            note=text,
+        )
     word = "approved" if approving else "rejected"
     audit_record(
         actor=actor,
@@ -286,32 +279,18 @@ def _verdict(
 
 @transaction.atomic
 def change_request_approve(
-    *, actor: Actor, fleet: Fleet, request_id: int, revision: int, note: object = ""
+    *, actor: Actor, fleet: Fleet, request_id: int, revision: int, note: str = ""
 ) -> ChangeRequest:
     """Approve the revision you reviewed (not your own request; an edit after it withdraws it)."""
-    return _verdict(
-        actor=actor,
-        fleet=fleet,
-        request_id=request_id,
-        revision=revision,
-        note=note,
-        verdict=ChangeRequestVerdict.Verdict.APPROVED,
-    )
+    return _verdict(Verdict.APPROVED, actor, fleet, request_id, revision, note)
 
 
 @transaction.atomic
 def change_request_reject(
-    *, actor: Actor, fleet: Fleet, request_id: int, revision: int, note: object
+    *, actor: Actor, fleet: Fleet, request_id: int, revision: int, note: str
 ) -> ChangeRequest:
     """Reject the revision you reviewed, saying why (the author edits and asks again)."""
-    return _verdict(
-        actor=actor,
-        fleet=fleet,
-        request_id=request_id,
-        revision=revision,
-        note=note,
-        verdict=ChangeRequestVerdict.Verdict.REJECTED,
-    )
+    return _verdict(Verdict.REJECTED, actor, fleet, request_id, revision, note)
 
 
 @transaction.atomic
@@ -328,18 +307,13 @@ def change_request_withdraw(*, actor: Actor, fleet: Fleet, request_id: int) -> C
             code="permission_denied",
             status=403,
         )
-    request.state = ChangeRequest.State.CLOSED
-    request.finished_at = timezone.now()
-    request.finished_by_name = actor_name(actor)
-    request.save(update_fields=["state", "finished_at", "finished_by_name"])
-    audit_record(
+    change_request_finish(
+        request,
         actor=actor,
-        action="change_request.withdrawn",
         fleet=fleet,
-        target=f"change request {request.pk}",
+        state=ChangeRequest.State.CLOSED,
+        action="withdrawn",
         summary=f"Withdrew change request {request.pk}",
-        before={"state": ChangeRequest.State.OPEN},
-        after={"state": request.state},
     )
     return request
 
@@ -369,10 +343,10 @@ def change_request_publish(
 
 
 @transaction.atomic
-def fleet_freeze_release(*, actor: Actor, fleet: Fleet, note: object) -> FleetFreeze:
+def fleet_freeze_release(*, actor: Actor, fleet: Fleet, note: str) -> FleetFreeze:
     """Acknowledge why the fleet was frozen (a note) and let rollouts go on; a repeat is a no-op."""
     _publisher_only(actor, "release a freeze")
-    text = _text(note, field="note")
+    text = note.strip()
     fleet_routing_lock(fleet)  # serialised with every start and switch of the fleet
     freeze = fleet_freeze_open(fleet_id=fleet.pk)
     if freeze is None:
@@ -394,15 +368,8 @@ def fleet_freeze_release(*, actor: Actor, fleet: Fleet, note: object) -> FleetFr
         before={"frozen": True, "reason": freeze.reason},
         after={"frozen": False, "note": text},
     )
-    review_notify(
-        fleet_id=fleet.pk,
-        body={
-            "kind": "fleet.unfrozen",
-            "fleet": fleet.slug,
-            "message": f"{freeze.released_by_name} released the freeze: {text}",
-            "freeze": {"id": freeze.pk, "rollout": freeze.rollout_id, "reason": freeze.reason},
-            "at": freeze.released_at.isoformat(),
-        },
+    freeze_notify(
+        fleet, freeze, "unfrozen", f"{freeze.released_by_name} released the freeze: {text}"
     )
     logger.info("fleet.unfrozen fleet=%s freeze=%d", fleet.slug, freeze.pk)
     return freeze

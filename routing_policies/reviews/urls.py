@@ -1,47 +1,23 @@
-"""API routes of change governance (under /api/v1/)."""
+"""API routes of change governance (under /api/v1/): (route, view, name) each."""
 
 from django.urls import path
 
 from . import apis
 
-CR = "fleets/<slug:slug>/change-requests/<int:request_id>"
+FLEET = "fleets/<slug:slug>"
+CR = f"{FLEET}/change-requests/<int:request_id>"
 
-urlpatterns = [
-    path("fleets/<slug:slug>/freeze", apis.FleetFreezeApi.as_view(), name="api-fleet-freeze"),
-    path(
-        "fleets/<slug:slug>/freeze/release",
-        apis.FleetFreezeReleaseApi.as_view(),
-        name="api-fleet-freeze-release",
-    ),
-    path(
-        "fleets/<slug:slug>/review-settings",
-        apis.ReviewSettingsApi.as_view(),
-        name="api-review-settings",
-    ),
-    path(
-        "fleets/<slug:slug>/change-requests/",
-        apis.ChangeRequestListApi.as_view(),
-        name="api-change-request-list",
-    ),
-    path(f"{CR}/", apis.ChangeRequestDetailApi.as_view(), name="api-change-request"),
-    path(
-        f"{CR}/comments", apis.ChangeRequestCommentApi.as_view(), name="api-change-request-comment"
-    ),
-    path(
-        f"{CR}/approve", apis.ChangeRequestApproveApi.as_view(), name="api-change-request-approve"
-    ),
-    path(f"{CR}/reject", apis.ChangeRequestRejectApi.as_view(), name="api-change-request-reject"),
-    path(
-        f"{CR}/withdraw",
-        apis.ChangeRequestWithdrawApi.as_view(),
-        name="api-change-request-withdraw",
-    ),
-    path(
-        f"{CR}/publish", apis.ChangeRequestPublishApi.as_view(), name="api-change-request-publish"
-    ),
-    path(
-        "change-requests/mine",
-        apis.ChangeRequestsForMeApi.as_view(),
-        name="api-change-requests-mine",
-    ),
+ROUTES = [
+    (f"{FLEET}/freeze", apis.FleetFreezeApi, "api-fleet-freeze"),
+    (f"{FLEET}/freeze/release", apis.FleetFreezeReleaseApi, "api-fleet-freeze-release"),
+    (f"{FLEET}/review-settings", apis.ReviewSettingsApi, "api-review-settings"),
+    (f"{FLEET}/change-requests/", apis.ChangeRequestListApi, "api-change-request-list"),
+    (f"{CR}/", apis.ChangeRequestDetailApi, "api-change-request"),
+    (f"{CR}/comments", apis.ChangeRequestCommentApi, "api-change-request-comment"),
+    (f"{CR}/approve", apis.ChangeRequestApproveApi, "api-change-request-approve"),
+    (f"{CR}/reject", apis.ChangeRequestRejectApi, "api-change-request-reject"),
+    (f"{CR}/withdraw", apis.ChangeRequestWithdrawApi, "api-change-request-withdraw"),
+    (f"{CR}/publish", apis.ChangeRequestPublishApi, "api-change-request-publish"),
+    ("change-requests/mine", apis.ChangeRequestsForMeApi, "api-change-requests-mine"),
 ]
+urlpatterns = [path(route, view.as_view(), name=name) for route, view, name in ROUTES]

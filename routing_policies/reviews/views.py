@@ -1,10 +1,12 @@
 """Pages of change governance: the fleet's change requests (and its review settings), one
 request (diff, verdicts, thread, actions), what waits for me, and releasing a freeze.
 
-Thin like every page: reads through `selectors`, input through `forms`, each action one
-`services` call; a refusal comes back on the page with its HTTP status.
+Thin like every page: reads through `selectors`, input through the API's own input serializers
+(`schemas`, through `form_input`), each action one `services` call; a refusal comes back on the
+page with its HTTP status.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -14,7 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.exceptions import ApplicationError
-from controlplane.pages import posted_values, refusal, role_required
+from controlplane.pages import form_input, posted_change, role_required
 from controlplane.roles import Role
 
 from ..extensions import lab_draft_headline
@@ -22,8 +24,7 @@ from ..policies.models import Fleet
 from ..policies.pages import fleet_or_404
 from ..policies.selectors import draft_get, published_versions
 from ..policies.view_models import diff_rows
-from . import selectors, services
-from .forms import NoteForm, OpenForm, SettingsForm, VerdictForm
+from . import schemas, selectors, services
 from .models import ChangeRequest
 
 Kind = ChangeRequest.Kind
@@ -32,9 +33,9 @@ KIND_LABELS = {
     Kind.ROLLOUT_START: "Start a rollout of a version",
     Kind.SWITCH: "Switch the fleet to a version",
 }
-# The kinds that name a version; the page shows its Version field only for them
-# (static/js/kind_fields.js) and, without JavaScript, takes it only for them.
-VERSION_KINDS = (Kind.ROLLOUT_START, Kind.SWITCH)
+# The kinds whose input names a version: the page shows its Version field only for them
+# (static/js/kind_fields.js); without JavaScript, the kind's own serializer takes only its fields.
+VERSION_KINDS = schemas.kind_fields(schemas.OPEN_INPUTS)["version"]
 
 
 def _list_page(
@@ -48,7 +49,7 @@ def _list_page(
         ][:30],
         "settings": selectors.review_settings_out(fleet=fleet),
         "kinds": [(kind.value, KIND_LABELS[kind]) for kind in ChangeRequest.Kind],
-        "version_kinds": " ".join(VERSION_KINDS),
+        "version_kinds": VERSION_KINDS,
         "versions": published_versions(fleet=fleet),
         "posted": {},
         **extra,
@@ -56,11 +57,22 @@ def _list_page(
     return render(request, "routing_policies/reviews.html", context, status=status)
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def review_list(request: HttpRequest, slug: str) -> HttpResponse:
-    """The fleet's open and past change requests; open one; the review settings."""
-    return _list_page(request, fleet_or_404(slug))
+def fleet_page(render_page: Callable[..., HttpResponse], doc: str) -> Callable[..., HttpResponse]:
+    """The GET view of a fleet's page, for viewers: `render_page(request, fleet)` draws it (the
+    same function draws it again after a refused change, with why)."""
+
+    @role_required(Role.VIEWER)
+    @require_GET
+    def view(request: HttpRequest, slug: str) -> HttpResponse:
+        return render_page(request, fleet_or_404(slug))
+
+    view.__doc__ = doc
+    return view
+
+
+review_list = fleet_page(
+    _list_page, "The fleet's open and past change requests; open one; the review settings."
+)
 
 
 @role_required(Role.EDITOR)
@@ -68,26 +80,16 @@ def review_list(request: HttpRequest, slug: str) -> HttpResponse:
 def change_request_open(request: HttpRequest, slug: str) -> HttpResponse:
     """Ask for review of the draft (or of a rollout / switch)."""
     fleet = fleet_or_404(slug)
-    try:
-        posted = request.POST.copy()
-        if posted.get("kind") not in VERSION_KINDS:
-            posted.pop("version", None)
-        data = OpenForm(posted).values()
-        opened = services.change_request_open(
-            actor=request.user,
-            fleet=fleet,
-            kind=data["kind"],
-            note=data["note"],
-            version=data["version"],
+
+    def change() -> tuple[str, str]:
+        data = form_input(schemas.by_kind(schemas.OPEN_INPUTS, request.POST), request.POST)
+        opened = services.change_request_open(actor=request.user, fleet=fleet, **data)
+        return (
+            f"Opened change request {opened.pk}: another publisher reviews it.",
+            reverse("change-request", args=[fleet.slug, opened.pk]),
         )
-    except ApplicationError as exc:
-        return refusal(
-            lambda **page: _list_page(request, fleet, **page),
-            exc,
-            posted=posted_values(request),
-        )
-    messages.success(request, f"Opened change request {opened.pk}: another publisher reviews it.")
-    return HttpResponseRedirect(reverse("change-request", args=[fleet.slug, opened.pk]))
+
+    return posted_change(request, lambda **page: _list_page(request, fleet, **page), change)
 
 
 @role_required(Role.PUBLISHER)
@@ -95,7 +97,7 @@ def change_request_open(request: HttpRequest, slug: str) -> HttpResponse:
 def review_settings(request: HttpRequest, slug: str) -> HttpResponse:
     """Say what of the fleet needs another publisher's approval."""
     fleet = fleet_or_404(slug)
-    data = SettingsForm(request.POST).values()
+    data = form_input(schemas.ReviewSettingsSerializer, request.POST)
     services.review_settings_update(actor=request.user, fleet=fleet, **data)
     messages.success(request, "Saved the review settings.")
     return HttpResponseRedirect(reverse("fleet-reviews", args=[fleet.slug]))
@@ -134,86 +136,70 @@ def change_request_page(request: HttpRequest, slug: str, request_id: int) -> Htt
     return _detail_page(request, fleet_or_404(slug), request_id)
 
 
-def _act(request: HttpRequest, slug: str, request_id: int, action: str) -> HttpResponse:
-    fleet = fleet_or_404(slug)
-    try:
-        if action == "comment":
-            note = NoteForm(request.POST).values()["note"]
-            services.change_request_comment(
-                actor=request.user, fleet=fleet, request_id=request_id, body=note
+# What each action on a change request takes (the API's input serializer; None: nothing), does
+# (one service call with it) and says when done.
+Action = tuple[Role, schemas.InputSerializer | None, Callable[..., Any], str]
+ACTIONS: dict[str, Action] = {
+    "comment": (
+        Role.EDITOR,
+        schemas.CommentInputSerializer,
+        services.change_request_comment,
+        "Comment added.",
+    ),
+    "approve": (
+        Role.PUBLISHER,
+        schemas.VerdictInputSerializer,
+        services.change_request_approve,
+        "You approved revision {revision}.",
+    ),
+    "reject": (
+        Role.PUBLISHER,
+        schemas.RejectInputSerializer,
+        services.change_request_reject,
+        "You rejected revision {revision}.",
+    ),
+    "withdraw": (Role.EDITOR, None, services.change_request_withdraw, "Withdrawn."),
+    "publish": (
+        Role.PUBLISHER,
+        schemas.PublishInputSerializer,
+        services.change_request_publish,
+        "Published v{result.number}.",
+    ),
+}
+
+
+def _action_view(action: str, doc: str) -> Callable[..., HttpResponse]:
+    """The page view of `action` on a change request: its input, its one service call, and the
+    request's page again (with what was done, or why nothing was)."""
+    role, input_serializer, service, done = ACTIONS[action]
+
+    @role_required(role)
+    @require_POST
+    def view(request: HttpRequest, slug: str, request_id: int) -> HttpResponse:
+        fleet = fleet_or_404(slug)
+
+        def change() -> tuple[str, str]:
+            data = form_input(input_serializer, request.POST) if input_serializer else {}
+            result = service(actor=request.user, fleet=fleet, request_id=request_id, **data)
+            return (
+                done.format(result=result, **data),
+                reverse("change-request", args=[fleet.slug, request_id]),
             )
-            done = "Comment added."
-        elif action in ("approve", "reject"):
-            data = VerdictForm(request.POST).values()
-            service = (
-                services.change_request_approve
-                if action == "approve"
-                else services.change_request_reject
-            )
-            service(
-                actor=request.user,
-                fleet=fleet,
-                request_id=request_id,
-                revision=data["revision"],
-                note=data["note"],
-            )
-            done = f"You {action}d revision {data['revision']}."
-        elif action == "withdraw":
-            services.change_request_withdraw(actor=request.user, fleet=fleet, request_id=request_id)
-            done = "Withdrawn."
-        else:
-            data = VerdictForm(request.POST).values()
-            version = services.change_request_publish(
-                actor=request.user,
-                fleet=fleet,
-                request_id=request_id,
-                revision=data["revision"],
-                note=data["note"],
-            )
-            done = f"Published v{version.number}."
-    except ApplicationError as exc:
-        return refusal(
-            lambda **page: _detail_page(request, fleet, request_id, **page),
-            exc,
-            posted=posted_values(request),
+
+        return posted_change(
+            request, lambda **page: _detail_page(request, fleet, request_id, **page), change
         )
-    messages.success(request, done)
-    return HttpResponseRedirect(reverse("change-request", args=[fleet.slug, request_id]))
+
+    view.__name__ = view.__qualname__ = f"change_request_{action}"
+    view.__doc__ = doc
+    return view
 
 
-@role_required(Role.EDITOR)
-@require_POST
-def change_request_comment(request: HttpRequest, slug: str, request_id: int) -> HttpResponse:
-    """Add to the thread."""
-    return _act(request, slug, request_id, "comment")
-
-
-@role_required(Role.PUBLISHER)
-@require_POST
-def change_request_approve(request: HttpRequest, slug: str, request_id: int) -> HttpResponse:
-    """Approve the revision shown."""
-    return _act(request, slug, request_id, "approve")
-
-
-@role_required(Role.PUBLISHER)
-@require_POST
-def change_request_reject(request: HttpRequest, slug: str, request_id: int) -> HttpResponse:
-    """Reject the revision shown, saying why."""
-    return _act(request, slug, request_id, "reject")
-
-
-@role_required(Role.EDITOR)
-@require_POST
-def change_request_withdraw(request: HttpRequest, slug: str, request_id: int) -> HttpResponse:
-    """Close it without carrying it out."""
-    return _act(request, slug, request_id, "withdraw")
-
-
-@role_required(Role.PUBLISHER)
-@require_POST
-def change_request_publish(request: HttpRequest, slug: str, request_id: int) -> HttpResponse:
-    """Publish the approved revision."""
-    return _act(request, slug, request_id, "publish")
+change_request_comment = _action_view("comment", "Add to the thread.")
+change_request_approve = _action_view("approve", "Approve the revision shown.")
+change_request_reject = _action_view("reject", "Reject the revision shown, saying why.")
+change_request_withdraw = _action_view("withdraw", "Close it without carrying it out.")
+change_request_publish = _action_view("publish", "Publish the approved revision.")
 
 
 @role_required(Role.VIEWER)
@@ -236,11 +222,10 @@ def freeze_release(request: HttpRequest, slug: str) -> HttpResponse:
     if not back.startswith("/") or back.startswith("//"):
         back = reverse("fleet-rollout", args=[fleet.slug])
     try:
-        note = NoteForm(request.POST).values()["note"]
-        services.fleet_freeze_release(actor=request.user, fleet=fleet, note=note)
+        data = form_input(schemas.NoteInputSerializer, request.POST)
+        services.fleet_freeze_release(actor=request.user, fleet=fleet, **data)
     except ApplicationError as exc:
         messages.error(request, f"{exc.message} The fleet stays frozen.")
-        response = HttpResponseRedirect(back)
-        return response
+        return HttpResponseRedirect(back)
     messages.success(request, "Freeze released: rollouts may start again.")
     return HttpResponseRedirect(back)

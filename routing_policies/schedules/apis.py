@@ -7,21 +7,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import require_object
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_responses
 from controlplane.permissions import IsPublisher, IsViewer
 
 from ..policies.models import Fleet
 from ..policies.selectors import fleet_get
-from ..reviews import schemas as review_schemas
-from ..reviews.apis import request_body
+from ..reviews.apis import fleet_input
+from ..rollouts.models import Rollout
 from . import schemas, selectors, services
-
-PARAM_NAMES = (
-    *("version", "holdback", "revision", "note", "to_stage", "require_healthy_guards"),
-    *("theta_offset", "ttl_s"),
-)
 
 
 def _one(fleet: Fleet, schedule_id: int, code: int = 200) -> Response:
@@ -41,23 +35,14 @@ class ScheduleListApi(APIView):
     def get(self, request: Request, slug: str) -> Response:
         return Response(selectors.scheduled_changes(fleet=fleet_get(slug=slug)))
 
-    @extend_schema(
-        request=schemas.ScheduleInputSerializer,
+    @fleet_input(
+        schemas.ScheduleInputSerializer,
         responses={201: schemas.ScheduledChangeSerializer, **error_responses(409)},
         operation_id="schedule_create",
     )
-    def post(self, request: Request, slug: str) -> Response:
-        fleet = fleet_get(slug=slug)
-        data = request_body(
-            review_schemas.by_kind(schemas.SCHEDULE_INPUTS, require_object(request.data)), request
-        )
+    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
         schedule = services.scheduled_change_create(
-            actor=request.user,
-            fleet=fleet,
-            kind=data["kind"],
-            run_at=data["run_at"],
-            time_zone=data["time_zone"],
-            params={name: data[name] for name in PARAM_NAMES if name in data},
+            actor=request.user, fleet=fleet, **schemas.schedule_arguments(data)
         )
         return _one(fleet, schedule.pk, 201)
 
@@ -67,22 +52,15 @@ class StagePlanApi(APIView):
 
     permission_classes = [IsPublisher]
 
-    @extend_schema(
-        request=schemas.StagePlanInputSerializer,
+    @fleet_input(
+        schemas.StagePlanInputSerializer,
         responses={201: schemas.ScheduledChangesSerializer, **error_responses(409)},
         operation_id="schedule_stage_plan",
     )
-    def post(self, request: Request, slug: str) -> Response:
-        fleet = fleet_get(slug=slug)
-        data = request_body(schemas.StagePlanInputSerializer, request)
-        services.stage_plan_create(
-            actor=request.user,
-            fleet=fleet,
-            version=data["version"],
-            steps=[{"to_stage": 5, "run_at": data["start_at"]}, *map(dict, data["steps"])],
-            time_zone=data["time_zone"],
-            holdback=data.get("holdback", 0),
-        )
+    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
+        start = {"to_stage": Rollout.STAGES[0], "run_at": data.pop("start_at")}
+        steps = [start, *map(dict, data.pop("steps"))]
+        services.stage_plan_create(actor=request.user, fleet=fleet, steps=steps, **data)
         return Response(selectors.scheduled_changes(fleet=fleet), status=201)
 
 
@@ -99,20 +77,16 @@ class ScheduleDetailApi(APIView):
     def get(self, request: Request, slug: str, schedule_id: int) -> Response:
         return _one(fleet_get(slug=slug), schedule_id)
 
-    @extend_schema(
-        request=schemas.ScheduleUpdateSerializer,
+    @fleet_input(
+        schemas.ScheduleUpdateSerializer,
         responses={200: schemas.ScheduledChangeSerializer, **error_responses(404, 409)},
         operation_id="schedule_update",
     )
-    def patch(self, request: Request, slug: str, schedule_id: int) -> Response:
-        fleet = fleet_get(slug=slug)
-        data = request_body(schemas.ScheduleUpdateSerializer, request)
+    def patch(
+        self, request: Request, fleet: Fleet, data: dict[str, Any], schedule_id: int
+    ) -> Response:
         services.scheduled_change_update(
-            actor=request.user,
-            fleet=fleet,
-            schedule_id=schedule_id,
-            run_at=data["run_at"],
-            time_zone=data.get("time_zone"),
+            actor=request.user, fleet=fleet, schedule_id=schedule_id, **data
         )
         return _one(fleet, schedule_id)
 

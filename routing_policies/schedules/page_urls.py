@@ -4,12 +4,10 @@ from django.urls import path
 
 from . import views
 
+SCHEDULES = "fleets/<slug:slug>/schedules"
+
 urlpatterns = [
-    path("fleets/<slug:slug>/schedules/", views.schedule_page, name="fleet-schedules"),
-    path("fleets/<slug:slug>/schedules/new/", views.schedule_create, name="schedule-create"),
-    path(
-        "fleets/<slug:slug>/schedules/<int:schedule_id>/cancel/",
-        views.schedule_cancel,
-        name="schedule-cancel",
-    ),
+    path(f"{SCHEDULES}/", views.schedule_page, name="fleet-schedules"),
+    path(f"{SCHEDULES}/new/", views.schedule_create, name="schedule-create"),
+    path(f"{SCHEDULES}/<int:schedule_id>/cancel/", views.schedule_cancel, name="schedule-cancel"),
 ]

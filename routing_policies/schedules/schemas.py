@@ -6,9 +6,10 @@ from zoneinfo import available_timezones
 from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
-from controlplane.api import JsonChoiceField, JsonIntegerField
+from controlplane.api import JsonBooleanField, JsonChoiceField, JsonFloatField, JsonIntegerField
+from controlplane.openapi import closed_body
 
-from ..reviews.schemas import JsonBooleanField, note_field
+from ..reviews.schemas import MAX_REVISION, InputSerializer, note_field
 from ..rollouts.models import Rollout
 from ..rollouts.services import MAX_CLOUD_PRESSURE_TTL_S
 from ..validation import MAX_VERSION
@@ -18,23 +19,13 @@ Kind = ScheduledChange.Kind
 TIME_ZONES = sorted({"UTC", *available_timezones()})
 
 
-class JsonNumberField(serializers.FloatField):
-    """A JSON number (not a string, not a boolean)."""
-
-    def to_internal_value(self, data: Any) -> float:
-        if isinstance(data, bool) or not isinstance(data, int | float):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
 class JsonDateTimeField(serializers.DateTimeField):
     """An ISO 8601 date and time string with its offset (`2026-12-01T14:00:00+01:00`)."""
 
     def to_internal_value(self, value: Any) -> Any:
         if not isinstance(value, str) or len(value) > 40:
             self.fail("invalid", format="YYYY-MM-DDThh:mm[:ss][+HH:MM|Z]")
-        parsed = super().to_internal_value(value)
-        return parsed
+        return super().to_internal_value(value)
 
 
 def time_zone_field(**kwargs: Any) -> JsonChoiceField:
@@ -52,17 +43,19 @@ class _ScheduleBase(serializers.Serializer[Any]):
     time_zone = time_zone_field()
 
 
+@closed_body
 class PublishScheduleSerializer(_ScheduleBase):
     kind = JsonChoiceField(choices=[Kind.PUBLISH.value])
     note = note_field(help_text="the release note")
     revision = JsonIntegerField(
-        min_value=1, max_value=2**31 - 1, required=False, help_text="default: the draft's now"
+        min_value=1, max_value=MAX_REVISION, required=False, help_text="default: the draft's now"
     )
 
     class Meta:
         ref_name = "PublishScheduleInput"
 
 
+@closed_body
 class VersionScheduleSerializer(_ScheduleBase):
     kind = JsonChoiceField(choices=[Kind.SWITCH.value])
     version = JsonIntegerField(min_value=1, max_value=MAX_VERSION)
@@ -80,6 +73,7 @@ def _holdback_field() -> JsonIntegerField:
     )
 
 
+@closed_body
 class RolloutStartScheduleSerializer(VersionScheduleSerializer):
     kind = JsonChoiceField(choices=[Kind.ROLLOUT_START.value])
     holdback = _holdback_field()
@@ -88,6 +82,7 @@ class RolloutStartScheduleSerializer(VersionScheduleSerializer):
         ref_name = "RolloutStartScheduleInput"
 
 
+@closed_body
 class AdvanceScheduleSerializer(_ScheduleBase):
     kind = JsonChoiceField(choices=[Kind.ROLLOUT_ADVANCE.value])
     to_stage = JsonChoiceField(choices=list(Rollout.STAGES[1:]))
@@ -97,16 +92,17 @@ class AdvanceScheduleSerializer(_ScheduleBase):
         ref_name = "AdvanceScheduleInput"
 
 
+@closed_body
 class CloudPressureScheduleSerializer(_ScheduleBase):
     kind = JsonChoiceField(choices=[Kind.CLOUD_PRESSURE.value])
-    theta_offset = JsonNumberField(min_value=-1.0, max_value=1.0)
+    theta_offset = JsonFloatField(min_value=-1.0, max_value=1.0)
     ttl_s = JsonIntegerField(min_value=1, max_value=MAX_CLOUD_PRESSURE_TTL_S)
 
     class Meta:
         ref_name = "CloudPressureScheduleInput"
 
 
-SCHEDULE_INPUTS: dict[str, type[serializers.Serializer[Any]]] = {
+SCHEDULE_INPUTS: dict[str, InputSerializer] = {
     Kind.PUBLISH.value: PublishScheduleSerializer,
     Kind.ROLLOUT_START.value: RolloutStartScheduleSerializer,
     Kind.SWITCH.value: VersionScheduleSerializer,
@@ -118,8 +114,18 @@ ScheduleInputSerializer = PolymorphicProxySerializer(
     serializers=dict(SCHEDULE_INPUTS),
     resource_type_field_name="kind",
 )
+# Every kind's input has these; the rest are the kind's own parameters.
+SCHEDULE_FIELDS = ("kind", "run_at", "time_zone")
 
 
+def schedule_arguments(data: dict[str, Any]) -> dict[str, Any]:
+    """A validated schedule input as `services.scheduled_change_create`'s keywords: the kind's
+    own fields (version, note, …) are its `params`."""
+    params = {name: value for name, value in data.items() if name not in SCHEDULE_FIELDS}
+    return {**{name: data[name] for name in SCHEDULE_FIELDS}, "params": params}
+
+
+@closed_body
 class ScheduleUpdateSerializer(serializers.Serializer[Any]):
     run_at = JsonDateTimeField(help_text="the new time, with its offset")
     time_zone = time_zone_field(required=False, default=None)
@@ -137,6 +143,7 @@ class PlanStepSerializer(serializers.Serializer[Any]):
         ref_name = "StagePlanStep"
 
 
+@closed_body
 class StagePlanInputSerializer(serializers.Serializer[Any]):
     version = JsonIntegerField(min_value=1, max_value=MAX_VERSION)
     time_zone = time_zone_field()

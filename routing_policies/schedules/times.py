@@ -24,18 +24,16 @@ def zone(name: str) -> ZoneInfo:
         ) from None
 
 
-def local_to_utc(text: str, time_zone: str) -> datetime:
-    """`2026-12-01T14:00` as typed in `time_zone`, as an aware datetime."""
+def with_offset(text: str, time_zone: str) -> str:
+    """`2026-12-01T14:00` typed in `time_zone` (a page's local time) as the API takes a time,
+    `2026-12-01T14:00:00+01:00`. Text that is no date and time, or has its offset already, and a
+    zone that is no zone are left as typed: the input serializer refuses them, naming the field."""
     try:
-        naive = datetime.fromisoformat(text)
-    except (TypeError, ValueError):
-        raise ValidationFailed(
-            f"{str(text)[:40]!r} is not a date and time.",
-            details=[{"field": "run_at", "message": "a date and time (YYYY-MM-DDTHH:MM)"}],
-        ) from None
-    if naive.tzinfo is not None:
-        return naive
-    return naive.replace(tzinfo=zone(time_zone))
+        naive = datetime.fromisoformat(text.strip())
+        where = zone(time_zone)
+    except (TypeError, ValueError, ValidationFailed):
+        return text
+    return text if naive.tzinfo is not None else naive.replace(tzinfo=where).isoformat()
 
 
 def in_zone(moment: datetime, time_zone: str) -> str:

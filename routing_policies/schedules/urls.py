@@ -4,16 +4,10 @@ from django.urls import path
 
 from . import apis
 
+SCHEDULES = "fleets/<slug:slug>/schedules"
+
 urlpatterns = [
-    path("fleets/<slug:slug>/schedules/", apis.ScheduleListApi.as_view(), name="api-schedules"),
-    path(
-        "fleets/<slug:slug>/schedules/stage-plan",
-        apis.StagePlanApi.as_view(),
-        name="api-schedule-plan",
-    ),
-    path(
-        "fleets/<slug:slug>/schedules/<int:schedule_id>",
-        apis.ScheduleDetailApi.as_view(),
-        name="api-schedule",
-    ),
+    path(f"{SCHEDULES}/", apis.ScheduleListApi.as_view(), name="api-schedules"),
+    path(f"{SCHEDULES}/stage-plan", apis.StagePlanApi.as_view(), name="api-schedule-plan"),
+    path(f"{SCHEDULES}/<int:schedule_id>", apis.ScheduleDetailApi.as_view(), name="api-schedule"),
 ]

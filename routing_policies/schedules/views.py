@@ -5,43 +5,29 @@ Times are typed in the user's time zone (the page fills in the browser's) and st
 
 from typing import Any
 
-from django import forms
-from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST
 
-from controlplane.exceptions import ApplicationError
-from controlplane.pages import (
-    NumberField,
-    PageForm,
-    WholeNumberField,
-    posted_values,
-    refusal,
-    role_required,
-)
+from controlplane.pages import form_input, posted_change, role_required
 from controlplane.roles import Role
 
 from ..policies.models import Fleet
 from ..policies.pages import fleet_or_404
 from ..policies.selectors import published_versions
-from . import selectors, services
+from ..reviews.schemas import by_kind, kind_fields
+from ..reviews.views import fleet_page
+from . import schemas, selectors, services
 from .models import ScheduledChange
-from .times import describe, local_to_utc, zone
+from .times import describe, with_offset
 
 Kind = ScheduledChange.Kind
 
-# The fields each kind of change takes besides its time (what `services._params` reads): the
-# page shows only the chosen kind's (static/js/kind_fields.js) and, without JavaScript, takes
-# only those from the form, so a value typed for another kind is neither checked nor kept.
-KIND_FIELDS: dict[str, tuple[str, ...]] = {
-    Kind.PUBLISH: ("note",),
-    Kind.ROLLOUT_START: ("version", "holdback"),
-    Kind.ROLLOUT_ADVANCE: ("to_stage", "require_healthy_guards"),
-    Kind.SWITCH: ("version",),
-    Kind.CLOUD_PRESSURE: ("theta_offset", "ttl_s"),
-}
+# The fields of some kinds only (a kind's input serializer in `schemas` says which): the page
+# shows only the chosen kind's (static/js/kind_fields.js) and, without JavaScript, the kind's
+# serializer takes only its own, so a value typed for another kind is neither checked nor kept.
+KIND_FIELDS = kind_fields(schemas.SCHEDULE_INPUTS)
 KIND_LABELS = {
     Kind.PUBLISH: "Publish the draft",
     Kind.ROLLOUT_START: "Start a rollout (5%)",
@@ -51,34 +37,12 @@ KIND_LABELS = {
 }
 
 
-def kinds_of(field: str) -> str:
-    """The kinds that take `field`, space-separated (the form's `data-kinds`)."""
-    return " ".join(kind for kind, fields in KIND_FIELDS.items() if field in fields)
-
-
-class ScheduleForm(PageForm):
-    """One change at a time typed in `time_zone`."""
-
-    kind = forms.ChoiceField(label="What", choices=ScheduledChange.Kind.choices)
-    run_at = forms.CharField(label="When", max_length=40)
-    time_zone = forms.CharField(label="The time zone", max_length=64)
-    version = WholeNumberField(label="The version", empty=None, minimum=1)
-    holdback = WholeNumberField(label="The holdback", empty=None, minimum=0)
-    to_stage = WholeNumberField(label="The stage", empty=None, minimum=1)
-    require_healthy_guards = forms.BooleanField(required=False)
-    theta_offset = NumberField(label="The θ offset", empty=None)
-    ttl_s = WholeNumberField(label="The duration", empty=None, minimum=1)
-    note = forms.CharField(label="The release note", required=False, max_length=2000)
-
-
 def _page(request: HttpRequest, fleet: Fleet, *, status: int = 200, **extra: Any) -> HttpResponse:
     context = {
         "fleet": fleet,
         **selectors.scheduled_changes(fleet=fleet),
         "kinds": [(kind.value, KIND_LABELS[kind]) for kind in Kind],
-        "field_kinds": {
-            field: kinds_of(field) for fields in KIND_FIELDS.values() for field in fields
-        },
+        "field_kinds": KIND_FIELDS,
         "versions": published_versions(fleet=fleet),
         "posted": {},
         **extra,
@@ -86,11 +50,7 @@ def _page(request: HttpRequest, fleet: Fleet, *, status: int = 200, **extra: Any
     return render(request, "routing_policies/schedules.html", context, status=status)
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def schedule_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """Upcoming and past scheduled changes of the fleet."""
-    return _page(request, fleet_or_404(slug))
+schedule_page = fleet_page(_page, "Upcoming and past scheduled changes of the fleet.")
 
 
 @role_required(Role.PUBLISHER)
@@ -98,33 +58,17 @@ def schedule_page(request: HttpRequest, slug: str) -> HttpResponse:
 def schedule_create(request: HttpRequest, slug: str) -> HttpResponse:
     """Schedule one change at a local time."""
     fleet = fleet_or_404(slug)
-    try:
-        kind = request.POST.get("kind", "")
-        fields = KIND_FIELDS.get(kind, ())
-        posted = {
-            name: value
-            for name, value in request.POST.items()
-            if name in ("kind", "run_at", "time_zone") or name in fields
-        }
-        data = ScheduleForm(posted).values()
-        zone(data["time_zone"])
-        params = {name: data[name] for name in fields if data[name] not in (None, "")}
-        if "require_healthy_guards" in fields:
-            params["require_healthy_guards"] = data["require_healthy_guards"]
+
+    def change() -> tuple[str, str]:
+        posted = request.POST.copy()  # the time as typed in its zone, with that zone's offset
+        posted["run_at"] = with_offset(posted.get("run_at", ""), posted.get("time_zone", "UTC"))
+        data = form_input(by_kind(schemas.SCHEDULE_INPUTS, posted), posted)
         schedule = services.scheduled_change_create(
-            actor=request.user,
-            fleet=fleet,
-            kind=data["kind"],
-            run_at=local_to_utc(data["run_at"], data["time_zone"]),
-            time_zone=data["time_zone"],
-            params=params,
+            actor=request.user, fleet=fleet, **schemas.schedule_arguments(data)
         )
-    except ApplicationError as exc:
-        return refusal(
-            lambda **page: _page(request, fleet, **page), exc, posted=posted_values(request)
-        )
-    messages.success(request, f"Scheduled: {describe(schedule)}.")
-    return HttpResponseRedirect(reverse("fleet-schedules", args=[fleet.slug]))
+        return f"Scheduled: {describe(schedule)}.", reverse("fleet-schedules", args=[fleet.slug])
+
+    return posted_change(request, lambda **page: _page(request, fleet, **page), change)
 
 
 @role_required(Role.PUBLISHER)
@@ -132,9 +76,9 @@ def schedule_create(request: HttpRequest, slug: str) -> HttpResponse:
 def schedule_cancel(request: HttpRequest, slug: str, schedule_id: int) -> HttpResponse:
     """Cancel a pending change."""
     fleet = fleet_or_404(slug)
-    try:
+
+    def change() -> tuple[str, str]:
         services.scheduled_change_cancel(actor=request.user, fleet=fleet, schedule_id=schedule_id)
-    except ApplicationError as exc:
-        return refusal(lambda **page: _page(request, fleet, **page), exc)
-    messages.success(request, "Cancelled.")
-    return HttpResponseRedirect(reverse("fleet-schedules", args=[fleet.slug]))
+        return "Cancelled.", reverse("fleet-schedules", args=[fleet.slug])
+
+    return posted_change(request, lambda **page: _page(request, fleet, **page), change)

@@ -533,3 +533,28 @@ def test_change_request_pages__viewer__cannot_open_or_review(
     assert browser.post("/fleets/fleet-a/reviews/open/", {"note": "x"}).status_code == 403
     approve = browser.post(f"/fleets/fleet-a/reviews/{request.pk}/approve/", {"revision": 2})
     assert approve.status_code == 403
+
+
+def test_change_request_pages__comment_and_reject_without_note__added_then_refused_naming_it(
+    fleet: Any, publisher: Any, reviewer: Any, draft: PolicyVersion
+) -> None:
+    # Given an open request, and another publisher on its page
+    request = reviews.change_request_open(actor=publisher, fleet=fleet, kind="publish", note="x")
+    page = f"/fleets/fleet-a/reviews/{request.pk}/"
+    browser = Client()
+    browser.force_login(reviewer)
+
+    # When they comment through the page's form
+    commented = browser.post(f"{page}comment/", {"body": "looks right"})
+
+    # Then the comment is in the thread
+    assert commented.status_code == 302
+    assert "looks right" in browser.get(page).content.decode()
+
+    # When they reject without a note
+    rejected = browser.post(f"{page}reject/", {"revision": draft.revision, "note": ""})
+
+    # Then the page says the note is missing, and no verdict is stored
+    assert rejected.status_code == 400
+    assert "Note:" in rejected.content.decode()
+    assert not ChangeRequestVerdict.objects.exists()

@@ -366,3 +366,55 @@ def test_schedule_page__local_time__stored_utc_listed_upcoming(fleet2: Any, publ
     html = browser.get("/fleets/fleet-a/schedules/").content.decode()
     assert "2099-06-01 14:00 Europe/Berlin" in html
     assert "2099-06-01 12:00 UTC" in html
+
+
+def test_schedule_page__seconds_typed_in_a_far_zone__stored_utc(
+    fleet2: Any, publisher: Any
+) -> None:
+    # Given the page's form with a time typed to the second in Tokyo (+09:00)
+    browser = Client()
+    browser.force_login(publisher)
+
+    # When a switch is scheduled
+    answer = browser.post(
+        "/fleets/fleet-a/schedules/new/",
+        {
+            "kind": "switch",
+            "version": "2",
+            "run_at": "2099-06-01T14:00:30",
+            "time_zone": "Asia/Tokyo",
+        },
+    )
+
+    # Then it is stored at that moment in UTC
+    assert answer.status_code == 302, answer.content.decode()[:2000]
+    assert ScheduledChange.objects.get().run_at == datetime(2099, 6, 1, 5, 0, 30, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("posted", "named"),
+    [
+        ({"kind": "cloud_pressure", "theta_offset": "lots", "ttl_s": "60"}, "Theta offset"),
+        ({"kind": "rollout_start", "version": "2", "holdback": "51"}, "Holdback"),
+        ({"kind": "switch", "version": "2", "time_zone": "Mars/Olympus"}, "Time zone"),
+        ({"kind": "explode"}, "Kind"),
+    ],
+    ids=["not-a-number", "holdback-51", "unknown-zone", "unknown-kind"],
+)
+def test_schedule_page__bad_field__400_naming_it_nothing_stored(
+    fleet2: Any, publisher: Any, posted: dict[str, str], named: str
+) -> None:
+    # Given the page's form
+    browser = Client()
+    browser.force_login(publisher)
+
+    # When a value its kind's serializer refuses is posted
+    answer = browser.post(
+        "/fleets/fleet-a/schedules/new/",
+        {"run_at": "2099-06-01T14:00", "time_zone": "UTC", **posted},
+    )
+
+    # Then the page comes back naming the field, and nothing is scheduled
+    assert answer.status_code == 400
+    assert named in answer.content.decode()
+    assert not ScheduledChange.objects.exists()
