@@ -209,7 +209,7 @@ class Router:
 
     def cell(self, task: Task) -> Cell | None:
         """The task's cell in the current policy."""
-        return self.policy.cells.get((task.task_type, task.latency_budget, task.privacy_tier))
+        return self.policy.cell(task)
 
     def _plans_for(self, pressure: float) -> Mapping[CellKey, _Plan]:
         current = self.policy.current
