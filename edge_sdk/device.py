@@ -36,7 +36,7 @@ from edge_sdk.backoff import JITTER, Backoff
 from edge_sdk.cache import ResultCache
 from edge_sdk.config import DeviceConfig
 from edge_sdk.connection import STATES, Connection, DeviceRevoked, EnrolmentRefused
-from edge_sdk.decision import Cell, FallbackKind, Route
+from edge_sdk.decision import Cell, Decision, FallbackKind, Route
 from edge_sdk.execution import Executor, Signals
 from edge_sdk.feedback import feedback_item
 from edge_sdk.listeners import Listener, Listeners
@@ -68,9 +68,9 @@ class _Shown(Generic[_T]):
     """A read-only attribute of `Device` that is one of its parts' own: the device shows it,
     the part keeps it (`Device.reconnects` is `Device._connection.reconnects`)."""
 
-    def __init__(self, part: str, name: str, doc: str) -> None:
-        self._read = attrgetter(f"{part}.{name}")
-        self._name = name
+    def __init__(self, path: str, doc: str) -> None:
+        self._read = attrgetter(path)  # "<part>.<its attribute>"
+        self._name = path
         self.__doc__ = doc
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -162,39 +162,32 @@ class Device:
     # --- public ------------------------------------------------------------------------------
 
     connection_state = _Shown[str](
-        "_connection", "state", "One of STATES (edge_sdk.connection says what each means)."
+        "_connection.state", "One of STATES (edge_sdk.connection says what each means)."
     )
     last_error = _Shown[str | None](
-        "_connection",
-        "last_error",
+        "_connection.last_error",
         "Why the last enrolment, session, poll or post failed, or why the token was refused.",
     )
     server_errors = _Shown[int](
-        "_connection",
-        "server_errors",
+        "_connection.server_errors",
         "`error` frames received (and frames that were not JSON, bad cloud pressure).",
     )
     policy_errors = _Shown[int](
-        "_policy_sync", "errors", "Policy documents from the server that could not be applied."
+        "_policy_sync.errors", "Policy documents from the server that could not be applied."
     )
-    reconnects = _Shown[int]("_connection", "reconnects", "Sockets opened after the first.")
-    shadow_started = _Shown[int]("_shadow", "started", "Shadow refines started.")
+    reconnects = _Shown[int]("_connection.reconnects", "Sockets opened after the first.")
+    shadow_started = _Shown[int]("_shadow.started", "Shadow refines started.")
     shadow_over_budget = _Shown[int](
-        "_shadow",
-        "over_budget",
+        "_shadow.over_budget",
         "Shadow refines drawn by the cell's rate but skipped: over the SDK's budget.",
     )
     shadow_failed = _Shown[int](
-        "_shadow",
-        "failed",
+        "_shadow.failed",
         "Shadow refines whose cloud call failed or timed out (event sent without outcome).",
     )
-    shadow_pending = _Shown[int](
-        "_shadow", "pending", "Shadow refines running in the background now."
-    )
+    shadow_pending = _Shown[int]("_shadow.pending", "Shadow refines running in the background now.")
     cloud_pressure = _Shown[float](
-        "router",
-        "cloud_pressure",
+        "router.cloud_pressure",
         "The pushed theta offset in force now (0 once its TTL has passed).",
     )
 
@@ -321,32 +314,23 @@ class Device:
             and version is not None
             and self._shadow.drawn(task, cell)
         )
-        latency_ms = (self._clock() - started) * 1000
-        # Nothing to report against without a published version's cell.
-        reported = cell is not None and version is not None
-        outcome = Outcome(
-            decision=decision,
-            route=route,
-            fallback=fallback,
-            latency_ms=latency_ms,
+        return self._finish(
+            task,
+            readings,
+            decision,
+            cell,
+            version,
+            started,
+            route,
+            fallback,
+            ok,
+            result,
             cache_hit=cache_hit,
-            ok=ok,
-            queued=False,
-            result=result,
-            policy_version=version,
-            event_id=new_event_id() if reported else None,
-            quality=signals.quality,
-            refine_changed=signals.changed,
-            # As the event says it: 0 when the cloud kept the draft.
-            refine_edit_ratio=0.0 if signals.changed is False else signals.edit_ratio,
-            shadow_refine=shadow,
+            uploaded=uploaded,
+            cloud_pressure=pressure,
+            signals=signals,
+            shadow=shadow,
         )
-        if cell is None or version is None:
-            self.telemetry.skipped += 1
-        else:
-            # A shadow refine sends the draft to the cloud, as the cell allows it.
-            self._record(task, readings, cell, version, outcome, uploaded or shadow, pressure)
-        return outcome
 
     # --- execution ---------------------------------------------------------------------------
 
@@ -371,53 +355,85 @@ class Device:
             task.cache_key,
         )
 
-    def _record(
+    def _finish(
         self,
         task: Task,
         readings: Readings,
-        cell: Cell,
-        version: int,
-        outcome: Outcome,
+        decision: Decision,
+        cell: Cell | None,
+        version: int | None,
+        started: float,
+        route: Route,
+        fallback: FallbackKind,
+        ok: bool,
+        result: Any,
+        *,
+        cache_hit: bool,
         uploaded: bool,
-        cloud_pressure: float,
-    ) -> None:
-        """The task's telemetry event, recorded now, or when its shadow refine ends."""
-        decision = outcome.decision
-        event = build_event(
-            event_id=outcome.event_id,
-            device_id=self.config.device_id,
+        cloud_pressure: float = 0.0,
+        signals: Signals | None = None,
+        shadow: bool = False,
+    ) -> Outcome:
+        latency_ms = (self._clock() - started) * 1000
+        signals = signals or Signals()
+        event_id: str | None = None
+        if cell is None or version is None:
+            self.telemetry.skipped += 1  # nothing to report against: no published version
+        else:
+            event_id = new_event_id()
+            if shadow:
+                # The draft goes to the cloud, as the cell allows and de-identified as it asks.
+                uploaded = True
+            event = build_event(
+                event_id=event_id,
+                device_id=self.config.device_id,
+                policy_version=version,
+                task=task,
+                readings=readings,
+                decision=decision,
+                route=decision.route,
+                fallback=fallback,
+                latency_ms=latency_ms,
+                cache_hit=cache_hit,
+                ok=ok,
+                uploaded=uploaded,
+                cloud_pressure=cloud_pressure,
+                # The app's cloud_infer strips identifiers when the cell asks for it.
+                deidentified=uploaded and cell.upload_deidentify,
+                ts=self._wall_clock(),
+                quality=signals.quality,
+                refine_changed=signals.changed,
+                refine_edit_ratio=signals.edit_ratio,
+                shadow_refine=shadow,
+            )
+            if shadow:  # recorded once the shadow refine ends (the answer does not wait)
+                request = RefineRequest(
+                    task=task,
+                    decision=decision,
+                    draft=result,
+                    deidentify=cell.upload_deidentify,
+                    shadow=True,
+                )
+                self._shadow.start(request, cell, event)
+            else:
+                self.telemetry.record(event)
+        return Outcome(
+            decision=decision,
+            route=route,
+            fallback=fallback,
+            latency_ms=latency_ms,
+            cache_hit=cache_hit,
+            ok=ok,
+            queued=False,
+            result=result,
             policy_version=version,
-            task=task,
-            readings=readings,
-            decision=decision,
-            route=decision.route,
-            fallback=outcome.fallback,
-            latency_ms=outcome.latency_ms,
-            cache_hit=outcome.cache_hit,
-            ok=outcome.ok,
-            uploaded=uploaded,
-            cloud_pressure=cloud_pressure,
-            # The app's cloud_infer strips identifiers when the cell asks for it.
-            deidentified=uploaded and cell.upload_deidentify,
-            ts=self._wall_clock(),
-            quality=outcome.quality,
-            refine_changed=outcome.refine_changed,
-            refine_edit_ratio=outcome.refine_edit_ratio,
-            shadow_refine=outcome.shadow_refine,
+            event_id=event_id,
+            quality=signals.quality,
+            refine_changed=signals.changed,
+            # As the event says it: 0 when the cloud kept the draft.
+            refine_edit_ratio=0.0 if signals.changed is False else signals.edit_ratio,
+            shadow_refine=shadow and event_id is not None,
         )
-        if not outcome.shadow_refine:
-            self.telemetry.record(event)
-            return
-        # Recorded once the shadow refine ends (the answer does not wait for it); the draft
-        # goes de-identified as the cell asks.
-        request = RefineRequest(
-            task=task,
-            decision=decision,
-            draft=outcome.result,
-            deidentify=cell.upload_deidentify,
-            shadow=True,
-        )
-        self._shadow.start(request, cell, event)
 
     async def _drain_offline_tasks(self) -> None:
         """Run the cloud-bound tasks held while offline, routed again now that it is online."""
