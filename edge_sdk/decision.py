@@ -256,18 +256,18 @@ def decide(cell: Cell, task: TaskSignals, device: DeviceState) -> Decision:
     # Step 1. The protocol puts the fixed modes first, before privacy and connectivity, so a
     # cloud_only cell answers cloud even offline; a background task is then queued instead.
     if cell.mode == "device_only":
-        return _decided_before_score(cell, "device", "policy")
+        return _decision(cell, "device", "policy")
     if cell.mode == "cloud_only":
         queue = not device.online and cell.is_background
-        return _decided_before_score(cell, "cloud", "policy", queue_until_online=queue)
+        return _decision(cell, "cloud", "policy", queue_until_online=queue)
     # Step 2.
     if cell.keeps_data_on_device:
-        return _decided_before_score(cell, "device", "privacy")
+        return _decision(cell, "device", "privacy")
     # Step 3. Only a background task can wait for the network, so only then is it worth
     # asking what the online decision would have been.
     if not device.online:
         if not cell.is_background:
-            return _decided_before_score(cell, "device", "offline")
+            return _decision(cell, "device", "offline")
         online = _decide_by_score(cell, task, device)
         return replace(
             online,
@@ -350,11 +350,10 @@ def _decide_by_score(cell: Cell, task: TaskSignals, device: DeviceState) -> Deci
             route, decided_by = "device", "latency"
         else:  # step 8
             route, decided_by = cell.cloud_route, "threshold"
-    return Decision(
-        route=route,
-        decided_by=decided_by,
-        base_threshold=cell.threshold,
-        latency_budget_ms=cell.latency_budget_ms,
+    return _decision(
+        cell,
+        route,
+        decided_by,
         score=score,
         threshold=theta,
         adjustments=adjustments,
@@ -362,15 +361,28 @@ def _decide_by_score(cell: Cell, task: TaskSignals, device: DeviceState) -> Deci
     )
 
 
-def _decided_before_score(
-    cell: Cell, route: Route, decided_by: DecidedBy, *, queue_until_online: bool = False
+def _decision(
+    cell: Cell,
+    route: Route,
+    decided_by: DecidedBy,
+    *,
+    score: float | None = None,
+    threshold: float | None = None,
+    adjustments: tuple[Adjustment, ...] = (),
+    predicted_cloud_ms: float | None = None,
+    queue_until_online: bool = False,
 ) -> Decision:
-    """A decision of steps 1-3, made before any score: the cell's base threshold and budget."""
+    """A decision under the cell's base threshold and latency budget, with the numbers the
+    deciding step had computed (none for steps 1-3)."""
     return Decision(
         route=route,
         decided_by=decided_by,
         base_threshold=cell.threshold,
         latency_budget_ms=cell.latency_budget_ms,
+        score=score,
+        threshold=threshold,
+        adjustments=adjustments,
+        predicted_cloud_ms=predicted_cloud_ms,
         queue_until_online=queue_until_online,
     )
 

@@ -48,9 +48,8 @@ class InMemoryTransport:
         self.channel = None
 
 
-async def test_connection__another_transport__hello_sent_policy_applied_and_acked() -> None:
-    # Given a connection (already enrolled, online) over a transport that is not the socket
-    config = DeviceConfig(
+def _config() -> DeviceConfig:
+    return DeviceConfig(
         base_url="http://127.0.0.1:9",
         fleet_key="fk",
         device_id="phone-1",
@@ -58,6 +57,11 @@ async def test_connection__another_transport__hello_sent_policy_applied_and_acke
         model="pixel",
         backoff_base_s=0.01,
     )
+
+
+async def test_connection__another_transport__hello_sent_policy_applied_and_acked() -> None:
+    # Given a connection (already enrolled, online) over a transport that is not the socket
+    config = _config()
     store = PolicyStore()
     store.apply(policy_document(3))
     listeners = Listeners()
@@ -106,17 +110,6 @@ async def test_connection__another_transport__hello_sent_policy_applied_and_acke
         "connecting",  # the session ended: lost, back off
     ]
     assert (connection.reconnects, connection.server_errors) == (0, 0)
-
-
-def _config() -> DeviceConfig:
-    return DeviceConfig(
-        base_url="http://127.0.0.1:9",
-        fleet_key="fk",
-        device_id="phone-1",
-        platform="android",
-        model="pixel",
-        backoff_base_s=0.01,
-    )
 
 
 def _device(**transport: Any) -> Device:
