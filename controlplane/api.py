@@ -70,13 +70,17 @@ class JsonSlugField(JsonRegexField):
         super().__init__(r"\A[-a-zA-Z0-9_]+\Z", **kwargs)
 
 
-class JsonIntegerField(serializers.IntegerField):
-    """A JSON number that is whole: not `"5"`, not `true`."""
+class _JsonNumberMixin:
+    """A JSON number only: DRF's numeric fields would read `"5"` as 5 and `true` as 1."""
 
-    def to_internal_value(self, data: Any) -> int:
+    def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, bool) or not isinstance(data, int | float):
-            self.fail("invalid")
-        return super().to_internal_value(data)
+            self.fail("invalid")  # type: ignore[attr-defined]
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class JsonIntegerField(_JsonNumberMixin, serializers.IntegerField):
+    """A JSON number that is whole: not `"5"`, not `true`."""
 
 
 class JsonChoiceField(serializers.ChoiceField):
@@ -88,14 +92,9 @@ class JsonChoiceField(serializers.ChoiceField):
         return super().to_internal_value(data)
 
 
-class JsonFloatField(serializers.FloatField):
+class JsonFloatField(_JsonNumberMixin, serializers.FloatField):
     """A JSON number, whole or not: not `"0.5"`, not `true` (NaN and infinities never reach
     a field: controlplane.json_guard refuses them in the body)."""
-
-    def to_internal_value(self, data: Any) -> float:
-        if isinstance(data, bool) or not isinstance(data, int | float):
-            self.fail("invalid")
-        return super().to_internal_value(data)
 
 
 class JsonBooleanField(serializers.BooleanField):

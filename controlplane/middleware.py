@@ -11,11 +11,40 @@ from controlplane.exceptions import error_body
 from controlplane.json_guard import unstorable_character
 
 
-class RequestSizeLimitMiddleware:
-    """Refuse bodies over MAX_REQUEST_BYTES with 413 before any view parses them."""
+class _Middleware:
+    """Django's middleware plumbing: the next handler, called as it is unless a subclass
+    does more."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+
+class _ViewGuardMiddleware(_Middleware):
+    """A guard that looks at the view a request resolved to, before the view runs: Django
+    calls `process_view`, and the guard's `refusal` answers instead of the view, or None to
+    let the request through."""
+
+    def process_view(
+        self,
+        request: HttpRequest,
+        view_func: Callable[..., Any],
+        view_args: tuple[Any, ...],
+        view_kwargs: dict[str, Any],
+    ) -> HttpResponse | None:
+        return self.refusal(request, view_func, view_kwargs)
+
+    def refusal(
+        self, request: HttpRequest, view_func: Callable[..., Any], view_kwargs: dict[str, Any]
+    ) -> HttpResponse | None:
+        """The answer that refuses this request, or None."""
+        raise NotImplementedError
+
+
+class RequestSizeLimitMiddleware(_Middleware):
+    """Refuse bodies over MAX_REQUEST_BYTES with 413 before any view parses them."""
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         try:
@@ -34,7 +63,7 @@ class RequestSizeLimitMiddleware:
         return self.get_response(request)
 
 
-class ApiParameterCharactersMiddleware:
+class ApiParameterCharactersMiddleware(_ViewGuardMiddleware):
     """Refuse an API request whose query parameters or path parameters hold a NUL or a lone
     surrogate with a 400 naming the parameter, before any view hands one to the database.
 
@@ -42,18 +71,8 @@ class ApiParameterCharactersMiddleware:
     parameters such as a device id, and parameters a view does not read) in one place.
     """
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)
-
-    def process_view(
-        self,
-        request: HttpRequest,
-        view_func: Callable[..., Any],
-        view_args: tuple[Any, ...],
-        view_kwargs: dict[str, Any],
+    def refusal(
+        self, request: HttpRequest, view_func: Callable[..., Any], view_kwargs: dict[str, Any]
     ) -> HttpResponse | None:
         if not request.path.startswith("/api/"):
             return None
@@ -83,12 +102,9 @@ class ApiParameterCharactersMiddleware:
         )
 
 
-class ApiNotFoundMiddleware:
+class ApiNotFoundMiddleware(_Middleware):
     """A path under /api/ that no route matches answers the API's JSON 404, not the HTML page
     (a client of the JSON API parses every answer as JSON)."""
-
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
@@ -103,7 +119,7 @@ class ApiNotFoundMiddleware:
         return response
 
 
-class MethodNotAllowedMiddleware:
+class MethodNotAllowedMiddleware(_ViewGuardMiddleware):
     """A method an API view does not serve answers 405 with `Allow`, before authentication.
 
     DRF authenticates and checks permissions before it looks for the method's handler, so an
@@ -111,18 +127,8 @@ class MethodNotAllowedMiddleware:
     fix its token rather than its method.
     """
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)
-
-    def process_view(
-        self,
-        request: HttpRequest,
-        view_func: Callable[..., Any],
-        view_args: Any,
-        view_kwargs: Any,
+    def refusal(
+        self, request: HttpRequest, view_func: Callable[..., Any], view_kwargs: dict[str, Any]
     ) -> HttpResponse | None:
         view_class = getattr(view_func, "cls", None)
         if not isinstance(view_class, type) or not issubclass(view_class, APIView):

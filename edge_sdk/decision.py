@@ -169,6 +169,11 @@ class Cell:
         """A background task may wait for the network; an interactive one may not."""
         return self.latency_budget == _BACKGROUND
 
+    @property
+    def cloud_route(self) -> Route:
+        """Where step 8 sends a task: to the cloud, or (draft_refine) to refine a device draft."""
+        return "draft_refine" if self.mode == "draft_refine" else "cloud"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskSignals:
@@ -251,38 +256,18 @@ def decide(cell: Cell, task: TaskSignals, device: DeviceState) -> Decision:
     # Step 1. The protocol puts the fixed modes first, before privacy and connectivity, so a
     # cloud_only cell answers cloud even offline; a background task is then queued instead.
     if cell.mode == "device_only":
-        return Decision(
-            route="device",
-            decided_by="policy",
-            base_threshold=cell.threshold,
-            latency_budget_ms=cell.latency_budget_ms,
-        )
+        return _decision(cell, "device", "policy")
     if cell.mode == "cloud_only":
-        return Decision(
-            route="cloud",
-            decided_by="policy",
-            base_threshold=cell.threshold,
-            latency_budget_ms=cell.latency_budget_ms,
-            queue_until_online=not device.online and cell.is_background,
-        )
+        queue = not device.online and cell.is_background
+        return _decision(cell, "cloud", "policy", queue_until_online=queue)
     # Step 2.
     if cell.keeps_data_on_device:
-        return Decision(
-            route="device",
-            decided_by="privacy",
-            base_threshold=cell.threshold,
-            latency_budget_ms=cell.latency_budget_ms,
-        )
+        return _decision(cell, "device", "privacy")
     # Step 3. Only a background task can wait for the network, so only then is it worth
     # asking what the online decision would have been.
     if not device.online:
         if not cell.is_background:
-            return Decision(
-                route="device",
-                decided_by="offline",
-                base_threshold=cell.threshold,
-                latency_budget_ms=cell.latency_budget_ms,
-            )
+            return _decision(cell, "device", "offline")
         online = _decide_by_score(cell, task, device)
         return replace(
             online,
@@ -354,40 +339,51 @@ def _decide_by_score(cell: Cell, task: TaskSignals, device: DeviceState) -> Deci
     length_term, intent_term, lm_term = score_terms(cell, task)
     score = length_term + intent_term + lm_term
     theta, adjustments = effective_threshold(cell, device)
-    # Step 6.
-    if score < theta:
-        return Decision(
-            route="device",
-            decided_by="threshold",
-            base_threshold=cell.threshold,
-            latency_budget_ms=cell.latency_budget_ms,
-            score=score,
-            threshold=theta,
-            adjustments=adjustments,
-        )
-    # Step 7.
-    predicted = predicted_cloud_ms(task, device)
-    if predicted > cell.latency_budget_ms:
-        return Decision(
-            route="device",
-            decided_by="latency",
-            base_threshold=cell.threshold,
-            latency_budget_ms=cell.latency_budget_ms,
-            score=score,
-            threshold=theta,
-            adjustments=adjustments,
-            predicted_cloud_ms=predicted,
-        )
-    # Step 8.
-    return Decision(
-        route="draft_refine" if cell.mode == "draft_refine" else "cloud",
-        decided_by="threshold",
-        base_threshold=cell.threshold,
-        latency_budget_ms=cell.latency_budget_ms,
+    route: Route
+    decided_by: DecidedBy
+    predicted: float | None
+    if score < theta:  # step 6
+        route, decided_by, predicted = "device", "threshold", None
+    else:  # step 7
+        predicted = predicted_cloud_ms(task, device)
+        if predicted > cell.latency_budget_ms:
+            route, decided_by = "device", "latency"
+        else:  # step 8
+            route, decided_by = cell.cloud_route, "threshold"
+    return _decision(
+        cell,
+        route,
+        decided_by,
         score=score,
         threshold=theta,
         adjustments=adjustments,
         predicted_cloud_ms=predicted,
+    )
+
+
+def _decision(
+    cell: Cell,
+    route: Route,
+    decided_by: DecidedBy,
+    *,
+    score: float | None = None,
+    threshold: float | None = None,
+    adjustments: tuple[Adjustment, ...] = (),
+    predicted_cloud_ms: float | None = None,
+    queue_until_online: bool = False,
+) -> Decision:
+    """A decision under the cell's base threshold and latency budget, with the numbers the
+    deciding step had computed (none for steps 1-3)."""
+    return Decision(
+        route=route,
+        decided_by=decided_by,
+        base_threshold=cell.threshold,
+        latency_budget_ms=cell.latency_budget_ms,
+        score=score,
+        threshold=threshold,
+        adjustments=adjustments,
+        predicted_cloud_ms=predicted_cloud_ms,
+        queue_until_online=queue_until_online,
     )
 
 

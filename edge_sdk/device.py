@@ -8,8 +8,9 @@
   result cache, the offline task queue, the telemetry event of each task;
 - `ShadowRefines` (edge_sdk.shadow): device answers the cloud also refines, in the background;
 - `Connection` (edge_sdk.connection): token, connection state, the connection loop (enrol,
-  a `Transport` session, polling, back-off) and the HTTP calls; the WebSocket is
-  `WebSocketTransport` (edge_sdk.transport.websocket);
+  a `Transport` session, polling, back-off) and the HTTP calls; the transport is picked by
+  name (`transport=`, "websocket" by default: `WebSocketTransport`, edge_sdk.transport.websocket)
+  through `edge_sdk.transport.transport_named`;
 - `TelemetrySender` (edge_sdk.telemetry_sender): the telemetry and feedback queues and the
   loop that delivers them.
 
@@ -26,7 +27,8 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final
+from operator import attrgetter
+from typing import Any, Final, Generic, TypeVar, cast, overload
 
 import httpx
 
@@ -53,12 +55,38 @@ from edge_sdk.task import (
 )
 from edge_sdk.telemetry import TelemetryRevoked, build_event, new_event_id
 from edge_sdk.telemetry_sender import TelemetrySender
-from edge_sdk.transport.websocket import WebSocketTransport
+from edge_sdk.transport import DEFAULT_TRANSPORT, Transport, transport_named
 
 __all__ = ["STATES", "Backoff", "Device", "DeviceRevoked", "EnrolmentRefused", "Listener"]
 
 OFFLINE_DRAIN_CONCURRENCY: Final = 8
 _MISSING: Final[Any] = object()
+_T = TypeVar("_T")
+
+
+class _Shown(Generic[_T]):
+    """A read-only attribute of `Device` that is one of its parts' own: the device shows it,
+    the part keeps it (`Device.reconnects` is `Device._connection.reconnects`)."""
+
+    def __init__(self, path: str, doc: str) -> None:
+        self._read = attrgetter(path)  # "<part>.<its attribute>"
+        self._name = path
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, device: None, owner: type) -> _Shown[_T]: ...
+
+    @overload
+    def __get__(self, device: object, owner: type) -> _T: ...
+
+    def __get__(self, device: object, owner: type) -> _Shown[_T] | _T:
+        return self if device is None else cast(_T, self._read(device))
+
+    def __set__(self, device: object, value: object) -> None:
+        raise AttributeError(f"Device.{self._name} is read-only")
 
 
 class Device:
@@ -76,9 +104,15 @@ class Device:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.perf_counter,
         wall_clock: Callable[[], float] = time.time,
+        transport: str | Transport = DEFAULT_TRANSPORT,
     ) -> None:
+        # `transport` is how the push channel is carried: a name `transport_named` knows
+        # ("websocket"), or a Transport of the app's own (edge_sdk.transport says what one does).
         # `clock` (seconds, monotonic) times tasks and cache TTLs; `wall_clock` (Unix seconds)
         # stamps telemetry. A simulation on a virtual clock passes its own (simulate.virtual).
+        push_channel = (
+            transport_named(transport, config) if isinstance(transport, str) else transport
+        )
         self._clock = clock
         self._wall_clock = wall_clock
         self.config = config
@@ -97,7 +131,7 @@ class Device:
         )
         self._connection = Connection(
             config,
-            transport=WebSocketTransport(config),
+            transport=push_channel,
             readings=readings,
             policy=self._policy_sync,
             router=self.router,
@@ -127,15 +161,35 @@ class Device:
 
     # --- public ------------------------------------------------------------------------------
 
-    @property
-    def connection_state(self) -> str:
-        """One of STATES (edge_sdk.connection says what each means)."""
-        return self._connection.state
-
-    @property
-    def last_error(self) -> str | None:
-        """Why the last enrolment, session, poll or post failed, or why the token was refused."""
-        return self._connection.last_error
+    connection_state = _Shown[str](
+        "_connection.state", "One of STATES (edge_sdk.connection says what each means)."
+    )
+    last_error = _Shown[str | None](
+        "_connection.last_error",
+        "Why the last enrolment, session, poll or post failed, or why the token was refused.",
+    )
+    server_errors = _Shown[int](
+        "_connection.server_errors",
+        "`error` frames received (and frames that were not JSON, bad cloud pressure).",
+    )
+    policy_errors = _Shown[int](
+        "_policy_sync.errors", "Policy documents from the server that could not be applied."
+    )
+    reconnects = _Shown[int]("_connection.reconnects", "Sockets opened after the first.")
+    shadow_started = _Shown[int]("_shadow.started", "Shadow refines started.")
+    shadow_over_budget = _Shown[int](
+        "_shadow.over_budget",
+        "Shadow refines drawn by the cell's rate but skipped: over the SDK's budget.",
+    )
+    shadow_failed = _Shown[int](
+        "_shadow.failed",
+        "Shadow refines whose cloud call failed or timed out (event sent without outcome).",
+    )
+    shadow_pending = _Shown[int]("_shadow.pending", "Shadow refines running in the background now.")
+    cloud_pressure = _Shown[float](
+        "router.cloud_pressure",
+        "The pushed theta offset in force now (0 once its TTL has passed).",
+    )
 
     @property
     def token(self) -> str | None:
@@ -145,46 +199,6 @@ class Device:
     @token.setter
     def token(self, token: str | None) -> None:
         self._connection.token = token
-
-    @property
-    def server_errors(self) -> int:
-        """`error` frames received (and frames that were not JSON, bad cloud pressure)."""
-        return self._connection.server_errors
-
-    @property
-    def policy_errors(self) -> int:
-        """Policy documents from the server that could not be applied."""
-        return self._policy_sync.errors
-
-    @property
-    def reconnects(self) -> int:
-        """Sockets opened after the first."""
-        return self._connection.reconnects
-
-    @property
-    def shadow_started(self) -> int:
-        """Shadow refines started."""
-        return self._shadow.started
-
-    @property
-    def shadow_over_budget(self) -> int:
-        """Shadow refines drawn by the cell's rate but skipped: over the SDK's budget."""
-        return self._shadow.over_budget
-
-    @property
-    def shadow_failed(self) -> int:
-        """Shadow refines whose cloud call failed or timed out (event sent without outcome)."""
-        return self._shadow.failed
-
-    @property
-    def shadow_pending(self) -> int:
-        """Shadow refines running in the background now."""
-        return self._shadow.pending
-
-    @property
-    def cloud_pressure(self) -> float:
-        """The pushed theta offset in force now (0 once its TTL has passed)."""
-        return self.router.cloud_pressure
 
     @property
     def offline_pending(self) -> int:
@@ -256,14 +270,10 @@ class Device:
         readings = self._readings()
         decision = self.router.route(task, readings)
         pressure = self.router.pressure_offset  # the offset route() used (0 once lapsed)
-        policy = self.policy.current
-        cell = self.policy.cells.get((task.task_type, task.latency_budget, task.privacy_tier))
-        version = policy.version if policy is not None else None
+        cell = self.policy.cell(task)
+        version = self.policy.version
         if decision.queue_until_online:
-            self._offline_tasks.append(task)
-            if len(self._offline_tasks) > self.config.offline_queue_max:
-                self._offline_tasks.popleft()
-                self.offline_dropped += 1
+            self._hold_until_online(task)
             return Outcome(
                 decision=decision,
                 route=decision.route,
@@ -276,17 +286,8 @@ class Device:
                 policy_version=version,
             )
         started = self._clock()
-        cache_key: Any = None
-        cached: Any = _MISSING
-        if task.cache_key is not None and cell is not None and cell.cache_ttl_s > 0:
-            cache_key = (
-                self.policy.generation,
-                task.task_type,
-                task.latency_budget,
-                task.privacy_tier,
-                task.cache_key,
-            )
-            cached = self.cache.get(cache_key, _MISSING)
+        cache_key = self._cache_key(task, cell)
+        cached = _MISSING if cache_key is None else self.cache.get(cache_key, _MISSING)
         cache_hit = cached is not _MISSING
         route: Route
         fallback: FallbackKind
@@ -332,6 +333,27 @@ class Device:
         )
 
     # --- execution ---------------------------------------------------------------------------
+
+    def _hold_until_online(self, task: Task) -> None:
+        """Queue a cloud-bound background task until the device is online again; the oldest
+        goes (counted) when the queue is full."""
+        self._offline_tasks.append(task)
+        if len(self._offline_tasks) > self.config.offline_queue_max:
+            self._offline_tasks.popleft()
+            self.offline_dropped += 1
+
+    def _cache_key(self, task: Task, cell: Cell | None) -> Any:
+        """The task's key in the result cache (under this policy's generation), or None when
+        its answer is not cached."""
+        if task.cache_key is None or cell is None or cell.cache_ttl_s <= 0:
+            return None
+        return (
+            self.policy.generation,
+            task.task_type,
+            task.latency_budget,
+            task.privacy_tier,
+            task.cache_key,
+        )
 
     def _finish(
         self,

@@ -19,10 +19,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import fields, make_dataclass
 from typing import Any, Final
 
 from edge_sdk.decision import (
-    Adjustment,
     Cell,
     DecidedBy,
     Decision,
@@ -44,39 +44,29 @@ NO_POLICY_DECISION: Final = Decision(
 
 # Decision is a frozen dataclass: its __init__ sets each of its nine fields through
 # object.__setattr__ and alone costs several times the seed's whole decision. The router
-# builds a `_DecisionDraft` (the same slots, in the same order, plain attribute stores) and
-# then makes it a Decision by assigning `__class__`, which CPython allows between classes of
-# identical layout. The result is an ordinary Decision (type, equality, hash, frozenness); a
-# unit test checks that it equals the one `decide` builds.
-class _DecisionDraft:
-    __slots__ = Decision.__slots__
+# builds a `_DecisionDraft` (made from Decision's own fields: the same slots, in the same
+# order, set by plain attribute stores, positionally) and then makes it a Decision by
+# assigning `__class__`, which CPython allows between classes of identical layout. The result
+# is an ordinary Decision (type, equality, hash, frozenness); a unit test checks that it
+# equals the one `decide` builds.
+_DecisionDraft: Final[Any] = make_dataclass(
+    "_DecisionDraft",
+    [(field.name, field.type) for field in fields(Decision)],
+    slots=True,
+    eq=False,
+    repr=False,
+    match_args=False,
+)
 
-    def __init__(
-        self,
-        route: Route,
-        decided_by: DecidedBy,
-        base_threshold: float,
-        latency_budget_ms: int,
-        score: float,
-        threshold: float,
-        adjustments: tuple[Adjustment, ...],
-        predicted_cloud_ms: float | None,
-        queue_until_online: bool,
-    ) -> None:
-        self.route = route
-        self.decided_by = decided_by
-        self.base_threshold = base_threshold
-        self.latency_budget_ms = latency_budget_ms
-        self.score = score
-        self.threshold = threshold
-        self.adjustments = adjustments
-        self.predicted_cloud_ms = predicted_cloud_ms
-        self.queue_until_online = queue_until_online
+
+def _plain_decision(draft: Any) -> Decision:
+    """The draft's values as a Decision built the plain way (an interpreter that refuses the
+    class switch, see `_DRAFTS_WORK`)."""
+    return Decision(**{name: getattr(draft, name) for name in Decision.__slots__})
 
 
 def _drafts_work() -> bool:
     """Whether this interpreter turns a draft into a Decision equal to a normal one."""
-    adjustments: tuple[Adjustment, ...] = (("network", 0.15),)
     expected = Decision(
         route="cloud",
         decided_by="threshold",
@@ -84,13 +74,11 @@ def _drafts_work() -> bool:
         latency_budget_ms=800,
         score=0.7,
         threshold=0.75,
-        adjustments=adjustments,
+        adjustments=(("network", 0.15),),
         predicted_cloud_ms=330.0,
     )
     try:
-        draft: Any = _DecisionDraft(
-            "cloud", "threshold", 0.6, 800, 0.7, 0.75, adjustments, 330.0, False
-        )
+        draft = _DecisionDraft(*(getattr(expected, name) for name in Decision.__slots__))
         draft.__class__ = Decision
     except TypeError:
         return False
@@ -132,7 +120,7 @@ class _Plan:
         self.rtt_high = cell.rtt_high_ms
         self.bw_low = cell.bandwidth_low_kbps
         self.busy = cell.load_busy
-        self.cloud_route: Route = "draft_refine" if cell.mode == "draft_refine" else "cloud"
+        self.cloud_route = cell.cloud_route
         # Steps 1-3 through `decide` itself, with readings that cannot matter to them.
         online = decide(cell, _NO_SIGNALS, _state(True, pressure))
         offline = decide(cell, _NO_SIGNALS, _state(False, pressure))
@@ -221,7 +209,7 @@ class Router:
 
     def cell(self, task: Task) -> Cell | None:
         """The task's cell in the current policy."""
-        return self.policy.cells.get((task.task_type, task.latency_budget, task.privacy_tier))
+        return self.policy.cell(task)
 
     def _plans_for(self, pressure: float) -> Mapping[CellKey, _Plan]:
         current = self.policy.current
@@ -294,28 +282,10 @@ class Router:
         if not online:  # step 3 for a background task: the cloud's share waits for the network
             queue = route != "device"
             route, decided_by = "device", "offline"
-        if not _DRAFTS_WORK:  # an interpreter that refuses the class switch: the plain way
-            return Decision(
-                route=route,
-                decided_by=decided_by,
-                base_threshold=plan.base,
-                latency_budget_ms=plan.budget,
-                score=score,
-                threshold=theta,
-                adjustments=adjustments,
-                predicted_cloud_ms=predicted,
-                queue_until_online=queue,
-            )
-        draft: Any = _DecisionDraft(
-            route,
-            decided_by,
-            plan.base,
-            plan.budget,
-            score,
-            theta,
-            adjustments,
-            predicted,
-            queue,
+        draft = _DecisionDraft(
+            route, decided_by, plan.base, plan.budget, score, theta, adjustments, predicted, queue
         )
+        if not _DRAFTS_WORK:
+            return _plain_decision(draft)
         draft.__class__ = Decision
         return draft  # type: ignore[no-any-return]

@@ -14,14 +14,17 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from edge_sdk.backoff import Backoff
 from edge_sdk.config import DeviceConfig
 from edge_sdk.connection import Connection
 from edge_sdk.feedback import FeedbackQueue
-from edge_sdk.telemetry import TelemetryQueue
+from edge_sdk.telemetry import Poster, TelemetryQueue
 
 __all__ = ["TelemetrySender"]
+
+_Queue = TypeVar("_Queue", bound=TelemetryQueue)
 
 
 class TelemetrySender:
@@ -50,22 +53,31 @@ class TelemetrySender:
         self._connection = connection
         self._rng = rng
         self._before_flush = before_flush  # runs the tasks held while offline
-        self.telemetry = TelemetryQueue(
-            max_events=config.telemetry_max_events,
-            batch_max=config.telemetry_batch_max,
-            state_dir=config.state_dir,
-            poster=connection.post_telemetry,
-            on_full=self.wake,
+        self.telemetry = self._queue(
+            TelemetryQueue,
+            config.telemetry_max_events,
+            config.telemetry_batch_max,
+            connection.post_telemetry,
         )
-        self.feedback_queue = FeedbackQueue(
-            max_events=config.feedback_max_items,
-            batch_max=config.feedback_batch_max,
-            state_dir=config.state_dir,
-            poster=connection.post_feedback,
-            on_full=self.wake,
+        self.feedback_queue = self._queue(
+            FeedbackQueue,
+            config.feedback_max_items,
+            config.feedback_batch_max,
+            connection.post_feedback,
         )
         self._wake: asyncio.Event | None = None
         self._feedback_retry_at = 0.0  # event-loop time before which feedback is not retried
+
+    def _queue(self, kind: type[_Queue], max_items: int, batch_max: int, poster: Poster) -> _Queue:
+        """A queue of this device: kept in its state_dir, posted by `poster`, and waking the
+        loop when it holds a full batch."""
+        return kind(
+            max_events=max_items,
+            batch_max=batch_max,
+            state_dir=self.config.state_dir,
+            poster=poster,
+            on_full=self.wake,
+        )
 
     def wake(self) -> None:
         """Flush now rather than at the end of the interval (a queue holds a full batch)."""

@@ -7,15 +7,30 @@ the channel alive, and says how the session ended (`SessionEnd`). What the frame
 (PROTOCOL.md: `policy`, `up_to_date`, `cloud_pressure`, `error`, the `ack`), enrolment, the
 polling fallback, back-off and the device's state belong to the connection, so a second
 transport (e.g. MQTT) plugs in beside `WebSocketTransport` without touching them.
+
+A device picks its transport by name (`Device(..., transport="websocket")`) through
+`transport_named`: a new kind is one more entry in `_FACTORIES`, imported only when chosen
+(a device that never uses it needs none of its libraries).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from collections.abc import Callable
+from typing import Any, Final, Literal, Protocol
 
 from edge_sdk.backoff import Backoff
+from edge_sdk.config import DeviceConfig
 
-__all__ = ["Channel", "DeviceRevoked", "Link", "SessionEnd", "Transport"]
+__all__ = [
+    "DEFAULT_TRANSPORT",
+    "TRANSPORTS",
+    "Channel",
+    "DeviceRevoked",
+    "Link",
+    "SessionEnd",
+    "Transport",
+    "transport_named",
+]
 
 # "refused": the server answered the opening with an HTTP status (the connection polls);
 # "failed": no connection, or it broke; "closed": closed by the server or by `stop`;
@@ -84,3 +99,23 @@ class Transport(Protocol):
     async def close(self) -> None:
         """Close the current session's channel, if any (`stop`); never raises."""
         ...
+
+
+def _websocket(config: DeviceConfig) -> Transport:
+    from edge_sdk.transport.websocket import WebSocketTransport
+
+    return WebSocketTransport(config)
+
+
+_FACTORIES: Final[dict[str, Callable[[DeviceConfig], Transport]]] = {"websocket": _websocket}
+TRANSPORTS: Final = tuple(_FACTORIES)  # the names `transport_named` knows
+DEFAULT_TRANSPORT: Final = "websocket"
+
+
+def transport_named(name: str, config: DeviceConfig) -> Transport:
+    """A new transport of the kind called `name` for this device; ValueError naming the
+    kinds this SDK has when it has no such kind."""
+    factory = _FACTORIES.get(name) if isinstance(name, str) else None
+    if factory is None:
+        raise ValueError(f"unknown transport {name!r}: this SDK has {', '.join(TRANSPORTS)}")
+    return factory(config)
