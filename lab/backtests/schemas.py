@@ -7,7 +7,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.openapi import closed_body
-from telemetry.ingest.models import Cohort
+from telemetry.models import Cohort
 
 from .models import BacktestStatus
 from .services import DEFAULT_HOURS, MAX_CELL_NAME, MAX_FILTER_CELLS, MAX_FILTER_VERSIONS

@@ -23,11 +23,15 @@ from controlplane.exceptions import Conflict, NotFound, ValidationFailed
 from routing_policies.cell_schema import CellKey, cell_key_label
 from routing_policies.documents import Table
 from routing_policies.models import Fleet, FleetRouting, PolicyVersion
-from routing_policies.policies.audit import Actor, actor_user
-from routing_policies.policies.sdk_cells import shadow_refine_rates, table_cells
 from routing_policies.pricing import CloudPrice
-from routing_policies.selectors import draft_get, version_table
-from telemetry.ingest.models import Cohort
+from routing_policies.selectors import (
+    draft_get,
+    shadow_refine_rates,
+    table_cells,
+    version_table,
+)
+from routing_policies.services import Actor, actor_user
+from telemetry.models import Cohort
 
 from ..replay import recorded_count
 from .engine import BacktestInput, backtest_compute

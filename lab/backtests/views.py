@@ -15,8 +15,8 @@ from controlplane.exceptions import ApplicationError
 from controlplane.pages import posted_values, refusal, role_required
 from controlplane.roles import Role, has_role
 from routing_policies.models import Fleet
-from routing_policies.policies.pages import fleet_or_404
-from routing_policies.policies.selectors import draft_get, published_numbers
+from routing_policies.pages import fleet_or_404
+from routing_policies.selectors import draft_get, published_numbers
 
 from . import selectors, services
 from .models import Backtest

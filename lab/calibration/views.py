@@ -28,10 +28,9 @@ from controlplane.pages import (
 from controlplane.roles import Role, has_role
 from routing_policies.cell_schema import CellKey, cell_key_label
 from routing_policies.models import Fleet, PolicyVersion
-from routing_policies.policies.pages import fleet_or_404
-from routing_policies.policies.sdk_cells import table_cells
+from routing_policies.pages import fleet_or_404
 from routing_policies.pricing import CloudPrice
-from routing_policies.selectors import draft_get, version_get, version_table
+from routing_policies.selectors import draft_get, table_cells, version_get, version_table
 
 from ..backtests.view_models import cost_sentence
 from ..playground.selectors import lab_versions

@@ -17,7 +17,7 @@ from controlplane.roles import Role
 from edge_sdk.decision import DeviceState, TaskSignals
 from routing_policies.cell_schema import MODES
 from routing_policies.models import Fleet
-from routing_policies.policies.pages import fleet_or_404
+from routing_policies.pages import fleet_or_404
 from routing_policies.pricing import CloudPrice
 from routing_policies.services import fleet_cloud_price_set
 
