@@ -17,6 +17,7 @@ from controlplane.api import require_object
 from edge_sdk.decision import DeviceState, TaskSignals
 from routing_policies.selectors import fleet_get
 
+from ..schemas import cell_key
 from .explain import CellOverride
 from .schemas import ExplainInputSerializer, ExplainOutSerializer
 from .selectors import playground_explain
@@ -43,12 +44,12 @@ class ExplainApi(APIView):
         serializer = ExplainInputSerializer(data=require_object(request.data))
         serializer.is_valid(raise_exception=True)
         body: dict[str, Any] = serializer.validated_data
-        cell, task, device = body["cell"], body["task"], body["device"]
+        task, device = body["task"], body["device"]
         return Response(
             playground_explain(
                 fleet=fleet,
                 ref=body.get("version"),
-                key=(cell["task_type"], cell["latency_budget"], cell["privacy_tier"]),
+                key=cell_key(body["cell"]),
                 override=CellOverride(**body.get("override", {})),
                 task=TaskSignals(
                     tokens=task["tokens"],
