@@ -37,8 +37,10 @@ class BacktestListApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = policy_selectors.fleet_get(slug=slug)
+        serializer = schemas.BacktestStartSerializer(data=require_object(request.data))
+        serializer.is_valid(raise_exception=True)
         backtest, created = services.backtest_start(
-            actor=request.user, fleet=fleet, data=require_object(request.data)
+            actor=request.user, fleet=fleet, **serializer.validated_data
         )
         return Response(
             selectors.backtest_out(backtest, slug=slug),

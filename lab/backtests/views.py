@@ -12,15 +12,15 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.exceptions import ApplicationError
-from controlplane.pages import posted_values, refusal, role_required
+from controlplane.pages import form_input, posted_values, refusal, role_required
 from controlplane.roles import Role, has_role
 from routing_policies.models import Fleet
 from routing_policies.pages import fleet_or_404
 from routing_policies.selectors import draft_get, published_numbers
 
-from . import selectors, services
+from . import schemas, selectors, services
 from .models import Backtest
-from .view_models import backtest_view, form_data
+from .view_models import backtest_view, form_lists
 
 
 def _page(
@@ -70,9 +70,8 @@ def backtest_start(request: HttpRequest, slug: str) -> HttpResponse:
     """Start the backtest the form asks for (or show the one kept for it)."""
     fleet = fleet_or_404(slug)
     try:
-        backtest, _ = services.backtest_start(
-            actor=request.user, fleet=fleet, data=form_data(request.POST)
-        )
+        values = form_input(schemas.BacktestStartSerializer, form_lists(request.POST))
+        backtest, _ = services.backtest_start(actor=request.user, fleet=fleet, **values)
     except ApplicationError as exc:
         return refusal(
             lambda **shown: _page(request, fleet, form=posted_values(request), **shown),

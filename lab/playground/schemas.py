@@ -205,6 +205,8 @@ class _DecidedOut(_Out):
 
 
 class LabCellOut(_CellOut):
+    """The cell decided in: its θ, and whether the override changed it."""
+
     threshold = serializers.FloatField()
     overridden = serializers.BooleanField()
 
@@ -213,6 +215,8 @@ class LabCellOut(_CellOut):
 
 
 class LabMatrixCellOut(_CellOut, _DecidedOut):
+    """The task decided in one cell of the table."""
+
     step = serializers.IntegerField()
     queue_until_online = serializers.BooleanField()
 
@@ -221,6 +225,8 @@ class LabMatrixCellOut(_CellOut, _DecidedOut):
 
 
 class LabSampleOut(_DecidedOut):
+    """One sample task of the stream, decided in the cell."""
+
     # `source` is also a DRF Field attribute; as a declared field it is a plain output key.
     source = serializers.ChoiceField(choices=["seed", "recorded"])  # type: ignore[assignment]
     tokens = serializers.IntegerField()
