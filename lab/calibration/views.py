@@ -10,23 +10,16 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from django import forms
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from controlplane.exceptions import ApplicationError, ValidationFailed
-from controlplane.pages import (
-    NumberField,
-    PageForm,
-    WholeNumberField,
-    refusal,
-    role_required,
-)
+from controlplane.exceptions import ApplicationError
+from controlplane.pages import form_input, refusal, role_required
 from controlplane.roles import Role, has_role
-from routing_policies.cell_schema import CellKey, cell_key_label
+from routing_policies.cell_schema import cell_key_label
 from routing_policies.models import Fleet, PolicyVersion
 from routing_policies.pages import fleet_or_404
 from routing_policies.pricing import CloudPrice
@@ -35,12 +28,12 @@ from routing_policies.selectors import draft_get, table_cells, version_get, vers
 from ..backtests.view_models import cost_sentence
 from ..playground.selectors import lab_versions
 from ..running import lab_version_default
-from .selectors import DEFAULT_HOURS, MAX_HOURS, calibration_compute, calibration_out, why_fixed
+from ..schemas import cell_key, version_ref_text
+from .schemas import HOURS_CHOICES, ApplyPageSerializer, CalibratePageSerializer
+from .selectors import DEFAULT_HOURS, calibration_compute, calibration_out, why_fixed
 from .services import calibration_apply
-from .targets import TARGET_KINDS, Target
+from .targets import Target
 
-HOURS_CHOICES: Final = (1, 6, 24, 72, MAX_HOURS)
-_SHARE_KINDS: Final = ("alpha", "alpha_within_budget", "cloud_share", "quality")
 KIND_LABELS: Final = {
     "alpha": "Device share α (%)",
     "alpha_within_budget": "Device share α (%) within the P95 budget",
@@ -49,84 +42,6 @@ KIND_LABELS: Final = {
     "cost_ceiling": "Cloud cost ceiling (per hour, per cell)",
     "quality": "Highest α with device quality at or above (%)",
 }
-
-
-class CalibrateForm(PageForm):
-    """The page's query: target kind and value, window, cells (none ticked: every cell)."""
-
-    kind = forms.ChoiceField(label="Target", choices=[(k, KIND_LABELS[k]) for k in TARGET_KINDS])
-    value = NumberField(label="Target value", empty=None)
-    hours = forms.TypedChoiceField(
-        label="Window", coerce=int, choices=[(h, h) for h in HOURS_CHOICES], empty_value=None
-    )
-    cells = forms.MultipleChoiceField(label="Cells", required=False)
-    version = forms.CharField(label="Version", required=False, max_length=16)
-
-    def __init__(self, *args: Any, cell_labels: list[str], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        cells = self.fields["cells"]
-        assert isinstance(cells, forms.MultipleChoiceField)
-        cells.choices = [(label, label) for label in cell_labels]
-
-    def target(self) -> Target:
-        """The target the values ask for; shares are typed in percent."""
-        values = self.values()
-        kind, value = values["kind"], values["value"]
-        if kind == "p95_within_budget":
-            return Target(kind=kind)
-        if value is None:
-            raise ValidationFailed(
-                f"{KIND_LABELS[kind]} needs a value.",
-                details=[{"field": "value", "message": "is required"}],
-            )
-        if kind in _SHARE_KINDS:
-            if not 0 <= value <= 100:
-                raise ValidationFailed(
-                    f"A share is between 0 and 100% (got {value:g}).",
-                    details=[{"field": "value", "message": "out of range"}],
-                )
-            return Target(kind=kind, value=value / 100)
-        if value < 0:
-            raise ValidationFailed(
-                "A cost ceiling cannot be negative.",
-                details=[{"field": "value", "message": "out of range"}],
-            )
-        return Target(kind=kind, value=value)
-
-
-class ApplyForm(PageForm):
-    """The chosen θs to write: `theta` values `task_type/latency_budget/tier=0.592`."""
-
-    revision = WholeNumberField(label="Draft revision", minimum=1)
-    theta = forms.MultipleChoiceField(label="θ to apply")
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # Any posted value is a candidate; `thresholds` checks each.
-        self.fields["theta"].valid_value = lambda value: True  # type: ignore[attr-defined]
-
-    def thresholds(self) -> list[tuple[CellKey, float]]:
-        """The cells and θs posted; a malformed one is refused, naming it."""
-        out: list[tuple[CellKey, float]] = []
-        for text in self.values()["theta"]:
-            label, _, number = text.partition("=")
-            parts = label.split("/")
-            try:
-                threshold = float(number)
-            except ValueError:
-                threshold = -1.0
-            if len(parts) != 3 or not 0.0 <= threshold <= 1.0:
-                raise ValidationFailed(
-                    f"{text[:60]!r} is not a cell and a θ in [0, 1].",
-                    details=[{"field": "theta", "message": "not cell=θ"}],
-                )
-            out.append(((parts[0], parts[1], parts[2]), threshold))
-        return out
-
-
-def _key(label: str) -> CellKey:
-    task_type, latency_budget, privacy_tier = label.split("/")
-    return (task_type, latency_budget, privacy_tier)
 
 
 def _chart_cells(out: dict[str, Any]) -> list[dict[str, Any] | None]:
@@ -170,7 +85,7 @@ def _page(
     requested = chosen.get("version") or None
     ref: int | str | None = None
     if requested is not None:
-        ref = int(requested) if requested.isascii() and requested.isdigit() else requested
+        ref = version_ref_text(requested)
         try:
             base: PolicyVersion | None = version_get(fleet=fleet, ref=ref)
         except ApplicationError:
@@ -184,16 +99,14 @@ def _page(
     ]
     result = None
     if base is not None and "kind" in chosen and not error:
-        form = CalibrateForm(chosen, cell_labels=[row["label"] for row in cell_rows])
         try:
-            target = form.target()
-            labels = form.values()["cells"]
+            query = form_input(CalibratePageSerializer, chosen)
             result = calibration_out(
                 calibration_compute(
                     fleet=fleet,
-                    target=target,
-                    cells=[_key(label) for label in labels] or None,
-                    hours=form.values()["hours"] or DEFAULT_HOURS,
+                    target=Target(kind=query["kind"], value=query.get("value")),
+                    cells=query.get("cells") or None,
+                    hours=query["hours"],
                     version=ref,
                 )
             )
@@ -241,14 +154,11 @@ def calibrate_apply(request: HttpRequest, slug: str) -> HttpResponse:
     """Write the ticked cells' chosen θs into the draft; then show the backtest of the result
     (the draft page when none could start)."""
     fleet = fleet_or_404(slug)
-    form = ApplyForm(request.POST)
     try:
-        thresholds = form.thresholds()
+        values = form_input(ApplyPageSerializer, request.POST)
+        thresholds = [(cell_key(cell), cell["threshold"]) for cell in values["theta"]]
         draft, backtest = calibration_apply(
-            actor=request.user,
-            fleet=fleet,
-            revision=form.values()["revision"],
-            thresholds=thresholds,
+            actor=request.user, fleet=fleet, revision=values["revision"], thresholds=thresholds
         )
     except ApplicationError as exc:
         return refusal(
