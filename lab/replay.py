@@ -33,6 +33,7 @@ from routing_policies.models import AuditEntry
 __all__ = [
     "CLOUD_PRESSURE_ACTION",
     "COLUMNS",
+    "SIGNAL_COLUMNS",
     "CellKey",
     "NudgeHistory",
     "RecordedEvent",
@@ -45,6 +46,17 @@ __all__ = [
 CellKey = tuple[str, str, str]  # (task_type, latency_budget, privacy_tier)
 CLOUD_PRESSURE_ACTION: Final = "fleet.cloud_pressure"
 
+# The task's signals and the device's link and load an event recorded, in this order (the
+# playground's sample tasks are read from them too).
+SIGNAL_COLUMNS: Final = (
+    "tokens",
+    "intent_conf",
+    "lm_conf",
+    "upload_bytes",
+    "rtt_ms",
+    "bandwidth_kbps",
+    "device_load",
+)
 # The raw table's columns the replay reads, in this order (`ReplayInputs.load` unpacks them).
 COLUMNS: Final = (
     "ts",
@@ -59,13 +71,7 @@ COLUMNS: Final = (
     "cache_hit",
     "ok",
     "latency_ms",
-    "tokens",
-    "intent_conf",
-    "lm_conf",
-    "upload_bytes",
-    "rtt_ms",
-    "bandwidth_kbps",
-    "device_load",
+    *SIGNAL_COLUMNS,
     "online",
     "cloud_infer_ms",
     "cloud_pressure",

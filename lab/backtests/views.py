@@ -7,9 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST
 
 from controlplane.exceptions import ApplicationError
 from controlplane.pages import form_input, posted_values, refusal, role_required
@@ -18,6 +17,7 @@ from routing_policies.models import Fleet
 from routing_policies.pages import fleet_or_404
 from routing_policies.selectors import draft_get, published_numbers
 
+from ..pages import fleet_page, render_page
 from . import schemas, selectors, services
 from .models import Backtest
 from .view_models import backtest_view, form_lists
@@ -32,6 +32,7 @@ def _page(
     problems: list[dict[str, Any]] | None = None,
     form: dict[str, str] | None = None,
 ) -> HttpResponse:
+    """The latest backtest (or `?id=`), its progress and results; the start form."""
     recent = list(selectors.backtest_list(fleet=fleet))
     chosen: Backtest | None = None
     wanted = request.GET.get("id", "")
@@ -51,17 +52,13 @@ def _page(
         "chosen": backtest_view(chosen, slug=fleet.slug) if chosen else None,
         "form": form if form is not None else defaults,
         "can_start": has_role(request.user, Role.EDITOR),
-        "error": error,
-        "problems": problems or [],
     }
-    return render(request, "telemetry/backtests.html", context, status=status)
+    return render_page(
+        request, "telemetry/backtests.html", context, status=status, error=error, problems=problems
+    )
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def backtests_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """The latest backtest (or `?id=`), its progress and results; the start form."""
-    return _page(request, fleet_or_404(slug))
+backtests_page = fleet_page(_page)
 
 
 @role_required(Role.EDITOR)

@@ -12,9 +12,8 @@ from typing import Any, Final
 
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST
 
 from controlplane.exceptions import ApplicationError
 from controlplane.pages import form_input, refusal, role_required
@@ -26,6 +25,7 @@ from routing_policies.pricing import CloudPrice
 from routing_policies.selectors import draft_get, table_cells, version_get, version_table
 
 from ..backtests.view_models import cost_sentence
+from ..pages import fleet_page, render_page
 from ..playground.selectors import lab_versions
 from ..running import lab_version_default
 from ..schemas import cell_key, version_ref_text
@@ -79,6 +79,7 @@ def _page(
     error: str = "",
     problems: list[dict[str, Any]] | None = None,
 ) -> HttpResponse:
+    """The form, and with a query the curve of every cell asked for."""
     draft = draft_get(fleet=fleet)
     chosen = request.GET
     # What the page opens on: the draft, else what devices run (stable); `?version=` another.
@@ -135,17 +136,13 @@ def _page(
         "chart_cells": _chart_cells(result) if result else [],
         "can_edit": has_role(request.user, Role.EDITOR),
         "currency": CloudPrice.of_fleet(fleet).currency,
-        "error": error,
-        "problems": problems or [],
     }
-    return render(request, "lab/calibrate.html", context, status=status)
+    return render_page(
+        request, "lab/calibrate.html", context, status=status, error=error, problems=problems
+    )
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def calibrate_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """The form, and with a query the curve of every cell asked for."""
-    return _page(request, fleet_or_404(slug))
+calibrate_page = fleet_page(_page)
 
 
 @role_required(Role.EDITOR)

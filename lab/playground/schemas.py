@@ -97,8 +97,16 @@ class ExplainInputSerializer(ClosedSerializer):
 # --- the answer ------------------------------------------------------------------------------
 
 
+# An object of the answer, named in the schema by its class less `Out` (`LabDecisionOut`:
+# `LabDecision`) unless it says otherwise. (A comment: a docstring here would become the
+# description of every answer object in the schema.)
 class _Out(serializers.Serializer[Any]):
-    pass
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "Meta" not in cls.__dict__:
+            meta = type("Meta", (), {"ref_name": cls.__name__.removesuffix("Out")})
+            setattr(cls, "Meta", meta)  # noqa: B010  # (a class DRF reads, not a typed attribute)
 
 
 class LabDecisionOut(_Out):
@@ -109,9 +117,6 @@ class LabDecisionOut(_Out):
     explain = serializers.CharField()
     queue_until_online = serializers.BooleanField()
 
-    class Meta:
-        ref_name = "LabDecision"
-
 
 class LabScoreTermOut(_Out):
     name = serializers.ChoiceField(choices=list(SCORE_TERM_NAMES))
@@ -119,26 +124,17 @@ class LabScoreTermOut(_Out):
     signal = serializers.FloatField(help_text="the signal's share in [0, 1] before weighting")
     term = serializers.FloatField(help_text="weight × signal")
 
-    class Meta:
-        ref_name = "LabScoreTerm"
-
 
 class LabScoreOut(_Out):
     reached = serializers.BooleanField(help_text="false: a step before 4 decided")
     value = serializers.FloatField()
     terms = LabScoreTermOut(many=True)
 
-    class Meta:
-        ref_name = "LabScore"
-
 
 class LabAdjustmentOut(_Out):
     name = serializers.ChoiceField(choices=["network", "load", "cloud_pressure", "clamp"])
     delta = serializers.FloatField()
     text = serializers.CharField()
-
-    class Meta:
-        ref_name = "LabAdjustment"
 
 
 class LabThresholdOut(_Out):
@@ -147,9 +143,6 @@ class LabThresholdOut(_Out):
     adjustments = LabAdjustmentOut(many=True)
     effective = serializers.FloatField()
     score_below = serializers.BooleanField()
-
-    class Meta:
-        ref_name = "LabThreshold"
 
 
 class LabLatencyOut(_Out):
@@ -161,9 +154,6 @@ class LabLatencyOut(_Out):
     budget_ms = serializers.IntegerField()
     within_budget = serializers.BooleanField()
 
-    class Meta:
-        ref_name = "LabLatency"
-
 
 class LabPrivacyOut(_Out):
     tier = serializers.CharField()
@@ -173,17 +163,11 @@ class LabPrivacyOut(_Out):
     data_leaves_device = serializers.BooleanField()
     violation = serializers.BooleanField()
 
-    class Meta:
-        ref_name = "LabPrivacy"
-
 
 class LabCostOut(_Out):
     cloud_calls = serializers.IntegerField()
     amount = serializers.FloatField()
     currency = serializers.CharField()
-
-    class Meta:
-        ref_name = "LabCost"
 
 
 class _CellOut(_Out):
@@ -220,9 +204,6 @@ class LabMatrixCellOut(_CellOut, _DecidedOut):
     step = serializers.IntegerField()
     queue_until_online = serializers.BooleanField()
 
-    class Meta:
-        ref_name = "LabMatrixCell"
-
 
 class LabSampleOut(_DecidedOut):
     """One sample task of the stream, decided in the cell."""
@@ -234,16 +215,10 @@ class LabSampleOut(_DecidedOut):
     lm_conf = serializers.FloatField()
     latency_ms = serializers.FloatField(allow_null=True)
 
-    class Meta:
-        ref_name = "LabSample"
-
 
 class LabSamplesDeviceMsOut(_Out):
     value = serializers.FloatField(help_text="the latency of a device answer in the stream, ms")
     source = serializers.CharField(help_text="where it came from, in words")  # type: ignore[assignment]  # a declared field
-
-    class Meta:
-        ref_name = "LabSamplesDeviceMs"
 
 
 class ExplainOutSerializer(_Out):

@@ -9,7 +9,7 @@ from typing import Any
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST
 
 from controlplane.exceptions import ApplicationError
 from controlplane.pages import form_input, posted_values, role_required
@@ -21,6 +21,7 @@ from routing_policies.pages import FleetCloudPriceInputSerializer, fleet_or_404
 from routing_policies.pricing import CloudPrice
 from routing_policies.services import fleet_cloud_price_set
 
+from ..pages import fleet_page
 from ..schemas import version_ref_text
 from .explain import CellOverride
 from .selectors import lab_table, lab_versions, playground_explain
@@ -38,6 +39,8 @@ def _lab_page(
     price_error: str = "",
     price_values: dict[str, str] | None = None,
 ) -> HttpResponse:
+    """The playground on `?version=` (a number or `draft`; default the draft, else what
+    devices run, else the latest)."""
     requested = request.GET.get("version") or None
     try:
         table = lab_table(fleet=fleet, ref=version_ref_text(requested) if requested else None)
@@ -97,12 +100,7 @@ def _lab_page(
     return render(request, "telemetry/lab.html", context, status=status)
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def lab_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """The playground on `?version=` (a number or `draft`; default the draft, else what
-    devices run, else the latest)."""
-    return _lab_page(request, fleet_or_404(slug))
+lab_page = fleet_page(_lab_page)
 
 
 @role_required(Role.PUBLISHER)
