@@ -101,7 +101,6 @@ class ExplainInputSerializer(ClosedSerializer):
 # `LabDecision`) unless it says otherwise. (A comment: a docstring here would become the
 # description of every answer object in the schema.)
 class _Out(serializers.Serializer[Any]):
-
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "Meta" not in cls.__dict__:
