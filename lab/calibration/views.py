@@ -13,19 +13,17 @@ from typing import Any, Final
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 
 from controlplane.exceptions import ApplicationError
-from controlplane.pages import form_input, refusal, role_required
+from controlplane.pages import form_input
 from controlplane.roles import Role, has_role
 from routing_policies.cell_schema import cell_key_label
 from routing_policies.models import Fleet, PolicyVersion
-from routing_policies.pages import fleet_or_404
 from routing_policies.pricing import CloudPrice
 from routing_policies.selectors import draft_get, table_cells, version_get, version_table
 
 from ..backtests.view_models import cost_sentence
-from ..pages import fleet_page, render_page
+from ..pages import fleet_action, fleet_page, refused, render_page, shown_refused
 from ..playground.selectors import lab_versions
 from ..running import lab_version_default
 from ..schemas import cell_key, version_ref_text
@@ -71,14 +69,7 @@ def _describe_costs(result: dict[str, Any]) -> None:
             holder["cost_text"] = cost_sentence(holder["cost"], stable_version=stable)
 
 
-def _page(
-    request: HttpRequest,
-    fleet: Fleet,
-    *,
-    status: int = 200,
-    error: str = "",
-    problems: list[dict[str, Any]] | None = None,
-) -> HttpResponse:
+def _page(request: HttpRequest, fleet: Fleet, **why: Any) -> HttpResponse:
     """The form, and with a query the curve of every cell asked for."""
     draft = draft_get(fleet=fleet)
     chosen = request.GET
@@ -99,7 +90,7 @@ def _page(
         for key, cell in cells.items()
     ]
     result = None
-    if base is not None and "kind" in chosen and not error:
+    if base is not None and "kind" in chosen and not why:
         try:
             query = form_input(CalibratePageSerializer, chosen)
             result = calibration_out(
@@ -112,7 +103,7 @@ def _page(
                 )
             )
         except ApplicationError as exc:
-            status, error, problems = exc.status_code, exc.message, exc.details
+            why = refused(exc)
     if result is not None:
         _describe_costs(result)
     ticked = set(chosen.getlist("cells"))
@@ -137,20 +128,16 @@ def _page(
         "can_edit": has_role(request.user, Role.EDITOR),
         "currency": CloudPrice.of_fleet(fleet).currency,
     }
-    return render_page(
-        request, "lab/calibrate.html", context, status=status, error=error, problems=problems
-    )
+    return render_page(request, "lab/calibrate.html", context, **why)
 
 
 calibrate_page = fleet_page(_page)
 
 
-@role_required(Role.EDITOR)
-@require_POST
-def calibrate_apply(request: HttpRequest, slug: str) -> HttpResponse:
+@fleet_action(Role.EDITOR)
+def calibrate_apply(request: HttpRequest, fleet: Fleet) -> HttpResponse:
     """Write the ticked cells' chosen θs into the draft; then show the backtest of the result
     (the draft page when none could start)."""
-    fleet = fleet_or_404(slug)
     try:
         values = form_input(ApplyPageSerializer, request.POST)
         thresholds = [(cell_key(cell), cell["threshold"]) for cell in values["theta"]]
@@ -158,9 +145,7 @@ def calibrate_apply(request: HttpRequest, slug: str) -> HttpResponse:
             actor=request.user, fleet=fleet, revision=values["revision"], thresholds=thresholds
         )
     except ApplicationError as exc:
-        return refusal(
-            lambda **page: _page(request, fleet, **page), exc, nothing="The draft was not changed."
-        )
+        return shown_refused(_page, request, fleet, exc, nothing="The draft was not changed.")
     written = f"Wrote θ of {len(thresholds)} cell(s) into the draft (revision {draft.revision})."
     if backtest is None:
         messages.success(request, f"{written} Backtest it beside Publish before publishing.")

@@ -9,19 +9,18 @@ from typing import Any
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
 
 from controlplane.exceptions import ApplicationError
-from controlplane.pages import form_input, posted_values, role_required
+from controlplane.pages import form_input, posted_values
 from controlplane.roles import Role
 from edge_sdk.decision import DeviceState, TaskSignals
 from routing_policies.cell_schema import MODES
 from routing_policies.models import Fleet
-from routing_policies.pages import FleetCloudPriceInputSerializer, fleet_or_404
+from routing_policies.pages import FleetCloudPriceInputSerializer
 from routing_policies.pricing import CloudPrice
 from routing_policies.services import fleet_cloud_price_set
 
-from ..pages import fleet_page
+from ..pages import fleet_action, fleet_page
 from ..schemas import version_ref_text
 from .explain import CellOverride
 from .selectors import lab_table, lab_versions, playground_explain
@@ -103,11 +102,9 @@ def _lab_page(
 lab_page = fleet_page(_lab_page)
 
 
-@role_required(Role.PUBLISHER)
-@require_POST
-def lab_cloud_price(request: HttpRequest, slug: str) -> HttpResponse:
+@fleet_action(Role.PUBLISHER)
+def lab_cloud_price(request: HttpRequest, fleet: Fleet) -> HttpResponse:
     """Set the fleet's cloud price from the lab page; a refusal shows the page again (400)."""
-    fleet = fleet_or_404(slug)
     try:
         values = form_input(FleetCloudPriceInputSerializer, request.POST)
         fleet_cloud_price_set(
