@@ -162,6 +162,9 @@ def _typed(field: serializers.Field[Any, Any, Any, Any], text: str) -> Any:
     """`text` as the JSON value `field` takes, or the text itself when it is not one (the
     serializer then refuses it with its own words)."""
     stripped = text.strip()
+    form_value = getattr(field, "form_value", None)
+    if callable(form_value):  # a field of its own kind says how a page's text reads
+        return form_value(text)
     if isinstance(field, serializers.BooleanField):
         lowered = stripped.lower()
         return True if lowered in _TRUE else False if lowered in _FALSE else text

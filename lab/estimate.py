@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from telemetry.rollups.sketch import LatencySketch
+from telemetry.rollups import LatencySketch
 
 from .replay import CellKey, RecordedEvent
 

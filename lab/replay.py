@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, NotRequired, TypedDict, Unpack
 
 from django.db import connection
 
@@ -33,6 +33,7 @@ from routing_policies.models import AuditEntry
 __all__ = [
     "CLOUD_PRESSURE_ACTION",
     "COLUMNS",
+    "SIGNAL_COLUMNS",
     "CellKey",
     "NudgeHistory",
     "RecordedEvent",
@@ -45,6 +46,17 @@ __all__ = [
 CellKey = tuple[str, str, str]  # (task_type, latency_budget, privacy_tier)
 CLOUD_PRESSURE_ACTION: Final = "fleet.cloud_pressure"
 
+# The task's signals and the device's link and load an event recorded, in this order (the
+# playground's sample tasks are read from them too).
+SIGNAL_COLUMNS: Final = (
+    "tokens",
+    "intent_conf",
+    "lm_conf",
+    "upload_bytes",
+    "rtt_ms",
+    "bandwidth_kbps",
+    "device_load",
+)
 # The raw table's columns the replay reads, in this order (`ReplayInputs.load` unpacks them).
 COLUMNS: Final = (
     "ts",
@@ -59,13 +71,7 @@ COLUMNS: Final = (
     "cache_hit",
     "ok",
     "latency_ms",
-    "tokens",
-    "intent_conf",
-    "lm_conf",
-    "upload_bytes",
-    "rtt_ms",
-    "bandwidth_kbps",
-    "device_load",
+    *SIGNAL_COLUMNS,
     "online",
     "cloud_infer_ms",
     "cloud_pressure",
@@ -137,55 +143,43 @@ class NudgeHistory:
         return self._offsets[index]
 
 
+class RecordedWhere(TypedDict):
+    """Which recorded events a replay reads: the fleet's with `start <= ts < end`, of these
+    policy versions, cohort (`stable` / `candidate`) and cells only (None: all)."""
+
+    fleet_id: int
+    start: datetime
+    end: datetime
+    versions: NotRequired[Collection[int] | None]
+    cohort: NotRequired[str | None]
+    cells: NotRequired[Collection[CellKey] | None]
+
+
 def recorded_events(
-    *,
-    fleet_id: int,
-    start: datetime,
-    end: datetime,
-    versions: Collection[int] | None = None,
-    cohort: str | None = None,
-    cells: Collection[tuple[str, str, str]] | None = None,
-    batch_size: int = 5000,
+    *, batch_size: int = 5000, **where: Unpack[RecordedWhere]
 ) -> Iterator[list[RecordedEvent]]:
     """The fleet's raw events with `start <= ts < end`, in batches of at most `batch_size`.
 
     Filters: policy versions, cohort (`stable` / `candidate`), cells. Order is the storage
     order (not by time): every consumer folds the events into sums.
     """
-    nudges = NudgeHistory.of_fleet(fleet_id=fleet_id, end=end)
+    nudges = NudgeHistory.of_fleet(fleet_id=where["fleet_id"], end=where["end"])
     inputs = ReplayInputs(nudges)
-    for rows in recorded_rows(
-        fleet_id=fleet_id,
-        start=start,
-        end=end,
-        versions=versions,
-        cohort=cohort,
-        cells=cells,
-        batch_size=batch_size,
-    ):
+    for rows in recorded_rows(batch_size=batch_size, **where):
         yield [inputs.load(row).event() for row in rows]
 
 
 def recorded_rows(
-    *,
-    fleet_id: int,
-    start: datetime,
-    end: datetime,
-    versions: Collection[int] | None = None,
-    cohort: str | None = None,
-    cells: Collection[tuple[str, str, str]] | None = None,
-    batch_size: int = 5000,
+    *, batch_size: int = 5000, **where: Unpack[RecordedWhere]
 ) -> Iterator[Sequence[tuple[Any, ...]]]:
     """The raw rows behind `recorded_events` (columns `COLUMNS`), for a hot loop that fills one
     `ReplayInputs` per row instead of building a `RecordedEvent`."""
-    query = _where(
-        fleet_id=fleet_id, start=start, end=end, versions=versions, cohort=cohort, cells=cells
-    )
+    query = _where(**where)
     if query is None:
         return
-    where, params = query
+    clause, params = query
     # Only constant column names and placeholders are formatted in; values go as parameters.
-    sql = f"SELECT {', '.join(COLUMNS)} FROM telemetry_event WHERE {where}"  # noqa: S608
+    sql = f"SELECT {', '.join(COLUMNS)} FROM telemetry_event WHERE {clause}"  # noqa: S608
     if connection.vendor == "postgresql":
         # A server-side cursor in binary format: rows come FETCH by FETCH (other queries may
         # run on the connection between batches, e.g. a backtest's progress), and timestamps
@@ -204,24 +198,14 @@ def recorded_rows(
             yield rows
 
 
-def recorded_count(
-    *,
-    fleet_id: int,
-    start: datetime,
-    end: datetime,
-    versions: Collection[int] | None = None,
-    cohort: str | None = None,
-    cells: Collection[tuple[str, str, str]] | None = None,
-) -> int:
+def recorded_count(**where: Unpack[RecordedWhere]) -> int:
     """How many events `recorded_rows` would yield: the total of a backtest's progress."""
-    query = _where(
-        fleet_id=fleet_id, start=start, end=end, versions=versions, cohort=cohort, cells=cells
-    )
+    query = _where(**where)
     if query is None:
         return 0
-    where, params = query
+    clause, params = query
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM telemetry_event WHERE {where}", params)  # noqa: S608
+        cursor.execute(f"SELECT count(*) FROM telemetry_event WHERE {clause}", params)  # noqa: S608
         return int(cursor.fetchone()[0])
 
 
@@ -230,9 +214,9 @@ def _where(
     fleet_id: int,
     start: datetime,
     end: datetime,
-    versions: Collection[int] | None,
-    cohort: str | None,
-    cells: Collection[tuple[str, str, str]] | None,
+    versions: Collection[int] | None = None,
+    cohort: str | None = None,
+    cells: Collection[CellKey] | None = None,
 ) -> tuple[str, list[Any]] | None:
     """The WHERE clause and its parameters; None when nothing can match."""
     where = ["fleet_id = %s", "ts >= %s", "ts < %s"]

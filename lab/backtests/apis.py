@@ -9,7 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import require_object
+from controlplane.api import input_validate, require_object
 from controlplane.openapi import error_responses
 from controlplane.permissions import IsEditor, IsViewer
 from routing_policies import selectors as policy_selectors
@@ -37,9 +37,8 @@ class BacktestListApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = policy_selectors.fleet_get(slug=slug)
-        backtest, created = services.backtest_start(
-            actor=request.user, fleet=fleet, data=require_object(request.data)
-        )
+        values = input_validate(schemas.BacktestStartSerializer, require_object(request.data))
+        backtest, created = services.backtest_start(actor=request.user, fleet=fleet, **values)
         return Response(
             selectors.backtest_out(backtest, slug=slug),
             status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK,

@@ -19,9 +19,9 @@ from typing import Any, Final
 
 from edge_sdk.decision import Cell, Decision, decide, privacy_violation
 from routing_policies.cell_schema import cell_key_label
-from routing_policies.policies.sdk_cells import sends_sensitive_data_off_device
 from routing_policies.pricing import CloudPrice, cost_report
-from telemetry.rollups.sketch import LOG_GAMMA, MIN_VALUE, ZERO_INDEX, LatencySketch
+from routing_policies.selectors import sends_sensitive_data_off_device
+from telemetry.rollups import LOG_GAMMA, MIN_VALUE, ZERO_INDEX, LatencySketch
 
 from ..estimate import (
     ROUTES,

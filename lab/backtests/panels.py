@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from routing_policies.models import Fleet, PolicyVersion
-from telemetry.dashboards.metrics import fleet_metrics
+from telemetry.dashboards.selectors import fleet_metrics
 
 from .models import Backtest, BacktestStatus
 from .selectors import backtest_latest_done

@@ -1,61 +1,88 @@
-"""OpenAPI shapes of the backtest API (drf-spectacular); the service checks the input itself."""
+"""The backtest API's bodies: the input serializer that checks a start (the API's, the page's
+and the command's), and the backtest's shape."""
 
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Final
 
 from django.conf import settings
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from controlplane.api import JsonChoiceField, JsonIntegerField, JsonStringField
 from controlplane.openapi import closed_body
-from telemetry.ingest.models import Cohort
+from routing_policies.validation import MAX_VERSION
+from telemetry.models import Cohort
 
+from ..schemas import ClosedSerializer, SubjectField
 from .models import BacktestStatus
 from .services import DEFAULT_HOURS, MAX_CELL_NAME, MAX_FILTER_CELLS, MAX_FILTER_VERSIONS
 
+MAX_TIMESTAMP: Final = 40
 
-@extend_schema_field(
-    {
-        "oneOf": [
-            {"type": "string", "enum": ["draft"]},
-            {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
-        ],
-        "default": "draft",
-        "description": '"draft" (the default) or a published version number',
+
+@extend_schema_field(OpenApiTypes.DATETIME)
+class AwareDateTimeField(JsonStringField):
+    """An RFC 3339 timestamp string with its time zone (`Z`, `+02:00`), read as UTC."""
+
+    default_error_messages = {
+        "invalid": "Must be an RFC 3339 timestamp.",
+        "naive": "Must carry a time zone (e.g. Z).",
     }
-)
-class SubjectField(serializers.JSONField):
-    """`"draft"` or a version number."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=MAX_TIMESTAMP, **kwargs)
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        # The string checks (JSON string, length) first, on the text as sent.
+        text = super().run_validation(data)
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            self.fail("invalid")
+        if moment.tzinfo is None:
+            self.fail("naive")
+        return moment.astimezone(UTC)
 
 
-class BacktestStartSerializer(serializers.Serializer[Any]):
+def max_hours() -> int:
+    """The longest window: the raw events' retention."""
+    return int(settings.TELEMETRY_RETENTION_DAYS) * 24
+
+
+@closed_body
+class BacktestStartSerializer(ClosedSerializer):
+    """What to replay (the draft or a version) over which window, and which events."""
+
     version = SubjectField(required=False)
-    revision = serializers.IntegerField(
+    revision = JsonIntegerField(
         min_value=1,
+        max_value=MAX_VERSION,
         required=False,
         help_text="the subject's revision you looked at; 409 if it is not the subject's (the "
         "draft has moved on, or the version was published at another)",
     )
-    hours = serializers.IntegerField(
+    hours = JsonIntegerField(
         min_value=1,
-        max_value=int(settings.TELEMETRY_RETENTION_DAYS) * 24,
+        max_value=max_hours(),
         default=DEFAULT_HOURS,
         help_text="the window's length (at most the raw events' retention)",
     )
-    end = serializers.DateTimeField(
+    end = AwareDateTimeField(
         required=False,
         help_text="the window's end (RFC 3339 with a zone); default now; 409 when in the "
         "future or older than the raw events are kept",
     )
     versions = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=2**31 - 1),
+        child=JsonIntegerField(min_value=1, max_value=MAX_VERSION),
         min_length=1,
         max_length=MAX_FILTER_VERSIONS,
         required=False,
         help_text="only events of these policy versions",
     )
-    cohort = serializers.ChoiceField(choices=Cohort.values, required=False)
+    cohort = JsonChoiceField(choices=Cohort.values, required=False)
     cells = serializers.ListField(
-        child=serializers.CharField(max_length=MAX_CELL_NAME),
+        child=JsonStringField(max_length=MAX_CELL_NAME),
         min_length=1,
         max_length=MAX_FILTER_CELLS,
         required=False,
@@ -64,9 +91,6 @@ class BacktestStartSerializer(serializers.Serializer[Any]):
 
     class Meta:
         ref_name = "BacktestStart"
-
-
-BacktestStartSerializer = closed_body(BacktestStartSerializer)  # type: ignore[misc]
 
 
 class BacktestSerializer(serializers.Serializer[Any]):

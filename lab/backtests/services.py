@@ -12,22 +12,25 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.exceptions import Conflict, NotFound, ValidationFailed
+from controlplane.exceptions import Conflict, NotFound
 from routing_policies.cell_schema import CellKey, cell_key_label
 from routing_policies.documents import Table
 from routing_policies.models import Fleet, FleetRouting, PolicyVersion
-from routing_policies.policies.audit import Actor, actor_user
-from routing_policies.policies.sdk_cells import shadow_refine_rates, table_cells
 from routing_policies.pricing import CloudPrice
-from routing_policies.selectors import draft_get, version_table
-from telemetry.ingest.models import Cohort
+from routing_policies.selectors import (
+    draft_get,
+    shadow_refine_rates,
+    table_cells,
+    version_table,
+)
+from routing_policies.services import Actor, actor_user
 
 from ..replay import recorded_count
 from .engine import BacktestInput, backtest_compute
@@ -39,7 +42,6 @@ DEFAULT_HOURS: Final = 24
 MAX_FILTER_VERSIONS: Final = 100
 MAX_FILTER_CELLS: Final = 4096
 MAX_CELL_NAME: Final = 100
-START_FIELDS: Final = ("version", "revision", "hours", "end", "versions", "cohort", "cells")
 # Progress is written at most this often (a day of events is a few hundred batches).
 _PROGRESS_EVERY_S: Final = 0.5
 
@@ -53,10 +55,6 @@ def backtest_queue_register(queue: BacktestQueue) -> None:
     _queue = queue
 
 
-def _problem(field: str, message: str) -> ValidationFailed:
-    return ValidationFailed(f"{field}: {message}", details=[{"field": field, "message": message}])
-
-
 def _state(field: str, message: str, code: str) -> Conflict:
     """A well-formed request the fleet's state (or the clock) cannot serve: 409."""
     return Conflict(
@@ -64,45 +62,30 @@ def _state(field: str, message: str, code: str) -> Conflict:
     )
 
 
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _max_hours() -> int:
-    return int(settings.TELEMETRY_RETENTION_DAYS) * 24
-
-
-def _subject(fleet: Fleet, data: dict[str, Any]) -> tuple[PolicyVersion, str]:
-    ref = data.get("version", "draft")
-    if ref == "draft":
+def _subject(fleet: Fleet, version: int | str, revision: int | None) -> tuple[PolicyVersion, str]:
+    if version == "draft":
         draft = draft_get(fleet=fleet)
         if draft is None:
             raise _state(
                 "version", f"fleet {fleet.slug!r} has no draft; name a version", "no_draft"
             )
-        _revision_check(data, draft, f"The draft is at revision {draft.revision}")
+        _revision_check(revision, draft, f"The draft is at revision {draft.revision}")
         return draft, "draft"
-    if not _whole(ref) or not 1 <= ref <= 2**31 - 1:
-        raise _problem("version", f'must be "draft" or a published version number, got {ref!r}')
-    version = PolicyVersion.objects.filter(fleet=fleet, number=ref).first()
-    if version is None:
+    published = PolicyVersion.objects.filter(fleet=fleet, number=version).first()
+    if published is None:
         raise NotFound(
-            f"Fleet {fleet.slug!r} has no published version {ref}.",
-            details=[{"field": "version", "message": f"no published version {ref}"}],
+            f"Fleet {fleet.slug!r} has no published version {version}.",
+            details=[{"field": "version", "message": f"no published version {version}"}],
         )
-    _revision_check(data, version, f"v{ref} was published at revision {version.revision}")
-    return version, "version"
+    where = f"v{version} was published at revision {published.revision}"
+    _revision_check(revision, published, where)
+    return published, "version"
 
 
-def _revision_check(data: dict[str, Any], subject: PolicyVersion, where: str) -> None:
+def _revision_check(revision: int | None, subject: PolicyVersion, where: str) -> None:
     """The revision the caller looked at, if sent, must be the subject's (a draft moves on; a
     published version keeps the revision it was published at): else 409."""
-    revision = data.get("revision")
-    if revision is None:
-        return
-    if not _whole(revision) or revision < 1:
-        raise _problem("revision", f"must be a whole number >= 1, got {revision!r}")
-    if revision != subject.revision:
+    if revision is not None and revision != subject.revision:
         raise Conflict(
             f"{where}, not {revision}.",
             code="stale_revision",
@@ -110,59 +93,30 @@ def _revision_check(data: dict[str, Any], subject: PolicyVersion, where: str) ->
         )
 
 
-def _window(data: dict[str, Any]) -> tuple[datetime, datetime]:
-    hours = data.get("hours", DEFAULT_HOURS)
-    if not _whole(hours) or not 1 <= hours <= _max_hours():
-        raise _problem("hours", f"must be whole hours in [1, {_max_hours()}], got {hours!r}")
+def _window(hours: int, end: datetime | None) -> tuple[datetime, datetime]:
     now = timezone.now()
-    raw_end = data.get("end")
-    if raw_end is None:
+    if end is None:
         # Whole minutes, so that asking again within the minute finds the same backtest.
         end = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
-    else:
-        if not isinstance(raw_end, str) or len(raw_end) > 40:
-            raise _problem("end", "must be an RFC 3339 timestamp string")
-        try:
-            end = datetime.fromisoformat(raw_end)
-        except ValueError:
-            raise _problem("end", "must be an RFC 3339 timestamp") from None
-        if end.tzinfo is None:
-            raise _problem("end", "must carry a time zone (e.g. Z)")
-        end = end.astimezone(UTC)
-        if end > now + timedelta(minutes=5):
-            raise _state("end", "must not be in the future", "end_in_future")
-    start = end - timedelta(hours=hours)
-    if end < now - timedelta(hours=_max_hours()):
+    elif end > now + timedelta(minutes=5):
+        raise _state("end", "must not be in the future", "end_in_future")
+    if end < now - timedelta(hours=int(settings.TELEMETRY_RETENTION_DAYS) * 24):
         raise _state("end", "is older than the raw events are kept", "past_retention")
-    return start, end
+    return end - timedelta(hours=hours), end
 
 
-def _filters(data: dict[str, Any], table: Table) -> dict[str, Any]:
+def _filters(
+    table: Table, versions: list[int] | None, cohort: str | None, cells: list[str] | None
+) -> dict[str, Any]:
     filters: dict[str, Any] = {}
-    versions = data.get("versions")
     if versions is not None:
-        if not isinstance(versions, list) or not 1 <= len(versions) <= MAX_FILTER_VERSIONS:
-            raise _problem("versions", f"must be a list of 1 to {MAX_FILTER_VERSIONS} numbers")
-        for index, number in enumerate(versions):
-            if not _whole(number) or not 1 <= number <= 2**31 - 1:
-                raise _problem(f"versions[{index}]", f"must be a version number, got {number!r}")
         filters["versions"] = sorted(set(versions))
-    cohort = data.get("cohort")
     if cohort is not None:
-        if cohort not in Cohort.values:
-            raise _problem("cohort", f"must be one of {', '.join(Cohort.values)}")
         filters["cohort"] = cohort
-    cells = data.get("cells")
     if cells is not None:
-        if not isinstance(cells, list) or not 1 <= len(cells) <= MAX_FILTER_CELLS:
-            raise _problem("cells", f"must be a list of 1 to {MAX_FILTER_CELLS} cell names")
         labels = {cell_key_label(key): key for key in table}
         keys: set[CellKey] = set()
         for index, label in enumerate(cells):
-            if not isinstance(label, str) or len(label) > MAX_CELL_NAME:
-                raise _problem(
-                    f"cells[{index}]", f"must be a cell name of at most {MAX_CELL_NAME} characters"
-                )
             if label not in labels:
                 raise _state(
                     f"cells[{index}]",
@@ -181,41 +135,28 @@ def _key(subject: PolicyVersion, start: datetime, end: datetime, filters: dict[s
 
 
 @transaction.atomic
-def backtest_start(*, actor: Actor, fleet: Fleet, data: dict[str, Any]) -> tuple[Backtest, bool]:
-    """Start (or find) the backtest `data` asks for; (backtest, whether it is new).
+def backtest_start(
+    *,
+    actor: Actor,
+    fleet: Fleet,
+    version: int | str = "draft",
+    revision: int | None = None,
+    hours: int = DEFAULT_HOURS,
+    end: datetime | None = None,
+    versions: list[int] | None = None,
+    cohort: str | None = None,
+    cells: list[str] | None = None,
+) -> tuple[Backtest, bool]:
+    """Start (or find) the backtest of `version` ("draft" or a published number; `revision`,
+    when given, must be the subject's) over the `hours` up to `end` (default now), of the
+    events of `versions`, `cohort` and `cells` only; (backtest, whether it is new).
 
-    `data`: `version` ("draft", the default, or a published number), `revision` (the draft's,
-    checked), `hours` (1 to the raw retention, default 24), `end` (RFC 3339, default now),
-    and the filters `versions`, `cohort`, `cells`.
-    """
-    unknown = sorted(set(data) - set(START_FIELDS))
-    if unknown:
-        raise ValidationFailed(
-            f"Unknown field {unknown[0]!r}.",
-            details=[{"field": name, "message": "unknown"} for name in unknown],
-        )
-    # Every field is checked, so that one answer names every problem.
-    details: list[dict[str, Any]] = []
-    found: dict[str, Any] = {}
-    checks: list[tuple[str, Callable[[], Any]]] = [
-        ("subject", lambda: _subject(fleet, data)),
-        ("window", lambda: _window(data)),
-        ("filters", lambda: _filters(data, version_table(version=found["subject"][0]))),
-    ]
-    for name, check in checks:
-        if name == "filters" and "subject" not in found:
-            continue
-        try:
-            found[name] = check()
-        except ValidationFailed as exc:
-            details.extend(exc.details)
-    if details:
-        first = details[0]
-        raise ValidationFailed(
-            f"The backtest cannot start: {first['field']} {first['message']}.", details=details
-        )
-    (subject, kind), (start, end), filters = found["subject"], found["window"], found["filters"]
+    The values come checked by `schemas.BacktestStartSerializer`; here what needs the fleet's
+    state or the clock, refused (404 / 409) naming the field."""
+    subject, kind = _subject(fleet, version, revision)
+    start, end = _window(hours, end)
     table = version_table(version=subject)
+    filters = _filters(table, versions, cohort, cells)
     routing = FleetRouting.objects.select_related("stable_version").filter(fleet=fleet).first()
     if routing is None or routing.stable_version is None or routing.stable_version.number is None:
         raise _state(

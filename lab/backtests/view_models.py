@@ -13,28 +13,16 @@ from .models import Backtest, BacktestStatus
 _ROUTE_NAMES = {"device": "device", "cloud": "cloud", "draft_refine": "draft-refine"}
 
 
-def form_data(post: QueryDict) -> dict[str, Any]:
-    """The start form as the service's request: typed as the API's JSON would be."""
-    data: dict[str, Any] = {}
-    version = post.get("version", "").strip()
-    if version:
-        data["version"] = int(version) if version.isdigit() else version
-    revision = post.get("revision", "").strip()
-    if revision:
-        data["revision"] = int(revision) if revision.isdigit() else revision
-    hours = post.get("hours", "").strip()
-    if hours:
-        data["hours"] = int(hours) if hours.isdigit() else hours
-    cohort = post.get("cohort", "").strip()
-    if cohort:
-        data["cohort"] = cohort
-    cells = [c.strip() for c in post.get("cells", "").replace("\n", ",").split(",") if c.strip()]
-    if cells:
-        data["cells"] = cells
-    versions = [v.strip() for v in post.get("versions", "").split(",") if v.strip()]
-    if versions:
-        data["versions"] = [int(v) if v.isdigit() else v for v in versions]
-    return data
+def form_lists(post: QueryDict) -> QueryDict:
+    """The start form with its comma-separated fields (cells, versions) posted once per item,
+    as the API's lists take them; a blank one left out."""
+    posted = post.copy()
+    for name in ("cells", "versions"):
+        items = [item.strip() for item in post.get(name, "").replace("\n", ",").split(",")]
+        posted.setlist(name, [item for item in items if item])
+        if not posted.getlist(name):
+            del posted[name]
+    return posted
 
 
 def percent(value: float | None, digits: int = 1) -> str:

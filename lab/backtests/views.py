@@ -7,31 +7,24 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.exceptions import ApplicationError
-from controlplane.pages import posted_values, refusal, role_required
+from controlplane.pages import form_input, posted_values
 from controlplane.roles import Role, has_role
 from routing_policies.models import Fleet
-from routing_policies.policies.pages import fleet_or_404
-from routing_policies.policies.selectors import draft_get, published_numbers
+from routing_policies.selectors import draft_get, published_numbers
 
-from . import selectors, services
+from ..pages import fleet_action, fleet_page, render_page, shown_refused
+from . import schemas, selectors, services
 from .models import Backtest
-from .view_models import backtest_view, form_data
+from .view_models import backtest_view, form_lists
 
 
 def _page(
-    request: HttpRequest,
-    fleet: Fleet,
-    *,
-    status: int = 200,
-    error: str = "",
-    problems: list[dict[str, Any]] | None = None,
-    form: dict[str, str] | None = None,
+    request: HttpRequest, fleet: Fleet, *, form: dict[str, str] | None = None, **why: Any
 ) -> HttpResponse:
+    """The latest backtest (or `?id=`), its progress and results; the start form."""
     recent = list(selectors.backtest_list(fleet=fleet))
     chosen: Backtest | None = None
     wanted = request.GET.get("id", "")
@@ -51,33 +44,23 @@ def _page(
         "chosen": backtest_view(chosen, slug=fleet.slug) if chosen else None,
         "form": form if form is not None else defaults,
         "can_start": has_role(request.user, Role.EDITOR),
-        "error": error,
-        "problems": problems or [],
     }
-    return render(request, "telemetry/backtests.html", context, status=status)
+    return render_page(request, "telemetry/backtests.html", context, **why)
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def backtests_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """The latest backtest (or `?id=`), its progress and results; the start form."""
-    return _page(request, fleet_or_404(slug))
+backtests_page = fleet_page(_page)
 
 
-@role_required(Role.EDITOR)
-@require_POST
-def backtest_start(request: HttpRequest, slug: str) -> HttpResponse:
+@fleet_action(Role.EDITOR)
+def backtest_start(request: HttpRequest, fleet: Fleet) -> HttpResponse:
     """Start the backtest the form asks for (or show the one kept for it)."""
-    fleet = fleet_or_404(slug)
     try:
-        backtest, _ = services.backtest_start(
-            actor=request.user, fleet=fleet, data=form_data(request.POST)
-        )
+        values = form_input(schemas.BacktestStartSerializer, form_lists(request.POST))
+        backtest, _ = services.backtest_start(actor=request.user, fleet=fleet, **values)
     except ApplicationError as exc:
-        return refusal(
-            lambda **shown: _page(request, fleet, form=posted_values(request), **shown),
-            exc,
-            nothing="No backtest was started.",
+        nothing = "No backtest was started."
+        return shown_refused(
+            _page, request, fleet, exc, nothing=nothing, form=posted_values(request)
         )
     url = reverse("fleet-backtests", args=[fleet.slug])
     return HttpResponseRedirect(f"{url}?id={backtest.pk}")

@@ -31,8 +31,14 @@ from datetime import datetime
 from typing import Any, Final
 
 from routing_policies.cell_schema import CellKey
-from telemetry.rollups import Figures, figures_at, plan_window, read_rows
-from telemetry.rollups.sketch import SCORE_BINS, score_counts
+from telemetry.rollups import (
+    SCORE_BINS,
+    Figures,
+    figures_at,
+    plan_window,
+    read_rows,
+    score_counts,
+)
 
 __all__ = [
     "DISPLAY_BINS",

@@ -19,9 +19,13 @@ from controlplane.exceptions import Conflict, ValidationFailed
 from edge_sdk.decision import Cell
 from routing_policies.cell_schema import CellKey, cell_key_label
 from routing_policies.models import Fleet, FleetRouting, PolicyVersion
-from routing_policies.policies.sdk_cells import shadow_refine_rates, table_cells
 from routing_policies.pricing import CloudPrice, cost_report, data_span_hours, has_rate
-from routing_policies.selectors import version_get, version_table
+from routing_policies.selectors import (
+    shadow_refine_rates,
+    table_cells,
+    version_get,
+    version_table,
+)
 from telemetry.rollups import Figures
 
 from ..estimate import LatencyModel, Observed, network_ms

@@ -50,7 +50,7 @@ def calibration_apply(
     try:
         with transaction.atomic():
             backtest, _ = backtest_start(
-                actor=actor, fleet=fleet, data={"version": "draft", "revision": draft.revision}
+                actor=actor, fleet=fleet, version="draft", revision=draft.revision
             )
     except ApplicationError as exc:
         logger.info("calibration.backtest_not_started fleet=%s reason=%s", fleet.slug, exc.message)

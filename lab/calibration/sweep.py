@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from edge_sdk.decision import Cell, Decision, DeviceState, TaskSignals, decide
 from routing_policies.pricing import CloudPrice
-from telemetry.rollups.sketch import SCORE_BINS, LatencySketch, bucket_index, score_bin
+from telemetry.rollups import SCORE_BINS, LatencySketch, bucket_index, score_bin
 
 from ..estimate import ROUTES, LatencyModel, RouteLoad, network_ms, weighted_quantiles
 from .quality import KeptGroups, Prediction, predict

@@ -10,38 +10,28 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from django import forms
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
 
-from controlplane.exceptions import ApplicationError, ValidationFailed
-from controlplane.pages import (
-    NumberField,
-    PageForm,
-    WholeNumberField,
-    refusal,
-    role_required,
-)
+from controlplane.exceptions import ApplicationError
+from controlplane.pages import form_input
 from controlplane.roles import Role, has_role
-from routing_policies.cell_schema import CellKey, cell_key_label
+from routing_policies.cell_schema import cell_key_label
 from routing_policies.models import Fleet, PolicyVersion
-from routing_policies.policies.pages import fleet_or_404
-from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.pricing import CloudPrice
-from routing_policies.selectors import draft_get, version_get, version_table
+from routing_policies.selectors import draft_get, table_cells, version_get, version_table
 
 from ..backtests.view_models import cost_sentence
+from ..pages import fleet_action, fleet_page, refused, render_page, shown_refused
 from ..playground.selectors import lab_versions
 from ..running import lab_version_default
-from .selectors import DEFAULT_HOURS, MAX_HOURS, calibration_compute, calibration_out, why_fixed
+from ..schemas import cell_key, version_ref_text
+from .schemas import HOURS_CHOICES, ApplyPageSerializer, CalibratePageSerializer
+from .selectors import DEFAULT_HOURS, calibration_compute, calibration_out, why_fixed
 from .services import calibration_apply
-from .targets import TARGET_KINDS, Target
+from .targets import Target
 
-HOURS_CHOICES: Final = (1, 6, 24, 72, MAX_HOURS)
-_SHARE_KINDS: Final = ("alpha", "alpha_within_budget", "cloud_share", "quality")
 KIND_LABELS: Final = {
     "alpha": "Device share α (%)",
     "alpha_within_budget": "Device share α (%) within the P95 budget",
@@ -50,84 +40,6 @@ KIND_LABELS: Final = {
     "cost_ceiling": "Cloud cost ceiling (per hour, per cell)",
     "quality": "Highest α with device quality at or above (%)",
 }
-
-
-class CalibrateForm(PageForm):
-    """The page's query: target kind and value, window, cells (none ticked: every cell)."""
-
-    kind = forms.ChoiceField(label="Target", choices=[(k, KIND_LABELS[k]) for k in TARGET_KINDS])
-    value = NumberField(label="Target value", empty=None)
-    hours = forms.TypedChoiceField(
-        label="Window", coerce=int, choices=[(h, h) for h in HOURS_CHOICES], empty_value=None
-    )
-    cells = forms.MultipleChoiceField(label="Cells", required=False)
-    version = forms.CharField(label="Version", required=False, max_length=16)
-
-    def __init__(self, *args: Any, cell_labels: list[str], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        cells = self.fields["cells"]
-        assert isinstance(cells, forms.MultipleChoiceField)
-        cells.choices = [(label, label) for label in cell_labels]
-
-    def target(self) -> Target:
-        """The target the values ask for; shares are typed in percent."""
-        values = self.values()
-        kind, value = values["kind"], values["value"]
-        if kind == "p95_within_budget":
-            return Target(kind=kind)
-        if value is None:
-            raise ValidationFailed(
-                f"{KIND_LABELS[kind]} needs a value.",
-                details=[{"field": "value", "message": "is required"}],
-            )
-        if kind in _SHARE_KINDS:
-            if not 0 <= value <= 100:
-                raise ValidationFailed(
-                    f"A share is between 0 and 100% (got {value:g}).",
-                    details=[{"field": "value", "message": "out of range"}],
-                )
-            return Target(kind=kind, value=value / 100)
-        if value < 0:
-            raise ValidationFailed(
-                "A cost ceiling cannot be negative.",
-                details=[{"field": "value", "message": "out of range"}],
-            )
-        return Target(kind=kind, value=value)
-
-
-class ApplyForm(PageForm):
-    """The chosen θs to write: `theta` values `task_type/latency_budget/tier=0.592`."""
-
-    revision = WholeNumberField(label="Draft revision", minimum=1)
-    theta = forms.MultipleChoiceField(label="θ to apply")
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # Any posted value is a candidate; `thresholds` checks each.
-        self.fields["theta"].valid_value = lambda value: True  # type: ignore[attr-defined]
-
-    def thresholds(self) -> list[tuple[CellKey, float]]:
-        """The cells and θs posted; a malformed one is refused, naming it."""
-        out: list[tuple[CellKey, float]] = []
-        for text in self.values()["theta"]:
-            label, _, number = text.partition("=")
-            parts = label.split("/")
-            try:
-                threshold = float(number)
-            except ValueError:
-                threshold = -1.0
-            if len(parts) != 3 or not 0.0 <= threshold <= 1.0:
-                raise ValidationFailed(
-                    f"{text[:60]!r} is not a cell and a θ in [0, 1].",
-                    details=[{"field": "theta", "message": "not cell=θ"}],
-                )
-            out.append(((parts[0], parts[1], parts[2]), threshold))
-        return out
-
-
-def _key(label: str) -> CellKey:
-    task_type, latency_budget, privacy_tier = label.split("/")
-    return (task_type, latency_budget, privacy_tier)
 
 
 def _chart_cells(out: dict[str, Any]) -> list[dict[str, Any] | None]:
@@ -157,21 +69,15 @@ def _describe_costs(result: dict[str, Any]) -> None:
             holder["cost_text"] = cost_sentence(holder["cost"], stable_version=stable)
 
 
-def _page(
-    request: HttpRequest,
-    fleet: Fleet,
-    *,
-    status: int = 200,
-    error: str = "",
-    problems: list[dict[str, Any]] | None = None,
-) -> HttpResponse:
+def _page(request: HttpRequest, fleet: Fleet, **why: Any) -> HttpResponse:
+    """The form, and with a query the curve of every cell asked for."""
     draft = draft_get(fleet=fleet)
     chosen = request.GET
     # What the page opens on: the draft, else what devices run (stable); `?version=` another.
     requested = chosen.get("version") or None
     ref: int | str | None = None
     if requested is not None:
-        ref = int(requested) if requested.isascii() and requested.isdigit() else requested
+        ref = version_ref_text(requested)
         try:
             base: PolicyVersion | None = version_get(fleet=fleet, ref=ref)
         except ApplicationError:
@@ -184,22 +90,20 @@ def _page(
         for key, cell in cells.items()
     ]
     result = None
-    if base is not None and "kind" in chosen and not error:
-        form = CalibrateForm(chosen, cell_labels=[row["label"] for row in cell_rows])
+    if base is not None and "kind" in chosen and not why:
         try:
-            target = form.target()
-            labels = form.values()["cells"]
+            query = form_input(CalibratePageSerializer, chosen)
             result = calibration_out(
                 calibration_compute(
                     fleet=fleet,
-                    target=target,
-                    cells=[_key(label) for label in labels] or None,
-                    hours=form.values()["hours"] or DEFAULT_HOURS,
+                    target=Target(kind=query["kind"], value=query.get("value")),
+                    cells=query.get("cells") or None,
+                    hours=query["hours"],
                     version=ref,
                 )
             )
         except ApplicationError as exc:
-            status, error, problems = exc.status_code, exc.message, exc.details
+            why = refused(exc)
     if result is not None:
         _describe_costs(result)
     ticked = set(chosen.getlist("cells"))
@@ -223,38 +127,25 @@ def _page(
         "chart_cells": _chart_cells(result) if result else [],
         "can_edit": has_role(request.user, Role.EDITOR),
         "currency": CloudPrice.of_fleet(fleet).currency,
-        "error": error,
-        "problems": problems or [],
     }
-    return render(request, "lab/calibrate.html", context, status=status)
+    return render_page(request, "lab/calibrate.html", context, **why)
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def calibrate_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """The form, and with a query the curve of every cell asked for."""
-    return _page(request, fleet_or_404(slug))
+calibrate_page = fleet_page(_page)
 
 
-@role_required(Role.EDITOR)
-@require_POST
-def calibrate_apply(request: HttpRequest, slug: str) -> HttpResponse:
+@fleet_action(Role.EDITOR)
+def calibrate_apply(request: HttpRequest, fleet: Fleet) -> HttpResponse:
     """Write the ticked cells' chosen θs into the draft; then show the backtest of the result
     (the draft page when none could start)."""
-    fleet = fleet_or_404(slug)
-    form = ApplyForm(request.POST)
     try:
-        thresholds = form.thresholds()
+        values = form_input(ApplyPageSerializer, request.POST)
+        thresholds = [(cell_key(cell), cell["threshold"]) for cell in values["theta"]]
         draft, backtest = calibration_apply(
-            actor=request.user,
-            fleet=fleet,
-            revision=form.values()["revision"],
-            thresholds=thresholds,
+            actor=request.user, fleet=fleet, revision=values["revision"], thresholds=thresholds
         )
     except ApplicationError as exc:
-        return refusal(
-            lambda **page: _page(request, fleet, **page), exc, nothing="The draft was not changed."
-        )
+        return shown_refused(_page, request, fleet, exc, nothing="The draft was not changed.")
     written = f"Wrote θ of {len(thresholds)} cell(s) into the draft (revision {draft.revision})."
     if backtest is None:
         messages.success(request, f"{written} Backtest it beside Publish before publishing.")

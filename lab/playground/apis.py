@@ -6,17 +6,16 @@ checks the body, `selectors.playground_explain` answers.
 
 from __future__ import annotations
 
-from typing import Any
-
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import require_object
+from controlplane.api import input_validate, require_object
 from edge_sdk.decision import DeviceState, TaskSignals
 from routing_policies.selectors import fleet_get
 
+from ..schemas import cell_key
 from .explain import CellOverride
 from .schemas import ExplainInputSerializer, ExplainOutSerializer
 from .selectors import playground_explain
@@ -40,15 +39,13 @@ class ExplainApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = fleet_get(slug=slug)
-        serializer = ExplainInputSerializer(data=require_object(request.data))
-        serializer.is_valid(raise_exception=True)
-        body: dict[str, Any] = serializer.validated_data
-        cell, task, device = body["cell"], body["task"], body["device"]
+        body = input_validate(ExplainInputSerializer, require_object(request.data))
+        task, device = body["task"], body["device"]
         return Response(
             playground_explain(
                 fleet=fleet,
                 ref=body.get("version"),
-                key=(cell["task_type"], cell["latency_budget"], cell["privacy_tier"]),
+                key=cell_key(body["cell"]),
                 override=CellOverride(**body.get("override", {})),
                 task=TaskSignals(
                     tokens=task["tokens"],

@@ -7,94 +7,24 @@ refuses fields it does not know, so a typo such as `rtt` is a 400 naming it, nev
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.api import JsonBooleanField, JsonChoiceField, JsonIntegerField, JsonRegexField
+from controlplane.api import JsonBooleanField, JsonChoiceField, JsonFloatField, JsonIntegerField
 from controlplane.openapi import closed_body
 from edge_sdk.decision import SCORE_TERM_NAMES
 from routing_policies.cell_schema import MODES
 from telemetry.ingest.events import MAX_BANDWIDTH_KBPS, MAX_RTT_MS, MAX_TOKENS, MAX_UPLOAD_BYTES
 
+from ..schemas import ClosedSerializer, LabCellSerializer, LabVersionRefField
 from .explain import SEED_DEVICE_MS
 
 MAX_CLOUD_INFER_MS = 600_000.0  # ten minutes: as long as a cell's latency budget may be
 MAX_DEVICE_MS = 600_000.0
-MAX_VERSION = 2**31 - 1
 SAMPLE_SOURCES = ("none", "seed", "recorded")
 ROUTES = ("device", "cloud", "draft_refine")
 DECIDED_BY = ("policy", "privacy", "offline", "threshold", "latency")
-DIMENSION_VALUE = r"\A[a-z][a-z0-9_-]{0,31}\Z"
-
-
-class JsonNumberField(serializers.FloatField):
-    """A finite JSON number (whole or not): not `"0.5"`, not `true`."""
-
-    def to_internal_value(self, data: Any) -> float:
-        if isinstance(data, bool) or not isinstance(data, int | float):
-            self.fail("invalid")
-        if isinstance(data, float) and not math.isfinite(data):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class ClosedSerializer(serializers.Serializer[Any]):
-    """An object that refuses the fields it does not declare (each named in the 400)."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        if not isinstance(data, dict):
-            # A list detail is named by the field itself ("cell"), not "cell.non_field_errors".
-            raise serializers.ValidationError([f"Must be an object, not {type(data).__name__}."])
-        unknown = sorted(set(data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
-        return super().to_internal_value(data)
-
-
-@extend_schema_field(
-    {
-        "oneOf": [
-            {"type": "integer", "minimum": 1, "maximum": MAX_VERSION},
-            {"type": "string", "enum": ["draft", "latest"]},
-        ],
-        "description": "a version number, `draft` or `latest` (default: the draft, else latest)",
-    }
-)
-class VersionRefField(serializers.Field):  # type: ignore[type-arg]
-    """A version number, `draft` or `latest`."""
-
-    default_error_messages = {
-        "invalid": "Must be a version number (1, 2, ...), 'draft' or 'latest'."
-    }
-
-    def to_internal_value(self, data: Any) -> int | str:
-        if isinstance(data, str) and data in ("draft", "latest"):
-            return data
-        if isinstance(data, bool) or not isinstance(data, int) or not 1 <= data <= MAX_VERSION:
-            self.fail("invalid")
-        return int(data)
-
-    def to_representation(self, value: Any) -> Any:
-        return value
-
-
-def _dimension() -> JsonRegexField:
-    return JsonRegexField(DIMENSION_VALUE, max_length=32)
-
-
-@closed_body
-class LabCellSerializer(ClosedSerializer):
-    """The cell: one value of each dimension."""
-
-    task_type = _dimension()
-    latency_budget = _dimension()
-    privacy_tier = _dimension()
-
-    class Meta:
-        ref_name = "LabCell"
 
 
 @closed_body
@@ -102,7 +32,7 @@ class LabOverrideSerializer(ClosedSerializer):
     """What to change in the cell before deciding: its mode, its θ (either or both)."""
 
     mode = JsonChoiceField(choices=list(MODES), required=False)
-    threshold = JsonNumberField(min_value=0.0, max_value=1.0, required=False)
+    threshold = JsonFloatField(min_value=0.0, max_value=1.0, required=False)
 
     class Meta:
         ref_name = "LabOverride"
@@ -113,8 +43,8 @@ class LabTaskSerializer(ClosedSerializer):
     """The task's signals (PROTOCOL.md step 4 and 7)."""
 
     tokens = JsonIntegerField(min_value=0, max_value=MAX_TOKENS)
-    intent_conf = JsonNumberField(min_value=0.0, max_value=1.0)
-    lm_conf = JsonNumberField(min_value=0.0, max_value=1.0)
+    intent_conf = JsonFloatField(min_value=0.0, max_value=1.0)
+    lm_conf = JsonFloatField(min_value=0.0, max_value=1.0)
     upload_bytes = JsonIntegerField(min_value=0, max_value=MAX_UPLOAD_BYTES, required=False)
 
     class Meta:
@@ -125,12 +55,12 @@ class LabTaskSerializer(ClosedSerializer):
 class LabDeviceSerializer(ClosedSerializer):
     """The device's state, the pushed cloud-pressure offset and a cloud inference estimate."""
 
-    rtt_ms = JsonNumberField(min_value=0.0, max_value=MAX_RTT_MS)
-    bandwidth_kbps = JsonNumberField(min_value=0.0, max_value=MAX_BANDWIDTH_KBPS)
-    device_load = JsonNumberField(min_value=0.0, max_value=1.0)
+    rtt_ms = JsonFloatField(min_value=0.0, max_value=MAX_RTT_MS)
+    bandwidth_kbps = JsonFloatField(min_value=0.0, max_value=MAX_BANDWIDTH_KBPS)
+    device_load = JsonFloatField(min_value=0.0, max_value=1.0)
     online = JsonBooleanField()
-    cloud_pressure = JsonNumberField(min_value=-1.0, max_value=1.0, required=False)
-    cloud_infer_ms = JsonNumberField(min_value=0.0, max_value=MAX_CLOUD_INFER_MS)
+    cloud_pressure = JsonFloatField(min_value=-1.0, max_value=1.0, required=False)
+    cloud_infer_ms = JsonFloatField(min_value=0.0, max_value=MAX_CLOUD_INFER_MS)
 
     class Meta:
         ref_name = "LabDevice"
@@ -140,7 +70,7 @@ class LabDeviceSerializer(ClosedSerializer):
 class ExplainInputSerializer(ClosedSerializer):
     """One task through one cell of a version (or the draft), and optionally every cell."""
 
-    version = VersionRefField(required=False)
+    version = LabVersionRefField(required=False)
     cell = LabCellSerializer()
     override = LabOverrideSerializer(required=False)
     task = LabTaskSerializer()
@@ -152,7 +82,7 @@ class ExplainInputSerializer(ClosedSerializer):
         help_text="also decide a stream of sample tasks in the cell: the seed's five, or the "
         "cell's recorded tasks of the last 24 h",
     )
-    device_ms = JsonNumberField(
+    device_ms = JsonFloatField(
         min_value=0.0,
         max_value=MAX_DEVICE_MS,
         required=False,
@@ -167,8 +97,15 @@ class ExplainInputSerializer(ClosedSerializer):
 # --- the answer ------------------------------------------------------------------------------
 
 
+# An object of the answer, named in the schema by its class less `Out` (`LabDecisionOut`:
+# `LabDecision`) unless it says otherwise. (A comment: a docstring here would become the
+# description of every answer object in the schema.)
 class _Out(serializers.Serializer[Any]):
-    pass
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "Meta" not in cls.__dict__:
+            meta = type("Meta", (), {"ref_name": cls.__name__.removesuffix("Out")})
+            setattr(cls, "Meta", meta)  # noqa: B010  # (a class DRF reads, not a typed attribute)
 
 
 class LabDecisionOut(_Out):
@@ -179,9 +116,6 @@ class LabDecisionOut(_Out):
     explain = serializers.CharField()
     queue_until_online = serializers.BooleanField()
 
-    class Meta:
-        ref_name = "LabDecision"
-
 
 class LabScoreTermOut(_Out):
     name = serializers.ChoiceField(choices=list(SCORE_TERM_NAMES))
@@ -189,26 +123,17 @@ class LabScoreTermOut(_Out):
     signal = serializers.FloatField(help_text="the signal's share in [0, 1] before weighting")
     term = serializers.FloatField(help_text="weight × signal")
 
-    class Meta:
-        ref_name = "LabScoreTerm"
-
 
 class LabScoreOut(_Out):
     reached = serializers.BooleanField(help_text="false: a step before 4 decided")
     value = serializers.FloatField()
     terms = LabScoreTermOut(many=True)
 
-    class Meta:
-        ref_name = "LabScore"
-
 
 class LabAdjustmentOut(_Out):
     name = serializers.ChoiceField(choices=["network", "load", "cloud_pressure", "clamp"])
     delta = serializers.FloatField()
     text = serializers.CharField()
-
-    class Meta:
-        ref_name = "LabAdjustment"
 
 
 class LabThresholdOut(_Out):
@@ -217,9 +142,6 @@ class LabThresholdOut(_Out):
     adjustments = LabAdjustmentOut(many=True)
     effective = serializers.FloatField()
     score_below = serializers.BooleanField()
-
-    class Meta:
-        ref_name = "LabThreshold"
 
 
 class LabLatencyOut(_Out):
@@ -231,9 +153,6 @@ class LabLatencyOut(_Out):
     budget_ms = serializers.IntegerField()
     within_budget = serializers.BooleanField()
 
-    class Meta:
-        ref_name = "LabLatency"
-
 
 class LabPrivacyOut(_Out):
     tier = serializers.CharField()
@@ -243,24 +162,34 @@ class LabPrivacyOut(_Out):
     data_leaves_device = serializers.BooleanField()
     violation = serializers.BooleanField()
 
-    class Meta:
-        ref_name = "LabPrivacy"
-
 
 class LabCostOut(_Out):
     cloud_calls = serializers.IntegerField()
     amount = serializers.FloatField()
     currency = serializers.CharField()
 
-    class Meta:
-        ref_name = "LabCost"
 
+class _CellOut(_Out):
+    """A cell's key and its mode."""
 
-class LabCellOut(_Out):
     task_type = serializers.CharField()
     latency_budget = serializers.CharField()
     privacy_tier = serializers.CharField()
     mode = serializers.ChoiceField(choices=list(MODES))
+
+
+class _DecidedOut(_Out):
+    """How a task was decided: the route, the step's reason, the score against θ."""
+
+    route = serializers.ChoiceField(choices=list(ROUTES))
+    decided_by = serializers.ChoiceField(choices=list(DECIDED_BY))
+    score = serializers.FloatField(allow_null=True)
+    threshold = serializers.FloatField(allow_null=True)
+
+
+class LabCellOut(_CellOut):
+    """The cell decided in: its θ, and whether the override changed it."""
+
     threshold = serializers.FloatField()
     overridden = serializers.BooleanField()
 
@@ -268,44 +197,27 @@ class LabCellOut(_Out):
         ref_name = "LabCellOut"
 
 
-class LabMatrixCellOut(_Out):
-    task_type = serializers.CharField()
-    latency_budget = serializers.CharField()
-    privacy_tier = serializers.CharField()
-    mode = serializers.ChoiceField(choices=list(MODES))
-    route = serializers.ChoiceField(choices=list(ROUTES))
-    decided_by = serializers.ChoiceField(choices=list(DECIDED_BY))
+class LabMatrixCellOut(_CellOut, _DecidedOut):
+    """The task decided in one cell of the table."""
+
     step = serializers.IntegerField()
-    score = serializers.FloatField(allow_null=True)
-    threshold = serializers.FloatField(allow_null=True)
     queue_until_online = serializers.BooleanField()
 
-    class Meta:
-        ref_name = "LabMatrixCell"
 
+class LabSampleOut(_DecidedOut):
+    """One sample task of the stream, decided in the cell."""
 
-class LabSampleOut(_Out):
     # `source` is also a DRF Field attribute; as a declared field it is a plain output key.
     source = serializers.ChoiceField(choices=["seed", "recorded"])  # type: ignore[assignment]
     tokens = serializers.IntegerField()
     intent_conf = serializers.FloatField()
     lm_conf = serializers.FloatField()
-    route = serializers.ChoiceField(choices=list(ROUTES))
-    decided_by = serializers.ChoiceField(choices=list(DECIDED_BY))
-    score = serializers.FloatField(allow_null=True)
-    threshold = serializers.FloatField(allow_null=True)
     latency_ms = serializers.FloatField(allow_null=True)
-
-    class Meta:
-        ref_name = "LabSample"
 
 
 class LabSamplesDeviceMsOut(_Out):
     value = serializers.FloatField(help_text="the latency of a device answer in the stream, ms")
     source = serializers.CharField(help_text="where it came from, in words")  # type: ignore[assignment]  # a declared field
-
-    class Meta:
-        ref_name = "LabSamplesDeviceMs"
 
 
 class ExplainOutSerializer(_Out):

@@ -19,6 +19,7 @@ from routing_policies.selectors import version_get, version_table
 from telemetry.models import Event
 from telemetry.rollups import Figures, plan_window, read_rows
 
+from ..replay import SIGNAL_COLUMNS
 from ..running import lab_version_default, running_versions
 from .explain import (
     SEED_DEVICE_MS,
@@ -113,15 +114,7 @@ def recorded_samples(
             lm_conf__isnull=False,
         )
         .order_by("-ts")
-        .values_list(
-            "tokens",
-            "intent_conf",
-            "lm_conf",
-            "upload_bytes",
-            "rtt_ms",
-            "bandwidth_kbps",
-            "device_load",
-        )[:limit]
+        .values_list(*SIGNAL_COLUMNS)[:limit]
     )
     samples = []
     for tokens, intent, lm, upload, rtt, bandwidth, load in rows:

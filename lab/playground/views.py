@@ -9,34 +9,25 @@ from typing import Any
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.exceptions import ApplicationError
-from controlplane.pages import NumberField, PageForm, posted_values, role_required
+from controlplane.pages import form_input, posted_values
 from controlplane.roles import Role
 from edge_sdk.decision import DeviceState, TaskSignals
 from routing_policies.cell_schema import MODES
 from routing_policies.models import Fleet
-from routing_policies.policies.pages import fleet_or_404
+from routing_policies.pages import FleetCloudPriceInputSerializer
 from routing_policies.pricing import CloudPrice
 from routing_policies.services import fleet_cloud_price_set
 
+from ..pages import fleet_action, fleet_page
+from ..schemas import version_ref_text
 from .explain import CellOverride
 from .selectors import lab_table, lab_versions, playground_explain
 from .sliders import DEVICE_SLIDERS, START_CELL, START_DEVICE, START_TASK, TASK_SLIDERS
 
-
-class CloudPriceForm(PageForm):
-    """The fleet's cloud price as typed into the page (a blank part keeps it)."""
-
-    cloud_price_per_1k_tokens = NumberField(label="Per 1,000 tokens", empty=None)
-    cloud_price_per_call = NumberField(label="Per call", empty=None)
-
-
-def _version_ref(requested: str | None) -> int | str | None:
-    if requested is not None and requested.isascii() and requested.isdigit():
-        return int(requested)
-    return requested
+# The price form's inputs as the page names them (its input is the API's: a blank part keeps it).
+PRICE_LABELS = {"cloud_price_per_1k_tokens": "Per 1,000 tokens", "cloud_price_per_call": "Per call"}
 
 
 def _lab_page(
@@ -47,9 +38,11 @@ def _lab_page(
     price_error: str = "",
     price_values: dict[str, str] | None = None,
 ) -> HttpResponse:
+    """The playground on `?version=` (a number or `draft`; default the draft, else what
+    devices run, else the latest)."""
     requested = request.GET.get("version") or None
     try:
-        table = lab_table(fleet=fleet, ref=_version_ref(requested))
+        table = lab_table(fleet=fleet, ref=version_ref_text(requested) if requested else None)
     except ApplicationError:
         if requested is None:
             return render(request, "telemetry/lab.html", {"fleet": fleet, "empty": True})
@@ -106,34 +99,26 @@ def _lab_page(
     return render(request, "telemetry/lab.html", context, status=status)
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def lab_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """The playground on `?version=` (a number or `draft`; default the draft, else what
-    devices run, else the latest)."""
-    return _lab_page(request, fleet_or_404(slug))
+lab_page = fleet_page(_lab_page)
 
 
-@role_required(Role.PUBLISHER)
-@require_POST
-def lab_cloud_price(request: HttpRequest, slug: str) -> HttpResponse:
+@fleet_action(Role.PUBLISHER)
+def lab_cloud_price(request: HttpRequest, fleet: Fleet) -> HttpResponse:
     """Set the fleet's cloud price from the lab page; a refusal shows the page again (400)."""
-    fleet = fleet_or_404(slug)
     try:
-        values = CloudPriceForm(request.POST).values()
+        values = form_input(FleetCloudPriceInputSerializer, request.POST)
         fleet_cloud_price_set(
             actor=request.user,
             fleet=fleet,
-            per_1k_tokens=values["cloud_price_per_1k_tokens"],
-            per_call=values["cloud_price_per_call"],
+            per_1k_tokens=values.get("cloud_price_per_1k_tokens"),
+            per_call=values.get("cloud_price_per_call"),
         )
     except ApplicationError as exc:
-        labels = {name: str(field.label) for name, field in CloudPriceForm.base_fields.items()}
-        # The service names each bad part ("must be between 0 and 1000"); the form says it all.
+        # Each bad part by the name the page gives it, with the API's words for what is wrong.
         reasons = [
-            f"{labels[d['field']]} {d['message']}"
+            f"{PRICE_LABELS[d['field']]}: {d['message']}"
             for d in exc.details
-            if d.get("field") in labels and d["message"].startswith("must")
+            if d.get("field") in PRICE_LABELS
         ]
         return _lab_page(
             request,

@@ -3,6 +3,11 @@
 
 from ..devices.models import ONLINE_WINDOW, online_q
 from ..devices.selectors import device_list, device_query, device_rows
+from ..policies.sdk_cells import (
+    sends_sensitive_data_off_device,
+    shadow_refine_rates,
+    table_cells,
+)
 from ..policies.selectors import (
     FleetState,
     FleetWithState,
@@ -14,6 +19,7 @@ from ..policies.selectors import (
     fleet_list,
     fleet_state_get,
     latest_published,
+    published_numbers,
     version_diff,
     version_document,
     version_get,
@@ -52,8 +58,12 @@ __all__ = [
     "latest_published",
     "online_q",
     "open_rollout",
+    "published_numbers",
     "rollout_out",
     "rollout_status",
+    "sends_sensitive_data_off_device",
+    "shadow_refine_rates",
+    "table_cells",
     "version_diff",
     "version_document",
     "version_get",

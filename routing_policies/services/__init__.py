@@ -13,7 +13,7 @@ from ..devices.services import (
     fleet_enrollment_key_rotate,
 )
 from ..devices.tokens import DEVICE_TOKEN_PREFIX, FLEET_KEY_PREFIX, hash_secret
-from ..policies.audit import Actor, audit_record
+from ..policies.audit import Actor, actor_user, audit_record
 from ..policies.services import (
     default_table,
     fleet_cloud_price_set,
@@ -41,6 +41,7 @@ __all__ = [
     "DEVICE_TOKEN_PREFIX",
     "FLEET_KEY_PREFIX",
     "Actor",
+    "actor_user",
     "audit_record",
     "cloud_pressure_set",
     "default_table",

@@ -51,6 +51,7 @@ from ..rollups.cohorts import CohortArms
 from ..rollups.schema import FIELD_INDEX
 from ..rollups.sketch import merge_counts
 from .cost import CohortCost, cost_figures
+from .metrics import fleet_metrics as fleet_metrics  # the metrics API's read, for the lab
 
 WINDOWS: Final = {
     "15m": timedelta(minutes=15),

@@ -33,17 +33,31 @@ from .schema import (
     Level,
     MetricField,
 )
-from .sketch import LatencySketch, stored_histogram
+from .sketch import (
+    LOG_GAMMA,
+    MIN_VALUE,
+    SCORE_BINS,
+    ZERO_INDEX,
+    LatencySketch,
+    bucket_index,
+    score_bin,
+    score_counts,
+    stored_histogram,
+)
 
 __all__ = [
     "CELL_DIMENSIONS",
     "FLEET_HOUR",
     "HOUR",
     "LEVELS",
+    "LOG_GAMMA",
     "METRIC_FIELDS",
     "MINUTE",
+    "MIN_VALUE",
     "ROUTES",
+    "SCORE_BINS",
     "SENSITIVE_TIER",
+    "ZERO_INDEX",
     "EventLike",
     "Figures",
     "LatencySketch",
@@ -55,6 +69,7 @@ __all__ = [
     "UploadHandling",
     "WindowPlan",
     "as_utc",
+    "bucket_index",
     "figures_at",
     "is_privacy_violation",
     "left_device",
@@ -64,5 +79,7 @@ __all__ = [
     "ratio",
     "read_rows",
     "rows_to_compact",
+    "score_bin",
+    "score_counts",
     "stored_histogram",
 ]

@@ -6,10 +6,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from controlplane.api import input_validate
 from controlplane.exceptions import ApplicationError, NotFound
 from lab.backtests.models import BacktestStatus
 from lab.backtests.panels import headline_text
+from lab.backtests.schemas import BacktestStartSerializer
 from lab.backtests.services import backtest_run, backtest_start
+from lab.schemas import version_ref_text
 from routing_policies.selectors import fleet_get
 
 
@@ -47,16 +50,16 @@ class Command(BaseCommand):
             fleet = fleet_get(slug=options["fleet"])
         except NotFound as exc:
             raise CommandError(exc.message) from None
-        version = options["subject"]
         data: dict[str, Any] = {
-            "version": int(version) if version.isdigit() else version,
+            "version": version_ref_text(options["subject"]),
             "hours": options["hours"],
         }
         for name in ("revision", "end", "cohort", "cells", "versions"):
             if options[name] is not None:
                 data[name] = options[name]
         try:
-            backtest, created = backtest_start(actor=None, fleet=fleet, data=data)
+            values = input_validate(BacktestStartSerializer, data)
+            backtest, created = backtest_start(actor=None, fleet=fleet, **values)
         except ApplicationError as exc:
             details = "; ".join(f"{d.get('field')}: {d.get('message')}" for d in exc.details)
             # The details name the fields; the message alone when there are none (never both:

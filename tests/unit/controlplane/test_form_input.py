@@ -77,3 +77,29 @@ def test_form_input__refusal__message_starts_with_the_fields_label() -> None:
     with pytest.raises(ValidationFailed) as refused:
         form_input(_Input, _posted("version=x"))
     assert refused.value.message == "The version: A valid integer is required."
+
+
+class _RefField(serializers.Field):  # type: ignore[type-arg]
+    """A number or a name, as the lab's version references: its own `form_value` reads text."""
+
+    def form_value(self, text: str) -> int | str:
+        return int(text) if text.isdigit() else text
+
+    def to_internal_value(self, data: Any) -> int | str:
+        if data == "draft" or (isinstance(data, int) and not isinstance(data, bool)):
+            return data  # type: ignore[no-any-return]
+        self.fail("invalid")
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class _RefInput(serializers.Serializer[Any]):
+    version = _RefField()
+
+
+@pytest.mark.parametrize(("posted", "typed"), [("version=7", 7), ("version=draft", "draft")])
+def test_form_input__field_with_its_own_form_value__reads_the_text_its_way(
+    posted: str, typed: int | str
+) -> None:
+    assert form_input(_RefInput, _posted(posted)) == {"version": typed}

@@ -57,7 +57,7 @@ def _cells(fleet: Any, number: int = 1) -> dict[tuple[str, str, str], Cell]:
 
 
 def _run(actor: Any, fleet: Any, **data: Any) -> dict[str, Any]:
-    backtest, created = backtest_start(actor=actor, fleet=fleet, data=data)
+    backtest, created = backtest_start(actor=actor, fleet=fleet, **data)
     assert created
     done = backtest_run(backtest_id=backtest.pk)
     assert done is not None
@@ -356,13 +356,11 @@ def test_backtest_start__same_request_twice__the_kept_backtest_returned(
     fleet: Any, publisher: Any
 ) -> None:
     # Given a backtest of v1 over the 24 h up to a fixed end
-    end = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
-    first, created = backtest_start(actor=publisher, fleet=fleet, data={"version": 1, "end": end})
+    end = datetime.now(UTC) - timedelta(minutes=1)
+    first, created = backtest_start(actor=publisher, fleet=fleet, version=1, end=end)
 
     # When the same is asked again
-    again, created_again = backtest_start(
-        actor=publisher, fleet=fleet, data={"version": 1, "end": end}
-    )
+    again, created_again = backtest_start(actor=publisher, fleet=fleet, version=1, end=end)
 
     # Then the kept one is answered, not a second
     assert (created, created_again, again.pk) == (True, False, first.pk)

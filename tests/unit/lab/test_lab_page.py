@@ -64,11 +64,14 @@ def test_lab_page__cloud_price_form__publisher_saves(
 @pytest.mark.parametrize(
     ("posted", "says"),
     [
-        ({"cloud_price_per_1k_tokens": "-1"}, "Per 1,000 tokens must be between 0 and 1000"),
-        ({"cloud_price_per_call": "nan"}, "Per call must be a number"),
-        ({"cloud_price_per_call": "1e400"}, "Per call must be a number"),
-        ({"cloud_price_per_call": "lots"}, "Per call must be a number"),
-        ({"cloud_price_per_call": "5000"}, "Per call must be between 0 and 1000"),
+        (
+            {"cloud_price_per_1k_tokens": "-1"},
+            "Per 1,000 tokens: Ensure this value is greater than or equal to 0.",
+        ),
+        ({"cloud_price_per_call": "nan"}, "Per call: A valid number is required."),
+        ({"cloud_price_per_call": "1e400"}, "Per call: A valid number is required."),
+        ({"cloud_price_per_call": "lots"}, "Per call: A valid number is required."),
+        ({"cloud_price_per_call": "5000"}, "Per call: Ensure this value is less than or equal"),
     ],
 )
 def test_lab_page__cloud_price_form_bad_value__400_says_why_nothing_saved(
