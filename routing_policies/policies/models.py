@@ -35,6 +35,10 @@ class Fleet(models.Model):
         return self.slug
 
 
+# The longest release note a version takes (the API, the pages, publish itself).
+MAX_NOTE_LENGTH = 2000
+
+
 class PolicyVersion(models.Model):
     """One version of a fleet's policy table.
 

@@ -14,7 +14,6 @@ from django.utils import timezone
 
 from controlplane.exceptions import Conflict, ValidationFailed
 
-from ..assignment import FleetAssignment
 from ..cell_schema import (
     DEFAULT_CELL_VALUES,
     DIMENSIONS,
@@ -32,13 +31,7 @@ from ..documents import (
     ordered_keys,
 )
 from ..pricing import MAX_PRICE_PER_1K_TOKENS, MAX_PRICE_PER_CALL, price_problem
-from ..push.frames import assignment_message
-from ..push.publish import publish_on_commit
-from ..reviews.gate import approval_consume
-from ..reviews.models import ChangeRequest
-from ..rollouts.models import FleetRouting
 from ..validation import (
-    DIMENSION_VALUE_RE,
     MAX_DIMENSION_VALUES,
     Problem,
     parse_document_table,
@@ -47,9 +40,10 @@ from ..validation import (
     validate_dimensions,
 )
 from .audit import Actor, actor_user, audit_record
-from .models import Fleet, PolicyCell, PolicyVersion
+from .models import MAX_NOTE_LENGTH, Fleet, PolicyCell, PolicyVersion
 from .sdk_cells import privacy_problems
 from .selectors import draft_same_as, version_table
+from .signals import fleet_created, version_published, version_publishing
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +142,7 @@ def fleet_create(
         fleet=fleet, dimensions=dimensions, created_by=actor_user(actor)
     )
     _write_cells(draft, table)
-    FleetRouting.objects.create(fleet=fleet)
+    fleet_created.send(sender=Fleet, actor=actor, fleet=fleet)
     audit_record(
         actor=actor,
         action="fleet.created",
@@ -384,21 +378,11 @@ def policy_draft_add_dimension_value(
     """Add a value to a dimension (e.g. task type `code`) and the cells it implies.
 
     Each new cell starts as a copy of its sibling with `copy_from` (default: the dimension's
-    first value), so the table stays complete and valid.
+    first value), so the table stays complete and valid. `dimension` and `value` come checked
+    (schemas.DimensionValueAddInputSerializer); what needs the draft is checked here.
     """
     draft = _lock_draft(fleet=fleet, revision=revision)
-    if dimension not in DIMENSIONS:
-        raise ValidationFailed(
-            f"{dimension!r} is not a dimension.",
-            details=[{"field": "dimension", "message": f"one of {', '.join(DIMENSIONS)}"}],
-        )
     values = list(draft.dimensions[dimension])
-    if not isinstance(value, str) or not DIMENSION_VALUE_RE.match(value):
-        raise ValidationFailed(
-            f"{value!r} is not a valid value: lowercase letters, digits, '-' or '_', starting "
-            "with a letter, at most 32 characters.",
-            details=[{"field": "value", "message": "must be a slug such as code or on-device"}],
-        )
     if value in values:
         raise Conflict(f"{dimension} already has the value {value!r}.", code="duplicate")
     if len(values) >= MAX_DIMENSION_VALUES:
@@ -538,10 +522,10 @@ def policy_version_publish(
             "Write a release note: what changed and why.",
             details=[{"field": "note", "message": "must not be empty"}],
         )
-    if len(note) > 2000:
+    if len(note) > MAX_NOTE_LENGTH:
         raise ValidationFailed(
-            "The note is too long (2,000 characters at most).",
-            details=[{"field": "note", "message": "at most 2000 characters"}],
+            f"The note is too long ({MAX_NOTE_LENGTH:,} characters at most).",
+            details=[{"field": "note", "message": f"at most {MAX_NOTE_LENGTH} characters"}],
         )
     fleet = _lock_fleet(fleet)
     draft = _lock_draft(fleet=fleet, revision=revision)
@@ -571,17 +555,10 @@ def policy_version_publish(
     draft.note = note
     draft.etag = document_etag(draft.number, content_for_etag(fleet.slug, draft.dimensions, table))
     # A fleet that reviews publishes needs an approval of this very revision (reviews/gate.py).
-    approval_consume(actor=actor, fleet=fleet, kind=ChangeRequest.Kind.PUBLISH, version=draft)
+    version_publishing.send(sender=PolicyVersion, actor=actor, fleet=fleet, version=draft)
     draft.save(update_fields=["number", "published_at", "published_by", "note", "etag"])
-    routing, _ = FleetRouting.objects.get_or_create(fleet=fleet)
-    if routing.stable_version_id is None:
-        # A fleet's first published version is what its devices run; later versions reach
-        # devices only through a rollout or an explicit switch.
-        routing.stable_version = draft
-        routing.save(update_fields=["stable_version", "updated_at"])
-        publish_on_commit(
-            assignment_message(fleet_id=fleet.pk, assignment=FleetAssignment(stable=draft.number))
-        )
+    # A fleet's first published version is what its devices run (rollouts/receivers.py).
+    version_published.send(sender=PolicyVersion, actor=actor, fleet=fleet, version=draft)
     previous = PolicyVersion.objects.filter(fleet=fleet, number=last).first() if last else None
     diff: list[dict[str, Any]] = []
     if previous is not None:
