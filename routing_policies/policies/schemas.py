@@ -206,6 +206,18 @@ class FleetCloudPriceInputSerializer(serializers.Serializer[Any]):
         ref_name = "FleetCloudPriceInput"
 
 
+def results_of(
+    item: type[serializers.Serializer[Any]], *, ref_name: str
+) -> type[serializers.Serializer[Any]]:
+    """The answer of a list endpoint: `{"results": [item, ...]}`."""
+    meta = type("Meta", (), {"ref_name": ref_name})
+    return type(
+        f"{ref_name}Serializer",
+        (serializers.Serializer,),
+        {"results": item(many=True), "Meta": meta},
+    )
+
+
 # --- the inputs of the policy editor: the API validates with these, and so do the pages ------
 
 
@@ -281,11 +293,7 @@ class PublishInputSerializer(serializers.Serializer[Any]):
         ref_name = "Publish"
 
 
-class FleetListSerializer(serializers.Serializer[Any]):
-    results = FleetSerializer(many=True)
-
-    class Meta:
-        ref_name = "FleetList"
+FleetListSerializer = results_of(FleetSerializer, ref_name="FleetList")
 
 
 class VersionSerializer(serializers.Serializer[Any]):
@@ -305,11 +313,7 @@ class VersionSerializer(serializers.Serializer[Any]):
         ref_name = "Version"
 
 
-class VersionListSerializer(serializers.Serializer[Any]):
-    results = VersionSerializer(many=True)
-
-    class Meta:
-        ref_name = "VersionList"
+VersionListSerializer = results_of(VersionSerializer, ref_name="VersionList")
 
 
 class VersionWithDocumentSerializer(VersionSerializer):
@@ -400,8 +404,4 @@ class AuditEntrySerializer(serializers.Serializer[Any]):
         ref_name = "AuditEntry"
 
 
-class AuditListSerializer(serializers.Serializer[Any]):
-    results = AuditEntrySerializer(many=True)
-
-    class Meta:
-        ref_name = "AuditList"
+AuditListSerializer = results_of(AuditEntrySerializer, ref_name="AuditList")

@@ -53,15 +53,21 @@ def _raise_problems(message: str, problems: list[Problem]) -> None:
         raise ValidationFailed(message, details=[p.as_dict() for p in problems])
 
 
-def _write_cells(version: PolicyVersion, table: Table) -> None:
+def _create_cells(version: PolicyVersion, table: Table) -> None:
+    """The rows of `table`'s cells in `version`, in the order the table lists them."""
     cells = []
-    for key in ordered_keys(version.dimensions):
+    for key, values in table.items():
         cell = PolicyCell(
             version=version, task_type=key[0], latency_budget=key[1], privacy_tier=key[2]
         )
-        cell.apply_values(table[key])
+        cell.apply_values(values)
         cells.append(cell)
     PolicyCell.objects.bulk_create(cells)
+
+
+def _write_cells(version: PolicyVersion, table: Table) -> None:
+    """Every cell of the version's dimensions, in the document's order."""
+    _create_cells(version, {key: table[key] for key in ordered_keys(version.dimensions)})
 
 
 def _lock_fleet(fleet: Fleet) -> Fleet:
@@ -407,14 +413,7 @@ def policy_draft_add_dimension_value(
     _raise_problems(f"Copying {source_value!r} to {value!r} would make invalid cells.", problems)
     before_dims = {k: list(v) for k, v in draft.dimensions.items()}
     draft.dimensions = {**draft.dimensions, dimension: [*values, value]}
-    cells = []
-    for key, cell_values in new_cells.items():
-        cell = PolicyCell(
-            version=draft, task_type=key[0], latency_budget=key[1], privacy_tier=key[2]
-        )
-        cell.apply_values(cell_values)
-        cells.append(cell)
-    PolicyCell.objects.bulk_create(cells)
+    _create_cells(draft, new_cells)
     _bump(draft)
     audit_record(
         actor=actor,
@@ -422,7 +421,8 @@ def policy_draft_add_dimension_value(
         fleet=fleet,
         target=f"{fleet.slug} draft",
         summary=(
-            f"Added {dimension} value {value!r} ({len(cells)} cells copied from {source_value!r})"
+            f"Added {dimension} value {value!r} "
+            f"({len(new_cells)} cells copied from {source_value!r})"
         ),
         before={f"dimensions.{dimension}": before_dims[dimension]},
         after={f"dimensions.{dimension}": draft.dimensions[dimension]},
