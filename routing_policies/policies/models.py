@@ -14,6 +14,7 @@ from ..cell_schema import (
     MODES,
     CellKey,
 )
+from ..validation import MAX_DIMENSION_VALUE_LENGTH
 
 
 class Fleet(models.Model):
@@ -103,9 +104,9 @@ class PolicyCell(models.Model):
     """One row of the table: task type × latency budget × privacy tier → how to route."""
 
     version = models.ForeignKey(PolicyVersion, on_delete=models.CASCADE, related_name="cells")
-    task_type = models.CharField(max_length=32)
-    latency_budget = models.CharField(max_length=32)
-    privacy_tier = models.CharField(max_length=32)
+    task_type = models.CharField(max_length=MAX_DIMENSION_VALUE_LENGTH)
+    latency_budget = models.CharField(max_length=MAX_DIMENSION_VALUE_LENGTH)
+    privacy_tier = models.CharField(max_length=MAX_DIMENSION_VALUE_LENGTH)
 
     mode = models.CharField(max_length=16, choices=[(m, m) for m in MODES])
     threshold = models.FloatField()

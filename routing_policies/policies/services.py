@@ -102,6 +102,18 @@ def _lock_draft(*, fleet: Fleet, revision: int) -> PolicyVersion:
     return draft
 
 
+def _audit_draft(action: str, *, actor: Actor, fleet: Fleet, summary: str, **change: Any) -> None:
+    """Record a change of the fleet's draft in the audit log."""
+    audit_record(
+        actor=actor,
+        action=action,
+        fleet=fleet,
+        target=f"{fleet.slug} draft",
+        summary=summary,
+        **change,
+    )
+
+
 def _bump(draft: PolicyVersion) -> None:
     draft.revision += 1
     draft.save(update_fields=["revision", "dimensions"])
@@ -163,11 +175,12 @@ def fleet_create(
 
 @transaction.atomic
 def fleet_cloud_price_set(
-    *, actor: Actor, fleet: Fleet, per_1k_tokens: object = None, per_call: object = None
+    *, actor: Actor, fleet: Fleet, per_1k_tokens: float | None = None, per_call: float | None = None
 ) -> Fleet:
     """Set the fleet's cloud price (either part; None keeps it), audited; refused as a whole.
 
-    `object` parameters: the API hands the JSON values over as sent, and this is their check."""
+    The API checks its body with schemas.FleetCloudPriceInputSerializer; the range is checked
+    here again for the lab's price form, which does not go through it yet."""
     problems = [
         {"field": name, "message": message}
         for name, value, maximum in (
@@ -238,11 +251,10 @@ def policy_draft_create(
         fleet=fleet, dimensions=source.dimensions, based_on=source, created_by=actor_user(actor)
     )
     _write_cells(draft, version_table(version=source))
-    audit_record(
+    _audit_draft(
+        "policy_draft.created",
         actor=actor,
-        action="policy_draft.created",
         fleet=fleet,
-        target=f"{fleet.slug} draft",
         summary=f"Started a draft from v{source.number}",
         after={"based_on": source.number},
     )
@@ -259,11 +271,10 @@ def policy_draft_discard(*, actor: Actor, fleet: Fleet, revision: int) -> None:
         "based_on": draft.based_on.number if draft.based_on else None,
     }
     draft.delete()
-    audit_record(
+    _audit_draft(
+        "policy_draft.discarded",
         actor=actor,
-        action="policy_draft.discarded",
         fleet=fleet,
-        target=f"{fleet.slug} draft",
         summary="Discarded the draft",
         before=before,
     )
@@ -353,11 +364,10 @@ def policy_draft_update_cells(
     _bump(draft)
     labels = ", ".join(cell_key_label(c.key) for c in changed_cells[:5])
     more = f" and {len(changed_cells) - 5} more" if len(changed_cells) > 5 else ""
-    audit_record(
+    _audit_draft(
+        "policy_cells.updated",
         actor=actor,
-        action="policy_cells.updated",
         fleet=fleet,
-        target=f"{fleet.slug} draft",
         summary=f"Edited {len(changed_cells)} cell(s): {labels}{more} (revision {draft.revision})",
         before=audit_before,
         after=audit_after,
@@ -415,11 +425,10 @@ def policy_draft_add_dimension_value(
     draft.dimensions = {**draft.dimensions, dimension: [*values, value]}
     _create_cells(draft, new_cells)
     _bump(draft)
-    audit_record(
+    _audit_draft(
+        "policy_dimension.value_added",
         actor=actor,
-        action="policy_dimension.value_added",
         fleet=fleet,
-        target=f"{fleet.slug} draft",
         summary=(
             f"Added {dimension} value {value!r} "
             f"({len(new_cells)} cells copied from {source_value!r})"
@@ -450,11 +459,10 @@ def policy_draft_remove_dimension_value(
     PolicyCell.objects.filter(version=draft, **{dimension: value}).delete()
     draft.dimensions = {**draft.dimensions, dimension: [v for v in values if v != value]}
     _bump(draft)
-    audit_record(
+    _audit_draft(
+        "policy_dimension.value_removed",
         actor=actor,
-        action="policy_dimension.value_removed",
         fleet=fleet,
-        target=f"{fleet.slug} draft",
         summary=f"Removed {dimension} value {value!r} and its cells",
         before={f"dimensions.{dimension}": values},
         after={f"dimensions.{dimension}": draft.dimensions[dimension]},
@@ -494,11 +502,10 @@ def policy_draft_import(
         )
     _write_cells(draft, table)
     diff = diff_flat(flatten_table(before_table), flatten_table(table))
-    audit_record(
+    _audit_draft(
+        "policy_draft.imported",
         actor=actor,
-        action="policy_draft.imported",
         fleet=fleet,
-        target=f"{fleet.slug} draft",
         summary=f"Imported a document of {len(table)} cells ({len(diff)} field changes)",
         diff=diff,
         before={"fields_changed": len(diff)},
