@@ -1,5 +1,7 @@
 """App config."""
 
+from importlib import import_module
+
 from django.apps import AppConfig
 
 
@@ -10,9 +12,5 @@ class RoutingPoliciesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # The parts above policies plug into its writes and pages (policies/signals.py).
-        from .reviews import receivers as review_receivers
-        from .rollouts import receivers as rollout_receivers
-
-        review_receivers.connect()
-        rollout_receivers.connect()
+        # Receivers import models, so they load once the models have (Django's autodiscover way).
+        import_module(f"{self.name}.receivers").connect()
