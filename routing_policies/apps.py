@@ -1,5 +1,7 @@
 """App config."""
 
+from importlib import import_module
+
 from django.apps import AppConfig
 
 
@@ -8,3 +10,7 @@ class RoutingPoliciesConfig(AppConfig):
 
     name = "routing_policies"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Receivers import models, so they load once the models have (Django's autodiscover way).
+        import_module(f"{self.name}.receivers").connect()

@@ -16,7 +16,13 @@ from rest_framework import serializers
 from controlplane.exceptions import ValidationFailed
 
 from .policies.audit import Actor
-from .policies.models import Fleet, PolicyVersion
+from .policies.models import Fleet
+
+# The lab's panels on policy pages are declared in policies (which the policy pages read).
+from .policies.signals import LabPanels as LabPanels
+from .policies.signals import lab_draft_headline as lab_draft_headline
+from .policies.signals import lab_panels_register as lab_panels_register
+from .policies.signals import lab_rollout_prediction as lab_rollout_prediction
 
 # Telemetry's webhook delivery registers a notifier of change requests and freezes here.
 from .reviews.notify import ReviewNotifier as ReviewNotifier
@@ -112,35 +118,3 @@ def demo_seeder_register(name: str, seeder: DemoSeeder) -> None:
 def demo_seeders() -> list[DemoSeeder]:
     """The registered demo seeders, in the order they were first registered."""
     return list(_demo_seeders.values())
-
-
-# --- the policy lab (lab/, docs/lab.md) -------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LabPanels:
-    """What the lab shows on policy pages: the draft's latest backtest headline beside
-    Publish, and on the rollout page the backtest's prediction for the candidate next to the
-    candidate cohort's observed figures. Each answers None when it has nothing to show."""
-
-    draft_headline: Callable[[Fleet, PolicyVersion], dict[str, Any] | None]
-    rollout_prediction: Callable[[Fleet, dict[str, Any]], dict[str, Any] | None]
-
-
-_lab: LabPanels | None = None
-
-
-def lab_panels_register(panels: LabPanels) -> None:
-    """Install the lab's panels (one per process; a second call replaces the first)."""
-    global _lab
-    _lab = panels
-
-
-def lab_draft_headline(*, fleet: Fleet, draft: PolicyVersion) -> dict[str, Any] | None:
-    """The draft's backtest headline (None without the lab or a backtest)."""
-    return _lab.draft_headline(fleet, draft) if _lab is not None else None
-
-
-def lab_rollout_prediction(*, fleet: Fleet, rollout: dict[str, Any]) -> dict[str, Any] | None:
-    """Predicted vs observed figures of the rollout's candidate (None without the lab)."""
-    return _lab.rollout_prediction(fleet, rollout) if _lab is not None else None

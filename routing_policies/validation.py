@@ -24,7 +24,11 @@ from .cell_schema import (
     flatten,
 )
 
-DIMENSION_VALUE_RE = re.compile(r"\A[a-z][a-z0-9_-]{0,31}\Z")
+# A value of a dimension (`code`, `on-device`): the one pattern of the API, the pages (also as
+# an HTML `pattern`, where a `-` in a class is escaped) and the checks of a whole table.
+DIMENSION_VALUE_PATTERN = r"[a-z][a-z0-9_\-]{0,31}"
+DIMENSION_VALUE_RE = re.compile(rf"\A{DIMENSION_VALUE_PATTERN}\Z")
+MAX_DIMENSION_VALUE_LENGTH = 32
 # The largest version number an API accepts (a PostgreSQL integer).
 MAX_VERSION = 2**31 - 1
 MAX_DIMENSION_VALUES = 32

@@ -8,50 +8,23 @@ gets 409, a missing one 428.
 import re
 from typing import Any
 
-from django.core.validators import RegexValidator
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import (
-    JsonChoiceField,
-    JsonIntegerField,
-    JsonRegexField,
-    JsonSlugField,
-    JsonStringField,
-    TidyJsonStringField,
-    require_object,
-)
+from controlplane.api import JsonSlugField, input_validate, require_object
 from controlplane.exceptions import ApplicationError, ValidationFailed
 from controlplane.openapi import error_responses, query_params_validate
 from controlplane.permissions import IsEditor, IsPublisher, IsViewer
-from controlplane.validators import SOME_TEXT_PATTERN
 
-from ..cell_schema import DIMENSIONS, flatten
+from ..cell_schema import flatten
 from ..pricing import CloudPrice
-from ..validation import DIMENSION_VALUE_RE
 from . import schemas, selectors, services
 from .models import AuditEntry, PolicyVersion
 
 _IF_MATCH_RE = re.compile(r'^\s*(?:W/)?"r(\d+)"\s*$')
-
-
-# A draft edit names the revision it changes: a `revision` field of the body (a query parameter
-# for a DELETE), or an `If-Match: "r<revision>"` header, which the schema leaves out so that
-# one way is documented as required.
-class RevisionQuerySerializer(serializers.Serializer[Any]):
-    """`?revision=`: the draft revision a DELETE applies to."""
-
-    revision = serializers.IntegerField(
-        min_value=1,
-        max_value=999_999_999,
-        help_text='The draft revision you read (or an If-Match: "r<revision>" header).',
-    )
-
-    class Meta:
-        ref_name = "DraftRevisionQuery"
 
 
 IF_NONE_MATCH = OpenApiParameter(
@@ -68,8 +41,12 @@ NOT_MODIFIED = OpenApiResponse(description="Not modified: the ETag you sent is s
 VERSION_REF_RE = re.compile(r"\A(?:[1-9][0-9]{0,8}|draft|latest)\Z")
 
 
-def _revision(request: Request, data: Any = None) -> int:
-    """The draft revision the client edits: `If-Match: "r<n>"` header or a `revision` field."""
+# A draft edit names the revision it changes: a `revision` field of the body (a query parameter
+# for a DELETE), or an `If-Match: "r<revision>"` header, which the schema leaves out so that
+# one way is documented as required.
+def _with_revision(request: Request, data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with the draft revision the client edits: an `If-Match: "r<n>"` header stands in
+    for the `revision` field; neither is 428, so nobody's edit is overwritten."""
     header = request.headers.get("If-Match")
     if header:
         match = _IF_MATCH_RE.match(header)
@@ -78,30 +55,48 @@ def _revision(request: Request, data: Any = None) -> int:
                 'If-Match must be the draft ETag, e.g. "r3".',
                 details=[{"field": "If-Match", "message": f"not a draft revision: {header!r}"}],
             )
-        return int(match.group(1))
-    value = data.get("revision") if isinstance(data, dict) else None
-    query_value = request.query_params.get("revision")
-    if value is None and query_value is not None:
-        # A DELETE has no body in OpenAPI: its revision may come as `?revision=`.
-        if not query_value.isascii() or not query_value.isdigit() or len(query_value) > 9:
-            raise ValidationFailed(
-                "`revision` must be a positive whole number.",
-                details=[{"field": "revision", "message": f"got {query_value[:40]!r}"}],
-            )
-        value = int(query_value)
-    if value is None:
+        return {**data, "revision": int(match.group(1))}
+    if data.get("revision") is None:
         raise ApplicationError(
             "Say which draft revision you are changing (If-Match header or `revision` field), "
             "so nobody's edit is overwritten.",
             code="revision_required",
             status=428,
         )
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    return data
+
+
+def _validated(
+    serializer_class: type[serializers.Serializer[Any]], data: dict[str, Any]
+) -> dict[str, Any]:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def _revision(
+    request: Request, data: dict[str, Any], documented: type[serializers.Serializer[Any]]
+) -> int:
+    """The draft revision of a body whose cells `validation` checks as a whole table, validated
+    by the `revision` field of the serializer that documents it."""
+    revision = _with_revision(request, data)["revision"]
+    try:
+        return int(documented().fields["revision"].run_validation(revision))
+    except serializers.ValidationError as exc:
         raise ValidationFailed(
             "`revision` must be a positive whole number.",
-            details=[{"field": "revision", "message": f"got {value!r}"}],
-        )
-    return int(value)
+            details=[{"field": "revision", "message": " ".join(map(str, exc.detail))}],
+        ) from None
+
+
+def _delete_revision(request: Request) -> int:
+    """A DELETE's draft revision: `?revision=` (a DELETE has no body in OpenAPI), a body field or
+    the If-Match header."""
+    data = require_object(request.data)
+    query = request.query_params.get("revision")
+    if data.get("revision") is None and query is not None:
+        data = {"revision": query}
+    return _revision(request, data, schemas.RevisionQuerySerializer)
 
 
 def _user_name(user: Any) -> str | None:
@@ -170,14 +165,6 @@ def audit_out(entry: AuditEntry) -> dict[str, Any]:
 class FleetListApi(APIView):
     """List fleets; publishers create them."""
 
-    class InputSerializer(serializers.Serializer[Any]):
-        slug = JsonSlugField(max_length=64)
-        name = TidyJsonStringField(max_length=200)
-        description = JsonStringField(max_length=2000, required=False, allow_blank=True)
-
-        class Meta:
-            ref_name = "FleetCreate"  # OpenAPI component names must be unique
-
     def get_permissions(self) -> list[Any]:
         return [IsPublisher()] if self.request.method == "POST" else [IsViewer()]
 
@@ -186,13 +173,12 @@ class FleetListApi(APIView):
         return Response({"results": [fleet_out(f) for f in selectors.fleet_list()]})
 
     @extend_schema(
-        request=InputSerializer,
+        request=schemas.FleetCreateInputSerializer,
         responses={201: schemas.FleetSerializer, **error_responses(409)},
     )
     def post(self, request: Request) -> Response:
-        serializer = self.InputSerializer(data=require_object(request.data))
-        serializer.is_valid(raise_exception=True)
-        fleet = services.fleet_create(actor=request.user, **serializer.validated_data)
+        values = _validated(schemas.FleetCreateInputSerializer, require_object(request.data))
+        fleet = services.fleet_create(actor=request.user, **values)
         return Response(
             fleet_out(selectors.fleet_state_get(slug=fleet.slug)), status=status.HTTP_201_CREATED
         )
@@ -212,25 +198,17 @@ class FleetDetailApi(APIView):
         request=schemas.FleetCloudPriceInputSerializer, responses=schemas.FleetSerializer
     )
     def patch(self, request: Request, slug: str) -> Response:
-        data = require_object(request.data)
-        fields = schemas.FleetCloudPriceInputSerializer().fields
-        unknown = sorted(set(data) - set(fields))
-        if unknown:
-            raise ValidationFailed(
-                f"Unknown field {unknown[0]!r}: a fleet's cloud price is all PATCH changes.",
-                details=[{"field": name, "message": "unknown"} for name in unknown],
-            )
-        nulls = sorted(name for name, value in data.items() if value is None)
-        if nulls:  # absent keeps a part; null is not a price
-            raise ValidationFailed(
-                f"{nulls[0]} must be a number: leave it out to keep it.",
-                details=[{"field": name, "message": "must be a JSON number"} for name in nulls],
-            )
+        # Closed: a fleet's cloud price is all PATCH changes; absent keeps a part, null is refused.
+        values = input_validate(
+            schemas.FleetCloudPriceInputSerializer,
+            require_object(request.data),
+            message="The cloud price is invalid: nothing was changed.",
+        )
         services.fleet_cloud_price_set(
             actor=request.user,
             fleet=selectors.fleet_get(slug=slug),
-            per_1k_tokens=data.get("cloud_price_per_1k_tokens"),
-            per_call=data.get("cloud_price_per_call"),
+            per_1k_tokens=values.get("cloud_price_per_1k_tokens"),
+            per_call=values.get("cloud_price_per_call"),
         )
         return Response(fleet_out(selectors.fleet_state_get(slug=slug)))
 
@@ -297,14 +275,6 @@ class VersionDocumentApi(APIView):
 class DraftApi(APIView):
     """Read, start (from the latest or a chosen version) and discard the fleet's draft."""
 
-    class CreateSerializer(serializers.Serializer[Any]):
-        from_version = JsonIntegerField(
-            min_value=1, max_value=999_999_999, required=False, allow_null=True
-        )
-
-        class Meta:
-            ref_name = "DraftCreate"
-
     def get_permissions(self) -> list[Any]:
         return [IsViewer()] if self.request.method == "GET" else [IsEditor()]
 
@@ -314,22 +284,19 @@ class DraftApi(APIView):
         return _draft_response(selectors.version_get(fleet=fleet, ref="draft"))
 
     @extend_schema(
-        request=CreateSerializer,
+        request=schemas.DraftCreateInputSerializer,
         responses={201: schemas.VersionWithDocumentSerializer, **error_responses(409)},
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
-        serializer = self.CreateSerializer(data=require_object(request.data))
-        serializer.is_valid(raise_exception=True)
+        values = _validated(schemas.DraftCreateInputSerializer, require_object(request.data))
         draft = services.policy_draft_create(
-            actor=request.user,
-            fleet=fleet,
-            from_number=serializer.validated_data.get("from_version"),
+            actor=request.user, fleet=fleet, from_number=values.get("from_version")
         )
         return _draft_response(draft, status.HTTP_201_CREATED)
 
     @extend_schema(
-        parameters=[RevisionQuerySerializer],
+        parameters=[schemas.RevisionQuerySerializer],
         responses={204: None, **error_responses(409, 428)},
     )
     def delete(self, request: Request, slug: str) -> Response:
@@ -337,7 +304,7 @@ class DraftApi(APIView):
         services.policy_draft_discard(
             actor=request.user,
             fleet=fleet,
-            revision=_revision(request, require_object(request.data)),
+            revision=_delete_revision(request),
         )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -361,7 +328,7 @@ class DraftCellsApi(APIView):
     def patch(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
         data = require_object(request.data)
-        revision = _revision(request, data)
+        revision = _revision(request, data, schemas.DraftCellsEditSerializer)
         cells = data.get("cells")
         if not isinstance(cells, list):
             raise ValidationFailed(
@@ -382,48 +349,17 @@ class DraftDimensionsApi(APIView):
 
     permission_classes = [IsEditor]
 
-    class InputSerializer(serializers.Serializer[Any]):
-        dimension = JsonChoiceField(choices=DIMENSIONS)
-        value = JsonRegexField(DIMENSION_VALUE_RE, trim_whitespace=False, max_length=32)
-        copy_from = JsonRegexField(
-            DIMENSION_VALUE_RE,
-            trim_whitespace=False,
-            max_length=32,
-            required=False,
-            allow_null=True,
-            help_text="an existing value of the dimension whose cells the new ones copy",
-        )
-        revision = JsonIntegerField(min_value=1, required=False)
-
-        class Meta:
-            ref_name = "DimensionValueAddCheck"
-
-    class DocumentedInputSerializer(InputSerializer):
-        """The body as documented: `revision` required (If-Match may stand in for it)."""
-
-        revision = schemas.DRAFT_REVISION()
-
-        class Meta:
-            ref_name = "DimensionValueAdd"
-
     @extend_schema(
-        request=DocumentedInputSerializer,
+        request=schemas.DimensionValueAddInputSerializer,
         responses={201: schemas.VersionWithDocumentSerializer, **error_responses(409, 428)},
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
-        data = require_object(request.data)
-        revision = _revision(request, data)
-        serializer = self.InputSerializer(data=data)
-        serializer.is_valid(raise_exception=True)
-        draft = services.policy_draft_add_dimension_value(
-            actor=request.user,
-            fleet=fleet,
-            revision=revision,
-            dimension=serializer.validated_data["dimension"],
-            value=serializer.validated_data["value"],
-            copy_from=serializer.validated_data.get("copy_from"),
+        values = _validated(
+            schemas.DimensionValueAddInputSerializer,
+            _with_revision(request, require_object(request.data)),
         )
+        draft = services.policy_draft_add_dimension_value(actor=request.user, fleet=fleet, **values)
         return _draft_response(draft, status.HTTP_201_CREATED)
 
 
@@ -433,7 +369,7 @@ class DraftDimensionValueApi(APIView):
     permission_classes = [IsEditor]
 
     @extend_schema(
-        parameters=[RevisionQuerySerializer],
+        parameters=[schemas.RevisionQuerySerializer],
         responses={200: schemas.VersionWithDocumentSerializer, **error_responses(409, 428)},
     )
     def delete(self, request: Request, slug: str, dimension: str, value: str) -> Response:
@@ -441,7 +377,7 @@ class DraftDimensionValueApi(APIView):
         draft = services.policy_draft_remove_dimension_value(
             actor=request.user,
             fleet=fleet,
-            revision=_revision(request, require_object(request.data)),
+            revision=_delete_revision(request),
             dimension=dimension,
             value=value,
         )
@@ -462,7 +398,11 @@ class DraftImportApi(APIView):
         document = require_object(request.data)
         has_draft = selectors.draft_get(fleet=fleet) is not None
         # A top-level `revision` is not part of the policy document; the import ignores it.
-        revision = _revision(request, document) if has_draft else None
+        revision = (
+            _revision(request, document, schemas.PolicyDocumentImportSerializer)
+            if has_draft
+            else None
+        )
         draft = services.policy_draft_import(
             actor=request.user, fleet=fleet, document=document, revision=revision
         )
@@ -474,48 +414,16 @@ class PublishApi(APIView):
 
     permission_classes = [IsPublisher]
 
-    class InputSerializer(serializers.Serializer[Any]):
-        # Blank passes here: the service refuses it (naming `note`), for the page and the API.
-        note = JsonStringField(
-            max_length=2000, allow_blank=True, help_text="The release note: what changed and why."
-        )
-        revision = JsonIntegerField(min_value=1, required=False)
-
-        class Meta:
-            ref_name = "PublishCheck"
-
-    class DocumentedInputSerializer(InputSerializer):
-        """The body as documented: `revision` required (If-Match may stand in for it), a note
-        with some text (the service refuses a blank one)."""
-
-        note = JsonStringField(
-            max_length=2000,
-            validators=[
-                RegexValidator(SOME_TEXT_PATTERN, "Must hold some text, not only whitespace.")
-            ],
-            help_text="The release note: what changed and why.",
-        )
-        revision = schemas.DRAFT_REVISION()
-
-        class Meta:
-            ref_name = "Publish"
-
     @extend_schema(
-        request=DocumentedInputSerializer,
+        request=schemas.PublishInputSerializer,
         responses={201: schemas.VersionSerializer, **error_responses(409, 428)},
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
-        data = require_object(request.data)
-        revision = _revision(request, data)
-        serializer = self.InputSerializer(data=data)
-        serializer.is_valid(raise_exception=True)
-        version = services.policy_version_publish(
-            actor=request.user,
-            fleet=fleet,
-            revision=revision,
-            note=serializer.validated_data["note"],
+        values = _validated(
+            schemas.PublishInputSerializer, _with_revision(request, require_object(request.data))
         )
+        version = services.policy_version_publish(actor=request.user, fleet=fleet, **values)
         response = Response(version_out(version), status=status.HTTP_201_CREATED)
         response["ETag"] = version.etag
         return response

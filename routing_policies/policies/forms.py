@@ -1,4 +1,7 @@
-"""Forms of the policy editor pages: the cell edit panel, new fleet, dimensions, import.
+"""Page input of the policy editor that no API input serializer declares: the cell edit panel
+(a grid selection and the panel's fields) and an imported document as uploaded or pasted. Every
+other form of the editor is validated by the API's own input serializer (`schemas`, through
+`controlplane.pages.form_input`).
 
 The edit panel's fields come from `cell_schema.CELL_FIELDS`, so a new cell field appears in the
 browser without touching this module. Its parser turns the posted strings into numbers and
@@ -11,15 +14,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from django import forms
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.http import QueryDict
 
 from controlplane import json_guard
-from controlplane.pages import PageForm, WholeNumberField
+from controlplane.exceptions import ValidationFailed
+from controlplane.pages import form_input
 
-from ..cell_schema import CELL_FIELDS, DIMENSION_LABELS, DIMENSIONS, CellKey, FieldSpec
+from ..cell_schema import CELL_FIELDS, DIMENSIONS, CellKey, FieldSpec
+from .schemas import RevisionQuerySerializer
 
 FIELD_PREFIX = "value-"
 
@@ -75,24 +79,13 @@ def _parse_cell_key(label: str) -> CellKey | None:
     return (parts[0], parts[1], parts[2])
 
 
-class DraftRevisionForm(PageForm):
-    """The draft revision an editor form carries (a hidden field)."""
-
-    revision = WholeNumberField(label="The draft revision", minimum=1, empty=None)
-
-
 def draft_revision(data: QueryDict) -> int | None:
     """The draft revision posted, or None when it is missing or not a positive number."""
-    form = DraftRevisionForm(data)
-    return form.cleaned_data["revision"] if form.is_valid() else None
-
-
-class DraftStartForm(PageForm):
-    """Start the draft from a published version (blank: the latest)."""
-
-    from_version = WholeNumberField(
-        label="The version", minimum=1, empty=None, invalid="{text!r} is not a version number."
-    )
+    try:
+        revision: int = form_input(RevisionQuerySerializer, data)["revision"]
+    except ValidationFailed:
+        return None
+    return revision
 
 
 def _parse_number(spec: FieldSpec, text: str) -> tuple[Any, str | None]:
@@ -167,36 +160,6 @@ def parse_cell_edit(post: QueryDict) -> CellEdit:
     # Cells but no field with a value is not a mistake: nothing changes, and the view says so
     # (a field left showing the cell's value is sent blank, as the editor sends only edits).
     return CellEdit(revision=revision, cells=cells, values=values, problems=problems, raw=raw)
-
-
-class FleetCreateForm(forms.Form):
-    """A new fleet: it starts with a draft of default cells over the seed dimensions."""
-
-    slug = forms.SlugField(
-        max_length=64,
-        help_text="Lowercase, digits and dashes, e.g. voice-assistant-ios. Devices use it.",
-    )
-    name = forms.CharField(max_length=200)
-    description = forms.CharField(
-        max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2})
-    )
-
-
-class DimensionValueAddForm(forms.Form):
-    """Add a value to a dimension; its cells start as copies of an existing value's cells."""
-
-    revision = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
-    dimension = forms.ChoiceField(choices=[(d, DIMENSION_LABELS[d]) for d in DIMENSIONS])
-    value = forms.CharField(max_length=64, help_text="e.g. code")
-    copy_from = forms.CharField(max_length=64, required=False)
-
-
-class DimensionValueRemoveForm(forms.Form):
-    """Remove a value of a dimension together with its cells."""
-
-    revision = forms.IntegerField(min_value=1)
-    dimension = forms.ChoiceField(choices=[(d, d) for d in DIMENSIONS])
-    value = forms.CharField(max_length=64)
 
 
 class ImportError_(Exception):

@@ -14,6 +14,7 @@ from ..cell_schema import (
     MODES,
     CellKey,
 )
+from ..validation import MAX_DIMENSION_VALUE_LENGTH
 
 
 class Fleet(models.Model):
@@ -33,6 +34,10 @@ class Fleet(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+
+# The longest release note a version takes (the API, the pages, publish itself).
+MAX_NOTE_LENGTH = 2000
 
 
 class PolicyVersion(models.Model):
@@ -99,9 +104,9 @@ class PolicyCell(models.Model):
     """One row of the table: task type × latency budget × privacy tier → how to route."""
 
     version = models.ForeignKey(PolicyVersion, on_delete=models.CASCADE, related_name="cells")
-    task_type = models.CharField(max_length=32)
-    latency_budget = models.CharField(max_length=32)
-    privacy_tier = models.CharField(max_length=32)
+    task_type = models.CharField(max_length=MAX_DIMENSION_VALUE_LENGTH)
+    latency_budget = models.CharField(max_length=MAX_DIMENSION_VALUE_LENGTH)
+    privacy_tier = models.CharField(max_length=MAX_DIMENSION_VALUE_LENGTH)
 
     mode = models.CharField(max_length=16, choices=[(m, m) for m in MODES])
     threshold = models.FloatField()

@@ -1,31 +1,65 @@
-"""Serializers that describe the policy API's bodies in the OpenAPI schema.
+"""The policy API's bodies: the input serializers the views (and the pages, through
+`controlplane.pages.form_input`) validate with, and the output serializers of the answers.
 
 The views shape their answers with the `*_out` functions and the selectors (the same dicts the
-pages and the push use); these output serializers are their contract, so a generated client
-knows every field, and the schemathesis test checks each answer against them. Input bodies the
-services check by hand (documents, cell edits) are declared here with the same limits, from
-the same constants.
+pages and the push use); the output serializers are their contract, so a generated client
+knows every field, and the schemathesis test checks each answer against them. The cells of a
+document or an edit are checked as a whole table by `validation` (naming each cell, with the
+rules between fields); their fields here are built from the same `cell_schema.CELL_FIELDS`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.core.validators import RegexValidator
 from rest_framework import serializers
 
-from controlplane.api import JsonIntegerField
+from controlplane.api import (
+    JsonChoiceField,
+    JsonFloatField,
+    JsonIntegerField,
+    JsonRegexField,
+    JsonSlugField,
+    JsonStringField,
+    TidyJsonStringField,
+)
 from controlplane.openapi import closed_body, non_empty_body
+from controlplane.validators import SOME_TEXT_PATTERN
 
 from ..cell_schema import CELL_FIELDS, DIMENSIONS, FieldSpec
 from ..pricing import MAX_PRICE_PER_1K_TOKENS, MAX_PRICE_PER_CALL
-from ..validation import DIMENSION_VALUE_RE, MAX_CELLS, MAX_DIMENSION_VALUES
+from ..validation import (
+    DIMENSION_VALUE_RE,
+    MAX_CELLS,
+    MAX_DIMENSION_VALUE_LENGTH,
+    MAX_DIMENSION_VALUES,
+    MAX_VERSION,
+)
+from .models import MAX_NOTE_LENGTH
 
 
 def DRAFT_REVISION() -> JsonIntegerField:  # reads as a field
     """The draft revision a change applies to (an `If-Match: "r<n>"` header says it too; the
     schema asks for the field, which every client can send)."""
     return JsonIntegerField(
-        min_value=1, help_text='the draft revision (or If-Match: "r<revision>")'
+        min_value=1,
+        max_value=MAX_VERSION,
+        label="the draft revision",
+        help_text='the draft revision (or If-Match: "r<revision>")',
+    )
+
+
+def DIMENSION_VALUE(**options: Any) -> JsonRegexField:  # reads as a field
+    """A value of a dimension (`code`, `on-device`), as validation.DIMENSION_VALUE_RE says."""
+    return JsonRegexField(
+        DIMENSION_VALUE_RE,
+        max_length=MAX_DIMENSION_VALUE_LENGTH,
+        error_messages={
+            "invalid": "This is not a valid value: lowercase letters, digits, '-' or '_', "
+            f"starting with a letter, at most {MAX_DIMENSION_VALUE_LENGTH} characters."
+        },
+        **options,
     )
 
 
@@ -66,12 +100,7 @@ def _cell_serializer(
             top[head] = _cell_field(spec, partial=partial)
     attrs: dict[str, Any] = {}
     if with_key:
-        attrs.update(
-            {
-                dimension: serializers.RegexField(DIMENSION_VALUE_RE, max_length=32)
-                for dimension in DIMENSIONS
-            }
-        )
+        attrs.update({dimension: DIMENSION_VALUE() for dimension in DIMENSIONS})
     for head, fields in groups.items():
         group = type(
             f"{name}{head.title()}Serializer",
@@ -93,7 +122,7 @@ PolicyCellValuesSerializer = non_empty_body(
 
 def _dimension_values() -> serializers.ListField:
     return serializers.ListField(
-        child=serializers.RegexField(DIMENSION_VALUE_RE, max_length=32),
+        child=DIMENSION_VALUE(),
         min_length=1,
         max_length=MAX_DIMENSION_VALUES,
     )
@@ -160,13 +189,13 @@ class FleetSerializer(serializers.Serializer[Any]):
 class FleetCloudPriceInputSerializer(serializers.Serializer[Any]):
     """The fleet's cloud price (PATCH): either part, or both."""
 
-    cloud_price_per_1k_tokens = serializers.FloatField(
+    cloud_price_per_1k_tokens = JsonFloatField(
         min_value=0,
         max_value=MAX_PRICE_PER_1K_TOKENS,
         required=False,
         help_text="currency units per 1,000 tokens sent to the cloud (cloud and draft_refine)",
     )
-    cloud_price_per_call = serializers.FloatField(
+    cloud_price_per_call = JsonFloatField(
         min_value=0,
         max_value=MAX_PRICE_PER_CALL,
         required=False,
@@ -177,11 +206,94 @@ class FleetCloudPriceInputSerializer(serializers.Serializer[Any]):
         ref_name = "FleetCloudPriceInput"
 
 
-class FleetListSerializer(serializers.Serializer[Any]):
-    results = FleetSerializer(many=True)
+def results_of(
+    item: type[serializers.Serializer[Any]], *, ref_name: str
+) -> type[serializers.Serializer[Any]]:
+    """The answer of a list endpoint: `{"results": [item, ...]}`."""
+    meta = type("Meta", (), {"ref_name": ref_name})
+    return type(
+        f"{ref_name}Serializer",
+        (serializers.Serializer,),
+        {"results": item(many=True), "Meta": meta},
+    )
+
+
+# --- the inputs of the policy editor: the API validates with these, and so do the pages ------
+
+
+class RevisionQuerySerializer(serializers.Serializer[Any]):
+    """`?revision=`: the draft revision a DELETE applies to (a page posts it as a field)."""
+
+    revision = serializers.IntegerField(
+        min_value=1,
+        max_value=999_999_999,
+        label="the draft revision",
+        help_text='The draft revision you read (or an If-Match: "r<revision>" header).',
+    )
 
     class Meta:
-        ref_name = "FleetList"
+        ref_name = "DraftRevisionQuery"
+
+
+class FleetCreateInputSerializer(serializers.Serializer[Any]):
+    """A new fleet: it starts with a draft of default cells over the seed dimensions."""
+
+    slug = JsonSlugField(
+        max_length=64,
+        help_text="Lowercase, digits and dashes, e.g. voice-assistant-ios. Devices use it.",
+    )
+    name = TidyJsonStringField(max_length=200)
+    description = JsonStringField(max_length=2000, required=False, allow_blank=True)
+
+    class Meta:
+        ref_name = "FleetCreate"  # OpenAPI component names must be unique
+
+
+class DraftCreateInputSerializer(serializers.Serializer[Any]):
+    """Start the draft from a published version (left out or null: the latest)."""
+
+    from_version = JsonIntegerField(
+        min_value=1, max_value=999_999_999, required=False, allow_null=True, label="the version"
+    )
+
+    class Meta:
+        ref_name = "DraftCreate"
+
+
+class DimensionValueAddInputSerializer(serializers.Serializer[Any]):
+    """Add a value to a dimension; its cells start as copies of an existing value's cells."""
+
+    dimension = JsonChoiceField(choices=DIMENSIONS)
+    value = DIMENSION_VALUE(label="the new value")
+    copy_from = DIMENSION_VALUE(
+        required=False,
+        allow_null=True,
+        help_text="an existing value of the dimension whose cells the new ones copy",
+    )
+    revision = DRAFT_REVISION()
+
+    class Meta:
+        ref_name = "DimensionValueAdd"
+
+
+class PublishInputSerializer(serializers.Serializer[Any]):
+    """Publish the draft: the release note says what changed and why."""
+
+    note = JsonStringField(
+        max_length=MAX_NOTE_LENGTH,
+        label="the release note",
+        # A version runs on devices for weeks; the note is how people later tell why it exists.
+        validators=[RegexValidator(SOME_TEXT_PATTERN, "must not be empty")],
+        error_messages={"blank": "must not be empty", "required": "must not be empty"},
+        help_text="The release note: what changed and why.",
+    )
+    revision = DRAFT_REVISION()
+
+    class Meta:
+        ref_name = "Publish"
+
+
+FleetListSerializer = results_of(FleetSerializer, ref_name="FleetList")
 
 
 class VersionSerializer(serializers.Serializer[Any]):
@@ -201,11 +313,7 @@ class VersionSerializer(serializers.Serializer[Any]):
         ref_name = "Version"
 
 
-class VersionListSerializer(serializers.Serializer[Any]):
-    results = VersionSerializer(many=True)
-
-    class Meta:
-        ref_name = "VersionList"
+VersionListSerializer = results_of(VersionSerializer, ref_name="VersionList")
 
 
 class VersionWithDocumentSerializer(VersionSerializer):
@@ -221,9 +329,9 @@ class VersionWithDocumentSerializer(VersionSerializer):
 class DraftCellEditSerializer(serializers.Serializer[Any]):
     """One cell's new values: flat (`"weights.length": 0.4`) or nested as in the document."""
 
-    task_type = serializers.RegexField(DIMENSION_VALUE_RE, max_length=32)
-    latency_budget = serializers.RegexField(DIMENSION_VALUE_RE, max_length=32)
-    privacy_tier = serializers.RegexField(DIMENSION_VALUE_RE, max_length=32)
+    task_type = DIMENSION_VALUE()
+    latency_budget = DIMENSION_VALUE()
+    privacy_tier = DIMENSION_VALUE()
     values = PolicyCellValuesSerializer()
 
     class Meta:
@@ -296,8 +404,4 @@ class AuditEntrySerializer(serializers.Serializer[Any]):
         ref_name = "AuditEntry"
 
 
-class AuditListSerializer(serializers.Serializer[Any]):
-    results = AuditEntrySerializer(many=True)
-
-    class Meta:
-        ref_name = "AuditList"
+AuditListSerializer = results_of(AuditEntrySerializer, ref_name="AuditList")

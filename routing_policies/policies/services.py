@@ -14,7 +14,6 @@ from django.utils import timezone
 
 from controlplane.exceptions import Conflict, ValidationFailed
 
-from ..assignment import FleetAssignment
 from ..cell_schema import (
     DEFAULT_CELL_VALUES,
     DIMENSIONS,
@@ -32,13 +31,7 @@ from ..documents import (
     ordered_keys,
 )
 from ..pricing import MAX_PRICE_PER_1K_TOKENS, MAX_PRICE_PER_CALL, price_problem
-from ..push.frames import assignment_message
-from ..push.publish import publish_on_commit
-from ..reviews.gate import approval_consume
-from ..reviews.models import ChangeRequest
-from ..rollouts.models import FleetRouting
 from ..validation import (
-    DIMENSION_VALUE_RE,
     MAX_DIMENSION_VALUES,
     Problem,
     parse_document_table,
@@ -47,9 +40,10 @@ from ..validation import (
     validate_dimensions,
 )
 from .audit import Actor, actor_user, audit_record
-from .models import Fleet, PolicyCell, PolicyVersion
+from .models import MAX_NOTE_LENGTH, Fleet, PolicyCell, PolicyVersion
 from .sdk_cells import privacy_problems
 from .selectors import draft_same_as, version_table
+from .signals import fleet_created, version_published, version_publishing
 
 logger = logging.getLogger(__name__)
 
@@ -59,15 +53,21 @@ def _raise_problems(message: str, problems: list[Problem]) -> None:
         raise ValidationFailed(message, details=[p.as_dict() for p in problems])
 
 
-def _write_cells(version: PolicyVersion, table: Table) -> None:
+def _create_cells(version: PolicyVersion, table: Table) -> None:
+    """The rows of `table`'s cells in `version`, in the order the table lists them."""
     cells = []
-    for key in ordered_keys(version.dimensions):
+    for key, values in table.items():
         cell = PolicyCell(
             version=version, task_type=key[0], latency_budget=key[1], privacy_tier=key[2]
         )
-        cell.apply_values(table[key])
+        cell.apply_values(values)
         cells.append(cell)
     PolicyCell.objects.bulk_create(cells)
+
+
+def _write_cells(version: PolicyVersion, table: Table) -> None:
+    """Every cell of the version's dimensions, in the document's order."""
+    _create_cells(version, {key: table[key] for key in ordered_keys(version.dimensions)})
 
 
 def _lock_fleet(fleet: Fleet) -> Fleet:
@@ -100,6 +100,18 @@ def _lock_draft(*, fleet: Fleet, revision: int) -> PolicyVersion:
             ],
         )
     return draft
+
+
+def _audit_draft(action: str, *, actor: Actor, fleet: Fleet, summary: str, **change: Any) -> None:
+    """Record a change of the fleet's draft in the audit log."""
+    audit_record(
+        actor=actor,
+        action=action,
+        fleet=fleet,
+        target=f"{fleet.slug} draft",
+        summary=summary,
+        **change,
+    )
 
 
 def _bump(draft: PolicyVersion) -> None:
@@ -148,7 +160,7 @@ def fleet_create(
         fleet=fleet, dimensions=dimensions, created_by=actor_user(actor)
     )
     _write_cells(draft, table)
-    FleetRouting.objects.create(fleet=fleet)
+    fleet_created.send(sender=Fleet, actor=actor, fleet=fleet)
     audit_record(
         actor=actor,
         action="fleet.created",
@@ -163,11 +175,12 @@ def fleet_create(
 
 @transaction.atomic
 def fleet_cloud_price_set(
-    *, actor: Actor, fleet: Fleet, per_1k_tokens: object = None, per_call: object = None
+    *, actor: Actor, fleet: Fleet, per_1k_tokens: float | None = None, per_call: float | None = None
 ) -> Fleet:
     """Set the fleet's cloud price (either part; None keeps it), audited; refused as a whole.
 
-    `object` parameters: the API hands the JSON values over as sent, and this is their check."""
+    The API checks its body with schemas.FleetCloudPriceInputSerializer; the range is checked
+    here again for the lab's price form, which does not go through it yet."""
     problems = [
         {"field": name, "message": message}
         for name, value, maximum in (
@@ -238,11 +251,10 @@ def policy_draft_create(
         fleet=fleet, dimensions=source.dimensions, based_on=source, created_by=actor_user(actor)
     )
     _write_cells(draft, version_table(version=source))
-    audit_record(
+    _audit_draft(
+        "policy_draft.created",
         actor=actor,
-        action="policy_draft.created",
         fleet=fleet,
-        target=f"{fleet.slug} draft",
         summary=f"Started a draft from v{source.number}",
         after={"based_on": source.number},
     )
@@ -259,11 +271,10 @@ def policy_draft_discard(*, actor: Actor, fleet: Fleet, revision: int) -> None:
         "based_on": draft.based_on.number if draft.based_on else None,
     }
     draft.delete()
-    audit_record(
+    _audit_draft(
+        "policy_draft.discarded",
         actor=actor,
-        action="policy_draft.discarded",
         fleet=fleet,
-        target=f"{fleet.slug} draft",
         summary="Discarded the draft",
         before=before,
     )
@@ -353,11 +364,10 @@ def policy_draft_update_cells(
     _bump(draft)
     labels = ", ".join(cell_key_label(c.key) for c in changed_cells[:5])
     more = f" and {len(changed_cells) - 5} more" if len(changed_cells) > 5 else ""
-    audit_record(
+    _audit_draft(
+        "policy_cells.updated",
         actor=actor,
-        action="policy_cells.updated",
         fleet=fleet,
-        target=f"{fleet.slug} draft",
         summary=f"Edited {len(changed_cells)} cell(s): {labels}{more} (revision {draft.revision})",
         before=audit_before,
         after=audit_after,
@@ -384,21 +394,11 @@ def policy_draft_add_dimension_value(
     """Add a value to a dimension (e.g. task type `code`) and the cells it implies.
 
     Each new cell starts as a copy of its sibling with `copy_from` (default: the dimension's
-    first value), so the table stays complete and valid.
+    first value), so the table stays complete and valid. `dimension` and `value` come checked
+    (schemas.DimensionValueAddInputSerializer); what needs the draft is checked here.
     """
     draft = _lock_draft(fleet=fleet, revision=revision)
-    if dimension not in DIMENSIONS:
-        raise ValidationFailed(
-            f"{dimension!r} is not a dimension.",
-            details=[{"field": "dimension", "message": f"one of {', '.join(DIMENSIONS)}"}],
-        )
     values = list(draft.dimensions[dimension])
-    if not isinstance(value, str) or not DIMENSION_VALUE_RE.match(value):
-        raise ValidationFailed(
-            f"{value!r} is not a valid value: lowercase letters, digits, '-' or '_', starting "
-            "with a letter, at most 32 characters.",
-            details=[{"field": "value", "message": "must be a slug such as code or on-device"}],
-        )
     if value in values:
         raise Conflict(f"{dimension} already has the value {value!r}.", code="duplicate")
     if len(values) >= MAX_DIMENSION_VALUES:
@@ -423,22 +423,15 @@ def policy_draft_add_dimension_value(
     _raise_problems(f"Copying {source_value!r} to {value!r} would make invalid cells.", problems)
     before_dims = {k: list(v) for k, v in draft.dimensions.items()}
     draft.dimensions = {**draft.dimensions, dimension: [*values, value]}
-    cells = []
-    for key, cell_values in new_cells.items():
-        cell = PolicyCell(
-            version=draft, task_type=key[0], latency_budget=key[1], privacy_tier=key[2]
-        )
-        cell.apply_values(cell_values)
-        cells.append(cell)
-    PolicyCell.objects.bulk_create(cells)
+    _create_cells(draft, new_cells)
     _bump(draft)
-    audit_record(
+    _audit_draft(
+        "policy_dimension.value_added",
         actor=actor,
-        action="policy_dimension.value_added",
         fleet=fleet,
-        target=f"{fleet.slug} draft",
         summary=(
-            f"Added {dimension} value {value!r} ({len(cells)} cells copied from {source_value!r})"
+            f"Added {dimension} value {value!r} "
+            f"({len(new_cells)} cells copied from {source_value!r})"
         ),
         before={f"dimensions.{dimension}": before_dims[dimension]},
         after={f"dimensions.{dimension}": draft.dimensions[dimension]},
@@ -466,11 +459,10 @@ def policy_draft_remove_dimension_value(
     PolicyCell.objects.filter(version=draft, **{dimension: value}).delete()
     draft.dimensions = {**draft.dimensions, dimension: [v for v in values if v != value]}
     _bump(draft)
-    audit_record(
+    _audit_draft(
+        "policy_dimension.value_removed",
         actor=actor,
-        action="policy_dimension.value_removed",
         fleet=fleet,
-        target=f"{fleet.slug} draft",
         summary=f"Removed {dimension} value {value!r} and its cells",
         before={f"dimensions.{dimension}": values},
         after={f"dimensions.{dimension}": draft.dimensions[dimension]},
@@ -510,11 +502,10 @@ def policy_draft_import(
         )
     _write_cells(draft, table)
     diff = diff_flat(flatten_table(before_table), flatten_table(table))
-    audit_record(
+    _audit_draft(
+        "policy_draft.imported",
         actor=actor,
-        action="policy_draft.imported",
         fleet=fleet,
-        target=f"{fleet.slug} draft",
         summary=f"Imported a document of {len(table)} cells ({len(diff)} field changes)",
         diff=diff,
         before={"fields_changed": len(diff)},
@@ -538,10 +529,10 @@ def policy_version_publish(
             "Write a release note: what changed and why.",
             details=[{"field": "note", "message": "must not be empty"}],
         )
-    if len(note) > 2000:
+    if len(note) > MAX_NOTE_LENGTH:
         raise ValidationFailed(
-            "The note is too long (2,000 characters at most).",
-            details=[{"field": "note", "message": "at most 2000 characters"}],
+            f"The note is too long ({MAX_NOTE_LENGTH:,} characters at most).",
+            details=[{"field": "note", "message": f"at most {MAX_NOTE_LENGTH} characters"}],
         )
     fleet = _lock_fleet(fleet)
     draft = _lock_draft(fleet=fleet, revision=revision)
@@ -571,17 +562,10 @@ def policy_version_publish(
     draft.note = note
     draft.etag = document_etag(draft.number, content_for_etag(fleet.slug, draft.dimensions, table))
     # A fleet that reviews publishes needs an approval of this very revision (reviews/gate.py).
-    approval_consume(actor=actor, fleet=fleet, kind=ChangeRequest.Kind.PUBLISH, version=draft)
+    version_publishing.send(sender=PolicyVersion, actor=actor, fleet=fleet, version=draft)
     draft.save(update_fields=["number", "published_at", "published_by", "note", "etag"])
-    routing, _ = FleetRouting.objects.get_or_create(fleet=fleet)
-    if routing.stable_version_id is None:
-        # A fleet's first published version is what its devices run; later versions reach
-        # devices only through a rollout or an explicit switch.
-        routing.stable_version = draft
-        routing.save(update_fields=["stable_version", "updated_at"])
-        publish_on_commit(
-            assignment_message(fleet_id=fleet.pk, assignment=FleetAssignment(stable=draft.number))
-        )
+    # A fleet's first published version is what its devices run (rollouts/receivers.py).
+    version_published.send(sender=PolicyVersion, actor=actor, fleet=fleet, version=draft)
     previous = PolicyVersion.objects.filter(fleet=fleet, number=last).first() if last else None
     diff: list[dict[str, Any]] = []
     if previous is not None:

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.urls import reverse
+from rest_framework import serializers
 
 from ..cell_schema import CELL_FIELDS, FIELDS_BY_PATH, MODES, WEIGHT_PATHS, cell_key_label
 from ..documents import Table
@@ -228,6 +229,30 @@ def problem_list(problems: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
             "message": problem.get("message", ""),
         }
         for problem in problems
+    ]
+
+
+def form_fields(
+    serializer_class: type[serializers.Serializer[Any]],
+    *,
+    posted: dict[str, str],
+    problems: Iterable[dict[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """A page form drawn from the API's input serializer: each field's name, label, hint, limit,
+    whether it is optional, the value posted and the problems that name it."""
+    problems = list(problems)
+    return [
+        {
+            "name": name,
+            "label": field.label or name,
+            "help_text": field.help_text or "",
+            "required": field.required,
+            "max_length": getattr(field, "max_length", None),
+            "long": (getattr(field, "max_length", None) or 0) > 500,
+            "value": posted.get(name, ""),
+            "errors": [p["message"] for p in problems if p.get("field") == name],
+        }
+        for name, field in serializer_class().fields.items()
     ]
 
 

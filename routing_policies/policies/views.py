@@ -6,6 +6,7 @@ problems listed per cell and field, a banner for conflicts. What a page shows is
 `view_models`.
 """
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -15,29 +16,26 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
+from rest_framework import serializers
 
 from controlplane.exceptions import ApplicationError, Conflict, NotFound, ValidationFailed
-from controlplane.pages import refusal, role_required
+from controlplane.pages import form_input, posted_values, refusal, role_required
 from controlplane.roles import Role, has_role
 
 from ..cell_schema import DIMENSION_LABELS, DIMENSIONS, cell_key_label
-from ..extensions import lab_draft_headline
-from ..rollouts.selectors import fleet_running
-from . import selectors, services
+from ..validation import DIMENSION_VALUE_PATTERN
+from . import schemas, selectors, services
 from .forms import (
     CellEdit,
-    DimensionValueAddForm,
-    DimensionValueRemoveForm,
-    DraftStartForm,
-    FleetCreateForm,
     ImportError_,
     ImportTooLarge,
     draft_revision,
     parse_cell_edit,
     read_import_document,
 )
-from .models import Fleet, PolicyVersion
+from .models import MAX_NOTE_LENGTH, Fleet, PolicyVersion
 from .pages import fleet_or_404
+from .signals import fleet_running, lab_draft_headline
 from .view_models import (
     audit_rows,
     diff_marks,
@@ -46,6 +44,7 @@ from .view_models import (
     edit_fields,
     export_url,
     field_label,
+    form_fields,
     grid,
     legend,
     problem_list,
@@ -83,7 +82,7 @@ def _fleet_page(
     edit: CellEdit | None = None,
     form_revision: int | None = None,
     publish_note: str = "",
-    add_form: DimensionValueAddForm | None = None,
+    add_form: dict[str, str] | None = None,
 ) -> HttpResponse:
     """Render the fleet's grid: the draft if any, else the latest published version."""
     problems = problems or []
@@ -151,10 +150,10 @@ def _fleet_page(
             {
                 "edit_groups": edit_fields(edit, problems),
                 "cell_values": {cell_key_label(key): values for key, values in table.items()},
-                "add_form": add_form
-                or DimensionValueAddForm(initial={"revision": revision, "dimension": "task_type"}),
+                "add_form": add_form or {"dimension": "task_type"},
+                "dimension_value_pattern": DIMENSION_VALUE_PATTERN,
                 "publish_note": publish_note,
-                "max_note": 2000,
+                "max_note": MAX_NOTE_LENGTH,
                 # The lab's backtest of this revision, beside Publish (the lab registers it).
                 "backtest": lab_draft_headline(fleet=fleet, draft=version),
                 # The service's own check: Publish is off while it would refuse (no_changes).
@@ -213,14 +212,23 @@ def _refusal(
 @require_GET
 def fleet_list_page(request: HttpRequest) -> HttpResponse:
     """Fleets with their latest version and draft state; publishers may create one."""
-    return _fleet_list(request, FleetCreateForm())
+    return _fleet_list(request)
 
 
-def _fleet_list(request: HttpRequest, form: FleetCreateForm, status: int = 200) -> HttpResponse:
+def _fleet_list(
+    request: HttpRequest, *, status: int = 200, error: str = "", problems: Any = ()
+) -> HttpResponse:
+    posted = posted_values(request) if request.method == "POST" else {}
     return render(
         request,
         "routing_policies/fleet_list.html",
-        {"fleets": selectors.fleet_list(), "create_form": form},
+        {
+            "fleets": selectors.fleet_list(),
+            "create_fields": form_fields(
+                schemas.FleetCreateInputSerializer, posted=posted, problems=problems
+            ),
+            "create_error": error,
+        },
         status=status,
     )
 
@@ -229,14 +237,15 @@ def _fleet_list(request: HttpRequest, form: FleetCreateForm, status: int = 200) 
 @require_POST
 def fleet_create(request: HttpRequest) -> HttpResponse:
     """Create a fleet (a draft of default cells over the seed dimensions)."""
-    form = FleetCreateForm(request.POST)
-    if not form.is_valid():
-        return _fleet_list(request, form, status=400)
     try:
-        fleet = services.fleet_create(actor=request.user, **form.cleaned_data)
+        values = form_input(schemas.FleetCreateInputSerializer, request.POST)
+        fleet = services.fleet_create(actor=request.user, **values)
+    except ValidationFailed as exc:
+        return _fleet_list(request, status=exc.status_code, problems=exc.details)
     except ApplicationError as exc:
-        form.add_error("slug" if isinstance(exc, Conflict) else None, exc.message)
-        return _fleet_list(request, form, status=exc.status_code)
+        problems = [{"field": "slug", "message": exc.message}] if isinstance(exc, Conflict) else ()
+        error = "" if problems else exc.message
+        return _fleet_list(request, status=exc.status_code, error=error, problems=problems)
     messages.success(request, f"Created fleet {fleet.slug} with a draft; edit it, then publish v1.")
     return redirect("fleet-detail", slug=fleet.slug)
 
@@ -319,144 +328,110 @@ def draft_cells_update(request: HttpRequest, slug: str) -> HttpResponse:
     return HttpResponseRedirect(back)
 
 
+# A change the fleet page posts: `change(fleet, values)` makes it and answers the success
+# message and where to go; a refusal shows the fleet page again saying why (nothing was saved).
+Change = Callable[[Fleet, dict[str, Any]], tuple[str, str]]
+
+
+def _draft_change(
+    request: HttpRequest,
+    slug: str,
+    serializer_class: type[serializers.Serializer[Any]],
+    change: Change,
+    **page: Any,
+) -> HttpResponse:
+    """A change posted from the fleet page, its form validated by the API's input serializer."""
+    fleet = fleet_or_404(slug)
+    revision = draft_revision(request.POST)
+    try:
+        message, url = change(fleet, form_input(serializer_class, request.POST))
+    except ApplicationError as exc:
+        return _refusal(request, fleet, exc, posted_revision=revision, **page)
+    messages.success(request, message)
+    return HttpResponseRedirect(url)
+
+
 @role_required(Role.EDITOR)
 @require_POST
 def draft_start(request: HttpRequest, slug: str) -> HttpResponse:
     """Start the draft from the latest published version or a chosen one."""
-    fleet = fleet_or_404(slug)
-    try:
-        from_number = DraftStartForm(request.POST).values()["from_version"]
-    except ValidationFailed as exc:
-        return _fleet_page(request, fleet, status=400, error=exc.message)
-    try:
+
+    def start(fleet: Fleet, values: dict[str, Any]) -> tuple[str, str]:
         draft = services.policy_draft_create(
-            actor=request.user, fleet=fleet, from_number=from_number
+            actor=request.user, fleet=fleet, from_number=values.get("from_version")
         )
-    except ApplicationError as exc:
-        return _refusal(request, fleet, exc, posted_revision=None)
-    based_on = draft.based_on.number if draft.based_on else "?"
-    messages.success(request, f"Started a draft from v{based_on}. Select cells to edit them.")
-    return redirect("fleet-detail", slug=fleet.slug)
+        based_on = draft.based_on.number if draft.based_on else "?"
+        return f"Started a draft from v{based_on}. Select cells to edit them.", _fleet_url(fleet)
+
+    return _draft_change(request, slug, schemas.DraftCreateInputSerializer, start)
 
 
 @role_required(Role.EDITOR)
 @require_POST
 def draft_discard(request: HttpRequest, slug: str) -> HttpResponse:
     """Throw the draft away; published versions stay as they are."""
-    fleet = fleet_or_404(slug)
-    revision = draft_revision(request.POST)
-    if revision is None:
-        return _fleet_page(request, fleet, status=400, error="The form lost the draft revision.")
-    try:
-        services.policy_draft_discard(actor=request.user, fleet=fleet, revision=revision)
-    except ApplicationError as exc:
-        return _refusal(request, fleet, exc, posted_revision=revision)
-    messages.success(request, "Discarded the draft.")
-    return redirect("fleet-detail", slug=fleet.slug)
+
+    def discard(fleet: Fleet, values: dict[str, Any]) -> tuple[str, str]:
+        services.policy_draft_discard(actor=request.user, fleet=fleet, **values)
+        return "Discarded the draft.", _fleet_url(fleet)
+
+    return _draft_change(request, slug, schemas.RevisionQuerySerializer, discard)
 
 
 @role_required(Role.EDITOR)
 @require_POST
 def dimension_value_add(request: HttpRequest, slug: str) -> HttpResponse:
     """Add a dimension value; its cells are copies of an existing value's cells."""
-    fleet = fleet_or_404(slug)
-    form = DimensionValueAddForm(request.POST)
-    revision = draft_revision(request.POST)
-    if not form.is_valid():
-        problems = [
-            {"field": name, "message": " ".join(str(e) for e in errors)}
-            for name, errors in form.errors.items()
-        ]
-        return _fleet_page(
-            request,
-            fleet,
-            status=400,
-            error="The new value was not added.",
-            problems=problems,
-            add_form=form,
-            form_revision=revision,
-        )
-    data = form.cleaned_data
-    try:
-        services.policy_draft_add_dimension_value(
-            actor=request.user,
-            fleet=fleet,
-            revision=data["revision"],
-            dimension=data["dimension"],
-            value=data["value"].strip(),
-            copy_from=data["copy_from"].strip() or None,
-        )
-    except ApplicationError as exc:
-        return _refusal(request, fleet, exc, posted_revision=revision, add_form=form)
-    source = data["copy_from"].strip() or "the first value"
-    messages.success(
-        request,
-        f"Added {DIMENSION_LABELS[data['dimension']].lower()} {data['value'].strip()!r}; "
-        f"its cells are copies of {source}.",
+
+    def add(fleet: Fleet, values: dict[str, Any]) -> tuple[str, str]:
+        services.policy_draft_add_dimension_value(actor=request.user, fleet=fleet, **values)
+        source = values.get("copy_from") or "the first value"
+        label = DIMENSION_LABELS[values["dimension"]].lower()
+        message = f"Added {label} {values['value']!r}; its cells are copies of {source}."
+        return message, _fleet_url(fleet)
+
+    add_form = posted_values(request)
+    return _draft_change(
+        request, slug, schemas.DimensionValueAddInputSerializer, add, add_form=add_form
     )
-    return redirect("fleet-detail", slug=fleet.slug)
 
 
 @role_required(Role.EDITOR)
 @require_POST
 def dimension_value_remove(request: HttpRequest, slug: str) -> HttpResponse:
-    """Remove a dimension value together with its cells."""
-    fleet = fleet_or_404(slug)
-    form = DimensionValueRemoveForm(request.POST)
-    revision = draft_revision(request.POST)
-    if not form.is_valid():
-        return _fleet_page(
-            request, fleet, status=400, error="Say which value to remove.", form_revision=revision
-        )
-    data = form.cleaned_data
-    try:
+    """Remove a dimension value together with its cells (named as the API's path names them)."""
+    dimension = request.POST.get("dimension", "")
+    value = request.POST.get("value", "")
+
+    def remove(fleet: Fleet, values: dict[str, Any]) -> tuple[str, str]:
         services.policy_draft_remove_dimension_value(
-            actor=request.user,
-            fleet=fleet,
-            revision=data["revision"],
-            dimension=data["dimension"],
-            value=data["value"],
+            actor=request.user, fleet=fleet, dimension=dimension, value=value, **values
         )
-    except ApplicationError as exc:
-        return _refusal(request, fleet, exc, posted_revision=revision)
-    messages.success(
-        request,
-        f"Removed {DIMENSION_LABELS[data['dimension']].lower()} {data['value']!r} and its cells.",
-    )
-    return redirect("fleet-detail", slug=fleet.slug)
+        label = DIMENSION_LABELS.get(dimension, dimension).lower()
+        return f"Removed {label} {value!r} and its cells.", _fleet_url(fleet)
+
+    return _draft_change(request, slug, schemas.RevisionQuerySerializer, remove)
 
 
 @role_required(Role.PUBLISHER)
 @require_POST
 def draft_publish(request: HttpRequest, slug: str) -> HttpResponse:
     """Publish the draft as the next numbered version."""
-    fleet = fleet_or_404(slug)
-    revision = draft_revision(request.POST)
+
+    def publish(fleet: Fleet, values: dict[str, Any]) -> tuple[str, str]:
+        version = services.policy_version_publish(actor=request.user, fleet=fleet, **values)
+        running = fleet_running(fleet=fleet)
+        if running["stable"] == version.number:
+            what_next = "It is the fleet's first version, so every device runs it now."
+        else:
+            what_next = (
+                f"Devices still run v{running['stable']}: no device runs v{version.number} "
+                "until a publisher starts a rollout of it or switches the fleet to it."
+            )
+        return f"Published v{version.number}. {what_next}", _fleet_url(fleet, version)
+
     note = request.POST.get("note") or ""
-    if revision is None:
-        return _fleet_page(
-            request,
-            fleet,
-            status=400,
-            error="The form lost the draft revision; reload the page.",
-            publish_note=note,
-        )
-    try:
-        version = services.policy_version_publish(
-            actor=request.user, fleet=fleet, revision=revision, note=note
-        )
-    except ApplicationError as exc:
-        return _refusal(request, fleet, exc, posted_revision=revision, publish_note=note)
-    running = fleet_running(fleet=fleet)
-    if running["stable"] == version.number:
-        what_next = "It is the fleet's first version, so every device runs it now."
-    else:
-        what_next = (
-            f"Devices still run v{running['stable']}: no device runs v{version.number} until "
-            "a publisher starts a rollout of it or switches the fleet to it."
-        )
-    messages.success(request, f"Published v{version.number}. {what_next}")
-    return HttpResponseRedirect(_fleet_url(fleet, version))
+    return _draft_change(request, slug, schemas.PublishInputSerializer, publish, publish_note=note)
 
 
 @role_required(Role.EDITOR)

@@ -838,6 +838,25 @@ def test_draft_cells_api__invalid_cells__400_names_each_cell_and_field(
     assert version_table(version=draft) == demo_table()
 
 
+@pytest.mark.parametrize("bad", ["Code", "code\n", "1st", "co de"])
+def test_draft_dimensions_api__not_a_slug__400_names_value_nothing_added(
+    client_as: Callable[[Any], APIClient], editor: Any, draft: PolicyVersion, bad: str
+) -> None:
+    # Given a draft
+    # When a value that is not a lowercase slug is added
+    response = client_as(editor).post(
+        f"{FLEET}/draft/dimensions/",
+        {"revision": 1, "dimension": "task_type", "value": bad},
+        format="json",
+    )
+
+    # Then 400 names the value, and nothing is added
+    error = assert_error(response, 400, "validation_failed")
+    assert [detail["field"] for detail in error["details"]] == ["value"]
+    draft.refresh_from_db()
+    assert draft.dimensions == SEED_DIMENSIONS
+
+
 def test_draft_dimensions_api__existing_value__409(
     client_as: Callable[[Any], APIClient], editor: Any, draft: PolicyVersion
 ) -> None:

@@ -1182,7 +1182,7 @@ def test_publish__blank_note__400_naming_the_note_and_still_a_draft(
     # Then it is refused, naming the note, and nothing is published
     page = text_of(response)
     assert response.status_code == 400
-    assert "Write a release note: what changed and why." in page
+    assert "The release note: must not be empty" in page
     assert "Release note: must not be empty" in page
     assert selectors.latest_published(fleet=draft_fleet).number == 1  # type: ignore[union-attr]
     assert selectors.draft_get(fleet=draft_fleet) is not None

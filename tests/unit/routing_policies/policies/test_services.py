@@ -436,22 +436,6 @@ def test_policy_draft_add_dimension_value__existing_value__conflict(
     assert (draft.revision, len(version_table(version=draft))) == (1, 12)
 
 
-@pytest.mark.parametrize("bad", ["Code", "code\n", "1st", "co de"])
-def test_policy_draft_add_dimension_value__not_a_slug__refused(
-    fleet: Any, editor: Any, draft: PolicyVersion, bad: str
-) -> None:
-    # Given a draft
-    # When a value that is not a lowercase slug is added
-    with pytest.raises(ValidationFailed):
-        policy_draft_add_dimension_value(
-            actor=editor, fleet=fleet, revision=1, dimension="task_type", value=bad
-        )
-
-    # Then nothing is added
-    draft.refresh_from_db()
-    assert draft.dimensions == SEED_DIMENSIONS
-
-
 def test_policy_draft_remove_dimension_value__image__removes_its_cells(
     fleet: Any, publisher: Any, draft: PolicyVersion
 ) -> None:
