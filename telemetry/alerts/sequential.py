@@ -68,7 +68,7 @@ EVENT_SRM_FLOOR: Final = 0.2
 # SRM_RELEASE_P_VALUE and, for events, off by at most this share of expected.
 EVENT_SRM_RELEASE_FLOOR: Final = 0.15
 # How long after a stage change the sample ratios are left alone (the devices' presence
-# window, routing_policies.devices.models.ONLINE_WINDOW: by then every live device was seen).
+# window, routing_policies.selectors.ONLINE_WINDOW: by then every live device was seen).
 SRM_GRACE: Final = timedelta(minutes=2)
 
 

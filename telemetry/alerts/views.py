@@ -24,7 +24,7 @@ from controlplane.pages import (
 )
 from controlplane.roles import Role, has_role
 from routing_policies.models import Fleet
-from routing_policies.policies.pages import fleet_or_404
+from routing_policies.pages import fleet_or_404
 
 from . import selectors, services
 from .judging import format_clear, format_threshold, format_value

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from controlplane.exceptions import Conflict, NotFound, ValidationFailed
 from routing_policies.models import Fleet
-from routing_policies.policies.audit import Actor, audit_record
+from routing_policies.services import Actor, audit_record
 
 from .. import selectors as alert_selectors
 from ..judging import RATE_METRICS, parse_scope

@@ -9,7 +9,7 @@ from django.db import transaction
 from controlplane.exceptions import Conflict
 from routing_policies import services as rollout_services
 from routing_policies.models import Rollout
-from routing_policies.policies.audit import Actor, audit_record
+from routing_policies.services import Actor, audit_record
 
 from ...models import (
     RolloutGuard,
