@@ -1,11 +1,14 @@
 """REST API of alerts and rollout guards, under /api/v1/ (docs/alerts.md).
 
-Viewers read; editors change rules; publishers manage webhooks and rollout guards. Bodies are
-JSON objects whose fields the services check (types included: `"10"` is not a number).
+Viewers read; editors change rules; publishers manage webhooks and rollout guards. Each body
+is checked by the input serializer its `extend_schema` documents (`alerts.schemas`; types
+included: `"10"` is not a number), then by the service for what needs several fields or the
+database.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -16,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.api import input_validate, require_object
-from controlplane.exceptions import Conflict, NotFound, ValidationFailed
+from controlplane.exceptions import Conflict, NotFound
 from controlplane.openapi import error_responses, query_params_validate
 from controlplane.permissions import IsEditor, IsPublisher, IsViewer
 from routing_policies import selectors as policy_selectors
@@ -24,7 +27,7 @@ from routing_policies.models import Fleet, Rollout
 
 from . import schemas, selectors, services
 from .models import AlertRule
-from .services.guards import rollout_guards_set
+from .services.guards import guard_options_validate, rollout_guards_set
 
 _RULE_EXAMPLE = services.SEED_RULES[0]
 
@@ -39,18 +42,20 @@ def _write_permission(
     return [read()] if request.method in ("GET", "HEAD", "OPTIONS") else [write()]
 
 
-class HistoryQuerySerializer(serializers.Serializer[Any]):
-    limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
-
-    class Meta:
-        ref_name = "AlertHistoryQuery"
+def _results(out: Callable[[Any], dict[str, Any]], rows: Iterable[Any]) -> Response:
+    """A list answer: `{"results": [...]}`, each row as `out` shows it."""
+    return Response({"results": [out(row) for row in rows]})
 
 
-class DeliveryQuerySerializer(serializers.Serializer[Any]):
-    limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
+def _limit_query(ref_name: str, *, maximum: int, default: int) -> type[serializers.Serializer[Any]]:
+    """The query of a log read: how many of the newest rows, at most `maximum`."""
+    meta = type("Meta", (), {"ref_name": ref_name})
+    limit = serializers.IntegerField(min_value=1, max_value=maximum, default=default)
+    return type(f"{ref_name}Serializer", (serializers.Serializer,), {"limit": limit, "Meta": meta})
 
-    class Meta:
-        ref_name = "WebhookDeliveryQuery"
+
+HistoryQuerySerializer = _limit_query("AlertHistoryQuery", maximum=1000, default=100)
+DeliveryQuerySerializer = _limit_query("WebhookDeliveryQuery", maximum=500, default=50)
 
 
 class AlertRuleListApi(APIView):
@@ -61,10 +66,7 @@ class AlertRuleListApi(APIView):
 
     @extend_schema(responses=schemas.AlertRuleListSerializer, operation_id="alert_rule_list")
     def get(self, request: Request, slug: str) -> Response:
-        fleet = _fleet(slug)
-        return Response(
-            {"results": [selectors.rule_out(r) for r in selectors.rule_list(fleet_id=fleet.pk)]}
-        )
+        return _results(selectors.rule_out, selectors.rule_list(fleet_id=_fleet(slug).pk))
 
     @extend_schema(
         request=schemas.AlertRuleCreateSerializer,
@@ -134,9 +136,8 @@ class AlertHistoryApi(APIView):
     )
     def get(self, request: Request, slug: str) -> Response:
         query = query_params_validate(HistoryQuerySerializer, request)
-        fleet = _fleet(slug)
-        events = selectors.alert_history(fleet_id=fleet.pk, limit=query["limit"])
-        return Response({"results": [selectors.event_out(e) for e in events]})
+        events = selectors.alert_history(fleet_id=_fleet(slug).pk, limit=query["limit"])
+        return _results(selectors.event_out, events)
 
 
 class FiringAlertsApi(APIView):
@@ -158,14 +159,7 @@ class AlertWebhookListApi(APIView):
 
     @extend_schema(responses=schemas.AlertWebhookListSerializer, operation_id="alert_webhook_list")
     def get(self, request: Request, slug: str) -> Response:
-        fleet = _fleet(slug)
-        return Response(
-            {
-                "results": [
-                    selectors.webhook_out(w) for w in selectors.webhook_list(fleet_id=fleet.pk)
-                ]
-            }
-        )
+        return _results(selectors.webhook_out, selectors.webhook_list(fleet_id=_fleet(slug).pk))
 
     @extend_schema(
         request=schemas.AlertWebhookCreateSerializer,
@@ -174,21 +168,12 @@ class AlertWebhookListApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         fleet = _fleet(slug)
-        data = require_object(request.data)
-        unknown = sorted(set(data) - {"url", "format", "rule_id"})
-        if unknown or "url" not in data:
-            raise ValidationFailed(
-                "A webhook is {url, format, rule_id}.",
-                details=[{"field": n, "message": "unknown"} for n in unknown]
-                or [{"field": "url", "message": "is required"}],
-            )
-        webhook = services.alert_webhook_create(
-            actor=request.user,
-            fleet=fleet,
-            url=data["url"],
-            format=data.get("format", "json"),
-            rule_id=data.get("rule_id"),
+        data = input_validate(
+            schemas.AlertWebhookCreateSerializer,
+            require_object(request.data),
+            message=services.WEBHOOK_INVALID,
         )
+        webhook = services.alert_webhook_create(actor=request.user, fleet=fleet, **data)
         return Response(selectors.webhook_out(webhook), status=status.HTTP_201_CREATED)
 
 
@@ -215,29 +200,15 @@ class WebhookDeliveryListApi(APIView):
     )
     def get(self, request: Request, slug: str) -> Response:
         query = query_params_validate(DeliveryQuerySerializer, request)
-        fleet = _fleet(slug)
-        deliveries = selectors.delivery_list(fleet_id=fleet.pk, limit=query["limit"])
-        return Response({"results": [selectors.delivery_out(d) for d in deliveries]})
-
-
-GUARD_FIELDS = (
-    "guards",
-    "bake_minutes",
-    "auto_advance",
-    "window_minutes",
-    "min_samples",
-    "min_devices",
-    "min_events",
-    "stage_limit_minutes",
-    "max_extensions",
-    "on_expiry",
-)
+        deliveries = selectors.delivery_list(fleet_id=_fleet(slug).pk, limit=query["limit"])
+        return _results(selectors.delivery_out, deliveries)
 
 
 def guard_options(data: dict[str, Any]) -> dict[str, Any]:
-    """The guard options of a body (start or PUT), unknown ones refused."""
-    options = {name: data[name] for name in GUARD_FIELDS if name in data}
-    return options
+    """The guard options of a rollout start's body (the fields of
+    `RolloutGuardsInputSerializer`), which `rollout_start_guarded` checks with it."""
+    fields = schemas.RolloutGuardsInputSerializer().fields
+    return {name: data[name] for name in fields if name in data}
 
 
 class RolloutGuardsApi(APIView):
@@ -269,17 +240,11 @@ class RolloutGuardsApi(APIView):
     )
     def put(self, request: Request, slug: str) -> Response:
         fleet = _fleet(slug)
-        data = require_object(request.data)
-        unknown = sorted(set(data) - set(GUARD_FIELDS))
-        if unknown:
-            raise ValidationFailed(
-                f"Unknown field {unknown[0]!r}.",
-                details=[{"field": n, "message": "unknown"} for n in unknown],
-            )
+        options = guard_options_validate(require_object(request.data))
         rollout = policy_selectors.open_rollout(fleet.pk)
         if rollout is None:
             raise Conflict(f"Fleet {slug!r} has no rollout in progress.", code="no_rollout")
-        rollout_guards_set(actor=request.user, rollout=rollout, **guard_options(data))
+        rollout_guards_set(actor=request.user, rollout=rollout, **options)
         return Response(
             {"rollout": rollout.pk, "guards": selectors.guard_status(rollout_id=rollout.pk)}
         )

@@ -12,16 +12,8 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from controlplane.api import input_validate
 from controlplane.exceptions import ApplicationError
-from controlplane.pages import (
-    NumberField,
-    PageForm,
-    WholeNumberField,
-    posted_values,
-    refusal,
-    role_required,
-)
+from controlplane.pages import form_input, posted_values, refusal, role_required
 from controlplane.roles import Role, has_role
 from routing_policies.models import Fleet
 from routing_policies.pages import fleet_or_404
@@ -29,7 +21,11 @@ from routing_policies.pages import fleet_or_404
 from . import selectors, services
 from .judging import format_clear, format_threshold, format_value
 from .models import AlertRule, Condition, Metric, Scope, WebhookFormat
-from .schemas import AlertRuleCreateSerializer, AlertRuleUpdateSerializer
+from .schemas import (
+    AlertRuleCreateSerializer,
+    AlertRuleUpdateSerializer,
+    AlertWebhookCreateSerializer,
+)
 
 STATE_LABELS = {"ok": "ok", "pending": "pending", "firing": "firing", "no_data": "too few samples"}
 
@@ -111,35 +107,6 @@ def _to_page(fleet: Fleet) -> HttpResponseRedirect:
     return HttpResponseRedirect(reverse("fleet-alerts", args=[fleet.slug]))
 
 
-class _RuleNumbersForm(PageForm):
-    threshold = NumberField(label="Threshold")
-    window_minutes = WholeNumberField(label="Window minutes")
-    min_samples = WholeNumberField(label="Min samples")
-    for_seconds = WholeNumberField(label="For seconds", empty=0)
-    hysteresis = NumberField(label="Hysteresis", empty=0.0)
-
-
-class _RevisionForm(PageForm):
-    revision = WholeNumberField(label="Revision")
-
-
-class _WebhookRuleForm(PageForm):
-    rule_id = WholeNumberField(label="Rule id", empty=None)
-
-
-def _posted_rule(request: HttpRequest) -> dict[str, Any]:
-    post = request.POST
-    return {
-        "name": post.get("name", ""),
-        "metric": post.get("metric", ""),
-        "condition": post.get("condition", ""),
-        **_RuleNumbersForm(post).values(),
-        "scope": post.get("scope", ""),
-        "scope_value": post.get("scope_value", "").strip(),
-        "enabled": post.get("enabled") == "on",
-    }
-
-
 def _refused(
     request: HttpRequest, fleet: Fleet, exc: ApplicationError, editing: AlertRule | None = None
 ) -> HttpResponse:
@@ -162,9 +129,7 @@ def alert_rule_create(request: HttpRequest, slug: str) -> HttpResponse:
     """Add a rule."""
     fleet = fleet_or_404(slug)
     try:
-        values = input_validate(
-            AlertRuleCreateSerializer, _posted_rule(request), message=services.RULE_INVALID
-        )
+        values = form_input(AlertRuleCreateSerializer, request.POST)
         rule = services.alert_rule_create(actor=request.user, fleet=fleet, **values)
     except ApplicationError as exc:
         return _refused(request, fleet, exc)
@@ -183,11 +148,7 @@ def alert_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpRespon
     if request.method == "GET":
         return _alerts_page(request, fleet, editing=rule)
     try:
-        changes = input_validate(
-            AlertRuleUpdateSerializer,
-            {**_RevisionForm(request.POST).values(), **_posted_rule(request)},
-            message=services.RULE_INVALID,
-        )
+        changes = form_input(AlertRuleUpdateSerializer, request.POST)
         rule = services.alert_rule_update(
             actor=request.user,
             fleet=fleet,
@@ -217,14 +178,8 @@ def alert_webhook_create(request: HttpRequest, slug: str) -> HttpResponse:
     """Add a webhook for every rule or one."""
     fleet = fleet_or_404(slug)
     try:
-        rule_id = _WebhookRuleForm(request.POST).values()["rule_id"]
-        webhook = services.alert_webhook_create(
-            actor=request.user,
-            fleet=fleet,
-            url=request.POST.get("url", "").strip(),
-            format=request.POST.get("format", "json"),
-            rule_id=rule_id,
-        )
+        values = form_input(AlertWebhookCreateSerializer, request.POST)
+        webhook = services.alert_webhook_create(actor=request.user, fleet=fleet, **values)
     except ApplicationError as exc:
         return _refused(request, fleet, exc)
     messages.success(request, f"Alerts are now posted to {webhook.url}.")

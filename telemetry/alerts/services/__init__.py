@@ -18,7 +18,12 @@ from .rules import (
     alert_rule_update,
 )
 from .seeding import SEED_RULES, alert_rules_seed
-from .webhooks import MAX_WEBHOOKS_PER_FLEET, alert_webhook_create, alert_webhook_delete
+from .webhooks import (
+    MAX_WEBHOOKS_PER_FLEET,
+    WEBHOOK_INVALID,
+    alert_webhook_create,
+    alert_webhook_delete,
+)
 
 __all__ = [
     "DEFAULT_GUARDS",
@@ -28,6 +33,7 @@ __all__ = [
     "RULE_FIELDS",
     "RULE_INVALID",
     "SEED_RULES",
+    "WEBHOOK_INVALID",
     "Evaluation",
     "alert_rule_create",
     "alert_rule_delete",
