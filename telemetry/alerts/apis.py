@@ -124,20 +124,37 @@ class AlertRuleDetailApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class AlertHistoryApi(APIView):
-    """State changes of the fleet's rules and guard actions, newest first."""
+def _fleet_log_api(
+    doc: str,
+    *,
+    query: type[serializers.Serializer[Any]],
+    responses: type[serializers.Serializer[Any]],
+    operation_id: str,
+    read: Callable[..., Iterable[Any]],
+    out: Callable[[Any], dict[str, Any]],
+) -> type[APIView]:
+    """A viewer's read of a fleet's log, newest first, as many rows as the query's `limit`."""
 
-    permission_classes = [IsViewer]
+    class FleetLogApi(APIView):
+        permission_classes = [IsViewer]
 
-    @extend_schema(
-        parameters=[HistoryQuerySerializer],
-        responses=schemas.AlertEventListSerializer,
-        operation_id="alert_history",
-    )
-    def get(self, request: Request, slug: str) -> Response:
-        query = query_params_validate(HistoryQuerySerializer, request)
-        events = selectors.alert_history(fleet_id=_fleet(slug).pk, limit=query["limit"])
-        return _results(selectors.event_out, events)
+        @extend_schema(parameters=[query], responses=responses, operation_id=operation_id)
+        def get(self, request: Request, slug: str) -> Response:
+            limit = query_params_validate(query, request)["limit"]
+            return _results(out, read(fleet_id=_fleet(slug).pk, limit=limit))
+
+    FleetLogApi.__doc__ = doc
+    return FleetLogApi
+
+
+AlertHistoryApi = _fleet_log_api(
+    "State changes of the fleet's rules and guard actions, newest first.",
+    query=HistoryQuerySerializer,
+    responses=schemas.AlertEventListSerializer,
+    operation_id="alert_history",
+    read=selectors.alert_history,
+    out=selectors.event_out,
+)
 
 
 class FiringAlertsApi(APIView):
@@ -188,20 +205,14 @@ class AlertWebhookDetailApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class WebhookDeliveryListApi(APIView):
-    """The delivery log: each notification, its attempts, status codes, errors and back-off."""
-
-    permission_classes = [IsViewer]
-
-    @extend_schema(
-        parameters=[DeliveryQuerySerializer],
-        responses=schemas.WebhookDeliveryListSerializer,
-        operation_id="alert_webhook_deliveries",
-    )
-    def get(self, request: Request, slug: str) -> Response:
-        query = query_params_validate(DeliveryQuerySerializer, request)
-        deliveries = selectors.delivery_list(fleet_id=_fleet(slug).pk, limit=query["limit"])
-        return _results(selectors.delivery_out, deliveries)
+WebhookDeliveryListApi = _fleet_log_api(
+    "The delivery log: each notification, its attempts, status codes, errors and back-off.",
+    query=DeliveryQuerySerializer,
+    responses=schemas.WebhookDeliveryListSerializer,
+    operation_id="alert_webhook_deliveries",
+    read=selectors.delivery_list,
+    out=selectors.delivery_out,
+)
 
 
 def guard_options(data: dict[str, Any]) -> dict[str, Any]:

@@ -506,8 +506,8 @@ def _bounded(maximum: int, help_text: str = "", *, minimum: int = 0) -> JsonInte
 class RolloutGuardsInputSerializer(serializers.Serializer[Any]):
     """The guards of an open rollout (PUT), or of the rollout a start opens."""
 
-    guards = GuardsField(required=False)
-    bake_minutes = BakeMinutesField(required=False)
+    guards = GuardsField(required=False, allow_null=True)
+    bake_minutes = BakeMinutesField(required=False, allow_null=True)
     auto_advance = JsonBooleanField(required=False)
     window_minutes = _bounded(MAX_WINDOW_MINUTES, minimum=MIN_WINDOW_MINUTES)
     min_samples = _bounded(MAX_MIN_SAMPLES)

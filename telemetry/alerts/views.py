@@ -4,6 +4,7 @@ a refusal shown on the page with its HTTP status (nothing changed), success → 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -20,14 +21,12 @@ from routing_policies.pages import fleet_or_404
 
 from . import selectors, services
 from .judging import format_clear, format_threshold, format_value
-from .models import AlertRule, Condition, Metric, Scope, WebhookFormat
+from .models import AlertRule, AlertState, Condition, Metric, Scope, WebhookFormat
 from .schemas import (
     AlertRuleCreateSerializer,
     AlertRuleUpdateSerializer,
     AlertWebhookCreateSerializer,
 )
-
-STATE_LABELS = {"ok": "ok", "pending": "pending", "firing": "firing", "no_data": "too few samples"}
 
 
 def _rule_row(rule: AlertRule) -> dict[str, Any]:
@@ -38,7 +37,7 @@ def _rule_row(rule: AlertRule) -> dict[str, Any]:
         "clear_text": format_clear(rule.metric, rule.condition, rule.threshold, rule.hysteresis),
         "value_text": format_value(rule.metric, rule.last_value),
         "scope_text": scope,
-        "state_label": STATE_LABELS.get(rule.state, rule.state),
+        "state_label": AlertState(rule.state).label,
     }
 
 
@@ -103,17 +102,26 @@ def _alerts_page(
     return render(request, "alerts/alerts.html", context, status=status)
 
 
-def _to_page(fleet: Fleet) -> HttpResponseRedirect:
-    return HttpResponseRedirect(reverse("fleet-alerts", args=[fleet.slug]))
-
-
-def _refused(
-    request: HttpRequest, fleet: Fleet, exc: ApplicationError, editing: AlertRule | None = None
+def _act(
+    request: HttpRequest,
+    fleet: Fleet,
+    change: Callable[[], str],
+    *,
+    editing: AlertRule | None = None,
 ) -> HttpResponse:
-    def page_again(**shown: Any) -> HttpResponse:
-        return _alerts_page(request, fleet, form=posted_values(request), editing=editing, **shown)
+    """One action of the page: `change` makes it (one service call) and says what it did,
+    shown after the redirect; a refusal shows the page again, the form as posted."""
+    try:
+        done = change()
+    except ApplicationError as exc:
 
-    return refusal(page_again, exc)
+        def page_again(**shown: Any) -> HttpResponse:
+            form = posted_values(request)
+            return _alerts_page(request, fleet, form=form, editing=editing, **shown)
+
+        return refusal(page_again, exc)
+    messages.success(request, done)
+    return HttpResponseRedirect(reverse("fleet-alerts", args=[fleet.slug]))
 
 
 @role_required(Role.VIEWER)
@@ -128,13 +136,13 @@ def alerts_page(request: HttpRequest, slug: str) -> HttpResponse:
 def alert_rule_create(request: HttpRequest, slug: str) -> HttpResponse:
     """Add a rule."""
     fleet = fleet_or_404(slug)
-    try:
+
+    def add() -> str:
         values = form_input(AlertRuleCreateSerializer, request.POST)
         rule = services.alert_rule_create(actor=request.user, fleet=fleet, **values)
-    except ApplicationError as exc:
-        return _refused(request, fleet, exc)
-    messages.success(request, f"Added the rule {rule.name!r}; it is judged with the next rollups.")
-    return _to_page(fleet)
+        return f"Added the rule {rule.name!r}; it is judged with the next rollups."
+
+    return _act(request, fleet, add)
 
 
 @role_required(Role.EDITOR)
@@ -147,19 +155,16 @@ def alert_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpRespon
         raise Http404(f"Fleet {slug!r} has no alert rule {rule_id}.")
     if request.method == "GET":
         return _alerts_page(request, fleet, editing=rule)
-    try:
+
+    def save() -> str:
         changes = form_input(AlertRuleUpdateSerializer, request.POST)
-        rule = services.alert_rule_update(
-            actor=request.user,
-            fleet=fleet,
-            rule_id=rule.pk,
-            revision=changes.pop("revision"),
-            changes=changes,
+        revision = changes.pop("revision")
+        saved = services.alert_rule_update(
+            actor=request.user, fleet=fleet, rule_id=rule_id, revision=revision, changes=changes
         )
-    except ApplicationError as exc:
-        return _refused(request, fleet, exc, editing=rule)
-    messages.success(request, f"Saved the rule {rule.name!r}.")
-    return _to_page(fleet)
+        return f"Saved the rule {saved.name!r}."
+
+    return _act(request, fleet, save, editing=rule)
 
 
 @role_required(Role.EDITOR)
@@ -167,9 +172,12 @@ def alert_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpRespon
 def alert_rule_delete(request: HttpRequest, slug: str, rule_id: int) -> HttpResponse:
     """Remove a rule (its history stays)."""
     fleet = fleet_or_404(slug)
-    services.alert_rule_delete(actor=request.user, fleet=fleet, rule_id=rule_id)
-    messages.success(request, "Removed the rule.")
-    return _to_page(fleet)
+
+    def remove() -> str:
+        services.alert_rule_delete(actor=request.user, fleet=fleet, rule_id=rule_id)
+        return "Removed the rule."
+
+    return _act(request, fleet, remove)
 
 
 @role_required(Role.PUBLISHER)
@@ -177,13 +185,13 @@ def alert_rule_delete(request: HttpRequest, slug: str, rule_id: int) -> HttpResp
 def alert_webhook_create(request: HttpRequest, slug: str) -> HttpResponse:
     """Add a webhook for every rule or one."""
     fleet = fleet_or_404(slug)
-    try:
+
+    def add() -> str:
         values = form_input(AlertWebhookCreateSerializer, request.POST)
         webhook = services.alert_webhook_create(actor=request.user, fleet=fleet, **values)
-    except ApplicationError as exc:
-        return _refused(request, fleet, exc)
-    messages.success(request, f"Alerts are now posted to {webhook.url}.")
-    return _to_page(fleet)
+        return f"Alerts are now posted to {webhook.url}."
+
+    return _act(request, fleet, add)
 
 
 @role_required(Role.PUBLISHER)
@@ -191,6 +199,9 @@ def alert_webhook_create(request: HttpRequest, slug: str) -> HttpResponse:
 def alert_webhook_delete(request: HttpRequest, slug: str, webhook_id: int) -> HttpResponse:
     """Stop posting to a webhook."""
     fleet = fleet_or_404(slug)
-    services.alert_webhook_delete(actor=request.user, fleet=fleet, webhook_id=webhook_id)
-    messages.success(request, "Removed the webhook.")
-    return _to_page(fleet)
+
+    def remove() -> str:
+        services.alert_webhook_delete(actor=request.user, fleet=fleet, webhook_id=webhook_id)
+        return "Removed the webhook."
+
+    return _act(request, fleet, remove)

@@ -116,16 +116,20 @@ def rule_snapshot(rule: AlertRule) -> dict[str, Any]:
     return {name: getattr(rule, name) for name in RULE_FIELDS}
 
 
+_AUDIT_VERBS = {"created": "Added", "changed": "Changed", "deleted": "Removed"}
+
+
 def _rule_audited(
-    *, actor: Actor, fleet: Fleet, rule_id: int, action: str, summary: str, **states: Any
+    *, actor: Actor, fleet: Fleet, rule_id: int, action: str, name: str, **states: Any
 ) -> None:
-    """Audit a change of a rule: `before` and / or `after` (`rule_snapshot`)."""
+    """Audit a rule's `action` (created, changed, deleted), with its `before` and / or
+    `after` (`rule_snapshot`)."""
     audit_record(
         actor=actor,
         action=f"alert_rule.{action}",
         fleet=fleet,
         target=f"alert rule {rule_id}",
-        summary=summary,
+        summary=f"{_AUDIT_VERBS[action]} alert rule {name!r}",
         **states,
     )
 
@@ -174,7 +178,7 @@ def alert_rule_create(
         fleet=fleet,
         rule_id=rule.pk,
         action="created",
-        summary=f"Added alert rule {rule.name!r}",
+        name=rule.name,
         after=rule_snapshot(rule),
     )
     logger.info("alert_rule.created fleet=%s rule=%d", fleet.slug, rule.pk)
@@ -216,7 +220,7 @@ def alert_rule_update(
         fleet=fleet,
         rule_id=rule.pk,
         action="changed",
-        summary=f"Changed alert rule {rule.name!r}",
+        name=rule.name,
         before=before,
         after=rule_snapshot(rule),
     )
@@ -237,7 +241,7 @@ def alert_rule_delete(*, actor: Actor, fleet: Fleet, rule_id: int) -> None:
         fleet=fleet,
         rule_id=rule_id,
         action="deleted",
-        summary=f"Removed alert rule {before['name']!r}",
+        name=before["name"],
         before=before,
     )
     transaction.on_commit(lambda: broadcast_alerts(fleet_id=fleet.pk))

@@ -20,7 +20,7 @@ from routing_policies.services import Actor, audit_record
 
 from ..models import AlertEvent, AlertRule, AlertWebhook, WebhookDelivery
 from ..notify import webhook_payload
-from .delivery import enqueue_delivery, url_refusal
+from .delivery import deliveries_start_on_commit, url_refusal
 from .problems import field_problem
 from .rules import rule_snapshot
 
@@ -164,11 +164,4 @@ def governance_deliveries_create(fleet_id: int, body: dict[str, Any]) -> None:
         )
         for webhook in webhooks
     )
-    if deliveries:
-        ids = [d.pk for d in deliveries]
-
-        def start_deliveries() -> None:
-            for delivery_id in ids:
-                enqueue_delivery(delivery_id)
-
-        transaction.on_commit(start_deliveries)
+    deliveries_start_on_commit(deliveries)
