@@ -219,7 +219,7 @@ def guard_options(data: dict[str, Any]) -> dict[str, Any]:
     """The guard options of a rollout start's body (the fields of
     `RolloutGuardsInputSerializer`), which `rollout_start_guarded` checks with it."""
     fields = schemas.RolloutGuardsInputSerializer().fields
-    return {name: data[name] for name in fields if name in data}
+    return {name: value for name, value in data.items() if name in fields}
 
 
 class RolloutGuardsApi(APIView):

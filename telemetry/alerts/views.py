@@ -19,7 +19,7 @@ from controlplane.roles import Role, has_role
 from routing_policies.models import Fleet
 from routing_policies.pages import fleet_or_404
 
-from . import selectors, services
+from . import limits, selectors, services
 from .judging import format_clear, format_threshold, format_value
 from .models import AlertRule, AlertState, Condition, Metric, Scope, WebhookFormat
 from .schemas import (
@@ -98,6 +98,7 @@ def _alerts_page(
         "problems": problems or [],
         "can_edit": has_role(request.user, Role.EDITOR),
         "can_publish": has_role(request.user, Role.PUBLISHER),
+        "limits": limits,
     }
     return render(request, "alerts/alerts.html", context, status=status)
 
