@@ -73,7 +73,16 @@ def _results_of(
     return _declared(ref_name, {"results": item(many=True)})
 
 
-class AlertRuleSerializer(serializers.Serializer[Any]):
+# What a judgement read, a rule's last one or an event's (`selectors.reading_out`). A comment,
+# not a docstring: drf-spectacular would show a docstring as each answer's description.
+class _ReadingSerializer(serializers.Serializer[Any]):
+    value = serializers.FloatField(allow_null=True)
+    previous_value = serializers.FloatField(allow_null=True)
+    samples = serializers.IntegerField(allow_null=True)
+    message = serializers.CharField(allow_blank=True)
+
+
+class AlertRuleSerializer(_ReadingSerializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
     metric = serializers.ChoiceField(choices=Metric.values)
@@ -89,10 +98,6 @@ class AlertRuleSerializer(serializers.Serializer[Any]):
     revision = serializers.IntegerField()
     state = serializers.ChoiceField(choices=AlertState.values)
     state_since = serializers.DateTimeField()
-    value = serializers.FloatField(allow_null=True)
-    previous_value = serializers.FloatField(allow_null=True)
-    samples = serializers.IntegerField(allow_null=True)
-    message = serializers.CharField(allow_blank=True)
     evaluated_at = serializers.DateTimeField(allow_null=True)
 
     class Meta:
@@ -173,7 +178,7 @@ AlertRuleUpdateSerializer = closed_body(
 )
 
 
-class AlertEventSerializer(serializers.Serializer[Any]):
+class AlertEventSerializer(_ReadingSerializer):
     id = serializers.IntegerField()
     kind = serializers.CharField()
     rule_id = serializers.IntegerField(allow_null=True)
@@ -181,10 +186,6 @@ class AlertEventSerializer(serializers.Serializer[Any]):
     rollout_id = serializers.IntegerField(allow_null=True)
     state_before = serializers.CharField(allow_blank=True)
     state_after = serializers.CharField(allow_blank=True)
-    value = serializers.FloatField(allow_null=True)
-    previous_value = serializers.FloatField(allow_null=True)
-    samples = serializers.IntegerField(allow_null=True)
-    message = serializers.CharField(allow_blank=True)
     at = serializers.DateTimeField()
 
     class Meta:

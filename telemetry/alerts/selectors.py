@@ -96,6 +96,13 @@ def fleets_to_evaluate() -> list[int]:
 # --- pages and API ------------------------------------------------------------------------------
 
 
+def reading_out(
+    *, value: float | None, previous: float | None, samples: int | None, message: str
+) -> dict[str, Any]:
+    """What a judgement read: its value, the previous window's, the samples, its sentence."""
+    return {"value": value, "previous_value": previous, "samples": samples, "message": message}
+
+
 def rule_out(rule: AlertRule) -> dict[str, Any]:
     """A rule with its state, as the API and the page show it."""
     return {
@@ -114,10 +121,12 @@ def rule_out(rule: AlertRule) -> dict[str, Any]:
         "revision": rule.revision,
         "state": rule.state,
         "state_since": rule.state_since,
-        "value": rule.last_value,
-        "previous_value": rule.last_previous,
-        "samples": rule.last_samples,
-        "message": rule.last_message,
+        **reading_out(
+            value=rule.last_value,
+            previous=rule.last_previous,
+            samples=rule.last_samples,
+            message=rule.last_message,
+        ),
         "evaluated_at": rule.last_evaluated_at,
     }
 
@@ -142,10 +151,9 @@ def event_out(event: AlertEvent) -> dict[str, Any]:
         "rollout_id": event.rollout_id,
         "state_before": event.state_before,
         "state_after": event.state_after,
-        "value": event.value,
-        "previous_value": event.previous,
-        "samples": event.samples,
-        "message": event.message,
+        **reading_out(
+            value=event.value, previous=event.previous, samples=event.samples, message=event.message
+        ),
         "at": event.at,
     }
 
