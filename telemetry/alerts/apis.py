@@ -47,6 +47,23 @@ def _results(out: Callable[[Any], dict[str, Any]], rows: Iterable[Any]) -> Respo
     return Response({"results": [out(row) for row in rows]})
 
 
+def _created(
+    request: Request,
+    slug: str,
+    serializer: type[serializers.Serializer[Any]],
+    *,
+    create: Callable[..., Any],
+    out: Callable[[Any], dict[str, Any]],
+    message: str,
+) -> Response:
+    """Add one to the fleet: the body as `serializer` takes it, `create` (a service) makes it;
+    201 with it as `out` shows it."""
+    fleet = _fleet(slug)
+    data = input_validate(serializer, require_object(request.data), message=message)
+    made = create(actor=request.user, fleet=fleet, **data)
+    return Response(out(made), status=status.HTTP_201_CREATED)
+
+
 def _limit_query(ref_name: str, *, maximum: int, default: int) -> type[serializers.Serializer[Any]]:
     """The query of a log read: how many of the newest rows, at most `maximum`."""
     meta = type("Meta", (), {"ref_name": ref_name})
@@ -76,14 +93,14 @@ class AlertRuleListApi(APIView):
         "metrics are ratios to each cell's budget (1.0 is the budget).",
     )
     def post(self, request: Request, slug: str) -> Response:
-        fleet = _fleet(slug)
-        data = input_validate(
+        return _created(
+            request,
+            slug,
             schemas.AlertRuleCreateSerializer,
-            require_object(request.data),
+            create=services.alert_rule_create,
+            out=selectors.rule_out,
             message=services.RULE_INVALID,
         )
-        rule = services.alert_rule_create(actor=request.user, fleet=fleet, **data)
-        return Response(selectors.rule_out(rule), status=status.HTTP_201_CREATED)
 
 
 class AlertRuleDetailApi(APIView):
@@ -184,14 +201,14 @@ class AlertWebhookListApi(APIView):
         operation_id="alert_webhook_create",
     )
     def post(self, request: Request, slug: str) -> Response:
-        fleet = _fleet(slug)
-        data = input_validate(
+        return _created(
+            request,
+            slug,
             schemas.AlertWebhookCreateSerializer,
-            require_object(request.data),
+            create=services.alert_webhook_create,
+            out=selectors.webhook_out,
             message=services.WEBHOOK_INVALID,
         )
-        webhook = services.alert_webhook_create(actor=request.user, fleet=fleet, **data)
-        return Response(selectors.webhook_out(webhook), status=status.HTTP_201_CREATED)
 
 
 class AlertWebhookDetailApi(APIView):

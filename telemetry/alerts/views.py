@@ -12,6 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from rest_framework import serializers
 
 from controlplane.exceptions import ApplicationError
 from controlplane.pages import form_input, posted_values, refusal, role_required
@@ -125,6 +126,25 @@ def _act(
     return HttpResponseRedirect(reverse("fleet-alerts", args=[fleet.slug]))
 
 
+def _add(
+    request: HttpRequest,
+    slug: str,
+    serializer: type[serializers.Serializer[Any]],
+    *,
+    create: Callable[..., Any],
+    said: Callable[[Any], str],
+) -> HttpResponse:
+    """Add one to the fleet: the form as the API's `serializer` takes it, `create` (a service)
+    makes it, `said` says so."""
+    fleet = fleet_or_404(slug)
+
+    def add() -> str:
+        values = form_input(serializer, request.POST)
+        return said(create(actor=request.user, fleet=fleet, **values))
+
+    return _act(request, fleet, add)
+
+
 @role_required(Role.VIEWER)
 @require_GET
 def alerts_page(request: HttpRequest, slug: str) -> HttpResponse:
@@ -136,14 +156,13 @@ def alerts_page(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def alert_rule_create(request: HttpRequest, slug: str) -> HttpResponse:
     """Add a rule."""
-    fleet = fleet_or_404(slug)
-
-    def add() -> str:
-        values = form_input(AlertRuleCreateSerializer, request.POST)
-        rule = services.alert_rule_create(actor=request.user, fleet=fleet, **values)
-        return f"Added the rule {rule.name!r}; it is judged with the next rollups."
-
-    return _act(request, fleet, add)
+    return _add(
+        request,
+        slug,
+        AlertRuleCreateSerializer,
+        create=services.alert_rule_create,
+        said=lambda rule: f"Added the rule {rule.name!r}; it is judged with the next rollups.",
+    )
 
 
 @role_required(Role.EDITOR)
@@ -185,14 +204,13 @@ def alert_rule_delete(request: HttpRequest, slug: str, rule_id: int) -> HttpResp
 @require_POST
 def alert_webhook_create(request: HttpRequest, slug: str) -> HttpResponse:
     """Add a webhook for every rule or one."""
-    fleet = fleet_or_404(slug)
-
-    def add() -> str:
-        values = form_input(AlertWebhookCreateSerializer, request.POST)
-        webhook = services.alert_webhook_create(actor=request.user, fleet=fleet, **values)
-        return f"Alerts are now posted to {webhook.url}."
-
-    return _act(request, fleet, add)
+    return _add(
+        request,
+        slug,
+        AlertWebhookCreateSerializer,
+        create=services.alert_webhook_create,
+        said=lambda webhook: f"Alerts are now posted to {webhook.url}.",
+    )
 
 
 @role_required(Role.PUBLISHER)
