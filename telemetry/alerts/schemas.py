@@ -431,7 +431,7 @@ def _sequential_schema(metrics: frozenset[str], maximum: float) -> dict[str, Any
     }
 
 
-# What services.guards._clean_guards accepts, as a schema: a share's threshold is a fraction.
+# What services.guards.input.guards_clean accepts, as a schema: a share's threshold is a fraction.
 GUARDS_SCHEMA: dict[str, Any] = {
     "oneOf": [
         {"type": "string", "enum": sorted(PRESETS)},
@@ -469,7 +469,7 @@ GUARDS_SCHEMA: dict[str, Any] = {
     'sequential guard ("kind": "sequential") tolerates a regression: a fraction of a share '
     "from 0 to 1, or of a latency quantile from 0 to 10 (0.2: 20% slower)",
 }
-# What services.guards._clean_bake accepts: minutes at every stage, or per stage (missing: 0).
+# What services.guards.input.bake_clean accepts: minutes at every stage, or per stage (missing: 0).
 BAKE_MINUTES_SCHEMA: dict[str, Any] = {
     "oneOf": [
         _MINUTES,
@@ -488,12 +488,12 @@ BAKE_MINUTES_SCHEMA: dict[str, Any] = {
 
 @extend_schema_field(GUARDS_SCHEMA)
 class GuardsField(serializers.JSONField):
-    """The guards of a rollout, as the schema declares them; the service checks them."""
+    """The guards of a rollout, as the schema declares them; `guards_clean` checks them."""
 
 
 @extend_schema_field(BAKE_MINUTES_SCHEMA)
 class BakeMinutesField(serializers.JSONField):
-    """The bake time of a rollout, as the schema declares it; the service checks it."""
+    """The bake time of a rollout, as the schema declares it; `bake_clean` checks it."""
 
 
 def _bounded(maximum: int, help_text: str = "", *, minimum: int = 0) -> JsonIntegerField:
