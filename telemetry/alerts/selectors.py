@@ -24,6 +24,20 @@ HISTORY_LIMIT = 100
 # A guard's series point (sequential.series_point), as the API names its parts.
 SERIES_FIELDS = ("at", "stage", "estimate", "lower", "upper", "state", "scope")
 DELIVERY_LIMIT = 50
+# The fields of a rule a person edits (`alerts.schemas`' rule input).
+RULE_FIELDS = (
+    "name",
+    "metric",
+    "condition",
+    "threshold",
+    "window_minutes",
+    "min_samples",
+    "for_seconds",
+    "hysteresis",
+    "scope",
+    "scope_value",
+    "enabled",
+)
 
 
 def minute_floor(moment: datetime) -> datetime:
@@ -103,21 +117,16 @@ def reading_out(
     return {"value": value, "previous_value": previous, "samples": samples, "message": message}
 
 
+def rule_snapshot(rule: AlertRule) -> dict[str, Any]:
+    """The fields a person edits, as the audit log and webhook bodies show them."""
+    return {name: getattr(rule, name) for name in RULE_FIELDS}
+
+
 def rule_out(rule: AlertRule) -> dict[str, Any]:
     """A rule with its state, as the API and the page show it."""
     return {
         "id": rule.pk,
-        "name": rule.name,
-        "metric": rule.metric,
-        "condition": rule.condition,
-        "threshold": rule.threshold,
-        "window_minutes": rule.window_minutes,
-        "min_samples": rule.min_samples,
-        "for_seconds": rule.for_seconds,
-        "hysteresis": rule.hysteresis,
-        "scope": rule.scope,
-        "scope_value": rule.scope_value,
-        "enabled": rule.enabled,
+        **rule_snapshot(rule),
         "revision": rule.revision,
         "state": rule.state,
         "state_since": rule.state_since,

@@ -1,5 +1,6 @@
 """Writes of alerts: rules, webhooks, rollout guards, evaluation, webhook delivery, seeding."""
 
+from ..selectors import RULE_FIELDS
 from .delivery import enqueue_delivery, webhook_deliveries_overdue, webhook_delivery_attempt
 from .evaluation import Evaluation, alerts_evaluate
 from .guards import (
@@ -11,7 +12,6 @@ from .guards import (
 )
 from .rules import (
     MAX_RULES_PER_FLEET,
-    RULE_FIELDS,
     RULE_INVALID,
     alert_rule_create,
     alert_rule_delete,

@@ -23,6 +23,7 @@ from .. import selectors as alert_selectors
 from ..judging import RATE_METRICS, parse_scope
 from ..models import AlertRule, AlertState, Condition, Metric, Scope
 from ..notify import broadcast_alerts
+from ..selectors import RULE_FIELDS, rule_snapshot
 from .problems import field_problem
 
 logger = logging.getLogger(__name__)
@@ -30,19 +31,6 @@ logger = logging.getLogger(__name__)
 MAX_RULES_PER_FLEET = 100
 # The headline of every refusal of a rule's fields, the input serializer's and these checks'.
 RULE_INVALID = "The alert rule is invalid."
-RULE_FIELDS = (
-    "name",
-    "metric",
-    "condition",
-    "threshold",
-    "window_minutes",
-    "min_samples",
-    "for_seconds",
-    "hysteresis",
-    "scope",
-    "scope_value",
-    "enabled",
-)
 
 
 def _rate_threshold_rule(condition: str, threshold: float) -> str:
@@ -109,11 +97,6 @@ def _save_unique_name(rule: AlertRule, update_fields: list[str] | None = None) -
             code="duplicate_rule",
             details=[field_problem("name", "already used in this fleet")],
         ) from None
-
-
-def rule_snapshot(rule: AlertRule) -> dict[str, Any]:
-    """The fields a person edits, as the audit log and webhook bodies show them."""
-    return {name: getattr(rule, name) for name in RULE_FIELDS}
 
 
 _AUDIT_VERBS = {"created": "Added", "changed": "Changed", "deleted": "Removed"}

@@ -20,9 +20,9 @@ from routing_policies.services import Actor, audit_record
 
 from ..models import AlertEvent, AlertRule, AlertWebhook, WebhookDelivery
 from ..notify import webhook_payload
+from ..selectors import rule_snapshot
 from .delivery import deliveries_start_on_commit, url_refusal
 from .problems import field_problem
-from .rules import rule_snapshot
 
 MAX_WEBHOOKS_PER_FLEET = 20
 # The headline of every refusal of a webhook's fields, the input serializer's and these checks'.
