@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from controlplane.exceptions import Conflict, NotFound, ValidationFailed
@@ -24,7 +24,7 @@ from ..judging import RATE_METRICS, parse_scope
 from ..models import AlertRule, AlertState, Condition, Metric, Scope
 from ..notify import broadcast_alerts
 from ..selectors import RULE_FIELDS, rule_snapshot
-from .problems import field_problem
+from .problems import field_problem, unique_or_conflict
 
 logger = logging.getLogger(__name__)
 
@@ -88,15 +88,13 @@ def _clean_rule(values: dict[str, Any], *, fleet_id: int) -> dict[str, Any]:
 
 def _save_unique_name(rule: AlertRule, update_fields: list[str] | None = None) -> None:
     """Save; a name the fleet already uses is a 409 (the unique constraint decides)."""
-    try:
-        with transaction.atomic():
-            rule.save(update_fields=update_fields)
-    except IntegrityError:
-        raise Conflict(
-            f"Fleet {rule.fleet.slug!r} already has a rule named {rule.name!r}.",
-            code="duplicate_rule",
-            details=[field_problem("name", "already used in this fleet")],
-        ) from None
+    unique_or_conflict(
+        lambda: rule.save(update_fields=update_fields),
+        message=f"Fleet {rule.fleet.slug!r} already has a rule named {rule.name!r}.",
+        code="duplicate_rule",
+        field="name",
+        problem="already used in this fleet",
+    )
 
 
 _AUDIT_VERBS = {"created": "Added", "changed": "Changed", "deleted": "Removed"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from controlplane.exceptions import Conflict, ValidationFailed
@@ -22,7 +22,7 @@ from ..models import AlertEvent, AlertRule, AlertWebhook, WebhookDelivery
 from ..notify import webhook_payload
 from ..selectors import rule_snapshot
 from .delivery import deliveries_start_on_commit, url_refusal
-from .problems import field_problem
+from .problems import field_problem, unique_or_conflict
 
 MAX_WEBHOOKS_PER_FLEET = 20
 # The headline of every refusal of a webhook's fields, the input serializer's and these checks'.
@@ -56,15 +56,13 @@ def alert_webhook_create(
         raise Conflict(
             f"A fleet has at most {MAX_WEBHOOKS_PER_FLEET} webhooks.", code="too_many_webhooks"
         )
-    try:
-        with transaction.atomic():
-            webhook = AlertWebhook.objects.create(fleet=fleet, url=url, format=format, rule=rule)
-    except IntegrityError:
-        raise Conflict(
-            "This fleet already posts to that URL in that format.",
-            code="duplicate_webhook",
-            details=[field_problem("url", "already registered")],
-        ) from None
+    webhook = unique_or_conflict(
+        lambda: AlertWebhook.objects.create(fleet=fleet, url=url, format=format, rule=rule),
+        message="This fleet already posts to that URL in that format.",
+        code="duplicate_webhook",
+        field="url",
+        problem="already registered",
+    )
     audit_record(
         actor=actor,
         action="alert_webhook.created",
