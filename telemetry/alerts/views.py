@@ -7,15 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from rest_framework import serializers
 
-from controlplane.exceptions import ApplicationError
-from controlplane.pages import form_input, posted_values, refusal, role_required
+from controlplane.pages import form_input, posted_change, role_required
 from controlplane.roles import Role, has_role
 from routing_policies.models import Fleet
 from routing_policies.pages import fleet_or_404
@@ -111,19 +109,14 @@ def _act(
     *,
     editing: AlertRule | None = None,
 ) -> HttpResponse:
-    """One action of the page: `change` makes it (one service call) and says what it did,
-    shown after the redirect; a refusal shows the page again, the form as posted."""
-    try:
-        done = change()
-    except ApplicationError as exc:
+    """One action of the page: `change` makes it (one service call) and says what it did, and
+    the browser goes back to the alerts page; refused, the page again, its form as posted."""
+    to = reverse("fleet-alerts", args=[fleet.slug])
 
-        def page_again(**shown: Any) -> HttpResponse:
-            form = posted_values(request)
-            return _alerts_page(request, fleet, form=form, editing=editing, **shown)
+    def page_again(*, posted: dict[str, str], **shown: Any) -> HttpResponse:
+        return _alerts_page(request, fleet, form=posted, editing=editing, **shown)
 
-        return refusal(page_again, exc)
-    messages.success(request, done)
-    return HttpResponseRedirect(reverse("fleet-alerts", args=[fleet.slug]))
+    return posted_change(request, page_again, lambda: (change(), to))
 
 
 def _add(
