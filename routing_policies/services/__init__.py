@@ -36,6 +36,7 @@ from ..rollouts.services import (
     rollout_rollback,
     rollout_start,
 )
+from ..schedules.services import scheduled_changes_run_due
 
 __all__ = [
     "DEVICE_TOKEN_PREFIX",
@@ -71,4 +72,5 @@ __all__ = [
     "rollout_resume",
     "rollout_rollback",
     "rollout_start",
+    "scheduled_changes_run_due",
 ]

@@ -1,11 +1,14 @@
 """REST API of alerts and rollout guards, under /api/v1/ (docs/alerts.md).
 
-Viewers read; editors change rules; publishers manage webhooks and rollout guards. Bodies are
-JSON objects whose fields the services check (types included: `"10"` is not a number).
+Viewers read; editors change rules; publishers manage webhooks and rollout guards. Each body
+is checked by the input serializer its `extend_schema` documents (`alerts.schemas`; types
+included: `"10"` is not a number), then by the service for what needs several fields or the
+database.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -16,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.api import input_validate, require_object
-from controlplane.exceptions import Conflict, NotFound, ValidationFailed
+from controlplane.exceptions import Conflict, NotFound
 from controlplane.openapi import error_responses, query_params_validate
 from controlplane.permissions import IsEditor, IsPublisher, IsViewer
 from routing_policies import selectors as policy_selectors
@@ -24,7 +27,7 @@ from routing_policies.models import Fleet, Rollout
 
 from . import schemas, selectors, services
 from .models import AlertRule
-from .services.guards import rollout_guards_set
+from .services.guards import guard_options_validate, rollout_guards_set
 
 _RULE_EXAMPLE = services.SEED_RULES[0]
 
@@ -39,18 +42,37 @@ def _write_permission(
     return [read()] if request.method in ("GET", "HEAD", "OPTIONS") else [write()]
 
 
-class HistoryQuerySerializer(serializers.Serializer[Any]):
-    limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
-
-    class Meta:
-        ref_name = "AlertHistoryQuery"
+def _results(out: Callable[[Any], dict[str, Any]], rows: Iterable[Any]) -> Response:
+    """A list answer: `{"results": [...]}`, each row as `out` shows it."""
+    return Response({"results": [out(row) for row in rows]})
 
 
-class DeliveryQuerySerializer(serializers.Serializer[Any]):
-    limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
+def _created(
+    request: Request,
+    slug: str,
+    serializer: type[serializers.Serializer[Any]],
+    *,
+    create: Callable[..., Any],
+    out: Callable[[Any], dict[str, Any]],
+    message: str,
+) -> Response:
+    """Add one to the fleet: the body as `serializer` takes it, `create` (a service) makes it;
+    201 with it as `out` shows it."""
+    fleet = _fleet(slug)
+    data = input_validate(serializer, require_object(request.data), message=message)
+    made = create(actor=request.user, fleet=fleet, **data)
+    return Response(out(made), status=status.HTTP_201_CREATED)
 
-    class Meta:
-        ref_name = "WebhookDeliveryQuery"
+
+def _limit_query(ref_name: str, *, maximum: int, default: int) -> type[serializers.Serializer[Any]]:
+    """The query of a log read: how many of the newest rows, at most `maximum`."""
+    meta = type("Meta", (), {"ref_name": ref_name})
+    limit = serializers.IntegerField(min_value=1, max_value=maximum, default=default)
+    return type(f"{ref_name}Serializer", (serializers.Serializer,), {"limit": limit, "Meta": meta})
+
+
+HistoryQuerySerializer = _limit_query("AlertHistoryQuery", maximum=1000, default=100)
+DeliveryQuerySerializer = _limit_query("WebhookDeliveryQuery", maximum=500, default=50)
 
 
 class AlertRuleListApi(APIView):
@@ -61,10 +83,7 @@ class AlertRuleListApi(APIView):
 
     @extend_schema(responses=schemas.AlertRuleListSerializer, operation_id="alert_rule_list")
     def get(self, request: Request, slug: str) -> Response:
-        fleet = _fleet(slug)
-        return Response(
-            {"results": [selectors.rule_out(r) for r in selectors.rule_list(fleet_id=fleet.pk)]}
-        )
+        return _results(selectors.rule_out, selectors.rule_list(fleet_id=_fleet(slug).pk))
 
     @extend_schema(
         request=schemas.AlertRuleCreateSerializer,
@@ -74,14 +93,14 @@ class AlertRuleListApi(APIView):
         "metrics are ratios to each cell's budget (1.0 is the budget).",
     )
     def post(self, request: Request, slug: str) -> Response:
-        fleet = _fleet(slug)
-        data = input_validate(
+        return _created(
+            request,
+            slug,
             schemas.AlertRuleCreateSerializer,
-            require_object(request.data),
+            create=services.alert_rule_create,
+            out=selectors.rule_out,
             message=services.RULE_INVALID,
         )
-        rule = services.alert_rule_create(actor=request.user, fleet=fleet, **data)
-        return Response(selectors.rule_out(rule), status=status.HTTP_201_CREATED)
 
 
 class AlertRuleDetailApi(APIView):
@@ -122,21 +141,37 @@ class AlertRuleDetailApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class AlertHistoryApi(APIView):
-    """State changes of the fleet's rules and guard actions, newest first."""
+def _fleet_log_api(
+    doc: str,
+    *,
+    query: type[serializers.Serializer[Any]],
+    responses: type[serializers.Serializer[Any]],
+    operation_id: str,
+    read: Callable[..., Iterable[Any]],
+    out: Callable[[Any], dict[str, Any]],
+) -> type[APIView]:
+    """A viewer's read of a fleet's log, newest first, as many rows as the query's `limit`."""
 
-    permission_classes = [IsViewer]
+    class FleetLogApi(APIView):
+        permission_classes = [IsViewer]
 
-    @extend_schema(
-        parameters=[HistoryQuerySerializer],
-        responses=schemas.AlertEventListSerializer,
-        operation_id="alert_history",
-    )
-    def get(self, request: Request, slug: str) -> Response:
-        query = query_params_validate(HistoryQuerySerializer, request)
-        fleet = _fleet(slug)
-        events = selectors.alert_history(fleet_id=fleet.pk, limit=query["limit"])
-        return Response({"results": [selectors.event_out(e) for e in events]})
+        @extend_schema(parameters=[query], responses=responses, operation_id=operation_id)
+        def get(self, request: Request, slug: str) -> Response:
+            limit = query_params_validate(query, request)["limit"]
+            return _results(out, read(fleet_id=_fleet(slug).pk, limit=limit))
+
+    FleetLogApi.__doc__ = doc
+    return FleetLogApi
+
+
+AlertHistoryApi = _fleet_log_api(
+    "State changes of the fleet's rules and guard actions, newest first.",
+    query=HistoryQuerySerializer,
+    responses=schemas.AlertEventListSerializer,
+    operation_id="alert_history",
+    read=selectors.alert_history,
+    out=selectors.event_out,
+)
 
 
 class FiringAlertsApi(APIView):
@@ -158,14 +193,7 @@ class AlertWebhookListApi(APIView):
 
     @extend_schema(responses=schemas.AlertWebhookListSerializer, operation_id="alert_webhook_list")
     def get(self, request: Request, slug: str) -> Response:
-        fleet = _fleet(slug)
-        return Response(
-            {
-                "results": [
-                    selectors.webhook_out(w) for w in selectors.webhook_list(fleet_id=fleet.pk)
-                ]
-            }
-        )
+        return _results(selectors.webhook_out, selectors.webhook_list(fleet_id=_fleet(slug).pk))
 
     @extend_schema(
         request=schemas.AlertWebhookCreateSerializer,
@@ -173,23 +201,14 @@ class AlertWebhookListApi(APIView):
         operation_id="alert_webhook_create",
     )
     def post(self, request: Request, slug: str) -> Response:
-        fleet = _fleet(slug)
-        data = require_object(request.data)
-        unknown = sorted(set(data) - {"url", "format", "rule_id"})
-        if unknown or "url" not in data:
-            raise ValidationFailed(
-                "A webhook is {url, format, rule_id}.",
-                details=[{"field": n, "message": "unknown"} for n in unknown]
-                or [{"field": "url", "message": "is required"}],
-            )
-        webhook = services.alert_webhook_create(
-            actor=request.user,
-            fleet=fleet,
-            url=data["url"],
-            format=data.get("format", "json"),
-            rule_id=data.get("rule_id"),
+        return _created(
+            request,
+            slug,
+            schemas.AlertWebhookCreateSerializer,
+            create=services.alert_webhook_create,
+            out=selectors.webhook_out,
+            message=services.WEBHOOK_INVALID,
         )
-        return Response(selectors.webhook_out(webhook), status=status.HTTP_201_CREATED)
 
 
 class AlertWebhookDetailApi(APIView):
@@ -203,41 +222,21 @@ class AlertWebhookDetailApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class WebhookDeliveryListApi(APIView):
-    """The delivery log: each notification, its attempts, status codes, errors and back-off."""
-
-    permission_classes = [IsViewer]
-
-    @extend_schema(
-        parameters=[DeliveryQuerySerializer],
-        responses=schemas.WebhookDeliveryListSerializer,
-        operation_id="alert_webhook_deliveries",
-    )
-    def get(self, request: Request, slug: str) -> Response:
-        query = query_params_validate(DeliveryQuerySerializer, request)
-        fleet = _fleet(slug)
-        deliveries = selectors.delivery_list(fleet_id=fleet.pk, limit=query["limit"])
-        return Response({"results": [selectors.delivery_out(d) for d in deliveries]})
-
-
-GUARD_FIELDS = (
-    "guards",
-    "bake_minutes",
-    "auto_advance",
-    "window_minutes",
-    "min_samples",
-    "min_devices",
-    "min_events",
-    "stage_limit_minutes",
-    "max_extensions",
-    "on_expiry",
+WebhookDeliveryListApi = _fleet_log_api(
+    "The delivery log: each notification, its attempts, status codes, errors and back-off.",
+    query=DeliveryQuerySerializer,
+    responses=schemas.WebhookDeliveryListSerializer,
+    operation_id="alert_webhook_deliveries",
+    read=selectors.delivery_list,
+    out=selectors.delivery_out,
 )
 
 
 def guard_options(data: dict[str, Any]) -> dict[str, Any]:
-    """The guard options of a body (start or PUT), unknown ones refused."""
-    options = {name: data[name] for name in GUARD_FIELDS if name in data}
-    return options
+    """The guard options of a rollout start's body (the fields of
+    `RolloutGuardsInputSerializer`), which `rollout_start_guarded` checks with it."""
+    fields = schemas.RolloutGuardsInputSerializer().fields
+    return {name: value for name, value in data.items() if name in fields}
 
 
 class RolloutGuardsApi(APIView):
@@ -269,17 +268,11 @@ class RolloutGuardsApi(APIView):
     )
     def put(self, request: Request, slug: str) -> Response:
         fleet = _fleet(slug)
-        data = require_object(request.data)
-        unknown = sorted(set(data) - set(GUARD_FIELDS))
-        if unknown:
-            raise ValidationFailed(
-                f"Unknown field {unknown[0]!r}.",
-                details=[{"field": n, "message": "unknown"} for n in unknown],
-            )
+        options = guard_options_validate(require_object(request.data))
         rollout = policy_selectors.open_rollout(fleet.pk)
         if rollout is None:
             raise Conflict(f"Fleet {slug!r} has no rollout in progress.", code="no_rollout")
-        rollout_guards_set(actor=request.user, rollout=rollout, **guard_options(data))
+        rollout_guards_set(actor=request.user, rollout=rollout, **options)
         return Response(
             {"rollout": rollout.pk, "guards": selectors.guard_status(rollout_id=rollout.pk)}
         )

@@ -254,6 +254,17 @@ def format_threshold(metric: str, condition: str, threshold: float) -> str:
     return f"{words} {amount}"
 
 
+def _too_few_to_compare(mine: Reading, other: Reading, what: str, min_samples: int) -> Judgement:
+    """No data: the reading to compare with (`what`) has too few samples."""
+    return Judgement(
+        "no_data",
+        mine.value,
+        other.value,
+        mine.samples,
+        f"too few {what}: {other.samples:,} of the {min_samples:,} needed",
+    )
+
+
 def judge_rule(
     *,
     metric: str,
@@ -304,13 +315,8 @@ def judge_rule(
     if condition in (Condition.RISES_BY, Condition.FALLS_BY):
         before = reading(metric, previous or ScopeFigures(), budgets, min_samples)
         if before.value is None or before.samples < min_samples:
-            return Judgement(
-                "no_data",
-                now_reading.value,
-                before.value,
-                now_reading.samples,
-                f"too few samples in the previous window: {before.samples:,} of the "
-                f"{min_samples:,} needed",
+            return _too_few_to_compare(
+                now_reading, before, "samples in the previous window", min_samples
             )
     previous_value = before.value if before is not None else None
     breached = _breach(condition, now_reading.value, threshold, previous_value)
@@ -391,14 +397,7 @@ def judge_guard(
         return Judgement("breach" if breached else "ok", mine.value, None, mine.samples, text)
     theirs = reading(metric, stable, budgets, min_samples)
     if theirs.value is None or theirs.samples < min_samples:
-        return Judgement(
-            "no_data",
-            mine.value,
-            theirs.value,
-            mine.samples,
-            f"too few stable events to compare with: {theirs.samples:,} of the "
-            f"{min_samples:,} needed",
-        )
+        return _too_few_to_compare(mine, theirs, "stable events to compare with", min_samples)
     gap = mine.value - theirs.value
     breached = gap > threshold
     if metric in RATE_METRICS:

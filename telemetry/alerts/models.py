@@ -9,6 +9,8 @@ from django.db.models import Q
 
 from routing_policies.models import Fleet, Rollout
 
+from .limits import MAX_WEBHOOK_URL_LENGTH
+
 
 class Metric(models.TextChoices):
     """What a rule or guard watches (telemetry.alerts.judging computes each from rollups)."""
@@ -146,7 +148,7 @@ class AlertWebhook(models.Model):
     rule = models.ForeignKey(
         AlertRule, null=True, blank=True, on_delete=models.CASCADE, related_name="webhooks"
     )
-    url = models.URLField(max_length=500)
+    url = models.URLField(max_length=MAX_WEBHOOK_URL_LENGTH)
     format = models.CharField(max_length=8, choices=WebhookFormat.choices, default="json")
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -178,7 +180,7 @@ class WebhookDelivery(models.Model):
     alert_event = models.ForeignKey(
         AlertEvent, null=True, on_delete=models.SET_NULL, related_name="deliveries"
     )
-    url = models.URLField(max_length=500)
+    url = models.URLField(max_length=MAX_WEBHOOK_URL_LENGTH)
     payload = models.JSONField()
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0)

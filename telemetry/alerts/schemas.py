@@ -1,14 +1,17 @@
-"""The alerts and rollout-guards APIs in the OpenAPI schema.
+"""The alerts and rollout-guards APIs in the OpenAPI schema, and their input serializers.
 
-Rules, webhooks and guards are checked by the services, which name every bad field; the
-input serializers declare the same limits from the same constants (`alerts.limits`, the guard
-service's), so a generated client refuses what the server would.
+The input serializers here are the one declaration of each input: the API views validate with
+them, the alerts page (`controlplane.pages.form_input`) and the guard options another part
+sends (`services.guards.guard_options_validate`) too, and the schema shows them. The services
+keep what needs several fields or the database. Limits are `alerts.limits`.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlparse
 
+from django.core.validators import URLValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -25,13 +28,21 @@ from routing_policies.models import Rollout
 
 from .judging import GUARD_METRICS, RATE_METRICS
 from .limits import (
+    DEFAULT_BAKE_MINUTES,
+    MAX_BAKE_MINUTES,
+    MAX_CONFIDENCE,
+    MAX_EXPOSURE,
+    MAX_EXTENSIONS,
     MAX_FOR_SECONDS,
+    MAX_GUARDS,
     MAX_HYSTERESIS,
     MAX_MIN_SAMPLES,
     MAX_RULE_NAME_LENGTH,
     MAX_SCOPE_VALUE_LENGTH,
     MAX_THRESHOLD,
+    MAX_WEBHOOK_URL_LENGTH,
     MAX_WINDOW_MINUTES,
+    MIN_CONFIDENCE,
     MIN_WINDOW_MINUTES,
 )
 from .models import (
@@ -45,20 +56,33 @@ from .models import (
     WebhookDelivery,
     WebhookFormat,
 )
+from .presets import PRESETS
 from .sequential import QUANTILE_METRICS, SEQUENTIAL_METRICS
-from .services.guards import (
-    DEFAULT_BAKE_MINUTES,
-    MAX_BAKE_MINUTES,
-    MAX_CONFIDENCE,
-    MAX_EXPOSURE,
-    MAX_EXTENSIONS,
-    MAX_GUARDS,
-    MIN_CONFIDENCE,
-    PRESETS,
-)
 
 
-class AlertRuleSerializer(serializers.Serializer[Any]):
+def _declared(ref_name: str, fields: dict[str, Any]) -> type[serializers.Serializer[Any]]:
+    """A serializer of `fields`, named `ref_name` in the schema."""
+    meta = type("Meta", (), {"ref_name": ref_name})
+    return type(f"{ref_name}Serializer", (serializers.Serializer,), {**fields, "Meta": meta})
+
+
+def _results_of(
+    item: type[serializers.Serializer[Any]], *, ref_name: str
+) -> type[serializers.Serializer[Any]]:
+    """A list answer: `{"results": [item, …]}`."""
+    return _declared(ref_name, {"results": item(many=True)})
+
+
+# What a judgement read, a rule's last one or an event's (`selectors.reading_out`). A comment,
+# not a docstring: drf-spectacular would show a docstring as each answer's description.
+class _ReadingSerializer(serializers.Serializer[Any]):
+    value = serializers.FloatField(allow_null=True)
+    previous_value = serializers.FloatField(allow_null=True)
+    samples = serializers.IntegerField(allow_null=True)
+    message = serializers.CharField(allow_blank=True)
+
+
+class AlertRuleSerializer(_ReadingSerializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
     metric = serializers.ChoiceField(choices=Metric.values)
@@ -74,21 +98,13 @@ class AlertRuleSerializer(serializers.Serializer[Any]):
     revision = serializers.IntegerField()
     state = serializers.ChoiceField(choices=AlertState.values)
     state_since = serializers.DateTimeField()
-    value = serializers.FloatField(allow_null=True)
-    previous_value = serializers.FloatField(allow_null=True)
-    samples = serializers.IntegerField(allow_null=True)
-    message = serializers.CharField(allow_blank=True)
     evaluated_at = serializers.DateTimeField(allow_null=True)
 
     class Meta:
         ref_name = "AlertRule"
 
 
-class AlertRuleListSerializer(serializers.Serializer[Any]):
-    results = AlertRuleSerializer(many=True)
-
-    class Meta:
-        ref_name = "AlertRuleList"
+AlertRuleListSerializer = _results_of(AlertRuleSerializer, ref_name="AlertRuleList")
 
 
 class _RuleNameValidator(TidyTextValidator):
@@ -149,31 +165,20 @@ def _rule_input_fields(*, partial: bool) -> dict[str, Any]:
 
 
 AlertRuleCreateSerializer = closed_body(
-    type(
-        "AlertRuleCreateSerializer",
-        (serializers.Serializer,),
-        {
-            **_rule_input_fields(partial=False),
-            "Meta": type("Meta", (), {"ref_name": "AlertRuleCreate"}),
-        },
-    )
+    _declared("AlertRuleCreate", _rule_input_fields(partial=False))
 )
-
-
 AlertRuleUpdateSerializer = closed_body(
-    type(
-        "AlertRuleUpdateSerializer",
-        (serializers.Serializer,),
+    _declared(
+        "AlertRuleUpdate",
         {
             "revision": JsonIntegerField(help_text="the rule's revision from the last read"),
             **_rule_input_fields(partial=True),
-            "Meta": type("Meta", (), {"ref_name": "AlertRuleUpdate"}),
         },
     )
 )
 
 
-class AlertEventSerializer(serializers.Serializer[Any]):
+class AlertEventSerializer(_ReadingSerializer):
     id = serializers.IntegerField()
     kind = serializers.CharField()
     rule_id = serializers.IntegerField(allow_null=True)
@@ -181,21 +186,13 @@ class AlertEventSerializer(serializers.Serializer[Any]):
     rollout_id = serializers.IntegerField(allow_null=True)
     state_before = serializers.CharField(allow_blank=True)
     state_after = serializers.CharField(allow_blank=True)
-    value = serializers.FloatField(allow_null=True)
-    previous_value = serializers.FloatField(allow_null=True)
-    samples = serializers.IntegerField(allow_null=True)
-    message = serializers.CharField(allow_blank=True)
     at = serializers.DateTimeField()
 
     class Meta:
         ref_name = "AlertEvent"
 
 
-class AlertEventListSerializer(serializers.Serializer[Any]):
-    results = AlertEventSerializer(many=True)
-
-    class Meta:
-        ref_name = "AlertEventList"
+AlertEventListSerializer = _results_of(AlertEventSerializer, ref_name="AlertEventList")
 
 
 class FiringAlertSerializer(serializers.Serializer[Any]):
@@ -209,11 +206,7 @@ class FiringAlertSerializer(serializers.Serializer[Any]):
         ref_name = "FiringAlert"
 
 
-class FiringAlertListSerializer(serializers.Serializer[Any]):
-    results = FiringAlertSerializer(many=True)
-
-    class Meta:
-        ref_name = "FiringAlertList"
+FiringAlertListSerializer = _results_of(FiringAlertSerializer, ref_name="FiringAlertList")
 
 
 class AlertWebhookSerializer(serializers.Serializer[Any]):
@@ -227,20 +220,36 @@ class AlertWebhookSerializer(serializers.Serializer[Any]):
         ref_name = "AlertWebhook"
 
 
-class AlertWebhookListSerializer(serializers.Serializer[Any]):
-    results = AlertWebhookSerializer(many=True)
+AlertWebhookListSerializer = _results_of(AlertWebhookSerializer, ref_name="AlertWebhookList")
 
-    class Meta:
-        ref_name = "AlertWebhookList"
+
+class WebhookUrlField(serializers.URLField):
+    """An http(s) URL with a host, sent as a JSON string. Any spelling of the host passes here
+    (`http://2130706433/`, which Django's URL pattern refuses, is 127.0.0.1): whether the
+    address is public is the service's to say, naming the setting that allows it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.validators = [v for v in self.validators if not isinstance(v, URLValidator)]
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        parsed = urlparse(data)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            self.fail("invalid")
+        return super().to_internal_value(data)
 
 
 @closed_body
 class AlertWebhookCreateSerializer(serializers.Serializer[Any]):
-    url = serializers.URLField(
-        max_length=500, help_text="http(s), a public address unless the deployment allows others"
+    url = WebhookUrlField(
+        max_length=MAX_WEBHOOK_URL_LENGTH,
+        trim_whitespace=False,
+        help_text="http(s), a public address unless the deployment allows others",
     )
-    format = serializers.ChoiceField(choices=WebhookFormat.values, required=False)
-    rule_id = serializers.IntegerField(
+    format = JsonChoiceField(choices=WebhookFormat.values, required=False)
+    rule_id = JsonIntegerField(
         required=False, allow_null=True, help_text="one rule of this fleet; null: every rule"
     )
 
@@ -265,11 +274,9 @@ class WebhookDeliverySerializer(serializers.Serializer[Any]):
         ref_name = "WebhookDelivery"
 
 
-class WebhookDeliveryListSerializer(serializers.Serializer[Any]):
-    results = WebhookDeliverySerializer(many=True)
-
-    class Meta:
-        ref_name = "WebhookDeliveryList"
+WebhookDeliveryListSerializer = _results_of(
+    WebhookDeliverySerializer, ref_name="WebhookDeliveryList"
+)
 
 
 class GuardPointSerializer(serializers.Serializer[Any]):
@@ -424,7 +431,7 @@ def _sequential_schema(metrics: frozenset[str], maximum: float) -> dict[str, Any
     }
 
 
-# What services.guards._clean_guards accepts, as a schema: a share's threshold is a fraction.
+# What services.guards.input.guards_clean accepts, as a schema: a share's threshold is a fraction.
 GUARDS_SCHEMA: dict[str, Any] = {
     "oneOf": [
         {"type": "string", "enum": sorted(PRESETS)},
@@ -462,7 +469,7 @@ GUARDS_SCHEMA: dict[str, Any] = {
     'sequential guard ("kind": "sequential") tolerates a regression: a fraction of a share '
     "from 0 to 1, or of a latency quantile from 0 to 10 (0.2: 20% slower)",
 }
-# What services.guards._clean_bake accepts: minutes at every stage, or per stage (missing: 0).
+# What services.guards.input.bake_clean accepts: minutes at every stage, or per stage (missing: 0).
 BAKE_MINUTES_SCHEMA: dict[str, Any] = {
     "oneOf": [
         _MINUTES,
@@ -481,45 +488,37 @@ BAKE_MINUTES_SCHEMA: dict[str, Any] = {
 
 @extend_schema_field(GUARDS_SCHEMA)
 class GuardsField(serializers.JSONField):
-    """The guards of a rollout, as the schema declares them; the service checks them."""
+    """The guards of a rollout, as the schema declares them; `guards_clean` checks them."""
 
 
 @extend_schema_field(BAKE_MINUTES_SCHEMA)
 class BakeMinutesField(serializers.JSONField):
-    """The bake time of a rollout, as the schema declares it; the service checks it."""
+    """The bake time of a rollout, as the schema declares it; `bake_clean` checks it."""
+
+
+def _bounded(maximum: int, help_text: str = "", *, minimum: int = 0) -> JsonIntegerField:
+    """An optional whole number of a guard set, from `minimum` to `maximum`."""
+    return JsonIntegerField(
+        min_value=minimum, max_value=maximum, required=False, help_text=help_text or None
+    )
 
 
 @closed_body
 class RolloutGuardsInputSerializer(serializers.Serializer[Any]):
     """The guards of an open rollout (PUT), or of the rollout a start opens."""
 
-    guards = GuardsField(required=False)
-    bake_minutes = BakeMinutesField(required=False)
-    auto_advance = serializers.BooleanField(required=False)
-    window_minutes = serializers.IntegerField(
-        min_value=MIN_WINDOW_MINUTES, max_value=MAX_WINDOW_MINUTES, required=False
+    guards = GuardsField(required=False, allow_null=True)
+    bake_minutes = BakeMinutesField(required=False, allow_null=True)
+    auto_advance = JsonBooleanField(required=False)
+    window_minutes = _bounded(MAX_WINDOW_MINUTES, minimum=MIN_WINDOW_MINUTES)
+    min_samples = _bounded(MAX_MIN_SAMPLES)
+    min_devices = _bounded(MAX_EXPOSURE, "candidate devices a stage needs before it may advance")
+    min_events = _bounded(MAX_EXPOSURE, "candidate events a stage needs before it may advance")
+    stage_limit_minutes = _bounded(
+        MAX_BAKE_MINUTES, "0: none; past it a stage that cannot advance is extended, then expires"
     )
-    min_samples = serializers.IntegerField(min_value=0, max_value=MAX_MIN_SAMPLES, required=False)
-    min_devices = serializers.IntegerField(
-        min_value=0,
-        max_value=MAX_EXPOSURE,
-        required=False,
-        help_text="candidate devices a stage needs before it may advance",
-    )
-    min_events = serializers.IntegerField(
-        min_value=0,
-        max_value=MAX_EXPOSURE,
-        required=False,
-        help_text="candidate events a stage needs before it may advance",
-    )
-    stage_limit_minutes = serializers.IntegerField(
-        min_value=0,
-        max_value=MAX_BAKE_MINUTES,
-        required=False,
-        help_text="0: none; past it a stage that cannot advance is extended, then expires",
-    )
-    max_extensions = serializers.IntegerField(min_value=0, max_value=MAX_EXTENSIONS, required=False)
-    on_expiry = serializers.ChoiceField(choices=RolloutGuardSet.OnExpiry.values, required=False)
+    max_extensions = _bounded(MAX_EXTENSIONS)
+    on_expiry = JsonChoiceField(choices=RolloutGuardSet.OnExpiry.values, required=False)
 
     class Meta:
         ref_name = "RolloutGuardsInput"

@@ -24,6 +24,20 @@ HISTORY_LIMIT = 100
 # A guard's series point (sequential.series_point), as the API names its parts.
 SERIES_FIELDS = ("at", "stage", "estimate", "lower", "upper", "state", "scope")
 DELIVERY_LIMIT = 50
+# The fields of a rule a person edits (`alerts.schemas`' rule input).
+RULE_FIELDS = (
+    "name",
+    "metric",
+    "condition",
+    "threshold",
+    "window_minutes",
+    "min_samples",
+    "for_seconds",
+    "hysteresis",
+    "scope",
+    "scope_value",
+    "enabled",
+)
 
 
 def minute_floor(moment: datetime) -> datetime:
@@ -96,28 +110,32 @@ def fleets_to_evaluate() -> list[int]:
 # --- pages and API ------------------------------------------------------------------------------
 
 
+def reading_out(
+    *, value: float | None, previous: float | None, samples: int | None, message: str
+) -> dict[str, Any]:
+    """What a judgement read: its value, the previous window's, the samples, its sentence."""
+    return {"value": value, "previous_value": previous, "samples": samples, "message": message}
+
+
+def rule_snapshot(rule: AlertRule) -> dict[str, Any]:
+    """The fields a person edits, as the audit log and webhook bodies show them."""
+    return {name: getattr(rule, name) for name in RULE_FIELDS}
+
+
 def rule_out(rule: AlertRule) -> dict[str, Any]:
     """A rule with its state, as the API and the page show it."""
     return {
         "id": rule.pk,
-        "name": rule.name,
-        "metric": rule.metric,
-        "condition": rule.condition,
-        "threshold": rule.threshold,
-        "window_minutes": rule.window_minutes,
-        "min_samples": rule.min_samples,
-        "for_seconds": rule.for_seconds,
-        "hysteresis": rule.hysteresis,
-        "scope": rule.scope,
-        "scope_value": rule.scope_value,
-        "enabled": rule.enabled,
+        **rule_snapshot(rule),
         "revision": rule.revision,
         "state": rule.state,
         "state_since": rule.state_since,
-        "value": rule.last_value,
-        "previous_value": rule.last_previous,
-        "samples": rule.last_samples,
-        "message": rule.last_message,
+        **reading_out(
+            value=rule.last_value,
+            previous=rule.last_previous,
+            samples=rule.last_samples,
+            message=rule.last_message,
+        ),
         "evaluated_at": rule.last_evaluated_at,
     }
 
@@ -142,10 +160,9 @@ def event_out(event: AlertEvent) -> dict[str, Any]:
         "rollout_id": event.rollout_id,
         "state_before": event.state_before,
         "state_after": event.state_after,
-        "value": event.value,
-        "previous_value": event.previous,
-        "samples": event.samples,
-        "message": event.message,
+        **reading_out(
+            value=event.value, previous=event.previous, samples=event.samples, message=event.message
+        ),
         "at": event.at,
     }
 

@@ -68,7 +68,7 @@ EVENT_SRM_FLOOR: Final = 0.2
 # SRM_RELEASE_P_VALUE and, for events, off by at most this share of expected.
 EVENT_SRM_RELEASE_FLOOR: Final = 0.15
 # How long after a stage change the sample ratios are left alone (the devices' presence
-# window, routing_policies.devices.models.ONLINE_WINDOW: by then every live device was seen).
+# window, routing_policies.selectors.ONLINE_WINDOW: by then every live device was seen).
 SRM_GRACE: Final = timedelta(minutes=2)
 
 
@@ -432,18 +432,14 @@ def stage_decide(facts: StageFacts, exposure: Exposure) -> StageDecision:
     quiet_since = facts.quiet_since or facts.now
     quiet_for = facts.now - quiet_since
     minutes = int(quiet_for.total_seconds() // 60)
-    if facts.auto_advance and facts.active and quiet_for >= timedelta(minutes=facts.bake_minutes):
-        return StageDecision(
-            action="advance",
-            verdict="quiet",
-            reason=f"guards healthy for {facts.bake_minutes} min",
-            quiet_since=quiet_since,
-            extensions_used=facts.extensions_used,
-        )
+    baked = quiet_for >= timedelta(minutes=facts.bake_minutes)
+    advance = facts.auto_advance and facts.active and baked
     return StageDecision(
-        action="wait",
+        action="advance" if advance else "wait",
         verdict="quiet",
-        reason=f"healthy for {minutes} of {facts.bake_minutes} min",
+        reason=f"guards healthy for {facts.bake_minutes} min"
+        if advance
+        else f"healthy for {minutes} of {facts.bake_minutes} min",
         quiet_since=quiet_since,
         extensions_used=facts.extensions_used,
     )

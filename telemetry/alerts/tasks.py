@@ -15,7 +15,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import DatabaseError, connection
 
-from routing_policies.schedules.services import scheduled_changes_run_due
+from routing_policies.services import scheduled_changes_run_due
 
 from ..redis_client import redis_client
 from .selectors import fleets_to_evaluate

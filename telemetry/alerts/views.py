@@ -4,34 +4,28 @@ a refusal shown on the page with its HTTP status (nothing changed), success → 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from rest_framework import serializers
 
-from controlplane.api import input_validate
-from controlplane.exceptions import ApplicationError
-from controlplane.pages import (
-    NumberField,
-    PageForm,
-    WholeNumberField,
-    posted_values,
-    refusal,
-    role_required,
-)
+from controlplane.pages import form_input, posted_change, role_required
 from controlplane.roles import Role, has_role
 from routing_policies.models import Fleet
-from routing_policies.policies.pages import fleet_or_404
+from routing_policies.pages import fleet_or_404
 
-from . import selectors, services
+from . import limits, selectors, services
 from .judging import format_clear, format_threshold, format_value
-from .models import AlertRule, Condition, Metric, Scope, WebhookFormat
-from .schemas import AlertRuleCreateSerializer, AlertRuleUpdateSerializer
-
-STATE_LABELS = {"ok": "ok", "pending": "pending", "firing": "firing", "no_data": "too few samples"}
+from .models import AlertRule, AlertState, Condition, Metric, Scope, WebhookFormat
+from .schemas import (
+    AlertRuleCreateSerializer,
+    AlertRuleUpdateSerializer,
+    AlertWebhookCreateSerializer,
+)
 
 
 def _rule_row(rule: AlertRule) -> dict[str, Any]:
@@ -42,7 +36,7 @@ def _rule_row(rule: AlertRule) -> dict[str, Any]:
         "clear_text": format_clear(rule.metric, rule.condition, rule.threshold, rule.hysteresis),
         "value_text": format_value(rule.metric, rule.last_value),
         "scope_text": scope,
-        "state_label": STATE_LABELS.get(rule.state, rule.state),
+        "state_label": AlertState(rule.state).label,
     }
 
 
@@ -103,50 +97,45 @@ def _alerts_page(
         "problems": problems or [],
         "can_edit": has_role(request.user, Role.EDITOR),
         "can_publish": has_role(request.user, Role.PUBLISHER),
+        "limits": limits,
     }
     return render(request, "alerts/alerts.html", context, status=status)
 
 
-def _to_page(fleet: Fleet) -> HttpResponseRedirect:
-    return HttpResponseRedirect(reverse("fleet-alerts", args=[fleet.slug]))
-
-
-class _RuleNumbersForm(PageForm):
-    threshold = NumberField(label="Threshold")
-    window_minutes = WholeNumberField(label="Window minutes")
-    min_samples = WholeNumberField(label="Min samples")
-    for_seconds = WholeNumberField(label="For seconds", empty=0)
-    hysteresis = NumberField(label="Hysteresis", empty=0.0)
-
-
-class _RevisionForm(PageForm):
-    revision = WholeNumberField(label="Revision")
-
-
-class _WebhookRuleForm(PageForm):
-    rule_id = WholeNumberField(label="Rule id", empty=None)
-
-
-def _posted_rule(request: HttpRequest) -> dict[str, Any]:
-    post = request.POST
-    return {
-        "name": post.get("name", ""),
-        "metric": post.get("metric", ""),
-        "condition": post.get("condition", ""),
-        **_RuleNumbersForm(post).values(),
-        "scope": post.get("scope", ""),
-        "scope_value": post.get("scope_value", "").strip(),
-        "enabled": post.get("enabled") == "on",
-    }
-
-
-def _refused(
-    request: HttpRequest, fleet: Fleet, exc: ApplicationError, editing: AlertRule | None = None
+def _act(
+    request: HttpRequest,
+    fleet: Fleet,
+    change: Callable[[], str],
+    *,
+    editing: AlertRule | None = None,
 ) -> HttpResponse:
-    def page_again(**shown: Any) -> HttpResponse:
-        return _alerts_page(request, fleet, form=posted_values(request), editing=editing, **shown)
+    """One action of the page: `change` makes it (one service call) and says what it did, and
+    the browser goes back to the alerts page; refused, the page again, its form as posted."""
+    to = reverse("fleet-alerts", args=[fleet.slug])
 
-    return refusal(page_again, exc)
+    def page_again(*, posted: dict[str, str], **shown: Any) -> HttpResponse:
+        return _alerts_page(request, fleet, form=posted, editing=editing, **shown)
+
+    return posted_change(request, page_again, lambda: (change(), to))
+
+
+def _add(
+    request: HttpRequest,
+    slug: str,
+    serializer: type[serializers.Serializer[Any]],
+    *,
+    create: Callable[..., Any],
+    said: Callable[[Any], str],
+) -> HttpResponse:
+    """Add one to the fleet: the form as the API's `serializer` takes it, `create` (a service)
+    makes it, `said` says so."""
+    fleet = fleet_or_404(slug)
+
+    def add() -> str:
+        values = form_input(serializer, request.POST)
+        return said(create(actor=request.user, fleet=fleet, **values))
+
+    return _act(request, fleet, add)
 
 
 @role_required(Role.VIEWER)
@@ -160,16 +149,13 @@ def alerts_page(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def alert_rule_create(request: HttpRequest, slug: str) -> HttpResponse:
     """Add a rule."""
-    fleet = fleet_or_404(slug)
-    try:
-        values = input_validate(
-            AlertRuleCreateSerializer, _posted_rule(request), message=services.RULE_INVALID
-        )
-        rule = services.alert_rule_create(actor=request.user, fleet=fleet, **values)
-    except ApplicationError as exc:
-        return _refused(request, fleet, exc)
-    messages.success(request, f"Added the rule {rule.name!r}; it is judged with the next rollups.")
-    return _to_page(fleet)
+    return _add(
+        request,
+        slug,
+        AlertRuleCreateSerializer,
+        create=services.alert_rule_create,
+        said=lambda rule: f"Added the rule {rule.name!r}; it is judged with the next rollups.",
+    )
 
 
 @role_required(Role.EDITOR)
@@ -182,23 +168,16 @@ def alert_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpRespon
         raise Http404(f"Fleet {slug!r} has no alert rule {rule_id}.")
     if request.method == "GET":
         return _alerts_page(request, fleet, editing=rule)
-    try:
-        changes = input_validate(
-            AlertRuleUpdateSerializer,
-            {**_RevisionForm(request.POST).values(), **_posted_rule(request)},
-            message=services.RULE_INVALID,
+
+    def save() -> str:
+        changes = form_input(AlertRuleUpdateSerializer, request.POST)
+        revision = changes.pop("revision")
+        saved = services.alert_rule_update(
+            actor=request.user, fleet=fleet, rule_id=rule_id, revision=revision, changes=changes
         )
-        rule = services.alert_rule_update(
-            actor=request.user,
-            fleet=fleet,
-            rule_id=rule.pk,
-            revision=changes.pop("revision"),
-            changes=changes,
-        )
-    except ApplicationError as exc:
-        return _refused(request, fleet, exc, editing=rule)
-    messages.success(request, f"Saved the rule {rule.name!r}.")
-    return _to_page(fleet)
+        return f"Saved the rule {saved.name!r}."
+
+    return _act(request, fleet, save, editing=rule)
 
 
 @role_required(Role.EDITOR)
@@ -206,29 +185,25 @@ def alert_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpRespon
 def alert_rule_delete(request: HttpRequest, slug: str, rule_id: int) -> HttpResponse:
     """Remove a rule (its history stays)."""
     fleet = fleet_or_404(slug)
-    services.alert_rule_delete(actor=request.user, fleet=fleet, rule_id=rule_id)
-    messages.success(request, "Removed the rule.")
-    return _to_page(fleet)
+
+    def remove() -> str:
+        services.alert_rule_delete(actor=request.user, fleet=fleet, rule_id=rule_id)
+        return "Removed the rule."
+
+    return _act(request, fleet, remove)
 
 
 @role_required(Role.PUBLISHER)
 @require_POST
 def alert_webhook_create(request: HttpRequest, slug: str) -> HttpResponse:
     """Add a webhook for every rule or one."""
-    fleet = fleet_or_404(slug)
-    try:
-        rule_id = _WebhookRuleForm(request.POST).values()["rule_id"]
-        webhook = services.alert_webhook_create(
-            actor=request.user,
-            fleet=fleet,
-            url=request.POST.get("url", "").strip(),
-            format=request.POST.get("format", "json"),
-            rule_id=rule_id,
-        )
-    except ApplicationError as exc:
-        return _refused(request, fleet, exc)
-    messages.success(request, f"Alerts are now posted to {webhook.url}.")
-    return _to_page(fleet)
+    return _add(
+        request,
+        slug,
+        AlertWebhookCreateSerializer,
+        create=services.alert_webhook_create,
+        said=lambda webhook: f"Alerts are now posted to {webhook.url}.",
+    )
 
 
 @role_required(Role.PUBLISHER)
@@ -236,6 +211,9 @@ def alert_webhook_create(request: HttpRequest, slug: str) -> HttpResponse:
 def alert_webhook_delete(request: HttpRequest, slug: str, webhook_id: int) -> HttpResponse:
     """Stop posting to a webhook."""
     fleet = fleet_or_404(slug)
-    services.alert_webhook_delete(actor=request.user, fleet=fleet, webhook_id=webhook_id)
-    messages.success(request, "Removed the webhook.")
-    return _to_page(fleet)
+
+    def remove() -> str:
+        services.alert_webhook_delete(actor=request.user, fleet=fleet, webhook_id=webhook_id)
+        return "Removed the webhook."
+
+    return _act(request, fleet, remove)

@@ -1,5 +1,6 @@
 """Writes of alerts: rules, webhooks, rollout guards, evaluation, webhook delivery, seeding."""
 
+from ..selectors import RULE_FIELDS
 from .delivery import enqueue_delivery, webhook_deliveries_overdue, webhook_delivery_attempt
 from .evaluation import Evaluation, alerts_evaluate
 from .guards import (
@@ -11,14 +12,18 @@ from .guards import (
 )
 from .rules import (
     MAX_RULES_PER_FLEET,
-    RULE_FIELDS,
     RULE_INVALID,
     alert_rule_create,
     alert_rule_delete,
     alert_rule_update,
 )
 from .seeding import SEED_RULES, alert_rules_seed
-from .webhooks import MAX_WEBHOOKS_PER_FLEET, alert_webhook_create, alert_webhook_delete
+from .webhooks import (
+    MAX_WEBHOOKS_PER_FLEET,
+    WEBHOOK_INVALID,
+    alert_webhook_create,
+    alert_webhook_delete,
+)
 
 __all__ = [
     "DEFAULT_GUARDS",
@@ -28,6 +33,7 @@ __all__ = [
     "RULE_FIELDS",
     "RULE_INVALID",
     "SEED_RULES",
+    "WEBHOOK_INVALID",
     "Evaluation",
     "alert_rule_create",
     "alert_rule_delete",

@@ -237,6 +237,18 @@ def enqueue_delivery(delivery_id: int) -> None:
         logger.warning("webhook.enqueue_failed delivery=%d", delivery_id)
 
 
+def deliveries_start_on_commit(deliveries: list[WebhookDelivery]) -> None:
+    """Start delivering each of `deliveries` once the transaction that created them commits."""
+    ids = [d.pk for d in deliveries]
+
+    def start_deliveries() -> None:
+        for delivery_id in ids:
+            enqueue_delivery(delivery_id)
+
+    if ids:
+        transaction.on_commit(start_deliveries)
+
+
 def _deliver_embedded(delivery_id: int) -> None:
     try:
         while (retry_in := webhook_delivery_attempt(delivery_id=delivery_id)) is not None:

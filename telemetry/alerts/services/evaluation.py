@@ -30,7 +30,7 @@ from ..models import (
     RolloutGuardSet,
 )
 from ..notify import broadcast_alerts
-from .delivery import enqueue_delivery
+from .delivery import deliveries_start_on_commit
 from .guards import guards_evaluate
 from .webhooks import webhook_deliveries_create
 
@@ -215,14 +215,7 @@ def alerts_evaluate(*, fleet_id: int, now: datetime | None = None) -> Evaluation
             last = result.events[-1]
             summary = {"kind": last.kind, "rule": last.rule_name, "message": last.message}
             transaction.on_commit(lambda: broadcast_alerts(fleet_id=fleet_id, event=summary))
-        if deliveries:
-            ids = [d.pk for d in deliveries]
-
-            def start_deliveries() -> None:
-                for delivery_id in ids:
-                    enqueue_delivery(delivery_id)
-
-            transaction.on_commit(start_deliveries)
+        deliveries_start_on_commit(deliveries)
     return result
 
 

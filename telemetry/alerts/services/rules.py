@@ -12,37 +12,25 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from controlplane.exceptions import Conflict, NotFound, ValidationFailed
 from routing_policies.models import Fleet
-from routing_policies.policies.audit import Actor, audit_record
+from routing_policies.services import Actor, audit_record
 
 from .. import selectors as alert_selectors
 from ..judging import RATE_METRICS, parse_scope
 from ..models import AlertRule, AlertState, Condition, Metric, Scope
 from ..notify import broadcast_alerts
-from .problems import field_problem
+from ..selectors import RULE_FIELDS, rule_snapshot
+from .problems import field_problem, unique_or_conflict
 
 logger = logging.getLogger(__name__)
 
 MAX_RULES_PER_FLEET = 100
 # The headline of every refusal of a rule's fields, the input serializer's and these checks'.
 RULE_INVALID = "The alert rule is invalid."
-RULE_FIELDS = (
-    "name",
-    "metric",
-    "condition",
-    "threshold",
-    "window_minutes",
-    "min_samples",
-    "for_seconds",
-    "hysteresis",
-    "scope",
-    "scope_value",
-    "enabled",
-)
 
 
 def _rate_threshold_rule(condition: str, threshold: float) -> str:
@@ -100,20 +88,31 @@ def _clean_rule(values: dict[str, Any], *, fleet_id: int) -> dict[str, Any]:
 
 def _save_unique_name(rule: AlertRule, update_fields: list[str] | None = None) -> None:
     """Save; a name the fleet already uses is a 409 (the unique constraint decides)."""
-    try:
-        with transaction.atomic():
-            rule.save(update_fields=update_fields)
-    except IntegrityError:
-        raise Conflict(
-            f"Fleet {rule.fleet.slug!r} already has a rule named {rule.name!r}.",
-            code="duplicate_rule",
-            details=[field_problem("name", "already used in this fleet")],
-        ) from None
+    unique_or_conflict(
+        lambda: rule.save(update_fields=update_fields),
+        message=f"Fleet {rule.fleet.slug!r} already has a rule named {rule.name!r}.",
+        code="duplicate_rule",
+        field="name",
+        problem="already used in this fleet",
+    )
 
 
-def rule_snapshot(rule: AlertRule) -> dict[str, Any]:
-    """The fields a person edits, as the audit log and webhook bodies show them."""
-    return {name: getattr(rule, name) for name in RULE_FIELDS}
+_AUDIT_VERBS = {"created": "Added", "changed": "Changed", "deleted": "Removed"}
+
+
+def _rule_audited(
+    *, actor: Actor, fleet: Fleet, rule_id: int, action: str, name: str, **states: Any
+) -> None:
+    """Audit a rule's `action` (created, changed, deleted), with its `before` and / or
+    `after` (`rule_snapshot`)."""
+    audit_record(
+        actor=actor,
+        action=f"alert_rule.{action}",
+        fleet=fleet,
+        target=f"alert rule {rule_id}",
+        summary=f"{_AUDIT_VERBS[action]} alert rule {name!r}",
+        **states,
+    )
 
 
 @transaction.atomic
@@ -155,12 +154,12 @@ def alert_rule_create(
         raise Conflict(f"A fleet has at most {MAX_RULES_PER_FLEET} rules.", code="too_many_rules")
     rule = AlertRule(fleet=fleet, state_since=timezone.now(), **values)
     _save_unique_name(rule)
-    audit_record(
+    _rule_audited(
         actor=actor,
-        action="alert_rule.created",
         fleet=fleet,
-        target=f"alert rule {rule.pk}",
-        summary=f"Added alert rule {rule.name!r}",
+        rule_id=rule.pk,
+        action="created",
+        name=rule.name,
         after=rule_snapshot(rule),
     )
     logger.info("alert_rule.created fleet=%s rule=%d", fleet.slug, rule.pk)
@@ -171,8 +170,8 @@ def alert_rule_create(
 def alert_rule_update(
     *, actor: Actor, fleet: Fleet, rule_id: int, revision: int, changes: dict[str, Any]
 ) -> AlertRule:
-    """Change some of a rule's fields (as the input serializer took them); a stale `revision`
-    is refused (409), nothing saved."""
+    """Change some of a rule's fields (`changes`: those of `AlertRuleUpdateSerializer`, as it
+    took them); a stale `revision` is refused (409), nothing saved."""
     rule = AlertRule.objects.select_for_update().filter(fleet=fleet, pk=rule_id).first()
     if rule is None:
         raise NotFound(f"Fleet {fleet.slug!r} has no alert rule {rule_id}.")
@@ -180,11 +179,6 @@ def alert_rule_update(
         raise Conflict(
             f"The rule changed since you read it (revision {revision}, now {rule.revision}).",
             code="stale_revision",
-        )
-    unknown = sorted(set(changes) - set(RULE_FIELDS))
-    if unknown:
-        raise ValidationFailed(
-            f"Unknown field {unknown[0]!r}.", details=[field_problem(n, "unknown") for n in unknown]
         )
     before = rule_snapshot(rule)
     values = _clean_rule({**before, **changes}, fleet_id=fleet.pk)
@@ -202,12 +196,12 @@ def alert_rule_update(
         rule.state, rule.state_since = AlertState.NO_DATA, timezone.now()
         update_fields += ["state", "state_since"]
     _save_unique_name(rule, update_fields=update_fields)
-    audit_record(
+    _rule_audited(
         actor=actor,
-        action="alert_rule.changed",
         fleet=fleet,
-        target=f"alert rule {rule.pk}",
-        summary=f"Changed alert rule {rule.name!r}",
+        rule_id=rule.pk,
+        action="changed",
+        name=rule.name,
         before=before,
         after=rule_snapshot(rule),
     )
@@ -223,12 +217,12 @@ def alert_rule_delete(*, actor: Actor, fleet: Fleet, rule_id: int) -> None:
         return
     before = rule_snapshot(rule)
     rule.delete()
-    audit_record(
+    _rule_audited(
         actor=actor,
-        action="alert_rule.deleted",
         fleet=fleet,
-        target=f"alert rule {rule_id}",
-        summary=f"Removed alert rule {before['name']!r}",
+        rule_id=rule_id,
+        action="deleted",
+        name=before["name"],
         before=before,
     )
     transaction.on_commit(lambda: broadcast_alerts(fleet_id=fleet.pk))

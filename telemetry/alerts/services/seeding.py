@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from routing_policies.models import Fleet
-from routing_policies.policies.audit import Actor
+from routing_policies.services import Actor
 
 from ..models import AlertRule
 from .rules import alert_rule_create

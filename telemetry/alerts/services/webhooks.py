@@ -10,73 +10,59 @@ matching webhook in the same transaction.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlparse
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from controlplane.exceptions import Conflict, ValidationFailed
 from routing_policies.models import Fleet
-from routing_policies.policies.audit import Actor, audit_record
+from routing_policies.services import Actor, audit_record
 
-from ..models import AlertEvent, AlertRule, AlertWebhook, WebhookDelivery, WebhookFormat
+from ..models import AlertEvent, AlertRule, AlertWebhook, WebhookDelivery
 from ..notify import webhook_payload
-from .delivery import enqueue_delivery, url_refusal
-from .problems import field_problem
-from .rules import rule_snapshot
+from ..selectors import rule_snapshot
+from .delivery import deliveries_start_on_commit, url_refusal
+from .problems import field_problem, unique_or_conflict
 
 MAX_WEBHOOKS_PER_FLEET = 20
+# The headline of every refusal of a webhook's fields, the input serializer's and these checks'.
+WEBHOOK_INVALID = "The webhook is invalid."
 
 
 @transaction.atomic
 def alert_webhook_create(
-    *, actor: Actor, fleet: Fleet, url: object, format: object = "json", rule_id: object = None
+    *, actor: Actor, fleet: Fleet, url: str, format: str = "json", rule_id: int | None = None
 ) -> AlertWebhook:
-    """Add a webhook for every alert of the fleet (or one rule's); a repeat is refused (409)."""
+    """Add a webhook for every alert of the fleet (or one rule's), its fields as the input
+    serializer (`alerts.schemas`) took them: the address must be public (unless allowed) and
+    the rule the fleet's; a repeat is refused (409)."""
     problems = []
-    if not isinstance(url, str) or len(url) > 500:
-        problems.append(field_problem("url", "an http(s) URL of at most 500 characters"))
-    else:
-        parsed = urlparse(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            problems.append(field_problem("url", "an http(s) URL"))
-        elif (refusal := url_refusal(url)) is not None:
-            problems.append(
-                field_problem(
-                    "url",
-                    f"a public address ({refusal}; ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS allows "
-                    "addresses inside the network)",
-                )
+    if (refusal := url_refusal(url)) is not None:
+        problems.append(
+            field_problem(
+                "url",
+                f"a public address ({refusal}; ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS allows "
+                "addresses inside the network)",
             )
-    if format not in WebhookFormat.values:
-        problems.append(field_problem("format", f"one of {', '.join(WebhookFormat.values)}"))
+        )
     rule = None
     if rule_id is not None:
-        if isinstance(rule_id, bool) or not isinstance(rule_id, int):
-            problems.append(field_problem("rule_id", "a rule id or null"))
-        else:
-            rule = AlertRule.objects.filter(fleet=fleet, pk=rule_id).first()
-            if rule is None:
-                problems.append(
-                    field_problem("rule_id", f"fleet {fleet.slug!r} has no rule {rule_id}")
-                )
+        rule = AlertRule.objects.filter(fleet=fleet, pk=rule_id).first()
+        if rule is None:
+            problems.append(field_problem("rule_id", f"fleet {fleet.slug!r} has no rule {rule_id}"))
     if problems:
-        raise ValidationFailed("The webhook is invalid.", details=problems)
-    assert isinstance(url, str)
-    assert isinstance(format, str)
+        raise ValidationFailed(WEBHOOK_INVALID, details=problems)
     if AlertWebhook.objects.filter(fleet=fleet).count() >= MAX_WEBHOOKS_PER_FLEET:
         raise Conflict(
             f"A fleet has at most {MAX_WEBHOOKS_PER_FLEET} webhooks.", code="too_many_webhooks"
         )
-    try:
-        with transaction.atomic():
-            webhook = AlertWebhook.objects.create(fleet=fleet, url=url, format=format, rule=rule)
-    except IntegrityError:
-        raise Conflict(
-            "This fleet already posts to that URL in that format.",
-            code="duplicate_webhook",
-            details=[field_problem("url", "already registered")],
-        ) from None
+    webhook = unique_or_conflict(
+        lambda: AlertWebhook.objects.create(fleet=fleet, url=url, format=format, rule=rule),
+        message="This fleet already posts to that URL in that format.",
+        code="duplicate_webhook",
+        field="url",
+        problem="already registered",
+    )
     audit_record(
         actor=actor,
         action="alert_webhook.created",
@@ -176,11 +162,4 @@ def governance_deliveries_create(fleet_id: int, body: dict[str, Any]) -> None:
         )
         for webhook in webhooks
     )
-    if deliveries:
-        ids = [d.pk for d in deliveries]
-
-        def start_deliveries() -> None:
-            for delivery_id in ids:
-                enqueue_delivery(delivery_id)
-
-        transaction.on_commit(start_deliveries)
+    deliveries_start_on_commit(deliveries)

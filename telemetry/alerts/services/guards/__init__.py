@@ -5,26 +5,23 @@ A firing guard rolls the rollout back through `routing_policies.services.rollout
 the stage's bake time and auto-advance is on, the rollout advances (at 100% it completes).
 Too few events is `insufficient`: it stops the bake clock and never counts as quiet.
 
-The parts: `input` checks what a person sends, `setting` stores it, `evaluate` reads a
-rollout's facts and judges its guards, `apply` writes what the verdict says.
+The parts: `input` turns what a person sends (typed by `alerts.schemas`) into what is stored,
+`setting` stores it, `evaluate` reads a rollout's facts and judges its guards, `apply` writes
+what the verdict says.
 """
 
-from .evaluate import guards_evaluate
-from .input import (
+from ...limits import (
     DEFAULT_BAKE_MINUTES,
-    DEFAULT_GUARDS,
     MAX_BAKE_MINUTES,
     MAX_CONFIDENCE,
     MAX_EXPOSURE,
     MAX_EXTENSIONS,
     MAX_GUARDS,
     MIN_CONFIDENCE,
-    PRESETS,
-    QUALITY_GUARD,
-    QUALITY_GUARDS,
-    STATISTICAL_GUARDS,
-    guard_input_defaults,
 )
+from ...presets import DEFAULT_GUARDS, PRESETS, QUALITY_GUARD, QUALITY_GUARDS, STATISTICAL_GUARDS
+from .evaluate import guards_evaluate
+from .input import guard_input_defaults, guard_options_validate
 from .setting import rollout_guards_set, rollout_start_guarded
 
 __all__ = [
@@ -41,6 +38,7 @@ __all__ = [
     "QUALITY_GUARDS",
     "STATISTICAL_GUARDS",
     "guard_input_defaults",
+    "guard_options_validate",
     "guards_evaluate",
     "rollout_guards_set",
     "rollout_start_guarded",

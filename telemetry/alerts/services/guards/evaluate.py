@@ -56,13 +56,17 @@ from ...sequential import (
 from ...statistics import RatioCheck
 from .apply import apply_decision, apply_fixed_verdict
 
-GUARD_STATE = (
+# What judging a fixed guard writes on it; a statistical one writes its interval too.
+FIXED_GUARD_STATE = (
     "state",
     "candidate_value",
     "stable_value",
     "candidate_samples",
     "stable_samples",
     "message",
+)
+GUARD_STATE = (
+    *FIXED_GUARD_STATE,
     "estimate",
     "lower",
     "upper",
@@ -106,17 +110,7 @@ def guards_evaluate(
     )
     for guard in guards:
         _judge_fixed(guard, candidate=candidate, stable=stable, budgets=budgets)
-    RolloutGuard.objects.bulk_update(
-        guards,
-        [
-            "state",
-            "candidate_value",
-            "stable_value",
-            "candidate_samples",
-            "stable_samples",
-            "message",
-        ],
-    )
+    RolloutGuard.objects.bulk_update(guards, FIXED_GUARD_STATE)
     return apply_fixed_verdict(
         guard_set,
         rollout,

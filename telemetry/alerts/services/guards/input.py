@@ -1,152 +1,64 @@
-"""Guards, the input: the guard set a person sends, checked field by field.
+"""Guards, the input: the guard set a person sends, as the services take it.
 
-A preset name ("default", "statistical", "quality") or a list of guards, the bake time, the
-window and the exposure a stage needs; every bad field is named (docs/alerts.md).
+Each option's type and range is the input serializer's (`alerts.schemas`,
+`RolloutGuardsInputSerializer`), which the API runs and which checks the options another part
+sends through `rollout_start_guarded`; here the guard list (a preset name or guards whose
+threshold's range depends on their metric and comparison) and the bake time (minutes, or
+minutes per stage) become what is stored; every bad field is named (docs/alerts.md).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Final
 
+from controlplane.api import input_validate
 from controlplane.exceptions import ValidationFailed
 from controlplane.validators import is_whole_number
 from routing_policies.models import Rollout
 
-from ...judging import (
-    GUARD_METRICS,
-    RATE_METRICS,
+from ...judging import GUARD_METRICS, RATE_METRICS
+from ...limits import (
+    DEFAULT_BAKE_MINUTES,
+    MAX_BAKE_MINUTES,
+    MAX_CONFIDENCE,
+    MAX_GUARDS,
+    MAX_MIN_SAMPLES,
+    MIN_CONFIDENCE,
 )
-from ...limits import MAX_MIN_SAMPLES, MAX_WINDOW_MINUTES, MIN_WINDOW_MINUTES
-from ...models import (
-    GuardComparison,
-    GuardKind,
-    Metric,
-    RolloutGuardSet,
-)
-from ...sequential import (
-    QUANTILE_METRICS,
-    SEQUENTIAL_METRICS,
-)
+from ...models import GuardComparison, GuardKind, Metric
+from ...presets import PRESETS
+from ...schemas import RolloutGuardsInputSerializer
+from ...sequential import QUANTILE_METRICS, SEQUENTIAL_METRICS
 from ..problems import field_problem
 
-MAX_GUARDS = 12
-
-
-# What "guarded" means when no guard is named: docs/alerts.md.
-DEFAULT_GUARDS: tuple[dict[str, Any], ...] = (
-    {"metric": "fallback_rate", "comparison": "above_stable_by", "threshold": 0.02},
-    {"metric": "p95_budget", "comparison": "above", "threshold": 1.0},
-    {"metric": "privacy_violations", "comparison": "above", "threshold": 0},
-    {"metric": "cloud_share", "comparison": "above_stable_by", "threshold": 0.2},
-)
-
-
-# "statistical": anytime-valid intervals on candidate − stable, per cell, with the privacy
-# guard kept critical (any violation rolls back: a rate's interval would wait for many).
-STATISTICAL_GUARDS: tuple[dict[str, Any], ...] = (
-    {"kind": "sequential", "metric": "cloud_share", "tolerance": 0.05},
-    {"kind": "sequential", "metric": "fallback_rate", "tolerance": 0.01},
-    {"kind": "sequential", "metric": "error_rate", "tolerance": 0.01},
-    {"kind": "sequential", "metric": "p95_budget", "tolerance": 0.2},
-    {"metric": "privacy_violations", "comparison": "above", "threshold": 0},
-)
-
-
-# The quality guard (issue #15): the candidate's draft-kept rate may fall at most 3 pts below
-# stable's. Not in "statistical": a fleet whose devices report no refines would keep it
-# collecting, and a collecting guard holds every stage. "quality" is "statistical" plus it.
-QUALITY_GUARD: Final[dict[str, Any]] = {
-    "kind": "sequential",
-    "metric": "draft_kept_rate",
-    "tolerance": 0.03,
-}
-
-
-QUALITY_GUARDS: tuple[dict[str, Any], ...] = (*STATISTICAL_GUARDS, QUALITY_GUARD)
-
-
-PRESETS: Final = {
-    "default": DEFAULT_GUARDS,
-    "statistical": STATISTICAL_GUARDS,
-    "quality": QUALITY_GUARDS,
-}
-
+GUARDS_INVALID: Final = "The rollout guards are invalid."
 
 SEQUENTIAL_FIELDS: Final = frozenset(
     {"kind", "metric", "tolerance", "confidence", "per_cell", "min_samples"}
 )
 
 
-MIN_CONFIDENCE: Final = 0.5
+def guard_options_validate(options: dict[str, Any]) -> dict[str, Any]:
+    """The guard options of a start or a PUT, typed by the API's input serializer (an unknown
+    option refused): what `rollout_guards_set` takes as keyword arguments."""
+    return input_validate(RolloutGuardsInputSerializer, options, message=GUARDS_INVALID)
 
 
-MAX_CONFIDENCE: Final = 0.999
-
-
-DEFAULT_BAKE_MINUTES: Final = 10
-
-
-MAX_BAKE_MINUTES: Final = 7 * 24 * 60  # a week at one stage
-
-
-MAX_EXPOSURE: Final = 10**9
-
-
-MAX_EXTENSIONS: Final = 5
-
-
-@dataclass(frozen=True)
-class CleanGuardSet:
-    """A guard set as `guard_set_clean` accepted it, ready to store."""
-
-    guards: list[dict[str, Any]]
-    bake_minutes: dict[str, int]
-    auto_advance: bool
-    window_minutes: int
-    exposure: dict[str, Any]
-
-
-def guard_set_clean(
-    *,
-    guards: object,
-    bake_minutes: object,
-    auto_advance: object,
-    window_minutes: object,
-    min_samples: object,
-    min_devices: object,
-    min_events: object,
-    stage_limit_minutes: object,
-    max_extensions: object,
-    on_expiry: object,
-) -> CleanGuardSet:
-    """Check a guard set as sent; raise ValidationFailed naming the bad field."""
-    exposure = _clean_exposure(
-        min_devices=min_devices,
-        min_events=min_events,
-        stage_limit_minutes=stage_limit_minutes,
-        max_extensions=max_extensions,
-        on_expiry=on_expiry,
+def _number_within(value: object, low: float, high: float) -> bool:
+    """A JSON number (not a boolean) from `low` to `high`."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and low <= value <= high
     )
-    if not isinstance(auto_advance, bool):
-        raise ValidationFailed(
-            "`auto_advance` is true or false.", details=[field_problem("auto_advance", "a boolean")]
-        )
-    if not is_whole_number(window_minutes, MIN_WINDOW_MINUTES, MAX_WINDOW_MINUTES):
-        raise ValidationFailed(
-            f"`window_minutes` is {MIN_WINDOW_MINUTES} to {MAX_WINDOW_MINUTES}.",
-            details=[
-                field_problem("window_minutes", f"{MIN_WINDOW_MINUTES} to {MAX_WINDOW_MINUTES}")
-            ],
-        )
-    return CleanGuardSet(
-        guards=_clean_guards(guards, min_samples),
-        bake_minutes=_clean_bake(bake_minutes),
-        auto_advance=auto_advance,
-        window_minutes=window_minutes,
-        exposure=exposure,
-    )
+
+
+def _samples_problem(samples: object, where: str) -> list[dict[str, str]]:
+    if is_whole_number(samples, 0, MAX_MIN_SAMPLES):
+        return []
+    return [field_problem(f"{where}.min_samples", "a whole number ≥ 0")]
 
 
 def _clean_sequential(
@@ -162,11 +74,7 @@ def _clean_sequential(
             field_problem(f"{where}.metric", f"one of {', '.join(sorted(SEQUENTIAL_METRICS))}")
         )
     limit = 10.0 if metric in QUANTILE_METRICS else 1.0
-    if (
-        isinstance(tolerance, bool)
-        or not isinstance(tolerance, int | float)
-        or not 0 <= tolerance <= limit
-    ):
+    if not _number_within(tolerance, 0, limit):
         problems.append(
             field_problem(
                 f"{where}.tolerance",
@@ -175,18 +83,13 @@ def _clean_sequential(
                 else "a fraction from 0 to 1 (0.01 is 1 pt)",
             )
         )
-    if (
-        isinstance(confidence, bool)
-        or not isinstance(confidence, int | float)
-        or not MIN_CONFIDENCE <= confidence <= MAX_CONFIDENCE
-    ):
+    if not _number_within(confidence, MIN_CONFIDENCE, MAX_CONFIDENCE):
         problems.append(
             field_problem(f"{where}.confidence", f"from {MIN_CONFIDENCE} to {MAX_CONFIDENCE}")
         )
     if not isinstance(per_cell, bool):
         problems.append(field_problem(f"{where}.per_cell", "a boolean"))
-    if not is_whole_number(samples, 0, MAX_MIN_SAMPLES):
-        problems.append(field_problem(f"{where}.min_samples", "a whole number ≥ 0"))
+    problems += _samples_problem(samples, where)
     cleaned = {
         "kind": GuardKind.SEQUENTIAL,
         "metric": metric,
@@ -199,7 +102,50 @@ def _clean_sequential(
     return cleaned, problems
 
 
-def _clean_guards(guards: object, min_samples: object) -> list[dict[str, Any]]:
+def _threshold_problem(metric: object, comparison: object, threshold: object) -> str | None:
+    """Why a fixed guard's threshold is refused: a share is a fraction; a difference of two
+    shares may be negative (the candidate must beat stable)."""
+    if not _number_within(threshold, -1e9, 1e9):
+        return "a finite number"
+    if metric in RATE_METRICS and comparison == GuardComparison.ABOVE_STABLE_BY:
+        if not _number_within(threshold, -1, 1):
+            return "a difference of shares, a fraction from -1 to 1 (0.02 is 2 pts)"
+    elif metric in RATE_METRICS and not _number_within(threshold, 0, 1):
+        return "a share, a fraction from 0 to 1 (0.02 is 2%)"
+    return None
+
+
+def _clean_fixed(
+    guard: dict[str, Any], where: str, samples: object
+) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    problems: list[dict[str, str]] = []
+    metric, comparison = guard.get("metric"), guard.get("comparison")
+    threshold = guard.get("threshold")
+    if metric not in GUARD_METRICS:
+        problems.append(
+            field_problem(f"{where}.metric", f"one of {', '.join(sorted(GUARD_METRICS))}")
+        )
+    if comparison not in GuardComparison.values:
+        problems.append(
+            field_problem(f"{where}.comparison", f"one of {', '.join(GuardComparison.values)}")
+        )
+    if (why := _threshold_problem(metric, comparison, threshold)) is not None:
+        problems.append(field_problem(f"{where}.threshold", why))
+    problems += _samples_problem(samples, where)
+    cleaned = {
+        "kind": GuardKind.FIXED,
+        "metric": metric,
+        "comparison": comparison,
+        "threshold": threshold,
+        "min_samples": samples,
+    }
+    return cleaned, problems
+
+
+def guards_clean(guards: object, *, min_samples: int) -> list[dict[str, Any]]:
+    """A preset's guards, or the guards as sent, each checked (its metric, comparison and
+    threshold together; its own `min_samples` or the set's); raise ValidationFailed naming
+    every bad field."""
     if guards is None:
         guards = "default"
     if isinstance(guards, str) and guards in PRESETS:
@@ -221,59 +167,18 @@ def _clean_guards(guards: object, min_samples: object) -> list[dict[str, Any]]:
         if kind not in GuardKind.values:
             problems.append(field_problem(f"{where}.kind", "fixed or sequential"))
             continue
-        if kind == GuardKind.SEQUENTIAL:
-            one, found = _clean_sequential(guard, where, guard.get("min_samples", min_samples))
-            problems.extend(found)
-            cleaned.append(one)
-            continue
-        metric, comparison = guard.get("metric"), guard.get("comparison")
-        threshold = guard.get("threshold")
-        samples = guard.get("min_samples", min_samples)
-        if metric not in GUARD_METRICS:
-            problems.append(
-                field_problem(f"{where}.metric", f"one of {', '.join(sorted(GUARD_METRICS))}")
-            )
-        if comparison not in GuardComparison.values:
-            problems.append(
-                field_problem(f"{where}.comparison", f"one of {', '.join(GuardComparison.values)}")
-            )
-        if (
-            isinstance(threshold, bool)
-            or not isinstance(threshold, int | float)
-            or not math.isfinite(threshold)
-            or not -1e9 <= threshold <= 1e9
-        ):
-            problems.append(field_problem(f"{where}.threshold", "a finite number"))
-        elif metric in RATE_METRICS and comparison == GuardComparison.ABOVE_STABLE_BY:
-            # A difference of two shares: a negative one asks the candidate to beat stable.
-            if not -1 <= threshold <= 1:
-                problems.append(
-                    field_problem(
-                        f"{where}.threshold",
-                        "a difference of shares, a fraction from -1 to 1 (0.02 is 2 pts)",
-                    )
-                )
-        elif metric in RATE_METRICS and not 0 <= threshold <= 1:
-            problems.append(
-                field_problem(f"{where}.threshold", "a share, a fraction from 0 to 1 (0.02 is 2%)")
-            )
-        if not is_whole_number(samples, 0, MAX_MIN_SAMPLES):
-            problems.append(field_problem(f"{where}.min_samples", "a whole number ≥ 0"))
-        cleaned.append(
-            {
-                "kind": GuardKind.FIXED,
-                "metric": metric,
-                "comparison": comparison,
-                "threshold": threshold,
-                "min_samples": samples,
-            }
-        )
+        clean = _clean_sequential if kind == GuardKind.SEQUENTIAL else _clean_fixed
+        one, found = clean(guard, where, guard.get("min_samples", min_samples))
+        problems.extend(found)
+        cleaned.append(one)
     if problems:
-        raise ValidationFailed("The rollout guards are invalid.", details=problems)
+        raise ValidationFailed(GUARDS_INVALID, details=problems)
     return cleaned
 
 
-def _clean_bake(bake_minutes: object) -> dict[str, int]:
+def bake_clean(bake_minutes: object) -> dict[str, int]:
+    """The bake time per stage: minutes at every stage, or per stage (a missing stage bakes
+    0); null is the default."""
     if bake_minutes is None:  # as for the guards: null is the default
         bake_minutes = DEFAULT_BAKE_MINUTES
     if isinstance(bake_minutes, int) and not isinstance(bake_minutes, bool):
@@ -291,42 +196,11 @@ def _clean_bake(bake_minutes: object) -> dict[str, int]:
     )
 
 
-def _whole(value: object, name: str, limit: int) -> int:
-    if not is_whole_number(value, 0, limit):
-        raise ValidationFailed(
-            f"`{name}` is a whole number from 0 to {limit:,}.",
-            details=[field_problem(name, f"0 to {limit}")],
-        )
-    return value
-
-
-def _clean_exposure(
-    *,
-    min_devices: object,
-    min_events: object,
-    stage_limit_minutes: object,
-    max_extensions: object,
-    on_expiry: object,
-) -> dict[str, Any]:
-    if on_expiry not in RolloutGuardSet.OnExpiry.values:
-        raise ValidationFailed(
-            "`on_expiry` is rollback or hold.",
-            details=[field_problem("on_expiry", "rollback or hold")],
-        )
-    return {
-        "min_devices": _whole(min_devices, "min_devices", MAX_EXPOSURE),
-        "min_events": _whole(min_events, "min_events", MAX_EXPOSURE),
-        "stage_limit_minutes": _whole(stage_limit_minutes, "stage_limit_minutes", MAX_BAKE_MINUTES),
-        "max_extensions": _whole(max_extensions, "max_extensions", MAX_EXTENSIONS),
-        "on_expiry": on_expiry,
-    }
-
-
 def guard_input_defaults() -> dict[str, Any]:
     """The defaults of `rollout_guards_set`, for forms and the command."""
     return {
-        "guards": [dict(g) for g in DEFAULT_GUARDS],
-        "bake_minutes": 10,
+        "guards": [dict(g) for g in PRESETS["default"]],
+        "bake_minutes": DEFAULT_BAKE_MINUTES,
         "auto_advance": False,
         "window_minutes": 10,
         "min_samples": 50,

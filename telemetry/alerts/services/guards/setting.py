@@ -8,14 +8,12 @@ from django.db import transaction
 
 from controlplane.exceptions import Conflict
 from routing_policies import services as rollout_services
-from routing_policies.models import Rollout
-from routing_policies.policies.audit import Actor, audit_record
+from routing_policies.models import Fleet, Rollout
+from routing_policies.services import Actor, audit_record
 
-from ...models import (
-    RolloutGuard,
-    RolloutGuardSet,
-)
-from .input import DEFAULT_BAKE_MINUTES, guard_set_clean
+from ...limits import DEFAULT_BAKE_MINUTES
+from ...models import RolloutGuard, RolloutGuardSet
+from .input import bake_clean, guard_options_validate, guards_clean
 
 
 @transaction.atomic
@@ -23,40 +21,38 @@ def rollout_guards_set(
     *,
     actor: Actor,
     rollout: Rollout,
-    guards: object = "default",
-    bake_minutes: object = DEFAULT_BAKE_MINUTES,
-    auto_advance: object = False,
-    window_minutes: object = 10,
-    min_samples: object = 50,
-    min_devices: object = 0,
-    min_events: object = 0,
-    stage_limit_minutes: object = 0,
-    max_extensions: object = 1,
-    on_expiry: object = "rollback",
+    guards: str | list[Any] | None = "default",
+    bake_minutes: int | dict[str, Any] | None = DEFAULT_BAKE_MINUTES,
+    auto_advance: bool = False,
+    window_minutes: int = 10,
+    min_samples: int = 50,
+    min_devices: int = 0,
+    min_events: int = 0,
+    stage_limit_minutes: int = 0,
+    max_extensions: int = 1,
+    on_expiry: str = RolloutGuardSet.OnExpiry.ROLLBACK.value,
 ) -> RolloutGuardSet:
-    """Guard an open rollout (replacing its guards, if any); the verdict starts afresh."""
-    clean = guard_set_clean(
-        guards=guards,
-        bake_minutes=bake_minutes,
-        auto_advance=auto_advance,
-        window_minutes=window_minutes,
-        min_samples=min_samples,
-        min_devices=min_devices,
-        min_events=min_events,
-        stage_limit_minutes=stage_limit_minutes,
-        max_extensions=max_extensions,
-        on_expiry=on_expiry,
-    )
-    cleaned, bake = clean.guards, clean.bake_minutes
+    """Guard an open rollout (replacing its guards, if any), the options as the input
+    serializer (`guard_options_validate`) took them; the verdict starts afresh."""
+    cleaned = guards_clean(guards, min_samples=min_samples)
+    bake = bake_clean(bake_minutes)
     locked = Rollout.objects.select_for_update().filter(pk=rollout.pk).first()
     if locked is None or not locked.is_open:
         raise Conflict("Only an open rollout can be guarded.", code="rollout_not_open")
+    settings = {
+        "window_minutes": window_minutes,
+        "bake_minutes": bake,
+        "auto_advance": auto_advance,
+        "min_devices": min_devices,
+        "min_events": min_events,
+        "stage_limit_minutes": stage_limit_minutes,
+        "max_extensions": max_extensions,
+        "on_expiry": on_expiry,
+    }
     guard_set, _ = RolloutGuardSet.objects.update_or_create(
         rollout=locked,
         defaults={
-            "window_minutes": clean.window_minutes,
-            "bake_minutes": bake,
-            "auto_advance": clean.auto_advance,
+            **settings,
             "verdict": RolloutGuardSet.Verdict.WATCHING,
             "verdict_reason": "",
             "stage_seen": locked.stage,
@@ -64,7 +60,6 @@ def rollout_guards_set(
             "evaluated_at": None,
             "extensions_used": 0,
             "sample_ratios": {},
-            **clean.exposure,
         },
     )
     guard_set.guards.all().delete()
@@ -77,27 +72,24 @@ def rollout_guards_set(
         summary=(
             f"Guarded rollout {locked.pk} with {len(cleaned)} guards, bake "
             f"{'/'.join(str(bake[str(s)]) for s in Rollout.STAGES)} min"
-            f"{', auto-advance' if clean.auto_advance else ''}"
+            f"{', auto-advance' if auto_advance else ''}"
         ),
-        after={
-            "guards": cleaned,
-            "bake_minutes": bake,
-            "auto_advance": clean.auto_advance,
-            "window_minutes": clean.window_minutes,
-            **clean.exposure,
-        },
+        after={"guards": cleaned, **settings},
     )
     return guard_set
 
 
 @transaction.atomic
 def rollout_start_guarded(
-    *, actor: Actor, fleet: Any, version: int, guard_options: dict[str, Any], holdback: int = 0
+    *, actor: Actor, fleet: Fleet, version: int, guard_options: dict[str, Any], holdback: int = 0
 ) -> Rollout:
-    """Start a rollout and, when `guard_options` is not empty, guard it, all or nothing."""
+    """Start a rollout and, when `guard_options` is not empty, guard it, all or nothing. The
+    options come from another part (routing_policies.extensions) as sent: the input serializer
+    checks them before anything starts."""
+    options = guard_options_validate(guard_options) if guard_options else {}
     rollout = rollout_services.rollout_start(
         actor=actor, fleet=fleet, version=version, holdback=holdback
     )
     if guard_options:
-        rollout_guards_set(actor=actor, rollout=rollout, **guard_options)
+        rollout_guards_set(actor=actor, rollout=rollout, **options)
     return rollout

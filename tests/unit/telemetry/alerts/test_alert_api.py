@@ -574,7 +574,7 @@ def test_alerts_page__bad_threshold__400_says_so_nothing_added(
         {"name": "x", "metric": "error_rate", "condition": "above", "threshold": "lots"},
     )
     assert response.status_code == 400
-    assert "Threshold must be a number" in response.content.decode()
+    assert "Threshold: A valid number is required." in response.content.decode()
     assert not AlertRule.objects.exists()
 
 

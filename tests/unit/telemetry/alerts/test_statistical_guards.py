@@ -306,7 +306,9 @@ def test_statistical_guards__bad_options__400_naming_each_field(
         "guards[2].x",
     }
     with pytest.raises(ValidationFailed) as refused:
-        rollout_guards_set(actor=publisher, rollout=rollout, min_devices=-1)
+        rollout_start_guarded(
+            actor=publisher, fleet=fleet, version=candidate, guard_options={"min_devices": -1}
+        )
     assert refused.value.details[0]["field"] == "min_devices"
 
 
