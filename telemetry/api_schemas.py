@@ -1,8 +1,9 @@
-"""The cost report in the OpenAPI schema, shared by the dashboard's cost card and the lab.
+"""What several parts answer with, in the OpenAPI schema: the cost report (the dashboard's cost
+card and the lab) and a device batch's acceptance (ingest and late feedback).
 
 Each part of telemetry declares its own API schemas beside its views (`ingest.schemas`,
-`feedback.schemas`, `dashboards.schemas`, `alerts.schemas`); what stays here is what the lab
-answers with (routing_policies.pricing.cost_report), which the dashboard's cost extends.
+`feedback.schemas`, `dashboards.schemas`, `alerts.schemas`); what stays here is what more than one
+of them answers with.
 """
 
 from __future__ import annotations
@@ -74,3 +75,11 @@ class CostReportSerializer(serializers.Serializer[Any]):
 
     class Meta:
         ref_name = "CostReport"
+
+
+class TelemetryAcceptedSerializer(serializers.Serializer[Any]):
+    accepted = serializers.IntegerField(min_value=0, help_text="new events, now durable")
+    duplicates = serializers.IntegerField(min_value=0, help_text="event ids already received")
+
+    class Meta:
+        ref_name = "TelemetryAccepted"

@@ -22,7 +22,8 @@ from .alerts.models import (
     WebhookDelivery,
 )
 from .feedback.models import Feedback, FeedbackState
-from .ingest.models import Cohort, Event, EventKey, LandedBatch, bulk_fleet_fk
+from .ingest.models import Cohort, Event, EventKey, LandedBatch
+from .model_fields import bulk_fleet_fk
 
 
 class RollupMetrics(models.Model):

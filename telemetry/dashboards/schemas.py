@@ -1,18 +1,158 @@
-"""The metrics API and the fleet dashboard in the OpenAPI schema.
+"""The metrics API and the fleet dashboard in the OpenAPI schema: their queries and answers.
 
-The views answer with the selectors' dicts (the same the page and the live feed use); these
-serializers are their contract.
+A query's serializer is the one declaration of its input: the API validates it in one pass,
+the schema shows it, and the page and the live feed read a view with it (`parse_view`).
+The views answer with the selectors' dicts (the same the page and the live feed use); the
+output serializers are their contract.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rest_framework import serializers
 
-from routing_policies.rollouts.schemas import RolloutSerializer
+from controlplane.exceptions import ValidationFailed, drf_error_details
+from routing_policies.apis import RolloutSerializer
+from routing_policies.validation import DIMENSION_VALUE_RE, MAX_VERSION
 
 from ..api_schemas import CostReportSerializer
+from .selectors import COHORTS, DEFAULT_WINDOW, FILTERS, ROUTES, WINDOWS, DashboardView
+
+# --- the queries ------------------------------------------------------------------------------
+
+# 1 to 99999 minutes, 9600 hours or 400 days (the longest window the rollups keep).
+WINDOW_RE = (
+    r"\A(?:[1-9][0-9]{0,4}m|(?:[1-9][0-9]{0,2}|[1-8][0-9]{3}|9[0-5][0-9]{2}|9600)h"
+    r"|(?:[1-9][0-9]?|[1-3][0-9]{2}|400)d)\Z"
+)
+_GROUP_NAME = "(?:version|cohort|cell|route|task_type|latency_budget|privacy_tier)"
+_TASK_TYPE_MESSAGE = (
+    "`task_type` must be a task type name (a lower-case letter, then a-z, 0-9, _ or -; ≤ 32)."
+)
+_VERSION_MESSAGE = "`version` must be a version number such as 3."
+
+
+class _DigitsIntegerField(serializers.IntegerField):
+    """An integer written in ASCII digits (Python's int() reads "٣" as 3 too)."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, str) and not data.strip().isascii():
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class FleetDashboardQuerySerializer(serializers.Serializer[Any]):
+    """The view a dashboard shows: a window and optional filters (`selectors.DashboardView`)."""
+
+    window = serializers.ChoiceField(
+        choices=list(WINDOWS),
+        default=DEFAULT_WINDOW,
+        error_messages={"invalid_choice": f"`window` must be one of {', '.join(WINDOWS)}."},
+    )
+    version = _DigitsIntegerField(
+        min_value=1,
+        max_value=MAX_VERSION,
+        required=False,
+        help_text="only this version",
+        error_messages=dict.fromkeys(
+            ("invalid", "min_value", "max_value", "max_string_length"), _VERSION_MESSAGE
+        ),
+    )
+    cohort = serializers.ChoiceField(
+        choices=list(COHORTS),
+        required=False,
+        error_messages={"invalid_choice": "`cohort` must be stable or candidate."},
+    )
+    task_type = serializers.RegexField(
+        DIMENSION_VALUE_RE,
+        trim_whitespace=False,
+        required=False,
+        help_text="only this task type",
+        error_messages={"invalid": _TASK_TYPE_MESSAGE},
+    )
+    route = serializers.ChoiceField(
+        choices=list(ROUTES),
+        required=False,
+        error_messages={"invalid_choice": f"`route` must be one of {', '.join(ROUTES)}."},
+    )
+
+    class Meta:
+        ref_name = "FleetDashboardQuery"
+
+
+def refuse_unknown(params: Mapping[str, Any]) -> None:
+    """Refuse a parameter that is not a window or a filter: a typo such as `?tasktype=voice`
+    must not silently show the unfiltered fleet."""
+    unknown = sorted(str(name) for name in params if name not in ("window", *FILTERS))
+    if unknown:
+        raise ValidationFailed(
+            f"Unknown parameter {unknown[0]!r}; use window, {', '.join(FILTERS)}.",
+            details=[{"field": name, "message": "unknown parameter"} for name in unknown],
+        )
+
+
+def parse_view(params: Mapping[str, Any], *, strict: bool = True) -> DashboardView:
+    """The view a page's query or a feed message names, checked by FleetDashboardQuerySerializer;
+    a ValidationFailed naming the field otherwise (with `strict`, unknown parameters too).
+
+    As a person types them: a blank value is no filter, `v3` is version 3, spaces around a
+    value are dropped; a value that is neither text nor a whole number (a list, `true`) is
+    refused.
+    """
+    if strict:
+        refuse_unknown(params)
+    data: dict[str, Any] = {}
+    for name in ("window", *FILTERS):
+        raw = params.get(name)
+        if raw is None or raw == "":
+            continue
+        if isinstance(raw, bool) or not isinstance(raw, str | int):
+            raise ValidationFailed(
+                f"`{name}` must be a string.",
+                details=[{"field": name, "message": "must be a string"}],
+            )
+        text = raw.strip() if isinstance(raw, str) else raw
+        data[name] = text.removeprefix("v") if name == "version" and isinstance(text, str) else text
+    serializer = FleetDashboardQuerySerializer(data=data)
+    if not serializer.is_valid():
+        details = drf_error_details(serializer.errors)
+        raise ValidationFailed(details[0]["message"], details=details)
+    return DashboardView(**serializer.validated_data)
+
+
+class FleetMetricsQuerySerializer(serializers.Serializer[Any]):
+    """The window, grouping and filters of `GET /api/v1/fleets/<slug>/metrics`."""
+
+    window = serializers.RegexField(
+        WINDOW_RE,
+        trim_whitespace=False,
+        default="1h",
+        help_text="15m, 1h, 24h, 7d, … up to 400d",
+    )
+    group_by = serializers.RegexField(
+        rf"\A{_GROUP_NAME}(?:,{_GROUP_NAME})*\Z",
+        trim_whitespace=False,
+        required=False,
+        help_text="comma-separated: version, cohort, cell, route, task_type, "
+        "latency_budget, privacy_tier",
+    )
+    version = serializers.IntegerField(min_value=1, max_value=MAX_VERSION, required=False)
+    cohort = serializers.ChoiceField(choices=list(COHORTS), required=False)
+    route = serializers.ChoiceField(choices=list(ROUTES), required=False)
+    task_type = serializers.RegexField(DIMENSION_VALUE_RE, trim_whitespace=False, required=False)
+    latency_budget = serializers.RegexField(
+        DIMENSION_VALUE_RE, trim_whitespace=False, required=False
+    )
+    privacy_tier = serializers.RegexField(DIMENSION_VALUE_RE, trim_whitespace=False, required=False)
+    scores = serializers.BooleanField(default=False, help_text="add the complexity-score histogram")
+
+    class Meta:
+        ref_name = "FleetMetricsQuery"
+
+
+# --- the answers ------------------------------------------------------------------------------
 
 
 class LatencyFiguresSerializer(serializers.Serializer[Any]):

@@ -12,11 +12,11 @@ from rest_framework.views import APIView
 
 from controlplane.exceptions import ApplicationError, error_body
 from controlplane.openapi import error_responses
-from routing_policies.devices.apis import DeviceTokenAuthentication, IsDevice
+from routing_policies.apis import DeviceTokenAuthentication, IsDevice
 from routing_policies.models import Device
 
-from ..ingest import schemas as ingest_schemas
-from ..ingest.ratelimit import device_batch_gate
+from ..api_schemas import TelemetryAcceptedSerializer
+from ..ratelimit import device_batch_gate
 from . import schemas
 from .messages import MAX_ITEMS, FeedbackTooLarge
 from .services import feedback_batch_ingest
@@ -54,7 +54,7 @@ class TelemetryFeedbackApi(APIView):
 
     @extend_schema(
         request={"application/json": schemas.TelemetryFeedbackBatchSerializer},
-        responses={202: ingest_schemas.TelemetryAcceptedSerializer, **error_responses(429)},
+        responses={202: TelemetryAcceptedSerializer, **error_responses(429)},
         operation_id="telemetry_feedback",
         description=(
             f"At most {MAX_ITEMS} items and 1 MiB. The first quality sent for an event wins; "

@@ -27,6 +27,7 @@ from routing_policies.models import Device
 
 from ..models import Event, EventKey
 from ..rollups import RollupAccumulator
+from ..rollups.store import store_rollups
 from ..signals import send_rollups_stored
 from .joining import HeldFeedback, held_for_update, mark_settled, settle
 from .messages import FeedbackItem, decode_feedback
@@ -140,8 +141,6 @@ def _stored_events(event_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[int,
 
 def _join(held: list[HeldFeedback]) -> int:
     """Join these locked held rows with their stored events (in the caller's transaction)."""
-    from ..ingest.services.processing import store_rollups  # processing → joining, not this
-
     if not held:
         return 0
     events = _stored_events(sorted({row.event_id for row in held}))

@@ -11,9 +11,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.openapi import error_responses
-from routing_policies.devices.apis import DeviceTokenAuthentication, IsDevice
+from routing_policies.apis import DeviceTokenAuthentication, IsDevice
 from routing_policies.models import Device
 
+from ..api_schemas import TelemetryAcceptedSerializer
 from . import schemas, selectors
 from .events import MAX_EVENTS
 from .fastpath import ingest_outcome
@@ -33,7 +34,7 @@ class TelemetryIngestApi(APIView):
     @extend_schema(
         # The body is read raw (no DRF parser), so its media type is named here.
         request={"application/json": schemas.TelemetryBatchSerializer},
-        responses={202: schemas.TelemetryAcceptedSerializer, **error_responses(429)},
+        responses={202: TelemetryAcceptedSerializer, **error_responses(429)},
         operation_id="telemetry_ingest",
         description=f"At most {MAX_EVENTS} events and 1 MiB. See PROTOCOL.md.",
     )

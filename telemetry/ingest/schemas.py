@@ -51,14 +51,6 @@ class TelemetryBatchSerializer(serializers.Serializer[Any]):
         ref_name = "TelemetryBatch"
 
 
-class TelemetryAcceptedSerializer(serializers.Serializer[Any]):
-    accepted = serializers.IntegerField(min_value=0, help_text="new events, now durable")
-    duplicates = serializers.IntegerField(min_value=0, help_text="event ids already received")
-
-    class Meta:
-        ref_name = "TelemetryAccepted"
-
-
 class IngestStatusSerializer(serializers.Serializer[Any]):
     landed_batches = serializers.IntegerField(min_value=0)
     landed_events = serializers.IntegerField(min_value=0)
