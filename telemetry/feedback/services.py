@@ -30,7 +30,7 @@ from ..rollups import RollupAccumulator
 from ..rollups.store import store_rollups
 from ..signals import send_rollups_stored
 from .joining import HeldFeedback, held_for_update, mark_settled, settle
-from .messages import FeedbackItem, decode_feedback
+from .messages import TelemetryFeedbackItem, decode_feedback
 from .models import Feedback, FeedbackState
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class FeedbackResult:
     ids: tuple[int, ...]
 
 
-def _insert(device: Device, now: datetime, items: Sequence[FeedbackItem]) -> list[int]:
+def _insert(device: Device, now: datetime, items: Sequence[TelemetryFeedbackItem]) -> list[int]:
     """Store the items that are new for this device (first value wins); their row ids."""
     table = Feedback._meta.db_table
     with connection.cursor() as cursor:
@@ -97,7 +97,7 @@ def feedback_batch_ingest(
     """
     now = now or timezone.now()
     items = decode_feedback(body)
-    unique: dict[uuid.UUID, FeedbackItem] = {}
+    unique: dict[uuid.UUID, TelemetryFeedbackItem] = {}
     for item in items:
         unique.setdefault(item.event_id, item)
     with transaction.atomic():
