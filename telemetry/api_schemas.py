@@ -13,17 +13,20 @@ from typing import Any
 from rest_framework import serializers
 
 
-class CostSpanSerializer(serializers.Serializer[Any]):
+# An answer with a field named by a Python keyword (`from`) or by a serializer's own attribute
+# (`label`): declared with a trailing `_`, documented without it. (No docstring: drf-spectacular
+# would show it as the description of every answer built on this.)
+class KeywordNamedSerializer(serializers.Serializer[Any]):
+    def get_fields(self) -> dict[str, Any]:
+        return {name.removesuffix("_"): field for name, field in super().get_fields().items()}
+
+
+class CostSpanSerializer(KeywordNamedSerializer):
     """The span that holds data: the first and the last event the cost is taken over."""
 
     from_ = serializers.DateTimeField(allow_null=True, help_text="the first event")
     to = serializers.DateTimeField(allow_null=True, help_text="the last event")
     text = serializers.CharField(allow_null=True, help_text='its length in words ("3 h 12 m")')
-
-    def get_fields(self) -> dict[str, Any]:
-        fields = super().get_fields()
-        fields["from"] = fields.pop("from_")
-        return fields
 
     class Meta:
         ref_name = "CostSpan"
@@ -46,12 +49,11 @@ class DashboardSavingSerializer(serializers.Serializer[Any]):
         ref_name = "CostSaving"
 
 
-class CostReportSerializer(serializers.Serializer[Any]):
+class CostReportSerializer(KeywordNamedSerializer):
     """A cost over a span, per hour and day, with the savings against all-cloud and against
     the stable version (routing_policies.pricing.cost_report; docs/lab.md, "Cost")."""
 
     currency = serializers.CharField()
-    # `label` in the answer (a serializer's own attribute of that name is its field label).
     label_ = serializers.CharField(help_text='the figure\'s name on every page: "Cloud cost / day"')
     hours = serializers.FloatField(
         help_text="the span that holds data (first to last event), in hours: per_hour and "
@@ -67,11 +69,6 @@ class CostReportSerializer(serializers.Serializer[Any]):
     )
     saving_vs_all_cloud = DashboardSavingSerializer()
     saving_vs_stable = DashboardSavingSerializer(allow_null=True)
-
-    def get_fields(self) -> dict[str, Any]:
-        fields = super().get_fields()
-        fields["label"] = fields.pop("label_")
-        return fields
 
     class Meta:
         ref_name = "CostReport"

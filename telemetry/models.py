@@ -56,22 +56,37 @@ class RollupMetrics(models.Model):
     # False for a partial row written by the ingest worker; the compaction task merges all
     # rows of a key into one compacted row.
     compacted = models.BooleanField(default=False)
+    # What a row is called in logs and the admin: "minute rollup 42".
+    label = "rollup"
 
     class Meta:
         abstract = True
 
+    def __str__(self) -> str:
+        return f"{self.label} {self.pk}"
 
-class MinuteRollup(RollupMetrics):
-    """Per minute × fleet × version × cohort × cell × route."""
+
+class CellRollup(RollupMetrics):
+    """The key of the rollups that keep the policy cell: fleet × version × cohort × cell ×
+    route (and the time, which each level names)."""
 
     fleet = bulk_fleet_fk()
-    minute = models.DateTimeField()
     policy_version = models.IntegerField()
     cohort = models.CharField(max_length=9, choices=Cohort.choices)
     task_type = models.CharField(max_length=32)
     latency_budget = models.CharField(max_length=32)
     privacy_tier = models.CharField(max_length=32)
     route = models.CharField(max_length=12)
+
+    class Meta:
+        abstract = True
+
+
+class MinuteRollup(CellRollup):
+    """Per minute × fleet × version × cohort × cell × route."""
+
+    minute = models.DateTimeField()
+    label = "minute rollup"
 
     class Meta:
         indexes = [
@@ -81,30 +96,18 @@ class MinuteRollup(RollupMetrics):
             ),
         ]
 
-    def __str__(self) -> str:
-        return f"minute rollup {self.pk}"
 
-
-class HourRollup(RollupMetrics):
+class HourRollup(CellRollup):
     """Per hour × fleet × version × cohort × cell × route: long windows grouped by cell."""
 
-    fleet = bulk_fleet_fk()
     hour = models.DateTimeField()
-    policy_version = models.IntegerField()
-    cohort = models.CharField(max_length=9, choices=Cohort.choices)
-    task_type = models.CharField(max_length=32)
-    latency_budget = models.CharField(max_length=32)
-    privacy_tier = models.CharField(max_length=32)
-    route = models.CharField(max_length=12)
+    label = "hour rollup"
 
     class Meta:
         indexes = [
             models.Index(fields=["fleet", "hour"], name="tel_hour_fleet_time"),
             models.Index(fields=["hour"], condition=Q(compacted=False), name="tel_hour_partial"),
         ]
-
-    def __str__(self) -> str:
-        return f"hour rollup {self.pk}"
 
 
 class FleetHourRollup(RollupMetrics):
@@ -120,6 +123,7 @@ class FleetHourRollup(RollupMetrics):
     cohort = models.CharField(max_length=9, choices=Cohort.choices)
     route = models.CharField(max_length=12)
     decided_by = models.CharField(max_length=12)
+    label = "fleet hour rollup"
 
     class Meta:
         indexes = [
@@ -128,9 +132,6 @@ class FleetHourRollup(RollupMetrics):
                 fields=["hour"], condition=Q(compacted=False), name="tel_fleethour_partial"
             ),
         ]
-
-    def __str__(self) -> str:
-        return f"fleet hour rollup {self.pk}"
 
 
 class RouteCounter(models.Model):

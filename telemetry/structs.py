@@ -10,10 +10,14 @@ step.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import msgspec
+
+from controlplane import json_guard
+from controlplane.exceptions import ValidationFailed
 
 REQUIRED: Final = "This field is required."
 _MISSING: Final = object()
@@ -38,6 +42,60 @@ def field_problems(struct_type: type[msgspec.Struct], raw: Mapping[str, Any]) ->
         except msgspec.ValidationError as exc:
             problems[info.name] = str(exc)
     return problems
+
+
+class BatchShapeRefused(Exception):
+    """A body that is not `{"<key>": [1 or more items]}`: `detail` says why (answered 400)."""
+
+    def __init__(self, detail: dict[str, str]) -> None:
+        super().__init__(detail["message"])
+        self.detail = detail
+
+
+def batch_items(
+    body: bytes, key: str, *, most: int, too_large: Callable[[str], Exception]
+) -> tuple[dict[str, Any], list[Any]]:
+    """The body and its items under `key` as the standard library reads them, for a complete
+    check of a body msgspec refused. Raises ValidationFailed (`malformed_json`) when it is not
+    JSON, BatchShapeRefused when it is not `{key: [...]}` or the list is empty, and
+    `too_large(message)` over `most` items."""
+    try:
+        # UTF-8 only, as msgspec reads it (json.loads would guess UTF-16 or UTF-32 too).
+        document = json.loads(body.decode("utf-8"))
+    except ValueError as exc:
+        raise ValidationFailed(
+            f"The body is not valid JSON: {exc}", code="malformed_json"
+        ) from None
+    if not isinstance(document, dict) or not isinstance(document.get(key), list):
+        raise BatchShapeRefused({"field": key, "message": f'The body must be {{"{key}": [...]}}.'})
+    items: list[Any] = document[key]
+    noun = "events" if key == "events" else "items"
+    if len(items) > most:
+        raise too_large(f"{len(items)} {noun}; at most {most} per batch.")
+    if not items:
+        raise BatchShapeRefused(
+            {
+                "field": key,
+                "message": f"A batch holds 1 to {most} {noun}; this one is empty "
+                "(send nothing instead).",
+            }
+        )
+    return document, items
+
+
+def unnamed_problem(
+    document: Any, body: bytes, decoder: msgspec.json.Decoder[Any]
+) -> json_guard.JsonProblem | None:
+    """What the fast pass refused when no item's field is at fault: NaN or Infinity in a field
+    the protocol does not know (Python's json reads them), else msgspec's own words."""
+    unread = json_guard.value_problem(document)
+    if unread is not None:
+        return unread
+    try:
+        decoder.decode(body)
+    except msgspec.MsgspecError as exc:
+        return json_guard.JsonProblem("", str(exc))
+    return None
 
 
 def request_body(struct_type: type[msgspec.Struct]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from controlplane.exceptions import ValidationFailed, drf_error_details
 from routing_policies.apis import RolloutSerializer
 from routing_policies.validation import DIMENSION_VALUE_RE, MAX_VERSION
 
-from ..api_schemas import CostReportSerializer
+from ..api_schemas import CostReportSerializer, KeywordNamedSerializer
 from .selectors import COHORTS, DEFAULT_WINDOW, FILTERS, ROUTES, WINDOWS, DashboardView
 
 # --- the queries ------------------------------------------------------------------------------
@@ -238,16 +238,13 @@ class MetricsGroupSerializer(serializers.Serializer[Any]):
         ref_name = "MetricsGroup"
 
 
-class MetricsWindowSerializer(serializers.Serializer[Any]):
+class MetricsWindowSerializer(KeywordNamedSerializer):
+    from_ = serializers.DateTimeField()
     to = serializers.DateTimeField()
     resolution = serializers.ChoiceField(choices=["minute", "hour"])
 
     class Meta:
         ref_name = "MetricsWindow"
-
-    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
-        # `from` is a Python keyword: it cannot be a class attribute.
-        return {"from": serializers.DateTimeField(), **super().get_fields()}
 
 
 class CohortArmsSerializer(serializers.Serializer[Any]):
@@ -287,10 +284,10 @@ class DashboardWindowSerializer(MetricsWindowSerializer):
         ref_name = "DashboardWindow"
 
 
-class DashboardMarkerSerializer(serializers.Serializer[Any]):
+class DashboardMarkerSerializer(KeywordNamedSerializer):
     at = serializers.DateTimeField()
     kind = serializers.ChoiceField(choices=["published", "switched", "rollout", "rolled_back"])
-    label = serializers.CharField()  # type: ignore[assignment]  # a declared field
+    label_ = serializers.CharField()
     summary = serializers.CharField(allow_blank=True)
 
     class Meta:

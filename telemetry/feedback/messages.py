@@ -10,7 +10,6 @@ Unknown fields are ignored: the protocol grows by new optional fields.
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Annotated, Final
 
@@ -19,7 +18,7 @@ import msgspec
 from controlplane import json_guard
 from controlplane.exceptions import ValidationFailed
 
-from ..structs import field_problems
+from ..structs import BatchShapeRefused, batch_items, field_problems, unnamed_problem
 
 MAX_ITEMS: Final = 1000
 MAX_ERRORS: Final = 200  # a 400 names at most this many problems
@@ -56,12 +55,6 @@ def _refuse(details: list[dict[str, str]]) -> ValidationFailed:
     )
 
 
-_EMPTY: Final = {
-    "field": "feedback",
-    "message": f"A batch holds 1 to {MAX_ITEMS} items; this one is empty (send nothing instead).",
-}
-
-
 def decode_feedback(body: bytes) -> list[TelemetryFeedbackItem]:
     """The body's items, all valid; raises ValidationFailed naming each bad item and field,
     FeedbackTooLarge over MAX_ITEMS items."""
@@ -81,18 +74,13 @@ def decode_feedback(body: bytes) -> list[TelemetryFeedbackItem]:
 
 
 def _complete_check(body: bytes) -> ValidationFailed | FeedbackTooLarge:
-    """Check the whole body by hand and name every problem (the fast pass stopped at one)."""
+    """Check the whole body by the struct and name every problem (the fast pass stopped at one)."""
     try:
-        document = json.loads(body.decode("utf-8"))
-    except ValueError as exc:
-        return ValidationFailed(f"The body is not valid JSON: {exc}", code="malformed_json")
-    if not isinstance(document, dict) or not isinstance(document.get("feedback"), list):
-        return _refuse([{"field": "feedback", "message": 'The body must be {"feedback": [...]}.'}])
-    items = document["feedback"]
-    if len(items) > MAX_ITEMS:
-        return FeedbackTooLarge(f"{len(items)} items; at most {MAX_ITEMS} per batch.")
-    if not items:
-        return _refuse([dict(_EMPTY)])
+        document, items = batch_items(body, "feedback", most=MAX_ITEMS, too_large=FeedbackTooLarge)
+    except (ValidationFailed, FeedbackTooLarge) as exc:
+        return exc
+    except BatchShapeRefused as exc:
+        return _refuse([exc.detail])
     details: list[dict[str, str]] = []
     for index, raw in enumerate(items):
         if not isinstance(raw, dict):
@@ -102,13 +90,6 @@ def _complete_check(body: bytes) -> ValidationFailed | FeedbackTooLarge:
             {"field": f"feedback[{index}].{name}", "message": problem}
             for name, problem in field_problems(TelemetryFeedbackItem, raw).items()
         )
-    if not details and (unread := json_guard.value_problem(document)) is not None:
-        # NaN / Infinity in a field the protocol does not know (Python's json reads them).
-        details.append({"field": unread.field or "feedback", "message": unread.message})
-    if not details:
-        # The fast pass refused what the complete check accepts: say what msgspec said.
-        try:
-            _DECODER.decode(body)
-        except msgspec.MsgspecError as exc:
-            details.append({"field": "feedback", "message": str(exc)})
+    if not details and (unnamed := unnamed_problem(document, body, _DECODER)) is not None:
+        details.append({"field": unnamed.field or "feedback", "message": unnamed.message})
     return _refuse(details)

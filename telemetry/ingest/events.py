@@ -13,7 +13,6 @@ Unknown fields are ignored: the protocol grows by new optional fields.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import uuid
@@ -27,6 +26,7 @@ import msgspec
 from controlplane import json_guard
 from controlplane.exceptions import ValidationFailed
 
+from ..structs import BatchShapeRefused, batch_items, unnamed_problem
 from ..structs import field_problems as struct_field_problems
 
 logger = logging.getLogger(__name__)
@@ -259,10 +259,6 @@ class BatchTooLarge(Exception):
     """More than MAX_EVENTS events (answered 413)."""
 
 
-_EMPTY: Final = {
-    "field": "events",
-    "message": f"A batch holds 1 to {MAX_EVENTS} events; this one is empty (send nothing instead).",
-}
 _EVENT_PATH: Final = re.compile(r"\Aevents\[(\d+)\](?:\.(.*))?\Z", re.DOTALL)
 
 
@@ -334,19 +330,13 @@ def decode_batch(body: bytes, context: BatchContext) -> list[TelemetryEvent]:
 
 
 def _complete_check(body: bytes, context: BatchContext) -> ValidationFailed | BatchTooLarge:
-    """Check the whole body by hand and name every problem (the fast pass stopped at one)."""
+    """Check the whole body by the struct and name every problem (the fast pass stopped at one)."""
     try:
-        # UTF-8 only, as msgspec reads it (json.loads would guess UTF-16 or UTF-32 too).
-        document = json.loads(body.decode("utf-8"))
-    except ValueError as exc:
-        return ValidationFailed(f"The body is not valid JSON: {exc}", code="malformed_json")
-    if not isinstance(document, dict) or not isinstance(document.get("events"), list):
-        return _refuse([{"field": "events", "message": 'The body must be {"events": [...]}.'}])
-    events = document["events"]
-    if len(events) > MAX_EVENTS:
-        return BatchTooLarge(f"{len(events)} events; at most {MAX_EVENTS} per batch.")
-    if not events:
-        return _refuse([dict(_EMPTY)])
+        document, events = batch_items(body, "events", most=MAX_EVENTS, too_large=BatchTooLarge)
+    except (ValidationFailed, BatchTooLarge) as exc:
+        return exc
+    except BatchShapeRefused as exc:
+        return _refuse([exc.detail])
     details: list[dict[str, Any]] = []
     for index, raw in enumerate(events):
         if not isinstance(raw, dict):
@@ -385,15 +375,8 @@ def _complete_check(body: bytes, context: BatchContext) -> ValidationFailed | Ba
             {"event": index, "field": field, "message": message}
             for field, message in field_problems.items()
         )
-    if not details and (unread := json_guard.value_problem(document)) is not None:
-        # NaN / Infinity in a field the protocol does not know (Python's json reads them).
-        details.append(_guard_problem(unread))
-    if not details:
-        # The fast pass refused what the complete check accepts: say what msgspec said.
-        try:
-            _DECODER.decode(body)
-        except msgspec.MsgspecError as exc:
-            details.append({"field": "events", "message": str(exc)})
+    if not details and (unnamed := unnamed_problem(document, body, _DECODER)) is not None:
+        details.append(_guard_problem(unnamed))
     return _refuse(details)
 
 
