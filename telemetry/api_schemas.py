@@ -28,25 +28,16 @@ class CostSpanSerializer(KeywordNamedSerializer):
     to = serializers.DateTimeField(allow_null=True, help_text="the last event")
     text = serializers.CharField(allow_null=True, help_text='its length in words ("3 h 12 m")')
 
-    class Meta:
-        ref_name = "CostSpan"
 
-
-class DashboardAllCloudSerializer(serializers.Serializer[Any]):
+class DashboardAllCloudCostSerializer(serializers.Serializer[Any]):
     window = serializers.FloatField()
     per_hour = serializers.FloatField(allow_null=True)
     per_day = serializers.FloatField(allow_null=True)
 
-    class Meta:
-        ref_name = "DashboardAllCloudCost"
 
-
-class DashboardSavingSerializer(serializers.Serializer[Any]):
+class CostSavingSerializer(serializers.Serializer[Any]):
     amount = serializers.FloatField(help_text="the baseline's cost minus the actual, in the view")
     share = serializers.FloatField(allow_null=True, help_text="amount / the baseline's cost")
-
-    class Meta:
-        ref_name = "CostSaving"
 
 
 class CostReportSerializer(KeywordNamedSerializer):
@@ -63,20 +54,14 @@ class CostReportSerializer(KeywordNamedSerializer):
     window = serializers.FloatField(help_text="the cost over the span")
     per_hour = serializers.FloatField(allow_null=True)
     per_day = serializers.FloatField(allow_null=True)
-    all_cloud = DashboardAllCloudSerializer(help_text="every task priced as a cloud call")
-    stable = DashboardAllCloudSerializer(
+    all_cloud = DashboardAllCloudCostSerializer(help_text="every task priced as a cloud call")
+    stable = DashboardAllCloudCostSerializer(
         allow_null=True, help_text="the stable version on the same tasks; null: no comparison"
     )
-    saving_vs_all_cloud = DashboardSavingSerializer()
-    saving_vs_stable = DashboardSavingSerializer(allow_null=True)
-
-    class Meta:
-        ref_name = "CostReport"
+    saving_vs_all_cloud = CostSavingSerializer()
+    saving_vs_stable = CostSavingSerializer(allow_null=True)
 
 
 class TelemetryAcceptedSerializer(serializers.Serializer[Any]):
     accepted = serializers.IntegerField(min_value=0, help_text="new events, now durable")
     duplicates = serializers.IntegerField(min_value=0, help_text="event ids already received")
-
-    class Meta:
-        ref_name = "TelemetryAccepted"

@@ -44,20 +44,17 @@ def field_problems(struct_type: type[msgspec.Struct], raw: Mapping[str, Any]) ->
     return problems
 
 
-class BatchShapeRefused(Exception):
-    """A body that is not `{"<key>": [1 or more items]}`: `detail` says why (answered 400)."""
-
-    def __init__(self, detail: dict[str, str]) -> None:
-        super().__init__(detail["message"])
-        self.detail = detail
-
-
 def batch_items(
-    body: bytes, key: str, *, most: int, too_large: Callable[[str], Exception]
+    body: bytes,
+    key: str,
+    *,
+    most: int,
+    too_large: Callable[[str], Exception],
+    refuse: Callable[[list[dict[str, str]]], ValidationFailed],
 ) -> tuple[dict[str, Any], list[Any]]:
     """The body and its items under `key` as the standard library reads them, for a complete
     check of a body msgspec refused. Raises ValidationFailed (`malformed_json`) when it is not
-    JSON, BatchShapeRefused when it is not `{key: [...]}` or the list is empty, and
+    JSON, `refuse(details)` when it is not `{key: [...]}` or the list is empty, and
     `too_large(message)` over `most` items."""
     try:
         # UTF-8 only, as msgspec reads it (json.loads would guess UTF-16 or UTF-32 too).
@@ -67,19 +64,14 @@ def batch_items(
             f"The body is not valid JSON: {exc}", code="malformed_json"
         ) from None
     if not isinstance(document, dict) or not isinstance(document.get(key), list):
-        raise BatchShapeRefused({"field": key, "message": f'The body must be {{"{key}": [...]}}.'})
+        raise refuse([{"field": key, "message": f'The body must be {{"{key}": [...]}}.'}])
     items: list[Any] = document[key]
     noun = "events" if key == "events" else "items"
     if len(items) > most:
         raise too_large(f"{len(items)} {noun}; at most {most} per batch.")
     if not items:
-        raise BatchShapeRefused(
-            {
-                "field": key,
-                "message": f"A batch holds 1 to {most} {noun}; this one is empty "
-                "(send nothing instead).",
-            }
-        )
+        empty = f"A batch holds 1 to {most} {noun}; this one is empty (send nothing instead)."
+        raise refuse([{"field": key, "message": empty}])
     return document, items
 
 

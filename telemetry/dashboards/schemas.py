@@ -3,7 +3,8 @@
 A query's serializer is the one declaration of its input: the API validates it in one pass,
 the schema shows it, and the page and the live feed read a view with it (`parse_view`).
 The views answer with the selectors' dicts (the same the page and the live feed use); the
-output serializers are their contract.
+output serializers are their contract. Each component is named after its class, without
+`Serializer` (drf-spectacular's default), so no `Meta.ref_name` repeats it.
 """
 
 from __future__ import annotations
@@ -43,14 +44,10 @@ class _DigitsIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
-class FleetDashboardQuerySerializer(serializers.Serializer[Any]):
-    """The view a dashboard shows: a window and optional filters (`selectors.DashboardView`)."""
+class _FleetFiltersSerializer(serializers.Serializer[Any]):
+    """The filters the metrics API and the dashboard share: a version, a cohort, a route and a
+    task type."""
 
-    window = serializers.ChoiceField(
-        choices=list(WINDOWS),
-        default=DEFAULT_WINDOW,
-        error_messages={"invalid_choice": f"`window` must be one of {', '.join(WINDOWS)}."},
-    )
     version = _DigitsIntegerField(
         min_value=1,
         max_value=MAX_VERSION,
@@ -65,6 +62,11 @@ class FleetDashboardQuerySerializer(serializers.Serializer[Any]):
         required=False,
         error_messages={"invalid_choice": "`cohort` must be stable or candidate."},
     )
+    route = serializers.ChoiceField(
+        choices=list(ROUTES),
+        required=False,
+        error_messages={"invalid_choice": f"`route` must be one of {', '.join(ROUTES)}."},
+    )
     task_type = serializers.RegexField(
         DIMENSION_VALUE_RE,
         trim_whitespace=False,
@@ -72,14 +74,16 @@ class FleetDashboardQuerySerializer(serializers.Serializer[Any]):
         help_text="only this task type",
         error_messages={"invalid": _TASK_TYPE_MESSAGE},
     )
-    route = serializers.ChoiceField(
-        choices=list(ROUTES),
-        required=False,
-        error_messages={"invalid_choice": f"`route` must be one of {', '.join(ROUTES)}."},
-    )
 
-    class Meta:
-        ref_name = "FleetDashboardQuery"
+
+class FleetDashboardQuerySerializer(_FleetFiltersSerializer):
+    """The view a dashboard shows: a window and optional filters (`selectors.DashboardView`)."""
+
+    window = serializers.ChoiceField(
+        choices=list(WINDOWS),
+        default=DEFAULT_WINDOW,
+        error_messages={"invalid_choice": f"`window` must be one of {', '.join(WINDOWS)}."},
+    )
 
 
 def refuse_unknown(params: Mapping[str, Any]) -> None:
@@ -122,7 +126,7 @@ def parse_view(params: Mapping[str, Any], *, strict: bool = True) -> DashboardVi
     return DashboardView(**serializer.validated_data)
 
 
-class FleetMetricsQuerySerializer(serializers.Serializer[Any]):
+class FleetMetricsQuerySerializer(_FleetFiltersSerializer):
     """The window, grouping and filters of `GET /api/v1/fleets/<slug>/metrics`."""
 
     window = serializers.RegexField(
@@ -138,18 +142,11 @@ class FleetMetricsQuerySerializer(serializers.Serializer[Any]):
         help_text="comma-separated: version, cohort, cell, route, task_type, "
         "latency_budget, privacy_tier",
     )
-    version = serializers.IntegerField(min_value=1, max_value=MAX_VERSION, required=False)
-    cohort = serializers.ChoiceField(choices=list(COHORTS), required=False)
-    route = serializers.ChoiceField(choices=list(ROUTES), required=False)
-    task_type = serializers.RegexField(DIMENSION_VALUE_RE, trim_whitespace=False, required=False)
     latency_budget = serializers.RegexField(
         DIMENSION_VALUE_RE, trim_whitespace=False, required=False
     )
     privacy_tier = serializers.RegexField(DIMENSION_VALUE_RE, trim_whitespace=False, required=False)
     scores = serializers.BooleanField(default=False, help_text="add the complexity-score histogram")
-
-    class Meta:
-        ref_name = "FleetMetricsQuery"
 
 
 # --- the answers ------------------------------------------------------------------------------
@@ -161,16 +158,10 @@ class LatencyFiguresSerializer(serializers.Serializer[Any]):
     p95 = serializers.FloatField(allow_null=True)
     p99 = serializers.FloatField(allow_null=True)
 
-    class Meta:
-        ref_name = "LatencyFigures"
-
 
 class FallbackRatesSerializer(serializers.Serializer[Any]):
     cloud_to_device = serializers.FloatField(allow_null=True)
     device_to_cloud = serializers.FloatField(allow_null=True)
-
-    class Meta:
-        ref_name = "FallbackRates"
 
 
 class TokensPerTaskSerializer(serializers.Serializer[Any]):
@@ -180,16 +171,10 @@ class TokensPerTaskSerializer(serializers.Serializer[Any]):
     cloud = serializers.FloatField(allow_null=True)
     draft_refine = serializers.FloatField(allow_null=True)
 
-    class Meta:
-        ref_name = "TokensPerTask"
-
 
 class ScoreHistogramSerializer(serializers.Serializer[Any]):
     bin_width = serializers.FloatField()
     counts = serializers.ListField(child=serializers.IntegerField(min_value=0))
-
-    class Meta:
-        ref_name = "ScoreHistogram"
 
 
 class MetricsGroupSerializer(serializers.Serializer[Any]):
@@ -234,17 +219,11 @@ class MetricsGroupSerializer(serializers.Serializer[Any]):
     )
     score_histogram = ScoreHistogramSerializer(required=False, help_text="with ?scores=true")
 
-    class Meta:
-        ref_name = "MetricsGroup"
-
 
 class MetricsWindowSerializer(KeywordNamedSerializer):
     from_ = serializers.DateTimeField()
     to = serializers.DateTimeField()
     resolution = serializers.ChoiceField(choices=["minute", "hour"])
-
-    class Meta:
-        ref_name = "MetricsWindow"
 
 
 class CohortArmsSerializer(serializers.Serializer[Any]):
@@ -252,9 +231,6 @@ class CohortArmsSerializer(serializers.Serializer[Any]):
 
     stable = serializers.IntegerField(allow_null=True)
     candidate = serializers.IntegerField(allow_null=True)
-
-    class Meta:
-        ref_name = "CohortArms"
 
 
 class FleetMetricsSerializer(serializers.Serializer[Any]):
@@ -267,9 +243,6 @@ class FleetMetricsSerializer(serializers.Serializer[Any]):
     )
     groups = MetricsGroupSerializer(many=True)
 
-    class Meta:
-        ref_name = "FleetMetrics"
-
 
 class DashboardWindowSerializer(MetricsWindowSerializer):
     bucket_seconds = serializers.IntegerField(min_value=1)
@@ -280,9 +253,6 @@ class DashboardWindowSerializer(MetricsWindowSerializer):
     )
     partial_from = serializers.DateTimeField(help_text="when the bucket in progress began")
 
-    class Meta:
-        ref_name = "DashboardWindow"
-
 
 class DashboardMarkerSerializer(KeywordNamedSerializer):
     at = serializers.DateTimeField()
@@ -290,16 +260,10 @@ class DashboardMarkerSerializer(KeywordNamedSerializer):
     label_ = serializers.CharField()
     summary = serializers.CharField(allow_blank=True)
 
-    class Meta:
-        ref_name = "DashboardMarker"
-
 
 class DashboardOptionsSerializer(serializers.Serializer[Any]):
     versions = serializers.ListField(child=serializers.IntegerField())
     task_types = serializers.ListField(child=serializers.CharField())
-
-    class Meta:
-        ref_name = "DashboardOptions"
 
 
 class DashboardConvergenceVersionSerializer(serializers.Serializer[Any]):
@@ -309,17 +273,11 @@ class DashboardConvergenceVersionSerializer(serializers.Serializer[Any]):
     acked = serializers.IntegerField(min_value=0)
     online = serializers.IntegerField(min_value=0)
 
-    class Meta:
-        ref_name = "DashboardConvergenceVersion"
-
 
 class DashboardConvergenceSerializer(serializers.Serializer[Any]):
     devices = serializers.IntegerField(min_value=0)
     online = serializers.IntegerField(min_value=0)
     versions = DashboardConvergenceVersionSerializer(many=True)
-
-    class Meta:
-        ref_name = "DashboardConvergence"
 
 
 class DashboardViewSerializer(serializers.Serializer[Any]):
@@ -328,9 +286,6 @@ class DashboardViewSerializer(serializers.Serializer[Any]):
     cohort = serializers.CharField(allow_null=True)
     task_type = serializers.CharField(allow_null=True)
     route = serializers.CharField(allow_null=True)
-
-    class Meta:
-        ref_name = "DashboardView"
 
 
 class DashboardCohortCostSerializer(serializers.Serializer[Any]):
@@ -352,16 +307,10 @@ class DashboardCohortCostSerializer(serializers.Serializer[Any]):
         allow_null=True, help_text="95% interval of candidate_change: its high end"
     )
 
-    class Meta:
-        ref_name = "DashboardCohortCost"
 
-
-class DashboardPriceSerializer(serializers.Serializer[Any]):
+class DashboardCloudPriceSerializer(serializers.Serializer[Any]):
     per_1k_tokens = serializers.FloatField()
     per_call = serializers.FloatField()
-
-    class Meta:
-        ref_name = "DashboardCloudPrice"
 
 
 class DashboardCostSerializer(CostReportSerializer):
@@ -370,7 +319,7 @@ class DashboardCostSerializer(CostReportSerializer):
     `stable` is the view had the candidate's tasks cost what the stable cohort's cost per task;
     null without a rollout whose two cohorts both have tasks in the view."""
 
-    price = DashboardPriceSerializer()
+    price = DashboardCloudPriceSerializer()
     cloud_calls = serializers.FloatField(help_text="cloud and draft_refine tasks, not cached")
     cloud_tokens = serializers.FloatField()
     saving = serializers.FloatField(help_text="all-cloud minus actual, in the view")
@@ -384,9 +333,6 @@ class DashboardCostSerializer(CostReportSerializer):
     min_compared_tasks = serializers.IntegerField(
         help_text="tasks each cohort needs in the view before their costs are compared"
     )
-
-    class Meta:
-        ref_name = "DashboardCost"
 
 
 class FleetDashboardSerializer(serializers.Serializer[Any]):
@@ -413,6 +359,3 @@ class FleetDashboardSerializer(serializers.Serializer[Any]):
     rollout = RolloutSerializer(allow_null=True)
     convergence = DashboardConvergenceSerializer()
     alerts = serializers.JSONField(allow_null=True, help_text="kept live by the alert feed")
-
-    class Meta:
-        ref_name = "FleetDashboard"

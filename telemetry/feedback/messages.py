@@ -18,7 +18,7 @@ import msgspec
 from controlplane import json_guard
 from controlplane.exceptions import ValidationFailed
 
-from ..structs import BatchShapeRefused, batch_items, field_problems, unnamed_problem
+from ..structs import batch_items, field_problems, unnamed_problem
 
 MAX_ITEMS: Final = 1000
 MAX_ERRORS: Final = 200  # a 400 names at most this many problems
@@ -76,11 +76,11 @@ def decode_feedback(body: bytes) -> list[TelemetryFeedbackItem]:
 def _complete_check(body: bytes) -> ValidationFailed | FeedbackTooLarge:
     """Check the whole body by the struct and name every problem (the fast pass stopped at one)."""
     try:
-        document, items = batch_items(body, "feedback", most=MAX_ITEMS, too_large=FeedbackTooLarge)
+        document, items = batch_items(
+            body, "feedback", most=MAX_ITEMS, too_large=FeedbackTooLarge, refuse=_refuse
+        )
     except (ValidationFailed, FeedbackTooLarge) as exc:
         return exc
-    except BatchShapeRefused as exc:
-        return _refuse([exc.detail])
     details: list[dict[str, str]] = []
     for index, raw in enumerate(items):
         if not isinstance(raw, dict):

@@ -7,7 +7,8 @@ held feedback whose event has arrived.
 from __future__ import annotations
 
 from celery import shared_task
-from django.db import DatabaseError
+
+from controlplane.queue import DATABASE_RETRY
 
 from .services import feedback_join, feedback_sweep
 
@@ -15,9 +16,7 @@ from .services import feedback_join, feedback_sweep
 @shared_task(  # type: ignore[untyped-decorator]
     name="telemetry.join_feedback",
     ignore_result=True,
-    autoretry_for=(DatabaseError,),
-    retry_backoff=True,
-    retry_backoff_max=30,
+    **DATABASE_RETRY,
     max_retries=5,  # the sweep joins what a lost task leaves held
 )
 def join_feedback(feedback_ids: list[int]) -> int:

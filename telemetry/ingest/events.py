@@ -26,7 +26,7 @@ import msgspec
 from controlplane import json_guard
 from controlplane.exceptions import ValidationFailed
 
-from ..structs import BatchShapeRefused, batch_items, unnamed_problem
+from ..structs import batch_items, unnamed_problem
 from ..structs import field_problems as struct_field_problems
 
 logger = logging.getLogger(__name__)
@@ -332,13 +332,13 @@ def decode_batch(body: bytes, context: BatchContext) -> list[TelemetryEvent]:
 def _complete_check(body: bytes, context: BatchContext) -> ValidationFailed | BatchTooLarge:
     """Check the whole body by the struct and name every problem (the fast pass stopped at one)."""
     try:
-        document, events = batch_items(body, "events", most=MAX_EVENTS, too_large=BatchTooLarge)
+        document, items = batch_items(
+            body, "events", most=MAX_EVENTS, too_large=BatchTooLarge, refuse=_refuse
+        )
     except (ValidationFailed, BatchTooLarge) as exc:
         return exc
-    except BatchShapeRefused as exc:
-        return _refuse([exc.detail])
     details: list[dict[str, Any]] = []
-    for index, raw in enumerate(events):
+    for index, raw in enumerate(items):
         if not isinstance(raw, dict):
             details.append({"event": index, "field": "", "message": "Must be an object."})
             continue

@@ -15,6 +15,3 @@ class IngestStatusSerializer(serializers.Serializer[Any]):
     landed_batches = serializers.IntegerField(min_value=0)
     landed_events = serializers.IntegerField(min_value=0)
     lag_seconds = serializers.FloatField(min_value=0)
-
-    class Meta:
-        ref_name = "IngestStatus"

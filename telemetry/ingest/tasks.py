@@ -12,7 +12,8 @@ import time
 
 from celery import shared_task
 from django.conf import settings
-from django.db import DatabaseError
+
+from controlplane.queue import DATABASE_RETRY
 
 from ..rollups.maintenance import landed_sweep, rollups_compact, storage_maintain
 from .services import landed_batches_process, landed_drain
@@ -23,9 +24,7 @@ _embedded_last_compaction = 0.0
 
 @shared_task(  # type: ignore[untyped-decorator]  # Celery ships no type hints
     name="telemetry.process_landed",
-    autoretry_for=(DatabaseError,),
-    retry_backoff=True,
-    retry_backoff_max=30,
+    **DATABASE_RETRY,
     max_retries=None,
 )
 def process_landed(batch_ids: list[int] | None = None) -> int:
@@ -50,9 +49,7 @@ def _compact_when_embedded() -> None:
 @shared_task(  # type: ignore[untyped-decorator]
     name="telemetry.drain_landed",
     ignore_result=True,
-    autoretry_for=(DatabaseError,),
-    retry_backoff=True,
-    retry_backoff_max=30,
+    **DATABASE_RETRY,
     max_retries=None,
 )
 def drain_landed(slot: int = 0) -> int:
