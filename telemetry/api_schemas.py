@@ -1,9 +1,9 @@
 """What several parts answer with, in the OpenAPI schema: the cost report (the dashboard's cost
 card and the lab) and a device batch's acceptance (ingest and late feedback).
 
-Each part of telemetry declares its own API schemas beside its views (`ingest.schemas`,
-`feedback.schemas`, `dashboards.schemas`, `alerts.schemas`); what stays here is what more than one
-of them answers with.
+Each part of telemetry declares its own API schemas beside its views (`ingest.schemas`, late
+feedback its msgspec struct, `dashboards.schemas`, `alerts.schemas`); what stays here is what more
+than one of them answers with.
 """
 
 from __future__ import annotations
