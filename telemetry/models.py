@@ -22,7 +22,7 @@ from .alerts.models import (
     WebhookDelivery,
 )
 from .feedback.models import Feedback, FeedbackState
-from .ingest.models import Cohort, Event, EventKey, LandedBatch
+from .ingest.models import CellKeyed, Cohort, Event, EventKey, LandedBatch
 from .model_fields import bulk_fleet_fk
 
 
@@ -66,17 +66,9 @@ class RollupMetrics(models.Model):
         return f"{self.label} {self.pk}"
 
 
-class CellRollup(RollupMetrics):
-    """The key of the rollups that keep the policy cell: fleet × version × cohort × cell ×
-    route (and the time, which each level names)."""
-
-    fleet = bulk_fleet_fk()
-    policy_version = models.IntegerField()
-    cohort = models.CharField(max_length=9, choices=Cohort.choices)
-    task_type = models.CharField(max_length=32)
-    latency_budget = models.CharField(max_length=32)
-    privacy_tier = models.CharField(max_length=32)
-    route = models.CharField(max_length=12)
+class CellRollup(RollupMetrics, CellKeyed):
+    """The rollups that keep the policy cell: keyed as an event is (fleet × version × cohort ×
+    cell × route), and by the time, which each level names."""
 
     class Meta:
         abstract = True
