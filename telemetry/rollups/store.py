@@ -7,7 +7,7 @@ and late feedback (quality joined to events already folded); binary COPY on Post
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 from django.db import connection
@@ -24,15 +24,20 @@ _METRIC_TYPES = (
     *((name, "jsonb") for name in HISTOGRAM_FIELDS),
     ("compacted", "bool"),
 )
-_CELL_KEY_TYPES = (
-    ("fleet_id", "int8"),
-    (None, "timestamptz"),  # minute or hour
+# The columns of the key an event and a cell rollup share after the fleet and the time
+# (telemetry.ingest.models.CellKeyed), in COPY order.
+CELL_COLUMN_TYPES: Final = (
     ("policy_version", "int4"),
     ("cohort", "text"),
     ("task_type", "text"),
     ("latency_budget", "text"),
     ("privacy_tier", "text"),
     ("route", "text"),
+)
+_CELL_KEY_TYPES = (
+    ("fleet_id", "int8"),
+    (None, "timestamptz"),  # minute or hour
+    *CELL_COLUMN_TYPES,
 )
 _FLEET_KEY_TYPES = (
     ("fleet_id", "int8"),

@@ -29,7 +29,7 @@ from controlplane.queue import task_send
 
 from ...feedback.joining import feedback_join_folding
 from ...rollups import SENSITIVE_TIER, RollupAccumulator, is_privacy_violation
-from ...rollups.store import copy_binary, store_rollups
+from ...rollups.store import CELL_COLUMN_TYPES, copy_binary, store_rollups
 from ...signals import send_rollups_stored
 from .. import partitions, wakeup
 from ..events import TelemetryEvent, decode_landed
@@ -46,12 +46,7 @@ EVENT_COLUMN_TYPES = (
     ("device_id", "text"),
     ("ts", "timestamptz"),
     ("received_at", "timestamptz"),
-    ("policy_version", "int4"),
-    ("cohort", "text"),
-    ("task_type", "text"),
-    ("latency_budget", "text"),
-    ("privacy_tier", "text"),
-    ("route", "text"),
+    *CELL_COLUMN_TYPES,
     ("decided_by", "text"),
     ("fallback", "text"),
     ("latency_ms", "float8"),
