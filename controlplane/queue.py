@@ -9,9 +9,19 @@ runs it in process, exactly as `task.apply_async` would.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
+
+from django.db import DatabaseError
 
 from .celery import app
+
+# A task that fails on the database (a failover, a lock timeout) retries with back-off up to
+# 30 s: `@shared_task(name=..., **DATABASE_RETRY, max_retries=...)`.
+DATABASE_RETRY: Final[dict[str, Any]] = {
+    "autoretry_for": (DatabaseError,),
+    "retry_backoff": True,
+    "retry_backoff_max": 30,
+}
 
 
 def task_send(

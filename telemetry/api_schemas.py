@@ -1,8 +1,9 @@
-"""The cost report in the OpenAPI schema, shared by the dashboard's cost card and the lab.
+"""What several parts answer with, in the OpenAPI schema: the cost report (the dashboard's cost
+card and the lab) and a device batch's acceptance (ingest and late feedback).
 
-Each part of telemetry declares its own API schemas beside its views (`ingest.schemas`,
-`feedback.schemas`, `dashboards.schemas`, `alerts.schemas`); what stays here is what the lab
-answers with (routing_policies.pricing.cost_report), which the dashboard's cost extends.
+Each part of telemetry declares its own API schemas beside its views (`ingest.schemas`, late
+feedback its msgspec struct, `dashboards.schemas`, `alerts.schemas`); what stays here is what more
+than one of them answers with.
 """
 
 from __future__ import annotations
@@ -12,45 +13,38 @@ from typing import Any
 from rest_framework import serializers
 
 
-class CostSpanSerializer(serializers.Serializer[Any]):
+# An answer with a field named by a Python keyword (`from`) or by a serializer's own attribute
+# (`label`): declared with a trailing `_`, documented without it. (No docstring: drf-spectacular
+# would show it as the description of every answer built on this.)
+class KeywordNamedSerializer(serializers.Serializer[Any]):
+    def get_fields(self) -> dict[str, Any]:
+        return {name.removesuffix("_"): field for name, field in super().get_fields().items()}
+
+
+class CostSpanSerializer(KeywordNamedSerializer):
     """The span that holds data: the first and the last event the cost is taken over."""
 
     from_ = serializers.DateTimeField(allow_null=True, help_text="the first event")
     to = serializers.DateTimeField(allow_null=True, help_text="the last event")
     text = serializers.CharField(allow_null=True, help_text='its length in words ("3 h 12 m")')
 
-    def get_fields(self) -> dict[str, Any]:
-        fields = super().get_fields()
-        fields["from"] = fields.pop("from_")
-        return fields
 
-    class Meta:
-        ref_name = "CostSpan"
-
-
-class DashboardAllCloudSerializer(serializers.Serializer[Any]):
+class DashboardAllCloudCostSerializer(serializers.Serializer[Any]):
     window = serializers.FloatField()
     per_hour = serializers.FloatField(allow_null=True)
     per_day = serializers.FloatField(allow_null=True)
 
-    class Meta:
-        ref_name = "DashboardAllCloudCost"
 
-
-class DashboardSavingSerializer(serializers.Serializer[Any]):
+class CostSavingSerializer(serializers.Serializer[Any]):
     amount = serializers.FloatField(help_text="the baseline's cost minus the actual, in the view")
     share = serializers.FloatField(allow_null=True, help_text="amount / the baseline's cost")
 
-    class Meta:
-        ref_name = "CostSaving"
 
-
-class CostReportSerializer(serializers.Serializer[Any]):
+class CostReportSerializer(KeywordNamedSerializer):
     """A cost over a span, per hour and day, with the savings against all-cloud and against
     the stable version (routing_policies.pricing.cost_report; docs/lab.md, "Cost")."""
 
     currency = serializers.CharField()
-    # `label` in the answer (a serializer's own attribute of that name is its field label).
     label_ = serializers.CharField(help_text='the figure\'s name on every page: "Cloud cost / day"')
     hours = serializers.FloatField(
         help_text="the span that holds data (first to last event), in hours: per_hour and "
@@ -60,17 +54,14 @@ class CostReportSerializer(serializers.Serializer[Any]):
     window = serializers.FloatField(help_text="the cost over the span")
     per_hour = serializers.FloatField(allow_null=True)
     per_day = serializers.FloatField(allow_null=True)
-    all_cloud = DashboardAllCloudSerializer(help_text="every task priced as a cloud call")
-    stable = DashboardAllCloudSerializer(
+    all_cloud = DashboardAllCloudCostSerializer(help_text="every task priced as a cloud call")
+    stable = DashboardAllCloudCostSerializer(
         allow_null=True, help_text="the stable version on the same tasks; null: no comparison"
     )
-    saving_vs_all_cloud = DashboardSavingSerializer()
-    saving_vs_stable = DashboardSavingSerializer(allow_null=True)
+    saving_vs_all_cloud = CostSavingSerializer()
+    saving_vs_stable = CostSavingSerializer(allow_null=True)
 
-    def get_fields(self) -> dict[str, Any]:
-        fields = super().get_fields()
-        fields["label"] = fields.pop("label_")
-        return fields
 
-    class Meta:
-        ref_name = "CostReport"
+class TelemetryAcceptedSerializer(serializers.Serializer[Any]):
+    accepted = serializers.IntegerField(min_value=0, help_text="new events, now durable")
+    duplicates = serializers.IntegerField(min_value=0, help_text="event ids already received")

@@ -22,7 +22,8 @@ from .alerts.models import (
     WebhookDelivery,
 )
 from .feedback.models import Feedback, FeedbackState
-from .ingest.models import Cohort, Event, EventKey, LandedBatch, bulk_fleet_fk
+from .ingest.models import CellKeyed, Cohort, Event, EventKey, LandedBatch
+from .model_fields import bulk_fleet_fk
 
 
 class RollupMetrics(models.Model):
@@ -55,22 +56,29 @@ class RollupMetrics(models.Model):
     # False for a partial row written by the ingest worker; the compaction task merges all
     # rows of a key into one compacted row.
     compacted = models.BooleanField(default=False)
+    # What a row is called in logs and the admin: "minute rollup 42".
+    label = "rollup"
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.label} {self.pk}"
+
+
+class CellRollup(RollupMetrics, CellKeyed):
+    """The rollups that keep the policy cell: keyed as an event is (fleet × version × cohort ×
+    cell × route), and by the time, which each level names."""
 
     class Meta:
         abstract = True
 
 
-class MinuteRollup(RollupMetrics):
+class MinuteRollup(CellRollup):
     """Per minute × fleet × version × cohort × cell × route."""
 
-    fleet = bulk_fleet_fk()
     minute = models.DateTimeField()
-    policy_version = models.IntegerField()
-    cohort = models.CharField(max_length=9, choices=Cohort.choices)
-    task_type = models.CharField(max_length=32)
-    latency_budget = models.CharField(max_length=32)
-    privacy_tier = models.CharField(max_length=32)
-    route = models.CharField(max_length=12)
+    label = "minute rollup"
 
     class Meta:
         indexes = [
@@ -80,30 +88,18 @@ class MinuteRollup(RollupMetrics):
             ),
         ]
 
-    def __str__(self) -> str:
-        return f"minute rollup {self.pk}"
 
-
-class HourRollup(RollupMetrics):
+class HourRollup(CellRollup):
     """Per hour × fleet × version × cohort × cell × route: long windows grouped by cell."""
 
-    fleet = bulk_fleet_fk()
     hour = models.DateTimeField()
-    policy_version = models.IntegerField()
-    cohort = models.CharField(max_length=9, choices=Cohort.choices)
-    task_type = models.CharField(max_length=32)
-    latency_budget = models.CharField(max_length=32)
-    privacy_tier = models.CharField(max_length=32)
-    route = models.CharField(max_length=12)
+    label = "hour rollup"
 
     class Meta:
         indexes = [
             models.Index(fields=["fleet", "hour"], name="tel_hour_fleet_time"),
             models.Index(fields=["hour"], condition=Q(compacted=False), name="tel_hour_partial"),
         ]
-
-    def __str__(self) -> str:
-        return f"hour rollup {self.pk}"
 
 
 class FleetHourRollup(RollupMetrics):
@@ -119,6 +115,7 @@ class FleetHourRollup(RollupMetrics):
     cohort = models.CharField(max_length=9, choices=Cohort.choices)
     route = models.CharField(max_length=12)
     decided_by = models.CharField(max_length=12)
+    label = "fleet hour rollup"
 
     class Meta:
         indexes = [
@@ -127,9 +124,6 @@ class FleetHourRollup(RollupMetrics):
                 fields=["hour"], condition=Q(compacted=False), name="tel_fleethour_partial"
             ),
         ]
-
-    def __str__(self) -> str:
-        return f"fleet hour rollup {self.pk}"
 
 
 class RouteCounter(models.Model):

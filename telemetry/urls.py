@@ -4,6 +4,7 @@ from django.urls import include, path
 
 urlpatterns = [
     path("", include("telemetry.ingest.urls")),
+    path("", include("telemetry.feedback.urls")),
     path("", include("telemetry.dashboards.urls")),
     path("", include("telemetry.alerts.urls")),
 ]

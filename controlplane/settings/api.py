@@ -32,6 +32,8 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "controlplane.openapi.postprocess_closed_bodies",
+        # The device bodies' msgspec structs (telemetry ingest and feedback) as JSON Schema.
+        "telemetry.structs.postprocess_struct_bodies",
     ],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

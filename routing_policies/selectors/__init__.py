@@ -30,6 +30,7 @@ from ..policies.selectors import (
 from ..rollouts.selectors import (
     candidate_cohort_count,
     cloud_pressure_live,
+    compared_rollout,
     fleet_assignment,
     fleet_convergence,
     open_rollout,
@@ -46,6 +47,7 @@ __all__ = [
     "candidate_cohort_count",
     "cell_keys",
     "cloud_pressure_live",
+    "compared_rollout",
     "device_list",
     "device_query",
     "device_rows",

@@ -12,6 +12,7 @@ from ..devices.services import (
     devices_seen_by_token,
     fleet_enrollment_key_rotate,
 )
+from ..devices.token_cache import device_authenticate_cached
 from ..devices.tokens import DEVICE_TOKEN_PREFIX, FLEET_KEY_PREFIX, hash_secret
 from ..policies.audit import Actor, actor_user, audit_record
 from ..policies.services import (
@@ -48,6 +49,7 @@ __all__ = [
     "default_table",
     "device_ack",
     "device_authenticate",
+    "device_authenticate_cached",
     "device_enroll",
     "device_revoke",
     "device_seen",

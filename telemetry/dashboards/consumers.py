@@ -37,7 +37,8 @@ from routing_policies.models import Fleet
 
 from ..close_codes import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from . import feed
-from .selectors import DashboardView, fleet_dashboard, parse_view
+from .schemas import parse_view
+from .selectors import DashboardView, fleet_dashboard
 
 logger = logging.getLogger(__name__)
 

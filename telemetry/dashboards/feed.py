@@ -43,7 +43,8 @@ from controlplane.exceptions import ApplicationError
 from routing_policies.models import Fleet
 
 from ..redis_client import redis_client
-from .selectors import DashboardView, fleet_dashboard, parse_view
+from .schemas import parse_view
+from .selectors import DashboardView, fleet_dashboard
 
 logger = logging.getLogger(__name__)
 

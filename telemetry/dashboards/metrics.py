@@ -17,8 +17,8 @@ from typing import Any, Final
 from django.utils import timezone
 
 from controlplane.exceptions import ValidationFailed
-from routing_policies.policies.models import Fleet
-from routing_policies.rollouts.selectors import compared_rollout
+from routing_policies.models import Fleet
+from routing_policies.selectors import compared_rollout
 
 from ..models import RouteCounter
 from ..rollups import CELL_DIMENSIONS, Figures, RollupRow, figures_at, plan_window, read_rows

@@ -1,18 +1,155 @@
-"""The metrics API and the fleet dashboard in the OpenAPI schema.
+"""The metrics API and the fleet dashboard in the OpenAPI schema: their queries and answers.
 
-The views answer with the selectors' dicts (the same the page and the live feed use); these
-serializers are their contract.
+A query's serializer is the one declaration of its input: the API validates it in one pass,
+the schema shows it, and the page and the live feed read a view with it (`parse_view`).
+The views answer with the selectors' dicts (the same the page and the live feed use); the
+output serializers are their contract. Each component is named after its class, without
+`Serializer` (drf-spectacular's default), so no `Meta.ref_name` repeats it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rest_framework import serializers
 
-from routing_policies.rollouts.schemas import RolloutSerializer
+from controlplane.exceptions import ValidationFailed, drf_error_details
+from routing_policies.apis import RolloutSerializer
+from routing_policies.validation import DIMENSION_VALUE_RE, MAX_VERSION
 
-from ..api_schemas import CostReportSerializer
+from ..api_schemas import CostReportSerializer, KeywordNamedSerializer
+from .selectors import COHORTS, DEFAULT_WINDOW, FILTERS, ROUTES, WINDOWS, DashboardView
+
+# --- the queries ------------------------------------------------------------------------------
+
+# 1 to 99999 minutes, 9600 hours or 400 days (the longest window the rollups keep).
+WINDOW_RE = (
+    r"\A(?:[1-9][0-9]{0,4}m|(?:[1-9][0-9]{0,2}|[1-8][0-9]{3}|9[0-5][0-9]{2}|9600)h"
+    r"|(?:[1-9][0-9]?|[1-3][0-9]{2}|400)d)\Z"
+)
+_GROUP_NAME = "(?:version|cohort|cell|route|task_type|latency_budget|privacy_tier)"
+_TASK_TYPE_MESSAGE = (
+    "`task_type` must be a task type name (a lower-case letter, then a-z, 0-9, _ or -; ≤ 32)."
+)
+_VERSION_MESSAGE = "`version` must be a version number such as 3."
+
+
+class _DigitsIntegerField(serializers.IntegerField):
+    """An integer written in ASCII digits (Python's int() reads "٣" as 3 too)."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, str) and not data.strip().isascii():
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class _FleetFiltersSerializer(serializers.Serializer[Any]):
+    """The filters the metrics API and the dashboard share: a version, a cohort, a route and a
+    task type."""
+
+    version = _DigitsIntegerField(
+        min_value=1,
+        max_value=MAX_VERSION,
+        required=False,
+        help_text="only this version",
+        error_messages=dict.fromkeys(
+            ("invalid", "min_value", "max_value", "max_string_length"), _VERSION_MESSAGE
+        ),
+    )
+    cohort = serializers.ChoiceField(
+        choices=list(COHORTS),
+        required=False,
+        error_messages={"invalid_choice": "`cohort` must be stable or candidate."},
+    )
+    route = serializers.ChoiceField(
+        choices=list(ROUTES),
+        required=False,
+        error_messages={"invalid_choice": f"`route` must be one of {', '.join(ROUTES)}."},
+    )
+    task_type = serializers.RegexField(
+        DIMENSION_VALUE_RE,
+        trim_whitespace=False,
+        required=False,
+        help_text="only this task type",
+        error_messages={"invalid": _TASK_TYPE_MESSAGE},
+    )
+
+
+class FleetDashboardQuerySerializer(_FleetFiltersSerializer):
+    """The view a dashboard shows: a window and optional filters (`selectors.DashboardView`)."""
+
+    window = serializers.ChoiceField(
+        choices=list(WINDOWS),
+        default=DEFAULT_WINDOW,
+        error_messages={"invalid_choice": f"`window` must be one of {', '.join(WINDOWS)}."},
+    )
+
+
+def refuse_unknown(params: Mapping[str, Any]) -> None:
+    """Refuse a parameter that is not a window or a filter: a typo such as `?tasktype=voice`
+    must not silently show the unfiltered fleet."""
+    unknown = sorted(str(name) for name in params if name not in ("window", *FILTERS))
+    if unknown:
+        raise ValidationFailed(
+            f"Unknown parameter {unknown[0]!r}; use window, {', '.join(FILTERS)}.",
+            details=[{"field": name, "message": "unknown parameter"} for name in unknown],
+        )
+
+
+def parse_view(params: Mapping[str, Any], *, strict: bool = True) -> DashboardView:
+    """The view a page's query or a feed message names, checked by FleetDashboardQuerySerializer;
+    a ValidationFailed naming the field otherwise (with `strict`, unknown parameters too).
+
+    As a person types them: a blank value is no filter, `v3` is version 3, spaces around a
+    value are dropped; a value that is neither text nor a whole number (a list, `true`) is
+    refused.
+    """
+    if strict:
+        refuse_unknown(params)
+    data: dict[str, Any] = {}
+    for name in ("window", *FILTERS):
+        raw = params.get(name)
+        if raw is None or raw == "":
+            continue
+        if isinstance(raw, bool) or not isinstance(raw, str | int):
+            raise ValidationFailed(
+                f"`{name}` must be a string.",
+                details=[{"field": name, "message": "must be a string"}],
+            )
+        text = raw.strip() if isinstance(raw, str) else raw
+        data[name] = text.removeprefix("v") if name == "version" and isinstance(text, str) else text
+    serializer = FleetDashboardQuerySerializer(data=data)
+    if not serializer.is_valid():
+        details = drf_error_details(serializer.errors)
+        raise ValidationFailed(details[0]["message"], details=details)
+    return DashboardView(**serializer.validated_data)
+
+
+class FleetMetricsQuerySerializer(_FleetFiltersSerializer):
+    """The window, grouping and filters of `GET /api/v1/fleets/<slug>/metrics`."""
+
+    window = serializers.RegexField(
+        WINDOW_RE,
+        trim_whitespace=False,
+        default="1h",
+        help_text="15m, 1h, 24h, 7d, … up to 400d",
+    )
+    group_by = serializers.RegexField(
+        rf"\A{_GROUP_NAME}(?:,{_GROUP_NAME})*\Z",
+        trim_whitespace=False,
+        required=False,
+        help_text="comma-separated: version, cohort, cell, route, task_type, "
+        "latency_budget, privacy_tier",
+    )
+    latency_budget = serializers.RegexField(
+        DIMENSION_VALUE_RE, trim_whitespace=False, required=False
+    )
+    privacy_tier = serializers.RegexField(DIMENSION_VALUE_RE, trim_whitespace=False, required=False)
+    scores = serializers.BooleanField(default=False, help_text="add the complexity-score histogram")
+
+
+# --- the answers ------------------------------------------------------------------------------
 
 
 class LatencyFiguresSerializer(serializers.Serializer[Any]):
@@ -21,16 +158,10 @@ class LatencyFiguresSerializer(serializers.Serializer[Any]):
     p95 = serializers.FloatField(allow_null=True)
     p99 = serializers.FloatField(allow_null=True)
 
-    class Meta:
-        ref_name = "LatencyFigures"
-
 
 class FallbackRatesSerializer(serializers.Serializer[Any]):
     cloud_to_device = serializers.FloatField(allow_null=True)
     device_to_cloud = serializers.FloatField(allow_null=True)
-
-    class Meta:
-        ref_name = "FallbackRates"
 
 
 class TokensPerTaskSerializer(serializers.Serializer[Any]):
@@ -40,16 +171,10 @@ class TokensPerTaskSerializer(serializers.Serializer[Any]):
     cloud = serializers.FloatField(allow_null=True)
     draft_refine = serializers.FloatField(allow_null=True)
 
-    class Meta:
-        ref_name = "TokensPerTask"
-
 
 class ScoreHistogramSerializer(serializers.Serializer[Any]):
     bin_width = serializers.FloatField()
     counts = serializers.ListField(child=serializers.IntegerField(min_value=0))
-
-    class Meta:
-        ref_name = "ScoreHistogram"
 
 
 class MetricsGroupSerializer(serializers.Serializer[Any]):
@@ -94,20 +219,11 @@ class MetricsGroupSerializer(serializers.Serializer[Any]):
     )
     score_histogram = ScoreHistogramSerializer(required=False, help_text="with ?scores=true")
 
-    class Meta:
-        ref_name = "MetricsGroup"
 
-
-class MetricsWindowSerializer(serializers.Serializer[Any]):
+class MetricsWindowSerializer(KeywordNamedSerializer):
+    from_ = serializers.DateTimeField()
     to = serializers.DateTimeField()
     resolution = serializers.ChoiceField(choices=["minute", "hour"])
-
-    class Meta:
-        ref_name = "MetricsWindow"
-
-    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
-        # `from` is a Python keyword: it cannot be a class attribute.
-        return {"from": serializers.DateTimeField(), **super().get_fields()}
 
 
 class CohortArmsSerializer(serializers.Serializer[Any]):
@@ -115,9 +231,6 @@ class CohortArmsSerializer(serializers.Serializer[Any]):
 
     stable = serializers.IntegerField(allow_null=True)
     candidate = serializers.IntegerField(allow_null=True)
-
-    class Meta:
-        ref_name = "CohortArms"
 
 
 class FleetMetricsSerializer(serializers.Serializer[Any]):
@@ -130,9 +243,6 @@ class FleetMetricsSerializer(serializers.Serializer[Any]):
     )
     groups = MetricsGroupSerializer(many=True)
 
-    class Meta:
-        ref_name = "FleetMetrics"
-
 
 class DashboardWindowSerializer(MetricsWindowSerializer):
     bucket_seconds = serializers.IntegerField(min_value=1)
@@ -143,26 +253,17 @@ class DashboardWindowSerializer(MetricsWindowSerializer):
     )
     partial_from = serializers.DateTimeField(help_text="when the bucket in progress began")
 
-    class Meta:
-        ref_name = "DashboardWindow"
 
-
-class DashboardMarkerSerializer(serializers.Serializer[Any]):
+class DashboardMarkerSerializer(KeywordNamedSerializer):
     at = serializers.DateTimeField()
     kind = serializers.ChoiceField(choices=["published", "switched", "rollout", "rolled_back"])
-    label = serializers.CharField()  # type: ignore[assignment]  # a declared field
+    label_ = serializers.CharField()
     summary = serializers.CharField(allow_blank=True)
-
-    class Meta:
-        ref_name = "DashboardMarker"
 
 
 class DashboardOptionsSerializer(serializers.Serializer[Any]):
     versions = serializers.ListField(child=serializers.IntegerField())
     task_types = serializers.ListField(child=serializers.CharField())
-
-    class Meta:
-        ref_name = "DashboardOptions"
 
 
 class DashboardConvergenceVersionSerializer(serializers.Serializer[Any]):
@@ -172,17 +273,11 @@ class DashboardConvergenceVersionSerializer(serializers.Serializer[Any]):
     acked = serializers.IntegerField(min_value=0)
     online = serializers.IntegerField(min_value=0)
 
-    class Meta:
-        ref_name = "DashboardConvergenceVersion"
-
 
 class DashboardConvergenceSerializer(serializers.Serializer[Any]):
     devices = serializers.IntegerField(min_value=0)
     online = serializers.IntegerField(min_value=0)
     versions = DashboardConvergenceVersionSerializer(many=True)
-
-    class Meta:
-        ref_name = "DashboardConvergence"
 
 
 class DashboardViewSerializer(serializers.Serializer[Any]):
@@ -191,9 +286,6 @@ class DashboardViewSerializer(serializers.Serializer[Any]):
     cohort = serializers.CharField(allow_null=True)
     task_type = serializers.CharField(allow_null=True)
     route = serializers.CharField(allow_null=True)
-
-    class Meta:
-        ref_name = "DashboardView"
 
 
 class DashboardCohortCostSerializer(serializers.Serializer[Any]):
@@ -215,16 +307,10 @@ class DashboardCohortCostSerializer(serializers.Serializer[Any]):
         allow_null=True, help_text="95% interval of candidate_change: its high end"
     )
 
-    class Meta:
-        ref_name = "DashboardCohortCost"
 
-
-class DashboardPriceSerializer(serializers.Serializer[Any]):
+class DashboardCloudPriceSerializer(serializers.Serializer[Any]):
     per_1k_tokens = serializers.FloatField()
     per_call = serializers.FloatField()
-
-    class Meta:
-        ref_name = "DashboardCloudPrice"
 
 
 class DashboardCostSerializer(CostReportSerializer):
@@ -233,7 +319,7 @@ class DashboardCostSerializer(CostReportSerializer):
     `stable` is the view had the candidate's tasks cost what the stable cohort's cost per task;
     null without a rollout whose two cohorts both have tasks in the view."""
 
-    price = DashboardPriceSerializer()
+    price = DashboardCloudPriceSerializer()
     cloud_calls = serializers.FloatField(help_text="cloud and draft_refine tasks, not cached")
     cloud_tokens = serializers.FloatField()
     saving = serializers.FloatField(help_text="all-cloud minus actual, in the view")
@@ -247,9 +333,6 @@ class DashboardCostSerializer(CostReportSerializer):
     min_compared_tasks = serializers.IntegerField(
         help_text="tasks each cohort needs in the view before their costs are compared"
     )
-
-    class Meta:
-        ref_name = "DashboardCost"
 
 
 class FleetDashboardSerializer(serializers.Serializer[Any]):
@@ -276,6 +359,3 @@ class FleetDashboardSerializer(serializers.Serializer[Any]):
     rollout = RolloutSerializer(allow_null=True)
     convergence = DashboardConvergenceSerializer()
     alerts = serializers.JSONField(allow_null=True, help_text="kept live by the alert feed")
-
-    class Meta:
-        ref_name = "FleetDashboard"

@@ -14,7 +14,6 @@ API's answer, the page's first paint and the live feed's message.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -24,14 +23,13 @@ from urllib.parse import urlencode
 from django.db.models import Count, Max, Min
 from django.utils import timezone
 
-from controlplane.exceptions import ValidationFailed
 from routing_policies.assignment import FleetAssignment
-from routing_policies.devices.models import online_q
 from routing_policies.models import AuditEntry, Device, Fleet, FleetRouting, PolicyCell
 from routing_policies.pricing import CloudPrice
-from routing_policies.rollouts.selectors import (
+from routing_policies.selectors import (
     candidate_cohort_count,
     compared_rollout,
+    online_q,
     rollout_out,
 )
 
@@ -64,8 +62,6 @@ FILTERS: Final = ("version", "cohort", "task_type", "route")
 # The rollup column each filter reads (the others read the column of their name).
 FILTER_COLUMNS: Final = {"version": "policy_version"}
 COHORTS: Final = (Cohort.STABLE.value, Cohort.CANDIDATE.value)
-MAX_VERSION: Final = 2**31 - 1
-_NAME_RE = re.compile(r"\A[a-z0-9][a-z0-9_-]{0,31}\Z")
 # Audit actions drawn on the time axis, and the marker kind each becomes.
 MARKER_ACTIONS: Final = {
     "policy_version.published": "published",
@@ -105,57 +101,6 @@ class DashboardView:
     def as_json(self) -> dict[str, Any]:
         """The view as the API and the feed echo it."""
         return {"window": self.window, **{name: getattr(self, name) for name in FILTERS}}
-
-
-def _field_error(name: str, message: str) -> ValidationFailed:
-    return ValidationFailed(message, details=[{"field": name, "message": message}])
-
-
-def parse_view(params: Mapping[str, Any], *, strict: bool = True) -> DashboardView:
-    """A view from query parameters or a feed message; a clear ValidationFailed otherwise.
-
-    With `strict`, a parameter that is not a window or a filter is refused too (a typo such as
-    `?tasktype=voice` must not silently show the unfiltered fleet).
-    """
-    if strict:
-        unknown = sorted(str(name) for name in params if name not in ("window", *FILTERS))
-        if unknown:
-            raise ValidationFailed(
-                f"Unknown parameter {unknown[0]!r}; use window, {', '.join(FILTERS)}.",
-                details=[{"field": name, "message": "unknown parameter"} for name in unknown],
-            )
-    raw_window = params.get("window")
-    window = DEFAULT_WINDOW if raw_window in (None, "") else raw_window
-    if not isinstance(window, str) or window not in WINDOWS:
-        raise _field_error("window", f"`window` must be one of {', '.join(WINDOWS)}.")
-    values: dict[str, Any] = {}
-    for name in FILTERS:
-        raw = params.get(name)
-        if raw is None or raw == "":
-            continue
-        if isinstance(raw, bool) or not isinstance(raw, str | int):
-            raise _field_error(name, f"`{name}` must be a string.")
-        text = str(raw).strip()
-        if name == "version":
-            number = text.removeprefix("v")
-            if not number.isascii() or not number.isdigit() or not 1 <= int(number) <= MAX_VERSION:
-                raise _field_error("version", "`version` must be a version number such as 3.")
-            values[name] = int(number)
-        elif name == "cohort":
-            if text not in COHORTS:
-                raise _field_error("cohort", "`cohort` must be stable or candidate.")
-            values[name] = text
-        elif name == "route":
-            if text not in ROUTES:
-                raise _field_error("route", f"`route` must be one of {', '.join(ROUTES)}.")
-            values[name] = text
-        else:
-            if not _NAME_RE.match(text):
-                raise _field_error(
-                    name, f"`{name}` must be a task type name (a-z, 0-9, _ or -, ≤ 32)."
-                )
-            values[name] = text
-    return DashboardView(window=window, **values)
 
 
 # --- the rollup scan ---------------------------------------------------------------------------

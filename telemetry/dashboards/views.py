@@ -11,7 +11,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from drf_spectacular.utils import extend_schema
-from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -20,48 +19,24 @@ from controlplane.exceptions import ApplicationError
 from controlplane.openapi import query_params_validate
 from controlplane.pages import role_required
 from controlplane.roles import Role
-from routing_policies.policies.pages import fleet_or_404
+from routing_policies.pages import fleet_or_404
 from routing_policies.selectors import fleet_get
 
 from ..models import Cohort
-from .schemas import FleetDashboardSerializer
-from .selectors import (
-    DEFAULT_WINDOW,
-    MAX_VERSION,
-    ROUTES,
-    WINDOWS,
-    DashboardView,
-    fleet_dashboard,
+from .schemas import (
+    FleetDashboardQuerySerializer,
+    FleetDashboardSerializer,
     parse_view,
+    refuse_unknown,
 )
+from .selectors import ROUTES, WINDOWS, DashboardView, fleet_dashboard
 
 
 class FleetDashboardApi(APIView):
     """Everything a fleet's dashboard draws for one window and filters, from rollups only."""
 
-    class QuerySerializer(serializers.Serializer[Any]):
-        """The schema of the view's query; `parse_view` checks it (the live feed shares it)."""
-
-        window = serializers.ChoiceField(
-            choices=list(WINDOWS), required=False, help_text=f"default {DEFAULT_WINDOW}"
-        )
-        version = serializers.IntegerField(
-            min_value=1, max_value=MAX_VERSION, required=False, help_text="only this version"
-        )
-        cohort = serializers.ChoiceField(choices=[c.value for c in Cohort], required=False)
-        task_type = serializers.RegexField(
-            r"\A[a-z0-9][a-z0-9_-]{0,31}\Z",
-            trim_whitespace=False,
-            required=False,
-            help_text="only this task type",
-        )
-        route = serializers.ChoiceField(choices=list(ROUTES), required=False)
-
-        class Meta:
-            ref_name = "FleetDashboardQuery"
-
     @extend_schema(
-        parameters=[QuerySerializer],
+        parameters=[FleetDashboardQuerySerializer],
         responses=FleetDashboardSerializer,
         operation_id="fleet_dashboard",
         description=(
@@ -73,10 +48,10 @@ class FleetDashboardApi(APIView):
         ),
     )
     def get(self, request: Request, slug: str) -> Response:
-        query_params_validate(self.QuerySerializer, request)  # types, ranges; no empty values
+        query = query_params_validate(FleetDashboardQuerySerializer, request)
         fleet = fleet_get(slug=slug)
-        view = parse_view(request.query_params)
-        return Response(fleet_dashboard(fleet=fleet, view=view))
+        refuse_unknown(request.query_params)
+        return Response(fleet_dashboard(fleet=fleet, view=DashboardView(**query)))
 
 
 @role_required(Role.VIEWER)

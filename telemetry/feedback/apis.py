@@ -4,21 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import RequestDataTooBig
-from drf_spectacular.utils import extend_schema
-from rest_framework.request import Request
-from rest_framework.response import Response
-from rest_framework.views import APIView
+from drf_spectacular.utils import extend_schema, extend_schema_view
 
 from controlplane.exceptions import ApplicationError, error_body
 from controlplane.openapi import error_responses
-from routing_policies.devices.apis import DeviceTokenAuthentication, IsDevice
 from routing_policies.models import Device
 
-from ..ingest import schemas as ingest_schemas
-from ..ingest.ratelimit import device_batch_gate
-from . import schemas
-from .messages import MAX_ITEMS, FeedbackTooLarge
+from ..api_schemas import TelemetryAcceptedSerializer
+from ..device_api import DeviceBatchApi
+from ..ratelimit import Outcome, device_batch_gate
+from ..structs import request_body
+from .messages import MAX_ITEMS, FeedbackTooLarge, TelemetryFeedbackBatch
 from .services import feedback_batch_ingest
 
 
@@ -44,29 +40,20 @@ def feedback_outcome(
     return 202, {"accepted": result.accepted, "duplicates": result.duplicates}, {}
 
 
-class TelemetryFeedbackApi(APIView):
-    """`POST /api/v1/telemetry/feedback`: quality readings of events sent before; 202 once
-    durable. Each joins its event in the rollups once, whenever the event arrives."""
-
-    authentication_classes = [DeviceTokenAuthentication]
-    permission_classes = [IsDevice]
-    parser_classes: list[Any] = []  # the body is read raw and decoded by msgspec
-
-    @extend_schema(
-        request={"application/json": schemas.TelemetryFeedbackBatchSerializer},
-        responses={202: ingest_schemas.TelemetryAcceptedSerializer, **error_responses(429)},
+@extend_schema_view(
+    post=extend_schema(
+        request={"application/json": request_body(TelemetryFeedbackBatch)},
+        responses={202: TelemetryAcceptedSerializer, **error_responses(429)},
         operation_id="telemetry_feedback",
         description=(
             f"At most {MAX_ITEMS} items and 1 MiB. The first quality sent for an event wins; "
             "a resend counts as a duplicate. See PROTOCOL.md (extensions)."
         ),
     )
-    def post(self, request: Request) -> Response:
-        device = request.auth
-        assert isinstance(device, Device)
-        try:
-            body: bytes | None = request.body
-        except RequestDataTooBig:
-            body = None
-        status_code, data, headers = feedback_outcome(device, body)
-        return Response(data, status=status_code, headers=headers)
+)
+class TelemetryFeedbackApi(DeviceBatchApi):
+    """`POST /api/v1/telemetry/feedback`: quality readings of events sent before; 202 once
+    durable. Each joins its event in the rollups once, whenever the event arrives."""
+
+    def outcome(self, device: Device, body: bytes | None) -> Outcome:
+        return feedback_outcome(device, body)

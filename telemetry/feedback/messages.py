@@ -1,22 +1,24 @@
 """The feedback body of PROTOCOL.md extensions: decoding and validation.
 
-As for telemetry (ingest.events), in two passes: msgspec decodes a good body into typed structs
-in C; only when it refuses the body is it parsed again with the standard library and every item
-checked by hand, so that the 400 names every bad item and field (`feedback[3].quality`).
+The struct `TelemetryFeedbackBatch` is the one declaration of the body; its JSON Schema is the
+API's (telemetry.structs). As for telemetry (ingest.events), in two passes: msgspec decodes a
+good body into typed structs in C; only when it refuses the body is it parsed again with the
+standard library and each item checked against the struct field by field, so that the 400
+names every bad item and field (`feedback[3].quality`).
 Unknown fields are ignored: the protocol grows by new optional fields.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import uuid
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
 import msgspec
 
 from controlplane import json_guard
 from controlplane.exceptions import ValidationFailed
+
+from ..structs import batch_items, field_problems, unnamed_problem
 
 MAX_ITEMS: Final = 1000
 MAX_ERRORS: Final = 200  # a 400 names at most this many problems
@@ -24,20 +26,23 @@ MAX_ERRORS: Final = 200  # a 400 names at most this many problems
 Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 
 
-class FeedbackItem(msgspec.Struct, kw_only=True):
+class TelemetryFeedbackItem(msgspec.Struct, kw_only=True):
     """The app's quality reading of one event, sent after the event."""
 
     event_id: uuid.UUID
     quality: Unit
 
 
-class FeedbackBatch(msgspec.Struct):
+class TelemetryFeedbackBatch(msgspec.Struct):
     """The body of `POST /api/v1/telemetry/feedback`."""
 
-    feedback: list[FeedbackItem]
+    # 1 to MAX_ITEMS: refused otherwise by the complete check (413 over the most).
+    feedback: Annotated[
+        list[TelemetryFeedbackItem], msgspec.Meta(min_length=1, max_length=MAX_ITEMS)
+    ]
 
 
-_DECODER: Final = msgspec.json.Decoder(FeedbackBatch)
+_DECODER: Final = msgspec.json.Decoder(TelemetryFeedbackBatch)
 
 
 class FeedbackTooLarge(Exception):
@@ -50,13 +55,7 @@ def _refuse(details: list[dict[str, str]]) -> ValidationFailed:
     )
 
 
-_EMPTY: Final = {
-    "field": "feedback",
-    "message": f"A batch holds 1 to {MAX_ITEMS} items; this one is empty (send nothing instead).",
-}
-
-
-def decode_feedback(body: bytes) -> list[FeedbackItem]:
+def decode_feedback(body: bytes) -> list[TelemetryFeedbackItem]:
     """The body's items, all valid; raises ValidationFailed naming each bad item and field,
     FeedbackTooLarge over MAX_ITEMS items."""
     try:
@@ -71,66 +70,26 @@ def decode_feedback(body: bytes) -> list[FeedbackItem]:
         items = _DECODER.decode(body).feedback
     except msgspec.MsgspecError:
         raise _complete_check(body) from None
-    if len(items) > MAX_ITEMS:
-        raise FeedbackTooLarge(f"{len(items)} items; at most {MAX_ITEMS} per batch.")
-    if not items:
-        raise _refuse([dict(_EMPTY)])
-    return items
-
-
-def _event_id_problem(value: Any) -> str | None:
-    if value is None:
-        return "This field is required."
-    if not isinstance(value, str):
-        return "Must be a string."
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return "Must be a UUID."
-    return None
-
-
-def _quality_problem(value: Any) -> str | None:
-    if value is None:
-        return "This field is required."
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return "Must be a number."
-    if isinstance(value, float) and not math.isfinite(value):
-        return "Must be a finite number (not NaN or infinite)."
-    if not 0 <= value <= 1:
-        return "Must be from 0 to 1."
-    return None
+    return items  # 1 to MAX_ITEMS (the struct says so)
 
 
 def _complete_check(body: bytes) -> ValidationFailed | FeedbackTooLarge:
-    """Check the whole body by hand and name every problem (the fast pass stopped at one)."""
+    """Check the whole body by the struct and name every problem (the fast pass stopped at one)."""
     try:
-        document = json.loads(body.decode("utf-8"))
-    except ValueError as exc:
-        return ValidationFailed(f"The body is not valid JSON: {exc}", code="malformed_json")
-    if not isinstance(document, dict) or not isinstance(document.get("feedback"), list):
-        return _refuse([{"field": "feedback", "message": 'The body must be {"feedback": [...]}.'}])
-    items = document["feedback"]
-    if len(items) > MAX_ITEMS:
-        return FeedbackTooLarge(f"{len(items)} items; at most {MAX_ITEMS} per batch.")
-    if not items:
-        return _refuse([dict(_EMPTY)])
+        document, items = batch_items(
+            body, "feedback", most=MAX_ITEMS, too_large=FeedbackTooLarge, refuse=_refuse
+        )
+    except (ValidationFailed, FeedbackTooLarge) as exc:
+        return exc
     details: list[dict[str, str]] = []
     for index, raw in enumerate(items):
         if not isinstance(raw, dict):
             details.append({"field": f"feedback[{index}]", "message": "Must be an object."})
             continue
-        for name, check in (("event_id", _event_id_problem), ("quality", _quality_problem)):
-            problem = check(raw.get(name))
-            if problem is not None:
-                details.append({"field": f"feedback[{index}].{name}", "message": problem})
-    if not details and (unread := json_guard.value_problem(document)) is not None:
-        # NaN / Infinity in a field the protocol does not know (Python's json reads them).
-        details.append({"field": unread.field or "feedback", "message": unread.message})
-    if not details:
-        # The fast pass refused what the complete check accepts: say what msgspec said.
-        try:
-            _DECODER.decode(body)
-        except msgspec.MsgspecError as exc:
-            details.append({"field": "feedback", "message": str(exc)})
+        details.extend(
+            {"field": f"feedback[{index}].{name}", "message": problem}
+            for name, problem in field_problems(TelemetryFeedbackItem, raw).items()
+        )
+    if not details and (unnamed := unnamed_problem(document, body, _DECODER)) is not None:
+        details.append({"field": unnamed.field or "feedback", "message": unnamed.message})
     return _refuse(details)

@@ -10,7 +10,7 @@ arrives stays held until retention removes it (TELEMETRY_RETENTION_DAYS, like ra
 from django.db import models
 from django.db.models import Q
 
-from ..ingest.models import bulk_fleet_fk
+from ..model_fields import bulk_fleet_fk
 
 
 class FeedbackState(models.TextChoices):

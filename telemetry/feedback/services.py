@@ -27,9 +27,10 @@ from routing_policies.models import Device
 
 from ..models import Event, EventKey
 from ..rollups import RollupAccumulator
+from ..rollups.store import store_rollups
 from ..signals import send_rollups_stored
 from .joining import HeldFeedback, held_for_update, mark_settled, settle
-from .messages import FeedbackItem, decode_feedback
+from .messages import TelemetryFeedbackItem, decode_feedback
 from .models import Feedback, FeedbackState
 
 logger = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class FeedbackResult:
     ids: tuple[int, ...]
 
 
-def _insert(device: Device, now: datetime, items: Sequence[FeedbackItem]) -> list[int]:
+def _insert(device: Device, now: datetime, items: Sequence[TelemetryFeedbackItem]) -> list[int]:
     """Store the items that are new for this device (first value wins); their row ids."""
     table = Feedback._meta.db_table
     with connection.cursor() as cursor:
@@ -96,7 +97,7 @@ def feedback_batch_ingest(
     """
     now = now or timezone.now()
     items = decode_feedback(body)
-    unique: dict[uuid.UUID, FeedbackItem] = {}
+    unique: dict[uuid.UUID, TelemetryFeedbackItem] = {}
     for item in items:
         unique.setdefault(item.event_id, item)
     with transaction.atomic():
@@ -140,8 +141,6 @@ def _stored_events(event_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[int,
 
 def _join(held: list[HeldFeedback]) -> int:
     """Join these locked held rows with their stored events (in the caller's transaction)."""
-    from ..ingest.services.processing import store_rollups  # processing → joining, not this
-
     if not held:
         return 0
     events = _stored_events(sorted({row.event_id for row in held}))

@@ -2,50 +2,41 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.core.exceptions import RequestDataTooBig
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.openapi import error_responses
-from routing_policies.devices.apis import DeviceTokenAuthentication, IsDevice
 from routing_policies.models import Device
 
+from ..api_schemas import TelemetryAcceptedSerializer
+from ..device_api import DeviceBatchApi
+from ..ratelimit import Outcome
+from ..structs import request_body
 from . import schemas, selectors
-from .events import MAX_EVENTS
+from .events import MAX_EVENTS, TelemetryBatch
 from .fastpath import ingest_outcome
 
 
-class TelemetryIngestApi(APIView):
+@extend_schema_view(
+    post=extend_schema(
+        # The body is read raw (no DRF parser), so its media type is named here.
+        request={"application/json": request_body(TelemetryBatch)},
+        responses={202: TelemetryAcceptedSerializer, **error_responses(429)},
+        operation_id="telemetry_ingest",
+        description=f"At most {MAX_EVENTS} events and 1 MiB. See PROTOCOL.md.",
+    )
+)
+class TelemetryIngestApi(DeviceBatchApi):
     """`POST /api/v1/telemetry`: a device's batch of events; 202 once it is durable.
 
     Under the ASGI server `telemetry.ingest.fastpath` answers this path before Django; this view
     documents it in the schema and serves it elsewhere (test client, runserver), alike.
     """
 
-    authentication_classes = [DeviceTokenAuthentication]
-    permission_classes = [IsDevice]
-    parser_classes: list[Any] = []  # the body is read raw and decoded by msgspec
-
-    @extend_schema(
-        # The body is read raw (no DRF parser), so its media type is named here.
-        request={"application/json": schemas.TelemetryBatchSerializer},
-        responses={202: schemas.TelemetryAcceptedSerializer, **error_responses(429)},
-        operation_id="telemetry_ingest",
-        description=f"At most {MAX_EVENTS} events and 1 MiB. See PROTOCOL.md.",
-    )
-    def post(self, request: Request) -> Response:
-        device = request.auth
-        assert isinstance(device, Device)
-        try:
-            body: bytes | None = request.body
-        except RequestDataTooBig:
-            body = None
-        status_code, data, headers = ingest_outcome(device, body)
-        return Response(data, status=status_code, headers=headers)
+    def outcome(self, device: Device, body: bytes | None) -> Outcome:
+        return ingest_outcome(device, body)
 
 
 class IngestStatusApi(APIView):

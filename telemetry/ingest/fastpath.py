@@ -30,12 +30,12 @@ from django.core import signals
 from django.http.request import split_domain_port, validate_host
 
 from controlplane.exceptions import ApplicationError, error_body
-from routing_policies.devices.token_cache import device_authenticate_cached
 from routing_policies.models import Device
+from routing_policies.services import device_authenticate_cached
 
+from ..ratelimit import Outcome, device_batch_gate
 from . import services
 from .events import BatchTooLarge
-from .ratelimit import Outcome, device_batch_gate
 
 logger = logging.getLogger(__name__)
 

@@ -11,16 +11,7 @@ from django.db import models
 
 from routing_policies.models import Fleet
 
-
-def bulk_fleet_fk() -> "models.ForeignKey[Fleet, Fleet]":
-    """A fleet reference on a bulk table: no per-row constraint check, no Python cascade.
-
-    Deleting a fleet must not make Django load millions of telemetry rows to cascade them;
-    retention removes them instead. The (fleet, time) indexes below serve every query.
-    """
-    return models.ForeignKey(
-        Fleet, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
-    )
+from ..model_fields import bulk_fleet_fk
 
 
 class Cohort(models.TextChoices):
@@ -28,6 +19,22 @@ class Cohort(models.TextChoices):
 
     STABLE = "stable"
     CANDIDATE = "candidate"
+
+
+class CellKeyed(models.Model):
+    """What an event and a rollup row of the cell levels (minute, hour) are keyed by: the
+    fleet, the policy version, the cohort, the policy cell and the route."""
+
+    fleet = bulk_fleet_fk()
+    policy_version = models.IntegerField()
+    cohort = models.CharField(max_length=9, choices=Cohort.choices)
+    task_type = models.CharField(max_length=32)
+    latency_budget = models.CharField(max_length=32)
+    privacy_tier = models.CharField(max_length=32)
+    route = models.CharField(max_length=12)
+
+    class Meta:
+        abstract = True
 
 
 class LandedBatch(models.Model):
@@ -60,7 +67,7 @@ class EventKey(models.Model):
         return str(self.event_id)
 
 
-class Event(models.Model):
+class Event(CellKeyed):
     """One routing decision as a device reported it (PROTOCOL.md "Telemetry event").
 
     On PostgreSQL the table is partitioned by day of `ts` (migration 0002) and has no primary
@@ -68,16 +75,9 @@ class Event(models.Model):
     """
 
     event_id = models.UUIDField(primary_key=True)
-    fleet = bulk_fleet_fk()
     device_id = models.CharField(max_length=128)
     ts = models.DateTimeField()
     received_at = models.DateTimeField()
-    policy_version = models.IntegerField()
-    cohort = models.CharField(max_length=9, choices=Cohort.choices)
-    task_type = models.CharField(max_length=32)
-    latency_budget = models.CharField(max_length=32)
-    privacy_tier = models.CharField(max_length=32)
-    route = models.CharField(max_length=12)
     decided_by = models.CharField(max_length=12)
     fallback = models.CharField(max_length=16)
     latency_ms = models.FloatField()

@@ -1,8 +1,8 @@
 """Celery tasks of the telemetry pipeline: thin, each calls one service.
 
-Process and drain landed batches (woken by ingest, telemetry.ingest.wakeup) and join late
-feedback (telemetry.feedback); beat runs the sweeps of landed batches and held feedback, rollup
-compaction, and partitions with retention.
+Process and drain landed batches (woken by ingest, telemetry.ingest.wakeup); beat runs the
+sweep of landed batches, rollup compaction, and partitions with retention. Late feedback's
+tasks are its own (telemetry.feedback.tasks).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import time
 
 from celery import shared_task
 from django.conf import settings
-from django.db import DatabaseError
 
-from ..feedback.services import feedback_join, feedback_sweep
+from controlplane.queue import DATABASE_RETRY
+
 from ..rollups.maintenance import landed_sweep, rollups_compact, storage_maintain
 from .services import landed_batches_process, landed_drain
 
@@ -24,9 +24,7 @@ _embedded_last_compaction = 0.0
 
 @shared_task(  # type: ignore[untyped-decorator]  # Celery ships no type hints
     name="telemetry.process_landed",
-    autoretry_for=(DatabaseError,),
-    retry_backoff=True,
-    retry_backoff_max=30,
+    **DATABASE_RETRY,
     max_retries=None,
 )
 def process_landed(batch_ids: list[int] | None = None) -> int:
@@ -51,9 +49,7 @@ def _compact_when_embedded() -> None:
 @shared_task(  # type: ignore[untyped-decorator]
     name="telemetry.drain_landed",
     ignore_result=True,
-    autoretry_for=(DatabaseError,),
-    retry_backoff=True,
-    retry_backoff_max=30,
+    **DATABASE_RETRY,
     max_retries=None,
 )
 def drain_landed(slot: int = 0) -> int:
@@ -66,25 +62,6 @@ def drain_landed(slot: int = 0) -> int:
 def sweep_landed() -> int:
     """Re-enqueue batches that waited too long (their task was lost)."""
     return landed_sweep()
-
-
-@shared_task(  # type: ignore[untyped-decorator]
-    name="telemetry.join_feedback",
-    ignore_result=True,
-    autoretry_for=(DatabaseError,),
-    retry_backoff=True,
-    retry_backoff_max=30,
-    max_retries=5,  # the sweep joins what a lost task leaves held
-)
-def join_feedback(feedback_ids: list[int]) -> int:
-    """Join newly stored feedback with its events where they are stored already."""
-    return feedback_join(ids=feedback_ids)
-
-
-@shared_task(name="telemetry.sweep_feedback", ignore_result=True)  # type: ignore[untyped-decorator]
-def sweep_feedback() -> int:
-    """Join held feedback whose event was received (a race with the fold, or a lost task)."""
-    return feedback_sweep()
 
 
 @shared_task(name="telemetry.compact_rollups", ignore_result=True)  # type: ignore[untyped-decorator]

@@ -21,18 +21,15 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-import msgspec
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
-from psycopg.types.json import Jsonb, set_json_dumps
 
 from controlplane.queue import task_send
 
 from ...feedback.joining import feedback_join_folding
-from ...models import FleetHourRollup, HourRollup, MinuteRollup
-from ...rollups import METRIC_FIELDS, SENSITIVE_TIER, RollupAccumulator, Tally, is_privacy_violation
-from ...rollups.schema import FLOAT_FIELDS, HISTOGRAM_FIELDS
+from ...rollups import SENSITIVE_TIER, RollupAccumulator, is_privacy_violation
+from ...rollups.store import CELL_COLUMN_TYPES, copy_binary, store_rollups
 from ...signals import send_rollups_stored
 from .. import partitions, wakeup
 from ..events import TelemetryEvent, decode_landed
@@ -49,12 +46,7 @@ EVENT_COLUMN_TYPES = (
     ("device_id", "text"),
     ("ts", "timestamptz"),
     ("received_at", "timestamptz"),
-    ("policy_version", "int4"),
-    ("cohort", "text"),
-    ("task_type", "text"),
-    ("latency_budget", "text"),
-    ("privacy_tier", "text"),
-    ("route", "text"),
+    *CELL_COLUMN_TYPES,
     ("decided_by", "text"),
     ("fallback", "text"),
     ("latency_ms", "float8"),
@@ -80,31 +72,6 @@ EVENT_COLUMN_TYPES = (
     ("shadow_refine", "bool"),
 )
 EVENT_COLUMNS = tuple(name for name, _ in EVENT_COLUMN_TYPES)
-# The rollup columns in COPY order: every summed column (schema.METRIC_FIELDS), the sketches,
-# and the partial-row flag.
-_METRIC_TYPES = (
-    *((name, "float8" if name in FLOAT_FIELDS else "int8") for name in METRIC_FIELDS),
-    *((name, "jsonb") for name in HISTOGRAM_FIELDS),
-    ("compacted", "bool"),
-)
-_CELL_KEY_TYPES = (
-    ("fleet_id", "int8"),
-    (None, "timestamptz"),  # minute or hour
-    ("policy_version", "int4"),
-    ("cohort", "text"),
-    ("task_type", "text"),
-    ("latency_budget", "text"),
-    ("privacy_tier", "text"),
-    ("route", "text"),
-)
-_FLEET_KEY_TYPES = (
-    ("fleet_id", "int8"),
-    ("hour", "timestamptz"),
-    ("policy_version", "int4"),
-    ("cohort", "text"),
-    ("route", "text"),
-    ("decided_by", "text"),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,23 +172,12 @@ def _event_row(
     )
 
 
-def _copy_binary(
-    cursor: Any, table: str, columns: Sequence[tuple[str, str]], rows: Iterable[Sequence[Any]]
-) -> None:
-    """COPY rows in PostgreSQL's binary format (about 8x less client CPU than text)."""
-    names = ", ".join(name for name, _ in columns)
-    with cursor.copy(f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)") as copy:
-        copy.set_types([kind for _, kind in columns])
-        for row in rows:
-            copy.write_row(row)
-
-
 def _store_raw(rows: list[tuple[Any, ...]]) -> None:
     """Insert raw event rows: binary COPY on PostgreSQL, executemany elsewhere."""
     table = Event._meta.db_table
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            _copy_binary(cursor, table, EVENT_COLUMN_TYPES, rows)
+            copy_binary(cursor, table, EVENT_COLUMN_TYPES, rows)
             return
         ops = connection.ops
         adapted = [
@@ -240,56 +196,6 @@ def _store_raw(rows: list[tuple[Any, ...]]) -> None:
             f"INSERT INTO {table} ({columns}) VALUES ({placeholders})",  # noqa: S608
             adapted,
         )
-
-
-def _metric_values(tally: Tally) -> list[Any]:
-    columns = tally.columns()
-    return [
-        *(columns[name] for name in METRIC_FIELDS),
-        *(Jsonb(columns[name]) for name in HISTOGRAM_FIELDS),
-        False,
-    ]
-
-
-def store_rollups(accumulator: RollupAccumulator) -> int:
-    """Append the accumulator's tallies as partial (uncompacted) rows; how many rows."""
-    levels: list[tuple[Any, Sequence[tuple[str, str]], dict[Any, Tally]]] = [
-        (MinuteRollup, _with_time(_CELL_KEY_TYPES, "minute"), accumulator.minutes()),
-        (HourRollup, _with_time(_CELL_KEY_TYPES, "hour"), accumulator.hours()),
-        (FleetHourRollup, _FLEET_KEY_TYPES, accumulator.fleet_hours()),
-    ]
-    written = 0
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            set_json_dumps(_json_dumps, context=cursor.cursor)
-            for model, key_types, tallies in levels:
-                _copy_binary(
-                    cursor,
-                    model._meta.db_table,
-                    [*key_types, *_METRIC_TYPES],
-                    ([*key, *_metric_values(tally)] for key, tally in tallies.items()),
-                )
-                written += len(tallies)
-        return written
-    for model, key_types, tallies in levels:
-        names = [name for name, _ in key_types]
-        model.objects.bulk_create(
-            [
-                model(**dict(zip(names, key, strict=True)), **tally.columns())
-                for key, tally in tallies.items()
-            ],
-            batch_size=500,
-        )
-        written += len(tallies)
-    return written
-
-
-def _with_time(key_types: Sequence[tuple[str | None, str]], name: str) -> list[tuple[str, str]]:
-    return [(column or name, kind) for column, kind in key_types]
-
-
-def _json_dumps(value: Any) -> str:
-    return msgspec.json.encode(value).decode()
 
 
 def landed_batches_process(

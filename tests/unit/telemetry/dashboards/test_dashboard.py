@@ -11,7 +11,8 @@ from rest_framework.test import APIClient
 from controlplane.exceptions import ValidationFailed
 from routing_policies.models import Device
 from routing_policies.services import device_enroll, rollout_start
-from telemetry.dashboards.selectors import DashboardView, fleet_dashboard, parse_view
+from telemetry.dashboards.schemas import parse_view
+from telemetry.dashboards.selectors import DashboardView, fleet_dashboard
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from tests.factories import iso, make_event
 

@@ -15,7 +15,7 @@ from controlplane.roles import Role
 from routing_policies.models import Fleet
 from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
 from telemetry.dashboards import consumers
-from telemetry.dashboards.selectors import parse_view
+from telemetry.dashboards.schemas import parse_view
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from tests.factories import UserFactory, make_events, make_fleet
 

@@ -17,7 +17,7 @@ from django.conf import settings
 
 from controlplane.exceptions import error_body
 
-from ..redis_client import redis_client
+from .redis_client import redis_client
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,139 @@
+"""The device hot path's one declaration of its input: a msgspec struct (ingest, feedback).
+
+msgspec decodes a good body in C. When it refuses one it names only the first problem, so each
+item of the body is then checked against the same struct field by field (`field_problems`),
+and a 400 names every bad item and field. `request_body` puts the struct's own JSON Schema into
+the OpenAPI document (the drf-spectacular hook `postprocess_struct_bodies` adds it), so a
+generated client refuses what the server refuses: there is no second declaration to keep in
+step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import msgspec
+
+from controlplane import json_guard
+from controlplane.exceptions import ValidationFailed
+
+REQUIRED: Final = "This field is required."
+_MISSING: Final = object()
+# Request components are named as drf-spectacular names a serializer's (COMPONENT_SPLIT_REQUEST).
+_REF_TEMPLATE: Final = "#/components/schemas/{name}Request"
+_COMPONENTS: dict[str, dict[str, Any]] = {}
+_REFS: set[str] = set()
+
+
+def field_problems(struct_type: type[msgspec.Struct], raw: Mapping[str, Any]) -> dict[str, str]:
+    """{field: why} for each field of `raw` (one item of a body, as `json.loads` read it) that
+    `struct_type` refuses, in the struct's field order."""
+    problems: dict[str, str] = {}
+    for info in msgspec.structs.fields(struct_type):
+        value = raw.get(info.encode_name, _MISSING)
+        if value is _MISSING or (value is None and info.required):
+            if info.required:
+                problems[info.name] = REQUIRED
+            continue
+        try:
+            msgspec.convert(value, info.type)
+        except msgspec.ValidationError as exc:
+            problems[info.name] = str(exc)
+    return problems
+
+
+def batch_items(
+    body: bytes,
+    key: str,
+    *,
+    most: int,
+    too_large: Callable[[str], Exception],
+    refuse: Callable[[list[dict[str, str]]], ValidationFailed],
+) -> tuple[dict[str, Any], list[Any]]:
+    """The body and its items under `key` as the standard library reads them, for a complete
+    check of a body msgspec refused. Raises ValidationFailed (`malformed_json`) when it is not
+    JSON, `refuse(details)` when it is not `{key: [...]}` or the list is empty, and
+    `too_large(message)` over `most` items."""
+    try:
+        # UTF-8 only, as msgspec reads it (json.loads would guess UTF-16 or UTF-32 too).
+        document = json.loads(body.decode("utf-8"))
+    except ValueError as exc:
+        raise ValidationFailed(
+            f"The body is not valid JSON: {exc}", code="malformed_json"
+        ) from None
+    if not isinstance(document, dict) or not isinstance(document.get(key), list):
+        raise refuse([{"field": key, "message": f'The body must be {{"{key}": [...]}}.'}])
+    items: list[Any] = document[key]
+    noun = "events" if key == "events" else "items"
+    if len(items) > most:
+        raise too_large(f"{len(items)} {noun}; at most {most} per batch.")
+    if not items:
+        empty = f"A batch holds 1 to {most} {noun}; this one is empty (send nothing instead)."
+        raise refuse([{"field": key, "message": empty}])
+    return document, items
+
+
+def unnamed_problem(
+    document: Any, body: bytes, decoder: msgspec.json.Decoder[Any]
+) -> json_guard.JsonProblem | None:
+    """What the fast pass refused when no item's field is at fault: NaN or Infinity in a field
+    the protocol does not know (Python's json reads them), else msgspec's own words."""
+    unread = json_guard.value_problem(document)
+    if unread is not None:
+        return unread
+    try:
+        decoder.decode(body)
+    except msgspec.MsgspecError as exc:
+        return json_guard.JsonProblem("", str(exc))
+    return None
+
+
+def request_body(struct_type: type[msgspec.Struct]) -> dict[str, Any]:
+    """The schema to name in `extend_schema(request={"application/json": ...})`: a reference to
+    the struct's JSON Schema, which `postprocess_struct_bodies` adds to the components."""
+    (reference,), components = msgspec.json.schema_components(
+        [struct_type], ref_template=_REF_TEMPLATE
+    )
+    for name, schema in components.items():
+        _COMPONENTS[f"{name}Request"] = _openapi_schema(schema)
+    _REFS.add(reference["$ref"])
+    return reference
+
+
+def _openapi_schema(schema: Any) -> Any:
+    """msgspec's JSON Schema (2020-12) as OpenAPI 3.0 says it: `X | None` is `nullable`, an
+    enum of strings has its type, titles (the class names) are dropped."""
+    if isinstance(schema, list):
+        return [_openapi_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _openapi_schema(value) for key, value in schema.items() if key != "title"}
+    options = out.get("anyOf")
+    if options is not None and {"type": "null"} in options:
+        rest = [option for option in options if option != {"type": "null"}]
+        if len(rest) == 1:
+            del out["anyOf"]
+            out = {**rest[0], **out, "nullable": True}
+    enum = out.get("enum")
+    if enum is not None and "type" not in out and all(isinstance(v, str) for v in enum):
+        out = {"type": "string", **out}
+    return out
+
+
+def postprocess_struct_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: the structs' components, and their bodies required
+    (a raw schema's body is optional to drf-spectacular)."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas.update(_COMPONENTS)
+    result["components"]["schemas"] = dict(sorted(schemas.items()))
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            body = operation.get("requestBody") if isinstance(operation, dict) else None
+            if not isinstance(body, dict):
+                continue
+            media_types = body.get("content", {}).values()
+            if any(media.get("schema", {}).get("$ref") in _REFS for media in media_types):
+                body["required"] = True
+    return result
