@@ -28,9 +28,9 @@ class TelemetryConfig(AppConfig):
         from routing_policies.extensions import (
             RolloutGuards,
             demo_seeder_register,
-            review_notifier_register,
             rollout_guards_register,
         )
+        from routing_policies.reviews.notify import review_notifier_register
 
         from .alerts.apis import guard_options
         from .alerts.schemas import RolloutGuardsInputSerializer

@@ -12,7 +12,7 @@ from ..devices.services import (
     devices_seen_by_token,
     fleet_enrollment_key_rotate,
 )
-from ..devices.token_cache import device_authenticate_cached
+from ..push.token_cache import device_authenticate_cached
 from ..devices.tokens import DEVICE_TOKEN_PREFIX, FLEET_KEY_PREFIX, hash_secret
 from ..policies.audit import Actor, actor_user, audit_record
 from ..policies.services import (
