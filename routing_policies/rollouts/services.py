@@ -16,8 +16,7 @@ from django.db.models import Exists
 from django.utils import timezone
 from rest_framework import serializers
 
-from controlplane.api import input_validate
-from controlplane.exceptions import Conflict, NotFound
+from controlplane.exceptions import Conflict, NotFound, ValidationFailed, drf_error_details
 
 from ..assignment import FleetAssignment
 from ..policies.audit import Actor, actor_name, actor_user, audit_record
@@ -53,8 +52,11 @@ def _push_assignment_on_commit(fleet: Fleet, assignment: FleetAssignment) -> Non
 def _checked(serializer_class: type[serializers.Serializer[Any]], **values: Any) -> None:
     """Refuse `values` as the API refuses them, by the use case's one input serializer: the
     services are called by the API and the pages (which validated already) and by schedules,
-    guards and `manage.py rollout` (which did not)."""
-    input_validate(serializer_class, values, message="The rollout change is invalid.")
+    guards and `manage.py rollout` (which did not). The message names the first field at fault."""
+    serializer = serializer_class(data=values)
+    if not serializer.is_valid():
+        details = drf_error_details(serializer.errors)
+        raise ValidationFailed(f"{details[0]['field']}: {details[0]['message']}", details=details)
 
 
 def _not_published(fleet: Fleet, number: int) -> NotFound:
