@@ -112,9 +112,10 @@ class RolloutStartApi(_RolloutActionApi):
     """Start rolling a published version out at 5%."""
 
     schema = _RolloutStartSchema()
-
-    def input_class(self) -> type[serializers.Serializer[Any]]:
-        return _installed_start_input()
+    # The version and holdback run through the start's own serializer, the base of the one the
+    # schema shows; the guard fields beside them are the guard extension's input, which it
+    # checks itself (`options_of` and its start service, as for its PUT …/rollout/guards).
+    input_serializer = schemas.RolloutStartBaseSerializer
 
     def perform(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> None:
         # Optional guards (docs/alerts.md), set in the same transaction as the start.
