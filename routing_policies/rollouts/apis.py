@@ -125,7 +125,7 @@ class RolloutStartApi(_RolloutActionApi):
             fleet=fleet,
             version=data["version"],
             guard_options=guards.options_of(require_object(request.data)) if guards else {},
-            holdback=data["holdback"],
+            holdback=data.get("holdback", 0),
         )
 
 

@@ -124,12 +124,11 @@ class RolloutVersionInputSerializer(serializers.Serializer[Any]):
 
 
 def holdback_field() -> JsonIntegerField:
-    """The holdback of a rollout's start (here and in a scheduled start)."""
+    """The holdback of a rollout's start, now or scheduled (absent: 0)."""
     return JsonIntegerField(
         min_value=0,
         max_value=Rollout.MAX_HOLDBACK,
         required=False,
-        default=0,
         label="the holdback",
         help_text="percent of the fleet kept on the stable version at 100% until the rollout "
         "completes, so the guards keep a comparison group; default 0",
