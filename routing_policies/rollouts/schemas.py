@@ -129,7 +129,6 @@ def holdback_field() -> JsonIntegerField:
         min_value=0,
         max_value=Rollout.MAX_HOLDBACK,
         required=False,
-        label="the holdback",
         help_text="percent of the fleet kept on the stable version at 100% until the rollout "
         "completes, so the guards keep a comparison group; default 0",
     )
