@@ -30,7 +30,9 @@ class TelemetryConfig(AppConfig):
             demo_seeder_register,
             rollout_guards_register,
         )
-        from routing_policies.reviews.notify import review_notifier_register
+
+        # Change requests and freezes (routing_policies/reviews) notify through this.
+        from routing_policies.services import review_notifier_register
 
         from .alerts.apis import guard_options
         from .alerts.schemas import RolloutGuardsInputSerializer
