@@ -3,6 +3,7 @@
 The one error shape itself is `controlplane.exceptions.error_body`, raised as `ApplicationError`.
 """
 
+import math
 from typing import Any
 
 from rest_framework import serializers
@@ -93,8 +94,14 @@ class JsonChoiceField(serializers.ChoiceField):
 
 
 class JsonFloatField(_JsonNumberMixin, serializers.FloatField):
-    """A JSON number, whole or not: not `"0.5"`, not `true` (NaN and infinities never reach
-    a field: controlplane.json_guard refuses them in the body)."""
+    """A finite JSON number, whole or not: not `"0.5"`, not `true`. (controlplane.json_guard
+    refuses NaN and infinities in a body already; a service that checks its arguments with
+    the serializer meets them too.)"""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, float) and not math.isfinite(data):
+            self.fail("invalid")
+        return float(super().to_internal_value(data))
 
 
 class JsonBooleanField(serializers.BooleanField):

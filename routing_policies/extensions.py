@@ -1,7 +1,7 @@
 """Where another app plugs into routing_policies, which never imports it: rollout guards,
-demo data, the notifiers of change governance (reviews, freezes) and the policy lab's
-panels. Telemetry fills these in `TelemetryConfig.ready()` (telemetry/apps.py), the lab its
-panels in `LabConfig.ready()` (lab/apps.py).
+demo data and the policy lab's panels. Telemetry fills these in `TelemetryConfig.ready()`
+(telemetry/apps.py), the lab its panels in `LabConfig.ready()` (lab/apps.py). (The notifiers of
+change governance, reviews and freezes, register in `reviews.notify`.)
 
 Without a registered guard extension a rollout starts unguarded, and asking for guards is
 refused; without demo seeders the demo is the fleet and its users only.
@@ -23,10 +23,6 @@ from .policies.signals import LabPanels as LabPanels
 from .policies.signals import lab_draft_headline as lab_draft_headline
 from .policies.signals import lab_panels_register as lab_panels_register
 from .policies.signals import lab_rollout_prediction as lab_rollout_prediction
-
-# Telemetry's webhook delivery registers a notifier of change requests and freezes here.
-from .reviews.notify import ReviewNotifier as ReviewNotifier
-from .reviews.notify import review_notifier_register as review_notifier_register
 from .rollouts.models import Rollout
 from .rollouts.services import rollout_start
 

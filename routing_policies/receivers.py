@@ -1,11 +1,22 @@
-"""The parts above policies plug into its writes and pages (policies/signals.py): connected
-once the models are loaded, by `RoutingPoliciesConfig.ready()`."""
+"""Each part plugs into the parts below it, which never import it (pyproject.toml's
+import-linter layers): connected once the models are loaded, by `RoutingPoliciesConfig.ready()`.
+Into policies' writes and pages (policies/signals.py): reviews and rollouts; into rollouts
+(rollouts/hooks.py): governance's gate and the devices' convergence; the push tier hears what
+rollouts and devices announce (rollouts/signals.py, devices/signals.py)."""
 
+from .devices.selectors import fleet_convergence
+from .push import receivers as push
 from .reviews import receivers as reviews
+from .reviews import rollout_gate
 from .rollouts import receivers as rollouts
+from .rollouts.hooks import convergence_reader_register
 
 
 def connect() -> None:
-    """Connect every part's receivers (idempotent: each has a dispatch_uid)."""
+    """Connect every part's receivers (idempotent: each has a dispatch_uid, a registration
+    replaces the last)."""
     reviews.connect()
     rollouts.connect()
+    rollout_gate.register()
+    convergence_reader_register(fleet_convergence)
+    push.connect()

@@ -28,9 +28,11 @@ class TelemetryConfig(AppConfig):
         from routing_policies.extensions import (
             RolloutGuards,
             demo_seeder_register,
-            review_notifier_register,
             rollout_guards_register,
         )
+
+        # Change requests and freezes (routing_policies/reviews) notify through this.
+        from routing_policies.services import review_notifier_register
 
         from .alerts.apis import guard_options
         from .alerts.schemas import RolloutGuardsInputSerializer

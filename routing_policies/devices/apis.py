@@ -27,7 +27,6 @@ from ..policies.apis import IF_NONE_MATCH, NOT_MODIFIED
 from ..policies.schemas import PolicyDocumentSerializer
 from ..policies.selectors import fleet_get, published_version_get, version_document
 from ..rollouts.selectors import fleet_assignment
-from ..validation import MAX_VERSION
 from . import schemas, selectors, services
 from .models import Device
 
@@ -179,24 +178,13 @@ class DeviceListApi(APIView):
         class Meta:
             ref_name = "Device"
 
-    class QuerySerializer(serializers.Serializer[Any]):
-        version = serializers.IntegerField(
-            min_value=1, max_value=MAX_VERSION, required=False, help_text="assigned or acked"
-        )
-        # Absent means either; an empty `online=` is refused, not read as absent.
-        online = serializers.BooleanField(required=False)
-        platform = serializers.CharField(trim_whitespace=False, max_length=64, required=False)
-
-        class Meta:
-            ref_name = "DeviceListQuery"
-
     @extend_schema(
-        parameters=[QuerySerializer],
+        parameters=[schemas.DeviceListQuerySerializer],
         responses=OutputSerializer(many=True),
         operation_id="device_list",
     )
     def get(self, request: Request, slug: str) -> Response:
-        query = query_params_validate(self.QuerySerializer, request)
+        query = query_params_validate(schemas.DeviceListQuerySerializer, request)
         fleet = fleet_get(slug=slug)
         assignment = fleet_assignment(fleet.pk)
         devices = selectors.device_query(

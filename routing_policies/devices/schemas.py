@@ -1,8 +1,32 @@
-"""Serializers that describe the device API's answers in the OpenAPI schema."""
+"""The device API's bodies: the device list's query (the API and the device page validate
+with it), and the serializers that describe the answers in the OpenAPI schema."""
 
 from typing import Any
 
 from rest_framework import serializers
+
+from ..validation import MAX_VERSION
+
+
+class DeviceListQuerySerializer(serializers.Serializer[Any]):
+    """The device list's filters (API query parameters; the device page's version and
+    platform)."""
+
+    version = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_VERSION,
+        required=False,
+        label="the version",
+        help_text="assigned or acked",
+    )
+    # Absent means either; an empty `online=` is refused, not read as absent.
+    online = serializers.BooleanField(required=False)
+    platform = serializers.CharField(
+        trim_whitespace=False, max_length=64, required=False, label="the platform"
+    )
+
+    class Meta:
+        ref_name = "DeviceListQuery"
 
 
 class EnrollmentSerializer(serializers.Serializer[Any]):

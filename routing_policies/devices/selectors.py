@@ -1,17 +1,19 @@
 """Reads of devices: authentication by token, the registry (filters, pages, assigned versions),
 the device page's counts and choices, and what the push tier re-reads to reconcile."""
 
+import math
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from ..assignment import FleetAssignment
-from ..policies.models import Fleet
-from ..rollouts.models import FleetRouting
+from ..policies.models import AuditEntry, Fleet
+from ..rollouts.models import FleetRouting, RolloutEvent
 from ..rollouts.selectors import cloud_pressure_live, fleet_assignment
-from .models import ONLINE_WINDOW, Device, online_q
+from .models import ONLINE_WINDOW, Device, DeviceQuerySet, online_q
 from .tokens import hash_secret, looks_like_device_token
 
 # A bounded IN list, however many sockets a process holds.
@@ -169,3 +171,120 @@ def fleet_sockets_state(
         live_token_hashes(device_pks=device_pks),
         cloud_pressure_live(fleet_id),
     )
+
+
+# --- convergence: what the fleet runs against what it was told (the rollout status) ---------
+
+
+def candidate_cohort_count(fleet: Fleet, assignment: FleetAssignment) -> int:
+    """How many live devices are assigned the candidate right now."""
+    if assignment.candidate_share <= 0:
+        return 0
+    devices = _live(fleet)
+    if assignment.candidate_share >= 100:
+        return devices.count()
+    return devices.in_candidate_cohort(assignment).count()
+
+
+def _live(fleet: Fleet) -> DeviceQuerySet:
+    return Device.objects.filter(fleet=fleet).live()
+
+
+def _percentile(sorted_values: list[float], fraction: float) -> float | None:
+    """Nearest rank: the smallest value with at least `fraction` of the values at or below it."""
+    if not sorted_values:
+        return None
+    index = min(len(sorted_values) - 1, max(0, math.ceil(fraction * len(sorted_values)) - 1))
+    return sorted_values[index]
+
+
+def fleet_convergence(fleet: Fleet) -> dict[str, Any]:
+    """Per version: devices assigned, acked and online; propagation since the last change."""
+    now = timezone.now()
+    assignment = fleet_assignment(fleet.pk)
+    devices = _live(fleet)
+    total = devices.count()
+    on_candidate = candidate_cohort_count(fleet, assignment)
+    assigned: dict[int, int] = {}
+    if assignment.stable is not None:
+        assigned[assignment.stable] = total - on_candidate
+    if assignment.candidate is not None:
+        assigned[assignment.candidate] = on_candidate
+    acked = {
+        row["acked_version"]: row["n"]
+        for row in devices.exclude(acked_version__isnull=True)
+        .values("acked_version")
+        .annotate(n=Count("id"))
+        .order_by()
+    }
+    online_acked = {
+        row["acked_version"]: row["n"]
+        for row in devices.online(now)
+        .exclude(acked_version__isnull=True)
+        .values("acked_version")
+        .annotate(n=Count("id"))
+        .order_by()
+    }
+    versions = sorted(set(assigned) | set(acked), reverse=True)
+    last_change = _last_change_at(fleet)
+    propagation: dict[str, float | None] = {"p50_ms": None, "p95_ms": None, "count": 0}
+    if last_change is not None:
+        delays = sorted(
+            (acked_at - last_change).total_seconds() * 1000
+            for acked_at in devices.filter(acked_at__gte=last_change).values_list(
+                "acked_at", flat=True
+            )
+            if acked_at is not None
+        )
+        propagation = {
+            "p50_ms": _percentile(delays, 0.50),
+            "p95_ms": _percentile(delays, 0.95),
+            "count": len(delays),
+        }
+    return {
+        "devices": total,
+        "online": devices.online(now).count(),
+        "versions": [
+            {
+                "version": number,
+                "role": "candidate"
+                if number == assignment.candidate
+                else ("stable" if number == assignment.stable else "other"),
+                "assigned": assigned.get(number, 0),
+                "acked": acked.get(number, 0),
+                "acked_online": online_acked.get(number, 0),
+            }
+            for number in versions
+        ],
+        "last_change_at": last_change,
+        "propagation": propagation,
+    }
+
+
+def _last_change_at(fleet: Fleet) -> datetime | None:
+    """When the fleet's assignment last changed: a stage, a rollback, a switch, a first publish.
+
+    Not `FleetRouting.updated_at`: completing a rollout, a cloud-pressure nudge or a new
+    enrolment key also touch that row without sending any device a new version, and would
+    reset the propagation clock to a moment no device was told anything.
+    """
+    event = (
+        RolloutEvent.objects.filter(rollout__fleet=fleet)
+        .exclude(action__in=["paused", "resumed", "completed"])
+        .order_by("-at")
+        .values_list("at", flat=True)
+        .first()
+    )
+    switch = (
+        AuditEntry.objects.filter(fleet=fleet)
+        .filter(
+            Q(action="fleet.switched")
+            # The first published version becomes stable at once (`before` has no version).
+            | Q(action="policy_version.published", before__version=None)
+        )
+        .order_by("-created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    candidates = [t for t in (event, switch) if t is not None]
+    return max(candidates) if candidates else None

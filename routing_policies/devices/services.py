@@ -14,14 +14,12 @@ from controlplane.exceptions import ApplicationError, Conflict
 
 from ..policies.audit import Actor, audit_record
 from ..policies.models import Fleet
-from ..push.frames import revoke_message, superseded_message
-from ..push.publish import publish_many, publish_on_commit
 from ..rollouts.models import FleetRouting
 from ..rollouts.selectors import cloud_pressure_live, fleet_assignment
 from ..rollouts.services import fleet_routing_lock
-from . import token_cache
 from .models import Device
 from .selectors import device_authenticate
+from .signals import device_token_revoked
 from .tokens import hash_secret, new_device_token, new_fleet_key
 
 logger = logging.getLogger(__name__)
@@ -77,9 +75,6 @@ def device_enroll(
             ) from None
     else:
         old_hash = device.token_hash
-        old_message = revoke_message(
-            fleet_id=routing.fleet_id, device_pk=device.pk, token_hash=old_hash
-        )
         for name, value in fields.items():
             setattr(device, name, value)
         device.revoked_at = None
@@ -88,8 +83,7 @@ def device_enroll(
         device.connected = False
         device.save()
         # Close only the socket opened with the old token, not one opened with the new.
-        transaction.on_commit(lambda: token_cache.forget(old_hash))
-        publish_on_commit(old_message)
+        _token_revoked(device, old_hash)
     logger.info("device.enrolled fleet=%s device=%s", routing.fleet.slug, device_id)
     return device, token
 
@@ -109,12 +103,16 @@ def device_revoke(*, actor: Actor, device: Device) -> Device:
             target=f"device {device.device_id}",
             summary=f"Revoked {device.device_id}",
         )
-        revoked_hash = device.token_hash
-        transaction.on_commit(lambda: token_cache.forget(revoked_hash))
-        publish_on_commit(
-            revoke_message(fleet_id=device.fleet_id, device_pk=device.pk, token_hash=revoked_hash)
-        )
+        _token_revoked(device, device.token_hash)
     return device
+
+
+def _token_revoked(device: Device, token_hash: str) -> None:
+    """Announce that `token_hash` no longer opens `device` (the push tier closes its socket
+    and forgets it, once the transaction commits)."""
+    device_token_revoked.send(
+        sender=Device, fleet_id=device.fleet_id, device_pk=device.pk, token_hash=token_hash
+    )
 
 
 def devices_seen(*, device_pks: list[int], **fields: Any) -> None:
@@ -179,12 +177,12 @@ def device_ack(*, device_pk: int, version: int) -> None:
 
 
 def devices_connect(*, tokens: list[str]) -> list[dict[str, Any] | None]:
-    """Sockets opening with these tokens: each one's device (None for a bad or revoked token).
+    """Sockets opening with these tokens: each one's device (None for a bad or revoked token),
+    with `connected_at`, the moment its older sockets are superseded (push.store tells every
+    process).
 
     Their devices are marked offline until the new socket says hello (`devices_hello`), as
-    their only live socket (the new one supersedes any older) has not yet; every process is
-    told that older sockets of these devices, wherever they are (a half-open one on another
-    process after a network switch), are superseded.
+    their only live socket (the new one supersedes any older) has not yet.
     """
     devices = [device_authenticate(token) for token in tokens]
     live = [device for device in devices if device is not None]
@@ -192,14 +190,6 @@ def devices_connect(*, tokens: list[str]) -> list[dict[str, Any] | None]:
         return [None] * len(tokens)
     devices_seen(device_pks=[device.pk for device in live], connected=False)
     connected_at = time.time()
-    publish_many(
-        [
-            superseded_message(
-                fleet_id=device.fleet_id, device_pk=device.pk, connected_at=connected_at
-            )
-            for device in live
-        ]
-    )
     return [
         None
         if device is None

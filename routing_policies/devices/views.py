@@ -6,21 +6,20 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.exceptions import ValidationFailed
-from controlplane.pages import role_required
+from controlplane.pages import form_input, role_required
 from controlplane.roles import Role
 
 from ..policies.models import Fleet
 from ..policies.pages import fleet_or_404
 from ..policies.selectors import published_versions
 from ..rollouts.selectors import fleet_assignment
-from . import selectors, services
-from .forms import DeviceFilterForm
+from . import schemas, selectors, services
 
 DEVICE_PAGE_SIZE = 50
 ONLINE_CHOICES = ("all", "online", "offline")
@@ -34,16 +33,20 @@ def _device_filters(request: HttpRequest) -> tuple[dict[str, str], dict[str, Any
         "online": online if online in ONLINE_CHOICES else "all",
         "platform": (request.GET.get("platform") or "").strip(),
     }
+    # The version (`3` or `v3`) and the platform as the API's query takes them; the page's
+    # online choice (all, online, offline) is its own.
+    typed = QueryDict(mutable=True)
+    typed.update({name: shown[name] for name in ("version", "platform")})
     problem = ""
-    version: int | None = None
+    values: dict[str, Any] = {}
     try:
-        version = DeviceFilterForm(request.GET).values()["version"]
+        values = form_input(schemas.DeviceListQuerySerializer, typed)
     except ValidationFailed as exc:
         problem = exc.message
     query: dict[str, Any] = {
-        "version": version,
+        "version": values.get("version"),
         "online": {"online": True, "offline": False}.get(shown["online"]),
-        "platform": shown["platform"] or None,
+        "platform": values.get("platform"),
     }
     return shown, query, problem
 

@@ -9,6 +9,8 @@ from channels.db import database_sync_to_async
 from django.utils import timezone
 
 from ..devices.services import devices_ack, devices_connect, devices_disconnect, devices_hello
+from .frames import superseded_message
+from .publish import publish_many
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +26,25 @@ BATCH_LIMITS = {"disconnect": 5000, "connect": 500, "hello": 1000, "ack": 5000}
 LAZY_WRITE_DELAY_S = 0.1
 
 
+def _connect(tokens: list[str]) -> list[dict[str, Any] | None]:
+    """Sockets opening with these tokens: their devices (`devices_connect`), and every process
+    told that older sockets of these devices, wherever they are (a half-open one on another
+    process after a network switch), are superseded."""
+    devices = devices_connect(tokens=tokens)
+    publish_many(
+        [
+            superseded_message(
+                fleet_id=device["fleet_id"],
+                device_pk=device["pk"],
+                connected_at=device["connected_at"],
+            )
+            for device in devices
+            if device is not None
+        ]
+    )
+    return devices
+
+
 def _write_batch(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
     """One batch of every socket's requests, in `_BATCH_KINDS` order, on one connection."""
     if batch["disconnect"]:
@@ -32,7 +53,7 @@ def _write_batch(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
         devices_ack(acks=batch["ack"])
     return {
         "disconnect": [None] * len(batch["disconnect"]),
-        "connect": devices_connect(tokens=batch["connect"]) if batch["connect"] else [],
+        "connect": _connect(batch["connect"]) if batch["connect"] else [],
         "hello": devices_hello(requests=batch["hello"]) if batch["hello"] else [],
         "ack": [None] * len(batch["ack"]),
     }

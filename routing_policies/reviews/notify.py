@@ -1,5 +1,5 @@
 """Who hears about change requests and freezes: the notifiers another app registers (telemetry's
-webhook delivery, through `routing_policies.extensions`), called inside the transaction of the
+webhook delivery, from `TelemetryConfig.ready`), called inside the transaction of the
 change so what they write commits or rolls back with it."""
 
 from collections.abc import Callable

@@ -4,6 +4,7 @@ idempotent: repeating one does nothing.
 """
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.utils import extend_schema, extend_schema_view
@@ -12,29 +13,22 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import JsonChoiceField, JsonIntegerField, TidyJsonStringField, require_object
-from controlplane.exceptions import ValidationFailed
+from controlplane.api import require_object
 from controlplane.openapi import ApiAutoSchema, error_responses
 from controlplane.permissions import IsPublisher, IsViewer
 
 from ..extensions import rollout_guard_status, rollout_guards, rollout_start_guarded
 from ..policies.models import Fleet
 from ..policies.selectors import fleet_get
-from ..validation import MAX_VERSION
 from . import schemas, selectors, services
-from .models import Rollout
 
 
-def _fleet(slug: str) -> Fleet:
-    return fleet_get(slug=slug)
-
-
-def _status_response(slug: str, code: int = 200) -> Response:
-    status = selectors.rollout_status(_fleet(slug))
+def _status_response(slug: str) -> Response:
+    status = selectors.rollout_status(fleet_get(slug=slug))
     rollout = status["rollout"]
     # The guards' evidence (intervals, states, why they acted) beside the rollout they judge.
     status["guards"] = rollout_guard_status(rollout_id=rollout["id"]) if rollout else None
-    return Response(status, status=code)
+    return Response(status)
 
 
 class RolloutStatusApi(APIView):
@@ -48,100 +42,52 @@ class RolloutStatusApi(APIView):
 
 
 class _RolloutActionApi(APIView):
+    """A publisher's change of the fleet's rollout: the body validated by the action's input
+    serializer (the one its schema shows), one service call, the rollout status back."""
+
     permission_classes = [IsPublisher]
+    input_serializer: type[serializers.Serializer[Any]] = schemas.EmptyInputSerializer
 
-    class InputSerializer(serializers.Serializer[Any]):
-        version = JsonIntegerField(min_value=1, max_value=MAX_VERSION, required=False)
-        to_stage = JsonChoiceField(choices=[5, 25, 100], required=False)
-        reason = TidyJsonStringField(max_length=500, required=False, allow_blank=True, default="")
+    def input_class(self) -> type[serializers.Serializer[Any]]:
+        return self.input_serializer
 
-        class Meta:
-            ref_name = "RolloutActionInput"
-
-    def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
+    def perform(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> None:
         raise NotImplementedError
 
     def post(self, request: Request, slug: str) -> Response:
-        fleet = _fleet(slug)
+        fleet = fleet_get(slug=slug)
         # An empty body is an empty object; `[]`, `null` or `"x"` are refused, not read as `{}`.
-        serializer = self.InputSerializer(data=require_object(request.data))
+        serializer = self.input_class()(data=require_object(request.data))
         serializer.is_valid(raise_exception=True)
         self.perform(request, fleet, serializer.validated_data)
         return _status_response(slug)
 
 
-class RolloutVersionInputSerializer(serializers.Serializer[Any]):
-    version = serializers.IntegerField(min_value=1, max_value=MAX_VERSION, help_text="published")
-
-    class Meta:
-        ref_name = "RolloutVersionInput"
+Action = type[_RolloutActionApi]
 
 
-def _holdback_field() -> Any:
-    return JsonIntegerField(
-        min_value=0,
-        max_value=Rollout.MAX_HOLDBACK,
-        required=False,
-        help_text="percent of the fleet kept on the stable version at 100% until the rollout "
-        "completes, so the guards keep a comparison group; default 0",
-    )
+def _rollout_action(input_serializer: type[serializers.Serializer[Any]]) -> Any:
+    """A rollout action validating with `input_serializer`, and its schema: that body, the
+    rollout status back, 409 on a clash."""
 
+    def decorate(view_class: Action) -> Action:
+        view_class.input_serializer = input_serializer
+        return extend_schema_view(
+            post=extend_schema(
+                request=input_serializer,
+                responses={200: schemas.RolloutStatusSerializer, **error_responses(409)},
+            )
+        )(view_class)
 
-class RolloutStartBaseSerializer(RolloutVersionInputSerializer):
-    holdback = _holdback_field()
-
-    class Meta:
-        ref_name = "RolloutStartBase"
-
-
-class RolloutAdvanceInputSerializer(serializers.Serializer[Any]):
-    to_stage = serializers.ChoiceField(
-        choices=list(Rollout.STAGES), required=False, help_text="default: the next stage"
-    )
-
-    class Meta:
-        ref_name = "RolloutAdvanceInput"
-
-
-class RolloutRollbackInputSerializer(serializers.Serializer[Any]):
-    reason = TidyJsonStringField(max_length=500, required=False, allow_blank=True)
-
-    class Meta:
-        ref_name = "RolloutRollbackInput"
-
-
-class EmptyInputSerializer(serializers.Serializer[Any]):
-    """An empty JSON object (or no body at all)."""
-
-    class Meta:
-        ref_name = "EmptyInput"
-
-
-def _rollout_action(request: type[serializers.Serializer[Any]]) -> Any:
-    """The schema of a rollout action: its own body, the rollout status back, 409 on a clash."""
-    return extend_schema_view(
-        post=extend_schema(
-            request=request,
-            responses={200: schemas.RolloutStatusSerializer, **error_responses(409)},
-        )
-    )
-
-
-def _need_version(data: dict[str, Any]) -> int:
-    if "version" not in data:
-        raise ValidationFailed(
-            'Name the version: {"version": 2}.',
-            details=[{"field": "version", "message": "is required"}],
-        )
-    return int(data["version"])
+    return decorate
 
 
 @functools.cache
 def _start_input(guard_fields: type[serializers.Serializer[Any]] | None) -> Any:
     if guard_fields is None:
-        return RolloutStartBaseSerializer
+        return schemas.RolloutStartBaseSerializer
 
-    class RolloutStartInputSerializer(RolloutStartBaseSerializer, guard_fields):  # type: ignore[misc,valid-type]
+    class RolloutStartInputSerializer(schemas.RolloutStartBaseSerializer, guard_fields):  # type: ignore[misc,valid-type]
         """The version to roll out at 5%, and optionally its guards (docs/alerts.md)."""
 
         class Meta:
@@ -150,12 +96,15 @@ def _start_input(guard_fields: type[serializers.Serializer[Any]] | None) -> Any:
     return RolloutStartInputSerializer
 
 
-class _RolloutStartSchema(ApiAutoSchema):
+def _installed_start_input() -> type[serializers.Serializer[Any]]:
     """The start body: the version, and the guard fields of the installed guard extension."""
+    guards = rollout_guards()
+    return _start_input(guards.start_fields if guards is not None else None)  # type: ignore[no-any-return]
 
+
+class _RolloutStartSchema(ApiAutoSchema):
     def get_request_serializer(self) -> Any:
-        guards = rollout_guards()
-        return _start_input(guards.start_fields if guards is not None else None)
+        return _installed_start_input()
 
 
 @extend_schema(responses={200: schemas.RolloutStatusSerializer, **error_responses(409)})
@@ -163,78 +112,72 @@ class RolloutStartApi(_RolloutActionApi):
     """Start rolling a published version out at 5%."""
 
     schema = _RolloutStartSchema()
+    # The version and holdback run through the start's own serializer, the base of the one the
+    # schema shows; the guard fields beside them are the guard extension's input, which it
+    # checks itself (`options_of` and its start service, as for its PUT …/rollout/guards).
+    input_serializer = schemas.RolloutStartBaseSerializer
 
-    class InputSerializer(_RolloutActionApi.InputSerializer):
-        holdback = _holdback_field()
-
-        class Meta:
-            ref_name = "RolloutStartActionInput"
-
-    def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
+    def perform(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> None:
         # Optional guards (docs/alerts.md), set in the same transaction as the start.
         guards = rollout_guards()
-        body = require_object(request.data)
         rollout_start_guarded(
             actor=request.user,
             fleet=fleet,
-            version=_need_version(data),
-            guard_options=guards.options_of(body) if guards is not None else {},
+            version=data["version"],
+            guard_options=guards.options_of(require_object(request.data)) if guards else {},
             holdback=data.get("holdback", 0),
         )
 
 
-@_rollout_action(RolloutAdvanceInputSerializer)
+@_rollout_action(schemas.RolloutAdvanceInputSerializer)
 class RolloutAdvanceApi(_RolloutActionApi):
     """Advance to the next stage (or `to_stage`; naming a stage already reached is a no-op)."""
 
-    def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
+    def perform(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> None:
         services.rollout_advance(actor=request.user, fleet=fleet, to_stage=data.get("to_stage"))
 
 
-@_rollout_action(EmptyInputSerializer)
-class RolloutPauseApi(_RolloutActionApi):
-    """Pause at the current stage."""
+def _transition_api(service: Callable[..., Any], doc: str) -> Action:
+    """The API of a rollout transition without input (pause, resume, complete)."""
 
-    def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
-        services.rollout_pause(actor=request.user, fleet=fleet)
+    @_rollout_action(schemas.EmptyInputSerializer)
+    class TransitionApi(_RolloutActionApi):
+        __doc__ = doc
 
+        def perform(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> None:
+            service(actor=request.user, fleet=fleet)
 
-@_rollout_action(EmptyInputSerializer)
-class RolloutResumeApi(_RolloutActionApi):
-    """Resume a paused rollout."""
-
-    def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
-        services.rollout_resume(actor=request.user, fleet=fleet)
+    TransitionApi.__name__ = TransitionApi.__qualname__ = f"{service.__name__}_api"
+    return TransitionApi
 
 
-@_rollout_action(EmptyInputSerializer)
-class RolloutCompleteApi(_RolloutActionApi):
-    """At 100%, make the candidate stable."""
+RolloutPauseApi = _transition_api(services.rollout_pause, "Pause at the current stage.")
+RolloutResumeApi = _transition_api(services.rollout_resume, "Resume a paused rollout.")
+RolloutCompleteApi = _transition_api(
+    services.rollout_complete, "At 100%, make the candidate stable."
+)
 
-    def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
-        services.rollout_complete(actor=request.user, fleet=fleet)
 
-
-@_rollout_action(RolloutRollbackInputSerializer)
+@_rollout_action(schemas.RolloutRollbackInputSerializer)
 class RolloutRollbackApi(_RolloutActionApi):
     """Return every device to the stable version."""
 
-    def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
-        services.rollout_rollback(actor=request.user, fleet=fleet, reason=data.get("reason", ""))
+    def perform(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> None:
+        services.rollout_rollback(actor=request.user, fleet=fleet, reason=data["reason"])
 
 
-@_rollout_action(RolloutVersionInputSerializer)
+@_rollout_action(schemas.RolloutVersionInputSerializer)
 class FleetSwitchApi(_RolloutActionApi):
     """Switch the whole fleet to a published version at once."""
 
-    def perform(self, request: Request, fleet: Any, data: dict[str, Any]) -> None:
-        services.fleet_switch_version(actor=request.user, fleet=fleet, version=_need_version(data))
+    def perform(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> None:
+        services.fleet_switch_version(actor=request.user, fleet=fleet, version=data["version"])
 
 
-class CloudPressureApi(APIView):
+class CloudPressureApi(_RolloutActionApi):
     """A fleet-wide θ nudge with a TTL, pushed to connected devices and to those that connect."""
 
-    permission_classes = [IsPublisher]
+    input_serializer = schemas.CloudPressureInputSerializer
 
     @extend_schema(
         request=schemas.CloudPressureInputSerializer,
@@ -242,12 +185,7 @@ class CloudPressureApi(APIView):
         operation_id="cloud_pressure",
     )
     def post(self, request: Request, slug: str) -> Response:
-        fleet = _fleet(slug)
-        data = require_object(request.data)
-        services.cloud_pressure_set(
-            actor=request.user,
-            fleet=fleet,
-            theta_offset=data.get("theta_offset"),
-            ttl_s=data.get("ttl_s"),
-        )
-        return _status_response(slug)
+        return super().post(request, slug)
+
+    def perform(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> None:
+        services.cloud_pressure_set(actor=request.user, fleet=fleet, **data)

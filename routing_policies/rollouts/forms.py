@@ -1,18 +1,12 @@
-"""Input of the rollout page's forms: each action's numbers as typed, refused with the field's
-name when they are not numbers (the services check ranges and states)."""
+"""The guard fields of the rollout page's start form (docs/alerts.md): the guard extension's
+input, read only when "guard this rollout" is ticked. (The version and the holdback go through
+the API's own input serializer: `schemas.RolloutStartBaseSerializer`.)"""
 
 from typing import Any
 
 from django.http import QueryDict
 
-from controlplane.pages import NumberField, PageForm, WholeNumberField
-
-
-class RolloutStartForm(PageForm):
-    """Start a rollout of a published version, guarded when "guard this rollout" is ticked."""
-
-    version = WholeNumberField(label="The version to roll out")
-    holdback = WholeNumberField(label="The holdback", empty=0, minimum=0)
+from controlplane.pages import PageForm, WholeNumberField
 
 
 class GuardOptionsForm(PageForm):
@@ -37,22 +31,3 @@ def guard_options(data: QueryDict) -> dict[str, Any]:
         "window_minutes": values["guard_window_minutes"],
         "min_samples": values["guard_min_samples"],
     }
-
-
-class RolloutAdvanceForm(PageForm):
-    """Advance to the stage the button names."""
-
-    to_stage = WholeNumberField(label="The stage to advance to")
-
-
-class FleetSwitchForm(PageForm):
-    """Switch the whole fleet to a published version."""
-
-    version = WholeNumberField(label="The version to switch to")
-
-
-class CloudPressureForm(PageForm):
-    """A fleet-wide θ nudge for a while."""
-
-    theta_offset = NumberField(label="The θ offset")
-    ttl_s = WholeNumberField(label="The duration in seconds")

@@ -7,6 +7,9 @@ from django.db.models import Q
 
 from ..policies.models import Fleet, PolicyVersion
 
+# The longest a fleet-wide cloud-pressure nudge lasts (seconds).
+MAX_CLOUD_PRESSURE_TTL_S = 24 * 3600
+
 
 class FleetRouting(models.Model):
     """A fleet's live routing state: the stable version devices run and the enrolment key.

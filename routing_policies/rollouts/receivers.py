@@ -9,10 +9,9 @@ from django.db.models import F, OuterRef, Subquery
 from ..assignment import FleetAssignment
 from ..policies import signals
 from ..policies.models import Fleet, PolicyVersion
-from ..push.frames import assignment_message
-from ..push.publish import publish_on_commit
 from .models import FleetRouting, Rollout
 from .selectors import fleet_running
+from .signals import assignment_changed
 
 
 def fleet_routing_create(sender: type, *, fleet: Fleet, **_: Any) -> None:
@@ -28,8 +27,9 @@ def first_version_adopt(sender: type, *, fleet: Fleet, version: PolicyVersion, *
         return
     routing.stable_version = version
     routing.save(update_fields=["stable_version", "updated_at"])
-    publish_on_commit(
-        assignment_message(fleet_id=fleet.pk, assignment=FleetAssignment(stable=version.number))
+    # The push tier sends it once the publish commits (push/receivers.py).
+    assignment_changed.send(
+        sender=Rollout, fleet_id=fleet.pk, assignment=FleetAssignment(stable=version.number)
     )
 
 

@@ -1,12 +1,16 @@
-"""Serializers that describe the rollout API's bodies in the OpenAPI schema (see
-`policies/schemas.py` for why the answers have them)."""
+"""The rollout API's bodies: the input serializers, each the one declaration of its use case's
+input (the API validates with it, the OpenAPI schema shows it, the rollout page's forms go
+through it with `controlplane.pages.form_input`, and the services check their arguments with
+it), and the serializers that describe the answers (see `policies/schemas.py` for why)."""
 
 from typing import Any
 
 from rest_framework import serializers
 
-from .models import Rollout
-from .services import MAX_CLOUD_PRESSURE_TTL_S
+from controlplane.api import JsonChoiceField, JsonFloatField, JsonIntegerField, TidyJsonStringField
+
+from ..validation import MAX_VERSION
+from .models import MAX_CLOUD_PRESSURE_TTL_S, Rollout
 
 
 class RolloutSerializer(serializers.Serializer[Any]):
@@ -105,11 +109,85 @@ class RolloutStatusSerializer(serializers.Serializer[Any]):
         ref_name = "RolloutStatus"
 
 
-class CloudPressureInputSerializer(serializers.Serializer[Any]):
-    theta_offset = serializers.FloatField(
-        min_value=-1.0, max_value=1.0, help_text="added to every cell's θ while it lasts"
+# --- input ----------------------------------------------------------------------------------
+
+
+class RolloutVersionInputSerializer(serializers.Serializer[Any]):
+    """A published version: the whole fleet switches to it (or a rollout starts it)."""
+
+    version = JsonIntegerField(
+        min_value=1, max_value=MAX_VERSION, label="the version", help_text="published"
     )
-    ttl_s = serializers.IntegerField(min_value=1, max_value=MAX_CLOUD_PRESSURE_TTL_S)
+
+    class Meta:
+        ref_name = "RolloutVersionInput"
+
+
+def holdback_field() -> JsonIntegerField:
+    """The holdback of a rollout's start, now or scheduled (absent: 0)."""
+    return JsonIntegerField(
+        min_value=0,
+        max_value=Rollout.MAX_HOLDBACK,
+        required=False,
+        help_text="percent of the fleet kept on the stable version at 100% until the rollout "
+        "completes, so the guards keep a comparison group; default 0",
+    )
+
+
+class RolloutStartBaseSerializer(RolloutVersionInputSerializer):
+    """The version to roll out at 5%, and its holdback (the guard fields, when a guard
+    extension is installed, are added by `rollouts.apis`)."""
+
+    holdback = holdback_field()
+
+    class Meta:
+        ref_name = "RolloutStartBase"
+
+
+class RolloutAdvanceInputSerializer(serializers.Serializer[Any]):
+    """The stage to advance to (default: the next one)."""
+
+    to_stage = JsonChoiceField(
+        choices=list(Rollout.STAGES),
+        required=False,
+        label="the stage to advance to",
+        help_text="default: the next stage",
+    )
+
+    class Meta:
+        ref_name = "RolloutAdvanceInput"
+
+
+class RolloutRollbackInputSerializer(serializers.Serializer[Any]):
+    """Why the rollout is rolled back (kept with it and in the audit log)."""
+
+    reason = TidyJsonStringField(
+        max_length=500, required=False, allow_blank=True, default="", label="the reason"
+    )
+
+    class Meta:
+        ref_name = "RolloutRollbackInput"
+
+
+class EmptyInputSerializer(serializers.Serializer[Any]):
+    """An empty JSON object (or no body at all)."""
+
+    class Meta:
+        ref_name = "EmptyInput"
+
+
+class CloudPressureInputSerializer(serializers.Serializer[Any]):
+    """A fleet-wide θ nudge and how long it lasts."""
+
+    theta_offset = JsonFloatField(
+        min_value=-1.0,
+        max_value=1.0,
+        label="the θ offset",
+        help_text="added to every cell's θ while it lasts",
+    )
+    ttl_s = JsonIntegerField(
+        min_value=1, max_value=MAX_CLOUD_PRESSURE_TTL_S, label="the duration in seconds"
+    )
 
     class Meta:
         ref_name = "CloudPressureInput"

@@ -1,18 +1,16 @@
-"""Reads of rollouts: the fleet's assignment, cloud pressure, convergence and propagation,
-what its devices run, and the history of its rollouts."""
+"""Reads of rollouts: the fleet's assignment, cloud pressure, what its devices run, and the
+history of its rollouts. (Convergence and propagation are the devices' reads:
+`devices.selectors.fleet_convergence`.)"""
 
-import math
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, Max, Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from ..assignment import FleetAssignment
-from ..devices.models import Device, DeviceQuerySet
-from ..policies.models import AuditEntry, Fleet, PolicyVersion
-from ..reviews.gate import fleet_freeze_open
-from ..reviews.selectors import freeze_out
+from ..policies.models import Fleet, PolicyVersion
+from .hooks import fleet_convergence_of, rollout_gate
 from .models import FleetRouting, Rollout, RolloutEvent
 
 ROLLOUT_HISTORY_LIMIT = 50
@@ -83,120 +81,6 @@ def cloud_pressure_live(fleet_id: int) -> dict[str, float] | None:
     return {"theta_offset": routing.cloud_pressure_offset, "until": until}
 
 
-def candidate_cohort_count(fleet: Fleet, assignment: FleetAssignment) -> int:
-    """How many live devices are assigned the candidate right now."""
-    if assignment.candidate_share <= 0:
-        return 0
-    devices = _live(fleet)
-    if assignment.candidate_share >= 100:
-        return devices.count()
-    return devices.in_candidate_cohort(assignment).count()
-
-
-def _live(fleet: Fleet) -> DeviceQuerySet:
-    return Device.objects.filter(fleet=fleet).live()
-
-
-def _percentile(sorted_values: list[float], fraction: float) -> float | None:
-    """Nearest rank: the smallest value with at least `fraction` of the values at or below it."""
-    if not sorted_values:
-        return None
-    index = min(len(sorted_values) - 1, max(0, math.ceil(fraction * len(sorted_values)) - 1))
-    return sorted_values[index]
-
-
-def fleet_convergence(fleet: Fleet) -> dict[str, Any]:
-    """Per version: devices assigned, acked and online; propagation since the last change."""
-    now = timezone.now()
-    assignment = fleet_assignment(fleet.pk)
-    devices = _live(fleet)
-    total = devices.count()
-    on_candidate = candidate_cohort_count(fleet, assignment)
-    assigned: dict[int, int] = {}
-    if assignment.stable is not None:
-        assigned[assignment.stable] = total - on_candidate
-    if assignment.candidate is not None:
-        assigned[assignment.candidate] = on_candidate
-    acked = {
-        row["acked_version"]: row["n"]
-        for row in devices.exclude(acked_version__isnull=True)
-        .values("acked_version")
-        .annotate(n=Count("id"))
-        .order_by()
-    }
-    online_acked = {
-        row["acked_version"]: row["n"]
-        for row in devices.online(now)
-        .exclude(acked_version__isnull=True)
-        .values("acked_version")
-        .annotate(n=Count("id"))
-        .order_by()
-    }
-    versions = sorted(set(assigned) | set(acked), reverse=True)
-    last_change = _last_change_at(fleet)
-    propagation: dict[str, float | None] = {"p50_ms": None, "p95_ms": None, "count": 0}
-    if last_change is not None:
-        delays = sorted(
-            (acked_at - last_change).total_seconds() * 1000
-            for acked_at in devices.filter(acked_at__gte=last_change).values_list(
-                "acked_at", flat=True
-            )
-            if acked_at is not None
-        )
-        propagation = {
-            "p50_ms": _percentile(delays, 0.50),
-            "p95_ms": _percentile(delays, 0.95),
-            "count": len(delays),
-        }
-    return {
-        "devices": total,
-        "online": devices.online(now).count(),
-        "versions": [
-            {
-                "version": number,
-                "role": "candidate"
-                if number == assignment.candidate
-                else ("stable" if number == assignment.stable else "other"),
-                "assigned": assigned.get(number, 0),
-                "acked": acked.get(number, 0),
-                "acked_online": online_acked.get(number, 0),
-            }
-            for number in versions
-        ],
-        "last_change_at": last_change,
-        "propagation": propagation,
-    }
-
-
-def _last_change_at(fleet: Fleet) -> datetime | None:
-    """When the fleet's assignment last changed: a stage, a rollback, a switch, a first publish.
-
-    Not `FleetRouting.updated_at`: completing a rollout, a cloud-pressure nudge or a new
-    enrolment key also touch that row without sending any device a new version, and would
-    reset the propagation clock to a moment no device was told anything.
-    """
-    event = (
-        RolloutEvent.objects.filter(rollout__fleet=fleet)
-        .exclude(action__in=["paused", "resumed", "completed"])
-        .order_by("-at")
-        .values_list("at", flat=True)
-        .first()
-    )
-    switch = (
-        AuditEntry.objects.filter(fleet=fleet)
-        .filter(
-            Q(action="fleet.switched")
-            # The first published version becomes stable at once (`before` has no version).
-            | Q(action="policy_version.published", before__version=None)
-        )
-        .order_by("-created_at")
-        .values_list("created_at", flat=True)
-        .first()
-    )
-    candidates = [t for t in (event, switch) if t is not None]
-    return max(candidates) if candidates else None
-
-
 def rollout_status(fleet: Fleet) -> dict[str, Any]:
     """Stable version, the open (or last) rollout with its stage, since when, what comes next."""
     routing = FleetRouting.objects.select_related("stable_version").filter(fleet=fleet).first()
@@ -216,9 +100,10 @@ def rollout_status(fleet: Fleet) -> dict[str, Any]:
         else None,
         "rollout": rollout_out(rollout) if rollout else None,
         "cloud_pressure": pressure,
-        "convergence": fleet_convergence(fleet),
+        # Devices per version (routing_policies.devices computes it).
+        "convergence": fleet_convergence_of(fleet),
         # Set after an automatic rollback until a publisher acknowledges it (docs/governance.md).
-        "freeze": freeze_out(fleet_freeze_open(fleet_id=fleet.pk)),
+        "freeze": rollout_gate().freeze_status(fleet.pk),
     }
 
 

@@ -6,36 +6,29 @@ push carries ids and version numbers, never documents or model objects.
 """
 
 import logging
-import math
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, Subquery, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Exists
 from django.utils import timezone
+from rest_framework import serializers
 
-from controlplane.exceptions import Conflict, NotFound, ValidationFailed
+from controlplane.exceptions import Conflict, NotFound, ValidationFailed, drf_error_details
 
 from ..assignment import FleetAssignment
 from ..policies.audit import Actor, actor_name, actor_user, audit_record
 from ..policies.models import Fleet, PolicyVersion
-from ..push.frames import assignment_message, cloud_pressure_message
-from ..push.publish import publish_on_commit
-from ..reviews.gate import (
-    approval_consume,
-    freeze_after_rollback,
-    freeze_refuse,
-    frozen_conflict,
-)
-from ..reviews.models import ChangeRequest, FleetFreeze, ReviewSettings
+from . import schemas
+from .hooks import rollout_gate
+from .models import MAX_CLOUD_PRESSURE_TTL_S as MAX_CLOUD_PRESSURE_TTL_S
 from .models import FleetRouting, Rollout, RolloutEvent
 from .selectors import open_rollout, rollout_assignment
+from .signals import assignment_changed, cloud_pressure_changed
 
 logger = logging.getLogger(__name__)
-
-MAX_CLOUD_PRESSURE_TTL_S = 24 * 3600
 
 
 def fleet_routing_lock(fleet: Fleet) -> FleetRouting:
@@ -52,13 +45,28 @@ def fleet_routing_lock(fleet: Fleet) -> FleetRouting:
 
 
 def _push_assignment_on_commit(fleet: Fleet, assignment: FleetAssignment) -> None:
-    publish_on_commit(assignment_message(fleet_id=fleet.pk, assignment=assignment))
+    """Announce the fleet's new assignment: the push tier sends it once the change commits."""
+    assignment_changed.send(sender=Rollout, fleet_id=fleet.pk, assignment=assignment)
+
+
+def _checked(serializer_class: type[serializers.Serializer[Any]], **values: Any) -> None:
+    """Refuse `values` as the API refuses them, by the use case's one input serializer: the
+    services are called by the API and the pages (which validated already) and by schedules,
+    guards and `manage.py rollout` (which did not). The message names the first field at fault."""
+    serializer = serializer_class(data=values)
+    if not serializer.is_valid():
+        details = drf_error_details(serializer.errors)
+        raise ValidationFailed(f"{details[0]['field']}: {details[0]['message']}", details=details)
+
+
+def _not_published(fleet: Fleet, number: int) -> NotFound:
+    return NotFound(f"Fleet {fleet.slug!r} has no published version {number}.")
 
 
 def _published(fleet: Fleet, number: int) -> PolicyVersion:
     version = PolicyVersion.objects.filter(fleet=fleet, number=number).first()
     if version is None:
-        raise NotFound(f"Fleet {fleet.slug!r} has no published version {number}.")
+        raise _not_published(fleet, number)
     return version
 
 
@@ -76,12 +84,8 @@ class _SwitchTarget:
 def _switch_target(fleet: Fleet, number: int) -> _SwitchTarget:
     """The published version `number`, the fleet's open rollout, open freeze and review
     setting in one read: one round trip instead of four, on the path of every device's push
-    (bench/fanout). The same rows as `_published`, `open_rollout`, `freeze_refuse` and
-    `review_settings_of` read."""
-    open_freeze = FleetFreeze.objects.filter(fleet=fleet, released_at__isnull=True).order_by(
-        "-frozen_at", "-id"
-    )
-    needs_default = ReviewSettings._meta.get_field("rollout_needs_approval").default
+    (bench/fanout). The same rows as `_published`, `open_rollout` and the gate's freeze and
+    review settings read."""
     version = (
         PolicyVersion.objects.filter(fleet=fleet, number=number)
         .annotate(
@@ -90,25 +94,19 @@ def _switch_target(fleet: Fleet, number: int) -> _SwitchTarget:
                     fleet=fleet, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED]
                 )
             ),
-            freeze_id=Subquery(open_freeze.values("pk")[:1]),
-            freeze_reason=Subquery(open_freeze.values("reason")[:1]),
-            needs_approval=Coalesce(
-                Subquery(
-                    ReviewSettings.objects.filter(fleet=fleet).values("rollout_needs_approval")[:1]
-                ),
-                Value(needs_default),
-            ),
+            **rollout_gate().switch_annotations(fleet),
         )
         .first()
     )
     if version is None:
-        raise NotFound(f"Fleet {fleet.slug!r} has no published version {number}.")
+        raise _not_published(fleet, number)
+    facts: Any = version  # the row with the annotations above
     return _SwitchTarget(
         version=version,
-        rollout_open=bool(version.rollout_open),
-        freeze_id=version.freeze_id,
-        freeze_reason=version.freeze_reason or "",
-        needs_approval=bool(version.needs_approval),
+        rollout_open=bool(facts.rollout_open),
+        freeze_id=facts.freeze_id,
+        freeze_reason=facts.freeze_reason or "",
+        needs_approval=bool(facts.needs_approval),
     )
 
 
@@ -133,26 +131,34 @@ def _open_locked(fleet: Fleet) -> Rollout | None:
     )
 
 
+def _no_rollout(fleet: Fleet) -> Conflict:
+    return Conflict(f"Fleet {fleet.slug!r} has no rollout in progress.", code="no_rollout")
+
+
 def _require_open(fleet: Fleet) -> Rollout:
     rollout = _open_locked(fleet)
     if rollout is None:
-        raise Conflict(f"Fleet {fleet.slug!r} has no rollout in progress.", code="no_rollout")
+        raise _no_rollout(fleet)
     return rollout
 
 
-def _holdback_valid(holdback: int) -> None:
-    if not 0 <= holdback <= Rollout.MAX_HOLDBACK:
-        raise ValidationFailed(
-            f"A holdback is 0 to {Rollout.MAX_HOLDBACK}% of the fleet (got {holdback}).",
-            details=[{"field": "holdback", "message": f"between 0 and {Rollout.MAX_HOLDBACK}"}],
-        )
+def _open_or_ended_as(fleet: Fleet, state: str) -> tuple[Rollout | None, Rollout | None]:
+    """`(open, None)`: the open rollout, locked; `(None, last)` when the last rollout already
+    ended in `state` (a repeat of the call that ended it); else no rollout is in progress."""
+    rollout = _open_locked(fleet)
+    if rollout is not None:
+        return rollout, None
+    last = Rollout.objects.filter(fleet=fleet).order_by("-started_at", "-id").first()
+    if last is not None and last.state == state:
+        return None, last
+    raise _no_rollout(fleet)
 
 
 @transaction.atomic
 def rollout_start(*, actor: Actor, fleet: Fleet, version: int, holdback: int = 0) -> Rollout:
     """Start rolling `version` out at 5% with a new random salt (a repeat is a no-op); with a
     `holdback`, that percent of the fleet stays on stable at 100% until completion."""
-    _holdback_valid(holdback)
+    _checked(schemas.RolloutStartBaseSerializer, version=version, holdback=holdback)
     routing = fleet_routing_lock(fleet)
     candidate = _published(fleet, version)
     current = open_rollout(fleet.pk)
@@ -170,10 +176,9 @@ def rollout_start(*, actor: Actor, fleet: Fleet, version: int, holdback: int = 0
         )
     if routing.stable_version_id == candidate.pk:
         raise Conflict(f"v{version} is already the fleet's stable version.", code="already_stable")
-    freeze_refuse(fleet=fleet, doing="starting a rollout")
-    approval_consume(
-        actor=actor, fleet=fleet, kind=ChangeRequest.Kind.ROLLOUT_START, version=candidate
-    )
+    gate = rollout_gate()
+    gate.freeze_refuse(fleet=fleet, doing="starting a rollout")
+    gate.approval_consume(actor=actor, fleet=fleet, kind="rollout_start", version=candidate)
     now = timezone.now()
     rollout = Rollout.objects.create(
         fleet=fleet,
@@ -212,26 +217,19 @@ def rollout_start(*, actor: Actor, fleet: Fleet, version: int, holdback: int = 0
     return rollout
 
 
-def _stage_valid(target: int) -> None:
-    if target not in Rollout.STAGES:
-        raise ValidationFailed(
-            f"{target} is not a stage; stages are 5, 25 and 100.",
-            details=[{"field": "to_stage", "message": "one of 5, 25, 100"}],
-        )
-
-
 @transaction.atomic
 def rollout_advance(*, actor: Actor, fleet: Fleet, to_stage: int | None = None) -> Rollout:
     """Move to the next stage (5 → 25 → 100); naming a stage already reached is a no-op."""
     if to_stage is not None:
-        _stage_valid(to_stage)
+        _checked(schemas.RolloutAdvanceInputSerializer, to_stage=to_stage)
+    gate = rollout_gate()
     # The open rollout's row lock serialises this with every other transition of it.
     rollout = _open_locked(fleet)
     if rollout is None:
         # After an automatic rollback there is no rollout, and the freeze is why none may
         # advance: say so first (docs/governance.md), then that there is nothing to advance.
-        freeze_refuse(fleet=fleet, doing="advancing a rollout")
-        raise Conflict(f"Fleet {fleet.slug!r} has no rollout in progress.", code="no_rollout")
+        gate.freeze_refuse(fleet=fleet, doing="advancing a rollout")
+        raise _no_rollout(fleet)
     target = to_stage if to_stage is not None else rollout.next_stage
     if target is None:
         raise Conflict("The rollout is at 100%: complete it.", code="at_last_stage")
@@ -239,7 +237,7 @@ def rollout_advance(*, actor: Actor, fleet: Fleet, to_stage: int | None = None) 
         return rollout  # a double click: already there
     if rollout.state == Rollout.State.PAUSED:
         raise Conflict("The rollout is paused: resume it before advancing.", code="paused")
-    freeze_refuse(fleet=fleet, doing="advancing a rollout")
+    gate.freeze_refuse(fleet=fleet, doing="advancing a rollout")
     before = rollout.stage
     rollout.stage = target
     rollout.stage_changed_at = timezone.now()
@@ -299,25 +297,14 @@ def rollout_resume(*, actor: Actor, fleet: Fleet) -> Rollout:
     return _set_paused(actor=actor, fleet=fleet, paused=False)
 
 
-def _last_rollout(fleet: Fleet) -> Rollout | None:
-    return Rollout.objects.filter(fleet=fleet).order_by("-started_at", "-id").first()
-
-
 @transaction.atomic
 def rollout_complete(*, actor: Actor, fleet: Fleet) -> Rollout:
     """At 100%, make the candidate the fleet's stable version; repeat is a no-op."""
     routing = fleet_routing_lock(fleet)
-    rollout = (
-        Rollout.objects.select_for_update(of=("self",))
-        .select_related("candidate", "stable")
-        .filter(fleet=fleet, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED])
-        .first()
-    )
+    rollout, completed = _open_or_ended_as(fleet, Rollout.State.COMPLETED)
     if rollout is None:
-        last = _last_rollout(fleet)
-        if last is not None and last.state == Rollout.State.COMPLETED:
-            return last
-        raise Conflict(f"Fleet {fleet.slug!r} has no rollout in progress.", code="no_rollout")
+        assert completed is not None
+        return completed
     if rollout.stage != 100:
         raise Conflict(
             f"The rollout is at {rollout.stage}%: advance it to 100% before completing.",
@@ -355,17 +342,10 @@ def rollout_rollback(
     fleet's rollouts until a publisher acknowledges the reason (reviews.services).
     """
     # The open rollout's row lock serialises this with every other transition of it.
-    rollout = (
-        Rollout.objects.select_for_update(of=("self",))
-        .select_related("candidate", "stable")
-        .filter(fleet=fleet, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED])
-        .first()
-    )
+    rollout, rolled_back = _open_or_ended_as(fleet, Rollout.State.ROLLED_BACK)
     if rollout is None:
-        last = _last_rollout(fleet)
-        if last is not None and last.state == Rollout.State.ROLLED_BACK:
-            return last
-        raise Conflict(f"Fleet {fleet.slug!r} has no rollout in progress.", code="no_rollout")
+        assert rolled_back is not None
+        return rolled_back
     before = rollout.stage
     rollout.state = Rollout.State.ROLLED_BACK
     rollout.finished_at = timezone.now()
@@ -384,7 +364,7 @@ def rollout_rollback(
         after={"candidate": None, "stage": 0, "stable": rollout.stable.number},
     )
     if actor is None if automatic is None else automatic:
-        freeze_after_rollback(fleet=fleet, rollout=rollout, reason=rollout.reason)
+        rollout_gate().freeze_after_rollback(fleet=fleet, rollout=rollout, reason=rollout.reason)
     _push_assignment_on_commit(fleet, rollout_assignment(rollout))
     logger.info("rollout.rolled_back fleet=%s rollout=%d", fleet.slug, rollout.pk)
     return rollout
@@ -393,6 +373,7 @@ def rollout_rollback(
 @transaction.atomic
 def fleet_switch_version(*, actor: Actor, fleet: Fleet, version: int) -> FleetRouting:
     """Move the whole fleet to a published version at once (no stages); repeat is a no-op."""
+    _checked(schemas.RolloutVersionInputSerializer, version=version)
     routing = fleet_routing_lock(fleet)
     gate = _switch_target(fleet, version)
     target = gate.version
@@ -403,17 +384,13 @@ def fleet_switch_version(*, actor: Actor, fleet: Fleet, version: int) -> FleetRo
     if routing.stable_version_id == target.pk:
         return routing
     if gate.freeze_id is not None:
-        raise frozen_conflict(
+        raise rollout_gate().frozen_conflict(
             freeze_id=gate.freeze_id,
             reason=gate.freeze_reason,
             doing="switching the whole fleet",
         )
-    approval_consume(
-        actor=actor,
-        fleet=fleet,
-        kind=ChangeRequest.Kind.SWITCH,
-        version=target,
-        needed=gate.needs_approval,
+    rollout_gate().approval_consume(
+        actor=actor, fleet=fleet, kind="switch", version=target, needed=gate.needs_approval
     )
     before = routing.stable_version.number if routing.stable_version else None
     routing.stable_version = target
@@ -433,28 +410,10 @@ def fleet_switch_version(*, actor: Actor, fleet: Fleet, version: int) -> FleetRo
 
 @transaction.atomic
 def cloud_pressure_set(
-    *, actor: Actor, fleet: Fleet, theta_offset: object, ttl_s: object
+    *, actor: Actor, fleet: Fleet, theta_offset: float, ttl_s: int
 ) -> FleetRouting:
     """A fleet-wide θ nudge for `ttl_s` seconds, pushed now and to devices connecting meanwhile."""
-    if (
-        isinstance(theta_offset, bool)
-        or not isinstance(theta_offset, int | float)
-        or not math.isfinite(theta_offset)
-        or not -1.0 <= theta_offset <= 1.0
-    ):
-        raise ValidationFailed(
-            "theta_offset must be a number in [-1, 1].",
-            details=[{"field": "theta_offset", "message": f"got {theta_offset!r}"}],
-        )
-    if (
-        isinstance(ttl_s, bool)
-        or not isinstance(ttl_s, int)
-        or not 1 <= ttl_s <= MAX_CLOUD_PRESSURE_TTL_S
-    ):
-        raise ValidationFailed(
-            f"ttl_s must be whole seconds in [1, {MAX_CLOUD_PRESSURE_TTL_S}].",
-            details=[{"field": "ttl_s", "message": f"got {ttl_s!r}"}],
-        )
+    _checked(schemas.CloudPressureInputSerializer, theta_offset=theta_offset, ttl_s=ttl_s)
     routing = fleet_routing_lock(fleet)
     routing.cloud_pressure_offset = float(theta_offset)
     routing.cloud_pressure_until = timezone.now() + timedelta(seconds=ttl_s)
@@ -467,11 +426,10 @@ def cloud_pressure_set(
         summary=f"cloud_pressure θ{theta_offset:+.2f} for {ttl_s}s",
         after={"theta_offset": theta_offset, "ttl_s": ttl_s},
     )
-    publish_on_commit(
-        cloud_pressure_message(
-            fleet_id=fleet.pk,
-            theta_offset=float(theta_offset),
-            until=routing.cloud_pressure_until.timestamp(),
-        )
+    cloud_pressure_changed.send(
+        sender=FleetRouting,
+        fleet_id=fleet.pk,
+        theta_offset=float(theta_offset),
+        until=routing.cloud_pressure_until.timestamp(),
     )
     return routing

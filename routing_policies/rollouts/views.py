@@ -1,11 +1,14 @@
 """Pages of gray release: the rollout page (stage, actions, live convergence, guards).
 
-Thin like every page: reads through `selectors`, input through `forms`, each action one
+Thin like every page: reads through `selectors`, input through the API's own input serializers
+(`controlplane.pages.form_input`; a guarded start's guard fields through `forms`), each action one
 `services` call (a start through `extensions`, which guards it when asked), a refusal shown on
 the page with its HTTP status (`controlplane.pages.refusal`), success answered with a redirect
 and a message (POST/redirect/GET). Viewers read; only publishers act.
 """
 
+import functools
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -17,23 +20,16 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.exceptions import ApplicationError
-from controlplane.pages import posted_values, refusal, role_required
+from controlplane.pages import form_input, posted_values, refusal, role_required
 from controlplane.roles import Role
 
 from ..extensions import lab_rollout_prediction, rollout_guard_status, rollout_start_guarded
 from ..policies.models import Fleet
 from ..policies.pages import fleet_or_404
 from ..policies.selectors import published_versions
-from . import selectors, services
-from .forms import (
-    CloudPressureForm,
-    FleetSwitchForm,
-    RolloutAdvanceForm,
-    RolloutStartForm,
-    guard_options,
-)
-from .models import Rollout
-from .services import MAX_CLOUD_PRESSURE_TTL_S
+from . import schemas, selectors, services
+from .forms import guard_options
+from .models import MAX_CLOUD_PRESSURE_TTL_S, Rollout
 
 STATE_LABELS = {
     Rollout.State.ACTIVE: "active",
@@ -242,152 +238,123 @@ def rollout_page(request: HttpRequest, slug: str) -> HttpResponse:
     return _rollout_page(request, fleet_or_404(slug))
 
 
-@role_required(Role.PUBLISHER)
-@require_POST
-def rollout_start(request: HttpRequest, slug: str) -> HttpResponse:
+# A page action's flash: its level (messages.SUCCESS, messages.INFO) and its text.
+Said = tuple[int, str]
+PageAction = Callable[[HttpRequest, Fleet], Said]
+
+
+def _page_action(action: PageAction) -> Callable[[HttpRequest, str], HttpResponse]:
+    """A publisher's action of the rollout page: `action(request, fleet)` makes the change and
+    says what happened (flashed, then back to the page); a refusal is shown on the page with
+    its HTTP status, nothing changed."""
+
+    @role_required(Role.PUBLISHER)
+    @require_POST
+    @functools.wraps(action)
+    def view(request: HttpRequest, slug: str) -> HttpResponse:
+        fleet = fleet_or_404(slug)
+        try:
+            level, text = action(request, fleet)
+        except ApplicationError as exc:
+            return _refused(request, fleet, exc)
+        messages.add_message(request, level, text)
+        return _to_rollout(fleet)
+
+    return view
+
+
+@_page_action
+def rollout_start(request: HttpRequest, fleet: Fleet) -> Said:
     """Start rolling a published version out at 5%."""
-    fleet = fleet_or_404(slug)
-    try:
-        values = RolloutStartForm(request.POST).values()
-        rollout = rollout_start_guarded(
-            actor=request.user,
-            fleet=fleet,
-            version=values["version"],
-            guard_options=guard_options(request.POST),
-            holdback=values["holdback"],
-        )
-    except ApplicationError as exc:
-        return _refused(request, fleet, exc)
-    messages.success(
-        request,
+    start = form_input(schemas.RolloutStartBaseSerializer, request.POST)
+    rollout = rollout_start_guarded(
+        actor=request.user, fleet=fleet, guard_options=guard_options(request.POST), **start
+    )
+    return messages.SUCCESS, (
         f"Started rolling out v{rollout.candidate.number} over v{rollout.stable.number} at "
-        f"{rollout.stage}% of the fleet.",
+        f"{rollout.stage}% of the fleet."
     )
-    return _to_rollout(fleet)
 
 
-@role_required(Role.PUBLISHER)
-@require_POST
-def rollout_advance(request: HttpRequest, slug: str) -> HttpResponse:
+@_page_action
+def rollout_advance(request: HttpRequest, fleet: Fleet) -> Said:
     """Advance to the stage the button named; a second click on the same button does nothing."""
-    fleet = fleet_or_404(slug)
     before = selectors.open_rollout(fleet.pk)
-    try:
-        to_stage = RolloutAdvanceForm(request.POST).values()["to_stage"]
-        rollout = services.rollout_advance(actor=request.user, fleet=fleet, to_stage=to_stage)
-    except ApplicationError as exc:
-        return _refused(request, fleet, exc)
+    advance = form_input(schemas.RolloutAdvanceInputSerializer, request.POST)
+    rollout = services.rollout_advance(actor=request.user, fleet=fleet, **advance)
     if before is not None and before.stage == rollout.stage:
-        messages.info(request, f"v{rollout.candidate.number} is already at {rollout.stage}%.")
-    else:
-        share = (
-            f" ({rollout.candidate_share}% of the fleet: {rollout.holdback}% held back on "
-            f"v{rollout.stable.number} until completion)"
-            if rollout.candidate_share != rollout.stage
-            else " of the fleet"
-        )
-        messages.success(
-            request, f"Advanced v{rollout.candidate.number} to {rollout.stage}%{share}."
-        )
-    return _to_rollout(fleet)
-
-
-@role_required(Role.PUBLISHER)
-@require_POST
-def rollout_pause(request: HttpRequest, slug: str) -> HttpResponse:
-    """Hold the rollout at its stage."""
-    fleet = fleet_or_404(slug)
-    try:
-        rollout = services.rollout_pause(actor=request.user, fleet=fleet)
-    except ApplicationError as exc:
-        return _refused(request, fleet, exc)
-    messages.success(
-        request,
-        f"Paused v{rollout.candidate.number} at {rollout.stage}%; devices keep what they run.",
+        return messages.INFO, f"v{rollout.candidate.number} is already at {rollout.stage}%."
+    share = (
+        f" ({rollout.candidate_share}% of the fleet: {rollout.holdback}% held back on "
+        f"v{rollout.stable.number} until completion)"
+        if rollout.candidate_share != rollout.stage
+        else " of the fleet"
     )
-    return _to_rollout(fleet)
+    return messages.SUCCESS, f"Advanced v{rollout.candidate.number} to {rollout.stage}%{share}."
 
 
-@role_required(Role.PUBLISHER)
-@require_POST
-def rollout_resume(request: HttpRequest, slug: str) -> HttpResponse:
-    """Let a paused rollout advance again."""
-    fleet = fleet_or_404(slug)
-    try:
-        rollout = services.rollout_resume(actor=request.user, fleet=fleet)
-    except ApplicationError as exc:
-        return _refused(request, fleet, exc)
-    messages.success(request, f"Resumed v{rollout.candidate.number} at {rollout.stage}%.")
-    return _to_rollout(fleet)
+def _transition(service: Callable[..., Rollout], doc: str, said: Callable[[Rollout], str]) -> Any:
+    """A page action that is one rollout transition without input (pause, resume, complete)."""
+
+    def action(request: HttpRequest, fleet: Fleet) -> Said:
+        return messages.SUCCESS, said(service(actor=request.user, fleet=fleet))
+
+    action.__name__ = action.__qualname__ = service.__name__
+    action.__doc__ = doc
+    return _page_action(action)
 
 
-@role_required(Role.PUBLISHER)
-@require_POST
-def rollout_complete(request: HttpRequest, slug: str) -> HttpResponse:
-    """At 100%, make the candidate the fleet's stable version."""
-    fleet = fleet_or_404(slug)
-    try:
-        rollout = services.rollout_complete(actor=request.user, fleet=fleet)
-    except ApplicationError as exc:
-        return _refused(request, fleet, exc)
-    messages.success(
-        request,
+rollout_pause = _transition(
+    services.rollout_pause,
+    "Hold the rollout at its stage.",
+    lambda rollout: (
+        f"Paused v{rollout.candidate.number} at {rollout.stage}%; devices keep what they run."
+    ),
+)
+rollout_resume = _transition(
+    services.rollout_resume,
+    "Let a paused rollout advance again.",
+    lambda rollout: f"Resumed v{rollout.candidate.number} at {rollout.stage}%.",
+)
+rollout_complete = _transition(
+    services.rollout_complete,
+    "At 100%, make the candidate the fleet's stable version.",
+    lambda rollout: (
         f"Completed: v{rollout.candidate.number} is now the stable version "
-        f"(was v{rollout.stable.number}).",
-    )
-    return _to_rollout(fleet)
+        f"(was v{rollout.stable.number})."
+    ),
+)
 
 
-@role_required(Role.PUBLISHER)
-@require_POST
-def rollout_rollback(request: HttpRequest, slug: str) -> HttpResponse:
+@_page_action
+def rollout_rollback(request: HttpRequest, fleet: Fleet) -> Said:
     """One click: every device returns to the stable version."""
-    fleet = fleet_or_404(slug)
+    # The reason box is free text: a person's stray spaces are trimmed, not refused.
     reason = (request.POST.get("reason") or "").strip()
-    try:
-        rollout = services.rollout_rollback(actor=request.user, fleet=fleet, reason=reason)
-    except ApplicationError as exc:
-        return _refused(request, fleet, exc)
-    messages.success(
-        request,
+    rollout = services.rollout_rollback(actor=request.user, fleet=fleet, reason=reason)
+    return messages.SUCCESS, (
         f"Rolled v{rollout.candidate.number} back: every device returns to "
-        f"v{rollout.stable.number}.",
+        f"v{rollout.stable.number}."
     )
-    return _to_rollout(fleet)
 
 
-@role_required(Role.PUBLISHER)
-@require_POST
-def fleet_switch(request: HttpRequest, slug: str) -> HttpResponse:
+@_page_action
+def fleet_switch(request: HttpRequest, fleet: Fleet) -> Said:
     """Move the whole fleet to a published version at once (no stages)."""
-    fleet = fleet_or_404(slug)
     before = selectors.fleet_assignment(fleet.pk).stable
-    try:
-        version = FleetSwitchForm(request.POST).values()["version"]
-        services.fleet_switch_version(actor=request.user, fleet=fleet, version=version)
-    except ApplicationError as exc:
-        return _refused(request, fleet, exc)
+    version = form_input(schemas.RolloutVersionInputSerializer, request.POST)["version"]
+    services.fleet_switch_version(actor=request.user, fleet=fleet, version=version)
     if before == version:
-        messages.info(request, f"The fleet already runs v{version}; nothing changed.")
-    else:
-        messages.success(request, f"Switched the whole fleet from v{before} to v{version}.")
-    return _to_rollout(fleet)
+        return messages.INFO, f"The fleet already runs v{version}; nothing changed."
+    return messages.SUCCESS, f"Switched the whole fleet from v{before} to v{version}."
 
 
-@role_required(Role.PUBLISHER)
-@require_POST
-def cloud_pressure(request: HttpRequest, slug: str) -> HttpResponse:
+@_page_action
+def cloud_pressure(request: HttpRequest, fleet: Fleet) -> Said:
     """Nudge θ for the whole fleet for a while, without a new version."""
-    fleet = fleet_or_404(slug)
-    try:
-        pressure = CloudPressureForm(request.POST).values()
-        offset, ttl_s = pressure["theta_offset"], pressure["ttl_s"]
-        services.cloud_pressure_set(
-            actor=request.user, fleet=fleet, theta_offset=offset, ttl_s=ttl_s
-        )
-    except ApplicationError as exc:
-        return _refused(request, fleet, exc)
-    messages.success(
-        request, f"Sent cloud_pressure θ {offset:+.2f} for {ttl_s:,} s to the whole fleet."
+    pressure = form_input(schemas.CloudPressureInputSerializer, request.POST)
+    services.cloud_pressure_set(actor=request.user, fleet=fleet, **pressure)
+    return messages.SUCCESS, (
+        f"Sent cloud_pressure θ {pressure['theta_offset']:+.2f} for {pressure['ttl_s']:,} s "
+        "to the whole fleet."
     )
-    return _to_rollout(fleet)

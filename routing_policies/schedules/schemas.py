@@ -10,8 +10,8 @@ from controlplane.api import JsonBooleanField, JsonChoiceField, JsonFloatField, 
 from controlplane.openapi import closed_body
 
 from ..reviews.schemas import MAX_REVISION, InputSerializer, note_field
-from ..rollouts.models import Rollout
-from ..rollouts.services import MAX_CLOUD_PRESSURE_TTL_S
+from ..rollouts.models import MAX_CLOUD_PRESSURE_TTL_S, Rollout
+from ..rollouts.schemas import holdback_field
 from ..validation import MAX_VERSION
 from .models import ScheduledChange
 
@@ -64,19 +64,10 @@ class VersionScheduleSerializer(_ScheduleBase):
         ref_name = "VersionScheduleInput"
 
 
-def _holdback_field() -> JsonIntegerField:
-    return JsonIntegerField(
-        min_value=0,
-        max_value=Rollout.MAX_HOLDBACK,
-        required=False,
-        help_text="percent of the fleet kept on stable at 100% until completion; default 0",
-    )
-
-
 @closed_body
 class RolloutStartScheduleSerializer(VersionScheduleSerializer):
     kind = JsonChoiceField(choices=[Kind.ROLLOUT_START.value])
-    holdback = _holdback_field()
+    holdback = holdback_field()
 
     class Meta:
         ref_name = "RolloutStartScheduleInput"
@@ -151,7 +142,7 @@ class StagePlanInputSerializer(serializers.Serializer[Any]):
     steps = serializers.ListField(
         child=PlanStepSerializer(), max_length=2, help_text="later stages (25, 100), in time order"
     )
-    holdback = _holdback_field()
+    holdback = holdback_field()
 
     class Meta:
         ref_name = "StagePlanInput"

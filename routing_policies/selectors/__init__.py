@@ -2,7 +2,13 @@
 (policies, rollouts, devices), where the app's own views call it."""
 
 from ..devices.models import ONLINE_WINDOW, online_q
-from ..devices.selectors import device_list, device_query, device_rows
+from ..devices.selectors import (
+    candidate_cohort_count,
+    device_list,
+    device_query,
+    device_rows,
+    fleet_convergence,
+)
 from ..policies.sdk_cells import (
     sends_sensitive_data_off_device,
     shadow_refine_rates,
@@ -28,11 +34,9 @@ from ..policies.selectors import (
     versions_list,
 )
 from ..rollouts.selectors import (
-    candidate_cohort_count,
     cloud_pressure_live,
     compared_rollout,
     fleet_assignment,
-    fleet_convergence,
     open_rollout,
     rollout_out,
     rollout_status,

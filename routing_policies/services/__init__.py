@@ -12,7 +12,6 @@ from ..devices.services import (
     devices_seen_by_token,
     fleet_enrollment_key_rotate,
 )
-from ..devices.token_cache import device_authenticate_cached
 from ..devices.tokens import DEVICE_TOKEN_PREFIX, FLEET_KEY_PREFIX, hash_secret
 from ..policies.audit import Actor, actor_user, audit_record
 from ..policies.services import (
@@ -27,6 +26,8 @@ from ..policies.services import (
     policy_draft_update_cells,
     policy_version_publish,
 )
+from ..push.token_cache import device_authenticate_cached
+from ..reviews.notify import review_notifier_register
 from ..rollouts.services import (
     cloud_pressure_set,
     fleet_switch_version,
@@ -68,6 +69,7 @@ __all__ = [
     "policy_draft_remove_dimension_value",
     "policy_draft_update_cells",
     "policy_version_publish",
+    "review_notifier_register",
     "rollout_advance",
     "rollout_complete",
     "rollout_pause",

@@ -375,7 +375,7 @@ def test_rollout_start__one_already_open__409_with_message_and_first_kept(
     ("version", "status", "message"),
     [
         ("9", 404, "has no published version 9"),
-        ("two", 400, "must be a whole number"),
+        ("two", 400, "The version: A valid integer is required."),
         ("1", 409, "v1 is already the fleet&#x27;s stable version"),
     ],
 )
@@ -455,9 +455,9 @@ def test_cloud_pressure__publisher__offset_live_for_the_ttl(
 @pytest.mark.parametrize(
     ("offset", "ttl", "message"),
     [
-        ("1.5", "60", "theta_offset must be a number in [-1, 1]."),
-        ("0.1", "0", "ttl_s must be whole seconds in [1, 86400]."),
-        ("nan", "60", "The θ offset must be a number"),
+        ("1.5", "60", "The θ offset: Ensure this value is less than or equal to 1.0."),
+        ("0.1", "0", "The duration in seconds: Ensure this value is greater than or equal to 1."),
+        ("nan", "60", "The θ offset: A valid number is required."),
     ],
 )
 def test_cloud_pressure__out_of_range__400_with_message_and_nothing_stored(
@@ -577,7 +577,7 @@ def test_device_list__bad_version__400_with_message(
 
     # Then the page says so instead of listing everything
     assert response.status_code == 400
-    assert "&#x27;abc&#x27; is not a version number." in text_of(response)
+    assert "The version: A valid integer is required." in text_of(response)
     assert device_ids(text_of(response)) == []
 
 

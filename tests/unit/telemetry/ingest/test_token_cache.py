@@ -1,5 +1,5 @@
 """The per-process device-token cache of the telemetry fast path
-(routing_policies.devices.token_cache): a token revoked in another process stops working as soon
+(routing_policies.push.token_cache): a token revoked in another process stops working as soon
 as its push message arrives."""
 
 import time
@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from routing_policies.devices import token_cache
 from routing_policies.models import Device
 from routing_policies.push import publish as push
+from routing_policies.push import token_cache
 
 pytestmark = pytest.mark.django_db
 

@@ -2,11 +2,12 @@
 batch; the token query would be a good part of a small request).
 
 A token → device entry is kept TTL_S (60 s) while this process listens to the push channel,
-whose `revoke` messages (device_revoke, and a re-enrolment replacing a token) drop the entry
-at once in every process; while it does not listen (Redis down, embedded mode, not yet
-subscribed), SHORT_TTL_S (2 s). The revoking process drops its own entry on commit either way.
-A lookup that raced a revocation is not remembered (a generation counter), and a lost
-subscription forgets everything, since messages may have been missed meanwhile.
+whose `revoke` messages (device_revoke, and a re-enrolment replacing a token: push/receivers.py
+sends them) drop the entry at once in every process; while it does not listen (Redis down,
+embedded mode, not yet subscribed), SHORT_TTL_S (2 s). The revoking process drops its own
+entry on commit either way. A lookup that raced a revocation is not remembered (a generation
+counter), and a lost subscription forgets everything, since messages may have been missed
+meanwhile.
 """
 
 import json
@@ -18,10 +19,10 @@ from typing import Any, Final
 import redis
 from django.conf import settings
 
-from ..push.publish import push_channel
-from .models import Device
-from .selectors import device_authenticate
-from .tokens import hash_secret, looks_like_device_token
+from ..devices.models import Device
+from ..devices.selectors import device_authenticate
+from ..devices.tokens import hash_secret, looks_like_device_token
+from .publish import push_channel
 
 logger = logging.getLogger(__name__)
 
