@@ -104,7 +104,9 @@ def request_body(struct_type: type[msgspec.Struct]) -> dict[str, Any]:
 
 def _openapi_schema(schema: Any) -> Any:
     """msgspec's JSON Schema (2020-12) as OpenAPI 3.0 says it: `X | None` is `nullable`, an
-    enum of strings has its type, titles (the class names) are dropped."""
+    enum of strings has its type, titles (the class names) are dropped. An optional boolean
+    (`bool | None = None`) is documented as what it is to a device, true or false or left out:
+    the server reads a null as left out (older devices), but the contract never offered it."""
     if isinstance(schema, list):
         return [_openapi_schema(item) for item in schema]
     if not isinstance(schema, dict):
@@ -115,7 +117,8 @@ def _openapi_schema(schema: Any) -> Any:
         rest = [option for option in options if option != {"type": "null"}]
         if len(rest) == 1:
             del out["anyOf"]
-            out = {**rest[0], **out, "nullable": True}
+            nullable = {} if rest[0] == {"type": "boolean"} else {"nullable": True}
+            out = {**rest[0], **out, **nullable}
     enum = out.get("enum")
     if enum is not None and "type" not in out and all(isinstance(v, str) for v in enum):
         out = {"type": "string", **out}
