@@ -1,7 +1,7 @@
 """What every server-rendered page shares: the role check, page input (the API's own input
 serializer through `form_input`, or a Django form where no API takes the same input), and
 showing a refused change on the page it came from. (The fleet a page's URL names is
-`routing_policies.policies.pages.fleet_or_404`: the shared layer reads no part.)"""
+`routing_policies.pages.fleet_or_404`: the shared layer reads no part.)"""
 
 import functools
 import math
