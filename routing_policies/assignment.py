@@ -52,6 +52,22 @@ class FleetAssignment:
             return 0
         return self.percent if self.percent < 100 else 100 - self.holdback
 
+    def role(self, version: int) -> str:
+        """What `version` is to the fleet: "candidate", "stable" or "other"."""
+        if version == self.candidate:
+            return "candidate"
+        return "stable" if version == self.stable else "other"
+
+    def assigned(self, *, devices: int, on_candidate: int) -> dict[int, int]:
+        """How many of the fleet's `devices` each version is assigned to: `on_candidate` (the
+        candidate's cohort) to the candidate, the rest to stable."""
+        counts: dict[int, int] = {}
+        if self.stable is not None:
+            counts[self.stable] = devices - on_candidate
+        if self.candidate is not None:
+            counts[self.candidate] = on_candidate
+        return counts
+
     @property
     def splits(self) -> bool:
         """Part of the fleet runs the candidate, the rest the stable version: buckets decide."""

@@ -203,27 +203,18 @@ def fleet_convergence(fleet: Fleet) -> dict[str, Any]:
     now = timezone.now()
     assignment = fleet_assignment(fleet.pk)
     devices = _live(fleet)
-    total = devices.count()
+    # One grouped read: devices per acked version, and how many of them are online.
+    rows = list(
+        devices.values("acked_version")
+        .annotate(n=Count("id"), online=Count("id", filter=online_q(now)))
+        .order_by()
+    )
+    total = sum(row["n"] for row in rows)
     on_candidate = candidate_cohort_count(fleet, assignment)
-    assigned: dict[int, int] = {}
-    if assignment.stable is not None:
-        assigned[assignment.stable] = total - on_candidate
-    if assignment.candidate is not None:
-        assigned[assignment.candidate] = on_candidate
-    acked = {
-        row["acked_version"]: row["n"]
-        for row in devices.exclude(acked_version__isnull=True)
-        .values("acked_version")
-        .annotate(n=Count("id"))
-        .order_by()
-    }
+    assigned = assignment.assigned(devices=total, on_candidate=on_candidate)
+    acked = {row["acked_version"]: row["n"] for row in rows if row["acked_version"] is not None}
     online_acked = {
-        row["acked_version"]: row["n"]
-        for row in devices.online(now)
-        .exclude(acked_version__isnull=True)
-        .values("acked_version")
-        .annotate(n=Count("id"))
-        .order_by()
+        row["acked_version"]: row["online"] for row in rows if row["acked_version"] is not None
     }
     versions = sorted(set(assigned) | set(acked), reverse=True)
     last_change = _last_change_at(fleet)
@@ -243,13 +234,11 @@ def fleet_convergence(fleet: Fleet) -> dict[str, Any]:
         }
     return {
         "devices": total,
-        "online": devices.online(now).count(),
+        "online": sum(row["online"] for row in rows),
         "versions": [
             {
                 "version": number,
-                "role": "candidate"
-                if number == assignment.candidate
-                else ("stable" if number == assignment.stable else "other"),
+                "role": assignment.role(number),
                 "assigned": assigned.get(number, 0),
                 "acked": acked.get(number, 0),
                 "acked_online": online_acked.get(number, 0),

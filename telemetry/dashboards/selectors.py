@@ -485,11 +485,7 @@ def _convergence(fleet: Fleet, assignment: FleetAssignment, now: datetime) -> di
         .order_by()
     )
     total = sum(row["n"] for row in rows)
-    assigned: dict[int, int] = {}
-    if assignment.stable is not None:
-        assigned[assignment.stable] = total - on_candidate
-    if assignment.candidate is not None:
-        assigned[assignment.candidate] = on_candidate
+    assigned = assignment.assigned(devices=total, on_candidate=on_candidate)
     acked = {row["acked_version"]: row for row in rows if row["acked_version"] is not None}
     versions = sorted(set(assigned) | set(acked), reverse=True)
     return {
@@ -498,9 +494,7 @@ def _convergence(fleet: Fleet, assignment: FleetAssignment, now: datetime) -> di
         "versions": [
             {
                 "version": number,
-                "role": "candidate"
-                if number == assignment.candidate
-                else ("stable" if number == assignment.stable else "other"),
+                "role": assignment.role(number),
                 "assigned": assigned.get(number, 0),
                 "acked": acked[number]["n"] if number in acked else 0,
                 "online": acked[number]["online"] if number in acked else 0,
