@@ -123,18 +123,6 @@ class WholeNumberField(forms.Field):
             raise forms.ValidationError(message, code="invalid") from None
 
 
-class NumberField(WholeNumberField):
-    """A finite number typed into a page (`nan` and `inf` are refused)."""
-
-    kind = "a number"
-
-    def parse(self, text: str) -> float:
-        number = float(text)
-        if not math.isfinite(number):
-            raise ValueError(text)
-        return number
-
-
 class PageForm(forms.Form):
     """A form whose values a view takes as they are or refuses as one `ValidationFailed`,
     which `refusal` shows: the first field at fault, in the order the fields are declared."""
