@@ -3,7 +3,8 @@
 PROTOCOL.md: `bucket = int(sha256(f"{salt}:{device_id}").hexdigest()[:8], 16) % 10000`; a device
 gets the candidate when `bucket < stage_percent * 100`. Stages only ever add devices, so a
 stage change reaches exactly the buckets between the old and the new percentage. The rule is
-here once, in Python (`FleetAssignment.version_at`) and in SQL (`BUCKET_SQL`).
+here once, in Python (`FleetAssignment.version_at`, in `edge_sdk.assignment`, which devices
+run too) and in SQL (`BUCKET_SQL`).
 
 A rollout with a holdback (docs/PROTOCOL.md, "Holdback") keeps the top `holdback` percent of
 buckets on stable at the last stage: there the candidate's share is `100 - holdback`, so the
@@ -11,10 +12,9 @@ held-back devices are those a stage would have reached last, and completing the 
 them too.
 """
 
-import hashlib
-from dataclasses import dataclass
+from edge_sdk.assignment import BUCKETS, FleetAssignment, bucket
 
-BUCKETS = 10_000
+__all__ = ["BUCKETS", "BUCKET_SQL", "DeviceBucket", "FleetAssignment", "bucket"]
 
 # `bucket` in PostgreSQL, so counting or paging a million devices never leaves the database. The
 # salt is its one parameter (`%s`); `%%` is a literal `%` in Django's `extra()` SQL.
@@ -22,101 +22,6 @@ BUCKET_SQL = (
     "(('x' || substr(encode(sha256(convert_to(%s || ':' || device_id, 'UTF8')), 'hex'), 1, 8))"
     "::bit(32)::bigint %% 10000)"
 )
-
-
-def bucket(salt: str, device_id: str) -> int:
-    """The device's fixed place (0..9999) in a rollout with this salt."""
-    digest = hashlib.sha256(f"{salt}:{device_id}".encode()).hexdigest()
-    return int(digest[:8], 16) % BUCKETS
-
-
-@dataclass(frozen=True, slots=True)
-class FleetAssignment:
-    """The fleet's routing state: its stable version and, during a rollout, the candidate.
-
-    `percent` is the rollout's stage (0 when there is none); `holdback` the percent of buckets
-    kept on stable at stage 100.
-    """
-
-    stable: int | None
-    candidate: int | None = None
-    salt: str = ""
-    percent: int = 0
-    rollout_id: int | None = None
-    holdback: int = 0
-
-    @property
-    def candidate_share(self) -> int:
-        """The percent of buckets on the candidate: the stage, less the holdback at 100%."""
-        if self.candidate is None or self.percent <= 0:
-            return 0
-        return self.percent if self.percent < 100 else 100 - self.holdback
-
-    def role(self, version: int) -> str:
-        """What `version` is to the fleet: "candidate", "stable" or "other"."""
-        if version == self.candidate:
-            return "candidate"
-        return "stable" if version == self.stable else "other"
-
-    def assigned(self, *, devices: int, on_candidate: int) -> dict[int, int]:
-        """How many of the fleet's `devices` each version is assigned to: `on_candidate` (the
-        candidate's cohort) to the candidate, the rest to stable."""
-        counts: dict[int, int] = {}
-        if self.stable is not None:
-            counts[self.stable] = devices - on_candidate
-        if self.candidate is not None:
-            counts[self.candidate] = on_candidate
-        return counts
-
-    @property
-    def splits(self) -> bool:
-        """Part of the fleet runs the candidate, the rest the stable version: buckets decide."""
-        return 0 < self.candidate_share < 100
-
-    @property
-    def candidate_buckets(self) -> int:
-        """How many of the BUCKETS run the candidate: those below this number."""
-        return self.candidate_share * BUCKETS // 100
-
-    def version_at(self, device_bucket: int) -> int | None:
-        """The version a device in this bucket must run."""
-        share = self.candidate_share
-        if share <= 0:
-            return self.stable
-        if share >= 100:
-            return self.candidate
-        return self.candidate if device_bucket < self.candidate_buckets else self.stable
-
-    def version_for(self, device_id: str) -> int | None:
-        """The version this device must run."""
-        return self.version_at(bucket(self.salt, device_id) if self.splits else 0)
-
-    def in_candidate_cohort(self, device_id: str) -> bool:
-        """True when the device is (at this stage) one of the candidate's devices."""
-        return self.candidate is not None and self.version_for(device_id) == self.candidate
-
-    def as_dict(self) -> dict[str, int | str | None]:
-        """JSON-friendly form, carried by push messages between processes."""
-        return {
-            "stable": self.stable,
-            "candidate": self.candidate,
-            "salt": self.salt,
-            "percent": self.percent,
-            "rollout_id": self.rollout_id,
-            "holdback": self.holdback,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, int | str | None]) -> "FleetAssignment":
-        """Inverse of `as_dict`."""
-        return cls(
-            stable=_opt_int(data.get("stable")),
-            candidate=_opt_int(data.get("candidate")),
-            salt=str(data.get("salt") or ""),
-            percent=int(data.get("percent") or 0),
-            rollout_id=_opt_int(data.get("rollout_id")),
-            holdback=int(data.get("holdback") or 0),
-        )
 
 
 class DeviceBucket:
@@ -141,7 +46,3 @@ class DeviceBucket:
             self._bucket = bucket(assignment.salt, self.device_id)
             self._salt = assignment.salt
         return assignment.version_at(self._bucket)
-
-
-def _opt_int(value: int | str | None) -> int | None:
-    return None if value is None else int(value)
