@@ -1,0 +1,116 @@
+"""A real Mosquitto for the tests: Debian's broker on a free loopback port, its own config and
+directory, stopped when the test (or module) ends. Never the system broker on 1883.
+
+`Broker.start(tmp)` runs it with anonymous access; `Broker.start(tmp, dynsec_admin=(user, pw))`
+loads the dynamic-security plugin with that admin account (the control plane drives it)."""
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+MOSQUITTO_CTRL = shutil.which("mosquitto_ctrl") or "/usr/bin/mosquitto_ctrl"
+DYNSEC_PLUGIN = "/usr/lib/x86_64-linux-gnu/mosquitto_dynamic_security.so"
+
+
+def _free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Broker:
+    host: str
+    port: int
+    directory: Path
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://{self.host}:{self.port}"
+
+    @classmethod
+    def start(
+        cls, directory: Path, *, dynsec_admin: tuple[str, str] | None = None, host: str = "127.0.0.1"
+    ) -> "Broker":
+        if not os.path.exists(MOSQUITTO):
+            if os.environ.get("CI") == "true":
+                pytest.fail("CI=true but mosquitto is not installed (.ci/run installs it)")
+            pytest.skip("needs mosquitto (apt-get install mosquitto)")
+        directory.mkdir(parents=True, exist_ok=True)
+        port = _free_port(host)
+        lines = [
+            f"listener {port} {host}",
+            "set_tcp_nodelay true",
+            "persistence false",
+            f"log_dest file {directory / 'mosquitto.log'}",
+            "log_type error",
+            "log_type warning",
+            "log_type notice",
+        ]
+        if dynsec_admin is None:
+            lines.append("allow_anonymous true")
+        else:
+            state = directory / "dynamic-security.json"
+            user, password = dynsec_admin
+            subprocess.run(
+                [MOSQUITTO_CTRL, "dynsec", "init", str(state), user, password],
+                check=True,
+                capture_output=True,
+                input=b"",
+            )
+            lines += [
+                "allow_anonymous false",
+                f"plugin {DYNSEC_PLUGIN}",
+                f"plugin_opt_config_file {state}",
+            ]
+        config = directory / "mosquitto.conf"
+        config.write_text("\n".join(lines) + "\n")
+        process = subprocess.Popen(
+            [MOSQUITTO, "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        broker = cls(host=host, port=port, directory=directory, process=process)
+        broker._wait_listening()
+        return broker
+
+    def _wait_listening(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mosquitto exited: {self.log()}")
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"mosquitto did not listen on {self.port}: {self.log()}")
+
+    def log(self) -> str:
+        path = self.directory / "mosquitto.log"
+        return path.read_text() if path.exists() else ""
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def mosquitto(tmp_path: Path) -> Iterator[Broker]:
+    """An anonymous Mosquitto of this test's own."""
+    broker = Broker.start(tmp_path / "mosquitto")
+    yield broker
+    broker.stop()
