@@ -21,7 +21,7 @@ from controlplane.roles import Role
 
 from ..extensions import lab_draft_headline
 from ..policies.models import Fleet
-from ..policies.pages import fleet_or_404
+from ..policies.pages import fleet_or_404, fleet_page
 from ..policies.selectors import draft_get, published_versions
 from ..policies.view_models import diff_rows
 from . import schemas, selectors, services
@@ -55,19 +55,6 @@ def _list_page(
         **extra,
     }
     return render(request, "routing_policies/reviews.html", context, status=status)
-
-
-def fleet_page(render_page: Callable[..., HttpResponse], doc: str) -> Callable[..., HttpResponse]:
-    """The GET view of a fleet's page, for viewers: `render_page(request, fleet)` draws it (the
-    same function draws it again after a refused change, with why)."""
-
-    @role_required(Role.VIEWER)
-    @require_GET
-    def view(request: HttpRequest, slug: str) -> HttpResponse:
-        return render_page(request, fleet_or_404(slug))
-
-    view.__doc__ = doc
-    return view
 
 
 review_list = fleet_page(

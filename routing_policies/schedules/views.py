@@ -14,10 +14,9 @@ from controlplane.pages import form_input, posted_change, role_required
 from controlplane.roles import Role
 
 from ..policies.models import Fleet
-from ..policies.pages import fleet_or_404
+from ..policies.pages import fleet_or_404, fleet_page
 from ..policies.selectors import published_versions
 from ..reviews.schemas import by_kind, kind_fields
-from ..reviews.views import fleet_page
 from . import schemas, selectors, services
 from .models import ScheduledChange
 from .times import describe, with_offset
