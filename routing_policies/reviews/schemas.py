@@ -13,6 +13,7 @@ from controlplane.exceptions import ValidationFailed
 from controlplane.openapi import closed_body
 from controlplane.validators import SOME_TEXT_PATTERN
 
+from ..components import ApiSerializer
 from ..rollouts.schemas import FreezeSerializer
 from ..validation import MAX_VERSION
 from .models import ChangeRequest
@@ -40,7 +41,7 @@ def note_field(*, required: bool = True, help_text: str) -> JsonStringField:
 
 
 @closed_body
-class NoteInputSerializer(serializers.Serializer[Any]):
+class NoteInputSerializer(ApiSerializer):
     note = note_field(help_text="why: what you checked, what you acknowledge")
 
     class Meta:
@@ -48,7 +49,7 @@ class NoteInputSerializer(serializers.Serializer[Any]):
 
 
 @closed_body
-class ReviewSettingsSerializer(serializers.Serializer[Any]):
+class ReviewSettingsSerializer(ApiSerializer):
     publish_needs_approval = JsonBooleanField(help_text="publishing needs another publisher's OK")
     rollout_needs_approval = JsonBooleanField(
         help_text="starting a rollout and switching the fleet need another publisher's OK"
@@ -66,7 +67,7 @@ class ReviewSettingsOutSerializer(ReviewSettingsSerializer):
 
 
 @closed_body
-class PublishRequestOpenSerializer(serializers.Serializer[Any]):
+class PublishRequestOpenSerializer(ApiSerializer):
     kind = JsonChoiceField(choices=[ChangeRequest.Kind.PUBLISH.value])
     note = note_field(help_text="what the change is and why")
 
@@ -75,7 +76,7 @@ class PublishRequestOpenSerializer(serializers.Serializer[Any]):
 
 
 @closed_body
-class VersionRequestOpenSerializer(serializers.Serializer[Any]):
+class VersionRequestOpenSerializer(ApiSerializer):
     kind = JsonChoiceField(
         choices=[ChangeRequest.Kind.ROLLOUT_START.value, ChangeRequest.Kind.SWITCH.value]
     )
@@ -121,7 +122,7 @@ def kind_fields(inputs: dict[str, InputSerializer]) -> dict[str, str]:
 
 
 @closed_body
-class VerdictInputSerializer(serializers.Serializer[Any]):
+class VerdictInputSerializer(ApiSerializer):
     # the revision the reviewer looked at (a stale one is refused with 409)
     revision = JsonIntegerField(
         min_value=1, max_value=MAX_REVISION, help_text="the revision reviewed"
@@ -141,7 +142,7 @@ class RejectInputSerializer(VerdictInputSerializer):
 
 
 @closed_body
-class CommentInputSerializer(serializers.Serializer[Any]):
+class CommentInputSerializer(ApiSerializer):
     body = note_field(help_text="the comment")
 
     class Meta:
@@ -156,16 +157,13 @@ class PublishInputSerializer(VerdictInputSerializer):
         ref_name = "ChangeRequestPublishInput"
 
 
-class FleetFreezeSerializer(serializers.Serializer[Any]):
+class FleetFreezeSerializer(ApiSerializer):
     fleet = serializers.SlugField()
     frozen = serializers.BooleanField()
     freeze = FreezeSerializer(allow_null=True, help_text="the open freeze, else the last one")
 
-    class Meta:
-        ref_name = "FleetFreeze"
 
-
-class ChangeRequestSerializer(serializers.Serializer[Any]):
+class ChangeRequestSerializer(ApiSerializer):
     id = serializers.IntegerField()
     fleet = serializers.SlugField()
     kind = serializers.ChoiceField(choices=ChangeRequest.Kind.values)
@@ -188,26 +186,17 @@ class ChangeRequestSerializer(serializers.Serializer[Any]):
     finished_at = serializers.DateTimeField(allow_null=True)
     finished_by = serializers.CharField(allow_null=True)
 
-    class Meta:
-        ref_name = "ChangeRequest"
 
-
-class ChangeRequestListSerializer(serializers.Serializer[Any]):
+class ChangeRequestListSerializer(ApiSerializer):
     results = ChangeRequestSerializer(many=True)
 
-    class Meta:
-        ref_name = "ChangeRequestList"
 
-
-class ChangeRequestsForMeSerializer(serializers.Serializer[Any]):
+class ChangeRequestsForMeSerializer(ApiSerializer):
     to_review = ChangeRequestSerializer(many=True)
     mine = ChangeRequestSerializer(many=True)
 
-    class Meta:
-        ref_name = "ChangeRequestsForMe"
 
-
-class VerdictSerializer(serializers.Serializer[Any]):
+class VerdictSerializer(ApiSerializer):
     reviewer = serializers.CharField()
     verdict = serializers.ChoiceField(choices=["approved", "rejected"])
     revision = serializers.IntegerField()
@@ -219,7 +208,7 @@ class VerdictSerializer(serializers.Serializer[Any]):
         ref_name = "ChangeRequestVerdict"
 
 
-class CommentSerializer(serializers.Serializer[Any]):
+class CommentSerializer(ApiSerializer):
     author = serializers.CharField()
     body = serializers.CharField()
     revision = serializers.IntegerField()
@@ -234,12 +223,6 @@ class ChangeRequestDetailSerializer(ChangeRequestSerializer):
     comments = CommentSerializer(many=True)
     diff = serializers.DictField(allow_null=True, help_text="base → draft, as /diff/ answers")
 
-    class Meta:
-        ref_name = "ChangeRequestDetail"
 
-
-class ChangeRequestQuerySerializer(serializers.Serializer[Any]):
+class ChangeRequestQuerySerializer(ApiSerializer):
     state = serializers.ChoiceField(choices=ChangeRequest.State.values, required=False)
-
-    class Meta:
-        ref_name = "ChangeRequestQuery"

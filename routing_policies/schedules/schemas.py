@@ -9,6 +9,7 @@ from rest_framework import serializers
 from controlplane.api import JsonBooleanField, JsonChoiceField, JsonFloatField, JsonIntegerField
 from controlplane.openapi import closed_body
 
+from ..components import ApiSerializer
 from ..reviews.schemas import MAX_REVISION, InputSerializer, note_field
 from ..rollouts.models import MAX_CLOUD_PRESSURE_TTL_S, Rollout
 from ..rollouts.schemas import holdback_field
@@ -38,7 +39,7 @@ def time_zone_field(**kwargs: Any) -> JsonChoiceField:
     )
 
 
-class _ScheduleBase(serializers.Serializer[Any]):
+class _ScheduleBase(ApiSerializer):
     run_at = JsonDateTimeField(help_text="when, with its offset; stored in UTC")
     time_zone = time_zone_field()
 
@@ -117,7 +118,7 @@ def schedule_arguments(data: dict[str, Any]) -> dict[str, Any]:
 
 
 @closed_body
-class ScheduleUpdateSerializer(serializers.Serializer[Any]):
+class ScheduleUpdateSerializer(ApiSerializer):
     run_at = JsonDateTimeField(help_text="the new time, with its offset")
     time_zone = time_zone_field(required=False, default=None)
 
@@ -125,7 +126,7 @@ class ScheduleUpdateSerializer(serializers.Serializer[Any]):
         ref_name = "ScheduleUpdateInput"
 
 
-class PlanStepSerializer(serializers.Serializer[Any]):
+class PlanStepSerializer(ApiSerializer):
     to_stage = JsonChoiceField(choices=list(Rollout.STAGES[1:]))
     run_at = JsonDateTimeField()
     require_healthy_guards = JsonBooleanField(required=False, default=False)
@@ -135,7 +136,7 @@ class PlanStepSerializer(serializers.Serializer[Any]):
 
 
 @closed_body
-class StagePlanInputSerializer(serializers.Serializer[Any]):
+class StagePlanInputSerializer(ApiSerializer):
     version = JsonIntegerField(min_value=1, max_value=MAX_VERSION)
     time_zone = time_zone_field()
     start_at = JsonDateTimeField(help_text="when it starts at 5%")
@@ -144,11 +145,8 @@ class StagePlanInputSerializer(serializers.Serializer[Any]):
     )
     holdback = holdback_field()
 
-    class Meta:
-        ref_name = "StagePlanInput"
 
-
-class ScheduledChangeSerializer(serializers.Serializer[Any]):
+class ScheduledChangeSerializer(ApiSerializer):
     id = serializers.IntegerField()
     fleet = serializers.SlugField()
     kind = serializers.ChoiceField(choices=ScheduledChange.Kind.values)
@@ -164,13 +162,7 @@ class ScheduledChangeSerializer(serializers.Serializer[Any]):
     created_at = serializers.DateTimeField()
     ran_at = serializers.DateTimeField(allow_null=True)
 
-    class Meta:
-        ref_name = "ScheduledChange"
 
-
-class ScheduledChangesSerializer(serializers.Serializer[Any]):
+class ScheduledChangesSerializer(ApiSerializer):
     upcoming = ScheduledChangeSerializer(many=True)
     past = ScheduledChangeSerializer(many=True)
-
-    class Meta:
-        ref_name = "ScheduledChanges"
