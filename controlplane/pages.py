@@ -44,21 +44,22 @@ def role_required(role: Role) -> Callable[[View], View]:
     return decorator
 
 
-FleetHandler = Callable[[HttpRequest, Any], HttpResponse]
-FleetView = Callable[[HttpRequest, str], HttpResponse]
+FleetHandler = Callable[..., HttpResponse]
+FleetView = Callable[..., HttpResponse]
 
 
 class FleetPages:
     """The views of the pages of the fleet a URL names (`<slug>`): the handler is given the
-    request and the fleet `fleet_or_404(slug)` finds (the part that owns fleets says how)."""
+    request, the fleet `fleet_or_404(slug)` finds (the part that owns fleets says how) and the
+    URL's other parts (`request_id=3`)."""
 
     def __init__(self, fleet_or_404: Callable[[str], Any]) -> None:
         self.fleet_or_404 = fleet_or_404
 
     def _view(self, role: Role, method: Callable[[Any], Any], handler: FleetHandler) -> FleetView:
         @functools.wraps(handler)
-        def view(request: HttpRequest, slug: str) -> HttpResponse:
-            return handler(request, self.fleet_or_404(slug))
+        def view(request: HttpRequest, slug: str, **url: Any) -> HttpResponse:
+            return handler(request, self.fleet_or_404(slug), **url)
 
         allowed: FleetView = method(view)  # require_GET / require_POST: 405 for another method
         return role_required(role)(allowed)

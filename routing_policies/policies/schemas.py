@@ -132,12 +132,11 @@ def _dimension_values() -> serializers.ListField:
 # Closed as a request body: validation.validate_dimensions refuses any other dimension name.
 @closed_body
 class DimensionsSerializer(ApiSerializer):
+    component_name = "PolicyDimensions"
+
     task_type = _dimension_values()
     latency_budget = _dimension_values()
     privacy_tier = _dimension_values()
-
-    class Meta:
-        ref_name = "PolicyDimensions"
 
 
 class PolicyDocumentSerializer(ApiSerializer):
@@ -216,6 +215,8 @@ def results_of(
 class RevisionQuerySerializer(ApiSerializer):
     """`?revision=`: the draft revision a DELETE applies to (a page posts it as a field)."""
 
+    component_name = "DraftRevisionQuery"
+
     revision = serializers.IntegerField(
         min_value=1,
         max_value=999_999_999,
@@ -223,12 +224,11 @@ class RevisionQuerySerializer(ApiSerializer):
         help_text='The draft revision you read (or an If-Match: "r<revision>" header).',
     )
 
-    class Meta:
-        ref_name = "DraftRevisionQuery"
-
 
 class FleetCreateInputSerializer(ApiSerializer):
     """A new fleet: it starts with a draft of default cells over the seed dimensions."""
+
+    component_name = "FleetCreate"  # OpenAPI component names must be unique
 
     slug = JsonSlugField(
         max_length=64,
@@ -237,23 +237,21 @@ class FleetCreateInputSerializer(ApiSerializer):
     name = TidyJsonStringField(max_length=200)
     description = JsonStringField(max_length=2000, required=False, allow_blank=True)
 
-    class Meta:
-        ref_name = "FleetCreate"  # OpenAPI component names must be unique
-
 
 class DraftCreateInputSerializer(ApiSerializer):
     """Start the draft from a published version (left out or null: the latest)."""
+
+    component_name = "DraftCreate"
 
     from_version = JsonIntegerField(
         min_value=1, max_value=999_999_999, required=False, allow_null=True, label="the version"
     )
 
-    class Meta:
-        ref_name = "DraftCreate"
-
 
 class DimensionValueAddInputSerializer(ApiSerializer):
     """Add a value to a dimension; its cells start as copies of an existing value's cells."""
+
+    component_name = "DimensionValueAdd"
 
     dimension = JsonChoiceField(choices=DIMENSIONS)
     value = DIMENSION_VALUE(label="the new value")
@@ -264,12 +262,11 @@ class DimensionValueAddInputSerializer(ApiSerializer):
     )
     revision = DRAFT_REVISION()
 
-    class Meta:
-        ref_name = "DimensionValueAdd"
-
 
 class PublishInputSerializer(ApiSerializer):
     """Publish the draft: the release note says what changed and why."""
+
+    component_name = "Publish"
 
     note = JsonStringField(
         max_length=MAX_NOTE_LENGTH,
@@ -280,9 +277,6 @@ class PublishInputSerializer(ApiSerializer):
         help_text="The release note: what changed and why.",
     )
     revision = DRAFT_REVISION()
-
-    class Meta:
-        ref_name = "Publish"
 
 
 FleetListSerializer = results_of(FleetSerializer, ref_name="FleetList")

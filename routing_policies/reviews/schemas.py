@@ -1,7 +1,6 @@
 """Serializers of the change-governance API: the input each endpoint validates, and the answers
 as the OpenAPI schema describes them."""
 
-from collections.abc import Mapping
 from typing import Any
 
 from django.core.validators import RegexValidator
@@ -9,7 +8,6 @@ from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
 from controlplane.api import JsonBooleanField, JsonChoiceField, JsonIntegerField, JsonStringField
-from controlplane.exceptions import ValidationFailed
 from controlplane.openapi import closed_body
 from controlplane.validators import SOME_TEXT_PATTERN
 
@@ -42,41 +40,39 @@ def note_field(*, required: bool = True, help_text: str) -> JsonStringField:
 
 @closed_body
 class NoteInputSerializer(ApiSerializer):
-    note = note_field(help_text="why: what you checked, what you acknowledge")
+    component_name = "GovernanceNoteInput"
 
-    class Meta:
-        ref_name = "GovernanceNoteInput"
+    note = note_field(help_text="why: what you checked, what you acknowledge")
 
 
 @closed_body
 class ReviewSettingsSerializer(ApiSerializer):
+    component_name = "ReviewSettingsInput"
+
     publish_needs_approval = JsonBooleanField(help_text="publishing needs another publisher's OK")
     rollout_needs_approval = JsonBooleanField(
         help_text="starting a rollout and switching the fleet need another publisher's OK"
     )
 
-    class Meta:
-        ref_name = "ReviewSettingsInput"
-
 
 class ReviewSettingsOutSerializer(ReviewSettingsSerializer):
-    fleet = serializers.SlugField()
+    component_name = "ReviewSettings"
 
-    class Meta:
-        ref_name = "ReviewSettings"
+    fleet = serializers.SlugField()
 
 
 @closed_body
 class PublishRequestOpenSerializer(ApiSerializer):
+    component_name = "PublishRequestOpenInput"
+
     kind = JsonChoiceField(choices=[ChangeRequest.Kind.PUBLISH.value])
     note = note_field(help_text="what the change is and why")
-
-    class Meta:
-        ref_name = "PublishRequestOpenInput"
 
 
 @closed_body
 class VersionRequestOpenSerializer(ApiSerializer):
+    component_name = "VersionRequestOpenInput"
+
     kind = JsonChoiceField(
         choices=[ChangeRequest.Kind.ROLLOUT_START.value, ChangeRequest.Kind.SWITCH.value]
     )
@@ -84,9 +80,6 @@ class VersionRequestOpenSerializer(ApiSerializer):
         min_value=1, max_value=MAX_VERSION, help_text="the published version"
     )
     note = note_field(help_text="what the change is and why")
-
-    class Meta:
-        ref_name = "VersionRequestOpenInput"
 
 
 OPEN_INPUTS: dict[str, InputSerializer] = {
@@ -101,16 +94,6 @@ ChangeRequestOpenSerializer = PolymorphicProxySerializer(
 )
 
 
-def by_kind(inputs: dict[str, InputSerializer], data: Mapping[str, Any]) -> InputSerializer:
-    """The input serializer of the body's `kind` (a refusal naming `kind` when unknown), for the
-    API's body and a page's posted form alike."""
-    kind = data.get("kind")
-    if not isinstance(kind, str) or kind not in inputs:
-        problem = f"one of {', '.join(inputs)} (got {str(kind)[:40]!r})"
-        raise ValidationFailed(f"Kind: {problem}.", details=[{"field": "kind", "message": problem}])
-    return inputs[kind]
-
-
 def kind_fields(inputs: dict[str, InputSerializer]) -> dict[str, str]:
     """Each field that only some kinds' inputs take, with those kinds space-separated (what a
     page's form says in `data-kinds`, for static/js/kind_fields.js to show the chosen kind's)."""
@@ -123,38 +106,34 @@ def kind_fields(inputs: dict[str, InputSerializer]) -> dict[str, str]:
 
 @closed_body
 class VerdictInputSerializer(ApiSerializer):
+    component_name = "ChangeRequestVerdictInput"
+
     # the revision the reviewer looked at (a stale one is refused with 409)
     revision = JsonIntegerField(
         min_value=1, max_value=MAX_REVISION, help_text="the revision reviewed"
     )
     note = note_field(required=False, help_text="what you checked (required to reject)")
 
-    class Meta:
-        ref_name = "ChangeRequestVerdictInput"
-
 
 @closed_body
 class RejectInputSerializer(VerdictInputSerializer):
-    note = note_field(help_text="why not: what must change")
+    component_name = "ChangeRequestRejectInput"
 
-    class Meta:
-        ref_name = "ChangeRequestRejectInput"
+    note = note_field(help_text="why not: what must change")
 
 
 @closed_body
 class CommentInputSerializer(ApiSerializer):
-    body = note_field(help_text="the comment")
+    component_name = "ChangeRequestCommentInput"
 
-    class Meta:
-        ref_name = "ChangeRequestCommentInput"
+    body = note_field(help_text="the comment")
 
 
 @closed_body
 class PublishInputSerializer(VerdictInputSerializer):
-    note = note_field(required=False, help_text="the release note (default: the request's note)")
+    component_name = "ChangeRequestPublishInput"
 
-    class Meta:
-        ref_name = "ChangeRequestPublishInput"
+    note = note_field(required=False, help_text="the release note (default: the request's note)")
 
 
 class FleetFreezeSerializer(ApiSerializer):
@@ -197,6 +176,8 @@ class ChangeRequestsForMeSerializer(ApiSerializer):
 
 
 class VerdictSerializer(ApiSerializer):
+    component_name = "ChangeRequestVerdict"
+
     reviewer = serializers.CharField()
     verdict = serializers.ChoiceField(choices=["approved", "rejected"])
     revision = serializers.IntegerField()
@@ -204,18 +185,14 @@ class VerdictSerializer(ApiSerializer):
     at = serializers.DateTimeField()
     current = serializers.BooleanField(help_text="of the current revision (else withdrawn)")
 
-    class Meta:
-        ref_name = "ChangeRequestVerdict"
-
 
 class CommentSerializer(ApiSerializer):
+    component_name = "ChangeRequestComment"
+
     author = serializers.CharField()
     body = serializers.CharField()
     revision = serializers.IntegerField()
     at = serializers.DateTimeField()
-
-    class Meta:
-        ref_name = "ChangeRequestComment"
 
 
 class ChangeRequestDetailSerializer(ChangeRequestSerializer):

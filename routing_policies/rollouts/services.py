@@ -104,15 +104,34 @@ def _switch_target(fleet: Fleet, number: int) -> _SwitchTarget:
     )
 
 
-def _event(
-    rollout: Rollout, action: str, before: int | None, after: int | None, actor: Actor
+def _record(
+    fleet: Fleet,
+    rollout: Rollout,
+    action: str,
+    actor: Actor,
+    *,
+    stages: tuple[int | None, int | None],
+    summary: str,
+    before: dict[str, Any],
+    after: dict[str, Any],
 ) -> None:
+    """One transition of the rollout, in its history (`action` from stage to stage) and in the
+    audit log (`rollout.<action>`)."""
     RolloutEvent.objects.create(
         rollout=rollout,
         action=action,
-        stage_before=before,
-        stage_after=after,
+        stage_before=stages[0],
+        stage_after=stages[1],
         actor_name=actor_name(actor),
+    )
+    audit_record(
+        actor=actor,
+        action=f"rollout.{action}",
+        fleet=fleet,
+        target=f"rollout {rollout.pk}",
+        summary=summary,
+        before=before,
+        after=after,
     )
 
 
@@ -183,12 +202,12 @@ def rollout_start(*, actor: Actor, fleet: Fleet, version: int, holdback: int = 0
         stage_changed_at=now,
         holdback=holdback,
     )
-    _event(rollout, "started", None, rollout.stage, actor)
-    audit_record(
-        actor=actor,
-        action="rollout.started",
-        fleet=fleet,
-        target=f"rollout {rollout.pk}",
+    _record(
+        fleet,
+        rollout,
+        "started",
+        actor,
+        stages=(None, rollout.stage),
         summary=(
             f"Started rolling out v{version} over v{routing.stable_version.number} "
             f"at {rollout.stage}%"
@@ -233,12 +252,12 @@ def rollout_advance(*, actor: Actor, fleet: Fleet, to_stage: int | None = None) 
     rollout.stage = target
     rollout.stage_changed_at = timezone.now()
     rollout.save(update_fields=["stage", "stage_changed_at"])
-    _event(rollout, "advanced", before, target, actor)
-    audit_record(
-        actor=actor,
-        action="rollout.advanced",
-        fleet=fleet,
-        target=f"rollout {rollout.pk}",
+    _record(
+        fleet,
+        rollout,
+        "advanced",
+        actor,
+        stages=(before, target),
         summary=f"Advanced v{rollout.candidate.number} from {before}% to {target}%"
         + (
             f" ({rollout.candidate_share}% of the fleet; {rollout.holdback}% held back on "
@@ -263,12 +282,12 @@ def _set_paused(*, actor: Actor, fleet: Fleet, paused: bool) -> Rollout:
     rollout.state = target
     rollout.save(update_fields=["state"])
     action = "paused" if paused else "resumed"
-    _event(rollout, action, rollout.stage, rollout.stage, actor)
-    audit_record(
-        actor=actor,
-        action=f"rollout.{action}",
-        fleet=fleet,
-        target=f"rollout {rollout.pk}",
+    _record(
+        fleet,
+        rollout,
+        action,
+        actor,
+        stages=(rollout.stage, rollout.stage),
         summary=f"{action.capitalize()} at {rollout.stage}%",
         before={"state": before},
         after={"state": target},
@@ -306,12 +325,12 @@ def rollout_complete(*, actor: Actor, fleet: Fleet) -> Rollout:
     rollout.save(update_fields=["state", "finished_at"])
     routing.stable_version = rollout.candidate
     routing.save(update_fields=["stable_version", "updated_at"])
-    _event(rollout, "completed", rollout.stage, rollout.stage, actor)
-    audit_record(
-        actor=actor,
-        action="rollout.completed",
-        fleet=fleet,
-        target=f"rollout {rollout.pk}",
+    _record(
+        fleet,
+        rollout,
+        "completed",
+        actor,
+        stages=(rollout.stage, rollout.stage),
         summary=f"v{rollout.candidate.number} is now stable (was v{rollout.stable.number})",
         before={"stable": rollout.stable.number},
         after={"stable": rollout.candidate.number},
@@ -343,12 +362,12 @@ def rollout_rollback(
     rollout.stage_changed_at = rollout.finished_at
     rollout.reason = reason[:500]
     rollout.save(update_fields=["state", "finished_at", "stage_changed_at", "reason"])
-    _event(rollout, "rolled_back", before, 0, actor)
-    audit_record(
-        actor=actor,
-        action="rollout.rolled_back",
-        fleet=fleet,
-        target=f"rollout {rollout.pk}",
+    _record(
+        fleet,
+        rollout,
+        "rolled_back",
+        actor,
+        stages=(before, 0),
         summary=f"Rolled v{rollout.candidate.number} back at {before}% to v{rollout.stable.number}"
         + (f": {reason}" if reason else ""),
         before={"candidate": rollout.candidate.number, "stage": before},

@@ -46,52 +46,47 @@ class _ScheduleBase(ApiSerializer):
 
 @closed_body
 class PublishScheduleSerializer(_ScheduleBase):
+    component_name = "PublishScheduleInput"
+
     kind = JsonChoiceField(choices=[Kind.PUBLISH.value])
     note = note_field(help_text="the release note")
     revision = JsonIntegerField(
         min_value=1, max_value=MAX_REVISION, required=False, help_text="default: the draft's now"
     )
 
-    class Meta:
-        ref_name = "PublishScheduleInput"
-
 
 @closed_body
 class VersionScheduleSerializer(_ScheduleBase):
+    component_name = "VersionScheduleInput"
+
     kind = JsonChoiceField(choices=[Kind.SWITCH.value])
     version = JsonIntegerField(min_value=1, max_value=MAX_VERSION)
-
-    class Meta:
-        ref_name = "VersionScheduleInput"
 
 
 @closed_body
 class RolloutStartScheduleSerializer(VersionScheduleSerializer):
+    component_name = "RolloutStartScheduleInput"
+
     kind = JsonChoiceField(choices=[Kind.ROLLOUT_START.value])
     holdback = holdback_field()
-
-    class Meta:
-        ref_name = "RolloutStartScheduleInput"
 
 
 @closed_body
 class AdvanceScheduleSerializer(_ScheduleBase):
+    component_name = "AdvanceScheduleInput"
+
     kind = JsonChoiceField(choices=[Kind.ROLLOUT_ADVANCE.value])
     to_stage = JsonChoiceField(choices=list(Rollout.STAGES[1:]))
     require_healthy_guards = JsonBooleanField(required=False, default=False)
 
-    class Meta:
-        ref_name = "AdvanceScheduleInput"
-
 
 @closed_body
 class CloudPressureScheduleSerializer(_ScheduleBase):
+    component_name = "CloudPressureScheduleInput"
+
     kind = JsonChoiceField(choices=[Kind.CLOUD_PRESSURE.value])
     theta_offset = JsonFloatField(min_value=-1.0, max_value=1.0)
     ttl_s = JsonIntegerField(min_value=1, max_value=MAX_CLOUD_PRESSURE_TTL_S)
-
-    class Meta:
-        ref_name = "CloudPressureScheduleInput"
 
 
 SCHEDULE_INPUTS: dict[str, InputSerializer] = {
@@ -119,20 +114,18 @@ def schedule_arguments(data: dict[str, Any]) -> dict[str, Any]:
 
 @closed_body
 class ScheduleUpdateSerializer(ApiSerializer):
+    component_name = "ScheduleUpdateInput"
+
     run_at = JsonDateTimeField(help_text="the new time, with its offset")
     time_zone = time_zone_field(required=False, default=None)
 
-    class Meta:
-        ref_name = "ScheduleUpdateInput"
-
 
 class PlanStepSerializer(ApiSerializer):
+    component_name = "StagePlanStep"
+
     to_stage = JsonChoiceField(choices=list(Rollout.STAGES[1:]))
     run_at = JsonDateTimeField()
     require_healthy_guards = JsonBooleanField(required=False, default=False)
-
-    class Meta:
-        ref_name = "StagePlanStep"
 
 
 @closed_body
