@@ -1,7 +1,8 @@
-"""What every server-rendered page shares: the role check, page input (the API's own input
-serializer through `form_input`, or a Django form where no API takes the same input), and
-showing a refused change on the page it came from. (The fleet a page's URL names is
-`routing_policies.pages.fleet_or_404`: the shared layer reads no part.)"""
+"""What every server-rendered page shares: the role check, the views of a fleet's pages, page
+input (the API's own input serializer through `form_input`, or a Django form where no API takes
+the same input), and showing a refused change on the page it came from. (The fleet a page's URL
+names is `routing_policies.pages.fleet_or_404`, which `FleetPages` is given: the shared layer
+reads no part.)"""
 
 import functools
 import math
@@ -13,6 +14,7 @@ from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
+from django.views.decorators.http import require_GET, require_POST
 from rest_framework import serializers
 
 from controlplane.exceptions import ApplicationError, ValidationFailed, drf_error_details
@@ -40,6 +42,39 @@ def role_required(role: Role) -> Callable[[View], View]:
         return wrapper  # type: ignore[return-value]
 
     return decorator
+
+
+FleetHandler = Callable[..., HttpResponse]
+FleetView = Callable[..., HttpResponse]
+
+
+class FleetPages:
+    """The views of the pages of the fleet a URL names (`<slug>`): the handler is given the
+    request, the fleet `fleet_or_404(slug)` finds (the part that owns fleets says how) and the
+    URL's other parts (`request_id=3`)."""
+
+    def __init__(self, fleet_or_404: Callable[[str], Any]) -> None:
+        self.fleet_or_404 = fleet_or_404
+
+    def _view(self, role: Role, method: Callable[[Any], Any], handler: FleetHandler) -> FleetView:
+        @functools.wraps(handler)
+        def view(request: HttpRequest, slug: str, **url: Any) -> HttpResponse:
+            return handler(request, self.fleet_or_404(slug), **url)
+
+        allowed: FleetView = method(view)  # require_GET / require_POST: 405 for another method
+        return role_required(role)(allowed)
+
+    def page(self, handler: FleetHandler, doc: str = "") -> FleetView:
+        """The GET view that draws `handler(request, fleet)` (the same function draws the page
+        again after a refused change, with why), for any role that reads it."""
+        view = self._view(Role.VIEWER, require_GET, handler)
+        if doc:
+            view.__doc__ = doc
+        return view
+
+    def action(self, role: Role) -> Callable[[FleetHandler], FleetView]:
+        """The POST view of a change made on a page of the fleet, by `role` and up."""
+        return functools.partial(self._view, role, require_POST)
 
 
 def posted_values(request: HttpRequest) -> dict[str, str]:

@@ -1,44 +1,22 @@
 """What the lab's pages share: the views of a fleet's page (GET) and of a change made on it
-(POST), and the page drawn with the refusal it shows (a refused change is shown on the page it
-came from, with the HTTP status of the refusal: controlplane.pages.refusal)."""
+(POST: routing_policies.pages, the one maker of every part's fleet pages), and the page drawn
+with the refusal it shows (a refused change is shown on the page it came from, with the HTTP
+status of the refusal: controlplane.pages.refusal)."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.exceptions import ApplicationError
-from controlplane.pages import refusal, role_required
-from controlplane.roles import Role
+from controlplane.pages import refusal
 from routing_policies.models import Fleet
-from routing_policies.pages import fleet_or_404
+from routing_policies.pages import fleet_action, fleet_page
 
-FleetHandler = Callable[[HttpRequest, Fleet], HttpResponse]
-FleetView = Callable[[HttpRequest, str], HttpResponse]
-
-
-def _fleet_view(role: Role, method: Callable[[Any], Any], handler: FleetHandler) -> FleetView:
-    @functools.wraps(handler)
-    def view(request: HttpRequest, slug: str) -> HttpResponse:
-        return handler(request, fleet_or_404(slug))
-
-    allowed: FleetView = method(view)  # require_GET / require_POST: 405 for another method
-    return role_required(role)(allowed)
-
-
-def fleet_page(page: FleetHandler) -> FleetView:
-    """The GET view that draws `page` for the fleet the URL names: any role that reads it."""
-    return _fleet_view(Role.VIEWER, require_GET, page)
-
-
-def fleet_action(role: Role) -> Callable[[FleetHandler], FleetView]:
-    """The POST view of a change made on a page of the fleet the URL names, by `role` and up."""
-    return functools.partial(_fleet_view, role, require_POST)
+__all__ = ["fleet_action", "fleet_page", "refused", "render_page", "shown_refused"]
 
 
 def render_page(

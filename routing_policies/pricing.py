@@ -6,7 +6,6 @@ class, so a cost is never computed two ways.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -38,17 +37,6 @@ class CloudPrice:
     def cost(self, *, tokens: float, calls: float) -> float:
         """The cost of `calls` cloud calls carrying `tokens` tokens in all."""
         return tokens / 1000.0 * self.per_1k_tokens + calls * self.per_call
-
-
-def price_problem(value: object, *, maximum: float) -> str | None:
-    """Why `value` is not a price (a finite JSON number in [0, maximum]); None when it is."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return f"must be a JSON number (got {type(value).__name__})"
-    if not math.isfinite(value):
-        return "must be a finite number"
-    if not 0 <= value <= maximum:
-        return f"must be between 0 and {maximum:g} (got {value!r})"
-    return None
 
 
 HOURS_PER_DAY: Final = 24.0

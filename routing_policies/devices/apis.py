@@ -19,11 +19,12 @@ from rest_framework.views import APIView
 
 from controlplane.api import JsonRegexField, TidyJsonStringField, require_object
 from controlplane.exceptions import NotFound
-from controlplane.openapi import error_response, error_responses, query_params_validate
+from controlplane.openapi import error_response, error_responses
 from controlplane.pagination import BoundedLimitOffsetPagination
 from controlplane.permissions import IsPublisher, IsViewer
 
 from ..policies.apis import IF_NONE_MATCH, NOT_MODIFIED
+from ..policies.fleet_api import query_input
 from ..policies.schemas import PolicyDocumentSerializer
 from ..policies.selectors import fleet_get, published_version_get, version_document
 from ..rollouts.selectors import fleet_assignment
@@ -178,13 +179,12 @@ class DeviceListApi(APIView):
         class Meta:
             ref_name = "Device"
 
-    @extend_schema(
-        parameters=[schemas.DeviceListQuerySerializer],
+    @query_input(
+        schemas.DeviceListQuerySerializer,
         responses=OutputSerializer(many=True),
         operation_id="device_list",
     )
-    def get(self, request: Request, slug: str) -> Response:
-        query = query_params_validate(schemas.DeviceListQuerySerializer, request)
+    def get(self, request: Request, slug: str, query: dict[str, Any]) -> Response:
         fleet = fleet_get(slug=slug)
         assignment = fleet_assignment(fleet.pk)
         devices = selectors.device_query(

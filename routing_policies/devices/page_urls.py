@@ -4,16 +4,10 @@ from django.urls import path
 
 from . import views
 
+FLEET = "fleets/<slug:slug>"
+
 urlpatterns = [
-    path("fleets/<slug:slug>/devices/", views.device_list_page, name="device-list"),
-    path(
-        "fleets/<slug:slug>/devices/<str:device_id>/revoke/",
-        views.device_revoke,
-        name="device-revoke",
-    ),
-    path(
-        "fleets/<slug:slug>/enrollment-key/",
-        views.enrollment_key_rotate,
-        name="enrollment-key-rotate",
-    ),
+    path(f"{FLEET}/devices/", views.device_list_page, name="device-list"),
+    path(f"{FLEET}/devices/<str:device_id>/revoke/", views.device_revoke, name="device-revoke"),
+    path(f"{FLEET}/enrollment-key/", views.enrollment_key_rotate, name="enrollment-key-rotate"),
 ]

@@ -1,14 +1,13 @@
 """The device API's bodies: the device list's query (the API and the device page validate
 with it), and the serializers that describe the answers in the OpenAPI schema."""
 
-from typing import Any
-
 from rest_framework import serializers
 
+from ..components import ApiSerializer
 from ..validation import MAX_VERSION
 
 
-class DeviceListQuerySerializer(serializers.Serializer[Any]):
+class DeviceListQuerySerializer(ApiSerializer):
     """The device list's filters (API query parameters; the device page's version and
     platform)."""
 
@@ -25,29 +24,17 @@ class DeviceListQuerySerializer(serializers.Serializer[Any]):
         trim_whitespace=False, max_length=64, required=False, label="the platform"
     )
 
-    class Meta:
-        ref_name = "DeviceListQuery"
 
-
-class EnrollmentSerializer(serializers.Serializer[Any]):
+class EnrollmentSerializer(ApiSerializer):
     device_token = serializers.CharField(help_text="shown once; send as Authorization: Bearer")
     device_id = serializers.CharField()
     fleet = serializers.SlugField()
 
-    class Meta:
-        ref_name = "Enrollment"
 
-
-class EnrollmentKeySerializer(serializers.Serializer[Any]):
+class EnrollmentKeySerializer(ApiSerializer):
     fleet_key = serializers.CharField(help_text="shown once")
 
-    class Meta:
-        ref_name = "EnrollmentKey"
 
-
-class DeviceRevokedSerializer(serializers.Serializer[Any]):
+class DeviceRevokedSerializer(ApiSerializer):
     device_id = serializers.CharField()
     revoked_at = serializers.DateTimeField()
-
-    class Meta:
-        ref_name = "DeviceRevoked"

@@ -4,17 +4,15 @@ from django.urls import path
 
 from . import apis
 
+FLEET = "fleets/<slug:slug>"
+
 urlpatterns = [
     path("devices/enroll", apis.EnrollApi.as_view(), name="api-device-enroll"),
     path("devices/me/policy", apis.DevicePolicyApi.as_view(), name="api-device-policy"),
+    path(f"{FLEET}/enrollment-key", apis.EnrollmentKeyApi.as_view(), name="api-enrollment-key"),
+    path(f"{FLEET}/devices/", apis.DeviceListApi.as_view(), name="api-device-list"),
     path(
-        "fleets/<slug:slug>/enrollment-key",
-        apis.EnrollmentKeyApi.as_view(),
-        name="api-enrollment-key",
-    ),
-    path("fleets/<slug:slug>/devices/", apis.DeviceListApi.as_view(), name="api-device-list"),
-    path(
-        "fleets/<slug:slug>/devices/<str:device_id>/revoke",
+        f"{FLEET}/devices/<str:device_id>/revoke",
         apis.DeviceRevokeApi.as_view(),
         name="api-device-revoke",
     ),

@@ -9,14 +9,13 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.exceptions import ValidationFailed
-from controlplane.pages import form_input, role_required
+from controlplane.pages import form_input
 from controlplane.roles import Role
 
 from ..policies.models import Fleet
-from ..policies.pages import fleet_or_404
+from ..policies.pages import fleet_action, fleet_page
 from ..policies.selectors import published_versions
 from ..rollouts.selectors import fleet_assignment
 from . import schemas, selectors, services
@@ -100,21 +99,17 @@ def _devices_page(
     return response
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def device_list_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """The fleet's devices, filtered by version, online state and platform."""
-    return _devices_page(request, fleet_or_404(slug))
+device_list_page = fleet_page(
+    _devices_page, "The fleet's devices, filtered by version, online state and platform."
+)
 
 
-@role_required(Role.PUBLISHER)
-@require_POST
-def device_revoke(request: HttpRequest, slug: str, device_id: str) -> HttpResponse:
+@fleet_action(Role.PUBLISHER)
+def device_revoke(request: HttpRequest, fleet: Fleet, device_id: str) -> HttpResponse:
     """Revoke a device's token; its open connection is closed."""
-    fleet = fleet_or_404(slug)
     device = selectors.device_get(fleet=fleet, device_id=device_id)
     if device is None:
-        raise Http404(f"Fleet {slug!r} has no device {device_id!r}.")
+        raise Http404(f"Fleet {fleet.slug!r} has no device {device_id!r}.")
     already = device.revoked_at is not None
     services.device_revoke(actor=request.user, device=device)
     if already:
@@ -134,10 +129,8 @@ def device_revoke(request: HttpRequest, slug: str, device_id: str) -> HttpRespon
     return HttpResponseRedirect(f"{url}?{urlencode(filters)}" if filters else url)
 
 
-@role_required(Role.PUBLISHER)
-@require_POST
-def enrollment_key_rotate(request: HttpRequest, slug: str) -> HttpResponse:
+@fleet_action(Role.PUBLISHER)
+def enrollment_key_rotate(request: HttpRequest, fleet: Fleet) -> HttpResponse:
     """Issue a new enrolment key and show it on this response only (it is stored hashed)."""
-    fleet = fleet_or_404(slug)
     key = services.fleet_enrollment_key_rotate(actor=request.user, fleet=fleet)
     return _devices_page(request, fleet, new_key=key)

@@ -5,6 +5,7 @@ the draft's revision, either as `If-Match: "r<revision>"` or as a `revision` fie
 gets 409, a missing one 428.
 """
 
+import functools
 import re
 from typing import Any
 
@@ -16,13 +17,14 @@ from rest_framework.views import APIView
 
 from controlplane.api import JsonSlugField, input_validate, require_object
 from controlplane.exceptions import ApplicationError, ValidationFailed
-from controlplane.openapi import error_responses, query_params_validate
+from controlplane.openapi import error_responses
 from controlplane.permissions import IsEditor, IsPublisher, IsViewer
 
 from ..cell_schema import flatten
 from ..pricing import CloudPrice
 from . import schemas, selectors, services
-from .models import AuditEntry, PolicyVersion
+from .fleet_api import ViewerReadsApi, fleet_input, query_input
+from .models import AuditEntry, Fleet, PolicyVersion
 
 _IF_MATCH_RE = re.compile(r'^\s*(?:W/)?"r(\d+)"\s*$')
 
@@ -72,6 +74,10 @@ def _validated(
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
+
+
+# A draft edit's body, checked with the revision it names (the body's or the If-Match header's).
+_draft_edit_input = functools.partial(fleet_input, validate=_validated, body_step=_with_revision)
 
 
 def _revision(
@@ -245,12 +251,12 @@ class VersionDocumentApi(APIView):
         class Meta:
             ref_name = "VersionDocumentQuery"
 
-    @extend_schema(
-        parameters=[QuerySerializer, IF_NONE_MATCH],
+    @query_input(
+        QuerySerializer,
+        parameters=(IF_NONE_MATCH,),
         responses={200: schemas.PolicyDocumentSerializer, 304: NOT_MODIFIED},
     )
-    def get(self, request: Request, slug: str, ref: str) -> Response:
-        query = query_params_validate(self.QuerySerializer, request)
+    def get(self, request: Request, slug: str, ref: str, query: dict[str, Any]) -> Response:
         fleet = selectors.fleet_get(slug=slug)
         version = selectors.version_get(fleet=fleet, ref=ref)
         etag = version.etag if not version.is_draft else f'"r{version.revision}"'
@@ -272,26 +278,24 @@ class VersionDocumentApi(APIView):
         return response
 
 
-class DraftApi(APIView):
+class DraftApi(ViewerReadsApi):
     """Read, start (from the latest or a chosen version) and discard the fleet's draft."""
 
-    def get_permissions(self) -> list[Any]:
-        return [IsViewer()] if self.request.method == "GET" else [IsEditor()]
+    change_permission = IsEditor
 
     @extend_schema(responses=schemas.VersionWithDocumentSerializer)
     def get(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
         return _draft_response(selectors.version_get(fleet=fleet, ref="draft"))
 
-    @extend_schema(
-        request=schemas.DraftCreateInputSerializer,
+    @fleet_input(
+        schemas.DraftCreateInputSerializer,
+        validate=_validated,
         responses={201: schemas.VersionWithDocumentSerializer, **error_responses(409)},
     )
-    def post(self, request: Request, slug: str) -> Response:
-        fleet = selectors.fleet_get(slug=slug)
-        values = _validated(schemas.DraftCreateInputSerializer, require_object(request.data))
+    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
         draft = services.policy_draft_create(
-            actor=request.user, fleet=fleet, from_number=values.get("from_version")
+            actor=request.user, fleet=fleet, from_number=data.get("from_version")
         )
         return _draft_response(draft, status.HTTP_201_CREATED)
 
@@ -349,17 +353,12 @@ class DraftDimensionsApi(APIView):
 
     permission_classes = [IsEditor]
 
-    @extend_schema(
-        request=schemas.DimensionValueAddInputSerializer,
+    @_draft_edit_input(
+        schemas.DimensionValueAddInputSerializer,
         responses={201: schemas.VersionWithDocumentSerializer, **error_responses(409, 428)},
     )
-    def post(self, request: Request, slug: str) -> Response:
-        fleet = selectors.fleet_get(slug=slug)
-        values = _validated(
-            schemas.DimensionValueAddInputSerializer,
-            _with_revision(request, require_object(request.data)),
-        )
-        draft = services.policy_draft_add_dimension_value(actor=request.user, fleet=fleet, **values)
+    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
+        draft = services.policy_draft_add_dimension_value(actor=request.user, fleet=fleet, **data)
         return _draft_response(draft, status.HTTP_201_CREATED)
 
 
@@ -414,16 +413,12 @@ class PublishApi(APIView):
 
     permission_classes = [IsPublisher]
 
-    @extend_schema(
-        request=schemas.PublishInputSerializer,
+    @_draft_edit_input(
+        schemas.PublishInputSerializer,
         responses={201: schemas.VersionSerializer, **error_responses(409, 428)},
     )
-    def post(self, request: Request, slug: str) -> Response:
-        fleet = selectors.fleet_get(slug=slug)
-        values = _validated(
-            schemas.PublishInputSerializer, _with_revision(request, require_object(request.data))
-        )
-        version = services.policy_version_publish(actor=request.user, fleet=fleet, **values)
+    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
+        version = services.policy_version_publish(actor=request.user, fleet=fleet, **data)
         response = Response(version_out(version), status=status.HTTP_201_CREATED)
         response["ETag"] = version.etag
         return response
@@ -443,9 +438,8 @@ class DiffApi(APIView):
         class Meta:
             ref_name = "DiffQuery"
 
-    @extend_schema(parameters=[QuerySerializer], responses=schemas.DiffSerializer)
-    def get(self, request: Request, slug: str) -> Response:
-        query = query_params_validate(self.QuerySerializer, request)
+    @query_input(QuerySerializer, responses=schemas.DiffSerializer)
+    def get(self, request: Request, slug: str, query: dict[str, Any]) -> Response:
         fleet = selectors.fleet_get(slug=slug)
         return Response(selectors.version_diff(fleet=fleet, a=query["a"], b=query["b"]))
 
@@ -462,12 +456,10 @@ class AuditApi(APIView):
         class Meta:
             ref_name = "AuditQuery"
 
-    @extend_schema(
-        parameters=[QuerySerializer],
-        responses={200: schemas.AuditListSerializer, **error_responses(404)},
+    @query_input(
+        QuerySerializer, responses={200: schemas.AuditListSerializer, **error_responses(404)}
     )
-    def get(self, request: Request, slug: str | None = None) -> Response:
-        query = query_params_validate(self.QuerySerializer, request)
+    def get(self, request: Request, query: dict[str, Any], slug: str | None = None) -> Response:
         fleet_slug = slug or query.get("fleet")
         fleet = selectors.fleet_get(slug=fleet_slug) if fleet_slug else None
         entries = selectors.audit_list(fleet=fleet, limit=query["limit"])

@@ -28,6 +28,7 @@ from controlplane.openapi import closed_body, non_empty_body
 from controlplane.validators import SOME_TEXT_PATTERN
 
 from ..cell_schema import CELL_FIELDS, DIMENSIONS, FieldSpec
+from ..components import ApiSerializer
 from ..pricing import MAX_PRICE_PER_1K_TOKENS, MAX_PRICE_PER_CALL
 from ..validation import (
     DIMENSION_VALUE_RE,
@@ -130,16 +131,15 @@ def _dimension_values() -> serializers.ListField:
 
 # Closed as a request body: validation.validate_dimensions refuses any other dimension name.
 @closed_body
-class DimensionsSerializer(serializers.Serializer[Any]):
+class DimensionsSerializer(ApiSerializer):
+    component_name = "PolicyDimensions"
+
     task_type = _dimension_values()
     latency_budget = _dimension_values()
     privacy_tier = _dimension_values()
 
-    class Meta:
-        ref_name = "PolicyDimensions"
 
-
-class PolicyDocumentSerializer(serializers.Serializer[Any]):
+class PolicyDocumentSerializer(ApiSerializer):
     """The policy document of PROTOCOL.md (what a device runs, and the export format)."""
 
     fleet = serializers.SlugField()
@@ -148,9 +148,6 @@ class PolicyDocumentSerializer(serializers.Serializer[Any]):
     published_at = serializers.DateTimeField(allow_null=True)
     dimensions = DimensionsSerializer()
     cells = PolicyCellSerializer(many=True)
-
-    class Meta:
-        ref_name = "PolicyDocument"
 
 
 class PolicyDocumentImportSerializer(serializers.Serializer[Any]):
@@ -168,7 +165,7 @@ class PolicyDocumentImportSerializer(serializers.Serializer[Any]):
         ref_name = "PolicyDocumentImport"
 
 
-class FleetSerializer(serializers.Serializer[Any]):
+class FleetSerializer(ApiSerializer):
     slug = serializers.SlugField()
     name = serializers.CharField()
     description = serializers.CharField(allow_blank=True)
@@ -181,12 +178,9 @@ class FleetSerializer(serializers.Serializer[Any]):
     cloud_price_per_call = serializers.FloatField(help_text="currency units per cloud call")
     currency = serializers.CharField()
 
-    class Meta:
-        ref_name = "Fleet"
-
 
 @closed_body
-class FleetCloudPriceInputSerializer(serializers.Serializer[Any]):
+class FleetCloudPriceInputSerializer(ApiSerializer):
     """The fleet's cloud price (PATCH): either part, or both."""
 
     cloud_price_per_1k_tokens = JsonFloatField(
@@ -201,9 +195,6 @@ class FleetCloudPriceInputSerializer(serializers.Serializer[Any]):
         required=False,
         help_text="currency units per cloud call (route cloud or draft_refine)",
     )
-
-    class Meta:
-        ref_name = "FleetCloudPriceInput"
 
 
 def results_of(
@@ -221,8 +212,10 @@ def results_of(
 # --- the inputs of the policy editor: the API validates with these, and so do the pages ------
 
 
-class RevisionQuerySerializer(serializers.Serializer[Any]):
+class RevisionQuerySerializer(ApiSerializer):
     """`?revision=`: the draft revision a DELETE applies to (a page posts it as a field)."""
+
+    component_name = "DraftRevisionQuery"
 
     revision = serializers.IntegerField(
         min_value=1,
@@ -231,12 +224,11 @@ class RevisionQuerySerializer(serializers.Serializer[Any]):
         help_text='The draft revision you read (or an If-Match: "r<revision>" header).',
     )
 
-    class Meta:
-        ref_name = "DraftRevisionQuery"
 
-
-class FleetCreateInputSerializer(serializers.Serializer[Any]):
+class FleetCreateInputSerializer(ApiSerializer):
     """A new fleet: it starts with a draft of default cells over the seed dimensions."""
+
+    component_name = "FleetCreate"  # OpenAPI component names must be unique
 
     slug = JsonSlugField(
         max_length=64,
@@ -245,23 +237,21 @@ class FleetCreateInputSerializer(serializers.Serializer[Any]):
     name = TidyJsonStringField(max_length=200)
     description = JsonStringField(max_length=2000, required=False, allow_blank=True)
 
-    class Meta:
-        ref_name = "FleetCreate"  # OpenAPI component names must be unique
 
-
-class DraftCreateInputSerializer(serializers.Serializer[Any]):
+class DraftCreateInputSerializer(ApiSerializer):
     """Start the draft from a published version (left out or null: the latest)."""
+
+    component_name = "DraftCreate"
 
     from_version = JsonIntegerField(
         min_value=1, max_value=999_999_999, required=False, allow_null=True, label="the version"
     )
 
-    class Meta:
-        ref_name = "DraftCreate"
 
-
-class DimensionValueAddInputSerializer(serializers.Serializer[Any]):
+class DimensionValueAddInputSerializer(ApiSerializer):
     """Add a value to a dimension; its cells start as copies of an existing value's cells."""
+
+    component_name = "DimensionValueAdd"
 
     dimension = JsonChoiceField(choices=DIMENSIONS)
     value = DIMENSION_VALUE(label="the new value")
@@ -272,12 +262,11 @@ class DimensionValueAddInputSerializer(serializers.Serializer[Any]):
     )
     revision = DRAFT_REVISION()
 
-    class Meta:
-        ref_name = "DimensionValueAdd"
 
-
-class PublishInputSerializer(serializers.Serializer[Any]):
+class PublishInputSerializer(ApiSerializer):
     """Publish the draft: the release note says what changed and why."""
+
+    component_name = "Publish"
 
     note = JsonStringField(
         max_length=MAX_NOTE_LENGTH,
@@ -289,14 +278,11 @@ class PublishInputSerializer(serializers.Serializer[Any]):
     )
     revision = DRAFT_REVISION()
 
-    class Meta:
-        ref_name = "Publish"
-
 
 FleetListSerializer = results_of(FleetSerializer, ref_name="FleetList")
 
 
-class VersionSerializer(serializers.Serializer[Any]):
+class VersionSerializer(ApiSerializer):
     version = serializers.IntegerField(allow_null=True, help_text="null for the draft")
     status = serializers.ChoiceField(choices=["draft", "published"])
     revision = serializers.IntegerField(allow_null=True, help_text="the draft's revision")
@@ -309,9 +295,6 @@ class VersionSerializer(serializers.Serializer[Any]):
     published_at = serializers.DateTimeField(allow_null=True)
     cell_count = serializers.IntegerField(min_value=0)
 
-    class Meta:
-        ref_name = "Version"
-
 
 VersionListSerializer = results_of(VersionSerializer, ref_name="VersionList")
 
@@ -320,9 +303,6 @@ class VersionWithDocumentSerializer(VersionSerializer):
     """A version's metadata and its document (a draft, or any version by reference)."""
 
     document = PolicyDocumentSerializer()
-
-    class Meta:
-        ref_name = "VersionWithDocument"
 
 
 @closed_body
@@ -348,33 +328,24 @@ class DraftCellsEditSerializer(serializers.Serializer[Any]):
         ref_name = "DraftCellsEdit"
 
 
-class DiffFieldSerializer(serializers.Serializer[Any]):
+class DiffFieldSerializer(ApiSerializer):
     field = serializers.CharField()
     before = serializers.JSONField(allow_null=True)
     after = serializers.JSONField(allow_null=True)
 
-    class Meta:
-        ref_name = "DiffField"
 
-
-class DiffCellSerializer(serializers.Serializer[Any]):
+class DiffCellSerializer(ApiSerializer):
     cell = serializers.CharField(help_text="task_type/latency_budget/privacy_tier")
     status = serializers.ChoiceField(choices=["changed", "added", "removed"])
     fields = DiffFieldSerializer(many=True)  # type: ignore[assignment]  # a declared field
 
-    class Meta:
-        ref_name = "DiffCell"
 
-
-class DimensionChangeSerializer(serializers.Serializer[Any]):
+class DimensionChangeSerializer(ApiSerializer):
     added = serializers.ListField(child=serializers.CharField())
     removed = serializers.ListField(child=serializers.CharField())
 
-    class Meta:
-        ref_name = "DimensionChange"
 
-
-class DiffSerializer(serializers.Serializer[Any]):
+class DiffSerializer(ApiSerializer):
     fleet = serializers.SlugField()
     a = serializers.CharField(help_text="the label of version a, e.g. v2 or draft")
     b = serializers.CharField()
@@ -384,11 +355,8 @@ class DiffSerializer(serializers.Serializer[Any]):
     cells = DiffCellSerializer(many=True)
     changed_cells = serializers.IntegerField(min_value=0)
 
-    class Meta:
-        ref_name = "Diff"
 
-
-class AuditEntrySerializer(serializers.Serializer[Any]):
+class AuditEntrySerializer(ApiSerializer):
     id = serializers.IntegerField()
     at = serializers.DateTimeField()
     actor = serializers.CharField(allow_blank=True)
@@ -399,9 +367,6 @@ class AuditEntrySerializer(serializers.Serializer[Any]):
     before = serializers.JSONField(allow_null=True)
     after = serializers.JSONField(allow_null=True)
     diff = serializers.JSONField()
-
-    class Meta:
-        ref_name = "AuditEntry"
 
 
 AuditListSerializer = results_of(AuditEntrySerializer, ref_name="AuditList")

@@ -30,7 +30,6 @@ from ..documents import (
     flatten_table,
     ordered_keys,
 )
-from ..pricing import MAX_PRICE_PER_1K_TOKENS, MAX_PRICE_PER_CALL, price_problem
 from ..validation import (
     MAX_DIMENSION_VALUES,
     Problem,
@@ -177,28 +176,17 @@ def fleet_create(
 def fleet_cloud_price_set(
     *, actor: Actor, fleet: Fleet, per_1k_tokens: float | None = None, per_call: float | None = None
 ) -> Fleet:
-    """Set the fleet's cloud price (either part; None keeps it), audited; refused as a whole.
-
-    The API checks its body with schemas.FleetCloudPriceInputSerializer; the range is checked
-    here again for the lab's price form, which does not go through it yet."""
-    problems = [
-        {"field": name, "message": message}
-        for name, value, maximum in (
-            ("cloud_price_per_1k_tokens", per_1k_tokens, MAX_PRICE_PER_1K_TOKENS),
-            ("cloud_price_per_call", per_call, MAX_PRICE_PER_CALL),
-        )
-        if value is not None and (message := price_problem(value, maximum=maximum)) is not None
-    ]
-    if problems:
-        raise ValidationFailed("The cloud price is invalid: nothing was changed.", details=problems)
+    """Set the fleet's cloud price (either part; None keeps it), audited. The parts come as
+    schemas.FleetCloudPriceInputSerializer validated them (the API's body and the lab's price
+    form alike)."""
     fleet = _lock_fleet(fleet)
     before = {
         "cloud_price_per_1k_tokens": fleet.cloud_price_per_1k_tokens,
         "cloud_price_per_call": fleet.cloud_price_per_call,
     }
-    if isinstance(per_1k_tokens, int | float):
+    if per_1k_tokens is not None:
         fleet.cloud_price_per_1k_tokens = float(per_1k_tokens)
-    if isinstance(per_call, int | float):
+    if per_call is not None:
         fleet.cloud_price_per_call = float(per_call)
     after = {
         "cloud_price_per_1k_tokens": fleet.cloud_price_per_1k_tokens,

@@ -6,6 +6,7 @@ problems listed per cell and field, a banner for conflicts. What a page shows is
 `view_models`.
 """
 
+import functools
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
@@ -34,7 +35,7 @@ from .forms import (
     read_import_document,
 )
 from .models import MAX_NOTE_LENGTH, Fleet, PolicyVersion
-from .pages import fleet_or_404
+from .pages import fleet_action, fleet_or_404, fleet_page
 from .signals import fleet_running, lab_draft_headline
 from .view_models import (
     audit_rows,
@@ -250,11 +251,9 @@ def fleet_create(request: HttpRequest) -> HttpResponse:
     return redirect("fleet-detail", slug=fleet.slug)
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def fleet_detail_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """The latency–privacy matrix of the draft (or latest, or `?version=N`)."""
-    return _fleet_page(request, fleet_or_404(slug))
+fleet_detail_page = fleet_page(
+    _fleet_page, "The latency–privacy matrix of the draft (or latest, or `?version=N`)."
+)
 
 
 def _shown(value: object) -> str:
@@ -328,110 +327,101 @@ def draft_cells_update(request: HttpRequest, slug: str) -> HttpResponse:
     return HttpResponseRedirect(back)
 
 
-# A change the fleet page posts: `change(fleet, values)` makes it and answers the success
-# message and where to go; a refusal shows the fleet page again saying why (nothing was saved).
-Change = Callable[[Fleet, dict[str, Any]], tuple[str, str]]
+# A change the fleet page posts: `change(request, fleet, values)` makes it with the form's values
+# (validated by the API's input serializer) and answers the success message and where to go.
+Change = Callable[[HttpRequest, Fleet, dict[str, Any]], tuple[str, str]]
+# What the fleet page shows again of the posted form when the change is refused.
+Shown = Callable[[HttpRequest], dict[str, Any]]
 
 
 def _draft_change(
-    request: HttpRequest,
-    slug: str,
-    serializer_class: type[serializers.Serializer[Any]],
-    change: Change,
-    **page: Any,
-) -> HttpResponse:
-    """A change posted from the fleet page, its form validated by the API's input serializer."""
-    fleet = fleet_or_404(slug)
-    revision = draft_revision(request.POST)
-    try:
-        message, url = change(fleet, form_input(serializer_class, request.POST))
-    except ApplicationError as exc:
-        return _refusal(request, fleet, exc, posted_revision=revision, **page)
-    messages.success(request, message)
-    return HttpResponseRedirect(url)
+    role: Role, serializer_class: type[serializers.Serializer[Any]], shown: Shown | None = None
+) -> Callable[[Change], Callable[[HttpRequest, str], HttpResponse]]:
+    """The POST view of a change of the fleet page by `role` and up; a refusal shows the fleet
+    page again saying why (nothing was saved), with what `shown` keeps of the form."""
+
+    def decorate(change: Change) -> Callable[[HttpRequest, str], HttpResponse]:
+        @fleet_action(role)
+        @functools.wraps(change)
+        def view(request: HttpRequest, fleet: Fleet) -> HttpResponse:
+            revision = draft_revision(request.POST)
+            try:
+                message, url = change(request, fleet, form_input(serializer_class, request.POST))
+            except ApplicationError as exc:
+                page = shown(request) if shown is not None else {}
+                return _refusal(request, fleet, exc, posted_revision=revision, **page)
+            messages.success(request, message)
+            return HttpResponseRedirect(url)
+
+        return view
+
+    return decorate
 
 
-@role_required(Role.EDITOR)
-@require_POST
-def draft_start(request: HttpRequest, slug: str) -> HttpResponse:
+@_draft_change(Role.EDITOR, schemas.DraftCreateInputSerializer)
+def draft_start(request: HttpRequest, fleet: Fleet, values: dict[str, Any]) -> tuple[str, str]:
     """Start the draft from the latest published version or a chosen one."""
-
-    def start(fleet: Fleet, values: dict[str, Any]) -> tuple[str, str]:
-        draft = services.policy_draft_create(
-            actor=request.user, fleet=fleet, from_number=values.get("from_version")
-        )
-        based_on = draft.based_on.number if draft.based_on else "?"
-        return f"Started a draft from v{based_on}. Select cells to edit them.", _fleet_url(fleet)
-
-    return _draft_change(request, slug, schemas.DraftCreateInputSerializer, start)
-
-
-@role_required(Role.EDITOR)
-@require_POST
-def draft_discard(request: HttpRequest, slug: str) -> HttpResponse:
-    """Throw the draft away; published versions stay as they are."""
-
-    def discard(fleet: Fleet, values: dict[str, Any]) -> tuple[str, str]:
-        services.policy_draft_discard(actor=request.user, fleet=fleet, **values)
-        return "Discarded the draft.", _fleet_url(fleet)
-
-    return _draft_change(request, slug, schemas.RevisionQuerySerializer, discard)
-
-
-@role_required(Role.EDITOR)
-@require_POST
-def dimension_value_add(request: HttpRequest, slug: str) -> HttpResponse:
-    """Add a dimension value; its cells are copies of an existing value's cells."""
-
-    def add(fleet: Fleet, values: dict[str, Any]) -> tuple[str, str]:
-        services.policy_draft_add_dimension_value(actor=request.user, fleet=fleet, **values)
-        source = values.get("copy_from") or "the first value"
-        label = DIMENSION_LABELS[values["dimension"]].lower()
-        message = f"Added {label} {values['value']!r}; its cells are copies of {source}."
-        return message, _fleet_url(fleet)
-
-    add_form = posted_values(request)
-    return _draft_change(
-        request, slug, schemas.DimensionValueAddInputSerializer, add, add_form=add_form
+    draft = services.policy_draft_create(
+        actor=request.user, fleet=fleet, from_number=values.get("from_version")
     )
+    based_on = draft.based_on.number if draft.based_on else "?"
+    return f"Started a draft from v{based_on}. Select cells to edit them.", _fleet_url(fleet)
 
 
-@role_required(Role.EDITOR)
-@require_POST
-def dimension_value_remove(request: HttpRequest, slug: str) -> HttpResponse:
+@_draft_change(Role.EDITOR, schemas.RevisionQuerySerializer)
+def draft_discard(request: HttpRequest, fleet: Fleet, values: dict[str, Any]) -> tuple[str, str]:
+    """Throw the draft away; published versions stay as they are."""
+    services.policy_draft_discard(actor=request.user, fleet=fleet, **values)
+    return "Discarded the draft.", _fleet_url(fleet)
+
+
+@_draft_change(
+    Role.EDITOR,
+    schemas.DimensionValueAddInputSerializer,
+    lambda request: {"add_form": posted_values(request)},
+)
+def dimension_value_add(
+    request: HttpRequest, fleet: Fleet, values: dict[str, Any]
+) -> tuple[str, str]:
+    """Add a dimension value; its cells are copies of an existing value's cells."""
+    services.policy_draft_add_dimension_value(actor=request.user, fleet=fleet, **values)
+    source = values.get("copy_from") or "the first value"
+    label = DIMENSION_LABELS[values["dimension"]].lower()
+    message = f"Added {label} {values['value']!r}; its cells are copies of {source}."
+    return message, _fleet_url(fleet)
+
+
+@_draft_change(Role.EDITOR, schemas.RevisionQuerySerializer)
+def dimension_value_remove(
+    request: HttpRequest, fleet: Fleet, values: dict[str, Any]
+) -> tuple[str, str]:
     """Remove a dimension value together with its cells (named as the API's path names them)."""
     dimension = request.POST.get("dimension", "")
     value = request.POST.get("value", "")
-
-    def remove(fleet: Fleet, values: dict[str, Any]) -> tuple[str, str]:
-        services.policy_draft_remove_dimension_value(
-            actor=request.user, fleet=fleet, dimension=dimension, value=value, **values
-        )
-        label = DIMENSION_LABELS.get(dimension, dimension).lower()
-        return f"Removed {label} {value!r} and its cells.", _fleet_url(fleet)
-
-    return _draft_change(request, slug, schemas.RevisionQuerySerializer, remove)
+    services.policy_draft_remove_dimension_value(
+        actor=request.user, fleet=fleet, dimension=dimension, value=value, **values
+    )
+    label = DIMENSION_LABELS.get(dimension, dimension).lower()
+    return f"Removed {label} {value!r} and its cells.", _fleet_url(fleet)
 
 
-@role_required(Role.PUBLISHER)
-@require_POST
-def draft_publish(request: HttpRequest, slug: str) -> HttpResponse:
+@_draft_change(
+    Role.PUBLISHER,
+    schemas.PublishInputSerializer,
+    lambda request: {"publish_note": request.POST.get("note") or ""},
+)
+def draft_publish(request: HttpRequest, fleet: Fleet, values: dict[str, Any]) -> tuple[str, str]:
     """Publish the draft as the next numbered version."""
-
-    def publish(fleet: Fleet, values: dict[str, Any]) -> tuple[str, str]:
-        version = services.policy_version_publish(actor=request.user, fleet=fleet, **values)
-        running = fleet_running(fleet=fleet)
-        if running["stable"] == version.number:
-            what_next = "It is the fleet's first version, so every device runs it now."
-        else:
-            what_next = (
-                f"Devices still run v{running['stable']}: no device runs v{version.number} "
-                "until a publisher starts a rollout of it or switches the fleet to it."
-            )
-        return f"Published v{version.number}. {what_next}", _fleet_url(fleet, version)
-
-    note = request.POST.get("note") or ""
-    return _draft_change(request, slug, schemas.PublishInputSerializer, publish, publish_note=note)
+    version = services.policy_version_publish(actor=request.user, fleet=fleet, **values)
+    running = fleet_running(fleet=fleet)
+    if running["stable"] == version.number:
+        what_next = "It is the fleet's first version, so every device runs it now."
+    else:
+        what_next = (
+            f"Devices still run v{running['stable']}: no device runs v{version.number} "
+            "until a publisher starts a rollout of it or switches the fleet to it."
+        )
+    return f"Published v{version.number}. {what_next}", _fleet_url(fleet, version)
 
 
 @role_required(Role.EDITOR)
@@ -487,11 +477,9 @@ def draft_import_page(request: HttpRequest, slug: str) -> HttpResponse:
     return redirect("fleet-detail", slug=fleet.slug)
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def version_list_page(request: HttpRequest, slug: str) -> HttpResponse:
+@fleet_page
+def version_list_page(request: HttpRequest, fleet: Fleet) -> HttpResponse:
     """Every version, the draft first, with compare controls."""
-    fleet = fleet_or_404(slug)
     versions = list(selectors.versions_list(fleet=fleet))
     refs = [version_ref(v) for v in versions]
     return render(
@@ -507,11 +495,9 @@ def version_list_page(request: HttpRequest, slug: str) -> HttpResponse:
     )
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def diff_page(request: HttpRequest, slug: str) -> HttpResponse:
+@fleet_page
+def diff_page(request: HttpRequest, fleet: Fleet) -> HttpResponse:
     """What changed from version a to version b, on b's grid and field by field."""
-    fleet = fleet_or_404(slug)
     default_a, default_b = selectors.default_diff_refs(fleet=fleet)
     ref_a = (request.GET.get("a") or default_a).strip()
     ref_b = (request.GET.get("b") or default_b).strip()
@@ -551,11 +537,9 @@ def diff_page(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "routing_policies/diff.html", context)
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def audit_page(request: HttpRequest, slug: str) -> HttpResponse:
+@fleet_page
+def audit_page(request: HttpRequest, fleet: Fleet) -> HttpResponse:
     """Who changed what in this fleet, newest first, each entry with its before/after diff."""
-    fleet = fleet_or_404(slug)
     limit = 200
     entries = audit_rows(selectors.audit_list(fleet=fleet, limit=limit))
     return render(

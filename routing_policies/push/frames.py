@@ -57,17 +57,22 @@ def error_frame(code: str, detail: str, field: str | None = None) -> str:
 # --- messages between processes (the push channel) --------------------------------------------
 
 
+def _message(kind: str, *, fleet_id: int, **fields: Any) -> dict[str, Any]:
+    """A push message: its kind, the fleet it is about, and its own fields (ids, numbers)."""
+    return {"kind": kind, "fleet_id": fleet_id, **fields}
+
+
 def assignment_message(
     *, fleet_id: int, assignment: FleetAssignment, reconcile: bool = False
 ) -> dict[str, Any]:
     """The fleet's assignment changed (or is re-sent by a process's reconcile)."""
-    message: dict[str, Any] = {
-        "kind": "assignment",
-        "fleet_id": fleet_id,
-        "assignment": assignment.as_dict(),
-        "rollout": rollout_of(assignment),
-        "sent_at": time.time(),
-    }
+    message = _message(
+        "assignment",
+        fleet_id=fleet_id,
+        assignment=assignment.as_dict(),
+        rollout=rollout_of(assignment),
+        sent_at=time.time(),
+    )
     if reconcile:
         message["reconcile"] = True
     return message
@@ -75,29 +80,14 @@ def assignment_message(
 
 def cloud_pressure_message(*, fleet_id: int, theta_offset: float, until: float) -> dict[str, Any]:
     """A fleet-wide θ nudge until `until` (a timestamp)."""
-    return {
-        "kind": "cloud_pressure",
-        "fleet_id": fleet_id,
-        "theta_offset": theta_offset,
-        "until": until,
-    }
+    return _message("cloud_pressure", fleet_id=fleet_id, theta_offset=theta_offset, until=until)
 
 
 def revoke_message(*, fleet_id: int, device_pk: int, token_hash: str) -> dict[str, Any]:
     """Close the device's socket opened with this token (revoked, or replaced by re-enrolment)."""
-    return {
-        "kind": "revoke",
-        "fleet_id": fleet_id,
-        "device_pk": device_pk,
-        "token_hash": token_hash,
-    }
+    return _message("revoke", fleet_id=fleet_id, device_pk=device_pk, token_hash=token_hash)
 
 
 def superseded_message(*, fleet_id: int, device_pk: int, connected_at: float) -> dict[str, Any]:
     """The device connected again at `connected_at`: its older sockets, anywhere, are closed."""
-    return {
-        "kind": "superseded",
-        "fleet_id": fleet_id,
-        "device_pk": device_pk,
-        "connected_at": connected_at,
-    }
+    return _message("superseded", fleet_id=fleet_id, device_pk=device_pk, connected_at=connected_at)

@@ -1,56 +1,24 @@
 """REST API of change governance: the fleet's freeze and its release, review settings, change
 requests (open, comment, approve, reject, withdraw, publish) and what waits for me."""
 
-import functools
-from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
-from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema, extend_schema_view
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.api import input_validate, require_object
 from controlplane.exceptions import NotFound
-from controlplane.openapi import error_responses, query_params_validate
+from controlplane.openapi import error_responses
 from controlplane.permissions import IsEditor, IsPublisher, IsViewer
 
 from ..policies.apis import version_out
+from ..policies.fleet_api import ViewerReadsApi, fleet_input, query_input
 from ..policies.models import Fleet
 from ..policies.schemas import VersionSerializer
 from ..policies.selectors import fleet_get
 from . import schemas, selectors, services
-
-FleetMethod = Callable[..., Response]
-Declared = schemas.InputSerializer | PolymorphicProxySerializer
-
-
-def fleet_input(
-    declared: Declared, **schema: Any
-) -> Callable[[FleetMethod], Callable[..., Response]]:
-    """An API method that changes a fleet with the body `declared` checks: the same serializer
-    its OpenAPI request shows (a polymorphic one: the serializer of the body's kind). The method
-    is called with the fleet (an unknown one is a 404 first) and the checked body, as `fleet`
-    and `data`, for its slug; `schema`: the rest of its `extend_schema`."""
-
-    def decorate(method: FleetMethod) -> Callable[..., Response]:
-        @functools.wraps(method)
-        def checked(view: APIView, request: Request, slug: str, **kwargs: Any) -> Response:
-            fleet = fleet_get(slug=slug)
-            body = require_object(request.data)
-            serializer = (
-                schemas.by_kind(
-                    cast(dict[str, schemas.InputSerializer], declared.serializers), body
-                )
-                if isinstance(declared, PolymorphicProxySerializer)
-                else declared
-            )
-            data = input_validate(serializer, body)
-            return method(view, request, fleet=fleet, data=data, **kwargs)
-
-        return extend_schema(request=declared, **schema)(checked)
-
-    return decorate
 
 
 def _detail(fleet: Fleet, request_id: int, code: int = 200) -> Response:
@@ -85,11 +53,8 @@ class FleetFreezeReleaseApi(APIView):
         return Response(selectors.fleet_freeze(fleet=fleet))
 
 
-class ReviewSettingsApi(APIView):
+class ReviewSettingsApi(ViewerReadsApi):
     """What of the fleet needs another publisher's approval (publishers change it)."""
-
-    def get_permissions(self) -> list[Any]:
-        return [IsViewer()] if self.request.method == "GET" else [IsPublisher()]
 
     @extend_schema(responses=schemas.ReviewSettingsOutSerializer, operation_id="review_settings")
     def get(self, request: Request, slug: str) -> Response:
@@ -105,19 +70,17 @@ class ReviewSettingsApi(APIView):
         return Response(selectors.review_settings_out(fleet=fleet))
 
 
-class ChangeRequestListApi(APIView):
+class ChangeRequestListApi(ViewerReadsApi):
     """The fleet's change requests (newest first); editors open one."""
 
-    def get_permissions(self) -> list[Any]:
-        return [IsViewer()] if self.request.method == "GET" else [IsEditor()]
+    change_permission = IsEditor
 
-    @extend_schema(
-        parameters=[schemas.ChangeRequestQuerySerializer],
+    @query_input(
+        schemas.ChangeRequestQuerySerializer,
         responses=schemas.ChangeRequestListSerializer,
         operation_id="change_request_list",
     )
-    def get(self, request: Request, slug: str) -> Response:
-        query = query_params_validate(schemas.ChangeRequestQuerySerializer, request)
+    def get(self, request: Request, slug: str, query: dict[str, Any]) -> Response:
         fleet = fleet_get(slug=slug)
         return Response(
             {"results": selectors.change_request_list(fleet=fleet, state=query.get("state"))}

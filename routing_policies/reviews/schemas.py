@@ -1,7 +1,6 @@
 """Serializers of the change-governance API: the input each endpoint validates, and the answers
 as the OpenAPI schema describes them."""
 
-from collections.abc import Mapping
 from typing import Any
 
 from django.core.validators import RegexValidator
@@ -9,10 +8,10 @@ from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
 from controlplane.api import JsonBooleanField, JsonChoiceField, JsonIntegerField, JsonStringField
-from controlplane.exceptions import ValidationFailed
 from controlplane.openapi import closed_body
 from controlplane.validators import SOME_TEXT_PATTERN
 
+from ..components import ApiSerializer
 from ..rollouts.schemas import FreezeSerializer
 from ..validation import MAX_VERSION
 from .models import ChangeRequest
@@ -40,42 +39,40 @@ def note_field(*, required: bool = True, help_text: str) -> JsonStringField:
 
 
 @closed_body
-class NoteInputSerializer(serializers.Serializer[Any]):
-    note = note_field(help_text="why: what you checked, what you acknowledge")
+class NoteInputSerializer(ApiSerializer):
+    component_name = "GovernanceNoteInput"
 
-    class Meta:
-        ref_name = "GovernanceNoteInput"
+    note = note_field(help_text="why: what you checked, what you acknowledge")
 
 
 @closed_body
-class ReviewSettingsSerializer(serializers.Serializer[Any]):
+class ReviewSettingsSerializer(ApiSerializer):
+    component_name = "ReviewSettingsInput"
+
     publish_needs_approval = JsonBooleanField(help_text="publishing needs another publisher's OK")
     rollout_needs_approval = JsonBooleanField(
         help_text="starting a rollout and switching the fleet need another publisher's OK"
     )
 
-    class Meta:
-        ref_name = "ReviewSettingsInput"
-
 
 class ReviewSettingsOutSerializer(ReviewSettingsSerializer):
-    fleet = serializers.SlugField()
+    component_name = "ReviewSettings"
 
-    class Meta:
-        ref_name = "ReviewSettings"
+    fleet = serializers.SlugField()
 
 
 @closed_body
-class PublishRequestOpenSerializer(serializers.Serializer[Any]):
+class PublishRequestOpenSerializer(ApiSerializer):
+    component_name = "PublishRequestOpenInput"
+
     kind = JsonChoiceField(choices=[ChangeRequest.Kind.PUBLISH.value])
     note = note_field(help_text="what the change is and why")
 
-    class Meta:
-        ref_name = "PublishRequestOpenInput"
-
 
 @closed_body
-class VersionRequestOpenSerializer(serializers.Serializer[Any]):
+class VersionRequestOpenSerializer(ApiSerializer):
+    component_name = "VersionRequestOpenInput"
+
     kind = JsonChoiceField(
         choices=[ChangeRequest.Kind.ROLLOUT_START.value, ChangeRequest.Kind.SWITCH.value]
     )
@@ -83,9 +80,6 @@ class VersionRequestOpenSerializer(serializers.Serializer[Any]):
         min_value=1, max_value=MAX_VERSION, help_text="the published version"
     )
     note = note_field(help_text="what the change is and why")
-
-    class Meta:
-        ref_name = "VersionRequestOpenInput"
 
 
 OPEN_INPUTS: dict[str, InputSerializer] = {
@@ -100,16 +94,6 @@ ChangeRequestOpenSerializer = PolymorphicProxySerializer(
 )
 
 
-def by_kind(inputs: dict[str, InputSerializer], data: Mapping[str, Any]) -> InputSerializer:
-    """The input serializer of the body's `kind` (a refusal naming `kind` when unknown), for the
-    API's body and a page's posted form alike."""
-    kind = data.get("kind")
-    if not isinstance(kind, str) or kind not in inputs:
-        problem = f"one of {', '.join(inputs)} (got {str(kind)[:40]!r})"
-        raise ValidationFailed(f"Kind: {problem}.", details=[{"field": "kind", "message": problem}])
-    return inputs[kind]
-
-
 def kind_fields(inputs: dict[str, InputSerializer]) -> dict[str, str]:
     """Each field that only some kinds' inputs take, with those kinds space-separated (what a
     page's form says in `data-kinds`, for static/js/kind_fields.js to show the chosen kind's)."""
@@ -121,51 +105,44 @@ def kind_fields(inputs: dict[str, InputSerializer]) -> dict[str, str]:
 
 
 @closed_body
-class VerdictInputSerializer(serializers.Serializer[Any]):
+class VerdictInputSerializer(ApiSerializer):
+    component_name = "ChangeRequestVerdictInput"
+
     # the revision the reviewer looked at (a stale one is refused with 409)
     revision = JsonIntegerField(
         min_value=1, max_value=MAX_REVISION, help_text="the revision reviewed"
     )
     note = note_field(required=False, help_text="what you checked (required to reject)")
 
-    class Meta:
-        ref_name = "ChangeRequestVerdictInput"
-
 
 @closed_body
 class RejectInputSerializer(VerdictInputSerializer):
-    note = note_field(help_text="why not: what must change")
+    component_name = "ChangeRequestRejectInput"
 
-    class Meta:
-        ref_name = "ChangeRequestRejectInput"
+    note = note_field(help_text="why not: what must change")
 
 
 @closed_body
-class CommentInputSerializer(serializers.Serializer[Any]):
-    body = note_field(help_text="the comment")
+class CommentInputSerializer(ApiSerializer):
+    component_name = "ChangeRequestCommentInput"
 
-    class Meta:
-        ref_name = "ChangeRequestCommentInput"
+    body = note_field(help_text="the comment")
 
 
 @closed_body
 class PublishInputSerializer(VerdictInputSerializer):
+    component_name = "ChangeRequestPublishInput"
+
     note = note_field(required=False, help_text="the release note (default: the request's note)")
 
-    class Meta:
-        ref_name = "ChangeRequestPublishInput"
 
-
-class FleetFreezeSerializer(serializers.Serializer[Any]):
+class FleetFreezeSerializer(ApiSerializer):
     fleet = serializers.SlugField()
     frozen = serializers.BooleanField()
     freeze = FreezeSerializer(allow_null=True, help_text="the open freeze, else the last one")
 
-    class Meta:
-        ref_name = "FleetFreeze"
 
-
-class ChangeRequestSerializer(serializers.Serializer[Any]):
+class ChangeRequestSerializer(ApiSerializer):
     id = serializers.IntegerField()
     fleet = serializers.SlugField()
     kind = serializers.ChoiceField(choices=ChangeRequest.Kind.values)
@@ -188,26 +165,19 @@ class ChangeRequestSerializer(serializers.Serializer[Any]):
     finished_at = serializers.DateTimeField(allow_null=True)
     finished_by = serializers.CharField(allow_null=True)
 
-    class Meta:
-        ref_name = "ChangeRequest"
 
-
-class ChangeRequestListSerializer(serializers.Serializer[Any]):
+class ChangeRequestListSerializer(ApiSerializer):
     results = ChangeRequestSerializer(many=True)
 
-    class Meta:
-        ref_name = "ChangeRequestList"
 
-
-class ChangeRequestsForMeSerializer(serializers.Serializer[Any]):
+class ChangeRequestsForMeSerializer(ApiSerializer):
     to_review = ChangeRequestSerializer(many=True)
     mine = ChangeRequestSerializer(many=True)
 
-    class Meta:
-        ref_name = "ChangeRequestsForMe"
 
+class VerdictSerializer(ApiSerializer):
+    component_name = "ChangeRequestVerdict"
 
-class VerdictSerializer(serializers.Serializer[Any]):
     reviewer = serializers.CharField()
     verdict = serializers.ChoiceField(choices=["approved", "rejected"])
     revision = serializers.IntegerField()
@@ -215,18 +185,14 @@ class VerdictSerializer(serializers.Serializer[Any]):
     at = serializers.DateTimeField()
     current = serializers.BooleanField(help_text="of the current revision (else withdrawn)")
 
-    class Meta:
-        ref_name = "ChangeRequestVerdict"
 
+class CommentSerializer(ApiSerializer):
+    component_name = "ChangeRequestComment"
 
-class CommentSerializer(serializers.Serializer[Any]):
     author = serializers.CharField()
     body = serializers.CharField()
     revision = serializers.IntegerField()
     at = serializers.DateTimeField()
-
-    class Meta:
-        ref_name = "ChangeRequestComment"
 
 
 class ChangeRequestDetailSerializer(ChangeRequestSerializer):
@@ -234,12 +200,6 @@ class ChangeRequestDetailSerializer(ChangeRequestSerializer):
     comments = CommentSerializer(many=True)
     diff = serializers.DictField(allow_null=True, help_text="base → draft, as /diff/ answers")
 
-    class Meta:
-        ref_name = "ChangeRequestDetail"
 
-
-class ChangeRequestQuerySerializer(serializers.Serializer[Any]):
+class ChangeRequestQuerySerializer(ApiSerializer):
     state = serializers.ChoiceField(choices=ChangeRequest.State.values, required=False)
-
-    class Meta:
-        ref_name = "ChangeRequestQuery"

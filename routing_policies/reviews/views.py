@@ -13,15 +13,16 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET
 
 from controlplane.exceptions import ApplicationError
 from controlplane.pages import form_input, posted_change, role_required
 from controlplane.roles import Role
 
 from ..extensions import lab_draft_headline
+from ..policies.fleet_api import by_kind
 from ..policies.models import Fleet
-from ..policies.pages import fleet_or_404
+from ..policies.pages import fleet_action, fleet_page
 from ..policies.selectors import draft_get, published_versions
 from ..policies.view_models import diff_rows
 from . import schemas, selectors, services
@@ -57,32 +58,17 @@ def _list_page(
     return render(request, "routing_policies/reviews.html", context, status=status)
 
 
-def fleet_page(render_page: Callable[..., HttpResponse], doc: str) -> Callable[..., HttpResponse]:
-    """The GET view of a fleet's page, for viewers: `render_page(request, fleet)` draws it (the
-    same function draws it again after a refused change, with why)."""
-
-    @role_required(Role.VIEWER)
-    @require_GET
-    def view(request: HttpRequest, slug: str) -> HttpResponse:
-        return render_page(request, fleet_or_404(slug))
-
-    view.__doc__ = doc
-    return view
-
-
 review_list = fleet_page(
     _list_page, "The fleet's open and past change requests; open one; the review settings."
 )
 
 
-@role_required(Role.EDITOR)
-@require_POST
-def change_request_open(request: HttpRequest, slug: str) -> HttpResponse:
+@fleet_action(Role.EDITOR)
+def change_request_open(request: HttpRequest, fleet: Fleet) -> HttpResponse:
     """Ask for review of the draft (or of a rollout / switch)."""
-    fleet = fleet_or_404(slug)
 
     def change() -> tuple[str, str]:
-        data = form_input(schemas.by_kind(schemas.OPEN_INPUTS, request.POST), request.POST)
+        data = form_input(by_kind(schemas.OPEN_INPUTS, request.POST), request.POST)
         opened = services.change_request_open(actor=request.user, fleet=fleet, **data)
         return (
             f"Opened change request {opened.pk}: another publisher reviews it.",
@@ -92,11 +78,9 @@ def change_request_open(request: HttpRequest, slug: str) -> HttpResponse:
     return posted_change(request, lambda **page: _list_page(request, fleet, **page), change)
 
 
-@role_required(Role.PUBLISHER)
-@require_POST
-def review_settings(request: HttpRequest, slug: str) -> HttpResponse:
+@fleet_action(Role.PUBLISHER)
+def review_settings(request: HttpRequest, fleet: Fleet) -> HttpResponse:
     """Say what of the fleet needs another publisher's approval."""
-    fleet = fleet_or_404(slug)
     data = form_input(schemas.ReviewSettingsSerializer, request.POST)
     services.review_settings_update(actor=request.user, fleet=fleet, **data)
     messages.success(request, "Saved the review settings.")
@@ -129,11 +113,9 @@ def _draft_backtest(fleet: Fleet, detail: dict[str, Any]) -> dict[str, Any] | No
     return lab_draft_headline(fleet=fleet, draft=draft) if draft is not None else None
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def change_request_page(request: HttpRequest, slug: str, request_id: int) -> HttpResponse:
-    """One change request: what changes, who said what, and what can be done now."""
-    return _detail_page(request, fleet_or_404(slug), request_id)
+change_request_page = fleet_page(
+    _detail_page, "One change request: what changes, who said what, and what can be done now."
+)
 
 
 # What each action on a change request takes (the API's input serializer; None: nothing), does
@@ -173,10 +155,7 @@ def _action_view(action: str, doc: str) -> Callable[..., HttpResponse]:
     request's page again (with what was done, or why nothing was)."""
     role, input_serializer, service, done = ACTIONS[action]
 
-    @role_required(role)
-    @require_POST
-    def view(request: HttpRequest, slug: str, request_id: int) -> HttpResponse:
-        fleet = fleet_or_404(slug)
+    def view(request: HttpRequest, fleet: Fleet, request_id: int) -> HttpResponse:
 
         def change() -> tuple[str, str]:
             data = form_input(input_serializer, request.POST) if input_serializer else {}
@@ -192,7 +171,7 @@ def _action_view(action: str, doc: str) -> Callable[..., HttpResponse]:
 
     view.__name__ = view.__qualname__ = f"change_request_{action}"
     view.__doc__ = doc
-    return view
+    return fleet_action(role)(view)
 
 
 change_request_comment = _action_view("comment", "Add to the thread.")
@@ -213,11 +192,9 @@ def reviews_for_me(request: HttpRequest) -> HttpResponse:
     )
 
 
-@role_required(Role.PUBLISHER)
-@require_POST
-def freeze_release(request: HttpRequest, slug: str) -> HttpResponse:
+@fleet_action(Role.PUBLISHER)
+def freeze_release(request: HttpRequest, fleet: Fleet) -> HttpResponse:
     """Acknowledge why the fleet was frozen; rollouts may start again."""
-    fleet = fleet_or_404(slug)
     back = request.POST.get("next") or reverse("fleet-rollout", args=[fleet.slug])
     if not back.startswith("/") or back.startswith("//"):
         back = reverse("fleet-rollout", args=[fleet.slug])

@@ -1,19 +1,19 @@
 """The rollout API's bodies: the input serializers, each the one declaration of its use case's
 input (the API validates with it, the OpenAPI schema shows it, the rollout page's forms go
-through it with `controlplane.pages.form_input`, and the services check their arguments with
-it), and the serializers that describe the answers (see `policies/schemas.py` for why)."""
-
-from typing import Any
+through it with `controlplane.pages.form_input`, `manage.py rollout` checks its options with
+it; the services take what it validated), and the serializers that describe the answers (see
+`policies/schemas.py` for why)."""
 
 from rest_framework import serializers
 
 from controlplane.api import JsonChoiceField, JsonFloatField, JsonIntegerField, TidyJsonStringField
 
+from ..components import ApiSerializer
 from ..validation import MAX_VERSION
 from .models import MAX_CLOUD_PRESSURE_TTL_S, Rollout
 
 
-class RolloutSerializer(serializers.Serializer[Any]):
+class RolloutSerializer(ApiSerializer):
     id = serializers.IntegerField()
     candidate = serializers.IntegerField()
     stable = serializers.IntegerField()
@@ -33,50 +33,35 @@ class RolloutSerializer(serializers.Serializer[Any]):
     next = serializers.CharField(allow_null=True, help_text="resume, advance to N%, complete")
     next_stage = serializers.IntegerField(allow_null=True)
 
-    class Meta:
-        ref_name = "Rollout"
 
-
-class CloudPressureStateSerializer(serializers.Serializer[Any]):
+class CloudPressureStateSerializer(ApiSerializer):
     theta_offset = serializers.FloatField()
     until = serializers.DateTimeField()
 
-    class Meta:
-        ref_name = "CloudPressureState"
 
-
-class ConvergenceVersionSerializer(serializers.Serializer[Any]):
+class ConvergenceVersionSerializer(ApiSerializer):
     version = serializers.IntegerField()
     role = serializers.ChoiceField(choices=["stable", "candidate", "other"])
     assigned = serializers.IntegerField(min_value=0)
     acked = serializers.IntegerField(min_value=0)
     acked_online = serializers.IntegerField(min_value=0)
 
-    class Meta:
-        ref_name = "ConvergenceVersion"
 
-
-class PropagationSerializer(serializers.Serializer[Any]):
+class PropagationSerializer(ApiSerializer):
     p50_ms = serializers.FloatField(allow_null=True)
     p95_ms = serializers.FloatField(allow_null=True)
     count = serializers.IntegerField(min_value=0)
 
-    class Meta:
-        ref_name = "Propagation"
 
-
-class ConvergenceSerializer(serializers.Serializer[Any]):
+class ConvergenceSerializer(ApiSerializer):
     devices = serializers.IntegerField(min_value=0)
     online = serializers.IntegerField(min_value=0)
     versions = ConvergenceVersionSerializer(many=True)
     last_change_at = serializers.DateTimeField(allow_null=True)
     propagation = PropagationSerializer()
 
-    class Meta:
-        ref_name = "Convergence"
 
-
-class FreezeSerializer(serializers.Serializer[Any]):
+class FreezeSerializer(ApiSerializer):
     id = serializers.IntegerField()
     frozen = serializers.BooleanField()
     reason = serializers.CharField()
@@ -86,11 +71,8 @@ class FreezeSerializer(serializers.Serializer[Any]):
     released_by = serializers.CharField(allow_null=True)
     release_note = serializers.CharField(allow_blank=True)
 
-    class Meta:
-        ref_name = "Freeze"
 
-
-class RolloutStatusSerializer(serializers.Serializer[Any]):
+class RolloutStatusSerializer(ApiSerializer):
     fleet = serializers.SlugField()
     stable_version = serializers.IntegerField(allow_null=True)
     rollout = RolloutSerializer(allow_null=True, help_text="the open rollout, else the last one")
@@ -105,22 +87,16 @@ class RolloutStatusSerializer(serializers.Serializer[Any]):
         "guard's state, interval and series, the verdict and why), null without guards",
     )
 
-    class Meta:
-        ref_name = "RolloutStatus"
-
 
 # --- input ----------------------------------------------------------------------------------
 
 
-class RolloutVersionInputSerializer(serializers.Serializer[Any]):
+class RolloutVersionInputSerializer(ApiSerializer):
     """A published version: the whole fleet switches to it (or a rollout starts it)."""
 
     version = JsonIntegerField(
         min_value=1, max_value=MAX_VERSION, label="the version", help_text="published"
     )
-
-    class Meta:
-        ref_name = "RolloutVersionInput"
 
 
 def holdback_field() -> JsonIntegerField:
@@ -140,11 +116,8 @@ class RolloutStartBaseSerializer(RolloutVersionInputSerializer):
 
     holdback = holdback_field()
 
-    class Meta:
-        ref_name = "RolloutStartBase"
 
-
-class RolloutAdvanceInputSerializer(serializers.Serializer[Any]):
+class RolloutAdvanceInputSerializer(ApiSerializer):
     """The stage to advance to (default: the next one)."""
 
     to_stage = JsonChoiceField(
@@ -154,29 +127,20 @@ class RolloutAdvanceInputSerializer(serializers.Serializer[Any]):
         help_text="default: the next stage",
     )
 
-    class Meta:
-        ref_name = "RolloutAdvanceInput"
 
-
-class RolloutRollbackInputSerializer(serializers.Serializer[Any]):
+class RolloutRollbackInputSerializer(ApiSerializer):
     """Why the rollout is rolled back (kept with it and in the audit log)."""
 
     reason = TidyJsonStringField(
         max_length=500, required=False, allow_blank=True, default="", label="the reason"
     )
 
-    class Meta:
-        ref_name = "RolloutRollbackInput"
 
-
-class EmptyInputSerializer(serializers.Serializer[Any]):
+class EmptyInputSerializer(ApiSerializer):
     """An empty JSON object (or no body at all)."""
 
-    class Meta:
-        ref_name = "EmptyInput"
 
-
-class CloudPressureInputSerializer(serializers.Serializer[Any]):
+class CloudPressureInputSerializer(ApiSerializer):
     """A fleet-wide θ nudge and how long it lasts."""
 
     theta_offset = JsonFloatField(
@@ -188,6 +152,3 @@ class CloudPressureInputSerializer(serializers.Serializer[Any]):
     ttl_s = JsonIntegerField(
         min_value=1, max_value=MAX_CLOUD_PRESSURE_TTL_S, label="the duration in seconds"
     )
-
-    class Meta:
-        ref_name = "CloudPressureInput"

@@ -3,6 +3,12 @@
 Each transition is one call under a row lock on the fleet's routing row, idempotent (repeating
 it does nothing twice), audited, and its push is sent only after the transaction commits. A
 push carries ids and version numbers, never documents or model objects.
+
+The arguments come typed and in range: each caller's input went through the use case's one
+input serializer in `schemas` (the API and the pages; `manage.py rollout` with its options;
+a schedule when it was made), or is the server's own (a guard advancing to the next stage).
+Here are only the checks that need the database: the version is published, the rollout is
+open, the fleet is not frozen.
 """
 
 import logging
@@ -14,14 +20,12 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Exists
 from django.utils import timezone
-from rest_framework import serializers
 
-from controlplane.exceptions import Conflict, NotFound, ValidationFailed, drf_error_details
+from controlplane.exceptions import Conflict, NotFound
 
 from ..assignment import FleetAssignment
 from ..policies.audit import Actor, actor_name, actor_user, audit_record
 from ..policies.models import Fleet, PolicyVersion
-from . import schemas
 from .hooks import rollout_gate
 from .models import MAX_CLOUD_PRESSURE_TTL_S as MAX_CLOUD_PRESSURE_TTL_S
 from .models import FleetRouting, Rollout, RolloutEvent
@@ -47,16 +51,6 @@ def fleet_routing_lock(fleet: Fleet) -> FleetRouting:
 def _push_assignment_on_commit(fleet: Fleet, assignment: FleetAssignment) -> None:
     """Announce the fleet's new assignment: the push tier sends it once the change commits."""
     assignment_changed.send(sender=Rollout, fleet_id=fleet.pk, assignment=assignment)
-
-
-def _checked(serializer_class: type[serializers.Serializer[Any]], **values: Any) -> None:
-    """Refuse `values` as the API refuses them, by the use case's one input serializer: the
-    services are called by the API and the pages (which validated already) and by schedules,
-    guards and `manage.py rollout` (which did not). The message names the first field at fault."""
-    serializer = serializer_class(data=values)
-    if not serializer.is_valid():
-        details = drf_error_details(serializer.errors)
-        raise ValidationFailed(f"{details[0]['field']}: {details[0]['message']}", details=details)
 
 
 def _not_published(fleet: Fleet, number: int) -> NotFound:
@@ -110,15 +104,34 @@ def _switch_target(fleet: Fleet, number: int) -> _SwitchTarget:
     )
 
 
-def _event(
-    rollout: Rollout, action: str, before: int | None, after: int | None, actor: Actor
+def _record(
+    fleet: Fleet,
+    rollout: Rollout,
+    action: str,
+    actor: Actor,
+    *,
+    stages: tuple[int | None, int | None],
+    summary: str,
+    before: dict[str, Any],
+    after: dict[str, Any],
 ) -> None:
+    """One transition of the rollout, in its history (`action` from stage to stage) and in the
+    audit log (`rollout.<action>`)."""
     RolloutEvent.objects.create(
         rollout=rollout,
         action=action,
-        stage_before=before,
-        stage_after=after,
+        stage_before=stages[0],
+        stage_after=stages[1],
         actor_name=actor_name(actor),
+    )
+    audit_record(
+        actor=actor,
+        action=f"rollout.{action}",
+        fleet=fleet,
+        target=f"rollout {rollout.pk}",
+        summary=summary,
+        before=before,
+        after=after,
     )
 
 
@@ -158,7 +171,6 @@ def _open_or_ended_as(fleet: Fleet, state: str) -> tuple[Rollout | None, Rollout
 def rollout_start(*, actor: Actor, fleet: Fleet, version: int, holdback: int = 0) -> Rollout:
     """Start rolling `version` out at 5% with a new random salt (a repeat is a no-op); with a
     `holdback`, that percent of the fleet stays on stable at 100% until completion."""
-    _checked(schemas.RolloutStartBaseSerializer, version=version, holdback=holdback)
     routing = fleet_routing_lock(fleet)
     candidate = _published(fleet, version)
     current = open_rollout(fleet.pk)
@@ -190,12 +202,12 @@ def rollout_start(*, actor: Actor, fleet: Fleet, version: int, holdback: int = 0
         stage_changed_at=now,
         holdback=holdback,
     )
-    _event(rollout, "started", None, rollout.stage, actor)
-    audit_record(
-        actor=actor,
-        action="rollout.started",
-        fleet=fleet,
-        target=f"rollout {rollout.pk}",
+    _record(
+        fleet,
+        rollout,
+        "started",
+        actor,
+        stages=(None, rollout.stage),
         summary=(
             f"Started rolling out v{version} over v{routing.stable_version.number} "
             f"at {rollout.stage}%"
@@ -220,8 +232,6 @@ def rollout_start(*, actor: Actor, fleet: Fleet, version: int, holdback: int = 0
 @transaction.atomic
 def rollout_advance(*, actor: Actor, fleet: Fleet, to_stage: int | None = None) -> Rollout:
     """Move to the next stage (5 → 25 → 100); naming a stage already reached is a no-op."""
-    if to_stage is not None:
-        _checked(schemas.RolloutAdvanceInputSerializer, to_stage=to_stage)
     gate = rollout_gate()
     # The open rollout's row lock serialises this with every other transition of it.
     rollout = _open_locked(fleet)
@@ -242,12 +252,12 @@ def rollout_advance(*, actor: Actor, fleet: Fleet, to_stage: int | None = None) 
     rollout.stage = target
     rollout.stage_changed_at = timezone.now()
     rollout.save(update_fields=["stage", "stage_changed_at"])
-    _event(rollout, "advanced", before, target, actor)
-    audit_record(
-        actor=actor,
-        action="rollout.advanced",
-        fleet=fleet,
-        target=f"rollout {rollout.pk}",
+    _record(
+        fleet,
+        rollout,
+        "advanced",
+        actor,
+        stages=(before, target),
         summary=f"Advanced v{rollout.candidate.number} from {before}% to {target}%"
         + (
             f" ({rollout.candidate_share}% of the fleet; {rollout.holdback}% held back on "
@@ -272,12 +282,12 @@ def _set_paused(*, actor: Actor, fleet: Fleet, paused: bool) -> Rollout:
     rollout.state = target
     rollout.save(update_fields=["state"])
     action = "paused" if paused else "resumed"
-    _event(rollout, action, rollout.stage, rollout.stage, actor)
-    audit_record(
-        actor=actor,
-        action=f"rollout.{action}",
-        fleet=fleet,
-        target=f"rollout {rollout.pk}",
+    _record(
+        fleet,
+        rollout,
+        action,
+        actor,
+        stages=(rollout.stage, rollout.stage),
         summary=f"{action.capitalize()} at {rollout.stage}%",
         before={"state": before},
         after={"state": target},
@@ -315,12 +325,12 @@ def rollout_complete(*, actor: Actor, fleet: Fleet) -> Rollout:
     rollout.save(update_fields=["state", "finished_at"])
     routing.stable_version = rollout.candidate
     routing.save(update_fields=["stable_version", "updated_at"])
-    _event(rollout, "completed", rollout.stage, rollout.stage, actor)
-    audit_record(
-        actor=actor,
-        action="rollout.completed",
-        fleet=fleet,
-        target=f"rollout {rollout.pk}",
+    _record(
+        fleet,
+        rollout,
+        "completed",
+        actor,
+        stages=(rollout.stage, rollout.stage),
         summary=f"v{rollout.candidate.number} is now stable (was v{rollout.stable.number})",
         before={"stable": rollout.stable.number},
         after={"stable": rollout.candidate.number},
@@ -352,12 +362,12 @@ def rollout_rollback(
     rollout.stage_changed_at = rollout.finished_at
     rollout.reason = reason[:500]
     rollout.save(update_fields=["state", "finished_at", "stage_changed_at", "reason"])
-    _event(rollout, "rolled_back", before, 0, actor)
-    audit_record(
-        actor=actor,
-        action="rollout.rolled_back",
-        fleet=fleet,
-        target=f"rollout {rollout.pk}",
+    _record(
+        fleet,
+        rollout,
+        "rolled_back",
+        actor,
+        stages=(before, 0),
         summary=f"Rolled v{rollout.candidate.number} back at {before}% to v{rollout.stable.number}"
         + (f": {reason}" if reason else ""),
         before={"candidate": rollout.candidate.number, "stage": before},
@@ -373,7 +383,6 @@ def rollout_rollback(
 @transaction.atomic
 def fleet_switch_version(*, actor: Actor, fleet: Fleet, version: int) -> FleetRouting:
     """Move the whole fleet to a published version at once (no stages); repeat is a no-op."""
-    _checked(schemas.RolloutVersionInputSerializer, version=version)
     routing = fleet_routing_lock(fleet)
     gate = _switch_target(fleet, version)
     target = gate.version
@@ -413,7 +422,6 @@ def cloud_pressure_set(
     *, actor: Actor, fleet: Fleet, theta_offset: float, ttl_s: int
 ) -> FleetRouting:
     """A fleet-wide θ nudge for `ttl_s` seconds, pushed now and to devices connecting meanwhile."""
-    _checked(schemas.CloudPressureInputSerializer, theta_offset=theta_offset, ttl_s=ttl_s)
     routing = fleet_routing_lock(fleet)
     routing.cloud_pressure_offset = float(theta_offset)
     routing.cloud_pressure_until = timezone.now() + timedelta(seconds=ttl_s)

@@ -17,15 +17,14 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.exceptions import ApplicationError
-from controlplane.pages import form_input, posted_values, refusal, role_required
+from controlplane.pages import form_input, posted_values, refusal
 from controlplane.roles import Role
 
 from ..extensions import lab_rollout_prediction, rollout_guard_status, rollout_start_guarded
 from ..policies.models import Fleet
-from ..policies.pages import fleet_or_404
+from ..policies.pages import fleet_action, fleet_page
 from ..policies.selectors import published_versions
 from . import schemas, selectors, services
 from .forms import guard_options
@@ -231,11 +230,10 @@ def _to_rollout(fleet: Fleet) -> HttpResponseRedirect:
 # --- the rollout page -------------------------------------------------------------------------
 
 
-@role_required(Role.VIEWER)
-@require_GET
-def rollout_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """Stable version, the open rollout and what comes next, fleet convergence, history."""
-    return _rollout_page(request, fleet_or_404(slug))
+rollout_page = fleet_page(
+    _rollout_page,
+    "Stable version, the open rollout and what comes next, fleet convergence, history.",
+)
 
 
 # A page action's flash: its level (messages.SUCCESS, messages.INFO) and its text.
@@ -248,11 +246,9 @@ def _page_action(action: PageAction) -> Callable[[HttpRequest, str], HttpRespons
     says what happened (flashed, then back to the page); a refusal is shown on the page with
     its HTTP status, nothing changed."""
 
-    @role_required(Role.PUBLISHER)
-    @require_POST
+    @fleet_action(Role.PUBLISHER)
     @functools.wraps(action)
-    def view(request: HttpRequest, slug: str) -> HttpResponse:
-        fleet = fleet_or_404(slug)
+    def view(request: HttpRequest, fleet: Fleet) -> HttpResponse:
         try:
             level, text = action(request, fleet)
         except ApplicationError as exc:

@@ -9,11 +9,11 @@ from rest_framework.views import APIView
 
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_responses
-from controlplane.permissions import IsPublisher, IsViewer
+from controlplane.permissions import IsPublisher
 
+from ..policies.fleet_api import ViewerReadsApi, fleet_input
 from ..policies.models import Fleet
 from ..policies.selectors import fleet_get
-from ..reviews.apis import fleet_input
 from ..rollouts.models import Rollout
 from . import schemas, selectors, services
 
@@ -25,11 +25,8 @@ def _one(fleet: Fleet, schedule_id: int, code: int = 200) -> Response:
     return Response(selectors.scheduled_change_out(schedule), status=code)
 
 
-class ScheduleListApi(APIView):
+class ScheduleListApi(ViewerReadsApi):
     """The fleet's upcoming and past scheduled changes; publishers schedule one."""
-
-    def get_permissions(self) -> list[Any]:
-        return [IsViewer()] if self.request.method == "GET" else [IsPublisher()]
 
     @extend_schema(responses=schemas.ScheduledChangesSerializer, operation_id="schedule_list")
     def get(self, request: Request, slug: str) -> Response:
@@ -64,11 +61,8 @@ class StagePlanApi(APIView):
         return Response(selectors.scheduled_changes(fleet=fleet), status=201)
 
 
-class ScheduleDetailApi(APIView):
+class ScheduleDetailApi(ViewerReadsApi):
     """One scheduled change; publishers move it (PATCH) or cancel it (DELETE) while pending."""
-
-    def get_permissions(self) -> list[Any]:
-        return [IsViewer()] if self.request.method == "GET" else [IsPublisher()]
 
     @extend_schema(
         responses={200: schemas.ScheduledChangeSerializer, **error_responses(404)},

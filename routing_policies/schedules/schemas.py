@@ -9,6 +9,7 @@ from rest_framework import serializers
 from controlplane.api import JsonBooleanField, JsonChoiceField, JsonFloatField, JsonIntegerField
 from controlplane.openapi import closed_body
 
+from ..components import ApiSerializer
 from ..reviews.schemas import MAX_REVISION, InputSerializer, note_field
 from ..rollouts.models import MAX_CLOUD_PRESSURE_TTL_S, Rollout
 from ..rollouts.schemas import holdback_field
@@ -38,59 +39,54 @@ def time_zone_field(**kwargs: Any) -> JsonChoiceField:
     )
 
 
-class _ScheduleBase(serializers.Serializer[Any]):
+class _ScheduleBase(ApiSerializer):
     run_at = JsonDateTimeField(help_text="when, with its offset; stored in UTC")
     time_zone = time_zone_field()
 
 
 @closed_body
 class PublishScheduleSerializer(_ScheduleBase):
+    component_name = "PublishScheduleInput"
+
     kind = JsonChoiceField(choices=[Kind.PUBLISH.value])
     note = note_field(help_text="the release note")
     revision = JsonIntegerField(
         min_value=1, max_value=MAX_REVISION, required=False, help_text="default: the draft's now"
     )
 
-    class Meta:
-        ref_name = "PublishScheduleInput"
-
 
 @closed_body
 class VersionScheduleSerializer(_ScheduleBase):
+    component_name = "VersionScheduleInput"
+
     kind = JsonChoiceField(choices=[Kind.SWITCH.value])
     version = JsonIntegerField(min_value=1, max_value=MAX_VERSION)
-
-    class Meta:
-        ref_name = "VersionScheduleInput"
 
 
 @closed_body
 class RolloutStartScheduleSerializer(VersionScheduleSerializer):
+    component_name = "RolloutStartScheduleInput"
+
     kind = JsonChoiceField(choices=[Kind.ROLLOUT_START.value])
     holdback = holdback_field()
-
-    class Meta:
-        ref_name = "RolloutStartScheduleInput"
 
 
 @closed_body
 class AdvanceScheduleSerializer(_ScheduleBase):
+    component_name = "AdvanceScheduleInput"
+
     kind = JsonChoiceField(choices=[Kind.ROLLOUT_ADVANCE.value])
     to_stage = JsonChoiceField(choices=list(Rollout.STAGES[1:]))
     require_healthy_guards = JsonBooleanField(required=False, default=False)
 
-    class Meta:
-        ref_name = "AdvanceScheduleInput"
-
 
 @closed_body
 class CloudPressureScheduleSerializer(_ScheduleBase):
+    component_name = "CloudPressureScheduleInput"
+
     kind = JsonChoiceField(choices=[Kind.CLOUD_PRESSURE.value])
     theta_offset = JsonFloatField(min_value=-1.0, max_value=1.0)
     ttl_s = JsonIntegerField(min_value=1, max_value=MAX_CLOUD_PRESSURE_TTL_S)
-
-    class Meta:
-        ref_name = "CloudPressureScheduleInput"
 
 
 SCHEDULE_INPUTS: dict[str, InputSerializer] = {
@@ -117,25 +113,23 @@ def schedule_arguments(data: dict[str, Any]) -> dict[str, Any]:
 
 
 @closed_body
-class ScheduleUpdateSerializer(serializers.Serializer[Any]):
+class ScheduleUpdateSerializer(ApiSerializer):
+    component_name = "ScheduleUpdateInput"
+
     run_at = JsonDateTimeField(help_text="the new time, with its offset")
     time_zone = time_zone_field(required=False, default=None)
 
-    class Meta:
-        ref_name = "ScheduleUpdateInput"
 
+class PlanStepSerializer(ApiSerializer):
+    component_name = "StagePlanStep"
 
-class PlanStepSerializer(serializers.Serializer[Any]):
     to_stage = JsonChoiceField(choices=list(Rollout.STAGES[1:]))
     run_at = JsonDateTimeField()
     require_healthy_guards = JsonBooleanField(required=False, default=False)
 
-    class Meta:
-        ref_name = "StagePlanStep"
-
 
 @closed_body
-class StagePlanInputSerializer(serializers.Serializer[Any]):
+class StagePlanInputSerializer(ApiSerializer):
     version = JsonIntegerField(min_value=1, max_value=MAX_VERSION)
     time_zone = time_zone_field()
     start_at = JsonDateTimeField(help_text="when it starts at 5%")
@@ -144,11 +138,8 @@ class StagePlanInputSerializer(serializers.Serializer[Any]):
     )
     holdback = holdback_field()
 
-    class Meta:
-        ref_name = "StagePlanInput"
 
-
-class ScheduledChangeSerializer(serializers.Serializer[Any]):
+class ScheduledChangeSerializer(ApiSerializer):
     id = serializers.IntegerField()
     fleet = serializers.SlugField()
     kind = serializers.ChoiceField(choices=ScheduledChange.Kind.values)
@@ -164,13 +155,7 @@ class ScheduledChangeSerializer(serializers.Serializer[Any]):
     created_at = serializers.DateTimeField()
     ran_at = serializers.DateTimeField(allow_null=True)
 
-    class Meta:
-        ref_name = "ScheduledChange"
 
-
-class ScheduledChangesSerializer(serializers.Serializer[Any]):
+class ScheduledChangesSerializer(ApiSerializer):
     upcoming = ScheduledChangeSerializer(many=True)
     past = ScheduledChangeSerializer(many=True)
-
-    class Meta:
-        ref_name = "ScheduledChanges"

@@ -8,16 +8,15 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 
-from controlplane.pages import form_input, posted_change, role_required
+from controlplane.pages import form_input, posted_change
 from controlplane.roles import Role
 
+from ..policies.fleet_api import by_kind
 from ..policies.models import Fleet
-from ..policies.pages import fleet_or_404
+from ..policies.pages import fleet_action, fleet_page
 from ..policies.selectors import published_versions
-from ..reviews.schemas import by_kind, kind_fields
-from ..reviews.views import fleet_page
+from ..reviews.schemas import kind_fields
 from . import schemas, selectors, services
 from .models import ScheduledChange
 from .times import describe, with_offset
@@ -53,11 +52,9 @@ def _page(request: HttpRequest, fleet: Fleet, *, status: int = 200, **extra: Any
 schedule_page = fleet_page(_page, "Upcoming and past scheduled changes of the fleet.")
 
 
-@role_required(Role.PUBLISHER)
-@require_POST
-def schedule_create(request: HttpRequest, slug: str) -> HttpResponse:
+@fleet_action(Role.PUBLISHER)
+def schedule_create(request: HttpRequest, fleet: Fleet) -> HttpResponse:
     """Schedule one change at a local time."""
-    fleet = fleet_or_404(slug)
 
     def change() -> tuple[str, str]:
         posted = request.POST.copy()  # the time as typed in its zone, with that zone's offset
@@ -71,11 +68,9 @@ def schedule_create(request: HttpRequest, slug: str) -> HttpResponse:
     return posted_change(request, lambda **page: _page(request, fleet, **page), change)
 
 
-@role_required(Role.PUBLISHER)
-@require_POST
-def schedule_cancel(request: HttpRequest, slug: str, schedule_id: int) -> HttpResponse:
+@fleet_action(Role.PUBLISHER)
+def schedule_cancel(request: HttpRequest, fleet: Fleet, schedule_id: int) -> HttpResponse:
     """Cancel a pending change."""
-    fleet = fleet_or_404(slug)
 
     def change() -> tuple[str, str]:
         services.scheduled_change_cancel(actor=request.user, fleet=fleet, schedule_id=schedule_id)

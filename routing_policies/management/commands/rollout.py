@@ -6,11 +6,13 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
+from rest_framework import serializers
 
-from controlplane.exceptions import ApplicationError
+from controlplane.api import input_validate
+from controlplane.exceptions import ApplicationError, ValidationFailed
 from routing_policies.extensions import rollout_guard_status, rollout_start_guarded
 from routing_policies.policies.selectors import fleet_get
-from routing_policies.rollouts import selectors, services
+from routing_policies.rollouts import schemas, selectors, services
 
 ACTIONS = ("start", "advance", "pause", "resume", "rollback", "complete", "switch", "status")
 
@@ -71,12 +73,13 @@ class Command(BaseCommand):
             if action in ("start", "switch") and options["policy_version"] is None:
                 raise CommandError(f"`{action}` needs --policy-version N.")
             if action == "start":
-                rollout_start_guarded(
-                    actor=actor,
-                    fleet=fleet,
+                start = _checked(
+                    schemas.RolloutStartBaseSerializer,
                     version=options["policy_version"],
-                    guard_options=_guard_options(options),
                     holdback=options["holdback"],
+                )
+                rollout_start_guarded(
+                    actor=actor, fleet=fleet, guard_options=_guard_options(options), **start
                 )
             elif action == "advance":
                 services.rollout_advance(actor=actor, fleet=fleet, to_stage=options["to_stage"])
@@ -92,15 +95,26 @@ class Command(BaseCommand):
             elif action == "complete":
                 services.rollout_complete(actor=actor, fleet=fleet)
             elif action == "switch":
-                services.fleet_switch_version(
-                    actor=actor, fleet=fleet, version=options["policy_version"]
+                switch = _checked(
+                    schemas.RolloutVersionInputSerializer, version=options["policy_version"]
                 )
+                services.fleet_switch_version(actor=actor, fleet=fleet, **switch)
         except ApplicationError as error:
             raise CommandError(f"{error.code}: {error.message}") from error
         status = selectors.rollout_status(fleet)
         if status["rollout"] is not None:
             status["guards"] = rollout_guard_status(rollout_id=status["rollout"]["id"])
         self.stdout.write(json.dumps(status, cls=DjangoJSONEncoder, indent=2))
+
+
+def _checked(serializer_class: type[serializers.Serializer[Any]], **values: Any) -> dict[str, Any]:
+    """The options of an action, checked by the API's input serializer of the same use case
+    (the services take them as validated); refused, the first option at fault and why."""
+    try:
+        return input_validate(serializer_class, values)
+    except ValidationFailed as error:
+        first = error.details[0]
+        raise CommandError(f"{first['field']}: {first['message']}") from error
 
 
 def _guard_options(options: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,6 @@ drives the same services.
 """
 
 import json
-import math
 from collections.abc import Callable
 from datetime import timedelta
 from io import StringIO
@@ -15,7 +14,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from controlplane.exceptions import Conflict, NotFound, ValidationFailed
+from controlplane.exceptions import Conflict, NotFound
 from routing_policies.models import AuditEntry, Device, FleetRouting, Rollout, RolloutEvent
 from routing_policies.rollouts.selectors import fleet_running
 from routing_policies.selectors import fleet_assignment, fleet_convergence, rollout_status
@@ -206,19 +205,6 @@ def test_rollout_advance__at_100_without_stage__409_complete_it(
     assert refused.value.code == "at_last_stage"
 
 
-def test_rollout_advance__not_a_stage__400(fleet3: Any, publisher: Any) -> None:
-    # Given v2 at 5%
-    rollout_start(actor=publisher, fleet=fleet3, version=2)
-
-    # When advanced to 50%
-    with pytest.raises(ValidationFailed) as refused:
-        rollout_advance(actor=publisher, fleet=fleet3, to_stage=50)
-
-    # Then the error names the field and the stage is unchanged
-    assert refused.value.details[0]["field"] == "to_stage"
-    assert fleet_assignment(fleet3.pk).percent == 5
-
-
 def test_rollout_advance__no_rollout__409(fleet3: Any, publisher: Any) -> None:
     # Given no rollout
     # When someone advances
@@ -339,18 +325,6 @@ def test_rollout_holdback__at_100__a_share_stays_on_stable_until_completion(
     assert all(after.version_for(d) == 2 for d in held)
     rollout.refresh_from_db()
     assert rollout.holdback == 10
-
-
-@pytest.mark.parametrize("holdback", [-1, 51, 100])
-def test_rollout_start__holdback_out_of_range__400_nothing_started(
-    fleet3: Any, publisher: Any, holdback: int
-) -> None:
-    trail = _trail(fleet3)
-    with pytest.raises(ValidationFailed) as refused:
-        rollout_start(actor=publisher, fleet=fleet3, version=2, holdback=holdback)
-    assert refused.value.details[0]["field"] == "holdback"
-    assert not Rollout.objects.filter(fleet=fleet3).exists()
-    assert _trail(fleet3) == trail
 
 
 # --- rollback --------------------------------------------------------------------------------
@@ -558,37 +532,6 @@ def test_rollout_advance__named_stage_or_next__same_event_audit_and_push(
 # --- cloud pressure --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("theta_offset", "ttl_s", "field"),
-    [
-        (math.nan, 60, "theta_offset"),
-        (math.inf, 60, "theta_offset"),
-        (1.5, 60, "theta_offset"),
-        (-1.01, 60, "theta_offset"),
-        (True, 60, "theta_offset"),
-        ("0.1", 60, "theta_offset"),
-        (None, 60, "theta_offset"),
-        (0.1, 0, "ttl_s"),
-        (0.1, -5, "ttl_s"),
-        (0.1, 86_401, "ttl_s"),
-        (0.1, True, "ttl_s"),
-        (0.1, 30.5, "ttl_s"),
-        (0.1, "60", "ttl_s"),
-    ],
-)
-def test_cloud_pressure_set__bad_value__400_names_field_nothing_stored(
-    fleet: Any, publisher: Any, theta_offset: Any, ttl_s: Any, field: str
-) -> None:
-    # Given a fleet without a nudge
-    # When a bad offset or TTL is sent
-    with pytest.raises(ValidationFailed) as refused:
-        cloud_pressure_set(actor=publisher, fleet=fleet, theta_offset=theta_offset, ttl_s=ttl_s)
-
-    # Then the error names the field and no nudge is live
-    assert refused.value.details[0]["field"] == field
-    assert rollout_status(fleet)["cloud_pressure"] is None
-
-
 def test_cloud_pressure_set__valid__live_until_ttl_and_audited(fleet: Any, publisher: Any) -> None:
     # Given a fleet
     # When cloud pressure of +0.1 for 5 minutes is set
@@ -740,6 +683,9 @@ def test_rollout_command__start_with_holdback__kept_on_stable_at_100(fleet3: Any
         (["start", "--fleet", "fleet-a", "--policy-version", "1"], "already_stable"),
         (["status", "--fleet", "fleet-a", "--as-user", "ghost"], "ghost"),
         (["start", "--fleet", "fleet-a", "--policy-version", "2", "--holdback", "60"], "holdback"),
+        (["start", "--fleet", "fleet-a", "--policy-version", "2", "--holdback", "-1"], "holdback"),
+        (["start", "--fleet", "fleet-a", "--policy-version", "0"], "version"),
+        (["switch", "--fleet", "fleet-a", "--policy-version", "0"], "version"),
     ],
 )
 def test_rollout_command__bad_request__command_error(
