@@ -11,7 +11,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.api import JsonRegexField
+from controlplane.api import JsonIntegerField, JsonRegexField
 from controlplane.openapi import closed_body
 from routing_policies.cell_schema import CellKey
 from routing_policies.validation import DIMENSION_VALUE_RE, MAX_VERSION
@@ -34,6 +34,11 @@ class ClosedSerializer(serializers.Serializer[Any]):
 def dimension_field() -> JsonRegexField:
     """One dimension's value in a cell (`text`, `interactive`, `normal`)."""
     return JsonRegexField(DIMENSION_VALUE_RE.pattern, max_length=32)
+
+
+def version_number_field(**kwargs: Any) -> JsonIntegerField:
+    """A version's number or a revision: a whole number from 1 to MAX_VERSION."""
+    return JsonIntegerField(min_value=1, max_value=MAX_VERSION, **kwargs)
 
 
 class CellKeyFields(ClosedSerializer):

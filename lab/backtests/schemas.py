@@ -11,10 +11,9 @@ from rest_framework import serializers
 
 from controlplane.api import JsonChoiceField, JsonIntegerField, JsonStringField
 from controlplane.openapi import closed_body
-from routing_policies.validation import MAX_VERSION
 from telemetry.models import Cohort
 
-from ..schemas import ClosedSerializer, SubjectField
+from ..schemas import ClosedSerializer, SubjectField, version_number_field
 from .models import BacktestStatus
 from .services import DEFAULT_HOURS, MAX_CELL_NAME, MAX_FILTER_CELLS, MAX_FILTER_VERSIONS
 
@@ -55,9 +54,7 @@ class BacktestStartSerializer(ClosedSerializer):
     """What to replay (the draft or a version) over which window, and which events."""
 
     version = SubjectField(required=False)
-    revision = JsonIntegerField(
-        min_value=1,
-        max_value=MAX_VERSION,
+    revision = version_number_field(
         required=False,
         help_text="the subject's revision you looked at; 409 if it is not the subject's (the "
         "draft has moved on, or the version was published at another)",
@@ -74,7 +71,7 @@ class BacktestStartSerializer(ClosedSerializer):
         "future or older than the raw events are kept",
     )
     versions = serializers.ListField(
-        child=JsonIntegerField(min_value=1, max_value=MAX_VERSION),
+        child=version_number_field(),
         min_length=1,
         max_length=MAX_FILTER_VERSIONS,
         required=False,

@@ -13,10 +13,10 @@ from controlplane.api import JsonChoiceField, JsonFloatField, JsonIntegerField, 
 from controlplane.openapi import closed_body
 from routing_policies.cell_schema import DIMENSIONS as CELL_FIELDS
 from routing_policies.cell_schema import CellKey
-from routing_policies.validation import DIMENSION_VALUE_RE, MAX_CELLS, MAX_VERSION
+from routing_policies.validation import DIMENSION_VALUE_RE, MAX_CELLS
 from telemetry.api_schemas import CostReportSerializer
 
-from ..schemas import CellKeyFields, ClosedSerializer, cell_key
+from ..schemas import CellKeyFields, ClosedSerializer, cell_key, version_number_field
 from .selectors import DEFAULT_HOURS, MAX_HOURS
 from .targets import TARGET_KINDS
 
@@ -129,9 +129,7 @@ class CalibrationInputSerializer(ClosedSerializer):
         default=DEFAULT_HOURS,
         help_text="the window: the last this many hours of recorded events",
     )
-    version = JsonIntegerField(
-        min_value=1,
-        max_value=MAX_VERSION,
+    version = version_number_field(
         required=False,
         help_text="the published version whose cells to calibrate; omitted: the draft "
         "(else the latest published version)",
@@ -155,7 +153,7 @@ class AppliedCellSerializer(CellKeySerializer):
 class ApplyInputSerializer(ClosedSerializer):
     """θs to write into the draft at `revision`."""
 
-    revision = JsonIntegerField(min_value=1, max_value=MAX_VERSION, help_text="the draft revision")
+    revision = version_number_field(help_text="the draft revision")
     cells = CellKeyListField(
         child=AppliedCellSerializer(), allow_empty=False, min_length=1, max_length=MAX_CELLS
     )
