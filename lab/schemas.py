@@ -49,6 +49,14 @@ class CellKeyFields(ClosedSerializer):
     privacy_tier = dimension_field()
 
 
+# A cell by its three dimensions in an answer (the fields first, as the answers list them).
+# (A comment: a docstring here would become the description of every answer built on it.)
+class CellKeyOut(serializers.Serializer[Any]):
+    task_type = serializers.CharField()
+    latency_budget = serializers.CharField()
+    privacy_tier = serializers.CharField()
+
+
 def cell_key(cell: dict[str, Any]) -> CellKey:
     """The key of a validated `CellKeyFields` object."""
     return (cell["task_type"], cell["latency_budget"], cell["privacy_tier"])

@@ -16,7 +16,7 @@ from routing_policies.cell_schema import CellKey
 from routing_policies.validation import DIMENSION_VALUE_RE, MAX_CELLS
 from telemetry.api_schemas import CostReportSerializer
 
-from ..schemas import CellKeyFields, ClosedSerializer, cell_key, version_number_field
+from ..schemas import CellKeyFields, CellKeyOut, ClosedSerializer, cell_key, version_number_field
 from .selectors import DEFAULT_HOURS, MAX_HOURS
 from .targets import TARGET_KINDS
 
@@ -314,10 +314,7 @@ class BrokenConstraintSerializer(serializers.Serializer[Any]):
         ref_name = "CalibrationBrokenConstraint"
 
 
-class CellResultSerializer(serializers.Serializer[Any]):
-    task_type = serializers.CharField()
-    latency_budget = serializers.CharField()
-    privacy_tier = serializers.CharField()
+class CellResultSerializer(CellKeyOut):
     mode = serializers.CharField()
     current_threshold = serializers.FloatField()
     latency_budget_ms = serializers.IntegerField()
