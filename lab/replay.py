@@ -34,6 +34,7 @@ from routing_policies.models import AuditEntry
 __all__ = [
     "CLOUD_PRESSURE_ACTION",
     "COLUMNS",
+    "DEFAULT_HOURS",
     "NO_FILTERS",
     "SIGNAL_COLUMNS",
     "CellKey",
@@ -49,6 +50,8 @@ __all__ = [
 
 CellKey = tuple[str, str, str]  # (task_type, latency_budget, privacy_tier)
 CLOUD_PRESSURE_ACTION: Final = "fleet.cloud_pressure"
+# The window a replay reads unless asked otherwise: the last day (calibration and backtests).
+DEFAULT_HOURS: Final = 24
 
 # The task's signals and the device's link and load an event recorded, in this order (the
 # playground's sample tasks are read from them too).

@@ -16,6 +16,8 @@ from controlplane.openapi import closed_body
 from routing_policies.cell_schema import CellKey
 from routing_policies.validation import DIMENSION_VALUE_RE, MAX_VERSION
 
+from .replay import DEFAULT_HOURS
+
 
 class ClosedSerializer(serializers.Serializer[Any]):
     """An object that refuses the fields it does not declare (each named in the 400), at
@@ -39,6 +41,14 @@ def dimension_field() -> JsonRegexField:
 def version_number_field(**kwargs: Any) -> JsonIntegerField:
     """A version's number or a revision: a whole number from 1 to MAX_VERSION."""
     return JsonIntegerField(min_value=1, max_value=MAX_VERSION, **kwargs)
+
+
+def window_hours_field(*, max_hours: int, help_text: str) -> JsonIntegerField:
+    """A window's length: a whole number of hours up to `max_hours`, the last day unless
+    asked otherwise."""
+    return JsonIntegerField(
+        min_value=1, max_value=max_hours, default=DEFAULT_HOURS, help_text=help_text
+    )
 
 
 class CellKeyFields(ClosedSerializer):

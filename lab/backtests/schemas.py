@@ -9,13 +9,13 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.api import JsonChoiceField, JsonIntegerField, JsonStringField
+from controlplane.api import JsonChoiceField, JsonStringField
 from controlplane.openapi import closed_body
 from telemetry.models import Cohort
 
-from ..schemas import ClosedSerializer, SubjectField, version_number_field
+from ..schemas import ClosedSerializer, SubjectField, version_number_field, window_hours_field
 from .models import BacktestStatus
-from .services import DEFAULT_HOURS, MAX_CELL_NAME, MAX_FILTER_CELLS, MAX_FILTER_VERSIONS
+from .services import MAX_CELL_NAME, MAX_FILTER_CELLS, MAX_FILTER_VERSIONS
 
 MAX_TIMESTAMP: Final = 40
 
@@ -59,11 +59,8 @@ class BacktestStartSerializer(ClosedSerializer):
         help_text="the subject's revision you looked at; 409 if it is not the subject's (the "
         "draft has moved on, or the version was published at another)",
     )
-    hours = JsonIntegerField(
-        min_value=1,
-        max_value=max_hours(),
-        default=DEFAULT_HOURS,
-        help_text="the window's length (at most the raw events' retention)",
+    hours = window_hours_field(
+        max_hours=max_hours(), help_text="the window's length (at most the raw events' retention)"
     )
     end = AwareDateTimeField(
         required=False,

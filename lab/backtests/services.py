@@ -32,13 +32,12 @@ from routing_policies.selectors import (
 )
 from routing_policies.services import Actor, actor_user
 
-from ..replay import EventFilters, recorded_count
+from ..replay import DEFAULT_HOURS, EventFilters, recorded_count
 from .engine import BacktestInput, backtest_compute
 from .models import Backtest, BacktestStatus
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_HOURS: Final = 24
 MAX_FILTER_VERSIONS: Final = 100
 MAX_FILTER_CELLS: Final = 4096
 MAX_CELL_NAME: Final = 100

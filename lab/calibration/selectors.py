@@ -29,7 +29,7 @@ from routing_policies.selectors import (
 from telemetry.rollups import Figures
 
 from ..estimate import LatencyModel, Observed, network_ms
-from ..replay import EventSpan, NudgeHistory, ReplayInputs, recorded_rows
+from ..replay import DEFAULT_HOURS, EventSpan, NudgeHistory, ReplayInputs, recorded_rows
 from ..running import lab_version_default
 from .quality import (
     MIN_QUALITY_REPORTS,
@@ -53,7 +53,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_HOURS: Final = 24
 MAX_HOURS: Final = 7 * 24
 _CALIBRATED_MODES: Final = ("auto", "draft_refine")
 
