@@ -49,6 +49,16 @@ def max_hours() -> int:
     return int(settings.TELEMETRY_RETENTION_DAYS) * 24
 
 
+def _filter_field(
+    child: serializers.Field[Any, Any, Any, Any], max_length: int, help_text: str
+) -> serializers.ListField:
+    """An event filter of a backtest: omitted, every event; else a non-empty list of at most
+    `max_length` values (lab.replay.EventFilters)."""
+    return serializers.ListField(
+        child=child, min_length=1, max_length=max_length, required=False, help_text=help_text
+    )
+
+
 @closed_body
 class BacktestStartSerializer(ClosedSerializer):
     """What to replay (the draft or a version) over which window, and which events."""
@@ -67,20 +77,14 @@ class BacktestStartSerializer(ClosedSerializer):
         help_text="the window's end (RFC 3339 with a zone); default now; 409 when in the "
         "future or older than the raw events are kept",
     )
-    versions = serializers.ListField(
-        child=version_number_field(),
-        min_length=1,
-        max_length=MAX_FILTER_VERSIONS,
-        required=False,
-        help_text="only events of these policy versions",
+    versions = _filter_field(
+        version_number_field(), MAX_FILTER_VERSIONS, "only events of these policy versions"
     )
     cohort = JsonChoiceField(choices=Cohort.values, required=False)
-    cells = serializers.ListField(
-        child=JsonStringField(max_length=MAX_CELL_NAME),
-        min_length=1,
-        max_length=MAX_FILTER_CELLS,
-        required=False,
-        help_text="only these cells, as task_type/latency_budget/privacy_tier",
+    cells = _filter_field(
+        JsonStringField(max_length=MAX_CELL_NAME),
+        MAX_FILTER_CELLS,
+        "only these cells, as task_type/latency_budget/privacy_tier",
     )
 
     class Meta:
