@@ -145,12 +145,10 @@ class Device:
         self.telemetry = self._sender.telemetry
         self.feedback_queue = self._sender.feedback_queue
         self._shadow = ShadowRefines(
-            device_id=config.device_id,
-            per_minute=config.shadow_refines_per_minute,
+            config,
             refine_infer=refine_infer,
             policy=self.policy,
-            telemetry=self.telemetry,
-            feedback_queue=self.feedback_queue,
+            sender=self._sender,
             rng=rng,
             clock=clock,
         )

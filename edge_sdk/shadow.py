@@ -15,11 +15,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
 
+from edge_sdk.config import DeviceConfig
 from edge_sdk.decision import Cell
-from edge_sdk.feedback import FeedbackQueue
 from edge_sdk.policy import PolicyStore
 from edge_sdk.task import RefineInfer, RefineOutcome, RefineRequest, Task
-from edge_sdk.telemetry import TelemetryQueue, refine_fields
+from edge_sdk.telemetry import refine_fields
+from edge_sdk.telemetry_sender import TelemetrySender
 
 __all__ = ["SHADOW_WINDOW_S", "ShadowRefines"]
 
@@ -49,22 +50,21 @@ class ShadowRefines:
 
     def __init__(
         self,
+        config: DeviceConfig,
         *,
-        device_id: str,
-        per_minute: int,
         refine_infer: RefineInfer | None,
         policy: PolicyStore,
-        telemetry: TelemetryQueue,
-        feedback_queue: FeedbackQueue,
+        sender: TelemetrySender,
         rng: random.Random,
         clock: Callable[[], float],
     ) -> None:
-        self._device_id = device_id
-        self._per_minute = per_minute
+        self._device_id = config.device_id
+        self._per_minute = config.shadow_refines_per_minute
         self._refine_infer = refine_infer
         self._policy = policy
-        self._telemetry = telemetry
-        self._feedback_queue = feedback_queue
+        # A refined answer's event goes to the device's queues, its feedback after it.
+        self._telemetry = sender.telemetry
+        self._feedback_queue = sender.feedback_queue
         self._rng = rng
         self._clock = clock
         self._tasks: set[asyncio.Task[None]] = set()  # running ones

@@ -28,15 +28,20 @@ from typing import Any, Final, NotRequired, TypedDict, Unpack
 from django.db import connection
 
 from edge_sdk.decision import DeviceState, TaskSignals
+from routing_policies.cell_schema import DIMENSIONS as CELL_DIMENSIONS
 from routing_policies.models import AuditEntry
 
 __all__ = [
     "CLOUD_PRESSURE_ACTION",
     "COLUMNS",
+    "DEFAULT_HOURS",
+    "NO_FILTERS",
     "SIGNAL_COLUMNS",
     "CellKey",
+    "EventFilters",
     "NudgeHistory",
     "RecordedEvent",
+    "RecordedWhere",
     "ReplayInputs",
     "recorded_count",
     "recorded_events",
@@ -45,6 +50,8 @@ __all__ = [
 
 CellKey = tuple[str, str, str]  # (task_type, latency_budget, privacy_tier)
 CLOUD_PRESSURE_ACTION: Final = "fleet.cloud_pressure"
+# The window a replay reads unless asked otherwise: the last day (calibration and backtests).
+DEFAULT_HOURS: Final = 24
 
 # The task's signals and the device's link and load an event recorded, in this order (the
 # playground's sample tasks are read from them too).
@@ -62,9 +69,7 @@ COLUMNS: Final = (
     "ts",
     "policy_version",
     "cohort",
-    "task_type",
-    "latency_budget",
-    "privacy_tier",
+    *CELL_DIMENSIONS,  # the cell's key, in its order
     "route",
     "decided_by",
     "fallback",
@@ -143,16 +148,26 @@ class NudgeHistory:
         return self._offsets[index]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventFilters:
+    """Which of a window's events: of these policy versions, cohort (`stable` / `candidate`)
+    and cells only (None: all). A backtest keeps them as `Backtest.filters`."""
+
+    versions: Collection[int] | None = None
+    cohort: str | None = None
+    cells: Collection[CellKey] | None = None
+
+
+NO_FILTERS: Final = EventFilters()
+
+
 class RecordedWhere(TypedDict):
-    """Which recorded events a replay reads: the fleet's with `start <= ts < end`, of these
-    policy versions, cohort (`stable` / `candidate`) and cells only (None: all)."""
+    """Which recorded events a replay reads: the fleet's with `start <= ts < end`, filtered."""
 
     fleet_id: int
     start: datetime
     end: datetime
-    versions: NotRequired[Collection[int] | None]
-    cohort: NotRequired[str | None]
-    cells: NotRequired[Collection[CellKey] | None]
+    filters: NotRequired[EventFilters]
 
 
 def recorded_events(
@@ -160,7 +175,7 @@ def recorded_events(
 ) -> Iterator[list[RecordedEvent]]:
     """The fleet's raw events with `start <= ts < end`, in batches of at most `batch_size`.
 
-    Filters: policy versions, cohort (`stable` / `candidate`), cells. Order is the storage
+    Filtered by `filters` (`EventFilters`). Order is the storage
     order (not by time): every consumer folds the events into sums.
     """
     nudges = NudgeHistory.of_fleet(fleet_id=where["fleet_id"], end=where["end"])
@@ -210,17 +225,12 @@ def recorded_count(**where: Unpack[RecordedWhere]) -> int:
 
 
 def _where(
-    *,
-    fleet_id: int,
-    start: datetime,
-    end: datetime,
-    versions: Collection[int] | None = None,
-    cohort: str | None = None,
-    cells: Collection[CellKey] | None = None,
+    *, fleet_id: int, start: datetime, end: datetime, filters: EventFilters = NO_FILTERS
 ) -> tuple[str, list[Any]] | None:
     """The WHERE clause and its parameters; None when nothing can match."""
     where = ["fleet_id = %s", "ts >= %s", "ts < %s"]
     params: list[Any] = [fleet_id, start, end]
+    versions, cohort, cells = filters.versions, filters.cohort, filters.cells
     if versions is not None:
         numbers = sorted({int(v) for v in versions})
         if not numbers:

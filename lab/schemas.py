@@ -11,10 +11,12 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.api import JsonRegexField
+from controlplane.api import JsonIntegerField, JsonRegexField
 from controlplane.openapi import closed_body
 from routing_policies.cell_schema import CellKey
 from routing_policies.validation import DIMENSION_VALUE_RE, MAX_VERSION
+
+from .replay import DEFAULT_HOURS
 
 
 class ClosedSerializer(serializers.Serializer[Any]):
@@ -36,12 +38,33 @@ def dimension_field() -> JsonRegexField:
     return JsonRegexField(DIMENSION_VALUE_RE.pattern, max_length=32)
 
 
+def version_number_field(**kwargs: Any) -> JsonIntegerField:
+    """A version's number or a revision: a whole number from 1 to MAX_VERSION."""
+    return JsonIntegerField(min_value=1, max_value=MAX_VERSION, **kwargs)
+
+
+def window_hours_field(*, max_hours: int, help_text: str) -> JsonIntegerField:
+    """A window's length: a whole number of hours up to `max_hours`, the last day unless
+    asked otherwise."""
+    return JsonIntegerField(
+        min_value=1, max_value=max_hours, default=DEFAULT_HOURS, help_text=help_text
+    )
+
+
 class CellKeyFields(ClosedSerializer):
     """The three dimensions that name a cell of the table."""
 
     task_type = dimension_field()
     latency_budget = dimension_field()
     privacy_tier = dimension_field()
+
+
+# A cell by its three dimensions in an answer (the fields first, as the answers list them).
+# (A comment: a docstring here would become the description of every answer built on it.)
+class CellKeyOut(serializers.Serializer[Any]):
+    task_type = serializers.CharField()
+    latency_budget = serializers.CharField()
+    privacy_tier = serializers.CharField()
 
 
 def cell_key(cell: dict[str, Any]) -> CellKey:

@@ -13,7 +13,9 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
+from typing import Final
 
 from .fleet import FleetConfig, SimulatedFleet
 from .scenarios import SCENARIOS
@@ -93,27 +95,21 @@ def add_arguments(
     )
 
 
+# The flags named otherwise than the FleetConfig field they set.
+_FIELD_OF_FLAG: Final = {
+    "url": "base_url",
+    "duration": "duration_s",
+    "connect_rate": "connect_per_s",
+    "cloud_capacity": "cloud_capacity_rps",
+    "progress": "progress_s",
+}
+
+
 def config_from_args(args: argparse.Namespace) -> FleetConfig:
-    """A FleetConfig from parsed flags; ValueError for values out of range."""
-    return FleetConfig(
-        base_url=args.url,
-        fleet_key=args.fleet_key,
-        devices=args.devices,
-        rate=args.rate,
-        scenario=args.scenario,
-        duration_s=args.duration,
-        state_dir=args.state_dir,
-        seed=args.seed,
-        device_prefix=args.device_prefix,
-        connect_per_s=args.connect_rate,
-        buggy_version=args.buggy_version,
-        stable_version=args.stable_version,
-        cloud_capacity_rps=args.cloud_capacity,
-        progress_s=args.progress,
-        offline_spells=args.offline_spells,
-        # Namespaces built without the flag (manage.py simulate_fleet's, tests') keep 0.3.
-        feedback_share=getattr(args, "feedback_share", 0.3),
-    )
+    """A FleetConfig from parsed flags; a field whose flag the namespace lacks (manage.py
+    simulate_fleet's, tests') keeps its default. ValueError for values out of range."""
+    flags = {_FIELD_OF_FLAG.get(name, name): value for name, value in vars(args).items()}
+    return FleetConfig(**{f.name: flags[f.name] for f in fields(FleetConfig) if f.name in flags})
 
 
 async def run(config: FleetConfig) -> None:

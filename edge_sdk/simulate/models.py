@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 __all__ = [
     "CLOUD_ESTIMATE_TASK",
@@ -30,6 +31,7 @@ __all__ = [
     "cloud_estimate_ms",
     "device_infer_ms",
     "modality",
+    "model_table",
     "pick_weighted",
     "upload_ms",
 ]
@@ -63,6 +65,14 @@ def pick_weighted(rng: random.Random, options: tuple[tuple[T, float], ...]) -> T
     return options[-1][0]
 
 
+def model_table(
+    model: Callable[..., T], columns: tuple[str, ...], *rows: tuple[Any, ...]
+) -> tuple[T, ...]:
+    """A table of figures as the models it describes: one `model(**row)` a row, its values
+    named by `columns` in order."""
+    return tuple(model(**dict(zip(columns, row, strict=True))) for row in rows)
+
+
 # --- the device ------------------------------------------------------------------------------
 
 
@@ -77,31 +87,15 @@ class DeviceProfile:
     weight: float  # share of the fleet
 
 
-DEVICE_PROFILES: Final = (
-    DeviceProfile(platform="android", model="Pixel 8", speed=1.0, failure_rate=0.002, weight=0.22),
-    DeviceProfile(
-        platform="android", model="Galaxy S23", speed=0.9, failure_rate=0.002, weight=0.20
-    ),
-    DeviceProfile(
-        platform="android", model="Redmi Note 12", speed=1.8, failure_rate=0.006, weight=0.28
-    ),
-    DeviceProfile(
-        platform="android", model="Galaxy A15", speed=2.4, failure_rate=0.01, weight=0.15
-    ),
-    DeviceProfile(
-        platform="android-automotive",
-        model="Head unit SA8155",
-        speed=1.4,
-        failure_rate=0.004,
-        weight=0.08,
-    ),
-    DeviceProfile(
-        platform="android-things",
-        model="Smart speaker",
-        speed=2.0,
-        failure_rate=0.004,
-        weight=0.07,
-    ),
+DEVICE_PROFILES: Final = model_table(
+    DeviceProfile,
+    ("platform", "model", "speed", "failure_rate", "weight"),
+    ("android", "Pixel 8", 1.0, 0.002, 0.22),
+    ("android", "Galaxy S23", 0.9, 0.002, 0.20),
+    ("android", "Redmi Note 12", 1.8, 0.006, 0.28),
+    ("android", "Galaxy A15", 2.4, 0.01, 0.15),
+    ("android-automotive", "Head unit SA8155", 1.4, 0.004, 0.08),
+    ("android-things", "Smart speaker", 2.0, 0.004, 0.07),
 )
 
 # On-device inference (a 1-3B quantised model on the NPU): fixed cost + cost per input token.
@@ -134,32 +128,13 @@ class LinkProfile:
     weight: float
 
 
-LINK_PROFILES: Final = (
-    LinkProfile(
-        name="wifi",
-        rtt_ms=(10.0, 45.0),
-        bandwidth_kbps=(10_000.0, 100_000.0),
-        offline_per_hour=0.3,
-        offline_mean_s=8.0,
-        weight=0.45,
-    ),
+LINK_PROFILES: Final = model_table(
+    LinkProfile,
+    ("name", "rtt_ms", "bandwidth_kbps", "offline_per_hour", "offline_mean_s", "weight"),
+    ("wifi", (10.0, 45.0), (10_000.0, 100_000.0), 0.3, 8.0, 0.45),
     # The seed: "mobile networks usually have an RTT of 50 to 200 ms".
-    LinkProfile(
-        name="mobile",
-        rtt_ms=(50.0, 200.0),
-        bandwidth_kbps=(1_500.0, 20_000.0),
-        offline_per_hour=1.5,
-        offline_mean_s=20.0,
-        weight=0.45,
-    ),
-    LinkProfile(
-        name="weak",
-        rtt_ms=(180.0, 450.0),
-        bandwidth_kbps=(150.0, 900.0),
-        offline_per_hour=6.0,
-        offline_mean_s=45.0,
-        weight=0.10,
-    ),
+    ("mobile", (50.0, 200.0), (1_500.0, 20_000.0), 1.5, 20.0, 0.45),
+    ("weak", (180.0, 450.0), (150.0, 900.0), 6.0, 45.0, 0.10),
 )
 
 

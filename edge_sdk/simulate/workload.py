@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .models import modality, pick_weighted
+from .models import modality, model_table, pick_weighted
 
 __all__ = [
     "BUGGY_MODEL",
@@ -47,33 +47,22 @@ class RequestKind:
 
 
 KINDS: Final = {
-    "intent": RequestKind(
-        name="intent",
-        tokens_median=18,
-        tokens_sigma=0.6,
-        tokens_max=120,
-        intent_mean=0.93,
-        lm_mean=0.9,
-        concentration=30,
-    ),
-    "question": RequestKind(
-        name="question",
-        tokens_median=150,
-        tokens_sigma=0.45,
-        tokens_max=600,
-        intent_mean=0.82,
-        lm_mean=0.7,
-        concentration=14,
-    ),
-    "request": RequestKind(
-        name="request",
-        tokens_median=480,
-        tokens_sigma=0.5,
-        tokens_max=4000,
-        intent_mean=0.6,
-        lm_mean=0.5,
-        concentration=8,
-    ),
+    kind.name: kind
+    for kind in model_table(
+        RequestKind,
+        (
+            "name",
+            "tokens_median",
+            "tokens_sigma",
+            "tokens_max",
+            "intent_mean",
+            "lm_mean",
+            "concentration",
+        ),
+        ("intent", 18, 0.6, 120, 0.93, 0.9, 30),
+        ("question", 150, 0.45, 600, 0.82, 0.7, 14),
+        ("request", 480, 0.5, 4000, 0.6, 0.5, 8),
+    )
 }
 
 # Per modality: how often each kind of request comes up.

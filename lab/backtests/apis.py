@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.permissions import BasePermission
@@ -9,11 +11,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import input_validate, require_object
 from controlplane.openapi import error_responses
 from controlplane.permissions import IsEditor, IsViewer
 from routing_policies import selectors as policy_selectors
+from routing_policies.models import Fleet
 
+from ..api import fleet_post
 from . import schemas, selectors, services
 
 
@@ -23,8 +26,8 @@ class BacktestListApi(APIView):
     def get_permissions(self) -> list[BasePermission]:
         return [IsViewer()] if self.request.method in ("GET", "HEAD", "OPTIONS") else [IsEditor()]
 
-    @extend_schema(
-        request=schemas.BacktestStartSerializer,
+    @fleet_post(
+        schemas.BacktestStartSerializer,
         responses={
             200: schemas.BacktestSerializer,
             202: schemas.BacktestSerializer,
@@ -35,12 +38,10 @@ class BacktestListApi(APIView):
         "(default the last 24 h). 202 with a new backtest to poll; 200 with the one already "
         "kept for the same subject, revision, window and filters.",
     )
-    def post(self, request: Request, slug: str) -> Response:
-        fleet = policy_selectors.fleet_get(slug=slug)
-        values = input_validate(schemas.BacktestStartSerializer, require_object(request.data))
+    def post(self, request: Request, fleet: Fleet, values: dict[str, Any]) -> Response:
         backtest, created = services.backtest_start(actor=request.user, fleet=fleet, **values)
         return Response(
-            selectors.backtest_out(backtest, slug=slug),
+            selectors.backtest_out(backtest, slug=fleet.slug),
             status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK,
         )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from math import ceil, log
@@ -31,7 +31,15 @@ from ..estimate import (
     RouteLoad,
     weighted_quantiles,
 )
-from ..replay import CellKey, EventSpan, NudgeHistory, ReplayInputs, recorded_rows
+from ..replay import (
+    NO_FILTERS,
+    CellKey,
+    EventFilters,
+    EventSpan,
+    NudgeHistory,
+    ReplayInputs,
+    recorded_rows,
+)
 
 __all__ = ["SIDES", "BacktestInput", "backtest_compute"]
 
@@ -56,9 +64,7 @@ class BacktestInput:
     # Every published version's cells, by number: the self-check decides with each event's own.
     versions: Mapping[int, Mapping[CellKey, Cell]]
     price: CloudPrice
-    filter_versions: Collection[int] | None = None
-    cohort: str | None = None
-    cells: Collection[CellKey] | None = None
+    filters: EventFilters = NO_FILTERS
     # Each replayed side's `shadow_refine_rate` per cell ("subject", "stable"): the cloud also
     # refines that share of its device answers in the background, at a call's cost.
     shadow_rates: Mapping[str, Mapping[CellKey, float]] = field(default_factory=dict)
@@ -277,12 +283,7 @@ def backtest_compute(
     began = time.perf_counter()
     replay = _Replay.of_spec(spec)
     for rows in recorded_rows(
-        fleet_id=spec.fleet_id,
-        start=spec.start,
-        end=spec.end,
-        versions=spec.filter_versions,
-        cohort=spec.cohort,
-        cells=spec.cells,
+        fleet_id=spec.fleet_id, start=spec.start, end=spec.end, filters=spec.filters
     ):
         replay.span.add(rows)
         for begin in range(0, len(rows), _SLICE):

@@ -9,14 +9,13 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.api import JsonChoiceField, JsonIntegerField, JsonStringField
+from controlplane.api import JsonChoiceField, JsonStringField
 from controlplane.openapi import closed_body
-from routing_policies.validation import MAX_VERSION
 from telemetry.models import Cohort
 
-from ..schemas import ClosedSerializer, SubjectField
+from ..schemas import ClosedSerializer, SubjectField, version_number_field, window_hours_field
 from .models import BacktestStatus
-from .services import DEFAULT_HOURS, MAX_CELL_NAME, MAX_FILTER_CELLS, MAX_FILTER_VERSIONS
+from .services import MAX_CELL_NAME, MAX_FILTER_CELLS, MAX_FILTER_VERSIONS
 
 MAX_TIMESTAMP: Final = 40
 
@@ -50,43 +49,42 @@ def max_hours() -> int:
     return int(settings.TELEMETRY_RETENTION_DAYS) * 24
 
 
+def _filter_field(
+    child: serializers.Field[Any, Any, Any, Any], max_length: int, help_text: str
+) -> serializers.ListField:
+    """An event filter of a backtest: omitted, every event; else a non-empty list of at most
+    `max_length` values (lab.replay.EventFilters)."""
+    return serializers.ListField(
+        child=child, min_length=1, max_length=max_length, required=False, help_text=help_text
+    )
+
+
 @closed_body
 class BacktestStartSerializer(ClosedSerializer):
     """What to replay (the draft or a version) over which window, and which events."""
 
     version = SubjectField(required=False)
-    revision = JsonIntegerField(
-        min_value=1,
-        max_value=MAX_VERSION,
+    revision = version_number_field(
         required=False,
         help_text="the subject's revision you looked at; 409 if it is not the subject's (the "
         "draft has moved on, or the version was published at another)",
     )
-    hours = JsonIntegerField(
-        min_value=1,
-        max_value=max_hours(),
-        default=DEFAULT_HOURS,
-        help_text="the window's length (at most the raw events' retention)",
+    hours = window_hours_field(
+        max_hours=max_hours(), help_text="the window's length (at most the raw events' retention)"
     )
     end = AwareDateTimeField(
         required=False,
         help_text="the window's end (RFC 3339 with a zone); default now; 409 when in the "
         "future or older than the raw events are kept",
     )
-    versions = serializers.ListField(
-        child=JsonIntegerField(min_value=1, max_value=MAX_VERSION),
-        min_length=1,
-        max_length=MAX_FILTER_VERSIONS,
-        required=False,
-        help_text="only events of these policy versions",
+    versions = _filter_field(
+        version_number_field(), MAX_FILTER_VERSIONS, "only events of these policy versions"
     )
     cohort = JsonChoiceField(choices=Cohort.values, required=False)
-    cells = serializers.ListField(
-        child=JsonStringField(max_length=MAX_CELL_NAME),
-        min_length=1,
-        max_length=MAX_FILTER_CELLS,
-        required=False,
-        help_text="only these cells, as task_type/latency_budget/privacy_tier",
+    cells = _filter_field(
+        JsonStringField(max_length=MAX_CELL_NAME),
+        MAX_FILTER_CELLS,
+        "only these cells, as task_type/latency_budget/privacy_tier",
     )
 
     class Meta:

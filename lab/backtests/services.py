@@ -32,13 +32,12 @@ from routing_policies.selectors import (
 )
 from routing_policies.services import Actor, actor_user
 
-from ..replay import recorded_count
+from ..replay import DEFAULT_HOURS, EventFilters, recorded_count
 from .engine import BacktestInput, backtest_compute
 from .models import Backtest, BacktestStatus
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_HOURS: Final = 24
 MAX_FILTER_VERSIONS: Final = 100
 MAX_FILTER_CELLS: Final = 4096
 MAX_CELL_NAME: Final = 100
@@ -233,15 +232,11 @@ def _replay(backtest: Backtest) -> dict[str, Any]:
     cells: list[CellKey] | None = None
     if "cells" in filters:
         cells = [(task, budget, tier) for task, budget, tier in filters["cells"]]
-    versions_filter: list[int] | None = filters.get("versions")
-    cohort: str | None = filters.get("cohort")
+    event_filters = EventFilters(
+        versions=filters.get("versions"), cohort=filters.get("cohort"), cells=cells
+    )
     total = recorded_count(
-        fleet_id=fleet.pk,
-        start=backtest.start,
-        end=backtest.end,
-        versions=versions_filter,
-        cohort=cohort,
-        cells=cells,
+        fleet_id=fleet.pk, start=backtest.start, end=backtest.end, filters=event_filters
     )
     Backtest.objects.filter(pk=backtest.pk).update(events_total=total)
     tables = _published_tables(fleet.pk)
@@ -270,9 +265,7 @@ def _replay(backtest: Backtest) -> dict[str, Any]:
             "subject": shadow_refine_rates(subject_table),
             "stable": shadow_refine_rates(tables.get(backtest.stable_version, {})),
         },
-        filter_versions=versions_filter,
-        cohort=cohort,
-        cells=cells,
+        filters=event_filters,
     )
     result = backtest_compute(spec, total=total, progress=progress)
     result["headline"] = headline(result)

@@ -8,16 +8,17 @@ checked like every draft edit.
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from typing import Any
+
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import input_validate, require_object
 from controlplane.openapi import error_responses
 from controlplane.permissions import IsEditor, IsViewer
-from routing_policies.selectors import fleet_get
+from routing_policies.models import Fleet
 
+from ..api import fleet_post
 from ..schemas import cell_key
 from .schemas import (
     AppliedSerializer,
@@ -35,8 +36,8 @@ class CalibrationApi(APIView):
 
     permission_classes = [IsViewer]
 
-    @extend_schema(
-        request=CalibrationInputSerializer,
+    @fleet_post(
+        CalibrationInputSerializer,
         responses={200: CalibrationSerializer, **error_responses(409)},
         operation_id="lab_calibration_compute",
         description='Example: {"target": {"kind": "alpha", "value": 0.7}, "cells": '
@@ -45,9 +46,7 @@ class CalibrationApi(APIView):
         "calibrate (no version), or for a quality target too few draft reports in every cell "
         "(too_few_quality_reports).",
     )
-    def post(self, request: Request, slug: str) -> Response:
-        fleet = fleet_get(slug=slug)
-        data = input_validate(CalibrationInputSerializer, require_object(request.data))
+    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
         cells = [cell_key(cell) for cell in data["cells"]] if "cells" in data else None
         target = Target(kind=data["target"]["kind"], value=data["target"].get("value"))
         calibration = calibration_compute(
@@ -65,14 +64,12 @@ class CalibrationApplyApi(APIView):
 
     permission_classes = [IsEditor]
 
-    @extend_schema(
-        request=ApplyInputSerializer,
+    @fleet_post(
+        ApplyInputSerializer,
         responses={200: AppliedSerializer, **error_responses(409)},
         operation_id="lab_calibration_apply",
     )
-    def post(self, request: Request, slug: str) -> Response:
-        fleet = fleet_get(slug=slug)
-        data = input_validate(ApplyInputSerializer, require_object(request.data))
+    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
         thresholds = [(cell_key(cell), cell["threshold"]) for cell in data["cells"]]
         draft, backtest = calibration_apply(
             actor=request.user, fleet=fleet, revision=data["revision"], thresholds=thresholds

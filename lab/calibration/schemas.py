@@ -9,14 +9,21 @@ from typing import Any, Final
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.api import JsonChoiceField, JsonFloatField, JsonIntegerField, JsonRegexField
+from controlplane.api import JsonChoiceField, JsonFloatField, JsonRegexField
 from controlplane.openapi import closed_body
 from routing_policies.cell_schema import DIMENSIONS as CELL_FIELDS
 from routing_policies.cell_schema import CellKey
-from routing_policies.validation import DIMENSION_VALUE_RE, MAX_CELLS, MAX_VERSION
+from routing_policies.validation import DIMENSION_VALUE_RE, MAX_CELLS
 from telemetry.api_schemas import CostReportSerializer
 
-from ..schemas import CellKeyFields, ClosedSerializer, cell_key
+from ..schemas import (
+    CellKeyFields,
+    CellKeyOut,
+    ClosedSerializer,
+    cell_key,
+    version_number_field,
+    window_hours_field,
+)
 from .selectors import DEFAULT_HOURS, MAX_HOURS
 from .targets import TARGET_KINDS
 
@@ -123,15 +130,10 @@ class CalibrationInputSerializer(ClosedSerializer):
         max_length=MAX_CELLS,
         help_text="the cells to calibrate; omitted: every cell",
     )
-    hours = JsonIntegerField(
-        min_value=1,
-        max_value=MAX_HOURS,
-        default=DEFAULT_HOURS,
-        help_text="the window: the last this many hours of recorded events",
+    hours = window_hours_field(
+        max_hours=MAX_HOURS, help_text="the window: the last this many hours of recorded events"
     )
-    version = JsonIntegerField(
-        min_value=1,
-        max_value=MAX_VERSION,
+    version = version_number_field(
         required=False,
         help_text="the published version whose cells to calibrate; omitted: the draft "
         "(else the latest published version)",
@@ -155,7 +157,7 @@ class AppliedCellSerializer(CellKeySerializer):
 class ApplyInputSerializer(ClosedSerializer):
     """θs to write into the draft at `revision`."""
 
-    revision = JsonIntegerField(min_value=1, max_value=MAX_VERSION, help_text="the draft revision")
+    revision = version_number_field(help_text="the draft revision")
     cells = CellKeyListField(
         child=AppliedCellSerializer(), allow_empty=False, min_length=1, max_length=MAX_CELLS
     )
@@ -316,10 +318,7 @@ class BrokenConstraintSerializer(serializers.Serializer[Any]):
         ref_name = "CalibrationBrokenConstraint"
 
 
-class CellResultSerializer(serializers.Serializer[Any]):
-    task_type = serializers.CharField()
-    latency_budget = serializers.CharField()
-    privacy_tier = serializers.CharField()
+class CellResultSerializer(CellKeyOut):
     mode = serializers.CharField()
     current_threshold = serializers.FloatField()
     latency_budget_ms = serializers.IntegerField()

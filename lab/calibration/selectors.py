@@ -29,7 +29,7 @@ from routing_policies.selectors import (
 from telemetry.rollups import Figures
 
 from ..estimate import LatencyModel, Observed, network_ms
-from ..replay import EventSpan, NudgeHistory, ReplayInputs, recorded_rows
+from ..replay import DEFAULT_HOURS, EventSpan, NudgeHistory, ReplayInputs, recorded_rows
 from ..running import lab_version_default
 from .quality import (
     MIN_QUALITY_REPORTS,
@@ -53,7 +53,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_HOURS: Final = 24
 MAX_HOURS: Final = 7 * 24
 _CALIBRATED_MODES: Final = ("auto", "draft_refine")
 
@@ -77,14 +76,13 @@ class CellCalibration:
 class Calibration:
     """Every requested cell's calibration over one window, and what it was computed on."""
 
-    fleet: str
+    fleet: Fleet
     base: PolicyVersion
     target: Target
     start: datetime
     end: datetime
     # The first and the last event of the window: the span its costs per hour are over.
-    first_event: datetime | None
-    last_event: datetime | None
+    span: EventSpan
     cost_hours: float  # what the curve's costs per hour are per (the span, or 1 without one)
     price: CloudPrice
     stable_version: int | None  # what the cost is compared with
@@ -197,13 +195,12 @@ def calibration_compute(
         seconds,
     )
     return Calibration(
-        fleet=fleet.slug,
+        fleet=fleet,
         base=base,
         target=target,
         start=start,
         end=end,
-        first_event=span.first,
-        last_event=span.last,
+        span=span,
         cost_hours=span_hours,
         price=price,
         stable_version=stable_version,
@@ -348,13 +345,12 @@ def _cost(
 ) -> dict[str, Any]:
     """A cost report at the chosen θ (`chosen`: its cost per hour over the span that holds
     data; `all_cloud` and `stable`: costs over that span)."""
-    first, last = calibration.first_event, calibration.last_event
     return cost_report(
         price=calibration.price,
         spent=chosen * calibration.cost_hours,
         all_cloud=all_cloud,
-        first=first,
-        last=last,
+        first=calibration.span.first,
+        last=calibration.span.last,
         stable=stable,
     )
 
@@ -375,7 +371,7 @@ def _overall_cost(calibration: Calibration) -> dict[str, Any] | None:
 
 
 def _cell_out(cell: CellCalibration, *, calibration: Calibration) -> dict[str, Any]:
-    rate = has_rate(data_span_hours(calibration.first_event, calibration.last_event))
+    rate = has_rate(data_span_hours(calibration.span.first, calibration.span.last))
     out: dict[str, Any] = {
         "task_type": cell.key[0],
         "latency_budget": cell.key[1],
@@ -425,7 +421,7 @@ def calibration_out(calibration: Calibration) -> dict[str, Any]:
     base = calibration.base
     hours = (calibration.end - calibration.start).total_seconds() / 3600
     return {
-        "fleet": calibration.fleet,
+        "fleet": calibration.fleet.slug,
         "base": {
             "version": base.number,
             "label": base.label,

@@ -6,15 +6,16 @@ checks the body, `selectors.playground_explain` answers.
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from typing import Any
+
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import input_validate, require_object
 from edge_sdk.decision import DeviceState, TaskSignals
-from routing_policies.selectors import fleet_get
+from routing_policies.models import Fleet
 
+from ..api import fleet_post
 from ..schemas import cell_key
 from .explain import CellOverride
 from .schemas import ExplainInputSerializer, ExplainOutSerializer
@@ -24,8 +25,8 @@ from .selectors import playground_explain
 class ExplainApi(APIView):
     """The decision for one task in one cell, with each step's numbers."""
 
-    @extend_schema(
-        request=ExplainInputSerializer,
+    @fleet_post(
+        ExplainInputSerializer,
         responses=ExplainOutSerializer,
         operation_id="lab_explain",
         description=(
@@ -37,9 +38,7 @@ class ExplainApi(APIView):
             "sample tasks decided in the cell. Changes nothing."
         ),
     )
-    def post(self, request: Request, slug: str) -> Response:
-        fleet = fleet_get(slug=slug)
-        body = input_validate(ExplainInputSerializer, require_object(request.data))
+    def post(self, request: Request, fleet: Fleet, body: dict[str, Any]) -> Response:
         task, device = body["task"], body["device"]
         return Response(
             playground_explain(

@@ -17,7 +17,7 @@ from edge_sdk.decision import SCORE_TERM_NAMES
 from routing_policies.cell_schema import MODES
 from telemetry.ingest.events import MAX_BANDWIDTH_KBPS, MAX_RTT_MS, MAX_TOKENS, MAX_UPLOAD_BYTES
 
-from ..schemas import ClosedSerializer, LabCellSerializer, LabVersionRefField
+from ..schemas import CellKeyOut, ClosedSerializer, LabCellSerializer, LabVersionRefField
 from .explain import SEED_DEVICE_MS
 
 MAX_CLOUD_INFER_MS = 600_000.0  # ten minutes: as long as a cell's latency budget may be
@@ -169,12 +169,9 @@ class LabCostOut(_Out):
     currency = serializers.CharField()
 
 
-class _CellOut(_Out):
+class _CellOut(CellKeyOut, _Out):
     """A cell's key and its mode."""
 
-    task_type = serializers.CharField()
-    latency_budget = serializers.CharField()
-    privacy_tier = serializers.CharField()
     mode = serializers.ChoiceField(choices=list(MODES))
 
 

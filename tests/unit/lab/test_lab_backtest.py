@@ -14,7 +14,7 @@ import pytest
 from edge_sdk.decision import Cell, DeviceState, TaskSignals, decide
 from lab.backtests.models import Backtest, BacktestStatus
 from lab.backtests.services import backtest_run, backtest_start
-from lab.replay import NudgeHistory, recorded_events
+from lab.replay import EventFilters, NudgeHistory, recorded_events
 from routing_policies.models import AuditEntry, PolicyCell
 from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.pricing import CloudPrice
@@ -119,8 +119,7 @@ def test_recorded_events__cell_and_cohort_filters__only_those_events(fleet: Any)
             fleet_id=fleet.pk,
             start=now - timedelta(days=1),
             end=now,
-            cohort="candidate",
-            cells=[TEXT],
+            filters=EventFilters(cohort="candidate", cells=[TEXT]),
         )
         for event in batch
     ]
