@@ -3,6 +3,11 @@
 Numbers are refused, never clamped: NaN, infinities, booleans posing as numbers, strings and
 values out of range each get an error. Validation is pure (no database) so the same rules run
 at save, at publish and at import.
+
+`clean_value` is the one check of a cell field (its range or choices are CELL_FIELDS'): the
+API's cell serializers (policies.schemas, generated from CELL_FIELDS) read each value sent
+with it, and `validate_cell` each value of a cell as stored. What needs several fields or cells
+(`cell_rules`, `validate_coverage`, `table_problems`) the services ask.
 """
 
 import math

@@ -4,15 +4,17 @@
 The views shape their answers with the `*_out` functions and the selectors (the same dicts the
 pages and the push use); the output serializers are their contract, so a generated client
 knows every field, and the schemathesis test checks each answer against them. The cells of a
-document or an edit are checked as a whole table by `validation` (naming each cell, with the
-rules between fields); their fields here are built from the same `cell_schema.CELL_FIELDS`.
+document or an edit are read by serializers generated from `cell_schema.CELL_FIELDS` (each
+field with `validation.clean_value`, closed to unknown keys); `draft_cells_input` and
+`document_input` run them and name each problem by its cell and field, and the services check
+what needs several fields, the stored cells or the whole table.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from django.core.validators import RegexValidator
 from rest_framework import serializers
@@ -145,7 +147,6 @@ def _cell_field(spec: FieldSpec, *, partial: bool) -> serializers.Field[Any, Any
 # `additionalProperties: false`, `closed_body`), and with `non_empty`, an empty object. (No
 # docstring: drf-spectacular would show it as the description of every serializer below it.)
 class ClosedSerializer(serializers.Serializer[Any]):
-
     unknown_message = "is not a field"
     non_empty = ""
 
@@ -453,11 +454,8 @@ def _key_of(raw: Any, errors: Any) -> CellKey | None:
         return None
     if isinstance(errors, Mapping) and any(name in errors for name in DIMENSIONS):
         return None
-    task_type, latency_budget, privacy_tier = (raw.get(name) for name in DIMENSIONS)
-    if isinstance(task_type, str) and isinstance(latency_budget, str):
-        if isinstance(privacy_tier, str):
-            return (task_type, latency_budget, privacy_tier)
-    return None
+    key = tuple(raw.get(name) for name in DIMENSIONS)
+    return cast(CellKey, key) if all(isinstance(part, str) for part in key) else None
 
 
 def _item_problems(index: int, raw: Any, errors: Any, *, within: str = "") -> list[Problem]:
@@ -467,8 +465,10 @@ def _item_problems(index: int, raw: Any, errors: Any, *, within: str = "") -> li
     place = f"cells[{index}]"
     problems: list[Problem] = []
     for detail in drf_error_details(errors, place):
-        relative = detail["field"].removeprefix(place).removeprefix(".")
-        if relative in ("", "non_field_errors"):
+        # A part that is not an object is refused as a whole (DRF: `non_field_errors`).
+        relative = detail["field"].removeprefix(place).removesuffix("non_field_errors")
+        relative = relative.strip(".")
+        if not relative:
             problems.append(Problem(place, detail["message"]))
         elif key is None:
             problems.append(Problem(detail["field"], detail["message"]))

@@ -847,7 +847,9 @@ def test_draft_cells_api__invalid_cells__400_names_each_cell_and_field(
         pytest.param({"threshold": 1.5}, "threshold", "must be in [0, 1]; got 1.5", id="range"),
         pytest.param({"cache_ttl_s": 1.5}, "cache_ttl_s", "whole number", id="fraction"),
         pytest.param({"mode": "turbo"}, "mode", "device_only, cloud_only", id="choice"),
-        pytest.param({"upload": {"allowed": "yes"}}, "upload.allowed", "true or false", id="not-bool"),
+        pytest.param(
+            {"upload": {"allowed": "yes"}}, "upload.allowed", "true or false", id="not-bool"
+        ),
         pytest.param({"treshold": 0.5}, "treshold", "is not a field of a policy cell", id="typo"),
         pytest.param({"weights.size": 0.5}, "weights.size", "is not a field", id="flat-typo"),
     ],
