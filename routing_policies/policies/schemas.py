@@ -101,6 +101,9 @@ class _CellValue:
             raise serializers.ValidationError(error)
         return value
 
+    def run_validators(self, value: Any) -> None:
+        """None to run: `clean_value` checked the range that `min_value` / `max_value` show."""
+
 
 class _CellChoiceField(_CellValue, serializers.ChoiceField):
     pass
