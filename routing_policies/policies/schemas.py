@@ -485,6 +485,23 @@ def _refused(message: str, problems: list[Problem]) -> ValidationFailed:
     return ValidationFailed(message, details=[problem.as_dict() for problem in problems])
 
 
+def _body_problems(
+    errors: Mapping[str, Any], message: str
+) -> tuple[list[Problem], Mapping[int, Any]]:
+    """A refused body's problems outside `cells` (a dimension's values named by the dimension),
+    and the errors of its cells by index; an error of the list itself refuses it at once."""
+    others = {name: error for name, error in errors.items() if name != "cells"}
+    problems = [
+        Problem(re.sub(r"\[\d+\]$", "", detail["field"]), detail["message"])
+        for detail in drf_error_details(others)
+    ]
+    cell_errors = errors.get("cells", {})
+    if not isinstance(cell_errors, Mapping):
+        problems.extend(Problem("cells", str(error)) for error in cell_errors)
+        raise _refused(message, problems)
+    return problems, cell_errors
+
+
 def _edit_sent(edit: Any) -> Any:
     """A cell edit's `values` as the document nests them; flat paths (`"weights.length"`) are
     taken too."""
@@ -511,12 +528,7 @@ def draft_cells_input(data: Mapping[str, Any]) -> tuple[int, list[dict[str, Any]
     if serializer.is_valid():
         valid = serializer.validated_data
         return valid["revision"], [_edit_values(edit) for edit in valid["cells"]], []
-    errors = dict(serializer.errors)
-    cell_errors = errors.pop("cells", {})
-    problems = [Problem(d["field"], d["message"]) for d in drf_error_details(errors)]
-    if not isinstance(cell_errors, Mapping):
-        problems.extend(Problem("cells", str(message)) for message in cell_errors)
-        raise _refused(EDIT_REFUSED, problems)
+    problems, cell_errors = _body_problems(serializer.errors, EDIT_REFUSED)
     edits: list[dict[str, Any]] = []
     refused: list[Problem] = []
     for index, edit in enumerate(sent["cells"]):
@@ -547,15 +559,7 @@ def document_input(document: Any, *, with_revision: bool) -> dict[str, Any]:
     serializer.fields["revision"].required = with_revision
     if serializer.is_valid():
         return dict(serializer.validated_data)
-    errors = dict(serializer.errors)
-    cell_errors = errors.pop("cells", {})
-    problems = [
-        Problem(re.sub(r"\[\d+\]$", "", d["field"]), d["message"])
-        for d in drf_error_details(errors)
-    ]
-    if not isinstance(cell_errors, Mapping):
-        problems.extend(Problem("cells", str(message)) for message in cell_errors)
-        raise _refused(IMPORT_REFUSED, problems)
+    problems, cell_errors = _body_problems(serializer.errors, IMPORT_REFUSED)
     cells: list[tuple[CellKey, dict[str, Any] | None]] = []
     for index, raw in enumerate(data["cells"]):
         if index in cell_errors:
@@ -567,7 +571,7 @@ def document_input(document: Any, *, with_revision: bool) -> dict[str, Any]:
         one = PolicyCellSerializer(data=raw)
         one.is_valid(raise_exception=True)
         cells.append(document_cell(one.validated_data))
-    if "dimensions" not in errors:
+    if "dimensions" not in serializer.errors:
         dimensions = DimensionsSerializer(data=data["dimensions"])
         dimensions.is_valid(raise_exception=True)
         problems.extend(table_problems(dict(dimensions.validated_data), cells))
