@@ -5,6 +5,7 @@ so a field is added in one place. `path` is the field's dotted path in the polic
 `attr` is the model column.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -199,6 +200,20 @@ def flatten(nested: dict[str, Any]) -> dict[str, Any]:
         else:
             flat[key] = value
     return flat
+
+
+def document_cell(cell: Mapping[str, Any]) -> tuple[CellKey, dict[str, Any]]:
+    """A cell of a policy document (its fields checked) as a table holds it: its key, and its
+    values by document path, in the order of CELL_FIELDS, an optional field left out given its
+    default."""
+    key: CellKey = (cell["task_type"], cell["latency_budget"], cell["privacy_tier"])
+    flat = flatten({name: value for name, value in cell.items() if name not in DIMENSIONS})
+    values = {
+        spec.path: flat.get(spec.path, spec.default)
+        for spec in CELL_FIELDS
+        if spec.path in flat or spec.optional
+    }
+    return key, values
 
 
 # Defaults for a brand-new cell: the seed's auto cell (θ 0.6, weights 0.4/0.3/0.3 over 400 tokens).

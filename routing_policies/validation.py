@@ -3,10 +3,16 @@
 Numbers are refused, never clamped: NaN, infinities, booleans posing as numbers, strings and
 values out of range each get an error. Validation is pure (no database) so the same rules run
 at save, at publish and at import.
+
+`clean_value` is the one check of a cell field (its range or choices are CELL_FIELDS'): the
+API's cell serializers (policies.schemas, generated from CELL_FIELDS) read each value sent
+with it, and `validate_cell` each value of a cell as stored. What needs several fields or cells
+(`cell_rules`, `validate_coverage`, `table_problems`) the services ask.
 """
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
 from typing import Any
@@ -21,7 +27,6 @@ from .cell_schema import (
     CellKey,
     FieldSpec,
     cell_key_label,
-    flatten,
 )
 
 # A value of a dimension (`code`, `on-device`): the one pattern of the API, the pages (also as
@@ -110,17 +115,27 @@ def validate_cell(key: CellKey, values: dict[str, Any]) -> tuple[dict[str, Any],
             problems.append(Problem(spec.path, error, label))
         else:
             cleaned[spec.path] = value
-    if all(path in cleaned for path in WEIGHT_PATHS):
-        total = sum(cleaned[path] for path in WEIGHT_PATHS)
+    problems.extend(cell_rules(key, cleaned))
+    return cleaned, problems
+
+
+def cell_rules(key: CellKey, values: dict[str, Any]) -> list[Problem]:
+    """The rules between the fields of one cell (each field already checked on its own): the
+    weights sum to 1, and the privacy tier allows what the mode and the shadow refines send.
+    Fields that are missing (refused on their own) leave their rules unasked."""
+    label = cell_key_label(key)
+    problems: list[Problem] = []
+    if all(path in values for path in WEIGHT_PATHS):
+        total = sum(values[path] for path in WEIGHT_PATHS)
         if abs(total - 1.0) > WEIGHT_SUM_TOLERANCE:
             problems.append(
                 Problem("weights", f"must sum to 1; length + intent + lm = {total:.6g}", label)
             )
     # (Publishing also asks the decision function: routing_policies.policies.sdk_cells.)
     if (
-        cleaned.get("mode") == "cloud_only"
+        values.get("mode") == "cloud_only"
         and key[2] == SENSITIVE_TIER
-        and cleaned.get("upload.allowed") is False
+        and values.get("upload.allowed") is False
     ):
         problems.append(
             Problem(
@@ -131,8 +146,8 @@ def validate_cell(key: CellKey, values: dict[str, Any]) -> tuple[dict[str, Any],
                 label,
             )
         )
-    shadow_rate = cleaned.get("shadow_refine_rate")
-    if shadow_rate and cleaned.get("upload.allowed") is False:
+    shadow_rate = values.get("shadow_refine_rate")
+    if shadow_rate and values.get("upload.allowed") is False:
         problems.append(
             Problem(
                 "shadow_refine_rate",
@@ -142,7 +157,7 @@ def validate_cell(key: CellKey, values: dict[str, Any]) -> tuple[dict[str, Any],
                 label,
             )
         )
-    return cleaned, problems
+    return problems
 
 
 def validate_dimensions(dimensions: Any) -> list[Problem]:
@@ -210,45 +225,20 @@ def validate_coverage(dimensions: dict[str, list[str]], keys: list[CellKey]) -> 
     return problems
 
 
-def parse_document_table(
-    document: Any,
-) -> tuple[dict[str, list[str]], dict[CellKey, dict[str, Any]], list[Problem]]:
-    """Read and validate the dimensions and cells of a policy document (export/import format)."""
-    if not isinstance(document, dict):
-        return {}, {}, [Problem("body", "must be a JSON object (a policy document)")]
-    problems = validate_dimensions(document.get("dimensions"))
-    raw_cells = document.get("cells")
-    if not isinstance(raw_cells, list) or not raw_cells:
-        problems.append(Problem("cells", "must be a non-empty list of cells"))
-        return {}, {}, problems
-    if len(raw_cells) > MAX_CELLS:
-        problems.append(Problem("cells", f"has {len(raw_cells)} cells; at most {MAX_CELLS}"))
-        return {}, {}, problems
+def table_problems(
+    dimensions: dict[str, list[str]], cells: Sequence[tuple[CellKey, dict[str, Any] | None]]
+) -> list[Problem]:
+    """What a whole table breaks beyond its fields, each field already checked on its own:
+    its dimensions, the rules between each cell's fields, and every combination covered once.
+
+    `cells` lists the table's cells in their order, a repeated key included; a cell whose fields
+    were refused comes with None (its key still counts for the coverage).
+    """
+    problems = validate_dimensions(dimensions)
     if problems:
-        return {}, {}, problems
-    dimensions: dict[str, list[str]] = {
-        name: list(document["dimensions"][name]) for name in DIMENSIONS
-    }
-    cells: dict[CellKey, dict[str, Any]] = {}
-    keys: list[CellKey] = []
-    for index, raw in enumerate(raw_cells):
-        if not isinstance(raw, dict):
-            problems.append(Problem(f"cells[{index}]", "must be an object"))
-            continue
-        key_parts = [raw.get(name) for name in DIMENSIONS]
-        if not all(isinstance(part, str) for part in key_parts):
-            problems.append(
-                Problem(
-                    f"cells[{index}]", "needs task_type, latency_budget and privacy_tier strings"
-                )
-            )
-            continue
-        key: CellKey = (key_parts[0], key_parts[1], key_parts[2])  # type: ignore[assignment]
-        keys.append(key)
-        flat = flatten({k: v for k, v in raw.items() if k not in DIMENSIONS})
-        cleaned, cell_problems = validate_cell(key, flat)
-        problems.extend(cell_problems)
-        if not cell_problems:
-            cells.setdefault(key, cleaned)
-    problems.extend(validate_coverage(dimensions, keys))
-    return dimensions, cells, problems
+        return problems
+    for key, values in cells:
+        if values is not None:
+            problems.extend(cell_rules(key, values))
+    problems.extend(validate_coverage(dimensions, [key for key, _ in cells]))
+    return problems

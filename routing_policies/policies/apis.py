@@ -20,7 +20,6 @@ from controlplane.exceptions import ApplicationError, ValidationFailed
 from controlplane.openapi import error_responses
 from controlplane.permissions import IsEditor, IsPublisher, IsViewer
 
-from ..cell_schema import flatten
 from ..pricing import CloudPrice
 from . import schemas, selectors, services
 from .fleet_api import ViewerReadsApi, fleet_input, query_input
@@ -83,8 +82,8 @@ _draft_edit_input = functools.partial(fleet_input, validate=_validated, body_ste
 def _revision(
     request: Request, data: dict[str, Any], documented: type[serializers.Serializer[Any]]
 ) -> int:
-    """The draft revision of a body whose cells `validation` checks as a whole table, validated
-    by the `revision` field of the serializer that documents it."""
+    """The draft revision of a body that has no other field, validated by the `revision` field
+    of the serializer that documents it."""
     revision = _with_revision(request, data)["revision"]
     try:
         return int(documented().fields["revision"].run_validation(revision))
@@ -313,13 +312,6 @@ class DraftApi(ViewerReadsApi):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-def _normalise_edit(edit: Any) -> Any:
-    """Accept `values` flat (`"weights.length": 0.4`) or nested (`"weights": {"length": 0.4}`)."""
-    if isinstance(edit, dict) and isinstance(edit.get("values"), dict):
-        return {**edit, "values": flatten(edit["values"])}
-    return edit
-
-
 class DraftCellsApi(APIView):
     """Edit one or several cells of the draft at once (all or nothing)."""
 
@@ -331,19 +323,10 @@ class DraftCellsApi(APIView):
     )
     def patch(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
-        data = require_object(request.data)
-        revision = _revision(request, data, schemas.DraftCellsEditSerializer)
-        cells = data.get("cells")
-        if not isinstance(cells, list):
-            raise ValidationFailed(
-                "`cells` must be a list of cell edits.",
-                details=[{"field": "cells", "message": "expected a list"}],
-            )
+        data = _with_revision(request, require_object(request.data))
+        revision, edits, refused = schemas.draft_cells_input(data)
         draft = services.policy_draft_update_cells(
-            actor=request.user,
-            fleet=fleet,
-            revision=revision,
-            edits=[_normalise_edit(c) for c in cells],
+            actor=request.user, fleet=fleet, revision=revision, edits=edits, refused=refused
         )
         return _draft_response(draft)
 
@@ -395,13 +378,12 @@ class DraftImportApi(APIView):
     def put(self, request: Request, slug: str) -> Response:
         fleet = selectors.fleet_get(slug=slug)
         document = require_object(request.data)
+        # Without a draft the import starts one: no revision is needed (nor read).
         has_draft = selectors.draft_get(fleet=fleet) is not None
-        # A top-level `revision` is not part of the policy document; the import ignores it.
-        revision = (
-            _revision(request, document, schemas.PolicyDocumentImportSerializer)
-            if has_draft
-            else None
-        )
+        if has_draft:
+            document = _with_revision(request, document)
+        document = schemas.document_input(document, with_revision=has_draft)
+        revision = document["revision"] if has_draft else None
         draft = services.policy_draft_import(
             actor=request.user, fleet=fleet, document=document, revision=revision
         )

@@ -4,13 +4,17 @@
 The views shape their answers with the `*_out` functions and the selectors (the same dicts the
 pages and the push use); the output serializers are their contract, so a generated client
 knows every field, and the schemathesis test checks each answer against them. The cells of a
-document or an edit are checked as a whole table by `validation` (naming each cell, with the
-rules between fields); their fields here are built from the same `cell_schema.CELL_FIELDS`.
+document or an edit are read by serializers generated from `cell_schema.CELL_FIELDS` (each
+field with `validation.clean_value`, closed to unknown keys); `draft_cells_input` and
+`document_input` run them and name each problem by its cell and field, and the services check
+what needs several fields, the stored cells or the whole table.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from collections.abc import Mapping
+from typing import Any, cast
 
 from django.core.validators import RegexValidator
 from rest_framework import serializers
@@ -24,10 +28,20 @@ from controlplane.api import (
     JsonStringField,
     TidyJsonStringField,
 )
+from controlplane.exceptions import ValidationFailed, drf_error_details
 from controlplane.openapi import closed_body, non_empty_body
 from controlplane.validators import SOME_TEXT_PATTERN
 
-from ..cell_schema import CELL_FIELDS, DIMENSIONS, FieldSpec
+from ..cell_schema import (
+    CELL_FIELDS,
+    DIMENSIONS,
+    CellKey,
+    FieldSpec,
+    cell_key_label,
+    document_cell,
+    flatten,
+    nest,
+)
 from ..components import ApiSerializer
 from ..pricing import MAX_PRICE_PER_1K_TOKENS, MAX_PRICE_PER_CALL
 from ..validation import (
@@ -36,8 +50,13 @@ from ..validation import (
     MAX_DIMENSION_VALUE_LENGTH,
     MAX_DIMENSION_VALUES,
     MAX_VERSION,
+    Problem,
+    clean_value,
+    table_problems,
 )
 from .models import MAX_NOTE_LENGTH
+
+CELL_UNKNOWN_FIELD = "is not a field of a policy cell"
 
 
 def DRAFT_REVISION() -> JsonIntegerField:  # reads as a field
@@ -64,31 +83,96 @@ def DIMENSION_VALUE(**options: Any) -> JsonRegexField:  # reads as a field
     )
 
 
+class _CellValue:
+    """A policy-cell field as the API takes it: `validation.clean_value` reads the value (no
+    coercion, no clamping), so the request, the stored cells and the schema share one rule."""
+
+    def __init__(self, *, spec: FieldSpec, **options: Any) -> None:
+        self.spec = spec
+        super().__init__(**options)
+
+    def validate_empty_values(self, data: Any) -> tuple[bool, Any]:
+        if data is None:
+            return False, data  # refused by clean_value, which shows the value
+        return super().validate_empty_values(data)  # type: ignore[misc,no-any-return]
+
+    def to_internal_value(self, data: Any) -> Any:
+        value, error = clean_value(self.spec, data)
+        if error is not None:
+            raise serializers.ValidationError(error)
+        return value
+
+    def run_validators(self, value: Any) -> None:
+        """None to run: `clean_value` checked the range that `min_value` / `max_value` show."""
+
+
+class _CellChoiceField(_CellValue, serializers.ChoiceField):
+    pass
+
+
+class _CellBooleanField(_CellValue, serializers.BooleanField):
+    pass
+
+
+class _CellIntegerField(_CellValue, serializers.IntegerField):
+    pass
+
+
+class _CellFloatField(_CellValue, serializers.FloatField):
+    pass
+
+
 def _cell_field(spec: FieldSpec, *, partial: bool) -> serializers.Field[Any, Any, Any, Any]:
     """The serializer field of one policy-cell field, with its range or choices."""
     options: dict[str, Any] = {
+        "spec": spec,
         "help_text": spec.help or spec.label,
         "required": not partial and not spec.optional,
+        "error_messages": {"required": "is required"},
     }
     if spec.optional:
         options["help_text"] += f"; optional, {spec.default!r} when left out"
     if spec.unit:
         options["help_text"] += f" ({spec.unit})"
+    field: _CellValue
     if spec.kind == "choice":
-        return serializers.ChoiceField(choices=list(spec.choices), **options)
-    if spec.kind == "bool":
-        return serializers.BooleanField(**options)
-    if spec.minimum is not None:
+        field = _CellChoiceField(choices=list(spec.choices), **options)
+    elif spec.kind == "bool":
+        field = _CellBooleanField(**options)
+    else:
         options["min_value"] = spec.minimum
-    if spec.maximum is not None:
         options["max_value"] = spec.maximum
-    if spec.kind == "int":
-        return serializers.IntegerField(**options)
-    return serializers.FloatField(**options)
+        kind = _CellIntegerField if spec.kind == "int" else _CellFloatField
+        field = kind(**options)
+    return field
+
+
+# An input serializer that refuses the keys it does not declare (its request component says
+# `additionalProperties: false`, `closed_body`), and with `non_empty`, an empty object. (No
+# docstring: drf-spectacular would show it as the description of every serializer below it.)
+class ClosedSerializer(serializers.Serializer[Any]):
+    unknown_message = "is not a field"
+    non_empty = ""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return super().to_internal_value(data)
+        if self.non_empty and not data:
+            raise serializers.ValidationError(self.non_empty)
+        unknown = {key: [self.unknown_message] for key in data if key not in self.fields}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if not unknown:
+                raise
+            raise serializers.ValidationError({**unknown, **exc.detail}) from None  # type: ignore[dict-item]
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return value
 
 
 def _cell_serializer(
-    name: str, *, partial: bool, with_key: bool
+    name: str, *, partial: bool, with_key: bool, non_empty: str = ""
 ) -> type[serializers.Serializer[Any]]:
     """A serializer of a policy cell as the document nests it (`weights.length` → weights)."""
     groups: dict[str, dict[str, Any]] = {}
@@ -99,25 +183,33 @@ def _cell_serializer(
             groups.setdefault(head, {})[tail] = _cell_field(spec, partial=partial)
         else:
             top[head] = _cell_field(spec, partial=partial)
-    attrs: dict[str, Any] = {}
+    attrs: dict[str, Any] = {"unknown_message": CELL_UNKNOWN_FIELD, "non_empty": non_empty}
     if with_key:
         attrs.update({dimension: DIMENSION_VALUE() for dimension in DIMENSIONS})
     for head, fields in groups.items():
         group = type(
             f"{name}{head.title()}Serializer",
-            (serializers.Serializer,),
-            {**fields, "Meta": type("Meta", (), {"ref_name": f"{name}{head.title()}"})},
+            (ClosedSerializer,),
+            {
+                **fields,
+                "unknown_message": CELL_UNKNOWN_FIELD,
+                "Meta": type("Meta", (), {"ref_name": f"{name}{head.title()}"}),
+            },
         )
-        attrs[head] = closed_body(group)(required=not partial)
+        attrs[head] = closed_body(group)(
+            required=not partial, error_messages={"required": "is required"}
+        )
     attrs.update(top)
     attrs["Meta"] = type("Meta", (), {"ref_name": name})
-    return closed_body(type(f"{name}Serializer", (serializers.Serializer,), attrs))
+    return closed_body(type(f"{name}Serializer", (ClosedSerializer,), attrs))
 
 
 PolicyCellSerializer = _cell_serializer("PolicyCell", partial=False, with_key=True)
-# A cell edit names one field at least (services._parse_edits: "names no field to change").
+# A cell edit names one field at least.
 PolicyCellValuesSerializer = non_empty_body(
-    _cell_serializer("PolicyCellValues", partial=True, with_key=False)
+    _cell_serializer(
+        "PolicyCellValues", partial=True, with_key=False, non_empty="names no field to change"
+    )
 )
 
 
@@ -129,10 +221,10 @@ def _dimension_values() -> serializers.ListField:
     )
 
 
-# Closed as a request body: validation.validate_dimensions refuses any other dimension name.
 @closed_body
-class DimensionsSerializer(ApiSerializer):
+class DimensionsSerializer(ClosedSerializer, ApiSerializer):
     component_name = "PolicyDimensions"
+    unknown_message = "is not a dimension"
 
     task_type = _dimension_values()
     latency_budget = _dimension_values()
@@ -306,7 +398,7 @@ class VersionWithDocumentSerializer(VersionSerializer):
 
 
 @closed_body
-class DraftCellEditSerializer(serializers.Serializer[Any]):
+class DraftCellEditSerializer(ClosedSerializer):
     """One cell's new values: flat (`"weights.length": 0.4`) or nested as in the document."""
 
     task_type = DIMENSION_VALUE()
@@ -314,18 +406,156 @@ class DraftCellEditSerializer(serializers.Serializer[Any]):
     privacy_tier = DIMENSION_VALUE()
     values = PolicyCellValuesSerializer()
 
+    unknown_message = "is not a field of a cell edit"
+
     class Meta:
         ref_name = "DraftCellEdit"
 
 
 class DraftCellsEditSerializer(serializers.Serializer[Any]):
-    # A ListField, not many=True: its min_length is what the schema shows as minItems (the
-    # service refuses an empty list, services._parse_edits).
+    # A ListField, not many=True: its min_length is what the schema shows as minItems.
     cells = serializers.ListField(child=DraftCellEditSerializer(), min_length=1)
     revision = DRAFT_REVISION()
 
     class Meta:
         ref_name = "DraftCellsEdit"
+
+
+# --- the draft's table as sent: each problem named by its cell and field ----------------------
+# What the serializers above refuse in one cell is named by the cell's label and the field's
+# document path (`text/interactive/normal`, `weights.length`), as the services name what a
+# whole cell or table breaks (the weights' sum, the privacy rules, the coverage), so one 400
+# lists every problem of an edit or an import at once.
+
+EDIT_REFUSED = "The edit is invalid; nothing was saved."
+IMPORT_REFUSED = "The imported document is invalid; nothing was imported."
+
+
+def _key_of(raw: Any, errors: Any) -> CellKey | None:
+    """The cell an item of `cells` names, when its three parts pass."""
+    if not isinstance(raw, Mapping):
+        return None
+    if isinstance(errors, Mapping) and any(name in errors for name in DIMENSIONS):
+        return None
+    key = tuple(raw.get(name) for name in DIMENSIONS)
+    return cast(CellKey, key) if all(isinstance(part, str) for part in key) else None
+
+
+def _item_problems(index: int, raw: Any, errors: Any, *, within: str = "") -> list[Problem]:
+    """The problems of `cells[index]`: a field of a well-named cell by the cell's label and the
+    field's document path (`within` the item, e.g. `values`), anything else by its place."""
+    key = _key_of(raw, errors)
+    place = f"cells[{index}]"
+    problems: list[Problem] = []
+    for detail in drf_error_details(errors, place):
+        # A part that is not an object is refused as a whole (DRF: `non_field_errors`).
+        relative = detail["field"].removeprefix(place).removesuffix("non_field_errors")
+        relative = relative.strip(".")
+        if not relative:
+            problems.append(Problem(place, detail["message"]))
+        elif key is None:
+            problems.append(Problem(detail["field"], detail["message"]))
+        else:
+            field = relative.removeprefix(f"{within}.") if within else relative
+            problems.append(Problem(field, detail["message"], cell_key_label(key)))
+    return problems
+
+
+def _refused(message: str, problems: list[Problem]) -> ValidationFailed:
+    return ValidationFailed(message, details=[problem.as_dict() for problem in problems])
+
+
+def _body_problems(
+    errors: Mapping[str, Any], message: str
+) -> tuple[list[Problem], Mapping[int, Any]]:
+    """A refused body's problems outside `cells` (a dimension's values named by the dimension),
+    and the errors of its cells by index; an error of the list itself refuses it at once."""
+    others = {name: error for name, error in errors.items() if name != "cells"}
+    problems = [
+        Problem(re.sub(r"\[\d+\]$", "", detail["field"]), detail["message"])
+        for detail in drf_error_details(others)
+    ]
+    cell_errors = errors.get("cells", {})
+    if not isinstance(cell_errors, Mapping):
+        problems.extend(Problem("cells", str(error)) for error in cell_errors)
+        raise _refused(message, problems)
+    return problems, cell_errors
+
+
+def _edit_sent(edit: Any) -> Any:
+    """A cell edit's `values` as the document nests them; flat paths (`"weights.length"`) are
+    taken too."""
+    if isinstance(edit, Mapping) and isinstance(edit.get("values"), Mapping):
+        return {**edit, "values": nest(flatten(dict(edit["values"])))}
+    return edit
+
+
+def _edit_values(edit: Mapping[str, Any]) -> dict[str, Any]:
+    """A validated cell edit as the draft-edit service takes it (values by document path)."""
+    return {**{name: edit[name] for name in DIMENSIONS}, "values": flatten(edit["values"])}
+
+
+def draft_cells_input(data: Mapping[str, Any]) -> tuple[int, list[dict[str, Any]], list[Problem]]:
+    """A PATCH of the draft's cells checked by DraftCellsEditSerializer: the revision, the edits
+    whose values pass and the problems of the others' values, named by cell and field (the
+    service checks the edited cells as a whole and refuses the edit with all of them). Anything
+    else wrong refuses the whole body here."""
+    cells = data.get("cells")
+    sent = (
+        {**data, "cells": [_edit_sent(edit) for edit in cells]} if isinstance(cells, list) else data
+    )
+    serializer = DraftCellsEditSerializer(data=sent)
+    if serializer.is_valid():
+        valid = serializer.validated_data
+        return valid["revision"], [_edit_values(edit) for edit in valid["cells"]], []
+    problems, cell_errors = _body_problems(serializer.errors, EDIT_REFUSED)
+    edits: list[dict[str, Any]] = []
+    refused: list[Problem] = []
+    for index, edit in enumerate(sent["cells"]):
+        if index in cell_errors:
+            refused.extend(_item_problems(index, edit, cell_errors[index], within="values"))
+            continue
+        one = DraftCellEditSerializer(data=edit)
+        one.is_valid(raise_exception=True)
+        edits.append(_edit_values(one.validated_data))
+    if problems or any(problem.cell is None for problem in refused):
+        raise _refused(EDIT_REFUSED, [*problems, *refused])
+    revision = serializer.fields["revision"].run_validation(data["revision"])
+    return revision, edits, refused
+
+
+def document_input(document: Any, *, with_revision: bool) -> dict[str, Any]:
+    """A policy document to import, checked by PolicyDocumentImportSerializer (the `revision`
+    only `with_revision`: without a draft, none is needed). Refused, one ValidationFailed names
+    every problem: each bad field by its cell and path and, among the cells that pass, what
+    the whole table breaks (validation.table_problems, which the import service asks too)."""
+    if not isinstance(document, Mapping):
+        problem = Problem("body", "must be a JSON object (a policy document)")
+        raise _refused(IMPORT_REFUSED, [problem])
+    data = (
+        dict(document) if with_revision else {k: v for k, v in document.items() if k != "revision"}
+    )
+    serializer = PolicyDocumentImportSerializer(data=data)
+    serializer.fields["revision"].required = with_revision
+    if serializer.is_valid():
+        return dict(serializer.validated_data)
+    problems, cell_errors = _body_problems(serializer.errors, IMPORT_REFUSED)
+    cells: list[tuple[CellKey, dict[str, Any] | None]] = []
+    for index, raw in enumerate(data["cells"]):
+        if index in cell_errors:
+            problems.extend(_item_problems(index, raw, cell_errors[index]))
+            key = _key_of(raw, cell_errors[index])
+            if key is not None:
+                cells.append((key, None))
+            continue
+        one = PolicyCellSerializer(data=raw)
+        one.is_valid(raise_exception=True)
+        cells.append(document_cell(one.validated_data))
+    if "dimensions" not in serializer.errors:
+        dimensions = DimensionsSerializer(data=data["dimensions"])
+        dimensions.is_valid(raise_exception=True)
+        problems.extend(table_problems(dict(dimensions.validated_data), cells))
+    raise _refused(IMPORT_REFUSED, problems)
 
 
 class DiffFieldSerializer(ApiSerializer):

@@ -6,6 +6,7 @@ revision is refused with 409 rather than silently overwriting someone else's cha
 """
 
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -21,6 +22,7 @@ from ..cell_schema import (
     SEED_DIMENSIONS,
     CellKey,
     cell_key_label,
+    document_cell,
 )
 from ..documents import (
     Table,
@@ -33,7 +35,7 @@ from ..documents import (
 from ..validation import (
     MAX_DIMENSION_VALUES,
     Problem,
-    parse_document_table,
+    table_problems,
     validate_cell,
     validate_coverage,
     validate_dimensions,
@@ -269,60 +271,50 @@ def policy_draft_discard(*, actor: Actor, fleet: Fleet, revision: int) -> None:
 
 
 def _parse_edits(
-    draft: PolicyVersion, edits: list[dict[str, Any]]
-) -> list[tuple[CellKey, dict[str, Any]]]:
-    """Check the shape of a bulk edit: each names an existing cell once and known fields."""
+    draft: PolicyVersion, edits: Sequence[Mapping[str, Any]]
+) -> tuple[list[tuple[CellKey, dict[str, Any]]], list[Problem]]:
+    """The edited cells and their changes: each a cell of the draft's table, edited once."""
     problems: list[Problem] = []
     parsed: list[tuple[CellKey, dict[str, Any]]] = []
     seen: set[CellKey] = set()
     valid_keys = set(ordered_keys(draft.dimensions))
-    for index, edit in enumerate(edits):
-        key_parts = [edit.get(name) if isinstance(edit, dict) else None for name in DIMENSIONS]
-        changes = edit.get("values") if isinstance(edit, dict) else None
-        if not all(isinstance(p, str) for p in key_parts) or not isinstance(changes, dict):
-            problems.append(
-                Problem(
-                    f"cells[{index}]",
-                    "needs task_type, latency_budget, privacy_tier and a values object",
-                )
-            )
-            continue
-        key: CellKey = (key_parts[0], key_parts[1], key_parts[2])  # type: ignore[assignment]
+    for edit in edits:
+        key: CellKey = (edit["task_type"], edit["latency_budget"], edit["privacy_tier"])
         label = cell_key_label(key)
         if key not in valid_keys:
             problems.append(Problem("cell", "is not a cell of this table", label))
-            continue
-        if key in seen:
+        elif key in seen:
             problems.append(Problem("cell", "is edited twice in one request", label))
-            continue
-        if not changes:
-            problems.append(Problem("values", "names no field to change", label))
-            continue
-        for path in changes:
-            if path not in FIELDS_BY_PATH:
-                problems.append(Problem(path, "is not a field of a policy cell", label))
-        seen.add(key)
-        parsed.append((key, changes))
-    if not edits:
-        problems.append(Problem("cells", "is empty: name at least one cell to change"))
-    _raise_problems("The edit is invalid; nothing was saved.", problems)
-    return parsed
+        else:
+            seen.add(key)
+            parsed.append((key, dict(edit["values"])))
+    return parsed, problems
 
 
 @transaction.atomic
 def policy_draft_update_cells(
-    *, actor: Actor, fleet: Fleet, revision: int, edits: list[dict[str, Any]]
+    *,
+    actor: Actor,
+    fleet: Fleet,
+    revision: int,
+    edits: Sequence[Mapping[str, Any]],
+    refused: Sequence[Problem] = (),
 ) -> PolicyVersion:
     """Change fields of one or several cells at once; all or nothing.
 
-    `edits` is a list of `{"task_type", "latency_budget", "privacy_tier", "values": {path: value}}`.
+    `edits` is a list of `{"task_type", "latency_budget", "privacy_tier", "values": {path: value}}`
+    (the API's come checked by schemas.DraftCellsEditSerializer). Each edited cell is checked
+    whole, as it would be stored (its fields and the rules between them); `refused` are the
+    problems the caller's input check found in other cells' values, refused with these.
     """
     draft = _lock_draft(fleet=fleet, revision=revision)
-    parsed = _parse_edits(draft, edits)
+    parsed, problems = _parse_edits(draft, edits)
+    if problems:
+        _raise_problems("The edit is invalid; nothing was saved.", [*refused, *problems])
+    problems = list(refused)
     cells = {
         cell.key: cell for cell in PolicyCell.objects.select_for_update().filter(version=draft)
     }
-    problems: list[Problem] = []
     updates: list[tuple[PolicyCell, dict[str, Any], dict[str, Any]]] = []
     for key, changes in parsed:
         cell = cells[key]
@@ -460,15 +452,21 @@ def policy_draft_remove_dimension_value(
 
 @transaction.atomic
 def policy_draft_import(
-    *, actor: Actor, fleet: Fleet, document: Any, revision: int | None = None
+    *, actor: Actor, fleet: Fleet, document: Mapping[str, Any], revision: int | None = None
 ) -> PolicyVersion:
     """Replace the draft's table with an imported policy document (export format).
 
-    Every problem is reported per cell and field, and nothing is saved unless all are fixed.
-    Without a draft, one is created (then `revision` is not needed).
+    `document` comes checked field by field (schemas.document_input); what the whole table
+    breaks is checked here, every problem named by cell and field, and nothing is saved unless
+    all are fixed. Without a draft, one is created (then `revision` is not needed).
     """
-    dimensions, table, problems = parse_document_table(document)
+    dimensions = {name: list(document["dimensions"][name]) for name in DIMENSIONS}
+    cells = [document_cell(cell) for cell in document["cells"]]
+    problems = table_problems(dimensions, cells)
     _raise_problems("The imported document is invalid; nothing was imported.", problems)
+    table: Table = {}
+    for key, values in cells:
+        table.setdefault(key, values)
     fleet = _lock_fleet(fleet)
     existing = PolicyVersion.objects.filter(fleet=fleet, published_at__isnull=True).exists()
     if existing:

@@ -452,8 +452,9 @@ def draft_import_page(request: HttpRequest, slug: str) -> HttpResponse:
         status = 413 if isinstance(exc, ImportTooLarge) else 400
         return render(request, "routing_policies/import.html", context, status=status)
     try:
+        checked = schemas.document_input(document, with_revision=False)
         draft = services.policy_draft_import(
-            actor=request.user, fleet=fleet, document=document, revision=revision
+            actor=request.user, fleet=fleet, document=checked, revision=revision
         )
     except ApplicationError as exc:
         if isinstance(exc, Conflict) and exc.code == "stale_revision":

@@ -838,6 +838,111 @@ def test_draft_cells_api__invalid_cells__400_names_each_cell_and_field(
     assert version_table(version=draft) == demo_table()
 
 
+@pytest.mark.parametrize(
+    ("values", "field", "words"),
+    [
+        pytest.param({"threshold": "0.5"}, "threshold", "must be a number; got '0.5'", id="string"),
+        pytest.param({"threshold": True}, "threshold", "must be a number; got True", id="bool"),
+        pytest.param({"threshold": None}, "threshold", "must be a number; got None", id="null"),
+        pytest.param({"threshold": 1.5}, "threshold", "must be in [0, 1]; got 1.5", id="range"),
+        pytest.param({"cache_ttl_s": 1.5}, "cache_ttl_s", "whole number", id="fraction"),
+        pytest.param({"mode": "turbo"}, "mode", "device_only, cloud_only", id="choice"),
+        pytest.param(
+            {"upload": {"allowed": "yes"}}, "upload.allowed", "true or false", id="not-bool"
+        ),
+        pytest.param({"treshold": 0.5}, "treshold", "is not a field of a policy cell", id="typo"),
+        pytest.param({"weights.size": 0.5}, "weights.size", "is not a field", id="flat-typo"),
+    ],
+)
+def test_draft_cells_api__bad_value__400_names_cell_and_field_in_the_cells_words(
+    client_as: Callable[[Any], APIClient],
+    editor: Any,
+    draft: PolicyVersion,
+    values: dict[str, Any],
+    field: str,
+    words: str,
+) -> None:
+    # Given a draft
+    # When a cell edit sends a value the cell cannot hold (as the document nests it, or flat)
+    response = client_as(editor).patch(
+        f"{FLEET}/draft/cells/",
+        {"revision": 1, "cells": [_cell_edit(**values)]},
+        format="json",
+    )
+
+    # Then 400 names the cell and the field with the words of the cell's own check (never
+    # coerced, never clamped), and nothing is saved
+    error = assert_error(response, 400, "validation_failed")
+    assert _where(error) == {("voice/interactive/normal", field)}
+    assert words in error["details"][0]["message"]
+    assert version_table(version=draft) == demo_table()
+
+
+def test_draft_cells_api__flat_paths__saved(
+    client_as: Callable[[Any], APIClient], editor: Any, draft: PolicyVersion
+) -> None:
+    # Given a draft
+    # When weights are sent as flat document paths
+    response = client_as(editor).patch(
+        f"{FLEET}/draft/cells/",
+        {
+            "revision": 1,
+            "cells": [
+                _cell_edit(**{"weights.length": 0.5, "weights.intent": 0.25, "weights.lm": 0.25})
+            ],
+        },
+        format="json",
+    )
+
+    # Then they are saved as if sent nested
+    assert response.status_code == 200, response.content
+    cell = version_table(version=draft)[("voice", "interactive", "normal")]
+    assert [cell[p] for p in ("weights.length", "weights.intent", "weights.lm")] == [
+        0.5,
+        0.25,
+        0.25,
+    ]
+
+
+def test_draft_cells_api__unknown_key_in_a_cell_edit__400_names_it_nothing_saved(
+    client_as: Callable[[Any], APIClient], editor: Any, draft: PolicyVersion
+) -> None:
+    # Given a draft, whose schema closes a cell edit (DraftCellEdit: additionalProperties false)
+    # When a cell edit carries a key the schema does not declare
+    response = client_as(editor).patch(
+        f"{FLEET}/draft/cells/",
+        {"revision": 1, "cells": [{**_cell_edit(threshold=0.7), "note": "why"}]},
+        format="json",
+    )
+
+    # Then 400 names it, and nothing is saved (a typo is never silently ignored)
+    error = assert_error(response, 400, "validation_failed")
+    assert _where(error) == {("voice/interactive/normal", "note")}
+    assert version_table(version=draft) == demo_table()
+
+
+def test_draft_import_api__bad_value_and_broken_rule__400_names_both(
+    client_as: Callable[[Any], APIClient], editor: Any, draft: PolicyVersion
+) -> None:
+    # Given a document with a string θ in one cell and weights off 1 in another
+    document = _demo_document(revision=1)
+    document["cells"][0]["threshold"] = "0.5"
+    document["cells"][4]["weights"]["lm"] = 0.9
+
+    # When it is imported
+    response = client_as(editor).put(f"{FLEET}/draft/document", document, format="json")
+
+    # Then one 400 names both cells and fields, and nothing is imported
+    error = assert_error(response, 400, "validation_failed")
+    labels = [
+        "/".join(document["cells"][i][k] for k in ("task_type", "latency_budget", "privacy_tier"))
+        for i in (0, 4)
+    ]
+    assert _where(error) == {(labels[0], "threshold"), (labels[1], "weights")}
+    draft.refresh_from_db()
+    assert draft.revision == 1
+
+
 @pytest.mark.parametrize("bad", ["Code", "code\n", "1st", "co de"])
 def test_draft_dimensions_api__not_a_slug__400_names_value_nothing_added(
     client_as: Callable[[Any], APIClient], editor: Any, draft: PolicyVersion, bad: str

@@ -1,7 +1,9 @@
 """The OpenAPI schema of the draft's write bodies says what the server does (issue 22): `cells`
 needs one item at least, a cell edit one field at least, and an imported document's
 `dimensions` takes no other key. Each test reads the generated schema at /api/schema/ and sends
-the body it refuses: the server refuses it too, naming the field, and stores nothing."""
+the body it refuses: the server refuses it too, naming the field, and stores nothing. (Since
+issue 23 the serializer the schema shows is the one that refuses: these tests keep the
+refusals a client sees, not two copies in step.)"""
 
 from collections.abc import Callable
 from typing import Any

@@ -7,18 +7,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from controlplane.exceptions import ValidationFailed
 from routing_policies.cell_schema import (
     CELL_FIELDS,
     DEFAULT_CELL_VALUES,
     SEED_DIMENSIONS,
     WEIGHT_PATHS,
     CellKey,
+    document_cell,
 )
 from routing_policies.demo import demo_table
 from routing_policies.documents import build_document, ordered_keys
+from routing_policies.policies.schemas import document_input
 from routing_policies.validation import (
     Problem,
-    parse_document_table,
+    table_problems,
     validate_cell,
     validate_coverage,
     validate_dimensions,
@@ -411,32 +414,35 @@ def test_validate_coverage__value_not_in_dimensions__refused_naming_cell_and_dim
     assert "'code' is not a value of task_type" in problems[0].message
 
 
-def test_parse_document_table__demo_document__gives_its_table() -> None:
+def test_document_input__demo_document__gives_its_table() -> None:
     # Given the demo's policy document
     document = _demo_document()
 
-    # When it is parsed as an import
-    dimensions, table, problems = parse_document_table(document)
+    # When it is read as an import (its fields by the import's serializer, the whole table by
+    # the checks the import service asks)
+    checked = document_input(document, with_revision=False)
+    cells = [document_cell(cell) for cell in checked["cells"]]
 
     # Then it reads back exactly as the demo's 12-cell table
-    assert problems == []
-    assert dimensions == SEED_DIMENSIONS
-    assert table == demo_table()
+    assert table_problems(checked["dimensions"], cells) == []
+    assert checked["dimensions"] == SEED_DIMENSIONS
+    assert dict(cells) == demo_table()
 
 
-def test_parse_document_table__several_bad_cells__each_cell_and_field_named() -> None:
+def test_document_input__several_bad_cells__each_cell_and_field_named() -> None:
     # Given a document with a NaN threshold in one cell, weights off in another, and a duplicate
     document = _demo_document()
     document["cells"][0]["threshold"] = math.nan
     document["cells"][5]["weights"]["lm"] = 0.9
     document["cells"].append(dict(document["cells"][2]))
 
-    # When it is parsed
-    _, _, problems = parse_document_table(document)
+    # When it is read
+    with pytest.raises(ValidationFailed) as refused:
+        document_input(document, with_revision=False)
 
     # Then every problem names its cell and field
     labels = ["/".join(ordered_keys(SEED_DIMENSIONS)[i]) for i in (0, 5, 2)]
-    assert _where(problems) == {
+    assert {(d.get("cell"), d["field"]) for d in refused.value.details} == {
         (labels[0], "threshold"),
         (labels[1], "weights"),
         (labels[2], "cell"),
@@ -448,11 +454,9 @@ def test_parse_document_table__several_bad_cells__each_cell_and_field_named() ->
     [[], "policy", None, {"dimensions": SEED_DIMENSIONS, "cells": []}],
     ids=["list", "string", "null", "no-cells"],
 )
-def test_parse_document_table__not_a_document__refused(document: Any) -> None:
+def test_document_input__not_a_document__refused(document: Any) -> None:
     # Given something that is not a policy document
-    # When it is parsed
-    dimensions, table, problems = parse_document_table(document)
-
-    # Then it is refused and yields no table
-    assert problems
-    assert (dimensions, table) == ({}, {})
+    # When it is read / Then it is refused, naming what is wrong, and yields no table
+    with pytest.raises(ValidationFailed) as refused:
+        document_input(document, with_revision=False)
+    assert refused.value.details
