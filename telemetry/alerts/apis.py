@@ -129,10 +129,7 @@ class AlertRuleDetailApi(APIView):
             require_object(request.data),
             message=services.RULE_INVALID,
         )
-        revision = data.pop("revision")
-        rule = services.alert_rule_update(
-            actor=request.user, fleet=fleet, rule_id=rule_id, revision=revision, changes=data
-        )
+        rule = services.alert_rule_update(actor=request.user, fleet=fleet, rule_id=rule_id, **data)
         return Response(selectors.rule_out(rule))
 
     @extend_schema(responses={204: None}, operation_id="alert_rule_delete")

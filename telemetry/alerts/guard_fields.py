@@ -278,11 +278,12 @@ class GuardsField(serializers.JSONField):
             raise serializers.ValidationError(
                 f'a list of 1 to {MAX_GUARDS} guards, "default", "statistical" or "quality"'
             )
-        problems = {index: _guard_problems(guard) for index, guard in enumerate(data)}
-        if any(problems.values()):
-            raise serializers.ValidationError(
-                {index: found for index, found in problems.items() if found}
-            )
+        # Keyed by index, as a list field's item errors are: `guards[0].metric`.
+        problems: dict[Any, Any] = {
+            index: found for index, guard in enumerate(data) if (found := _guard_problems(guard))
+        }
+        if problems:
+            raise serializers.ValidationError(problems)
         return [_guard_input(guard) for guard in data]
 
 
