@@ -66,16 +66,29 @@ def _results_of(
     return _declared(ref_name, {"results": item(many=True)})
 
 
-# What a judgement read, a rule's last one or an event's (`selectors.reading_out`). A comment,
-# not a docstring: drf-spectacular would show a docstring as each answer's description.
-class _ReadingSerializer(serializers.Serializer[Any]):
-    value = serializers.FloatField(allow_null=True)
-    previous_value = serializers.FloatField(allow_null=True)
-    samples = serializers.IntegerField(allow_null=True)
-    message = serializers.CharField(allow_blank=True)
+def _reading(prefix: str) -> type[serializers.Serializer[Any]]:
+    """What a judgement read, shown from the row's `<prefix>value`, `<prefix>previous`,
+    `<prefix>samples` and `<prefix>message` (a rule's last reading, or an event's): the base of
+    its answer. (The class made has no docstring: drf-spectacular would show one as each
+    answer's description.)"""
+
+    def read(field_name: str, attribute: str) -> str | None:
+        """The field's `source`: none where the attribute has the field's name."""
+        attribute = f"{prefix}{attribute}"
+        return None if attribute == field_name else attribute
+
+    fields = {
+        "value": serializers.FloatField(allow_null=True, source=read("value", "value")),
+        "previous_value": serializers.FloatField(
+            allow_null=True, source=read("previous_value", "previous")
+        ),
+        "samples": serializers.IntegerField(allow_null=True, source=read("samples", "samples")),
+        "message": serializers.CharField(allow_blank=True, source=read("message", "message")),
+    }
+    return type(f"Reading{prefix}", (serializers.Serializer,), {**fields, "__doc__": None})
 
 
-class AlertRuleSerializer(_ReadingSerializer):
+class AlertRuleSerializer(_reading("last_")):  # type: ignore[misc]
     id = serializers.IntegerField()
     name = serializers.CharField()
     metric = serializers.ChoiceField(choices=Metric.values)
@@ -91,7 +104,7 @@ class AlertRuleSerializer(_ReadingSerializer):
     revision = serializers.IntegerField()
     state = serializers.ChoiceField(choices=AlertState.values)
     state_since = serializers.DateTimeField()
-    evaluated_at = serializers.DateTimeField(allow_null=True)
+    evaluated_at = serializers.DateTimeField(allow_null=True, source="last_evaluated_at")
 
     class Meta:
         ref_name = "AlertRule"
@@ -171,11 +184,11 @@ AlertRuleUpdateSerializer = closed_body(
 )
 
 
-class AlertEventSerializer(_ReadingSerializer):
+class AlertEventSerializer(_reading("")):  # type: ignore[misc]
     id = serializers.IntegerField()
     kind = serializers.CharField()
     rule_id = serializers.IntegerField(allow_null=True)
-    rule = serializers.CharField(allow_blank=True)
+    rule = serializers.CharField(allow_blank=True, source="rule_name")
     rollout_id = serializers.IntegerField(allow_null=True)
     state_before = serializers.CharField(allow_blank=True)
     state_after = serializers.CharField(allow_blank=True)
