@@ -26,6 +26,17 @@ from .ingest.models import CellKeyed, Cohort, Event, EventKey, LandedBatch
 from .model_fields import bulk_fleet_fk
 
 
+def rollup_indexes(time_field: str, short_name: str) -> list[models.Index]:
+    """A rollup level's indexes: its reads, by fleet and time; the partial rows compaction
+    merges (`tel_<short_name>_fleet_time`, `tel_<short_name>_partial`)."""
+    return [
+        models.Index(fields=["fleet", time_field], name=f"tel_{short_name}_fleet_time"),
+        models.Index(
+            fields=[time_field], condition=Q(compacted=False), name=f"tel_{short_name}_partial"
+        ),
+    ]
+
+
 class RollupMetrics(models.Model):
     """The figures every rollup row carries; all of them merge by addition."""
 
@@ -81,12 +92,7 @@ class MinuteRollup(CellRollup):
     label = "minute rollup"
 
     class Meta:
-        indexes = [
-            models.Index(fields=["fleet", "minute"], name="tel_minute_fleet_time"),
-            models.Index(
-                fields=["minute"], condition=Q(compacted=False), name="tel_minute_partial"
-            ),
-        ]
+        indexes = rollup_indexes("minute", "minute")
 
 
 class HourRollup(CellRollup):
@@ -96,10 +102,7 @@ class HourRollup(CellRollup):
     label = "hour rollup"
 
     class Meta:
-        indexes = [
-            models.Index(fields=["fleet", "hour"], name="tel_hour_fleet_time"),
-            models.Index(fields=["hour"], condition=Q(compacted=False), name="tel_hour_partial"),
-        ]
+        indexes = rollup_indexes("hour", "hour")
 
 
 class FleetHourRollup(RollupMetrics):
@@ -118,12 +121,7 @@ class FleetHourRollup(RollupMetrics):
     label = "fleet hour rollup"
 
     class Meta:
-        indexes = [
-            models.Index(fields=["fleet", "hour"], name="tel_fleethour_fleet_time"),
-            models.Index(
-                fields=["hour"], condition=Q(compacted=False), name="tel_fleethour_partial"
-            ),
-        ]
+        indexes = rollup_indexes("hour", "fleethour")
 
 
 class RouteCounter(models.Model):

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 import msgspec
+import msgspec.inspect
 
 from controlplane import json_guard
 from controlplane.exceptions import ValidationFailed
+
+Batch = TypeVar("Batch")
+ItemProblems = Callable[[int, Any], list[dict[str, Any]]]
 
 REQUIRED: Final = "This field is required."
 _MISSING: Final = object()
@@ -88,6 +92,66 @@ def unnamed_problem(
     except msgspec.MsgspecError as exc:
         return json_guard.JsonProblem("", str(exc))
     return None
+
+
+class BatchBody(Generic[Batch]):
+    """A device's batch body as its struct declares it: one field, `{key: [item, …]}`, of 1 to
+    `most` items (the list's `msgspec.Meta`). How a refusal says so: `refuse(details)` (400),
+    `too_large(message)` (413), `guard_detail` a json_guard problem as one of the details."""
+
+    def __init__(
+        self,
+        struct_type: type[Batch],
+        *,
+        too_large: type[Exception],
+        refuse: Callable[[list[dict[str, Any]]], ValidationFailed],
+        guard_detail: Callable[[json_guard.JsonProblem], dict[str, Any]],
+    ) -> None:
+        info = msgspec.inspect.type_info(struct_type)
+        fields = info.fields if isinstance(info, msgspec.inspect.StructType) else ()
+        items = fields[0] if len(fields) == 1 else None
+        if (
+            items is None
+            or not isinstance(items.type, msgspec.inspect.ListType)
+            or items.type.max_length is None
+        ):
+            raise TypeError(f"{struct_type!r} is not one list field with a max_length")
+        self.key: Final = items.encode_name
+        self.most: Final = items.type.max_length
+        self.decoder: Final = msgspec.json.Decoder(struct_type)
+        self.too_large: Final = too_large
+        self.refuse: Final = refuse
+        self.guard_detail: Final = guard_detail
+
+    def decode(self, body: bytes, item_problems: ItemProblems) -> Batch:
+        """The body, decoded in C; refused naming every bad item and field: `item_problems(index,
+        item)` names an item's (an item as the standard library reads it) when msgspec refuses."""
+        try:
+            # Before any parser: depth (a recursive parser would overflow the stack), NUL and
+            # lone surrogates (never storable); both name the item and field.
+            json_guard.check_raw(body)
+        except json_guard.JsonRefused as refused:
+            raise self.refuse([self.guard_detail(refused.problem)]) from None
+        try:
+            return self.decoder.decode(body)
+        except msgspec.MsgspecError:
+            raise self._complete_check(body, item_problems) from None
+
+    def _complete_check(self, body: bytes, item_problems: ItemProblems) -> Exception:
+        """Check the whole body by the struct and name every problem (the fast pass stopped at
+        one)."""
+        try:
+            document, items = batch_items(
+                body, self.key, most=self.most, too_large=self.too_large, refuse=self.refuse
+            )
+        except (ValidationFailed, self.too_large) as exc:
+            return exc
+        details = [
+            detail for index, raw in enumerate(items) for detail in item_problems(index, raw)
+        ]
+        if not details and (unnamed := unnamed_problem(document, body, self.decoder)) is not None:
+            details.append(self.guard_detail(unnamed))
+        return self.refuse(details)
 
 
 def request_body(struct_type: type[msgspec.Struct]) -> dict[str, Any]:

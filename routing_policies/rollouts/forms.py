@@ -1,33 +1,23 @@
 """The guard fields of the rollout page's start form (docs/alerts.md): the guard extension's
-input, read only when "guard this rollout" is ticked. (The version and the holdback go through
-the API's own input serializer: `schemas.RolloutStartBaseSerializer`.)"""
+input, read only when "guard this rollout" is ticked, through the extension's own input
+serializer (the one its API runs and the schema shows). The version and the holdback go through
+the API's own input serializer: `schemas.RolloutStartBaseSerializer`."""
 
 from typing import Any
 
 from django.http import QueryDict
 
-from controlplane.pages import PageForm, WholeNumberField
+from controlplane.pages import form_input
 
-
-class GuardOptionsForm(PageForm):
-    """The start form's guard fields (docs/alerts.md), read only when guarded."""
-
-    bake_minutes = WholeNumberField(label="The bake time")
-    guard_window_minutes = WholeNumberField(label="The guard window")
-    guard_min_samples = WholeNumberField(label="The minimum events")
+from ..extensions import rollout_guards
 
 
 def guard_options(data: QueryDict) -> dict[str, Any]:
-    """The guard options of a start form: none unless "guard this rollout" is ticked."""
+    """The guard options of a start form: none unless "guard this rollout" is ticked (without
+    a guard extension, the preset asked for, which the start refuses)."""
     if data.get("guarded") != "on":
         return {}
-    values = GuardOptionsForm(data).values()
-    return {
-        # "default" (fixed limits), "statistical" or "quality"; the guard service refuses
-        # anything else.
-        "guards": data.get("guard_preset") or "default",
-        "bake_minutes": values["bake_minutes"],
-        "auto_advance": data.get("auto_advance") == "on",
-        "window_minutes": values["guard_window_minutes"],
-        "min_samples": values["guard_min_samples"],
-    }
+    guards = rollout_guards()
+    if guards is None:
+        return {"guards": data.get("guards") or "default"}
+    return form_input(guards.start_fields, data)

@@ -42,9 +42,12 @@ def _write_permission(
     return [read()] if request.method in ("GET", "HEAD", "OPTIONS") else [write()]
 
 
-def _results(out: Callable[[Any], dict[str, Any]], rows: Iterable[Any]) -> Response:
-    """A list answer: `{"results": [...]}`, each row as `out` shows it."""
-    return Response({"results": [out(row) for row in rows]})
+def _shown(
+    answer: type[serializers.Serializer[Any]], shown: Any, *, status_code: int = status.HTTP_200_OK
+) -> Response:
+    """`shown` (a row, or `{"results": rows}`) as the output serializer the schema documents
+    for the answer shows it."""
+    return Response(answer(shown).data, status=status_code)
 
 
 def _created(
@@ -53,7 +56,7 @@ def _created(
     serializer: type[serializers.Serializer[Any]],
     *,
     create: Callable[..., Any],
-    out: Callable[[Any], dict[str, Any]],
+    out: type[serializers.Serializer[Any]],
     message: str,
 ) -> Response:
     """Add one to the fleet: the body as `serializer` takes it, `create` (a service) makes it;
@@ -61,7 +64,7 @@ def _created(
     fleet = _fleet(slug)
     data = input_validate(serializer, require_object(request.data), message=message)
     made = create(actor=request.user, fleet=fleet, **data)
-    return Response(out(made), status=status.HTTP_201_CREATED)
+    return _shown(out, made, status_code=status.HTTP_201_CREATED)
 
 
 def _limit_query(ref_name: str, *, maximum: int, default: int) -> type[serializers.Serializer[Any]]:
@@ -83,7 +86,8 @@ class AlertRuleListApi(APIView):
 
     @extend_schema(responses=schemas.AlertRuleListSerializer, operation_id="alert_rule_list")
     def get(self, request: Request, slug: str) -> Response:
-        return _results(selectors.rule_out, selectors.rule_list(fleet_id=_fleet(slug).pk))
+        rules = selectors.rule_list(fleet_id=_fleet(slug).pk)
+        return _shown(schemas.AlertRuleListSerializer, {"results": rules})
 
     @extend_schema(
         request=schemas.AlertRuleCreateSerializer,
@@ -98,7 +102,7 @@ class AlertRuleListApi(APIView):
             slug,
             schemas.AlertRuleCreateSerializer,
             create=services.alert_rule_create,
-            out=selectors.rule_out,
+            out=schemas.AlertRuleSerializer,
             message=services.RULE_INVALID,
         )
 
@@ -115,7 +119,7 @@ class AlertRuleDetailApi(APIView):
         rule = AlertRule.objects.filter(fleet=fleet, pk=rule_id).first()
         if rule is None:
             raise NotFound(f"Fleet {slug!r} has no alert rule {rule_id}.")
-        return Response(selectors.rule_out(rule))
+        return _shown(schemas.AlertRuleSerializer, rule)
 
     @extend_schema(
         request=schemas.AlertRuleUpdateSerializer,
@@ -129,11 +133,8 @@ class AlertRuleDetailApi(APIView):
             require_object(request.data),
             message=services.RULE_INVALID,
         )
-        revision = data.pop("revision")
-        rule = services.alert_rule_update(
-            actor=request.user, fleet=fleet, rule_id=rule_id, revision=revision, changes=data
-        )
-        return Response(selectors.rule_out(rule))
+        rule = services.alert_rule_update(actor=request.user, fleet=fleet, rule_id=rule_id, **data)
+        return _shown(schemas.AlertRuleSerializer, rule)
 
     @extend_schema(responses={204: None}, operation_id="alert_rule_delete")
     def delete(self, request: Request, slug: str, rule_id: int) -> Response:
@@ -148,7 +149,6 @@ def _fleet_log_api(
     responses: type[serializers.Serializer[Any]],
     operation_id: str,
     read: Callable[..., Iterable[Any]],
-    out: Callable[[Any], dict[str, Any]],
 ) -> type[APIView]:
     """A viewer's read of a fleet's log, newest first, as many rows as the query's `limit`."""
 
@@ -158,7 +158,8 @@ def _fleet_log_api(
         @extend_schema(parameters=[query], responses=responses, operation_id=operation_id)
         def get(self, request: Request, slug: str) -> Response:
             limit = query_params_validate(query, request)["limit"]
-            return _results(out, read(fleet_id=_fleet(slug).pk, limit=limit))
+            rows = read(fleet_id=_fleet(slug).pk, limit=limit)
+            return _shown(responses, {"results": rows})
 
     FleetLogApi.__doc__ = doc
     return FleetLogApi
@@ -170,7 +171,6 @@ AlertHistoryApi = _fleet_log_api(
     responses=schemas.AlertEventListSerializer,
     operation_id="alert_history",
     read=selectors.alert_history,
-    out=selectors.event_out,
 )
 
 
@@ -193,7 +193,8 @@ class AlertWebhookListApi(APIView):
 
     @extend_schema(responses=schemas.AlertWebhookListSerializer, operation_id="alert_webhook_list")
     def get(self, request: Request, slug: str) -> Response:
-        return _results(selectors.webhook_out, selectors.webhook_list(fleet_id=_fleet(slug).pk))
+        webhooks = selectors.webhook_list(fleet_id=_fleet(slug).pk)
+        return _shown(schemas.AlertWebhookListSerializer, {"results": webhooks})
 
     @extend_schema(
         request=schemas.AlertWebhookCreateSerializer,
@@ -206,7 +207,7 @@ class AlertWebhookListApi(APIView):
             slug,
             schemas.AlertWebhookCreateSerializer,
             create=services.alert_webhook_create,
-            out=selectors.webhook_out,
+            out=schemas.AlertWebhookSerializer,
             message=services.WEBHOOK_INVALID,
         )
 
@@ -228,7 +229,6 @@ WebhookDeliveryListApi = _fleet_log_api(
     responses=schemas.WebhookDeliveryListSerializer,
     operation_id="alert_webhook_deliveries",
     read=selectors.delivery_list,
-    out=selectors.delivery_out,
 )
 
 

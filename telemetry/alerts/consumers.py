@@ -17,11 +17,11 @@ import json
 from typing import Any, Final
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 
 from controlplane.roles import Role, user_role
 
-from ..close_codes import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
+from ..browser_feed import BrowserFeedConsumer
+from ..close_codes import CLOSE_FORBIDDEN
 from .notify import ALERTS_GROUP
 from .selectors import firing_alerts
 from .tasks import embedded_beat_start
@@ -29,22 +29,15 @@ from .tasks import embedded_beat_start
 MAX_MESSAGE_BYTES: Final = 1024
 
 
-class AlertFeedConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
+class AlertFeedConsumer(BrowserFeedConsumer):
     """Forwards alert changes from the channel-layer group to one page."""
 
     joined = False
 
-    async def connect(self) -> None:
-        # Accepted first, then closed with a code, so the page can tell why it cannot follow.
-        await self.accept()
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
-        role = await database_sync_to_async(user_role)(user)
-        if role < Role.VIEWER:
-            await self.close(code=CLOSE_FORBIDDEN)
-            return
+    def admit(self, user: Any) -> int | None:
+        return CLOSE_FORBIDDEN if user_role(user) < Role.VIEWER else None
+
+    async def admitted(self) -> None:
         embedded_beat_start()  # embedded mode only: its stand-in for Celery beat
         await self.channel_layer.group_add(ALERTS_GROUP, self.channel_name)
         self.joined = True

@@ -17,7 +17,7 @@ from typing import Any, Final, Literal
 from ..rollups import Figures, MetricField, figures_at
 from ..rollups import RollupRow as RollupRow  # the rows these functions judge, for callers
 from ..rollups import ratio as share_of
-from .models import Condition, GuardComparison, Metric, Scope
+from .models import AlertRule, Condition, GuardComparison, Metric, Scope
 
 Outcome = Literal["breach", "ok", "no_data"]
 # (policy version, task type, latency budget, privacy tier)
@@ -266,19 +266,18 @@ def _too_few_to_compare(mine: Reading, other: Reading, what: str, min_samples: i
 
 
 def judge_rule(
+    rule: AlertRule,
     *,
-    metric: str,
-    condition: str,
-    threshold: float,
-    min_samples: int,
     current: ScopeFigures,
     previous: ScopeFigures | None,
     budgets: Budgets,
     reported_before: bool = True,
-    hysteresis: float = 0.0,
 ) -> Judgement:
-    """Breach, ok or no_data for one rule over its current (and previous) window; an ok
-    inside the hysteresis band is `held`."""
+    """Breach, ok or no_data for one rule (its metric, condition, threshold, sample count and
+    hysteresis) over its current (and previous) window; an ok inside the hysteresis band is
+    `held`."""
+    metric, condition, threshold = rule.metric, rule.condition, rule.threshold
+    min_samples, hysteresis = rule.min_samples, rule.hysteresis
     now_reading = reading(metric, current, budgets, min_samples)
     label = Metric(metric).label
     if metric == Metric.EVENTS:

@@ -12,7 +12,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 from django.core.validators import URLValidator
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.api import (
@@ -24,17 +23,14 @@ from controlplane.api import (
 )
 from controlplane.openapi import closed_body
 from controlplane.validators import TidyTextValidator, text_problem
-from routing_policies.models import Rollout
 
-from .judging import GUARD_METRICS, RATE_METRICS
+from .guard_fields import BakeMinutesField, GuardsField
+from .judging import GUARD_METRICS
 from .limits import (
-    DEFAULT_BAKE_MINUTES,
     MAX_BAKE_MINUTES,
-    MAX_CONFIDENCE,
     MAX_EXPOSURE,
     MAX_EXTENSIONS,
     MAX_FOR_SECONDS,
-    MAX_GUARDS,
     MAX_HYSTERESIS,
     MAX_MIN_SAMPLES,
     MAX_RULE_NAME_LENGTH,
@@ -42,7 +38,6 @@ from .limits import (
     MAX_THRESHOLD,
     MAX_WEBHOOK_URL_LENGTH,
     MAX_WINDOW_MINUTES,
-    MIN_CONFIDENCE,
     MIN_WINDOW_MINUTES,
 )
 from .models import (
@@ -56,8 +51,6 @@ from .models import (
     WebhookDelivery,
     WebhookFormat,
 )
-from .presets import PRESETS
-from .sequential import QUANTILE_METRICS, SEQUENTIAL_METRICS
 
 
 def _declared(ref_name: str, fields: dict[str, Any]) -> type[serializers.Serializer[Any]]:
@@ -73,16 +66,29 @@ def _results_of(
     return _declared(ref_name, {"results": item(many=True)})
 
 
-# What a judgement read, a rule's last one or an event's (`selectors.reading_out`). A comment,
-# not a docstring: drf-spectacular would show a docstring as each answer's description.
-class _ReadingSerializer(serializers.Serializer[Any]):
-    value = serializers.FloatField(allow_null=True)
-    previous_value = serializers.FloatField(allow_null=True)
-    samples = serializers.IntegerField(allow_null=True)
-    message = serializers.CharField(allow_blank=True)
+def _reading(prefix: str) -> type[serializers.Serializer[Any]]:
+    """What a judgement read, shown from the row's `<prefix>value`, `<prefix>previous`,
+    `<prefix>samples` and `<prefix>message` (a rule's last reading, or an event's): the base of
+    its answer. (The class made has no docstring: drf-spectacular would show one as each
+    answer's description.)"""
+
+    def read(field_name: str, attribute: str) -> str | None:
+        """The field's `source`: none where the attribute has the field's name."""
+        attribute = f"{prefix}{attribute}"
+        return None if attribute == field_name else attribute
+
+    fields = {
+        "value": serializers.FloatField(allow_null=True, source=read("value", "value")),
+        "previous_value": serializers.FloatField(
+            allow_null=True, source=read("previous_value", "previous")
+        ),
+        "samples": serializers.IntegerField(allow_null=True, source=read("samples", "samples")),
+        "message": serializers.CharField(allow_blank=True, source=read("message", "message")),
+    }
+    return type(f"Reading{prefix}", (serializers.Serializer,), {**fields, "__doc__": None})
 
 
-class AlertRuleSerializer(_ReadingSerializer):
+class AlertRuleSerializer(_reading("last_")):  # type: ignore[misc]
     id = serializers.IntegerField()
     name = serializers.CharField()
     metric = serializers.ChoiceField(choices=Metric.values)
@@ -98,7 +104,7 @@ class AlertRuleSerializer(_ReadingSerializer):
     revision = serializers.IntegerField()
     state = serializers.ChoiceField(choices=AlertState.values)
     state_since = serializers.DateTimeField()
-    evaluated_at = serializers.DateTimeField(allow_null=True)
+    evaluated_at = serializers.DateTimeField(allow_null=True, source="last_evaluated_at")
 
     class Meta:
         ref_name = "AlertRule"
@@ -178,11 +184,11 @@ AlertRuleUpdateSerializer = closed_body(
 )
 
 
-class AlertEventSerializer(_ReadingSerializer):
+class AlertEventSerializer(_reading("")):  # type: ignore[misc]
     id = serializers.IntegerField()
     kind = serializers.CharField()
     rule_id = serializers.IntegerField(allow_null=True)
-    rule = serializers.CharField(allow_blank=True)
+    rule = serializers.CharField(allow_blank=True, source="rule_name")
     rollout_id = serializers.IntegerField(allow_null=True)
     state_before = serializers.CharField(allow_blank=True)
     state_after = serializers.CharField(allow_blank=True)
@@ -396,110 +402,16 @@ class RolloutGuardsSerializer(serializers.Serializer[Any]):
         ref_name = "RolloutGuards"
 
 
-_MINUTES = {"type": "integer", "minimum": 0, "maximum": MAX_BAKE_MINUTES}
-
-
-def _guard_schema(
-    metrics: frozenset[str], comparisons: list[str], threshold: dict[str, Any]
-) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            "metric": {"type": "string", "enum": sorted(metrics)},
-            "comparison": {"type": "string", "enum": comparisons},
-            "threshold": {"type": "number", **threshold},
-            "min_samples": {"type": "integer", "minimum": 0, "maximum": MAX_MIN_SAMPLES},
-            "kind": {"type": "string", "enum": [GuardKind.FIXED]},
-        },
-        "required": ["metric", "comparison", "threshold"],
-    }
-
-
-def _sequential_schema(metrics: frozenset[str], maximum: float) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            "kind": {"type": "string", "enum": [GuardKind.SEQUENTIAL]},
-            "metric": {"type": "string", "enum": sorted(metrics)},
-            "tolerance": {"type": "number", "minimum": 0, "maximum": maximum},
-            "confidence": {"type": "number", "minimum": MIN_CONFIDENCE, "maximum": MAX_CONFIDENCE},
-            "per_cell": {"type": "boolean"},
-            "min_samples": {"type": "integer", "minimum": 0, "maximum": MAX_MIN_SAMPLES},
-        },
-        "required": ["kind", "metric", "tolerance"],
-        "additionalProperties": False,
-    }
-
-
-# What services.guards.input.guards_clean accepts, as a schema: a share's threshold is a fraction.
-GUARDS_SCHEMA: dict[str, Any] = {
-    "oneOf": [
-        {"type": "string", "enum": sorted(PRESETS)},
-        {
-            "type": "array",
-            "minItems": 1,
-            "maxItems": MAX_GUARDS,
-            "items": {
-                "oneOf": [
-                    # A share is 0 to 1; a difference of two shares may be negative.
-                    _guard_schema(
-                        RATE_METRICS, [GuardComparison.ABOVE.value], {"minimum": 0, "maximum": 1}
-                    ),
-                    _guard_schema(
-                        RATE_METRICS,
-                        [GuardComparison.ABOVE_STABLE_BY.value],
-                        {"minimum": -1, "maximum": 1},
-                    ),
-                    _guard_schema(
-                        GUARD_METRICS - RATE_METRICS,
-                        list(GuardComparison.values),
-                        {"minimum": -1e9, "maximum": 1e9},
-                    ),
-                    _sequential_schema(SEQUENTIAL_METRICS - frozenset(QUANTILE_METRICS), 1),
-                    _sequential_schema(frozenset(QUANTILE_METRICS), 10),
-                ]
-            },
-        },
-    ],
-    "nullable": True,
-    "description": '"default" (or null), "statistical", "quality" (statistical and the '
-    f"draft-kept rate at most 3 pts below stable), or a list of 1 to {MAX_GUARDS} guards; "
-    "a fixed guard's share threshold is a fraction from 0 to 1 for `above` (0.02 is 2%) and "
-    "from -1 to 1 for `above_stable_by` (0.02 is 2 points above stable); a "
-    'sequential guard ("kind": "sequential") tolerates a regression: a fraction of a share '
-    "from 0 to 1, or of a latency quantile from 0 to 10 (0.2: 20% slower)",
-}
-# What services.guards.input.bake_clean accepts: minutes at every stage, or per stage (missing: 0).
-BAKE_MINUTES_SCHEMA: dict[str, Any] = {
-    "oneOf": [
-        _MINUTES,
-        {
-            "type": "object",
-            "properties": {str(stage): _MINUTES for stage in Rollout.STAGES},
-            "additionalProperties": False,
-        },
-    ],
-    "nullable": True,
-    "description": f"minutes from 0 to {MAX_BAKE_MINUTES} at every stage "
-    f"(null: {DEFAULT_BAKE_MINUTES}), "
-    'or per stage: {"5": 10, "25": 20, "100": 30} (a missing stage bakes 0)',
-}
-
-
-@extend_schema_field(GUARDS_SCHEMA)
-class GuardsField(serializers.JSONField):
-    """The guards of a rollout, as the schema declares them; `guards_clean` checks them."""
-
-
-@extend_schema_field(BAKE_MINUTES_SCHEMA)
-class BakeMinutesField(serializers.JSONField):
-    """The bake time of a rollout, as the schema declares it; `bake_clean` checks it."""
-
-
-def _bounded(maximum: int, help_text: str = "", *, minimum: int = 0) -> JsonIntegerField:
+def _bounded(
+    maximum: int, help_text: str = "", *, minimum: int = 0, label: str | None = None
+) -> JsonIntegerField:
     """An optional whole number of a guard set, from `minimum` to `maximum`."""
     return JsonIntegerField(
-        min_value=minimum, max_value=maximum, required=False, help_text=help_text or None
+        min_value=minimum,
+        max_value=maximum,
+        required=False,
+        help_text=help_text or None,
+        label=label,
     )
 
 
@@ -507,11 +419,13 @@ def _bounded(maximum: int, help_text: str = "", *, minimum: int = 0) -> JsonInte
 class RolloutGuardsInputSerializer(serializers.Serializer[Any]):
     """The guards of an open rollout (PUT), or of the rollout a start opens."""
 
-    guards = GuardsField(required=False, allow_null=True)
-    bake_minutes = BakeMinutesField(required=False, allow_null=True)
+    guards = GuardsField(required=False, allow_null=True, label="the guards")
+    bake_minutes = BakeMinutesField(required=False, allow_null=True, label="the bake time")
     auto_advance = JsonBooleanField(required=False)
-    window_minutes = _bounded(MAX_WINDOW_MINUTES, minimum=MIN_WINDOW_MINUTES)
-    min_samples = _bounded(MAX_MIN_SAMPLES)
+    window_minutes = _bounded(
+        MAX_WINDOW_MINUTES, minimum=MIN_WINDOW_MINUTES, label="the guard window"
+    )
+    min_samples = _bounded(MAX_MIN_SAMPLES, label="the minimum events")
     min_devices = _bounded(MAX_EXPOSURE, "candidate devices a stage needs before it may advance")
     min_events = _bounded(MAX_EXPOSURE, "candidate events a stage needs before it may advance")
     stage_limit_minutes = _bounded(

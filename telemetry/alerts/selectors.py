@@ -110,34 +110,9 @@ def fleets_to_evaluate() -> list[int]:
 # --- pages and API ------------------------------------------------------------------------------
 
 
-def reading_out(
-    *, value: float | None, previous: float | None, samples: int | None, message: str
-) -> dict[str, Any]:
-    """What a judgement read: its value, the previous window's, the samples, its sentence."""
-    return {"value": value, "previous_value": previous, "samples": samples, "message": message}
-
-
 def rule_snapshot(rule: AlertRule) -> dict[str, Any]:
     """The fields a person edits, as the audit log and webhook bodies show them."""
     return {name: getattr(rule, name) for name in RULE_FIELDS}
-
-
-def rule_out(rule: AlertRule) -> dict[str, Any]:
-    """A rule with its state, as the API and the page show it."""
-    return {
-        "id": rule.pk,
-        **rule_snapshot(rule),
-        "revision": rule.revision,
-        "state": rule.state,
-        "state_since": rule.state_since,
-        **reading_out(
-            value=rule.last_value,
-            previous=rule.last_previous,
-            samples=rule.last_samples,
-            message=rule.last_message,
-        ),
-        "evaluated_at": rule.last_evaluated_at,
-    }
 
 
 def rule_list(*, fleet_id: int) -> list[AlertRule]:
@@ -150,37 +125,9 @@ def alert_history(*, fleet_id: int, limit: int = HISTORY_LIMIT) -> list[AlertEve
     return list(AlertEvent.objects.filter(fleet_id=fleet_id).order_by("-at", "-id")[:limit])
 
 
-def event_out(event: AlertEvent) -> dict[str, Any]:
-    """A history entry for the API."""
-    return {
-        "id": event.pk,
-        "kind": event.kind,
-        "rule_id": event.rule_id,
-        "rule": event.rule_name,
-        "rollout_id": event.rollout_id,
-        "state_before": event.state_before,
-        "state_after": event.state_after,
-        **reading_out(
-            value=event.value, previous=event.previous, samples=event.samples, message=event.message
-        ),
-        "at": event.at,
-    }
-
-
 def webhook_list(*, fleet_id: int) -> list[AlertWebhook]:
     """The fleet's webhooks (one query)."""
     return list(AlertWebhook.objects.filter(fleet_id=fleet_id).order_by("id"))
-
-
-def webhook_out(webhook: AlertWebhook) -> dict[str, Any]:
-    """A webhook for the API."""
-    return {
-        "id": webhook.pk,
-        "url": webhook.url,
-        "format": webhook.format,
-        "rule_id": webhook.rule_id,
-        "enabled": webhook.enabled,
-    }
 
 
 def delivery_list(*, fleet_id: int, limit: int = DELIVERY_LIMIT) -> list[WebhookDelivery]:
@@ -188,23 +135,6 @@ def delivery_list(*, fleet_id: int, limit: int = DELIVERY_LIMIT) -> list[Webhook
     return list(
         WebhookDelivery.objects.filter(fleet_id=fleet_id).order_by("-created_at", "-id")[:limit]
     )
-
-
-def delivery_out(delivery: WebhookDelivery) -> dict[str, Any]:
-    """A delivery and its attempts for the API."""
-    return {
-        "id": delivery.pk,
-        "webhook_id": delivery.webhook_id,
-        "alert_event_id": delivery.alert_event_id,
-        "url": delivery.url,
-        "status": delivery.status,
-        "attempts": delivery.attempts,
-        "attempt_log": delivery.attempt_log,
-        "next_attempt_at": delivery.next_attempt_at,
-        "created_at": delivery.created_at,
-        "finished_at": delivery.finished_at,
-        "payload": delivery.payload,
-    }
 
 
 def firing_alerts(*, fleet_ids: list[int] | None = None) -> list[dict[str, Any]]:

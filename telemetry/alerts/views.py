@@ -171,9 +171,8 @@ def alert_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpRespon
 
     def save() -> str:
         changes = form_input(AlertRuleUpdateSerializer, request.POST)
-        revision = changes.pop("revision")
         saved = services.alert_rule_update(
-            actor=request.user, fleet=fleet, rule_id=rule_id, revision=revision, changes=changes
+            actor=request.user, fleet=fleet, rule_id=rule_id, **changes
         )
         return f"Saved the rule {saved.name!r}."
 

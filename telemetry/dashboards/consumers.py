@@ -28,14 +28,14 @@ import uuid
 from typing import Any, Final
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 
 from controlplane import json_guard
 from controlplane.exceptions import ApplicationError
 from controlplane.roles import Role, user_role
 from routing_policies.models import Fleet
 
-from ..close_codes import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
+from ..browser_feed import BrowserFeedConsumer
+from ..close_codes import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND
 from . import feed
 from .schemas import parse_view
 from .selectors import DashboardView, fleet_dashboard
@@ -46,10 +46,6 @@ MAX_MESSAGE_BYTES: Final = 4096
 # A snapshot of a 24-hour view over millions of events is ~0.5 s of database work, on the
 # process's one sync thread that device sockets use too: at most one per socket this often.
 SNAPSHOT_MIN_INTERVAL_S = 1.0
-
-
-def _fleet_for(slug: str, user: Any) -> tuple[Fleet | None, Role]:
-    return Fleet.objects.filter(slug=slug).first(), user_role(user)
 
 
 def _snapshot(fleet: Fleet, view: DashboardView) -> str:
@@ -73,7 +69,7 @@ async def shared_snapshot(fleet: Fleet, view: DashboardView) -> str:
     return await asyncio.shield(future)
 
 
-class DashboardConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
+class DashboardConsumer(BrowserFeedConsumer):
     """One browser's dashboard socket: joined to the group of the view it shows."""
 
     fleet: Fleet | None = None
@@ -83,22 +79,15 @@ class DashboardConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channe
     _wanted: DashboardView | None = None  # the latest snapshot asked for, not yet sent
     _last_snapshot_at = float("-inf")
 
-    async def connect(self) -> None:
-        # Accepted first, then closed with a code, so the page can tell why it cannot follow.
-        await self.accept()
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
+    def admit(self, user: Any) -> int | None:
         slug = str(self.scope["url_route"]["kwargs"]["slug"])
-        fleet, role = await database_sync_to_async(_fleet_for)(slug, user)
-        if role < Role.VIEWER:
-            await self.close(code=CLOSE_FORBIDDEN)
-            return
+        fleet = Fleet.objects.filter(slug=slug).first()
+        if user_role(user) < Role.VIEWER:
+            return CLOSE_FORBIDDEN
         if fleet is None:
-            await self.close(code=CLOSE_NOT_FOUND)
-            return
+            return CLOSE_NOT_FOUND
         self.fleet = fleet
+        return None
 
     async def disconnect(self, code: int) -> None:
         for task in (self._refresher, self._snapshots):

@@ -2,9 +2,10 @@
 
 from django.urls import path
 
+from ..routes import fleet_routes
 from . import apis, views
 
 urlpatterns = [
-    path("fleets/<slug:slug>/dashboard/", views.dashboard_page, name="fleet-dashboard"),
+    *fleet_routes(("dashboard/", views.dashboard_page, "fleet-dashboard")),
     path("metrics", apis.prometheus_metrics, name="prometheus-metrics"),
 ]

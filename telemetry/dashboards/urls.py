@@ -2,13 +2,10 @@
 
 from django.urls import path
 
+from ..routes import fleet_routes
 from . import apis, views
 
 urlpatterns = [
     path("metrics/fleets/<slug:slug>/", apis.FleetMetricsApi.as_view(), name="api-fleet-metrics"),
-    path(
-        "fleets/<slug:slug>/dashboard",
-        views.FleetDashboardApi.as_view(),
-        name="api-fleet-dashboard",
-    ),
+    *fleet_routes(("dashboard", views.FleetDashboardApi, "api-fleet-dashboard")),
 ]

@@ -11,14 +11,14 @@ Unknown fields are ignored: the protocol grows by new optional fields.
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
 import msgspec
 
 from controlplane import json_guard
 from controlplane.exceptions import ValidationFailed
 
-from ..structs import batch_items, field_problems, unnamed_problem
+from ..structs import BatchBody, field_problems
 
 MAX_ITEMS: Final = 1000
 MAX_ERRORS: Final = 200  # a 400 names at most this many problems
@@ -42,9 +42,6 @@ class TelemetryFeedbackBatch(msgspec.Struct):
     ]
 
 
-_DECODER: Final = msgspec.json.Decoder(TelemetryFeedbackBatch)
-
-
 class FeedbackTooLarge(Exception):
     """More than MAX_ITEMS items (answered 413)."""
 
@@ -55,41 +52,26 @@ def _refuse(details: list[dict[str, str]]) -> ValidationFailed:
     )
 
 
+def _guard_detail(problem: json_guard.JsonProblem) -> dict[str, str]:
+    return {"field": problem.field or "feedback", "message": problem.message}
+
+
+_BODY: Final = BatchBody(
+    TelemetryFeedbackBatch, too_large=FeedbackTooLarge, refuse=_refuse, guard_detail=_guard_detail
+)
+
+
 def decode_feedback(body: bytes) -> list[TelemetryFeedbackItem]:
     """The body's items, all valid; raises ValidationFailed naming each bad item and field,
     FeedbackTooLarge over MAX_ITEMS items."""
-    try:
-        # Depth, NUL and lone surrogates before any parser (json_guard), naming the path.
-        json_guard.check_raw(body)
-    except json_guard.JsonRefused as refused:
-        problem = refused.problem
-        raise _refuse(
-            [{"field": problem.field or "feedback", "message": problem.message}]
-        ) from None
-    try:
-        items = _DECODER.decode(body).feedback
-    except msgspec.MsgspecError:
-        raise _complete_check(body) from None
-    return items  # 1 to MAX_ITEMS (the struct says so)
+    return _BODY.decode(body, _item_problems).feedback  # 1 to MAX_ITEMS (the struct says so)
 
 
-def _complete_check(body: bytes) -> ValidationFailed | FeedbackTooLarge:
-    """Check the whole body by the struct and name every problem (the fast pass stopped at one)."""
-    try:
-        document, items = batch_items(
-            body, "feedback", most=MAX_ITEMS, too_large=FeedbackTooLarge, refuse=_refuse
-        )
-    except (ValidationFailed, FeedbackTooLarge) as exc:
-        return exc
-    details: list[dict[str, str]] = []
-    for index, raw in enumerate(items):
-        if not isinstance(raw, dict):
-            details.append({"field": f"feedback[{index}]", "message": "Must be an object."})
-            continue
-        details.extend(
-            {"field": f"feedback[{index}].{name}", "message": problem}
-            for name, problem in field_problems(TelemetryFeedbackItem, raw).items()
-        )
-    if not details and (unnamed := unnamed_problem(document, body, _DECODER)) is not None:
-        details.append({"field": unnamed.field or "feedback", "message": unnamed.message})
-    return _refuse(details)
+def _item_problems(index: int, raw: Any) -> list[dict[str, Any]]:
+    """What the struct refuses of one item, as the standard library read it."""
+    if not isinstance(raw, dict):
+        return [{"field": f"feedback[{index}]", "message": "Must be an object."}]
+    return [
+        {"field": f"feedback[{index}].{name}", "message": problem}
+        for name, problem in field_problems(TelemetryFeedbackItem, raw).items()
+    ]

@@ -27,6 +27,7 @@ from routing_policies.models import Device
 
 from ..models import Event, EventKey
 from ..rollups import RollupAccumulator
+from ..rollups.fold import EVENT_KEY_FIELDS
 from ..rollups.store import store_rollups
 from ..signals import send_rollups_stored
 from .joining import HeldFeedback, held_for_update, mark_settled, settle
@@ -118,20 +119,7 @@ def _wake_join(ids: list[int]) -> None:
 def _stored_events(event_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[int, str, Any]]:
     """The stored events of these ids: event id → (fleet id, cohort, event row)."""
     found: dict[uuid.UUID, tuple[int, str, Any]] = {}
-    columns = (
-        "event_id",
-        "fleet_id",
-        "device_id",
-        "ts",
-        "policy_version",
-        "cohort",
-        "task_type",
-        "latency_budget",
-        "privacy_tier",
-        "route",
-        "decided_by",
-        "quality",
-    )
+    columns = ("event_id", "fleet_id", "device_id", "cohort", *EVENT_KEY_FIELDS, "quality")
     for start in range(0, len(event_ids), 1000):
         chunk = event_ids[start : start + 1000]
         for event in Event.objects.filter(event_id__in=chunk).only(*columns):

@@ -26,7 +26,7 @@ import msgspec
 from controlplane import json_guard
 from controlplane.exceptions import ValidationFailed
 
-from ..structs import batch_items, unnamed_problem
+from ..structs import BatchBody
 from ..structs import field_problems as struct_field_problems
 
 logger = logging.getLogger(__name__)
@@ -107,7 +107,6 @@ class TelemetryBatch(msgspec.Struct):
     events: Annotated[list[TelemetryEvent], msgspec.Meta(min_length=1, max_length=MAX_EVENTS)]
 
 
-_DECODER: Final = msgspec.json.Decoder(TelemetryBatch)
 _ENCODER: Final = msgspec.json.Encoder()
 
 
@@ -270,18 +269,14 @@ def _guard_problem(problem: json_guard.JsonProblem) -> dict[str, Any]:
     return {"event": int(match.group(1)), "field": match.group(2) or "", "message": problem.message}
 
 
+_BODY: Final = BatchBody(
+    TelemetryBatch, too_large=BatchTooLarge, refuse=_refuse, guard_detail=_guard_problem
+)
+
+
 def decode_batch(body: bytes, context: BatchContext) -> list[TelemetryEvent]:
     """The batch's events, all valid; raises ValidationFailed naming each bad event and field."""
-    try:
-        # Before any parser: depth (a recursive parser would overflow the stack), NUL and lone
-        # surrogates (never storable); both name the event and field.
-        json_guard.check_raw(body)
-    except json_guard.JsonRefused as refused:
-        raise _refuse([_guard_problem(refused.problem)]) from None
-    try:
-        batch = _DECODER.decode(body)
-    except msgspec.MsgspecError:
-        raise _complete_check(body, context) from None
+    batch = _BODY.decode(body, lambda index, raw: _item_problems(index, raw, context))
     events = batch.events  # 1 to MAX_EVENTS (the struct says so)
     details: list[dict[str, Any]] = []
     device_id = context.device_id
@@ -329,55 +324,44 @@ def decode_batch(body: bytes, context: BatchContext) -> list[TelemetryEvent]:
     return events
 
 
-def _complete_check(body: bytes, context: BatchContext) -> ValidationFailed | BatchTooLarge:
-    """Check the whole body by the struct and name every problem (the fast pass stopped at one)."""
-    try:
-        document, items = batch_items(
-            body, "events", most=MAX_EVENTS, too_large=BatchTooLarge, refuse=_refuse
-        )
-    except (ValidationFailed, BatchTooLarge) as exc:
-        return exc
-    details: list[dict[str, Any]] = []
-    for index, raw in enumerate(items):
-        if not isinstance(raw, dict):
-            details.append({"event": index, "field": "", "message": "Must be an object."})
-            continue
-        field_problems = struct_field_problems(TelemetryEvent, raw)
-        context_fields = (
-            "device_id",
-            "ts",
-            "policy_version",
-            "task_type",
-            "latency_budget",
-            "privacy_tier",
-        )
-        if not any(name in field_problems for name in context_fields):
-            for field, message in _context_problems(
-                context,
-                raw["device_id"],
-                datetime.fromisoformat(raw["ts"]),
-                raw["policy_version"],
-                raw["task_type"],
-                raw["latency_budget"],
-                raw["privacy_tier"],
-            ):
-                field_problems.setdefault(field, message)
-        if not any(name in field_problems for name in SIGNAL_FIELDS):
-            for field, message in _signal_problems(
-                raw["route"],
-                raw["cache_hit"],
-                raw.get("refine_changed"),
-                raw.get("refine_edit_ratio"),
-                raw.get("shadow_refine"),
-            ):
-                field_problems.setdefault(field, message)
-        details.extend(
-            {"event": index, "field": field, "message": message}
-            for field, message in field_problems.items()
-        )
-    if not details and (unnamed := unnamed_problem(document, body, _DECODER)) is not None:
-        details.append(_guard_problem(unnamed))
-    return _refuse(details)
+def _item_problems(index: int, raw: Any, context: BatchContext) -> list[dict[str, Any]]:
+    """What the struct and the batch's context refuse of one event, as the standard library
+    read it."""
+    if not isinstance(raw, dict):
+        return [{"event": index, "field": "", "message": "Must be an object."}]
+    field_problems = struct_field_problems(TelemetryEvent, raw)
+    context_fields = (
+        "device_id",
+        "ts",
+        "policy_version",
+        "task_type",
+        "latency_budget",
+        "privacy_tier",
+    )
+    if not any(name in field_problems for name in context_fields):
+        for field, message in _context_problems(
+            context,
+            raw["device_id"],
+            datetime.fromisoformat(raw["ts"]),
+            raw["policy_version"],
+            raw["task_type"],
+            raw["latency_budget"],
+            raw["privacy_tier"],
+        ):
+            field_problems.setdefault(field, message)
+    if not any(name in field_problems for name in SIGNAL_FIELDS):
+        for field, message in _signal_problems(
+            raw["route"],
+            raw["cache_hit"],
+            raw.get("refine_changed"),
+            raw.get("refine_edit_ratio"),
+            raw.get("shadow_refine"),
+        ):
+            field_problems.setdefault(field, message)
+    return [
+        {"event": index, "field": field, "message": message}
+        for field, message in field_problems.items()
+    ]
 
 
 # --- the landed form ---------------------------------------------------------------------------
@@ -405,7 +389,7 @@ def decode_landed(payload: bytes) -> list[TelemetryEvent]:
     are kept, so one such batch neither poisons the rollups nor stops processing.
     """
     try:
-        return _DECODER.decode(payload).events
+        return _BODY.decoder.decode(payload).events
     except msgspec.ValidationError:
         pass
     kept: list[TelemetryEvent] = []

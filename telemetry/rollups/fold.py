@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from edge_sdk.decision import left_device_by_route, privacy_violation
 
@@ -50,6 +50,34 @@ class EventKeyLike(Protocol):
     def route(self) -> str: ...
     @property
     def decided_by(self) -> str: ...
+
+
+# What an event's rollup keys read of it (`EventKeyLike`), for a query's `only()`.
+EVENT_KEY_FIELDS: Final = (
+    "ts",
+    "policy_version",
+    "task_type",
+    "latency_budget",
+    "privacy_tier",
+    "route",
+    "decided_by",
+)
+# (version, cohort, task_type, latency_budget, privacy_tier, route, decided_by)
+EventCell = tuple[int, str, str, str, str, str, str]
+
+
+def event_cell(event: EventKeyLike, cohort: str) -> EventCell:
+    """Where an event counts below its fleet and its time: its version, cohort, cell, route
+    and decider (the rollups' keys, and the raw table's columns in the same order)."""
+    return (
+        event.policy_version,
+        cohort,
+        event.task_type,
+        event.latency_budget,
+        event.privacy_tier,
+        event.route,
+        event.decided_by,
+    )
 
 
 class EventLike(EventKeyLike, Protocol):
@@ -251,17 +279,7 @@ class RollupAccumulator:
         self._tally(fleet_id, cohort, event).add_quality(quality)
 
     def _tally(self, fleet_id: int, cohort: str, event: EventKeyLike) -> Tally:
-        key: FineKey = (
-            fleet_id,
-            _epoch_minute(event.ts),
-            event.policy_version,
-            cohort,
-            event.task_type,
-            event.latency_budget,
-            event.privacy_tier,
-            event.route,
-            event.decided_by,
-        )
+        key: FineKey = (fleet_id, _epoch_minute(event.ts), *event_cell(event, cohort))
         tally = self.fine.get(key)
         if tally is None:
             tally = self.fine[key] = Tally()

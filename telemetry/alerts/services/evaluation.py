@@ -16,8 +16,6 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from routing_policies.models import Rollout
-
 from .. import selectors as alert_selectors
 from ..judging import LATENCY_METRICS, Judgement, figures_of, judge_rule, parse_scope
 from ..models import (
@@ -56,34 +54,6 @@ class Evaluation:
     guard_action: str = ""
 
 
-def _record(
-    *,
-    fleet_id: int,
-    kind: str,
-    message: str,
-    now: datetime,
-    rule: AlertRule | None = None,
-    rollout: Rollout | None = None,
-    before: str = "",
-    after: str = "",
-    judgement: Judgement | None = None,
-) -> AlertEvent:
-    return AlertEvent.objects.create(
-        fleet_id=fleet_id,
-        rule=rule,
-        rule_name=rule.name if rule else "",
-        rollout=rollout,
-        kind=kind,
-        state_before=before,
-        state_after=after,
-        value=judgement.value if judgement else None,
-        previous=judgement.previous if judgement else None,
-        samples=judgement.samples if judgement else 0,
-        message=message[:500],
-        at=now,
-    )
-
-
 def _next_state(rule: AlertRule, judgement: Judgement, now: datetime) -> str:
     outcome = judgement.outcome
     if outcome == "no_data":
@@ -110,15 +80,18 @@ def _apply(rule: AlertRule, judgement: Judgement, now: datetime) -> list[AlertEv
 
     def note(kind: str, state_before: str, state_after: str) -> None:
         events.append(
-            _record(
+            AlertEvent.objects.create(
                 fleet_id=rule.fleet_id,
-                kind=kind,
-                message=judgement.message,
-                now=now,
                 rule=rule,
-                before=state_before,
-                after=state_after,
-                judgement=judgement,
+                rule_name=rule.name,
+                kind=kind,
+                state_before=state_before,
+                state_after=state_after,
+                value=judgement.value,
+                previous=judgement.previous,
+                samples=judgement.samples,
+                message=judgement.message[:500],
+                at=now,
             )
         )
 
@@ -241,13 +214,5 @@ def _judge(rule: AlertRule, rows: list[Any], budgets: dict[Any, int], now: datet
     if rule.metric == Metric.EVENTS and current.events == 0:
         reported = alert_selectors.reported_before(fleet_id=rule.fleet_id, before=start)
     return judge_rule(
-        metric=rule.metric,
-        condition=rule.condition,
-        threshold=rule.threshold,
-        min_samples=rule.min_samples,
-        current=current,
-        previous=previous,
-        budgets=budgets,
-        reported_before=reported,
-        hysteresis=rule.hysteresis,
+        rule, current=current, previous=previous, budgets=budgets, reported_before=reported
     )

@@ -10,7 +10,7 @@ row is written only by `alerts.services.evaluation`.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 from django.db import transaction
 from django.utils import timezone
@@ -101,77 +101,83 @@ _AUDIT_VERBS = {"created": "Added", "changed": "Changed", "deleted": "Removed"}
 
 
 def _rule_audited(
-    *, actor: Actor, fleet: Fleet, rule_id: int, action: str, name: str, **states: Any
+    *, actor: Actor, fleet: Fleet, rule: AlertRule, action: str, before: Any = None
 ) -> None:
-    """Audit a rule's `action` (created, changed, deleted), with its `before` and / or
-    `after` (`rule_snapshot`)."""
+    """Audit a rule's `action` (created, changed, deleted): its fields `before`, and after
+    unless it is gone (`rule_snapshot`)."""
     audit_record(
         actor=actor,
         action=f"alert_rule.{action}",
         fleet=fleet,
-        target=f"alert rule {rule_id}",
-        summary=f"{_AUDIT_VERBS[action]} alert rule {name!r}",
-        **states,
+        target=f"alert rule {rule.pk}",
+        summary=f"{_AUDIT_VERBS[action]} alert rule {rule.name!r}",
+        before=before,
+        after=None if action == "deleted" else rule_snapshot(rule),
     )
+
+
+class RuleSettings(TypedDict, total=False):
+    """A rule's fields that have a default (`RULE_DEFAULTS`), as the input serializer took
+    them (`alerts.schemas`)."""
+
+    window_minutes: int
+    min_samples: int
+    for_seconds: int
+    hysteresis: float
+    scope: str
+    scope_value: str
+    enabled: bool
+
+
+class RuleFields(RuleSettings):
+    """A new rule's fields: its name, metric, condition and threshold, and any settings."""
+
+    name: Required[str]
+    metric: Required[str]
+    condition: Required[str]
+    threshold: Required[float]
+
+
+class RuleChanges(RuleSettings, total=False):
+    """The fields a change sends: any of a rule's."""
+
+    name: str
+    metric: str
+    condition: str
+    threshold: float
+
+
+RULE_DEFAULTS: RuleSettings = {
+    "window_minutes": 10,
+    "min_samples": 50,
+    "for_seconds": 0,
+    "hysteresis": 0.0,
+    "scope": Scope.FLEET.value,
+    "scope_value": "",
+    "enabled": True,
+}
 
 
 @transaction.atomic
-def alert_rule_create(
-    *,
-    actor: Actor,
-    fleet: Fleet,
-    name: str,
-    metric: str,
-    condition: str,
-    threshold: float,
-    window_minutes: int = 10,
-    min_samples: int = 50,
-    for_seconds: int = 0,
-    hysteresis: float = 0.0,
-    scope: str = Scope.FLEET.value,
-    scope_value: str = "",
-    enabled: bool = True,
-) -> AlertRule:
+def alert_rule_create(*, actor: Actor, fleet: Fleet, **fields: Unpack[RuleFields]) -> AlertRule:
     """Add a rule to the fleet, its fields as the input serializer (`alerts.schemas`) took
-    them; a second rule of the same name is refused (409)."""
-    values = _clean_rule(
-        {
-            "name": name,
-            "metric": metric,
-            "condition": condition,
-            "threshold": threshold,
-            "window_minutes": window_minutes,
-            "min_samples": min_samples,
-            "for_seconds": for_seconds,
-            "hysteresis": hysteresis,
-            "scope": scope,
-            "scope_value": scope_value,
-            "enabled": enabled,
-        },
-        fleet_id=fleet.pk,
-    )
+    them (the rest `RULE_DEFAULTS`); a second rule of the same name is refused (409)."""
+    values = _clean_rule({**RULE_DEFAULTS, **fields}, fleet_id=fleet.pk)
     if AlertRule.objects.filter(fleet=fleet).count() >= MAX_RULES_PER_FLEET:
         raise Conflict(f"A fleet has at most {MAX_RULES_PER_FLEET} rules.", code="too_many_rules")
     rule = AlertRule(fleet=fleet, state_since=timezone.now(), **values)
     _save_unique_name(rule)
-    _rule_audited(
-        actor=actor,
-        fleet=fleet,
-        rule_id=rule.pk,
-        action="created",
-        name=rule.name,
-        after=rule_snapshot(rule),
-    )
+    _rule_audited(actor=actor, fleet=fleet, rule=rule, action="created")
     logger.info("alert_rule.created fleet=%s rule=%d", fleet.slug, rule.pk)
     return rule
 
 
 @transaction.atomic
 def alert_rule_update(
-    *, actor: Actor, fleet: Fleet, rule_id: int, revision: int, changes: dict[str, Any]
+    *, actor: Actor, fleet: Fleet, rule_id: int, revision: int, **changes: Unpack[RuleChanges]
 ) -> AlertRule:
-    """Change some of a rule's fields (`changes`: those of `AlertRuleUpdateSerializer`, as it
-    took them); a stale `revision` is refused (409), nothing saved."""
+    """Change some of a rule's fields (those sent, as `AlertRuleUpdateSerializer` took them);
+    a stale `revision` is refused (409), nothing saved."""
     rule = AlertRule.objects.select_for_update().filter(fleet=fleet, pk=rule_id).first()
     if rule is None:
         raise NotFound(f"Fleet {fleet.slug!r} has no alert rule {rule_id}.")
@@ -196,15 +202,7 @@ def alert_rule_update(
         rule.state, rule.state_since = AlertState.NO_DATA, timezone.now()
         update_fields += ["state", "state_since"]
     _save_unique_name(rule, update_fields=update_fields)
-    _rule_audited(
-        actor=actor,
-        fleet=fleet,
-        rule_id=rule.pk,
-        action="changed",
-        name=rule.name,
-        before=before,
-        after=rule_snapshot(rule),
-    )
+    _rule_audited(actor=actor, fleet=fleet, rule=rule, action="changed", before=before)
     transaction.on_commit(lambda: broadcast_alerts(fleet_id=fleet.pk))
     return rule
 
@@ -215,14 +213,6 @@ def alert_rule_delete(*, actor: Actor, fleet: Fleet, rule_id: int) -> None:
     rule = AlertRule.objects.select_for_update().filter(fleet=fleet, pk=rule_id).first()
     if rule is None:
         return
-    before = rule_snapshot(rule)
+    _rule_audited(actor=actor, fleet=fleet, rule=rule, action="deleted", before=rule_snapshot(rule))
     rule.delete()
-    _rule_audited(
-        actor=actor,
-        fleet=fleet,
-        rule_id=rule_id,
-        action="deleted",
-        name=before["name"],
-        before=before,
-    )
     transaction.on_commit(lambda: broadcast_alerts(fleet_id=fleet.pk))

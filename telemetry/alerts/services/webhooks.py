@@ -29,6 +29,19 @@ MAX_WEBHOOKS_PER_FLEET = 20
 WEBHOOK_INVALID = "The webhook is invalid."
 
 
+def _webhook_audited(
+    actor: Actor, fleet: Fleet, webhook: AlertWebhook, action: str, summary: str
+) -> None:
+    """Audit the `action` (created, deleted) of one of the fleet's webhooks."""
+    audit_record(
+        actor=actor,
+        action=f"alert_webhook.{action}",
+        fleet=fleet,
+        target=f"webhook {webhook.pk}",
+        summary=summary,
+    )
+
+
 @transaction.atomic
 def alert_webhook_create(
     *, actor: Actor, fleet: Fleet, url: str, format: str = "json", rule_id: int | None = None
@@ -63,13 +76,9 @@ def alert_webhook_create(
         field="url",
         problem="already registered",
     )
-    audit_record(
-        actor=actor,
-        action="alert_webhook.created",
-        fleet=fleet,
-        target=f"webhook {webhook.pk}",
-        summary=f"Alerts of {rule.name if rule else 'every rule'} are posted to {url} ({format})",
-    )
+    whose = rule.name if rule else "every rule"
+    summary = f"Alerts of {whose} are posted to {url} ({format})"
+    _webhook_audited(actor, fleet, webhook, "created", summary)
     return webhook
 
 
@@ -79,15 +88,9 @@ def alert_webhook_delete(*, actor: Actor, fleet: Fleet, webhook_id: int) -> None
     webhook = AlertWebhook.objects.filter(fleet=fleet, pk=webhook_id).first()
     if webhook is None:
         return
-    url = webhook.url
+    summary = f"Alerts are no longer posted to {webhook.url}"
+    _webhook_audited(actor, fleet, webhook, "deleted", summary)
     webhook.delete()
-    audit_record(
-        actor=actor,
-        action="alert_webhook.deleted",
-        fleet=fleet,
-        target=f"webhook {webhook_id}",
-        summary=f"Alerts are no longer posted to {url}",
-    )
 
 
 def _event_body(event: AlertEvent) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from controlplane.queue import task_send
 
 from ...feedback.joining import feedback_join_folding
 from ...rollups import SENSITIVE_TIER, RollupAccumulator, is_privacy_violation
+from ...rollups.fold import event_cell
 from ...rollups.store import CELL_COLUMN_TYPES, copy_binary, store_rollups
 from ...signals import send_rollups_stored
 from .. import partitions, wakeup
@@ -140,13 +141,7 @@ def _event_row(
         event.device_id,
         event.ts,
         received_at,
-        event.policy_version,
-        cohort,
-        event.task_type,
-        event.latency_budget,
-        event.privacy_tier,
-        event.route,
-        event.decided_by,
+        *event_cell(event, cohort),
         event.fallback,
         event.latency_ms,
         event.cache_hit,

@@ -11,9 +11,10 @@ from routing_policies import services as rollout_services
 from routing_policies.models import Fleet, Rollout
 from routing_policies.services import Actor, audit_record
 
+from ...guard_fields import DEFAULT_PRESET, preset_guards
 from ...limits import DEFAULT_BAKE_MINUTES
 from ...models import RolloutGuard, RolloutGuardSet
-from .input import bake_clean, guard_options_validate, guards_clean
+from .input import bake_every_stage, guard_options_validate, guard_row
 
 
 @transaction.atomic
@@ -21,8 +22,8 @@ def rollout_guards_set(
     *,
     actor: Actor,
     rollout: Rollout,
-    guards: str | list[Any] | None = "default",
-    bake_minutes: int | dict[str, Any] | None = DEFAULT_BAKE_MINUTES,
+    guards: list[dict[str, Any]] | None = None,
+    bake_minutes: dict[str, int] | None = None,
     auto_advance: bool = False,
     window_minutes: int = 10,
     min_samples: int = 50,
@@ -33,9 +34,11 @@ def rollout_guards_set(
     on_expiry: str = RolloutGuardSet.OnExpiry.ROLLBACK.value,
 ) -> RolloutGuardSet:
     """Guard an open rollout (replacing its guards, if any), the options as the input
-    serializer (`guard_options_validate`) took them; the verdict starts afresh."""
-    cleaned = guards_clean(guards, min_samples=min_samples)
-    bake = bake_clean(bake_minutes)
+    serializer (`guard_options_validate`) took them (no guards: the default preset; no bake
+    time: the default at every stage); the verdict starts afresh."""
+    checked = guards if guards is not None else preset_guards(DEFAULT_PRESET)
+    cleaned = [guard_row(guard, min_samples=min_samples) for guard in checked]
+    bake = bake_minutes if bake_minutes is not None else bake_every_stage(DEFAULT_BAKE_MINUTES)
     locked = Rollout.objects.select_for_update().filter(pk=rollout.pk).first()
     if locked is None or not locked.is_open:
         raise Conflict("Only an open rollout can be guarded.", code="rollout_not_open")

@@ -108,10 +108,7 @@ def test_judge_rule__events_without_reports__no_data_never_ok() -> None:
 
     for metric in ("draft_kept_rate", "mean_quality"):
         judgement = judge_rule(
-            metric=metric,
-            condition="below",
-            threshold=0.8,
-            min_samples=50,
+            AlertRule(metric=metric, condition="below", threshold=0.8, min_samples=50),
             current=figures,
             previous=None,
             budgets={},
@@ -124,10 +121,7 @@ def test_judge_rule__events_without_reports__no_data_never_ok() -> None:
 def test_judge_rule__kept_rate_below_floor__breach_with_the_rate_in_the_message() -> None:
     figures = scope([rollup_row(reported=200, kept=120)])
     judgement = judge_rule(
-        metric="draft_kept_rate",
-        condition="below",
-        threshold=0.8,
-        min_samples=50,
+        AlertRule(metric="draft_kept_rate", condition="below", threshold=0.8, min_samples=50),
         current=figures,
         previous=None,
         budgets={},
@@ -138,10 +132,7 @@ def test_judge_rule__kept_rate_below_floor__breach_with_the_rate_in_the_message(
     healthy = scope([rollup_row(reported=200, kept=190)])
     assert (
         judge_rule(
-            metric="draft_kept_rate",
-            condition="below",
-            threshold=0.8,
-            min_samples=50,
+            AlertRule(metric="draft_kept_rate", condition="below", threshold=0.8, min_samples=50),
             current=healthy,
             previous=None,
             budgets={},

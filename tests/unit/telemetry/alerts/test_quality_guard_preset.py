@@ -40,7 +40,7 @@ def test_rollout_page__start_form__offers_default_statistical_and_quality(
     # (issue 22: radio buttons, since a select cut the descriptions off)
     group = re.search(r'<div class="guard-presets".*?</div>', page, re.S)
     assert group is not None
-    options = re.findall(r'name="guard_preset" value="(\w+)"( checked)?', group.group(0))
+    options = re.findall(r'name="guards" value="(\w+)"( checked)?', group.group(0))
     assert [value for value, _ in options] == ["default", "statistical", "quality"]
     assert [value for value, chosen in options if chosen] == ["default"]
     assert "draft-kept rate" in group.group(0)
@@ -58,10 +58,10 @@ def test_rollout_page__quality_preset_started__rollout_guarded_by_the_quality_gu
         {
             "version": str(candidate),
             "guarded": "on",
-            "guard_preset": "quality",
+            "guards": "quality",
             "bake_minutes": "10",
-            "guard_window_minutes": "10",
-            "guard_min_samples": "50",
+            "window_minutes": "10",
+            "min_samples": "50",
         },
     )
 

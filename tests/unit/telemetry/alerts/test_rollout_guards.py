@@ -221,8 +221,8 @@ def test_rollout_page__guarded_start__guards_and_verdict_shown(
             "guarded": "on",
             "bake_minutes": "15",
             "auto_advance": "on",
-            "guard_window_minutes": "10",
-            "guard_min_samples": "50",
+            "window_minutes": "10",
+            "min_samples": "50",
         },
     )
     assert response.status_code == 302
@@ -250,12 +250,12 @@ def test_rollout_page__bad_bake_time__refused_nothing_started(
             "version": str(candidate),
             "guarded": "on",
             "bake_minutes": "soon",
-            "guard_window_minutes": "10",
-            "guard_min_samples": "50",
+            "window_minutes": "10",
+            "min_samples": "50",
         },
     )
     assert response.status_code == 400
-    assert "The bake time must be a whole number" in response.content.decode()
+    assert "The bake time: a whole number of minutes" in response.content.decode()
     assert not Rollout.objects.filter(fleet=fleet).exists()
 
 

@@ -11,7 +11,8 @@ import pytest
 from controlplane.exceptions import ValidationFailed
 from routing_policies.models import AuditEntry, Device, Rollout
 from telemetry.alerts.selectors import guard_status
-from telemetry.alerts.services import alerts_evaluate, rollout_guards_set, rollout_start_guarded
+from telemetry.alerts.services import alerts_evaluate, rollout_start_guarded
+from telemetry.alerts.services.guards import guard_options_validate
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from telemetry.models import AlertEvent, RolloutGuard, RolloutGuardSet
 from tests.factories import iso, make_events
@@ -288,14 +289,13 @@ def test_statistical_guards__exposure_never_reached__extended_then_rolled_back(
 def test_statistical_guards__bad_options__400_naming_each_field(
     fleet: Any, candidate: int, publisher: Any
 ) -> None:
-    rollout = start(fleet, candidate, publisher)
     bad = [
         {"kind": "sequential", "metric": "events", "tolerance": 2, "confidence": 1.5},
         {"kind": "bayesian", "metric": "alpha"},
         {"kind": "sequential", "metric": "alpha", "tolerance": 0.1, "per_cell": "yes", "x": 1},
     ]
     with pytest.raises(ValidationFailed) as refused:
-        rollout_guards_set(actor=publisher, rollout=rollout, guards=bad)
+        guard_options_validate({"guards": bad})
     fields = {d["field"] for d in refused.value.details}
     assert fields == {
         "guards[0].metric",
