@@ -11,6 +11,7 @@ import hmac
 from typing import Any, Final
 
 from django.conf import settings
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.authentication import BaseAuthentication
@@ -32,12 +33,6 @@ MAX_USERNAME_CHARS: Final = 256
 MAX_PASSWORD_CHARS: Final = 512
 MAX_TOPIC_CHARS: Final = 1024
 MAX_SUBSCRIBE_TOPICS: Final = 100
-SECRET_PARAMETER = OpenApiParameter(
-    SECRET_HEADER,
-    location=OpenApiParameter.HEADER,
-    required=True,
-    description="The shared secret MQTT_HOOK_SECRET the broker is configured to send.",
-)
 
 
 class _BrokerHook:
@@ -59,6 +54,21 @@ class HookSecretAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return 'MQTT-Hook-Secret realm="mqtt"'
+
+
+class HookSecretScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    """The hooks' security scheme in the OpenAPI document."""
+
+    target_class = HookSecretAuthentication
+    name = "mqttHookSecret"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": SECRET_HEADER,
+            "description": "MQTT_HOOK_SECRET, which the broker is configured to send.",
+        }
 
 
 def _name(**kwargs: Any) -> JsonStringField:
@@ -94,7 +104,6 @@ class MqttAuthApi(_HookApi):
 
     @extend_schema(
         request=InputSerializer,
-        parameters=[SECRET_PARAMETER],
         responses={200: HookResultSerializer},
         operation_id="mqtt_auth",
     )
@@ -131,7 +140,6 @@ class MqttAclApi(_HookApi):
 
     @extend_schema(
         request=InputSerializer,
-        parameters=[SECRET_PARAMETER],
         responses={200: HookResultSerializer},
         operation_id="mqtt_acl",
     )
@@ -161,7 +169,9 @@ class _VerneNameField(JsonStringField):
     """VerneMQ sends `null` for a client that gave no username or password."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(allow_blank=True, allow_null=True, default="", **kwargs)
+        if not kwargs.get("required", True):
+            kwargs["default"] = ""
+        super().__init__(allow_blank=True, allow_null=True, **kwargs)
 
     def validate_empty_values(self, data: Any) -> tuple[bool, Any]:
         if data is None:
@@ -187,7 +197,7 @@ class VerneMQHookApi(_HookApi):
         password = _VerneNameField(max_length=MAX_PASSWORD_CHARS, required=False)
         client_id = _VerneNameField(max_length=MAX_USERNAME_CHARS, required=False)
         topic = JsonStringField(max_length=MAX_TOPIC_CHARS, required=False)
-        topics = VerneSubscriptionSerializer(
+        topics = VerneSubscriptionSerializer(  # type: ignore[call-arg]  # ListSerializer's
             many=True, required=False, max_length=MAX_SUBSCRIBE_TOPICS
         )
 
@@ -197,7 +207,6 @@ class VerneMQHookApi(_HookApi):
     @extend_schema(
         request=InputSerializer,
         parameters=[
-            SECRET_PARAMETER,
             OpenApiParameter(
                 VERNEMQ_HOOK_HEADER,
                 location=OpenApiParameter.HEADER,
@@ -266,7 +275,7 @@ def _vernemq_subscribe(hook: str, username: str, topics: list[dict[str, Any]]) -
         return {"result": "ok"}
     answered = [
         {"topic": item["topic"], "qos": item["qos"] if r == "allow" else _REFUSED_QOS[hook]}
-        for item, r in zip(topics, results)
+        for item, r in zip(topics, results, strict=True)
     ]
     if hook.endswith("_m5"):
         return {"result": "ok", "modifiers": {"topics": answered}}

@@ -98,7 +98,9 @@ class _AdminSession:
         with self._lock:
             self._pending = dict.fromkeys(tags)
             self._answered.clear()
-        tagged = [{**command, "correlationData": tag} for command, tag in zip(commands, tags)]
+        tagged = [
+            {**command, "correlationData": tag} for command, tag in zip(commands, tags, strict=True)
+        ]
         self.client.publish(COMMAND_TOPIC, json.dumps({"commands": tagged}), qos=1)
         self._wait(self._answered, "dynamic-security")
         with self._lock:

@@ -1,7 +1,8 @@
 """Broker access hears what devices announce (devices never imports it) and tells the broker
 once the change commits: an enrolment (the device's client, with its new token), a revocation
 (the client deleted, its session kicked). Only with MQTT_ACCESS=dynsec; the HTTP hooks need
-no telling, they read the devices' table on every call. Connected by `RoutingPoliciesConfig.ready`."""
+no telling, they read the devices' table on every call. Connected by
+`RoutingPoliciesConfig.ready`."""
 
 from typing import Any
 

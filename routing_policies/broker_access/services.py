@@ -208,9 +208,9 @@ def broker_access_sync(*, dry_run: bool = False) -> SyncReport:
     commands = [c for slug in _fleet_slugs() for c in _fleet_role_commands(prefix, slug)]
     commands += _controlplane_role_commands(prefix)
     for username in [*report.stale_removed, *report.removed]:
-        name = access.parse_device_username(username)
-        assert name is not None  # _broker_clients kept device names only
-        commands += _remove_commands(name)
+        parsed = access.parse_device_username(username)
+        assert parsed is not None  # _broker_clients kept device names only
+        commands += _remove_commands(parsed)
     try:
         _run(commands)
     except (dynsec.BrokerUnavailable, DynsecRefused):

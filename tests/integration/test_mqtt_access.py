@@ -143,7 +143,10 @@ def _topic(fleet: str, device_id: str, kind: str) -> str:
 
 
 def test_mqtt_access__enrolled_device__connects_publishes_own_topics_reads_its_fleet(
-    dynsec_settings: Any, fleet: Any, fleet_key: str, connect: Any,
+    dynsec_settings: Any,
+    fleet: Any,
+    fleet_key: str,
+    connect: Any,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     # Given a device enrolled while the control plane drives the broker
@@ -157,16 +160,18 @@ def test_mqtt_access__enrolled_device__connects_publishes_own_topics_reads_its_f
     for kind in mqtt_topics.DEVICE_TOPICS:
         assert phone.publish(_topic(fleet.slug, "phone-1", kind), {"version": 1}) == "Success"
     assert phone.subscribe(mqtt_topics.fleet_state(PREFIX, fleet.slug)) == ["Granted QoS 1"]
-    assert phone.subscribe(mqtt_topics.fleet_version(PREFIX, fleet.slug, "+")) == [
-        "Granted QoS 1"
-    ]
+    assert phone.subscribe(mqtt_topics.fleet_version(PREFIX, fleet.slug, "+")) == ["Granted QoS 1"]
     assert phone.subscribe(mqtt_topics.fleet_cloud_pressure(PREFIX, fleet.slug)) == [
         "Granted QoS 1"
     ]
 
 
 def test_mqtt_access__device__cannot_publish_as_another_nor_read_another_fleet(
-    dynsec_settings: Any, fleet: Any, fleet_key: str, publisher: Any, connect: Any,
+    dynsec_settings: Any,
+    fleet: Any,
+    fleet_key: str,
+    publisher: Any,
+    connect: Any,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     # Given two devices of one fleet, and a second fleet
@@ -195,7 +200,10 @@ def test_mqtt_access__device__cannot_publish_as_another_nor_read_another_fleet(
 
 
 def test_mqtt_access__re_enrolment__old_token_refused_old_connection_kicked(
-    dynsec_settings: Any, fleet: Any, fleet_key: str, connect: Any,
+    dynsec_settings: Any,
+    fleet: Any,
+    fleet_key: str,
+    connect: Any,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     # Given a connected device
@@ -213,7 +221,11 @@ def test_mqtt_access__re_enrolment__old_token_refused_old_connection_kicked(
 
 
 def test_mqtt_access__revocation__kicked_at_once_and_refused(
-    dynsec_settings: Any, fleet: Any, fleet_key: str, publisher: Any, connect: Any,
+    dynsec_settings: Any,
+    fleet: Any,
+    fleet_key: str,
+    publisher: Any,
+    connect: Any,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     # Given a connected device
@@ -231,8 +243,13 @@ def test_mqtt_access__revocation__kicked_at_once_and_refused(
 
 
 def test_mqtt_access__broker_down_at_enrolment__201_and_sync_cuts_stale_credentials(
-    dynsec_settings: Any, broker: Broker, fleet: Any, fleet_key: str, publisher: Any,
-    connect: Any, django_capture_on_commit_callbacks: Any,
+    dynsec_settings: Any,
+    broker: Broker,
+    fleet: Any,
+    fleet_key: str,
+    publisher: Any,
+    connect: Any,
+    django_capture_on_commit_callbacks: Any,
 ) -> None:
     # Given two devices granted while the broker was up
     kept = _enrol(fleet_key, "phone-1", django_capture_on_commit_callbacks)
@@ -273,12 +290,21 @@ def test_mqtt_access__dynsec_role_topics__no_username_substitution_in_2_0_11(
     # Given a role whose topic names the client by %u and %c (as mosquitto's acl_file allows)
     broker_access._run(
         [
-            {"command": "createRole", "rolename": "pattern", "acls": [
-                {"acltype": "publishClientSend", "topic": "t/%u/x", "allow": True},
-                {"acltype": "publishClientSend", "topic": "t/%c/y", "allow": True},
-            ]},
-            {"command": "createClient", "username": "u1", "password": "p1", "clientid": "u1",
-             "roles": [{"rolename": "pattern"}]},
+            {
+                "command": "createRole",
+                "rolename": "pattern",
+                "acls": [
+                    {"acltype": "publishClientSend", "topic": "t/%u/x", "allow": True},
+                    {"acltype": "publishClientSend", "topic": "t/%c/y", "allow": True},
+                ],
+            },
+            {
+                "command": "createClient",
+                "username": "u1",
+                "password": "p1",
+                "clientid": "u1",
+                "roles": [{"rolename": "pattern"}],
+            },
         ]
     )
     client = connect("u1", "p1")
@@ -292,7 +318,10 @@ def test_mqtt_access__dynsec_role_topics__no_username_substitution_in_2_0_11(
 
 
 def test_mqtt_access__controlplane_account__publishes_fleet_state_reads_devices_shared(
-    dynsec_settings: Any, fleet: Any, fleet_key: str, connect: Any,
+    dynsec_settings: Any,
+    fleet: Any,
+    fleet_key: str,
+    connect: Any,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     # Given the control plane's own account, made by the reconcile

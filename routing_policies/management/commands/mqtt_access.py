@@ -29,9 +29,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if not dynsec_enabled():
+            url = getattr(settings, "MQTT_URL", "")
             raise CommandError(
-                f"MQTT_ACCESS={settings.MQTT_ACCESS!r}, MQTT_URL="
-                f"{getattr(settings, 'MQTT_URL', '')!r}: sync needs MQTT_ACCESS=dynsec and a broker."
+                f"MQTT_ACCESS={settings.MQTT_ACCESS!r}, MQTT_URL={url!r}: sync needs "
+                "MQTT_ACCESS=dynsec and a broker."
             )
         try:
             report = broker_access_sync(dry_run=options["dry_run"])
