@@ -14,7 +14,9 @@ from controlplane.settings.env import env
 # /acl). Empty: neither (the MQTT link is off, or the broker's access is managed elsewhere).
 MQTT_ACCESS = env.str("MQTT_ACCESS", default="")
 if MQTT_ACCESS not in ("", "dynsec", "http"):
-    raise ImproperlyConfigured(f"MQTT_ACCESS={MQTT_ACCESS!r}: use `dynsec`, `http` or leave it empty")
+    raise ImproperlyConfigured(
+        f"MQTT_ACCESS={MQTT_ACCESS!r}: use `dynsec`, `http` or leave it empty"
+    )
 # The dynamic-security admin account (`mosquitto_ctrl dynsec init`); empty: the control
 # plane's own MQTT account (MQTT_USERNAME / MQTT_PASSWORD) is the admin.
 MQTT_DYNSEC_USERNAME = env.str("MQTT_DYNSEC_USERNAME", default="")
