@@ -67,6 +67,7 @@ def _run(commands: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _fleet_role_commands(prefix: str, fleet: str) -> list[dict[str, Any]]:
+    """The fleet's role made, or its ACLs put back (a changed topic prefix, say)."""
     role = access.fleet_role(fleet)
     return [
         {"command": "createRole", "rolename": role},
@@ -78,15 +79,19 @@ def _fleet_role_commands(prefix: str, fleet: str) -> list[dict[str, Any]]:
 
 
 def _grant_commands(prefix: str, name: DeviceName, token: str) -> list[dict[str, Any]]:
-    """Idempotent: roles made (or kept), the client replaced, so an older session is kicked."""
+    """Idempotent: roles made if missing, the client replaced (so an older session is kicked).
+
+    Each role is made with its ACLs in one command: the plugin rewrites its whole file after
+    every change, so an enrolment makes as few as it can (docs/mqtt-brokers.md)."""
     role = access.device_role(name)
+    fleet_role = access.fleet_role(name.fleet)
     return [
-        *_fleet_role_commands(prefix, name.fleet),
-        {"command": "createRole", "rolename": role},
-        *(
-            {"command": "addRoleACL", "rolename": role, **acl}
-            for acl in access.device_role_acls(prefix, name)
-        ),
+        {
+            "command": "createRole",
+            "rolename": fleet_role,
+            "acls": access.fleet_role_acls(prefix, name.fleet),
+        },
+        {"command": "createRole", "rolename": role, "acls": access.device_role_acls(prefix, name)},
         {"command": "deleteClient", "username": name.username},
         {
             "command": "createClient",
@@ -94,7 +99,7 @@ def _grant_commands(prefix: str, name: DeviceName, token: str) -> list[dict[str,
             "clientid": name.username,
             "password": token,
             "textdescription": token_fingerprint(hash_secret(token)),
-            "roles": [{"rolename": access.fleet_role(name.fleet)}, {"rolename": role}],
+            "roles": [{"rolename": fleet_role}, {"rolename": role}],
         },
     ]
 
