@@ -11,7 +11,8 @@ from controlplane.settings.env import env
 # `dynsec`: the control plane drives Mosquitto's dynamic-security plugin (a client per device,
 # created at enrolment, deleted at revocation). `http`: the broker asks the control plane on
 # every connect, publish and subscribe (EMQX, HiveMQ, VerneMQ; POST /api/v1/mqtt/auth and
-# /acl). Empty: neither (the MQTT link is off, or the broker's access is managed elsewhere).
+# /acl, answering whenever MQTT_HOOK_SECRET is set). Empty: neither (the MQTT link is off,
+# or the broker's access is managed elsewhere).
 MQTT_ACCESS = env.str("MQTT_ACCESS", default="")
 if MQTT_ACCESS not in ("", "dynsec", "http"):
     raise ImproperlyConfigured(
@@ -24,5 +25,5 @@ MQTT_DYNSEC_PASSWORD = env.str("MQTT_DYNSEC_PASSWORD", default="")
 # How long an enrolment waits for the broker before it gives up (and counts a failure).
 MQTT_DYNSEC_TIMEOUT_S = env.float("MQTT_DYNSEC_TIMEOUT_S", default=3.0)
 # The secret the broker sends in the `X-MQTT-Hook-Secret` header of every hook call; the hook
-# endpoints answer 403 without it, and are off (404) while it is empty.
+# endpoints answer 401 without it, and to everyone while it is empty.
 MQTT_HOOK_SECRET = env.str("MQTT_HOOK_SECRET", default="")
