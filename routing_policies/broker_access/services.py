@@ -190,8 +190,19 @@ def broker_access_sync(*, dry_run: bool = False) -> SyncReport:
     one whose password is an older token (re-enrolled meanwhile) too, since we keep no token
     to set; a live device with no client is reported `missing`: its token exists only on the
     device, so it gets MQTT access when it enrols again (it works over WebSocket meanwhile).
-    Every fleet's role and the control plane's role are (re)made.
+    Every fleet's role and the control plane's role are (re)made. A broker that cannot be
+    reached raises (and is counted).
     """
+    try:
+        report = _sync(dry_run=dry_run)
+    except (dynsec.BrokerUnavailable, DynsecRefused):
+        FAILURES["sync"] += 1
+        raise
+    logger.info("broker_access.synced dry_run=%s %s", dry_run, report.as_dict())
+    return report
+
+
+def _sync(*, dry_run: bool) -> SyncReport:
     prefix = access.topic_prefix()
     report = SyncReport()
     clients = _broker_clients()
@@ -216,12 +227,7 @@ def broker_access_sync(*, dry_run: bool = False) -> SyncReport:
         parsed = access.parse_device_username(username)
         assert parsed is not None  # _broker_clients kept device names only
         commands += _remove_commands(parsed)
-    try:
-        _run(commands)
-    except (dynsec.BrokerUnavailable, DynsecRefused):
-        FAILURES["sync"] += 1
-        raise
-    logger.info("broker_access.synced %s", report.as_dict())
+    _run(commands)
     return report
 
 
