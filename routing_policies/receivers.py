@@ -2,8 +2,10 @@
 import-linter layers): connected once the models are loaded, by `RoutingPoliciesConfig.ready()`.
 Into policies' writes and pages (policies/signals.py): reviews and rollouts; into rollouts
 (rollouts/hooks.py): governance's gate and the devices' convergence; the push tier hears what
-rollouts and devices announce (rollouts/signals.py, devices/signals.py)."""
+rollouts and devices announce (rollouts/signals.py, devices/signals.py), and broker access
+what devices announce (a device enrolled, a token revoked)."""
 
+from .broker_access import receivers as broker_access
 from .devices.selectors import fleet_convergence
 from .push import receivers as push
 from .reviews import receivers as reviews
@@ -20,3 +22,4 @@ def connect() -> None:
     rollout_gate.register()
     convergence_reader_register(fleet_convergence)
     push.connect()
+    broker_access.connect()

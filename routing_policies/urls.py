@@ -1,5 +1,6 @@
 """API routes of the app, mounted under /api/v1/: each part's, in one list."""
 
+from .broker_access import urls as broker_access
 from .devices import urls as devices
 from .policies import urls as policies
 from .reviews import urls as reviews
@@ -12,4 +13,5 @@ urlpatterns = [
     *rollouts.urlpatterns,
     *reviews.urlpatterns,
     *schedules.urlpatterns,
+    *broker_access.urlpatterns,
 ]

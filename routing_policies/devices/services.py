@@ -19,7 +19,7 @@ from ..rollouts.selectors import cloud_pressure_live, fleet_assignment
 from ..rollouts.services import fleet_routing_lock
 from .models import Device
 from .selectors import device_authenticate
-from .signals import device_token_revoked
+from .signals import device_enrolled, device_token_revoked
 from .tokens import hash_secret, new_device_token, new_fleet_key
 
 logger = logging.getLogger(__name__)
@@ -84,6 +84,7 @@ def device_enroll(
         device.save()
         # Close only the socket opened with the old token, not one opened with the new.
         _token_revoked(device, old_hash)
+    device_enrolled.send(sender=Device, fleet=routing.fleet.slug, device_id=device_id, token=token)
     logger.info("device.enrolled fleet=%s device=%s", routing.fleet.slug, device_id)
     return device, token
 
