@@ -204,6 +204,21 @@ async def started(devices: list[Device], *new: Device) -> None:
 # --- the rollout: each device computes its own version ------------------------------------------
 
 
+async def converged(
+    fleet: list[Device], control: ControlPlane, assignment: FleetAssignment
+) -> dict[str, int | None]:
+    """Wait until each device runs (and has acked) the version `assignment` gives it."""
+    wanted = {d.config.device_id: assignment.version_for(d.config.device_id) for d in fleet}
+    await until(lambda: all(d.policy.version == wanted[d.config.device_id] for d in fleet))
+    await until(
+        lambda: all(
+            {"version": wanted[d.config.device_id]} in control.of(d.config.device_id, "ack")
+            for d in fleet
+        )
+    )
+    return wanted
+
+
 async def test_mqtt_fleet__stages_and_rollback__each_device_runs_its_bucket_version_and_acks(
     broker: Broker, control: ControlPlane, devices: list[Device]
 ) -> None:
@@ -217,30 +232,24 @@ async def test_mqtt_fleet__stages_and_rollback__each_device_runs_its_bucket_vers
     await started(devices, *fleet)
 
     # Then each runs exactly what the bucket rule gives it, and acked it on its own topic
-    for stage, seq in ((25, 1), (100, 2)):
-        if seq > 1:  # When the rollout goes to 100%
-            control.state(state(seq, 1, 2, rollout=rollout(stage)))
-        expected = FleetAssignment(1, 2, "salt-1", percent=stage, rollout_id=7)
-        wanted = {d.config.device_id: expected.version_for(d.config.device_id) for d in fleet}
-        if stage == 25:
-            assert set(wanted.values()) == {1, 2}  # both cohorts are there
-        await until(lambda: all(d.policy.version == wanted[d.config.device_id] for d in fleet))
-        await until(
-            lambda: all(
-                {"version": wanted[d.config.device_id]} in control.of(d.config.device_id, "ack")
-                for d in fleet
-            )
-        )
-        if stage == 25:  # the policy names the rollout it came with
-            on_candidate = [d for d in fleet if d.policy.version == 2]
-            assert all(d.policy.rollout == {"id": 7, "stage": 25} for d in on_candidate)
+    at_25 = FleetAssignment(1, 2, "salt-1", percent=25, rollout_id=7)
+    wanted = await converged(fleet, control, at_25)
+    assert set(wanted.values()) == {1, 2}  # both cohorts are there
+    on_candidate = [d for d in fleet if d.policy.version == 2]
+    assert all(d.policy.rollout == {"id": 7, "stage": 25} for d in on_candidate)
+
+    # When the rollout goes to 100%, then every device runs the candidate
+    control.state(state(2, 1, 2, rollout=rollout(100)))
+    await converged(fleet, control, FleetAssignment(1, 2, "salt-1", percent=100, rollout_id=7))
 
     # When the rollout is rolled back (candidate gone, no rollout)
     control.state(state(3, 1))
 
     # Then every device runs 1 again and says so
     await until(lambda: all(d.policy.version == 1 for d in fleet))
-    await until(lambda: all(control.of(d.config.device_id, "ack")[-1] == {"version": 1} for d in fleet))
+    await until(
+        lambda: all(control.of(d.config.device_id, "ack")[-1] == {"version": 1} for d in fleet)
+    )
     assert all(d.connection_state == "connected" for d in fleet)
     # Presence: a birth per device, retained, with what the WS hello would say
     birth = control.of("dev-000", "presence")[0]
@@ -286,7 +295,12 @@ async def test_mqtt_device__socket_killed__the_broker_publishes_the_will_and_the
     device = make_device(broker.url, "will-1")
     await started(devices, device)
     await until(lambda: device.policy.version == 1)
-    await until(lambda: control.of("will-1", "presence") == [{**control.of("will-1", "presence")[0], "online": True}])
+    await until(
+        lambda: (
+            control.of("will-1", "presence")
+            == [{**control.of("will-1", "presence")[0], "online": True}]
+        )
+    )
 
     # When its connection dies without a DISCONNECT
     sock = transport_of(device)._sock
@@ -424,7 +438,7 @@ async def test_mqtt_device__no_retained_document__fetched_from_the_immutable_htt
     body = encoded(document(2))
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             served.append(self.path)
             found = self.path == DOCUMENT_PATH.format(fleet=FLEET, version=2)
             self.send_response(200 if found else 404)
@@ -439,7 +453,9 @@ async def test_mqtt_device__no_retained_document__fetched_from_the_immutable_htt
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         control.state(state(1, 2))
-        device = make_device(broker.url, "http-1", base_url=f"http://127.0.0.1:{server.server_port}")
+        device = make_device(
+            broker.url, "http-1", base_url=f"http://127.0.0.1:{server.server_port}"
+        )
 
         # When the device starts
         await started(devices, device)
@@ -485,7 +501,7 @@ async def test_mqtt_device__cloud_pressure__applied_for_what_is_left_of_its_expi
 # --- telemetry ----------------------------------------------------------------------------------
 
 
-async def test_mqtt_device__telemetry__published_on_its_topic_and_dropped_from_the_queue_after_puback(
+async def test_mqtt_device__telemetry__on_its_topic_and_out_of_the_queue_after_the_puback(
     broker: Broker, control: ControlPlane, devices: list[Device]
 ) -> None:
     # Given a device running version 1
