@@ -605,3 +605,56 @@ async def test_mqtt_device__over_websockets__same_session_through_a_websocket_li
         assert paths[0] == "/mqtt"
         await device.stop()
         devices.remove(device)
+
+
+# --- credentials and identity -------------------------------------------------------------------
+
+
+class PolicyEndpoint:
+    """`GET /api/v1/devices/me/policy` answering one status (the token check a refused MQTT
+    login leads to)."""
+
+    def __init__(self, status: int) -> None:
+        self.requests: list[str] = []
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                endpoint.requests.append(self.path)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"detail": "x"}')
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+@pytest.mark.parametrize(("status", "outcome"), [(401, "revoked"), (404, "polling")])
+async def test_mqtt_device__broker_refuses_the_credentials__the_http_api_says_whether_revoked(
+    tmp_path: Path, devices: list[Device], status: int, outcome: str
+) -> None:
+    # Given a broker with access control that does not know this device
+    secured = Broker.start(tmp_path / "secured", dynsec_admin=("admin", "admin-password"))
+    endpoint = PolicyEndpoint(status)
+    try:
+        device = make_device(secured.url, "unknown-1", base_url=endpoint.url)
+
+        # When it connects
+        await started(devices, device)
+
+        # Then it asks the HTTP API with its token: 401 revokes it, else it polls and retries
+        await until(lambda: device.connection_state == outcome)
+        assert endpoint.requests == ["/api/v1/devices/me/policy"]
+        if outcome == "polling":
+            assert "refused the credentials" in (device.last_error or "")
+    finally:
+        endpoint.close()
+        secured.stop()
