@@ -219,3 +219,37 @@ def test_connection__fleet__configured_first_else_the_stored_policy_names_it() -
     # Then its stored policy names it, and a configured slug wins over both
     assert connection.fleet() == "from-policy"
     assert _connection(_config(fleet="configured")).fleet() == "configured"
+
+
+# --- the simulator ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("transport", "on_mqtt"), [("websocket", 0), ("mqtt", 40), ("mixed", None)]
+)
+def test_simulated_fleet__transport__devices_on_the_socket_mqtt_or_both(
+    transport: str, on_mqtt: int | None
+) -> None:
+    from edge_sdk.simulate.fleet import FleetConfig, SimulatedFleet
+
+    # Given / When a simulated fleet of 40 devices created with this transport (not started)
+    fleet = SimulatedFleet(
+        FleetConfig(
+            base_url="http://127.0.0.1:9",
+            fleet_key="fk_x",
+            devices=40,
+            transport=transport,
+            mqtt_url="mqtt://127.0.0.1:1883",
+            mqtt_share=0.5,
+        )
+    )
+    fleet.create_devices()
+
+    # Then each device's push channel is the one it was given: all, none, or some on MQTT
+    kinds = [type(sim.device._connection.transport) for sim in fleet.devices.values()]
+    mqtt_devices = kinds.count(MqttTransport)
+    assert kinds.count(WebSocketTransport) + mqtt_devices == 40
+    if on_mqtt is None:
+        assert 10 <= mqtt_devices <= 30
+    else:
+        assert mqtt_devices == on_mqtt
