@@ -176,11 +176,18 @@ async def fetch_document(
     if http is None:
         return None
     url = base_url + DOCUMENT_PATH.format(fleet=fleet, version=version)
+    body = bytearray()
     try:
-        response = await http.get(url, timeout=timeout_s)
+        async with http.stream("GET", url, timeout=timeout_s) as response:
+            if response.status_code != 200:
+                return None
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_DOCUMENT_BYTES:  # never held whole: refused
+                    return None
     except (httpx.HTTPError, OSError):
         return None
-    return response.content if response.status_code == 200 else None
+    return bytes(body)
 
 
 def _json_properties() -> Properties:
@@ -448,6 +455,8 @@ class MqttTransport:
             if kind == "suback" and not in_sync:
                 # Subscribed: the retained state follows; the session is up.
                 in_sync = await link.on_frame(self._ack_channel, '{"type":"up_to_date"}')
+                if in_sync:
+                    backoff.reset()
             elif kind == "message":
                 topic, payload, expiry = value
                 await self._on_fleet_message(link, fleet, topic, payload, expiry)

@@ -523,6 +523,28 @@ async def test_mqtt_device__telemetry__on_its_topic_and_out_of_the_queue_after_t
     assert all(event["policy_version"] == 1 for batch in batches for event in batch["events"])
 
 
+async def test_mqtt_device__stop__pending_telemetry_published_before_the_goodbye(
+    broker: Broker, control: ControlPlane, devices: list[Device]
+) -> None:
+    # Given a device that flushes rarely, with events pending
+    control.version(1)
+    control.state(state(1, 1))
+    device = make_device(broker.url, "telemetry-3", telemetry_flush_s=600.0)
+    await started(devices, device)
+    await until(lambda: device.policy.version == 1)
+    outcome = await device.run(task())
+    assert device.telemetry.pending == 1
+
+    # When it stops
+    await device.stop()
+
+    # Then the event went out over MQTT before its offline presence
+    assert device.telemetry.pending == 0
+    await until(lambda: control.of("telemetry-3", "presence")[-1:] == [{"online": False}])
+    batches = control.of("telemetry-3", "telemetry")
+    assert [event["event_id"] for event in batches[0]["events"]] == [outcome.event_id]
+
+
 async def test_mqtt_device__telemetry_while_the_broker_is_down__kept_until_it_is_back(
     broker: Broker, control: ControlPlane, devices: list[Device]
 ) -> None:
