@@ -70,7 +70,8 @@ def rollout(stage: int, *, salt: str = "salt-1", holdback: int = 0) -> dict[str,
 class ControlPlane:
     """The control plane's side of the broker: retained fleet topics out, device topics in."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, fleet: str = FLEET) -> None:
+        self.fleet = fleet
         self.messages: list[tuple[str, bytes, bool]] = []
         self._lock = threading.Lock()
         self.client = mqtt.Client(
@@ -79,7 +80,7 @@ class ControlPlane:
         self.client.on_message = self._on_message
         self.client.connect(broker.host, broker.port)
         self.client.loop_start()
-        self.client.subscribe(topics.device_topic(PREFIX, FLEET, "+", "+"), qos=1)
+        self.client.subscribe(topics.device_topic(PREFIX, fleet, "+", "+"), qos=1)
         wait_for(lambda: self.client.is_connected())
 
     def _on_message(self, client: Any, userdata: Any, message: mqtt.MQTTMessage) -> None:
@@ -96,15 +97,15 @@ class ControlPlane:
         info.wait_for_publish(timeout=10)
 
     def state(self, payload: bytes) -> None:
-        self.publish(topics.fleet_state(PREFIX, FLEET), payload)
+        self.publish(topics.fleet_state(PREFIX, self.fleet), payload)
 
     def version(self, number: int, payload: bytes | None = None) -> None:
         body = encoded(document(number)) if payload is None else payload
-        self.publish(topics.fleet_version(PREFIX, FLEET, number), body)
+        self.publish(topics.fleet_version(PREFIX, self.fleet, number), body)
 
     def of(self, device_id: str, kind: str) -> list[Any]:
         """What the device published on its `kind` topic, decoded, oldest first."""
-        topic = topics.device_topic(PREFIX, FLEET, device_id, kind)
+        topic = topics.device_topic(PREFIX, self.fleet, device_id, kind)
         with self._lock:
             return [json.loads(payload) for t, payload, _ in self.messages if t == topic]
 
