@@ -279,8 +279,12 @@ class MqttTransport:
                 self.config.backoff_base_s, self.config.backoff_max_s, backoff.rng
             )
         client = self._client_for(link, fleet)
+        connecting = asyncio.ensure_future(asyncio.to_thread(client.reconnect))
         try:
-            await asyncio.to_thread(client.reconnect)
+            await asyncio.shield(connecting)
+        except asyncio.CancelledError:  # stopped meanwhile: the socket it opens is closed
+            connecting.add_done_callback(functools.partial(_abandoned, client))
+            raise
         except (OSError, ssl.SSLError, mqtt.WebsocketConnectionError, ValueError) as error:
             link.last_error = f"mqtt: {error!r}"
             return "failed"
@@ -726,3 +730,13 @@ def _no_delay(sock: Any) -> None:
     if isinstance(raw, socket.socket) and raw.family in (socket.AF_INET, socket.AF_INET6):
         with contextlib.suppress(OSError):
             raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _abandoned(client: mqtt.Client, connecting: asyncio.Future[Any]) -> None:
+    """A connect the device stopped waiting for: its socket, once open, is closed."""
+    if connecting.cancelled() or connecting.exception() is not None:
+        return
+    sock = client.socket()
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.close()
