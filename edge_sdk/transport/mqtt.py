@@ -251,6 +251,7 @@ class MqttTransport:
         self._retry_at = 0.0
         self._retry: Backoff | None = None
         self.last_seq: int | None = None  # the newest state applied (kept across sessions)
+        self.session_present = False  # the broker kept this device's session from before
         self.dropped: Counter[str] = Counter()  # messages not trusted, by reason
 
     # --- the Transport protocol -----------------------------------------------------------------
@@ -678,6 +679,7 @@ class MqttTransport:
     def _on_connect(
         self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, properties: Any
     ) -> None:
+        self.session_present = bool(getattr(flags, "session_present", False))
         self._put("connack", int(reason.value))
 
     def _on_disconnect(

@@ -349,6 +349,7 @@ async def test_mqtt_device__offline_during_two_stage_changes__runs_the_last_one_
     await until(lambda: device.policy.version == 2)
     await until(lambda: control.of("away-1", "ack")[-1] == {"version": 2})
     assert transport_of(device).last_seq == 3
+    assert transport_of(device).session_present  # the broker kept its session meanwhile
 
 
 async def test_mqtt_device__broker_restarts__the_device_reconnects_and_follows_the_new_state(
@@ -384,6 +385,9 @@ async def test_mqtt_device__broker_restarts__the_device_reconnects_and_follows_t
         await until(lambda: again.of("restart-1", "ack")[-1:] == [{"version": 2}])
         assert device.reconnects >= 1
         assert device.connection_state == "connected"
+        # (this broker keeps nothing across a restart: a new session, caught up by the
+        # retained state alone)
+        assert not transport_of(device).session_present
     finally:
         again.close()
 
