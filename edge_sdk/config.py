@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from edge_sdk.mqtt_topics import DEFAULT_PREFIX
+
 __all__ = ["SDK_VERSION", "DeviceConfig"]
 
 SDK_VERSION = "0.1.0"
@@ -14,6 +16,8 @@ SDK_VERSION = "0.1.0"
 _FIELD_LIMITS = {"device_id": 128, "platform": 64, "model": 128, "sdk": 64}
 # What enrolment accepts as a device id (routing_policies.devices.apis.DEVICE_ID_RE).
 _DEVICE_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
+_FLEET = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")  # a slug: never "/", "+" or "#" in a topic
+_MQTT_SCHEMES = ("mqtt:", "mqtts:", "ws:", "wss:")
 
 
 @dataclass(kw_only=True)
@@ -45,6 +49,20 @@ class DeviceConfig:
     # The SDK's own bound on shadow refines, whatever the cell's rate: at most this many
     # started in any 60 s (0: none), so a high rate on a busy device cannot run up the bill.
     shadow_refines_per_minute: int = 6
+    # The MQTT device link (`Device(..., transport="mqtt")`, edge_sdk.transport.mqtt):
+    # mqtt://host:1883, mqtts://host:8883, or ws(s)://host:443/path for networks that allow
+    # only web ports (the path is the URL's, "/mqtt" when it names none). Empty: not used.
+    mqtt_url: str = ""
+    mqtt_prefix: str = DEFAULT_PREFIX  # the deployment's topic prefix (MQTT_TOPIC_PREFIX)
+    # The fleet's slug (topics, MQTT username). None: the one enrolment answered, or the one
+    # the stored policy names.
+    fleet: str | None = None
+    mqtt_keepalive_s: int = (
+        30  # MQTT keepalive: the broker drops (and publishes the will) after 1.5x
+    )
+    mqtt_session_expiry_s: int = 86_400  # the broker keeps the session this long after a drop
+    # How long to wait for a version's retained document before asking the HTTP endpoint.
+    mqtt_document_wait_s: float = 3.0
 
     def __post_init__(self) -> None:
         for name, limit in _FIELD_LIMITS.items():
@@ -61,6 +79,11 @@ class DeviceConfig:
         self.base_url = self.base_url.rstrip("/")
         if self.state_dir is not None:
             self.state_dir = Path(self.state_dir)
+        if self.mqtt_url and not self.mqtt_url.startswith(_MQTT_SCHEMES):
+            schemes = ", ".join(f"{scheme}//" for scheme in _MQTT_SCHEMES)
+            raise ValueError(f"DeviceConfig.mqtt_url must start with {schemes}")
+        if self.fleet is not None and not _FLEET.match(self.fleet):
+            raise ValueError("DeviceConfig.fleet must be a fleet slug (letters, digits, - and _)")
 
     @property
     def ws_url(self) -> str:

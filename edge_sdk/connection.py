@@ -2,7 +2,7 @@
 
 It holds the device's token (enrolment, `state_dir/token`, the `revoked` marker), its
 connection state, and the connection loop: enrol, keep a session of its `Transport` open
-(the WebSocket today; edge_sdk.transport says what another one must do), fall back to
+(the WebSocket by default, or MQTT; edge_sdk.transport says what one must do), fall back to
 polling the policy over HTTP when the socket is refused or keeps failing, and back off
 between attempts. The frames a session receives are the protocol's messages (PROTOCOL.md):
 a policy goes to `PolicySync` and is acked, cloud pressure to the router, errors are counted.
@@ -38,7 +38,7 @@ from edge_sdk.router import Router
 from edge_sdk.storage import atomic_write, read_bytes, remove
 from edge_sdk.task import Readings
 from edge_sdk.telemetry import PostResult
-from edge_sdk.transport import Channel, DeviceRevoked, Transport
+from edge_sdk.transport import CarriesTelemetry, Channel, DeviceRevoked, Transport
 
 __all__ = ["STATES", "Connection", "DeviceRevoked", "EnrolmentRefused"]
 
@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 
 STATES: Final = ("connecting", "connected", "polling", "offline", "revoked", "stopped")
 TOKEN_FILE: Final = "token"
+FLEET_FILE: Final = "fleet"
 REVOKED_FILE: Final = "revoked"
 SOCKET_FAILURES_BEFORE_POLL: Final = 3
 TELEMETRY_PATH: Final = "/api/v1/telemetry"
@@ -69,6 +70,7 @@ class Connection:
         "_router",
         "_sessions_opened",
         "config",
+        "enrolled_fleet",
         "http",
         "last_error",
         "reconnects",
@@ -104,6 +106,7 @@ class Connection:
         self.state = "stopped"
         self.last_error: str | None = None
         self.token: str | None = None
+        self.enrolled_fleet: str | None = None  # the fleet's slug, as enrolment answered it
         self.revoked = False
         self.stopping = False
         self.server_errors = 0  # `error` frames received
@@ -129,6 +132,16 @@ class Connection:
     def auth_headers(self) -> dict[str, str]:
         """The device token as a bearer header."""
         return {"Authorization": f"Bearer {self.token}"}
+
+    def fleet(self) -> str | None:
+        """The fleet's slug: configured, answered by enrolment, or named by the stored policy."""
+        if self.config.fleet is not None:
+            return self.config.fleet
+        if self.enrolled_fleet is not None:
+            return self.enrolled_fleet
+        current = self._policy.store.current
+        named = current.document.get("fleet") if current is not None else None
+        return named if isinstance(named, str) and named else None
 
     def hello(self) -> dict[str, Any]:
         """The first message of a session, with the version the device runs now."""
@@ -157,6 +170,8 @@ class Connection:
             raw_token = read_bytes(state_dir / TOKEN_FILE)
             self.token = raw_token.decode().strip() or None if raw_token else None
             self.revoked = (state_dir / REVOKED_FILE).exists()
+            raw_fleet = read_bytes(state_dir / FLEET_FILE)
+            self.enrolled_fleet = raw_fleet.decode().strip() or None if raw_fleet else None
 
     def open_http(self) -> None:
         """An HTTP client of its own unless the app passed one."""
@@ -256,11 +271,18 @@ class Connection:
             timeout=config.http_timeout_s,
         )
         if response.status_code == 201:
-            token = response.json()["device_token"]
+            answer = response.json()
+            token = answer["device_token"]
             if not isinstance(token, str) or not token:
                 raise ValueError("enrolment answer without a device_token")
+            fleet = answer.get("fleet")
+            self.enrolled_fleet = fleet if isinstance(fleet, str) and fleet else None
             self.token = token
             if config.state_dir is not None:
+                if self.enrolled_fleet is not None:
+                    await asyncio.to_thread(
+                        atomic_write, config.state_dir / FLEET_FILE, self.enrolled_fleet.encode()
+                    )
                 await asyncio.to_thread(atomic_write, config.state_dir / TOKEN_FILE, token.encode())
             return
         if response.status_code in (400, 401, 403, 404):
@@ -376,7 +398,14 @@ class Connection:
     # --- telemetry and feedback posts (the queues' posters) ------------------------------------
 
     async def post_telemetry(self, body: bytes) -> PostResult:
-        """`POST /api/v1/telemetry` with a batch (status 0: no answer, or no token yet)."""
+        """`POST /api/v1/telemetry` with a batch (status 0: no answer, or no token yet); on a
+        transport that carries telemetry (MQTT) the batch goes through it instead, and counts
+        as accepted (202) once the broker has it."""
+        transport = self.transport
+        if isinstance(transport, CarriesTelemetry):
+            if self.token is None or not await transport.publish_telemetry(body):
+                return 0, b"", None
+            return 202, b"", None
         return await self._post(TELEMETRY_PATH, body, "telemetry")
 
     async def post_feedback(self, body: bytes) -> PostResult:

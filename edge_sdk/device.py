@@ -9,8 +9,9 @@
 - `ShadowRefines` (edge_sdk.shadow): device answers the cloud also refines, in the background;
 - `Connection` (edge_sdk.connection): token, connection state, the connection loop (enrol,
   a `Transport` session, polling, back-off) and the HTTP calls; the transport is picked by
-  name (`transport=`, "websocket" by default: `WebSocketTransport`, edge_sdk.transport.websocket)
-  through `edge_sdk.transport.transport_named`;
+  name (`transport=`, "websocket" by default: `WebSocketTransport`, edge_sdk.transport.websocket;
+  "mqtt": `MqttTransport`, edge_sdk.transport.mqtt, at `DeviceConfig.mqtt_url`) through
+  `edge_sdk.transport.transport_named`;
 - `TelemetrySender` (edge_sdk.telemetry_sender): the telemetry and feedback queues and the
   loop that delivers them.
 
@@ -55,7 +56,7 @@ from edge_sdk.task import (
 )
 from edge_sdk.telemetry import TelemetryRevoked, build_event, new_event_id
 from edge_sdk.telemetry_sender import TelemetrySender
-from edge_sdk.transport import DEFAULT_TRANSPORT, Transport, transport_named
+from edge_sdk.transport import DEFAULT_TRANSPORT, CarriesTelemetry, Transport, transport_named
 
 __all__ = ["STATES", "Backoff", "Device", "DeviceRevoked", "EnrolmentRefused", "Listener"]
 
@@ -107,7 +108,8 @@ class Device:
         transport: str | Transport = DEFAULT_TRANSPORT,
     ) -> None:
         # `transport` is how the push channel is carried: a name `transport_named` knows
-        # ("websocket"), or a Transport of the app's own (edge_sdk.transport says what one does).
+        # ("websocket"; "mqtt", which also carries telemetry, with `config.mqtt_url`), or a
+        # Transport of the app's own (edge_sdk.transport says what one does).
         # `clock` (seconds, monotonic) times tasks and cache TTLs; `wall_clock` (Unix seconds)
         # stamps telemetry. A simulation on a virtual clock passes its own (simulate.virtual).
         push_channel = (
@@ -230,18 +232,23 @@ class Device:
         ]
 
     async def stop(self) -> None:
-        """Close the socket, try a last telemetry flush, persist what is left."""
+        """Close the socket, try a last telemetry flush, persist what is left (a push channel
+        that carries the telemetry, MQTT, closes after that flush instead)."""
         connection = self._connection
         connection.stopping = True
         loops, self._loops = self._loops, []
         for loop_task in loops:
             loop_task.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
-        await connection.close()
+        carries_telemetry = isinstance(connection.transport, CarriesTelemetry)
+        if not carries_telemetry:
+            await connection.close()
         # Shadow refines still running are cut: their events go without the outcome.
         await self.cancel_shadow_refines()
         if connection.token is not None and not connection.revoked and connection.online():
             await self._sender.last_flush()
+        if carries_telemetry:
+            await connection.close()
         await self._sender.save()
         await self._policy_sync.saved()
         await connection.close_http()

@@ -1,5 +1,8 @@
 """`python -m edge_sdk.simulate --url http://127.0.0.1:8000 --fleet-key … --devices 500 --rate 20`
 
+With `--transport mqtt --mqtt-url mqtt://broker:1883` the devices take their policies from an
+MQTT broker (docs/sdk.md, "MQTT"); `--transport mixed --mqtt-share 0.5` splits the fleet.
+
 Runs a simulated fleet against a control plane until `--duration` passes or SIGINT/SIGTERM,
 printing a progress line every few seconds; on the way out every device stops cleanly (its
 socket closed, its telemetry flushed once more, its state saved under `--state-dir`).
@@ -88,6 +91,22 @@ def add_arguments(
         help="share of answers the simulated app rates later through feedback (0.3)",
     )
     parser.add_argument(
+        "--transport",
+        choices=("websocket", "mqtt", "mixed"),
+        default="websocket",
+        help="the devices' push channel: the control plane's socket, an MQTT broker "
+        "(--mqtt-url), or mixed (--mqtt-share of them on MQTT) (websocket)",
+    )
+    parser.add_argument(
+        "--mqtt-url", default="", help="the MQTT broker, e.g. mqtt://127.0.0.1:1883"
+    )
+    parser.add_argument(
+        "--mqtt-share",
+        type=float,
+        default=0.5,
+        help="--transport mixed: the share of devices on MQTT (0.5)",
+    )
+    parser.add_argument(
         "--no-offline-spells",
         dest="offline_spells",
         action="store_false",
@@ -115,16 +134,19 @@ def config_from_args(args: argparse.Namespace) -> FleetConfig:
 async def run(config: FleetConfig) -> None:
     """Run the fleet until its duration passes or SIGINT / SIGTERM arrives."""
     # One log line per HTTP request of thousands of devices would drown the progress lines.
-    for name in ("httpx", "httpcore", "websockets"):
+    for name in ("httpx", "httpcore", "websockets", "edge_sdk.transport.mqtt"):
         logging.getLogger(name).setLevel(logging.WARNING)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     fleet = SimulatedFleet(config, output=sys.stdout)
+    over = {"websocket": "", "mqtt": " over MQTT"}.get(
+        config.transport, f" ({config.mqtt_share:.0%} over MQTT)"
+    )
     print(
         f"simulating {config.devices} devices at {config.rate:g} tasks/s against"
-        f" {config.base_url} (scenario {config.scenario}); Ctrl-C stops",
+        f" {config.base_url}{over} (scenario {config.scenario}); Ctrl-C stops",
         flush=True,
     )
     try:

@@ -72,6 +72,7 @@ _SEED_DIMENSIONS: Final = {
     "privacy_tier": ["sensitive", "normal"],
 }
 ONLINE_STATES: Final = frozenset({"connected", "polling"})
+SIM_TRANSPORTS: Final = ("websocket", "mqtt", "mixed")
 
 
 @dataclass(kw_only=True)
@@ -99,6 +100,12 @@ class FleetConfig:
     # drawn uniformly from feedback_delay_s.
     feedback_share: float = 0.3
     feedback_delay_s: tuple[float, float] = (1.0, 30.0)
+    # How the devices' push channel is carried: "websocket", "mqtt" (an MQTT 5 broker at
+    # mqtt_url: edge_sdk.transport.mqtt), or "mixed": a `mqtt_share` of them on MQTT, drawn
+    # per device from the seed, the rest on the socket.
+    transport: str = "websocket"
+    mqtt_url: str = ""
+    mqtt_share: float = 0.5
 
     def __post_init__(self) -> None:
         if self.devices < 1:
@@ -115,6 +122,12 @@ class FleetConfig:
         low, high = self.feedback_delay_s
         if not 0.0 <= low <= high:
             raise ValueError("feedback_delay_s must be (low, high) with 0 <= low <= high")
+        if self.transport not in SIM_TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(SIM_TRANSPORTS)}")
+        if self.transport != "websocket" and not self.mqtt_url:
+            raise ValueError(f"transport {self.transport} needs an MQTT broker URL (--mqtt-url)")
+        if not 0.0 <= self.mqtt_share <= 1.0:
+            raise ValueError("mqtt_share must be in [0, 1]")
 
 
 @dataclass
@@ -184,17 +197,25 @@ class SimDevice:
         # whose outcome produced a telemetry event (what the server must hold, per version).
         self.reported: Counter[int] = Counter()
         self.applied: list[int | None] = []  # versions in the order the SDK applied them
-        state_dir = fleet.config.state_dir
+        config = fleet.config
+        state_dir = config.state_dir
+        # Drawn after the profiles, so a seed gives the same devices on either transport.
+        mqtt = config.transport == "mqtt" or (
+            config.transport == "mixed" and rng.random() < config.mqtt_share
+        )
+        self.transport = "mqtt" if mqtt else "websocket"
         self.device = Device(
             DeviceConfig(
-                base_url=fleet.config.base_url,
-                fleet_key=fleet.config.fleet_key,
+                base_url=config.base_url,
+                fleet_key=config.fleet_key,
                 device_id=self.device_id,
                 platform=self.profile.platform,
                 model=self.profile.model,
                 state_dir=state_dir / self.device_id if state_dir is not None else None,
-                telemetry_flush_s=fleet.config.telemetry_flush_s,
+                telemetry_flush_s=config.telemetry_flush_s,
+                mqtt_url=config.mqtt_url if mqtt else "",
             ),
+            transport=self.transport,
             readings=self.readings,
             device_infer=self.device_infer,
             cloud_infer=self.cloud_infer,

@@ -6,7 +6,9 @@ connection's: `Link.hello()`), hands each text frame it receives to `Link.on_fra
 the channel alive, and says how the session ended (`SessionEnd`). What the frames mean
 (PROTOCOL.md: `policy`, `up_to_date`, `cloud_pressure`, `error`, the `ack`), enrolment, the
 polling fallback, back-off and the device's state belong to the connection, so a second
-transport (e.g. MQTT) plugs in beside `WebSocketTransport` without touching them.
+transport (`MqttTransport`, edge_sdk.transport.mqtt) plugs in beside `WebSocketTransport`
+without touching them. A transport that also carries telemetry has `publish_telemetry`
+(`CarriesTelemetry`): the connection then sends the telemetry batches through it.
 
 A device picks its transport by name (`Device(..., transport="websocket")`) through
 `transport_named`: a new kind is one more entry in `_FACTORIES`, imported only when chosen
@@ -16,7 +18,9 @@ A device picks its transport by name (`Device(..., transport="websocket")`) thro
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol, runtime_checkable
+
+import httpx
 
 from edge_sdk.backoff import Backoff
 from edge_sdk.config import DeviceConfig
@@ -24,6 +28,7 @@ from edge_sdk.config import DeviceConfig
 __all__ = [
     "DEFAULT_TRANSPORT",
     "TRANSPORTS",
+    "CarriesTelemetry",
     "Channel",
     "DeviceRevoked",
     "Link",
@@ -56,6 +61,8 @@ class Link(Protocol):
 
     last_error: str | None  # a session that fails says why here
     stopping: bool  # `stop` was called: end the session
+    token: str | None  # the device token (the MQTT password)
+    http: httpx.AsyncClient | None  # the device's HTTP client (MQTT: the document fallback)
 
     def online(self) -> bool:
         """The app's `readings().online` now (False when the readings fail)."""
@@ -63,6 +70,10 @@ class Link(Protocol):
 
     def auth_headers(self) -> dict[str, str]:
         """The device token as an HTTP header."""
+        ...
+
+    def fleet(self) -> str | None:
+        """The fleet's slug: configured, answered by enrolment, or named by the stored policy."""
         ...
 
     def hello(self) -> dict[str, Any]:
@@ -83,7 +94,7 @@ class Link(Protocol):
 
 
 class Transport(Protocol):
-    """One kind of push channel (WebSocket today)."""
+    """One kind of push channel (the WebSocket, MQTT)."""
 
     @property
     def channel(self) -> Channel | None:
@@ -101,13 +112,31 @@ class Transport(Protocol):
         ...
 
 
+@runtime_checkable
+class CarriesTelemetry(Protocol):
+    """A transport that carries the telemetry batches too (MQTT: the device's telemetry topic)."""
+
+    async def publish_telemetry(self, body: bytes, /) -> bool:
+        """Send one batch (the body of POST /api/v1/telemetry); True once it is durable."""
+        ...
+
+
 def _websocket(config: DeviceConfig) -> Transport:
     from edge_sdk.transport.websocket import WebSocketTransport
 
     return WebSocketTransport(config)
 
 
-_FACTORIES: Final[dict[str, Callable[[DeviceConfig], Transport]]] = {"websocket": _websocket}
+def _mqtt(config: DeviceConfig) -> Transport:
+    from edge_sdk.transport.mqtt import MqttTransport
+
+    return MqttTransport(config)
+
+
+_FACTORIES: Final[dict[str, Callable[[DeviceConfig], Transport]]] = {
+    "websocket": _websocket,
+    "mqtt": _mqtt,
+}
 TRANSPORTS: Final = tuple(_FACTORIES)  # the names `transport_named` knows
 DEFAULT_TRANSPORT: Final = "websocket"
 

@@ -132,10 +132,11 @@ def test_device__no_transport_named__the_websocket() -> None:
     assert isinstance(_device(transport="websocket")._connection.transport, WebSocketTransport)
 
 
-@pytest.mark.parametrize("name", ["mqtt", "WebSocket", ""])
+@pytest.mark.parametrize("name", ["amqp", "WebSocket", "MQTT", ""])
 def test_device__unknown_transport_name__refused_naming_the_known_ones(name: str) -> None:
     # Given / When / Then a transport name this SDK does not have: refused at construction
-    with pytest.raises(ValueError, match=f"unknown transport {name!r}: this SDK has websocket"):
+    known = "websocket, mqtt"
+    with pytest.raises(ValueError, match=f"unknown transport {name!r}: this SDK has {known}"):
         _device(transport=name)
 
 

@@ -28,6 +28,12 @@ URL = "http://127.0.0.1:9"  # nothing listens there; these tests never start a d
         (["--duration", "-1"], "duration_s must be positive"),
         (["--scenario", "earthquake"], "invalid choice"),
         (["--connect-rate", "0"], "connect_per_s must be positive"),
+        (["--transport", "mqtt"], "needs an MQTT broker URL (--mqtt-url)"),
+        (["--transport", "carrier-pigeon"], "invalid choice"),
+        (
+            ["--transport", "mixed", "--mqtt-url", "mqtt://127.0.0.1", "--mqtt-share", "2"],
+            "mqtt_share must be in [0, 1]",
+        ),
     ],
 )
 def test_cli__bad_flag__exits_2_naming_the_problem(

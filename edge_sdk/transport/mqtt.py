@@ -1,0 +1,744 @@
+"""`MqttTransport`: the device link over an MQTT 5 broker (docs/PROTOCOL.md, "MQTT"; issue 24).
+
+Where the WebSocket transport is told its version by the server, a device on MQTT works it out
+itself: it reads its fleet's retained rollout state (`{prefix}/fleets/{fleet}/state`), computes
+its version with the server's own rule (`edge_sdk.assignment.FleetAssignment.version_for`) and,
+when that is not the version it runs, takes the document from the version's retained topic
+(subscribed for that one message), or from the immutable HTTP document when the broker has
+none. The document then goes to the connection as the `policy` frame the socket would have
+carried, so storing, applying and acking are the connection's, unchanged; the `ack` it sends
+back is published on the device's ack topic. Cloud pressure arrives retained with an MQTT 5
+message expiry: the broker's remaining expiry is the `ttl_s` handed on.
+
+The session: client id and username `{fleet}/{device_id}`, the device token as password,
+keepalive `mqtt_keepalive_s`, a persistent session (clean start off, session expiry
+`mqtt_session_expiry_s`), a retained last will `{"online": false}` on the presence topic, a
+retained birth on every connect, and `{"online": false}` again on a graceful stop. Reconnects
+are the connection loop's, with its jittered back-off. A broker that refuses the credentials
+ends the session as "refused": the connection then asks the HTTP API, which says whether the
+token is revoked (401) or the broker merely does not know it yet. A broker that takes the
+session over for a newer connection of the same client id ends it as "superseded".
+
+Telemetry batches go on the device's telemetry topic (QoS 1) and leave the queue only once the
+broker's PUBACK says it has them (`publish_telemetry`).
+
+paho-mqtt runs on the device's event loop, without a thread of its own: its socket is watched
+with `add_reader`/`add_writer` (thousands of simulated devices share one loop), and only the
+blocking connect (TCP, TLS, the WebSocket handshake) runs on a worker thread. Over WebSockets
+(`ws://` or `wss://` URLs) the same session runs through paho's WebSocket transport, for
+networks that allow only port 443.
+
+Messages a device must not trust are dropped and counted by reason (`dropped`): malformed or
+oversized state, documents and cloud pressure, a state of another fleet, a stale sequence
+number (not newer than the last one applied), a document that is not the version asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import socket
+import ssl
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import httpx
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+
+from edge_sdk import mqtt_topics
+from edge_sdk.assignment import FleetAssignment
+from edge_sdk.backoff import Backoff
+from edge_sdk.config import DeviceConfig
+from edge_sdk.transport import Channel, Link, SessionEnd
+
+__all__ = [
+    "DOCUMENT_PATH",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_STATE_BYTES",
+    "FleetState",
+    "MqttTransport",
+    "parse_state",
+]
+
+logger = logging.getLogger(__name__)
+
+MAX_DOCUMENT_BYTES: Final = 4 * 1024 * 1024  # as the socket's largest frame
+MAX_STATE_BYTES: Final = 64 * 1024
+MAX_PRESSURE_BYTES: Final = 4 * 1024
+# The immutable, CDN-cacheable document of a published version (docs/PROTOCOL.md, "MQTT").
+DOCUMENT_PATH: Final = "/api/v1/fleets/{fleet}/versions/{version}/document"
+OFFLINE: Final = b'{"online":false}'
+# CONNACK reason codes meaning "these credentials are not accepted here".
+_REFUSED_CREDENTIALS: Final = frozenset(
+    {0x86, 0x87, 0x8C}
+)  # bad credentials, not authorised, bad auth method
+_SESSION_TAKEN_OVER: Final = 0x8E
+_STOP_WAIT_S: Final = 2.0  # at stop: for the offline presence's PUBACK, then the DISCONNECT
+_SHARED_PARSES: Final = 8  # recent states and documents parsed once per process
+
+
+@dataclass(frozen=True, slots=True)
+class FleetState:
+    """A fleet's retained rollout state, checked: its sequence number, its assignment and the
+    `rollout` a policy frame names."""
+
+    seq: int
+    assignment: FleetAssignment
+    rollout: dict[str, int] | None
+
+
+def _whole(value: Any, low: int, high: int) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        return None
+    return int(value)
+
+
+def _version(value: Any) -> tuple[bool, int | None]:
+    """(valid, number) of a version field: a whole number >= 1, or null."""
+    if value is None:
+        return True, None
+    number = _whole(value, 1, 2**31 - 1)
+    return number is not None, number
+
+
+@functools.lru_cache(maxsize=_SHARED_PARSES)
+def parse_state(payload: bytes, fleet: str) -> FleetState | str:
+    """The state message of `fleet`, or the reason it is dropped ("oversized", "malformed",
+    "wrong_fleet"). Parsed once per process: a simulator's devices all get the same one."""
+    if len(payload) > MAX_STATE_BYTES:
+        return "oversized"
+    try:
+        message = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return "malformed"
+    if not isinstance(message, dict):
+        return "malformed"
+    if message.get("fleet", fleet) != fleet:
+        return "wrong_fleet"
+    seq = _whole(message.get("seq"), 0, 2**63 - 1)
+    stable_ok, stable = _version(message.get("stable"))
+    candidate_ok, candidate = _version(message.get("candidate"))
+    if seq is None or not stable_ok or not candidate_ok:
+        return "malformed"
+    raw = message.get("rollout")
+    if raw is None:
+        return FleetState(seq, FleetAssignment(stable, candidate), None)
+    if not isinstance(raw, dict):
+        return "malformed"
+    rollout_id = _whole(raw.get("id"), 1, 2**63 - 1)
+    stage = _whole(raw.get("stage"), 0, 100)
+    holdback = _whole(raw.get("holdback", 0), 0, 100)
+    salt = raw.get("salt")
+    if rollout_id is None or stage is None or holdback is None or not isinstance(salt, str):
+        return "malformed"
+    assignment = FleetAssignment(
+        stable, candidate, salt, percent=stage, rollout_id=rollout_id, holdback=holdback
+    )
+    rollout = {"id": rollout_id, "stage": stage}
+    if holdback:
+        rollout["holdback"] = holdback
+    return FleetState(seq, assignment, rollout)
+
+
+@functools.lru_cache(maxsize=_SHARED_PARSES)
+def _document_frame(payload: bytes, fleet: str, version: int, rollout: str) -> str | None:
+    """The `policy` frame the socket would carry for this document (`rollout`: the frame's
+    rollout as JSON); None when the payload is not version `version` of `fleet` (the
+    connection checks the rest). Built once per process for the devices that share it."""
+    if not payload or len(payload) > MAX_DOCUMENT_BYTES:
+        return None
+    try:
+        document = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if (
+        not isinstance(document, dict)
+        or document.get("version") != version
+        or document.get("fleet", fleet) != fleet
+    ):
+        return None
+    document.pop("type", None)
+    return json.dumps({"type": "policy", **document, "rollout": json.loads(rollout)})
+
+
+async def fetch_document(
+    http: httpx.AsyncClient | None, base_url: str, fleet: str, version: int, timeout_s: float
+) -> bytes | None:
+    """Version `version`'s immutable document over HTTP (a CDN may answer it), or None when
+    the endpoint does not answer it. Without credentials: the document is public to the fleet's
+    devices and a request with an Authorization header is not cached by CDNs."""
+    if http is None:
+        return None
+    url = base_url + DOCUMENT_PATH.format(fleet=fleet, version=version)
+    body = bytearray()
+    try:
+        async with http.stream("GET", url, timeout=timeout_s) as response:
+            if response.status_code != 200:
+                return None
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_DOCUMENT_BYTES:  # never held whole: refused
+                    return None
+    except (httpx.HTTPError, OSError):
+        return None
+    return bytes(body)
+
+
+def _json_properties() -> Properties:
+    properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    properties.PayloadFormatIndicator = 1
+    properties.ContentType = "application/json"
+    return properties
+
+
+# Every publish carries the same properties: built once (paho only packs them), since paho's
+# Properties cost more CPU than the rest of a publish.
+_JSON: Final = _json_properties()
+
+
+class _AckChannel:
+    """The connection's answers, as the MQTT link carries them: an `ack` frame becomes
+    `{"version": n}` on the device's ack topic; other frames have no MQTT form (dropped)."""
+
+    __slots__ = ("_transport",)
+
+    def __init__(self, transport: MqttTransport) -> None:
+        self._transport = transport
+
+    async def send(self, text: str, /) -> None:
+        try:
+            message = json.loads(text)
+        except ValueError:
+            return
+        if isinstance(message, dict) and message.get("type") == "ack":
+            self._transport.publish_own("ack", {"version": message.get("version")})
+
+
+class MqttTransport:
+    """Sessions over an MQTT 5 broker: the fleet's retained state in, acks, presence and
+    telemetry out (see the module's docstring)."""
+
+    def __init__(self, config: DeviceConfig) -> None:
+        if not config.mqtt_url:
+            raise ValueError('transport "mqtt" needs DeviceConfig.mqtt_url')
+        url = urlsplit(config.mqtt_url)
+        self.config = config
+        self._websockets = url.scheme in ("ws", "wss")
+        self._tls = url.scheme in ("mqtts", "wss")
+        self._host = url.hostname or "127.0.0.1"
+        self._port = url.port or {"mqtt": 1883, "mqtts": 8883, "ws": 80, "wss": 443}[url.scheme]
+        self._ws_path = url.path or "/mqtt"
+        self._client: mqtt.Client | None = None
+        self._fleet: str | None = None
+        self._sock: Any = None  # the socket watched on the loop, while attached
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._inbox: asyncio.Queue[tuple[str, Any]] | None = None
+        self._connected = False  # CONNACK accepted and not lost since
+        self._pubacks: dict[int, asyncio.Future[bool]] = {}
+        self._document: tuple[str, asyncio.Future[bytes]] | None = None
+        self._ack_channel = _AckChannel(self)
+        self._pending: FleetState | None = None  # a state whose document is still missing
+        self._retry_at = 0.0
+        self._retry: Backoff | None = None
+        self.last_seq: int | None = None  # the newest state applied (kept across sessions)
+        self.session_present = False  # the broker kept this device's session from before
+        self.dropped: Counter[str] = Counter()  # messages not trusted, by reason
+
+    # --- the Transport protocol -----------------------------------------------------------------
+
+    @property
+    def channel(self) -> Channel | None:
+        """The ack channel while connected; None between sessions."""
+        return self._ack_channel if self._connected else None
+
+    @property
+    def connected(self) -> bool:
+        """The broker accepted the session and it has not been lost since."""
+        return self._connected
+
+    async def session(self, link: Link, backoff: Backoff) -> SessionEnd:
+        """One MQTT connection, from connect to its loss, a stop or going offline."""
+        fleet = link.fleet()
+        if fleet is None or link.token is None:
+            link.last_error = "mqtt: the fleet's slug is not known yet (enrolment names it)"
+            return "refused"
+        self._fleet = fleet
+        self._loop = asyncio.get_running_loop()
+        self._inbox = asyncio.Queue()
+        if self._retry is None:
+            self._retry = Backoff(
+                self.config.backoff_base_s, self.config.backoff_max_s, backoff.rng
+            )
+        client = self._client_for(link, fleet)
+        connecting = asyncio.ensure_future(asyncio.to_thread(client.reconnect))
+        try:
+            await asyncio.shield(connecting)
+        except asyncio.CancelledError:  # stopped meanwhile: the socket it opens is closed
+            connecting.add_done_callback(functools.partial(_abandoned, client))
+            raise
+        except (OSError, ssl.SSLError, mqtt.WebsocketConnectionError, ValueError) as error:
+            link.last_error = f"mqtt: {error!r}"
+            return "failed"
+        self._attach(client)
+        link.opened()
+        try:
+            ended = await self._open(client, link)
+            if ended is not None:
+                return ended
+            return await self._receive(client, link, backoff, fleet)
+        finally:
+            if not (link.stopping and self._connected):  # else `close` says goodbye
+                self._drop()
+
+    async def close(self) -> None:
+        """A graceful stop: `{"online": false}` on the presence topic, then DISCONNECT (the
+        broker keeps the session and does not publish the will)."""
+        client = self._client
+        if client is None or self._sock is None:
+            return
+        with contextlib.suppress(Exception):
+            if self._connected:
+                goodbye = self.publish_own("presence", None, payload=OFFLINE, retain=True)
+                if goodbye is not None:
+                    async with asyncio.timeout(_STOP_WAIT_S):
+                        await goodbye
+                client.disconnect()
+                deadline = time.monotonic() + _STOP_WAIT_S
+                while self._sock is not None and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+        self._drop()
+
+    # --- publishing -----------------------------------------------------------------------------
+
+    def publish_own(
+        self,
+        kind: str,
+        message: dict[str, Any] | None,
+        *,
+        payload: bytes | None = None,
+        retain: bool = False,
+    ) -> asyncio.Future[bool] | None:
+        """Publish on one of the device's own topics (QoS 1); a future of the PUBACK (True:
+        the broker has it), or None when not connected."""
+        client, fleet = self._client, self._fleet
+        if client is None or fleet is None or not self._connected or self._loop is None:
+            return None
+        if payload is None:
+            payload = json.dumps(message, separators=(",", ":")).encode()
+        topic = mqtt_topics.device_topic(
+            self.config.mqtt_prefix, fleet, self.config.device_id, kind
+        )
+        info = client.publish(topic, payload, qos=1, retain=retain, properties=_JSON)
+        if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            return None
+        future = self._loop.create_future()
+        self._pubacks[info.mid] = future
+        return future
+
+    async def publish_telemetry(self, body: bytes) -> bool:
+        """A telemetry batch on the device's telemetry topic; True once the broker's PUBACK
+        came (the queue may drop it then), False when not connected or no PUBACK in time."""
+        puback = self.publish_own("telemetry", None, payload=body)
+        if puback is None:
+            return False
+        try:
+            async with asyncio.timeout(self.config.http_timeout_s):
+                return await puback
+        except TimeoutError:
+            return False
+
+    # --- the session ----------------------------------------------------------------------------
+
+    def _client_for(self, link: Link, fleet: str) -> mqtt.Client:
+        """The paho client (one per transport, so its in-flight QoS 1 messages outlive a
+        session), with this session's credentials, will and connect properties."""
+        config = self.config
+        identity = f"{fleet}/{config.device_id}"
+        client = self._client
+        if client is None or client._client_id != identity.encode():
+            client = mqtt.Client(
+                CallbackAPIVersion.VERSION2,
+                client_id=identity,
+                protocol=mqtt.MQTTv5,
+                transport="websockets" if self._websockets else "tcp",
+            )
+            if self._websockets:
+                client.ws_set_options(path=self._ws_path)
+            if self._tls:
+                client.tls_set_context(ssl.create_default_context())
+            client.on_connect = self._on_connect
+            client.on_disconnect = self._on_disconnect
+            client.on_message = self._on_message
+            client.on_publish = self._on_publish
+            client.on_subscribe = self._on_subscribe
+            client.on_unsubscribe = self._on_subscribe
+            client.on_socket_close = self._on_socket_close
+            client.on_socket_register_write = self._on_register_write
+            client.on_socket_unregister_write = self._on_unregister_write
+            client.connect_timeout = config.http_timeout_s
+            self._client = client
+        client.username_pw_set(identity, link.token)
+        client.will_set(
+            mqtt_topics.device_topic(config.mqtt_prefix, fleet, config.device_id, "presence"),
+            OFFLINE,
+            qos=1,
+            retain=True,
+            properties=_JSON,
+        )
+        connect = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+        connect.SessionExpiryInterval = config.mqtt_session_expiry_s
+        # The broker drops (never sends) a message larger than a document could be.
+        connect.MaximumPacketSize = MAX_DOCUMENT_BYTES + 64 * 1024
+        client.connect_async(
+            self._host,
+            self._port,
+            keepalive=config.mqtt_keepalive_s,
+            clean_start=False,
+            properties=connect,
+        )
+        return client
+
+    async def _open(self, client: mqtt.Client, link: Link) -> SessionEnd | None:
+        """Wait for the CONNACK; on success publish the birth and subscribe to the fleet's
+        topics. None when the session is open, else how it ended."""
+        assert self._inbox is not None
+        try:
+            async with asyncio.timeout(self.config.http_timeout_s):
+                kind, code = await self._inbox.get()
+        except TimeoutError:
+            link.last_error = "mqtt: no CONNACK"
+            return "failed"
+        if kind != "connack":
+            link.last_error = f"mqtt: connection lost before CONNACK ({code})"
+            return "failed"
+        if code in _REFUSED_CREDENTIALS:
+            # The HTTP API says whether the token is revoked (the connection polls it).
+            link.last_error = f"mqtt: the broker refused the credentials ({code:#x})"
+            return "refused"
+        if code != 0:
+            link.last_error = f"mqtt: CONNACK {code:#x}"
+            return "failed"
+        self._connected = True
+        hello = link.hello()
+        birth = {
+            "online": True,
+            **{k: hello.get(k) for k in ("policy_version", "sdk", "platform", "model")},
+        }
+        self.publish_own("presence", birth, retain=True)
+        prefix, fleet = self.config.mqtt_prefix, self._fleet
+        assert fleet is not None
+        client.subscribe(
+            [
+                (mqtt_topics.fleet_state(prefix, fleet), 1),
+                (mqtt_topics.fleet_cloud_pressure(prefix, fleet), 1),
+            ]
+        )
+        return None
+
+    async def _receive(
+        self, client: mqtt.Client, link: Link, backoff: Backoff, fleet: str
+    ) -> SessionEnd:
+        """Messages until the connection is lost, stopped or offline; keepalive on each tick."""
+        assert self._inbox is not None
+        assert self._loop is not None
+        in_sync = False
+        tick = min(self.config.online_check_s, 1.0)
+        while not link.stopping:
+            if not link.online():
+                link.set_state("offline")
+                return "offline"
+            try:
+                async with asyncio.timeout(tick):
+                    kind, value = await self._inbox.get()
+            except TimeoutError:
+                kind, value = "tick", None
+            if client.loop_misc() != MQTTErrorCode.MQTT_ERR_SUCCESS and kind == "tick":
+                kind, value = "lost", None
+            if kind in ("lost", "disconnect"):
+                return self._ended(link, value)
+            if kind == "suback" and not in_sync:
+                # Subscribed: the retained state follows; the session is up.
+                in_sync = await link.on_frame(self._ack_channel, '{"type":"up_to_date"}')
+                if in_sync:
+                    backoff.reset()
+            elif kind == "message":
+                topic, payload, expiry = value
+                await self._on_fleet_message(link, fleet, topic, payload, expiry)
+            # States queued while the device was away arrive together: the newest one counts.
+            if (
+                self._pending is not None
+                and self._inbox.empty()
+                and self._loop.time() >= self._retry_at
+                and await self._converge(link, fleet)
+            ):
+                backoff.reset()
+        return "closed"
+
+    def _ended(self, link: Link, code: int | None) -> SessionEnd:
+        self._connected = False
+        if code == _SESSION_TAKEN_OVER:
+            link.last_error = "mqtt: the session was taken over by a newer connection (0x8e)"
+            return "superseded"
+        link.last_error = f"mqtt: connection lost ({code if code is None else hex(code)})"
+        return "failed"
+
+    # --- the fleet's messages -------------------------------------------------------------------
+
+    async def _on_fleet_message(
+        self, link: Link, fleet: str, topic: str, payload: bytes, expiry: int | None
+    ) -> None:
+        """One message of the fleet's topics: a newer state becomes the pending one."""
+        prefix = self.config.mqtt_prefix
+        if topic == mqtt_topics.fleet_state(prefix, fleet):
+            state = parse_state(payload, fleet)
+            if isinstance(state, str):
+                self._drop_message(state, topic)
+                return
+            pending = self._pending
+            newest = pending.seq if pending is not None else self.last_seq
+            if newest is not None and state.seq < newest:
+                self._drop_message("stale", topic)
+            elif newest is None or state.seq > newest:  # the same again (resubscribed): no news
+                self._pending = state
+                self._retry_at = 0.0
+        elif topic == mqtt_topics.fleet_cloud_pressure(prefix, fleet):
+            await self._on_cloud_pressure(link, payload, expiry)
+        elif topic.startswith(mqtt_topics.fleet_version(prefix, fleet, "")):
+            self.dropped["late_document"] += 1  # a retained document after its wait ended
+        else:
+            self._drop_message("wrong_topic", topic)
+
+    async def _converge(self, link: Link, fleet: str) -> bool:
+        """Run the version the pending state assigns this device: True when a document was
+        applied. A document that cannot be had (or applied) is tried again after a back-off."""
+        state, retry = self._pending, self._retry
+        assert state is not None
+        assert retry is not None
+        assert self._loop is not None
+        version = state.assignment.version_for(self.config.device_id)
+        if version is None or version == link.hello().get("policy_version"):
+            self._settled(state)
+            return False
+        frame = None
+        payload = await self._retained_document(fleet, version)
+        if payload is not None:
+            frame = _document_frame(payload, fleet, version, json.dumps(state.rollout))
+            if frame is None:
+                self.dropped["bad_document"] += 1
+        if frame is None:
+            fetched = await fetch_document(
+                link.http, self.config.base_url, fleet, version, self.config.http_timeout_s
+            )
+            if fetched is not None:
+                frame = _document_frame(fetched, fleet, version, json.dumps(state.rollout))
+        if frame is not None and await link.on_frame(self._ack_channel, frame):
+            self._settled(state)
+            return True
+        link.last_error = f"mqtt: no usable document for version {version}"
+        self._retry_at = self._loop.time() + retry.next_delay()
+        return False
+
+    def _settled(self, state: FleetState) -> None:
+        self.last_seq = state.seq
+        self._pending = None
+        if self._retry is not None:
+            self._retry.reset()
+
+    async def _retained_document(self, fleet: str, version: int) -> bytes | None:
+        """Version `version`'s retained document: subscribe to its topic, take the message,
+        unsubscribe; None when none came within `mqtt_document_wait_s`."""
+        client, loop = self._client, self._loop
+        if client is None or loop is None or not self._connected:
+            return None
+        topic = mqtt_topics.fleet_version(self.config.mqtt_prefix, fleet, version)
+        future: asyncio.Future[bytes] = loop.create_future()
+        self._document = (topic, future)
+        try:
+            result, _ = client.subscribe(topic, qos=1)
+            if result != MQTTErrorCode.MQTT_ERR_SUCCESS:
+                return None
+            async with asyncio.timeout(self.config.mqtt_document_wait_s):
+                return await future
+        except (TimeoutError, ConnectionError):
+            return None
+        finally:
+            self._document = None
+            if self._connected:
+                client.unsubscribe(topic)
+
+    async def _on_cloud_pressure(self, link: Link, payload: bytes, expiry: int | None) -> None:
+        """The fleet's θ nudge, with the seconds the broker says it has left; an empty
+        payload (the nudge ended) clears it."""
+        if len(payload) > MAX_PRESSURE_BYTES:
+            self._drop_message("oversized", "cloud_pressure")
+            return
+        if not payload:
+            message: Any = {"theta_offset": 0.0, "ttl_s": 0}
+        else:
+            try:
+                message = json.loads(payload)
+            except (ValueError, UnicodeDecodeError):
+                message = None
+            if not isinstance(message, dict):
+                self._drop_message("malformed", "cloud_pressure")
+                return
+            if expiry is not None:
+                message["ttl_s"] = expiry
+        frame = {"type": "cloud_pressure", "theta_offset": message.get("theta_offset")}
+        frame["ttl_s"] = message.get("ttl_s")
+        await link.on_frame(self._ack_channel, json.dumps(frame))
+
+    def _drop_message(self, reason: str, topic: str) -> None:
+        self.dropped[reason] += 1
+        logger.warning(
+            "device.mqtt_dropped device=%s reason=%s topic=%s",
+            self.config.device_id,
+            reason,
+            topic,
+        )
+
+    # --- paho on the event loop -----------------------------------------------------------------
+
+    def _attach(self, client: mqtt.Client) -> None:
+        """Watch the new socket on the loop (the CONNECT may still wait to be written)."""
+        loop, sock = self._loop, client.socket()
+        assert loop is not None
+        assert sock is not None
+        self._sock = sock
+        _no_delay(sock)
+        loop.add_reader(sock, self._readable)
+        if client.want_write():
+            loop.add_writer(sock, self._writable)
+
+    def _detach(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None and self._loop is not None:
+            with contextlib.suppress(ValueError, OSError):
+                self._loop.remove_reader(sock)
+                self._loop.remove_writer(sock)
+
+    def _drop(self) -> None:
+        """End the session's socket without a DISCONNECT (the broker publishes the will)."""
+        sock = self._sock
+        self._detach()
+        self._connected = False
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+        self._fail_waiters()
+
+    def _fail_waiters(self) -> None:
+        for future in self._pubacks.values():
+            if not future.done():
+                future.set_result(False)
+        self._pubacks.clear()
+        if self._document is not None and not self._document[1].done():
+            self._document[1].set_exception(ConnectionError("mqtt connection lost"))
+
+    def _readable(self) -> None:
+        client = self._client
+        if client is None:
+            return
+        ok = client.loop_read() == MQTTErrorCode.MQTT_ERR_SUCCESS
+        while ok and self._sock is not None and _pending(self._sock):
+            ok = client.loop_read() == MQTTErrorCode.MQTT_ERR_SUCCESS
+
+    def _writable(self) -> None:
+        if self._client is not None:
+            self._client.loop_write()
+
+    def _on_register_write(self, client: mqtt.Client, userdata: Any, sock: Any) -> None:
+        # Called on the loop's thread only once attached (the connect's worker thread finds
+        # no socket attached; `_attach` then watches for writes itself).
+        if sock is self._sock and self._loop is not None:
+            self._loop.add_writer(sock, self._writable)
+
+    def _on_unregister_write(self, client: mqtt.Client, userdata: Any, sock: Any) -> None:
+        if sock is self._sock and self._loop is not None:
+            with contextlib.suppress(ValueError, OSError):
+                self._loop.remove_writer(sock)
+
+    def _on_socket_close(self, client: mqtt.Client, userdata: Any, sock: Any) -> None:
+        if sock is self._sock:
+            self._detach()
+
+    def _put(self, kind: str, value: Any) -> None:
+        if self._inbox is not None:
+            self._inbox.put_nowait((kind, value))
+
+    def _on_connect(
+        self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, properties: Any
+    ) -> None:
+        self.session_present = bool(getattr(flags, "session_present", False))
+        self._put("connack", int(reason.value))
+
+    def _on_disconnect(
+        self, client: mqtt.Client, userdata: Any, flags: Any, reason: ReasonCode, properties: Any
+    ) -> None:
+        self._connected = False
+        self._fail_waiters()
+        self._put("disconnect", int(reason.value) if isinstance(reason, ReasonCode) else None)
+
+    def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
+        topic, payload = message.topic, bytes(message.payload)
+        document = self._document
+        if document is not None and topic == document[0]:
+            if not document[1].done():
+                document[1].set_result(payload)
+            return
+        expiry = getattr(message.properties, "MessageExpiryInterval", None)
+        self._put("message", (topic, payload, expiry if isinstance(expiry, int) else None))
+
+    def _on_publish(
+        self, client: mqtt.Client, userdata: Any, mid: int, reason: ReasonCode, properties: Any
+    ) -> None:
+        future = self._pubacks.pop(mid, None)
+        if future is not None and not future.done():
+            future.set_result(not reason.is_failure)
+
+    def _on_subscribe(
+        self,
+        client: mqtt.Client,
+        userdata: Any,
+        mid: int,
+        reasons: list[ReasonCode],
+        properties: Any,
+    ) -> None:
+        self._put("suback", mid)
+
+
+def _pending(sock: Any) -> bool:
+    """TLS (and paho's WebSocket wrapper over TLS) may hold decrypted bytes the selector
+    cannot see."""
+    pending = getattr(sock, "pending", None)
+    return callable(pending) and pending() > 0
+
+
+def _no_delay(sock: Any) -> None:
+    """TCP_NODELAY: a device's packets are small and answer the broker's; Nagle's algorithm
+    would hold one behind the broker's delayed ACK (~40 ms: a document fetched in 44 ms
+    instead of 1). Under paho's WebSocket wrapper, its socket."""
+    raw = sock if isinstance(sock, socket.socket) else getattr(sock, "_socket", None)
+    if isinstance(raw, socket.socket) and raw.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _abandoned(client: mqtt.Client, connecting: asyncio.Future[Any]) -> None:
+    """A connect the device stopped waiting for: its socket, once open, is closed."""
+    if connecting.cancelled() or connecting.exception() is not None:
+        return
+    sock = client.socket()
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.close()
