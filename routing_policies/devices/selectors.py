@@ -198,40 +198,21 @@ def _percentile(sorted_values: list[float], fraction: float) -> float | None:
     return sorted_values[index]
 
 
-def fleet_convergence(fleet: Fleet) -> dict[str, Any]:
-    """Per version: devices assigned, acked and online; propagation since the last change."""
-    now = timezone.now()
-    assignment = fleet_assignment(fleet.pk)
+def version_convergence(
+    fleet: Fleet, assignment: FleetAssignment, now: datetime | None = None
+) -> dict[str, Any]:
+    """Per version: live devices assigned, acked, and acked and online `now`, in one grouped
+    query (the rollout status and the dashboard both read this)."""
     devices = _live(fleet)
-    # One grouped read: devices per acked version, and how many of them are online.
     rows = list(
         devices.values("acked_version")
-        .annotate(n=Count("id"), online=Count("id", filter=online_q(now)))
+        .annotate(n=Count("id"), online=Count("id", filter=online_q(now or timezone.now())))
         .order_by()
     )
     total = sum(row["n"] for row in rows)
     on_candidate = candidate_cohort_count(fleet, assignment)
     assigned = assignment.assigned(devices=total, on_candidate=on_candidate)
-    acked = {row["acked_version"]: row["n"] for row in rows if row["acked_version"] is not None}
-    online_acked = {
-        row["acked_version"]: row["online"] for row in rows if row["acked_version"] is not None
-    }
-    versions = sorted(set(assigned) | set(acked), reverse=True)
-    last_change = _last_change_at(fleet)
-    propagation: dict[str, float | None] = {"p50_ms": None, "p95_ms": None, "count": 0}
-    if last_change is not None:
-        delays = sorted(
-            (acked_at - last_change).total_seconds() * 1000
-            for acked_at in devices.filter(acked_at__gte=last_change).values_list(
-                "acked_at", flat=True
-            )
-            if acked_at is not None
-        )
-        propagation = {
-            "p50_ms": _percentile(delays, 0.50),
-            "p95_ms": _percentile(delays, 0.95),
-            "count": len(delays),
-        }
+    acked = {row["acked_version"]: row for row in rows if row["acked_version"] is not None}
     return {
         "devices": total,
         "online": sum(row["online"] for row in rows),
@@ -240,14 +221,33 @@ def fleet_convergence(fleet: Fleet) -> dict[str, Any]:
                 "version": number,
                 "role": assignment.role(number),
                 "assigned": assigned.get(number, 0),
-                "acked": acked.get(number, 0),
-                "acked_online": online_acked.get(number, 0),
+                "acked": acked[number]["n"] if number in acked else 0,
+                "acked_online": acked[number]["online"] if number in acked else 0,
             }
-            for number in versions
+            for number in sorted(set(assigned) | set(acked), reverse=True)
         ],
-        "last_change_at": last_change,
-        "propagation": propagation,
     }
+
+
+def fleet_convergence(fleet: Fleet) -> dict[str, Any]:
+    """Per version: devices assigned, acked and online; propagation since the last change."""
+    convergence = version_convergence(fleet, fleet_assignment(fleet.pk))
+    last_change = _last_change_at(fleet)
+    propagation: dict[str, float | None] = {"p50_ms": None, "p95_ms": None, "count": 0}
+    if last_change is not None:
+        delays = sorted(
+            (acked_at - last_change).total_seconds() * 1000
+            for acked_at in _live(fleet)
+            .filter(acked_at__gte=last_change)
+            .values_list("acked_at", flat=True)
+            if acked_at is not None
+        )
+        propagation = {
+            "p50_ms": _percentile(delays, 0.50),
+            "p95_ms": _percentile(delays, 0.95),
+            "count": len(delays),
+        }
+    return {**convergence, "last_change_at": last_change, "propagation": propagation}
 
 
 def _last_change_at(fleet: Fleet) -> datetime | None:

@@ -8,6 +8,7 @@ from ..devices.selectors import (
     device_query,
     device_rows,
     fleet_convergence,
+    version_convergence,
 )
 from ..policies.sdk_cells import (
     sends_sensitive_data_off_device,
@@ -70,6 +71,7 @@ __all__ = [
     "sends_sensitive_data_off_device",
     "shadow_refine_rates",
     "table_cells",
+    "version_convergence",
     "version_diff",
     "version_document",
     "version_get",

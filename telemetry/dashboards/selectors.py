@@ -20,17 +20,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 from urllib.parse import urlencode
 
-from django.db.models import Count, Max, Min
+from django.db.models import Max, Min
 from django.utils import timezone
 
 from routing_policies.assignment import FleetAssignment
-from routing_policies.models import AuditEntry, Device, Fleet, FleetRouting, PolicyCell
+from routing_policies.models import AuditEntry, Fleet, FleetRouting, PolicyCell
 from routing_policies.pricing import CloudPrice
 from routing_policies.selectors import (
-    candidate_cohort_count,
     compared_rollout,
-    online_q,
     rollout_out,
+    version_convergence,
 )
 
 from ..models import Cohort, Event
@@ -475,33 +474,14 @@ def _markers(fleet_id: int, start: datetime) -> list[dict[str, Any]]:
 
 
 def _convergence(fleet: Fleet, assignment: FleetAssignment, now: datetime) -> dict[str, Any]:
-    """Devices per version (assigned, acked, acked and online now) in one aggregate query."""
-    devices = Device.objects.filter(fleet=fleet, revoked_at__isnull=True)
-    on_candidate = candidate_cohort_count(fleet, assignment)
-    online = online_q(now)
-    rows = list(
-        devices.values("acked_version")
-        .annotate(n=Count("id"), online=Count("id", filter=online))
-        .order_by()
-    )
-    total = sum(row["n"] for row in rows)
-    assigned = assignment.assigned(devices=total, on_candidate=on_candidate)
-    acked = {row["acked_version"]: row for row in rows if row["acked_version"] is not None}
-    versions = sorted(set(assigned) | set(acked), reverse=True)
-    return {
-        "devices": total,
-        "online": sum(row["online"] for row in rows),
-        "versions": [
-            {
-                "version": number,
-                "role": assignment.role(number),
-                "assigned": assigned.get(number, 0),
-                "acked": acked[number]["n"] if number in acked else 0,
-                "online": acked[number]["online"] if number in acked else 0,
-            }
-            for number in versions
-        ],
-    }
+    """Devices per version (assigned, acked, acked and online now): the devices' own count,
+    with the dashboard's name for the acked-and-online figure."""
+    convergence = version_convergence(fleet, assignment, now)
+    versions = [
+        {**{k: v for k, v in row.items() if k != "acked_online"}, "online": row["acked_online"]}
+        for row in convergence["versions"]
+    ]
+    return {**convergence, "versions": versions}
 
 
 def _iso(moment: datetime) -> str:
