@@ -37,7 +37,6 @@ def fleet_enrollment_key_rotate(*, actor: Actor, fleet: Fleet, key: str | None =
         actor=actor,
         action="fleet.enrollment_key_rotated",
         fleet=fleet,
-        target=f"fleet {fleet.slug}",
         summary=f"New enrolment key {key[:10]}…",
     )
     return key

@@ -26,13 +26,16 @@ def audit_record(
     actor: Actor,
     action: str,
     fleet: Fleet | None,
-    target: str,
+    target: str = "",
     summary: str = "",
     before: Any = None,
     after: Any = None,
     diff: list[dict[str, Any]] | None = None,
 ) -> AuditEntry:
-    """Append one audit entry; the diff is computed from flat before/after dicts when not given."""
+    """Append one audit entry; the diff is computed from flat before/after dicts when not given.
+    An entry about a fleet as a whole leaves out `target`: it is then `fleet <slug>`."""
+    if not target:
+        target = f"fleet {fleet.slug}" if fleet is not None else ""
     if diff is None:
         diff = diff_flat(before or {}, after or {}) if isinstance(before or after, dict) else []
     return AuditEntry.objects.create(

@@ -166,7 +166,6 @@ def fleet_create(
         actor=actor,
         action="fleet.created",
         fleet=fleet,
-        target=f"fleet {slug}",
         summary=f"Created fleet {slug} with a draft of {len(table)} cells",
         after={"slug": slug, "name": name, "description": description},
     )
@@ -201,7 +200,6 @@ def fleet_cloud_price_set(
         actor=actor,
         action="fleet.cloud_price",
         fleet=fleet,
-        target=f"fleet {fleet.slug}",
         summary=(
             f"Cloud price {fleet.cloud_price_per_1k_tokens:g} per 1k tokens, "
             f"{fleet.cloud_price_per_call:g} per call"

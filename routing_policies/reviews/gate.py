@@ -63,7 +63,6 @@ def freeze_after_rollback(*, fleet: Fleet, rollout: Rollout, reason: str) -> Fle
         actor=None,
         action="fleet.frozen",
         fleet=fleet,
-        target=f"fleet {fleet.slug}",
         summary=f"Rollouts frozen after rollout {rollout.pk} was rolled back: {freeze.reason}",
         after={"frozen": True, "rollout": rollout.pk, "reason": freeze.reason},
     )

@@ -408,7 +408,6 @@ def fleet_switch_version(*, actor: Actor, fleet: Fleet, version: int) -> FleetRo
         actor=actor,
         action="fleet.switched",
         fleet=fleet,
-        target=f"fleet {fleet.slug}",
         summary=f"Switched the whole fleet from v{before} to v{version}",
         before={"stable": before},
         after={"stable": version},
@@ -430,7 +429,6 @@ def cloud_pressure_set(
         actor=actor,
         action="fleet.cloud_pressure",
         fleet=fleet,
-        target=f"fleet {fleet.slug}",
         summary=f"cloud_pressure θ{theta_offset:+.2f} for {ttl_s}s",
         after={"theta_offset": theta_offset, "ttl_s": ttl_s},
     )
