@@ -10,7 +10,7 @@ can answer (409, 428, 429) with `error_responses(...)` in its `extend_schema(res
 from __future__ import annotations
 
 import re
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
@@ -21,6 +21,26 @@ from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 
 from .exceptions import ValidationFailed
+
+# --- components named once ------------------------------------------------------------------
+
+
+# A comment, not a docstring: drf-spectacular would show a docstring as the description of
+# every component whose serializer has none of its own.
+class ApiSerializer(serializers.Serializer[Any]):
+    # A serializer whose OpenAPI component is its class name less `Serializer` (`Rollout` for
+    # `RolloutSerializer`), or its own `component_name` when it sets one. Each subclass gets a
+    # `Meta.ref_name` of its own (what drf-spectacular and `closed_body` read): one inherited
+    # from its base would give two serializers one component.
+
+    Meta: ClassVar[type]
+    component_name: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("component_name") or cls.__name__.removesuffix("Serializer")
+        cls.Meta = type("Meta", (), {"ref_name": name})
+
 
 # --- the error body ------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.api import JsonChoiceField, JsonStringField
-from controlplane.openapi import closed_body
+from controlplane.openapi import ApiSerializer, closed_body
 from telemetry.models import Cohort
 
 from ..schemas import ClosedSerializer, SubjectField, version_number_field, window_hours_field
@@ -91,7 +91,7 @@ class BacktestStartSerializer(ClosedSerializer):
         ref_name = "BacktestStart"
 
 
-class BacktestSerializer(serializers.Serializer[Any]):
+class BacktestSerializer(ApiSerializer):
     id = serializers.IntegerField()
     fleet = serializers.CharField()
     subject = serializers.ChoiceField(choices=["draft", "version"])
@@ -115,6 +115,3 @@ class BacktestSerializer(serializers.Serializer[Any]):
         allow_null=True,
         help_text="once done: overall, cells, cost, self_check, privacy, headline (docs/lab.md)",
     )
-
-    class Meta:
-        ref_name = "Backtest"

@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.api import JsonChoiceField, JsonFloatField, JsonRegexField
-from controlplane.openapi import closed_body
+from controlplane.openapi import ApiSerializer, closed_body
 from routing_policies.cell_schema import DIMENSIONS as CELL_FIELDS
 from routing_policies.cell_schema import CellKey
 from routing_policies.validation import DIMENSION_VALUE_RE, MAX_CELLS
@@ -243,7 +243,8 @@ class ApplyPageSerializer(ApplyInputSerializer):
 # --- answers ----------------------------------------------------------------------------------
 
 
-class CurvePointSerializer(serializers.Serializer[Any]):
+class CurvePointSerializer(ApiSerializer):
+    component_name = "CalibrationPoint"
     threshold = serializers.FloatField()
     alpha = serializers.FloatField(help_text="share of the cell's tasks answered on the device")
     cloud_share = serializers.FloatField(help_text="share that calls the cloud")
@@ -264,11 +265,9 @@ class CurvePointSerializer(serializers.Serializer[Any]):
     device_quality_high = serializers.FloatField(allow_null=True)
     device_judged = serializers.IntegerField(help_text="device tasks the prediction judges")
 
-    class Meta:
-        ref_name = "CalibrationPoint"
 
-
-class KeptBinSerializer(serializers.Serializer[Any]):
+class KeptBinSerializer(ApiSerializer):
+    component_name = "CalibrationKeptBin"
     score_from = serializers.FloatField()
     score_to = serializers.FloatField()
     reported = serializers.IntegerField(help_text="events reporting refine_changed")
@@ -277,11 +276,9 @@ class KeptBinSerializer(serializers.Serializer[Any]):
     low = serializers.FloatField(help_text="Wilson 95% interval")
     high = serializers.FloatField()
 
-    class Meta:
-        ref_name = "CalibrationKeptBin"
 
-
-class CellQualitySerializer(serializers.Serializer[Any]):
+class CellQualitySerializer(ApiSerializer):
+    component_name = "CalibrationCellQuality"
     reports = serializers.IntegerField(help_text="events reporting refine_changed in the window")
     scored_reports = serializers.IntegerField(help_text="of which with a score")
     min_reports = serializers.IntegerField(help_text="scored reports the quality target needs")
@@ -296,26 +293,19 @@ class CellQualitySerializer(serializers.Serializer[Any]):
     refused = serializers.CharField(help_text="why device quality is not predicted, or empty")
     curve = KeptBinSerializer(many=True, help_text="score → draft kept, by score decile")
 
-    class Meta:
-        ref_name = "CalibrationCellQuality"
 
-
-class VerifiedSerializer(serializers.Serializer[Any]):
+class VerifiedSerializer(ApiSerializer):
+    component_name = "CalibrationVerified"
     events = serializers.IntegerField(help_text="sampled events decided again at the chosen θ")
     matching = serializers.IntegerField(help_text="of which the sweep predicted the route")
 
-    class Meta:
-        ref_name = "CalibrationVerified"
 
-
-class BrokenConstraintSerializer(serializers.Serializer[Any]):
+class BrokenConstraintSerializer(ApiSerializer):
+    component_name = "CalibrationBrokenConstraint"
     constraint = serializers.ChoiceField(choices=["latency_budget"])
     limit = serializers.FloatField(help_text="the cell's limit (latency budget, ms)")
     value = serializers.FloatField(help_text="the chosen point's figure (predicted P95, ms)")
     message = serializers.CharField()
-
-    class Meta:
-        ref_name = "CalibrationBrokenConstraint"
 
 
 class CellResultSerializer(CellKeyOut):
@@ -344,35 +334,29 @@ class CellResultSerializer(CellKeyOut):
         ref_name = "CalibrationCellResult"
 
 
-class BaseSerializer(serializers.Serializer[Any]):
+class BaseSerializer(ApiSerializer):
+    component_name = "CalibrationBase"
     version = serializers.IntegerField(allow_null=True)
     label = serializers.CharField()  # type: ignore[assignment]  # a declared field
     is_draft = serializers.BooleanField()
     revision = serializers.IntegerField(allow_null=True)
 
-    class Meta:
-        ref_name = "CalibrationBase"
 
-
-class TargetOutSerializer(serializers.Serializer[Any]):
+class TargetOutSerializer(ApiSerializer):
+    component_name = "CalibrationTargetOut"
     kind = serializers.CharField()
     value = serializers.FloatField(allow_null=True)
     label = serializers.CharField()  # type: ignore[assignment]  # a declared field
 
-    class Meta:
-        ref_name = "CalibrationTargetOut"
 
-
-class WindowSerializer(serializers.Serializer[Any]):
+class WindowSerializer(ApiSerializer):
+    component_name = "CalibrationWindow"
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()
     hours = serializers.FloatField()
 
-    class Meta:
-        ref_name = "CalibrationWindow"
 
-
-class CalibrationSerializer(serializers.Serializer[Any]):
+class CalibrationSerializer(ApiSerializer):
     fleet = serializers.CharField()
     base = BaseSerializer()
     target = TargetOutSerializer()
@@ -391,11 +375,9 @@ class CalibrationSerializer(serializers.Serializer[Any]):
         "each of them has a cell in the stable version",
     )
 
-    class Meta:
-        ref_name = "Calibration"
 
-
-class AppliedSerializer(serializers.Serializer[Any]):
+class AppliedSerializer(ApiSerializer):
+    component_name = "CalibrationApplied"
     revision = serializers.IntegerField(help_text="the draft's revision after the edit")
     cells = AppliedCellSerializer(many=True)
     backtest = serializers.IntegerField(
@@ -403,6 +385,3 @@ class AppliedSerializer(serializers.Serializer[Any]):
         help_text="the backtest of the new revision over the last 24 h, started "
         "(GET .../lab/backtests/{id}); null when it cannot start",
     )
-
-    class Meta:
-        ref_name = "CalibrationApplied"

@@ -23,6 +23,7 @@ from rest_framework.views import APIView
 
 from controlplane.api import JsonChoiceField, JsonIntegerField, JsonStringField, require_object
 from controlplane.exceptions import ValidationFailed
+from controlplane.openapi import ApiSerializer
 
 from . import selectors
 from .access import ACTIONS
@@ -75,32 +76,37 @@ def _name(**kwargs: Any) -> JsonStringField:
     return JsonStringField(max_length=MAX_USERNAME_CHARS, allow_blank=True, **kwargs)
 
 
-class HookResultSerializer(serializers.Serializer[Any]):
+class HookResultSerializer(ApiSerializer):
     """EMQX 5's answer: `allow`, `deny` or `ignore` (the next source of the chain decides)."""
+
+    component_name = "MqttHookResult"
 
     result = serializers.ChoiceField(choices=selectors.RESULTS)
     is_superuser = serializers.BooleanField(required=False)
     client_attrs = serializers.DictField(child=serializers.CharField(), required=False)
 
-    class Meta:
-        ref_name = "MqttHookResult"
-
 
 class _HookApi(APIView):
     authentication_classes = [HookSecretAuthentication]
     permission_classes = [IsAuthenticated]
+    InputSerializer: type[serializers.Serializer[Any]]
+
+    def checked(self, request: Request) -> dict[str, Any]:
+        """The hook's body as its InputSerializer (the documented one) checks it; a 400
+        naming each bad field otherwise."""
+        serializer = self.InputSerializer(data=require_object(request.data))
+        serializer.is_valid(raise_exception=True)
+        return dict(serializer.validated_data)
 
 
 class MqttAuthApi(_HookApi):
     """EMQX HTTP authentication: may this client connect (username, password, client id)?"""
 
-    class InputSerializer(serializers.Serializer[Any]):
+    class InputSerializer(ApiSerializer):
+        component_name = "MqttAuthInput"
         username = _name()
         password = JsonStringField(max_length=MAX_PASSWORD_CHARS, allow_blank=True)
         clientid = _name()
-
-        class Meta:
-            ref_name = "MqttAuthInput"
 
     @extend_schema(
         request=InputSerializer,
@@ -108,9 +114,7 @@ class MqttAuthApi(_HookApi):
         operation_id="mqtt_auth",
     )
     def post(self, request: Request) -> Response:
-        serializer = self.InputSerializer(data=require_object(request.data))
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = self.checked(request)
         result = selectors.mqtt_authenticate(**data)
         body: dict[str, Any] = {"result": result, "is_superuser": False}
         if result == "allow":
@@ -122,7 +126,8 @@ class MqttAuthApi(_HookApi):
 class MqttAclApi(_HookApi):
     """EMQX HTTP authorisation: may this client publish on, or subscribe with, this topic?"""
 
-    class InputSerializer(serializers.Serializer[Any]):
+    class InputSerializer(ApiSerializer):
+        component_name = "MqttAclInput"
         username = _name()
         topic = JsonStringField(max_length=MAX_TOPIC_CHARS)
         action = JsonChoiceField(choices=ACTIONS)
@@ -135,18 +140,13 @@ class MqttAclApi(_HookApi):
             "answered it; when sent, a session opened with a since-replaced token is denied.",
         )
 
-        class Meta:
-            ref_name = "MqttAclInput"
-
     @extend_schema(
         request=InputSerializer,
         responses={200: HookResultSerializer},
         operation_id="mqtt_acl",
     )
     def post(self, request: Request) -> Response:
-        serializer = self.InputSerializer(data=require_object(request.data))
-        serializer.is_valid(raise_exception=True)
-        return Response({"result": selectors.mqtt_authorize(**serializer.validated_data)})
+        return Response({"result": selectors.mqtt_authorize(**self.checked(request))})
 
 
 # --- VerneMQ's webhooks --------------------------------------------------------------------
@@ -179,12 +179,10 @@ class _VerneNameField(JsonStringField):
         return super().validate_empty_values(data)
 
 
-class VerneSubscriptionSerializer(serializers.Serializer[Any]):
+class VerneSubscriptionSerializer(ApiSerializer):
+    component_name = "VerneMQSubscription"
     topic = JsonStringField(max_length=MAX_TOPIC_CHARS)
     qos = JsonIntegerField(min_value=0, max_value=2)
-
-    class Meta:
-        ref_name = "VerneMQSubscription"
 
 
 class VerneMQHookApi(_HookApi):
@@ -192,7 +190,8 @@ class VerneMQHookApi(_HookApi):
     `_m5` forms), told apart by the `vernemq-hook` header; other fields of its payloads
     (peer_addr, mountpoint, payload, properties …) are not read."""
 
-    class InputSerializer(serializers.Serializer[Any]):
+    class InputSerializer(ApiSerializer):
+        component_name = "VerneMQHookInput"
         username = _VerneNameField(max_length=MAX_USERNAME_CHARS)
         password = _VerneNameField(max_length=MAX_PASSWORD_CHARS, required=False)
         client_id = _VerneNameField(max_length=MAX_USERNAME_CHARS, required=False)
@@ -200,9 +199,6 @@ class VerneMQHookApi(_HookApi):
         topics = VerneSubscriptionSerializer(  # type: ignore[call-arg]  # ListSerializer's
             many=True, required=False, max_length=MAX_SUBSCRIBE_TOPICS
         )
-
-        class Meta:
-            ref_name = "VerneMQHookInput"
 
     @extend_schema(
         request=InputSerializer,
@@ -236,9 +232,7 @@ class VerneMQHookApi(_HookApi):
                     }
                 ],
             )
-        serializer = self.InputSerializer(data=require_object(request.data))
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = self.checked(request)
         if hook.startswith("auth_on_register"):
             result = selectors.mqtt_authenticate(
                 username=data["username"], password=data["password"], clientid=data["client_id"]

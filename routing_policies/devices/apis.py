@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 
 from controlplane.api import JsonRegexField, TidyJsonStringField, require_object
 from controlplane.exceptions import NotFound
-from controlplane.openapi import error_response, error_responses
+from controlplane.openapi import ApiSerializer, error_response, error_responses
 from controlplane.pagination import BoundedLimitOffsetPagination
 from controlplane.permissions import IsPublisher, IsViewer
 
@@ -66,7 +66,8 @@ class EnrollApi(APIView):
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
 
-    class InputSerializer(serializers.Serializer[Any]):
+    class InputSerializer(ApiSerializer):
+        component_name = "DeviceEnrollInput"
         fleet_key = TidyJsonStringField(max_length=200)
         device_id = JsonRegexField(
             DEVICE_ID_RE,
@@ -79,9 +80,6 @@ class EnrollApi(APIView):
         platform = TidyJsonStringField(max_length=64, required=False, allow_blank=True, default="")
         model = TidyJsonStringField(max_length=128, required=False, allow_blank=True, default="")
         sdk = TidyJsonStringField(max_length=64, required=False, allow_blank=True, default="")
-
-        class Meta:
-            ref_name = "DeviceEnrollInput"
 
     @extend_schema(
         request=InputSerializer,
@@ -165,7 +163,8 @@ class DeviceListApi(APIView):
     permission_classes = [IsViewer]
     pagination_class = BoundedLimitOffsetPagination
 
-    class OutputSerializer(serializers.Serializer[Any]):
+    class OutputSerializer(ApiSerializer):
+        component_name = "Device"
         device_id = serializers.CharField()
         platform = serializers.CharField()
         model = serializers.CharField()
@@ -175,9 +174,6 @@ class DeviceListApi(APIView):
         assigned_version = serializers.IntegerField(allow_null=True)
         acked_version = serializers.IntegerField(allow_null=True)
         revoked = serializers.BooleanField()
-
-        class Meta:
-            ref_name = "Device"
 
     @query_input(
         schemas.DeviceListQuerySerializer,

@@ -3,7 +3,8 @@ with it), and the serializers that describe the answers in the OpenAPI schema.""
 
 from rest_framework import serializers
 
-from ..components import ApiSerializer
+from controlplane.openapi import ApiSerializer
+
 from ..validation import MAX_VERSION
 
 

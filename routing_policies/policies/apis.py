@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 
 from controlplane.api import JsonSlugField, input_validate, require_object
 from controlplane.exceptions import ApplicationError, ValidationFailed
-from controlplane.openapi import error_responses
+from controlplane.openapi import ApiSerializer, error_responses
 from controlplane.permissions import IsEditor, IsPublisher, IsViewer
 
 from ..pricing import CloudPrice
@@ -242,13 +242,11 @@ class VersionDetailApi(APIView):
 class VersionDocumentApi(APIView):
     """The policy document of PROTOCOL.md (the export format), with ETag / If-None-Match."""
 
-    class QuerySerializer(serializers.Serializer[Any]):
+    class QuerySerializer(ApiSerializer):
+        component_name = "VersionDocumentQuery"
         download = serializers.BooleanField(
             required=False, help_text="true: answer as an attachment (Content-Disposition)"
         )
-
-        class Meta:
-            ref_name = "VersionDocumentQuery"
 
     @query_input(
         QuerySerializer,
@@ -409,16 +407,14 @@ class PublishApi(APIView):
 class DiffApi(APIView):
     """Field-by-field diff between two versions (`a`, `b`: numbers, `draft` or `latest`)."""
 
-    class QuerySerializer(serializers.Serializer[Any]):
+    class QuerySerializer(ApiSerializer):
+        component_name = "DiffQuery"
         a = serializers.RegexField(
             VERSION_REF_RE, trim_whitespace=False, help_text="a version number, draft or latest"
         )
         b = serializers.RegexField(
             VERSION_REF_RE, trim_whitespace=False, help_text="a version number, draft or latest"
         )
-
-        class Meta:
-            ref_name = "DiffQuery"
 
     @query_input(QuerySerializer, responses=schemas.DiffSerializer)
     def get(self, request: Request, slug: str, query: dict[str, Any]) -> Response:
@@ -429,14 +425,12 @@ class DiffApi(APIView):
 class AuditApi(APIView):
     """The audit log, newest first; `?fleet=` narrows it to one fleet."""
 
-    class QuerySerializer(serializers.Serializer[Any]):
+    class QuerySerializer(ApiSerializer):
+        component_name = "AuditQuery"
         fleet = JsonSlugField(
             max_length=64, required=False, help_text="only this fleet's entries (on /audit/)"
         )
         limit = serializers.IntegerField(min_value=1, max_value=1000, default=200)
-
-        class Meta:
-            ref_name = "AuditQuery"
 
     @query_input(
         QuerySerializer, responses={200: schemas.AuditListSerializer, **error_responses(404)}

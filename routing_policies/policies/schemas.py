@@ -29,7 +29,7 @@ from controlplane.api import (
     TidyJsonStringField,
 )
 from controlplane.exceptions import ValidationFailed, drf_error_details
-from controlplane.openapi import closed_body, non_empty_body
+from controlplane.openapi import ApiSerializer, closed_body, non_empty_body
 from controlplane.validators import SOME_TEXT_PATTERN
 
 from ..cell_schema import (
@@ -42,7 +42,6 @@ from ..cell_schema import (
     flatten,
     nest,
 )
-from ..components import ApiSerializer
 from ..pricing import MAX_PRICE_PER_1K_TOKENS, MAX_PRICE_PER_CALL
 from ..validation import (
     DIMENSION_VALUE_RE,
@@ -242,7 +241,7 @@ class PolicyDocumentSerializer(ApiSerializer):
     cells = PolicyCellSerializer(many=True)
 
 
-class PolicyDocumentImportSerializer(serializers.Serializer[Any]):
+class PolicyDocumentImportSerializer(ApiSerializer):
     """A policy document to replace the draft's table with: every cell of the dimensions."""
 
     dimensions = DimensionsSerializer()
@@ -252,9 +251,6 @@ class PolicyDocumentImportSerializer(serializers.Serializer[Any]):
     etag = serializers.CharField(required=False, allow_blank=True, help_text="ignored")
     published_at = serializers.DateTimeField(required=False, allow_null=True, help_text="ignored")
     revision = DRAFT_REVISION()
-
-    class Meta:
-        ref_name = "PolicyDocumentImport"
 
 
 class FleetSerializer(ApiSerializer):
@@ -412,13 +408,10 @@ class DraftCellEditSerializer(ClosedSerializer):
         ref_name = "DraftCellEdit"
 
 
-class DraftCellsEditSerializer(serializers.Serializer[Any]):
+class DraftCellsEditSerializer(ApiSerializer):
     # A ListField, not many=True: its min_length is what the schema shows as minItems.
     cells = serializers.ListField(child=DraftCellEditSerializer(), min_length=1)
     revision = DRAFT_REVISION()
-
-    class Meta:
-        ref_name = "DraftCellsEdit"
 
 
 # --- the draft's table as sent: each problem named by its cell and field ----------------------

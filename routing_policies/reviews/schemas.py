@@ -8,10 +8,9 @@ from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
 from controlplane.api import JsonBooleanField, JsonChoiceField, JsonIntegerField, JsonStringField
-from controlplane.openapi import closed_body
+from controlplane.openapi import ApiSerializer, closed_body
 from controlplane.validators import SOME_TEXT_PATTERN
 
-from ..components import ApiSerializer
 from ..rollouts.schemas import FreezeSerializer
 from ..validation import MAX_VERSION
 from .models import ChangeRequest

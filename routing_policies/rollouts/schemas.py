@@ -7,8 +7,8 @@ it; the services take what it validated), and the serializers that describe the 
 from rest_framework import serializers
 
 from controlplane.api import JsonChoiceField, JsonFloatField, JsonIntegerField, TidyJsonStringField
+from controlplane.openapi import ApiSerializer
 
-from ..components import ApiSerializer
 from ..validation import MAX_VERSION
 from .models import MAX_CLOUD_PRESSURE_TTL_S, Rollout
 

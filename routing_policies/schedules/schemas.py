@@ -7,9 +7,8 @@ from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
 from controlplane.api import JsonBooleanField, JsonChoiceField, JsonFloatField, JsonIntegerField
-from controlplane.openapi import closed_body
+from controlplane.openapi import ApiSerializer, closed_body
 
-from ..components import ApiSerializer
 from ..reviews.schemas import MAX_REVISION, InputSerializer, note_field
 from ..rollouts.models import MAX_CLOUD_PRESSURE_TTL_S, Rollout
 from ..rollouts.schemas import holdback_field

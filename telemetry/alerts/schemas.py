@@ -21,7 +21,7 @@ from controlplane.api import (
     JsonIntegerField,
     JsonStringField,
 )
-from controlplane.openapi import closed_body
+from controlplane.openapi import ApiSerializer, closed_body
 from controlplane.validators import TidyTextValidator, text_problem
 
 from .guard_fields import BakeMinutesField, GuardsField
@@ -201,29 +201,23 @@ class AlertEventSerializer(_reading("")):  # type: ignore[misc]
 AlertEventListSerializer = _results_of(AlertEventSerializer, ref_name="AlertEventList")
 
 
-class FiringAlertSerializer(serializers.Serializer[Any]):
+class FiringAlertSerializer(ApiSerializer):
     rule_id = serializers.IntegerField()
     fleet = serializers.SlugField()
     name = serializers.CharField()
     message = serializers.CharField(allow_blank=True)
     since = serializers.DateTimeField(allow_null=True)
 
-    class Meta:
-        ref_name = "FiringAlert"
-
 
 FiringAlertListSerializer = _results_of(FiringAlertSerializer, ref_name="FiringAlertList")
 
 
-class AlertWebhookSerializer(serializers.Serializer[Any]):
+class AlertWebhookSerializer(ApiSerializer):
     id = serializers.IntegerField()
     url = serializers.URLField()
     format = serializers.ChoiceField(choices=WebhookFormat.values)
     rule_id = serializers.IntegerField(allow_null=True)
     enabled = serializers.BooleanField()
-
-    class Meta:
-        ref_name = "AlertWebhook"
 
 
 AlertWebhookListSerializer = _results_of(AlertWebhookSerializer, ref_name="AlertWebhookList")
@@ -248,7 +242,7 @@ class WebhookUrlField(serializers.URLField):
 
 
 @closed_body
-class AlertWebhookCreateSerializer(serializers.Serializer[Any]):
+class AlertWebhookCreateSerializer(ApiSerializer):
     url = WebhookUrlField(
         max_length=MAX_WEBHOOK_URL_LENGTH,
         trim_whitespace=False,
@@ -259,11 +253,8 @@ class AlertWebhookCreateSerializer(serializers.Serializer[Any]):
         required=False, allow_null=True, help_text="one rule of this fleet; null: every rule"
     )
 
-    class Meta:
-        ref_name = "AlertWebhookCreate"
 
-
-class WebhookDeliverySerializer(serializers.Serializer[Any]):
+class WebhookDeliverySerializer(ApiSerializer):
     id = serializers.IntegerField()
     webhook_id = serializers.IntegerField(allow_null=True)
     alert_event_id = serializers.IntegerField(allow_null=True)
@@ -276,16 +267,13 @@ class WebhookDeliverySerializer(serializers.Serializer[Any]):
     finished_at = serializers.DateTimeField(allow_null=True)
     payload = serializers.JSONField()
 
-    class Meta:
-        ref_name = "WebhookDelivery"
-
 
 WebhookDeliveryListSerializer = _results_of(
     WebhookDeliverySerializer, ref_name="WebhookDeliveryList"
 )
 
 
-class GuardPointSerializer(serializers.Serializer[Any]):
+class GuardPointSerializer(ApiSerializer):
     at = serializers.DateTimeField()
     stage = serializers.IntegerField()
     estimate = serializers.FloatField(allow_null=True)
@@ -296,11 +284,8 @@ class GuardPointSerializer(serializers.Serializer[Any]):
         required=False, help_text='"fleet", or the cell the point is about: task/budget/tier'
     )
 
-    class Meta:
-        ref_name = "GuardPoint"
 
-
-class SampleRatioSerializer(serializers.Serializer[Any]):
+class SampleRatioSerializer(ApiSerializer):
     observed = serializers.IntegerField()
     total = serializers.IntegerField()
     share = serializers.FloatField()
@@ -308,11 +293,8 @@ class SampleRatioSerializer(serializers.Serializer[Any]):
     chi_square = serializers.FloatField()
     p_value = serializers.FloatField()
 
-    class Meta:
-        ref_name = "SampleRatio"
 
-
-class GuardDecideSerializer(serializers.Serializer[Any]):
+class GuardDecideSerializer(ApiSerializer):
     """When a statistical guard can decide at the current rate (docs/alerts.md)."""
 
     minutes = serializers.FloatField(
@@ -326,11 +308,8 @@ class GuardDecideSerializer(serializers.Serializer[Any]):
     stable_per_minute = serializers.FloatField()
     horizon_minutes = serializers.FloatField()
 
-    class Meta:
-        ref_name = "GuardDecide"
 
-
-class GuardStateSerializer(serializers.Serializer[Any]):
+class GuardStateSerializer(ApiSerializer):
     metric = serializers.ChoiceField(choices=sorted(GUARD_METRICS))
     metric_label = serializers.CharField()
     comparison = serializers.ChoiceField(choices=GuardComparison.values)
@@ -363,11 +342,8 @@ class GuardStateSerializer(serializers.Serializer[Any]):
         help_text="a statistical guard not yet healthy: when it can decide (null otherwise)",
     )
 
-    class Meta:
-        ref_name = "GuardState"
 
-
-class GuardSetSerializer(serializers.Serializer[Any]):
+class GuardSetSerializer(ApiSerializer):
     window_minutes = serializers.IntegerField()
     bake_minutes = serializers.DictField(
         child=serializers.IntegerField(), help_text="minutes per stage: 5, 25, 100"
@@ -390,16 +366,10 @@ class GuardSetSerializer(serializers.Serializer[Any]):
     )
     guards = GuardStateSerializer(many=True)
 
-    class Meta:
-        ref_name = "GuardSet"
 
-
-class RolloutGuardsSerializer(serializers.Serializer[Any]):
+class RolloutGuardsSerializer(ApiSerializer):
     rollout = serializers.IntegerField(allow_null=True, help_text="the open (or last) rollout")
     guards = GuardSetSerializer(allow_null=True, help_text="null: the rollout has no guards")
-
-    class Meta:
-        ref_name = "RolloutGuards"
 
 
 def _bounded(
@@ -416,7 +386,7 @@ def _bounded(
 
 
 @closed_body
-class RolloutGuardsInputSerializer(serializers.Serializer[Any]):
+class RolloutGuardsInputSerializer(ApiSerializer):
     """The guards of an open rollout (PUT), or of the rollout a start opens."""
 
     guards = GuardsField(required=False, allow_null=True, label="the guards")
@@ -433,6 +403,3 @@ class RolloutGuardsInputSerializer(serializers.Serializer[Any]):
     )
     max_extensions = _bounded(MAX_EXTENSIONS)
     on_expiry = JsonChoiceField(choices=RolloutGuardSet.OnExpiry.values, required=False)
-
-    class Meta:
-        ref_name = "RolloutGuardsInput"
