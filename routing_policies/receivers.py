@@ -2,9 +2,13 @@
 import-linter layers): connected once the models are loaded, by `RoutingPoliciesConfig.ready()`.
 Into policies' writes and pages (policies/signals.py): reviews and rollouts; into rollouts
 (rollouts/hooks.py): governance's gate and the devices' convergence; the push tier hears what
-rollouts and devices announce (rollouts/signals.py, devices/signals.py)."""
+rollouts and devices announce (rollouts/signals.py, devices/signals.py), and so does the MQTT
+link when MQTT_URL is set (mqtt/receivers.py)."""
+
+from django.conf import settings
 
 from .devices.selectors import fleet_convergence
+from .mqtt import receivers as mqtt
 from .push import receivers as push
 from .reviews import receivers as reviews
 from .reviews import rollout_gate
@@ -15,6 +19,9 @@ from .rollouts.hooks import convergence_reader_register
 def connect() -> None:
     """Connect every part's receivers (idempotent: each has a dispatch_uid, a registration
     replaces the last)."""
+    if settings.MQTT_URL:
+        # First: a fleet's first version is retained before the state that rollouts announces.
+        mqtt.connect()
     reviews.connect()
     rollouts.connect()
     rollout_gate.register()

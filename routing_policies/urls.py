@@ -1,6 +1,7 @@
 """API routes of the app, mounted under /api/v1/: each part's, in one list."""
 
 from .devices import urls as devices
+from .mqtt import urls as mqtt
 from .policies import urls as policies
 from .reviews import urls as reviews
 from .rollouts import urls as rollouts
@@ -12,4 +13,5 @@ urlpatterns = [
     *rollouts.urlpatterns,
     *reviews.urlpatterns,
     *schedules.urlpatterns,
+    *mqtt.urlpatterns,
 ]

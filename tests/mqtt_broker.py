@@ -39,7 +39,11 @@ class Broker:
 
     @classmethod
     def start(
-        cls, directory: Path, *, dynsec_admin: tuple[str, str] | None = None, host: str = "127.0.0.1"
+        cls,
+        directory: Path,
+        *,
+        dynsec_admin: tuple[str, str] | None = None,
+        host: str = "127.0.0.1",
     ) -> "Broker":
         if not os.path.exists(MOSQUITTO):
             if os.environ.get("CI") == "true":

@@ -13,7 +13,7 @@ from ..assignment import FleetAssignment
 from ..policies.models import AuditEntry, Fleet
 from ..rollouts.models import FleetRouting, RolloutEvent
 from ..rollouts.selectors import cloud_pressure_live, fleet_assignment
-from .models import ONLINE_WINDOW, Device, DeviceQuerySet, online_q
+from .models import Device, DeviceQuerySet, device_online, online_q
 from .tokens import hash_secret, looks_like_device_token
 
 # A bounded IN list, however many sockets a process holds.
@@ -86,12 +86,7 @@ def device_rows(devices: Iterable[Device], *, assignment: FleetAssignment) -> li
             "model": device.model,
             "sdk": device.sdk,
             "last_seen_at": device.last_seen_at,
-            "online": bool(
-                device.connected
-                and not device.revoked_at
-                and device.last_seen_at
-                and device.last_seen_at >= now - ONLINE_WINDOW
-            ),
+            "online": device_online(device, now),
             "assigned_version": None
             if device.revoked_at
             else assignment.version_for(device.device_id),
