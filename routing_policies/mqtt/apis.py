@@ -8,8 +8,11 @@ fleet's thresholds and prices, no device's data and no secret. (The operators' e
 version, `GET /api/v1/fleets/{slug}/versions/{ref}/document`, keeps its role check.)
 """
 
+from typing import Any
+
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.permissions import AllowAny
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -27,6 +30,16 @@ IMMUTABLE = "public, max-age=31536000, immutable"
 MAX_VERSION_NUMBER = 2**31 - 1
 
 
+class _JsonWhateverAccepted(BaseContentNegotiation):
+    """One representation, whatever the Accept header: a shared cache keeps one copy."""
+
+    def select_parser(self, request: Request, parsers: Any) -> Any:
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request: Request, renderers: Any, format_suffix: Any = None) -> Any:
+        return renderers[0], renderers[0].media_type
+
+
 class PublishedDocumentApi(APIView):
     """Published version `number`'s policy document: immutable, cacheable by anyone for a year,
     with its strong ETag (If-None-Match → 304)."""
@@ -36,6 +49,7 @@ class PublishedDocumentApi(APIView):
     # JSON only: one representation, the same bytes as the device's policy (and the retained
     # MQTT document), whatever the Accept header.
     renderer_classes = [JSONRenderer]
+    content_negotiation_class = _JsonWhateverAccepted
 
     @extend_schema(
         parameters=[IF_NONE_MATCH],

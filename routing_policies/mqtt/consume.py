@@ -93,7 +93,10 @@ def _control_message(message: Incoming, drops: Drops) -> dict[str, Any] | None:
         return None
     try:
         value = json_guard.loads(message.payload.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:  # JsonRefused is a ValueError
+    except json_guard.JsonRefused as refused:  # too deep, NUL, lone surrogate, NaN
+        drops.add("malformed", message.topic, str(refused.problem.message)[:200])
+        return None
+    except ValueError as error:  # not UTF-8, not JSON
         drops.add("malformed", message.topic, str(error)[:200])
         return None
     if not isinstance(value, dict):
@@ -106,8 +109,14 @@ def _whole(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INT32
 
 
-def _ack(device: Device, body: dict[str, Any], message: Incoming, batch: _Batch, drops: Drops,
-         assignments: dict[int, FleetAssignment]) -> None:  # fmt: skip
+def _ack(
+    device: Device,
+    body: dict[str, Any],
+    message: Incoming,
+    batch: _Batch,
+    drops: Drops,
+    assignments: dict[int, FleetAssignment],
+) -> None:
     version = body.get("version")
     if not _whole(version):
         drops.add("malformed", message.topic, "ack needs a whole-number version")
@@ -122,8 +131,9 @@ def _ack(device: Device, body: dict[str, Any], message: Incoming, batch: _Batch,
     batch.acks.append((device.pk, version, message.received_at))
 
 
-def _presence(device: Device, body: dict[str, Any], message: Incoming, batch: _Batch,
-              drops: Drops) -> None:  # fmt: skip
+def _presence(
+    device: Device, body: dict[str, Any], message: Incoming, batch: _Batch, drops: Drops
+) -> None:
     online = body.get("online")
     if not isinstance(online, bool):
         drops.add("malformed", message.topic, "presence needs a boolean online")
@@ -166,13 +176,17 @@ def _sort(messages: Sequence[Incoming], prefix: str, drops: Drops) -> _Batch:
         if topic[2] == "telemetry":
             batch.telemetry.append((device, message.payload))
             continue
-        body = _control_message(message, drops)
-        if body is None:
-            continue
-        if topic[2] == "ack":
-            _ack(device, body, message, batch, drops, assignments)
-        else:
-            _presence(device, body, message, batch, drops)
+        try:
+            body = _control_message(message, drops)
+            if body is None:
+                continue
+            if topic[2] == "ack":
+                _ack(device, body, message, batch, drops, assignments)
+            else:
+                _presence(device, body, message, batch, drops)
+        except Exception:  # a case not foreseen: this message only, never the batch
+            logger.exception("mqtt.message_failed topic=%.200s", message.topic)
+            drops.add("error", message.topic)
     return batch
 
 
@@ -210,6 +224,10 @@ def messages_consume(
         if telemetry is None:
             drops.add("no_telemetry", topic)
             continue
-        reason = telemetry(device, payload)
+        try:
+            reason = telemetry(device, payload)
+        except Exception:  # a case not foreseen: this batch only (its transaction rolled back)
+            logger.exception("mqtt.telemetry_failed topic=%.200s", topic)
+            reason = "error"
         if reason is not None:
             drops.add(reason, topic)

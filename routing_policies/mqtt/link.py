@@ -11,7 +11,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import paho.mqtt.client as paho
@@ -118,15 +118,16 @@ class MqttLink:
                 return
             taken += 1
 
-    def drain(self, timeout: float = 1.0) -> int:
+    def drain(self, timeout: float = 1.0, *, renew: Callable[[], None] = lambda: None) -> int:
         """Land one batch (waiting up to `timeout` for its first message), then acknowledge its
-        messages to the broker. The number of messages taken."""
+        messages to the broker. The number of messages taken. `renew` runs before each write
+        (the command: `close_old_connections`, as between two requests)."""
         entries = list(self._take(timeout))
         if not entries:
             return 0
         messages = [incoming for incoming, _, _ in entries]
         for attempt in range(1, WRITE_ATTEMPTS + 1):
-            close_old_connections()
+            renew()
             try:
                 messages_consume(
                     messages, prefix=self.prefix, telemetry=self.telemetry, drops=self.drops
@@ -154,7 +155,7 @@ class MqttLink:
         next_reconcile = time.monotonic()
         try:
             while True:
-                self.drain(timeout=1.0)
+                self.drain(timeout=1.0, renew=close_old_connections)
                 if time.monotonic() >= next_reconcile:
                     close_old_connections()
                     try:
