@@ -10,7 +10,7 @@ version, `GET /api/v1/fleets/{slug}/versions/{ref}/document`, keeps its role che
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.permissions import AllowAny
@@ -52,7 +52,23 @@ class PublishedDocumentApi(APIView):
     content_negotiation_class = _JsonWhateverAccepted
 
     @extend_schema(
-        parameters=[IF_NONE_MATCH],
+        parameters=[
+            IF_NONE_MATCH,
+            OpenApiParameter(
+                "Cache-Control",
+                str,
+                OpenApiParameter.HEADER,
+                description=f"`{IMMUTABLE}`",
+                response=[200, 304],
+            ),
+            OpenApiParameter(
+                "ETag",
+                str,
+                OpenApiParameter.HEADER,
+                description="The version's strong ETag (its document's `etag`).",
+                response=[200, 304],
+            ),
+        ],
         responses={
             200: OpenApiResponse(
                 PolicyDocumentSerializer,
@@ -62,7 +78,6 @@ class PublishedDocumentApi(APIView):
             304: OpenApiResponse(description="Not modified: the ETag you sent is this version's."),
         },
         operation_id="published_document",
-        auth=[],
     )
     def get(self, request: Request, slug: str, number: int) -> Response:
         fleet = fleet_get(slug=slug)

@@ -1,6 +1,9 @@
 """The MQTT link hears what the push tier hears (rollouts' assignment and cloud pressure, a
 version published) and publishes the fleet's retained topics once the change commits.
-Connected by `routing_policies.receivers` when MQTT_URL is set."""
+Connected by `routing_policies.receivers` when MQTT_URL is set.
+
+`robust`: a publish that fails (the broker away, the fleet deleted meanwhile) is logged and
+never fails the request whose change committed; the link's reconcile publishes it later."""
 
 from typing import Any
 
@@ -21,17 +24,19 @@ _UIDS = {
 def _assignment_changed(*, fleet_id: int, **_: Any) -> None:
     # The state is read again under the fleet's lock after the commit (mqtt.publish): the
     # signal's assignment may already be older than what is committed by then.
-    transaction.on_commit(lambda: fleet_state_publish(fleet_id=fleet_id))
+    transaction.on_commit(lambda: fleet_state_publish(fleet_id=fleet_id), robust=True)
 
 
 def _cloud_pressure_changed(*, fleet_id: int, **_: Any) -> None:
-    transaction.on_commit(lambda: fleet_pressure_publish(fleet_id=fleet_id))
+    transaction.on_commit(lambda: fleet_pressure_publish(fleet_id=fleet_id), robust=True)
 
 
 def _version_published(*, version: PolicyVersion, **_: Any) -> None:
     fleet_id, number = version.fleet_id, version.number
     assert number is not None
-    transaction.on_commit(lambda: version_document_publish(fleet_id=fleet_id, number=number))
+    transaction.on_commit(
+        lambda: version_document_publish(fleet_id=fleet_id, number=number), robust=True
+    )
 
 
 def connect() -> None:
