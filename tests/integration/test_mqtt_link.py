@@ -122,7 +122,7 @@ class RawDevice:
 
 def test_mqtt_link__device_lifecycle__state_ack_presence_telemetry_once_and_will(
     links: None,
-    mosquitto: Broker,
+    mosquitto: Broker,  # noqa: F811
     make_user: Callable[..., Any],
 ) -> None:
     # Given a fleet with v1, an enrolled device, and two links running
