@@ -129,13 +129,16 @@ def test_mixed_fleet__websocket_and_mqtt_devices__online_read_alike(
     week_ago = timezone.now() - timezone.timedelta(days=7)
     Device.objects.filter(device_id="car-mqtt").update(last_seen_at=week_ago)
 
-    # Then both are online; a WebSocket device silent past the window is not
+    # Then both are online (registry and convergence); a WebSocket device silent past the
+    # window is not
     assert {row["device_id"] for row in device_list(fleet=fleet, online=True)} == {
         "phone-ws",
         "car-mqtt",
     }
+    assert fleet_convergence(fleet)["online"] == 2
     Device.objects.filter(pk=ws.pk).update(last_seen_at=week_ago)
     assert [row["device_id"] for row in device_list(fleet=fleet, online=True)] == ["car-mqtt"]
+    assert fleet_convergence(fleet)["online"] == 1
 
 
 def test_presence__will_after_the_device_moved_to_websocket__stays_online(

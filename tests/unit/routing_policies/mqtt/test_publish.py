@@ -21,6 +21,7 @@ from routing_policies.services import (
     fleet_switch_version,
     hash_secret,
     rollout_advance,
+    rollout_complete,
     rollout_rollback,
     rollout_start,
 )
@@ -93,6 +94,36 @@ def test_stage_change__10_vs_1000_devices__the_same_single_publish(
     seqs = [m.json()["seq"] for m in watcher.on(_state(fleet))]
     assert seqs == sorted(seqs)
     assert len(set(seqs)) == len(seqs) == 4
+
+
+def test_publish_switch_complete__1000_devices__one_publish_each(
+    fleet: Any,
+    publish_version: Callable[..., Any],
+    publisher: Any,
+    watch: Callable[..., Watcher],
+    django_capture_on_commit_callbacks: Capture,
+) -> None:
+    # Given a fleet of 1,000 devices on v1, watched
+    _enrolled(fleet, 1000)
+    watcher = watch(f"{PREFIX}/#")
+    capture = django_capture_on_commit_callbacks
+
+    # When v2 is published, the fleet switched to it, v3 published and rolled out to completion
+    published = _publishes_of(lambda: publish_version(fleet, threshold=0.8), watcher, capture)
+    switched = _publishes_of(
+        lambda: fleet_switch_version(actor=publisher, fleet=fleet, version=2), watcher, capture
+    )
+    publish_version(fleet, threshold=0.9)
+    rollout_start(actor=publisher, fleet=fleet, version=3)
+    rollout_advance(actor=publisher, fleet=fleet, to_stage=100)
+    completed = _publishes_of(
+        lambda: rollout_complete(actor=publisher, fleet=fleet), watcher, capture
+    )
+
+    # Then each is one publish: the new version's document, then the fleet's state
+    assert published == [mqtt_topics.fleet_version(PREFIX, fleet.slug, 2)]
+    assert switched == completed == [_state(fleet)]
+    assert watcher.on(_state(fleet))[-1].json()["stable"] == 3
 
 
 def test_fresh_subscriber__reads_retained_state__computes_the_servers_assignment(
