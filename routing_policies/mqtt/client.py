@@ -57,11 +57,14 @@ def client_id(role: str) -> str:
     return f"controlplane-{role}-{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-def new_client(address: BrokerAddress, role: str, *, manual_ack: bool = False) -> paho.Client:
-    """A paho MQTT 5 client for `address`, not yet connected."""
+def new_client(
+    address: BrokerAddress, role: str, *, manual_ack: bool = False, fixed_id: str = ""
+) -> paho.Client:
+    """A paho MQTT 5 client for `address`, not yet connected (with `fixed_id` as its client id,
+    else one of its own)."""
     client = paho.Client(
         CallbackAPIVersion.VERSION2,
-        client_id=client_id(role),
+        client_id=fixed_id or client_id(role),
         protocol=paho.MQTTv5,
         manual_ack=manual_ack,
     )

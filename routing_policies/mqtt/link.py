@@ -18,6 +18,8 @@ import paho.mqtt.client as paho
 from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
 from edge_sdk import mqtt_topics
@@ -31,6 +33,8 @@ logger = logging.getLogger(__name__)
 BATCH_LIMIT = 1000
 # After the first message of a batch, wait this long for company (a push's acks come together).
 BATCH_WAIT_S = 0.05
+# How long the broker keeps a named link's session (and queues its share) while it is away.
+SESSION_EXPIRY_S = 24 * 3600
 # A batch the database refuses is written again this many times before it is dropped.
 WRITE_ATTEMPTS = 3
 
@@ -44,7 +48,13 @@ class MqttLink:
         telemetry: TelemetryIngest | None,
         address: BrokerAddress | None = None,
         prefix: str | None = None,
+        name: str = "",
     ) -> None:
+        """`name`: a persistent session (client id `controlplane-link-{name}`), so that what
+        the broker delivered to this link and was not acknowledged when it stopped, and what
+        it kept for it meanwhile, is delivered when a link of that name connects again. Each
+        running link needs a name of its own (the broker closes an older connection with the
+        same id). Without a name, a clean session of its own."""
         self.telemetry = telemetry
         self.address = address or BrokerAddress.from_settings()
         self.prefix: str = prefix if prefix is not None else settings.MQTT_TOPIC_PREFIX
@@ -52,7 +62,13 @@ class MqttLink:
         self.landed = 0
         self._inbox: queue.Queue[tuple[Incoming, int, int]] = queue.Queue()
         self._subscribed = threading.Event()
-        self._client = new_client(self.address, "link", manual_ack=True)
+        self.name = name
+        self._client = new_client(
+            self.address,
+            "link",
+            manual_ack=True,
+            fixed_id=f"controlplane-link-{name}" if name else "",
+        )
         self._client.on_connect = self._on_connect
         self._client.on_subscribe = self._on_subscribe
         self._client.on_message = self._on_message
@@ -70,7 +86,7 @@ class MqttLink:
         if isinstance(reason, ReasonCode) and reason.is_failure:
             logger.error("mqtt.link_refused reason=%s", reason)
             return
-        # Again after every reconnect: the session is clean.
+        # Again after every reconnect (idempotent when the session kept them).
         client.subscribe([(topic_filter, 1) for topic_filter in self.filters()])
 
     def _on_subscribe(self, client: Any, userdata: Any, mid: int, codes: Any, props: Any) -> None:
@@ -91,7 +107,17 @@ class MqttLink:
     def start(self, timeout: float = 10.0) -> None:
         """Connect, subscribe, and wait until the broker confirmed the subscriptions."""
         self._client.reconnect_delay_set(min_delay=1, max_delay=30)
-        self._client.connect(self.address.host, self.address.port, keepalive=30)
+        properties = None
+        if self.name:
+            properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+            properties.SessionExpiryInterval = SESSION_EXPIRY_S
+        self._client.connect(
+            self.address.host,
+            self.address.port,
+            keepalive=30,
+            clean_start=not self.name,
+            properties=properties,
+        )
         self._client.loop_start()
         if not self._subscribed.wait(timeout):
             self.stop()

@@ -44,38 +44,56 @@ def _wait(condition: Callable[[], Any], what: str, timeout: float = 60.0) -> Any
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.fixture
-def links(mosquitto: Broker, transactional_db: None, tmp_path: Path) -> Iterator[None]:  # noqa: F811
-    """Two `manage.py mqtt_link` processes on the test's database and broker."""
-    require_postgres_and_redis("the MQTT link")
-    env = {
-        **server_environment(connection.settings_dict),
-        "MQTT_URL": mosquitto.url,
-        "MQTT_TOPIC_PREFIX": PREFIX,
-        "MQTT_RECONCILE_S": "0.5",
-    }
-    processes = []
-    for n in range(2):
-        log = (tmp_path / f"link-{n}.log").open("w")
-        processes.append(
-            subprocess.Popen(
-                [sys.executable, "manage.py", "mqtt_link"],
-                cwd=REPO_ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+class Links:
+    """`manage.py mqtt_link` processes on the test's database and broker."""
+
+    def __init__(self, broker: Broker, directory: Path) -> None:
+        self.env = {
+            **server_environment(connection.settings_dict),
+            "MQTT_URL": broker.url,
+            "MQTT_TOPIC_PREFIX": PREFIX,
+            "MQTT_RECONCILE_S": "0.5",
+        }
+        self.directory = directory
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str) -> None:
+        log = (self.directory / f"link-{name}.log").open("a")
+        self.processes[name] = subprocess.Popen(
+            [sys.executable, "manage.py", "mqtt_link", "--name", name],
+            cwd=REPO_ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-    yield
-    for process in processes:
-        os.killpg(process.pid, signal.SIGINT)
-    for process in processes:
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+
+    def kill(self, name: str) -> None:
+        """SIGKILL: no goodbye, a batch perhaps written and not yet acknowledged."""
+        process = self.processes.pop(name)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            os.killpg(process.pid, signal.SIGINT)
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+@pytest.fixture
+def links(mosquitto: Broker, transactional_db: None, tmp_path: Path) -> Iterator[Links]:  # noqa: F811
+    """Two links, `a` and `b`, running."""
+    require_postgres_and_redis("the MQTT link")
+    running = Links(mosquitto, tmp_path)
+    running.start("a")
+    running.start("b")
+    yield running
+    running.stop_all()
 
 
 class RawDevice:
@@ -121,7 +139,7 @@ class RawDevice:
 
 
 def test_mqtt_link__device_lifecycle__state_ack_presence_telemetry_once_and_will(
-    links: None,
+    links: Links,
     mosquitto: Broker,  # noqa: F811
     make_user: Callable[..., Any],
 ) -> None:
@@ -162,3 +180,43 @@ def test_mqtt_link__device_lifecycle__state_ack_presence_telemetry_once_and_will
 
     # Then its last will marks it offline
     _wait(lambda: not Device.objects.get(device_id="car-1").connected, "the last will", timeout=30)
+
+
+def test_mqtt_link__killed_mid_stream_and_restarted__no_ack_or_event_lost_or_doubled(
+    links: Links,
+    mosquitto: Broker,  # noqa: F811
+    make_user: Callable[..., Any],
+) -> None:
+    # Given 40 enrolled devices on v1, and links a and b sharing their messages
+    from controlplane.roles import Role
+
+    publisher = make_user(Role.PUBLISHER)
+    fleet = make_fleet(actor=publisher)
+    key = fleet_enrollment_key_rotate(actor=publisher, fleet=fleet)
+    ids = [f"car-{n:02d}" for n in range(40)]
+    for device_id in ids:
+        device_enroll(fleet_key=key, device_id=device_id)
+    cars = [RawDevice(mosquitto, fleet.slug, device_id) for device_id in ids]
+    _wait(lambda: all(car.states for car in cars), "the retained state")
+
+    # When every device acks and sends a batch of 3 events, and link a is killed midway (and
+    # restarted after the rest was sent)
+    for n, car in enumerate(cars):
+        car.publish("ack", {"version": 1})
+        car.publish("telemetry", {"events": make_events(3, device_id=car.device_id)})
+        if n == len(cars) // 2:
+            links.kill("a")
+    time.sleep(1.0)
+    links.start("a")
+
+    # Then every ack and every event landed, each event once
+    _wait(
+        lambda: Device.objects.filter(fleet=fleet, acked_version=1).count() == len(ids),
+        "every ack",
+    )
+    _wait(lambda: EventKey.objects.count() == 3 * len(ids), "every event")
+    time.sleep(1.0)
+    assert EventKey.objects.count() == 3 * len(ids)
+    for car in cars:
+        car.client.disconnect()
+        car.client.loop_stop()

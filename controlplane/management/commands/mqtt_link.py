@@ -18,6 +18,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
+            "--name",
+            default="",
+            help="this link's own name (one per running link, kept across restarts): the "
+            "broker keeps its session while it is away, so a restart loses no message",
+        )
+        parser.add_argument(
             "--reconcile-every",
             type=float,
             default=None,
@@ -28,7 +34,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if not settings.MQTT_URL:
             raise CommandError("MQTT_URL is not set: the MQTT link is off.")
-        link = MqttLink(telemetry=telemetry_message_ingest)
+        link = MqttLink(telemetry=telemetry_message_ingest, name=options["name"])
         try:
             link.run_forever(reconcile_every_s=options["reconcile_every"])
         except KeyboardInterrupt:
