@@ -213,7 +213,13 @@ def fleet_convergence(fleet: Fleet) -> dict[str, Any]:
     }
     versions = sorted(set(assigned) | set(acked), reverse=True)
     last_change = _last_change_at(fleet)
-    propagation: dict[str, float | None] = {"p50_ms": None, "p95_ms": None, "count": 0}
+    propagation: dict[str, float | None] = {
+        "p50_ms": None,
+        "p95_ms": None,
+        "p99_ms": None,
+        "last_ms": None,
+        "count": 0,
+    }
     if last_change is not None:
         delays = sorted(
             (acked_at - last_change).total_seconds() * 1000
@@ -225,6 +231,10 @@ def fleet_convergence(fleet: Fleet) -> dict[str, Any]:
         propagation = {
             "p50_ms": _percentile(delays, 0.50),
             "p95_ms": _percentile(delays, 0.95),
+            "p99_ms": _percentile(delays, 0.99),
+            # The last device to apply the change so far (its time to reach the whole fleet
+            # once every assigned device acked it).
+            "last_ms": delays[-1] if delays else None,
             "count": len(delays),
         }
     return {
