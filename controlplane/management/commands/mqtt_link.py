@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from routing_policies.mqtt.link import MqttLink
+from routing_policies.mqtt.metrics import metrics_serve
 from telemetry.ingest.mqtt import telemetry_message_ingest
 
 
@@ -24,6 +25,15 @@ class Command(BaseCommand):
             "broker keeps its session while it is away, so a restart loses no message",
         )
         parser.add_argument(
+            "--metrics-port",
+            type=int,
+            default=None,
+            help="serve Prometheus metrics (messages, drops by reason) on this port at /metrics",
+        )
+        parser.add_argument(
+            "--metrics-host", default="127.0.0.1", help="the address the metrics listen on"
+        )
+        parser.add_argument(
             "--reconcile-every",
             type=float,
             default=None,
@@ -35,6 +45,8 @@ class Command(BaseCommand):
         if not settings.MQTT_URL:
             raise CommandError("MQTT_URL is not set: the MQTT link is off.")
         link = MqttLink(telemetry=telemetry_message_ingest, name=options["name"])
+        if options["metrics_port"] is not None:
+            metrics_serve(link, options["metrics_port"], options["metrics_host"])
         try:
             link.run_forever(reconcile_every_s=options["reconcile_every"])
         except KeyboardInterrupt:

@@ -280,3 +280,35 @@ def test_ack__after_a_stage_change__only_the_new_assignment_counts(
     # Then only the cohort's device counts as running it
     assert Device.objects.get(device_id=inside).acked_version == 2
     assert Device.objects.get(device_id=outside).acked_version is None
+
+
+def test_metrics__after_drops__prometheus_counters_by_reason(
+    fleet: Any, fleet_key: str, link: MqttLink, device_client: Watcher
+) -> None:
+    # Given a link that took a good ack, a malformed one and one of a device that is not
+    import urllib.request
+
+    from routing_policies.mqtt.metrics import CONTENT_TYPE, metrics_serve
+
+    device_enroll(fleet_key=fleet_key, device_id="car-1")
+    device_client.publish(_topic(fleet, "car-1", "ack"), b'{"version": 1}')
+    device_client.publish(_topic(fleet, "car-1", "ack"), b"{")
+    device_client.publish(_topic(fleet, "ghost", "ack"), b'{"version": 1}')
+    _drain(link, 3)
+
+    # When Prometheus scrapes its metrics
+    server = metrics_serve(link, 0)
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            content_type, text = response.headers["Content-Type"], response.read().decode()
+    finally:
+        server.shutdown()
+
+    # Then the counters say what was taken and what was dropped, by reason
+    assert content_type == CONTENT_TYPE
+    lines = text.splitlines()
+    assert "edge_routing_mqtt_messages_total 3" in lines
+    assert 'edge_routing_mqtt_dropped_total{reason="malformed"} 1' in lines
+    assert 'edge_routing_mqtt_dropped_total{reason="unknown_device"} 1' in lines
+    assert 'edge_routing_mqtt_dropped_total{reason="not_assigned"} 0' in lines
