@@ -59,7 +59,7 @@ class MqttLink:
         self.address = address or BrokerAddress.from_settings()
         self.prefix: str = prefix if prefix is not None else settings.MQTT_TOPIC_PREFIX
         self.drops = Drops()
-        self.landed = 0
+        self.taken = 0  # messages taken from the broker (landed or dropped)
         self._inbox: queue.Queue[tuple[Incoming, int, int]] = queue.Queue()
         self._subscribed = threading.Event()
         self.name = name
@@ -152,13 +152,13 @@ class MqttLink:
         if not entries:
             return 0
         messages = [incoming for incoming, _, _ in entries]
+        self.taken += len(entries)
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             renew()
             try:
                 messages_consume(
                     messages, prefix=self.prefix, telemetry=self.telemetry, drops=self.drops
                 )
-                self.landed += len(entries)
                 break
             except Exception:
                 # The database went away: the same batch again (it is not acknowledged yet);

@@ -1,5 +1,5 @@
 """The link's own Prometheus metrics (text exposition format 0.0.4), served by
-`manage.py mqtt_link --metrics-port`: messages landed, and messages dropped by reason."""
+`manage.py mqtt_link --metrics-port`: messages taken, and those dropped by reason."""
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,7 +27,7 @@ def metrics_text(link: MqttLink) -> str:
     lines = [
         "# HELP edge_routing_mqtt_messages_total Device messages the link took from the broker.",
         "# TYPE edge_routing_mqtt_messages_total counter",
-        f"edge_routing_mqtt_messages_total {link.landed}",
+        f"edge_routing_mqtt_messages_total {link.taken}",
         "# HELP edge_routing_mqtt_dropped_total Device messages dropped, by reason.",
         "# TYPE edge_routing_mqtt_dropped_total counter",
     ]
