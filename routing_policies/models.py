@@ -1,6 +1,7 @@
 """The app's models, one module per part; Django and other apps import them from here."""
 
 from .devices.models import Device
+from .mqtt.models import MqttFleetState
 from .policies.models import AuditEntry, Fleet, PolicyCell, PolicyVersion
 from .reviews.models import (
     ChangeRequest,
@@ -21,6 +22,7 @@ __all__ = [
     "Fleet",
     "FleetFreeze",
     "FleetRouting",
+    "MqttFleetState",
     "PolicyCell",
     "PolicyVersion",
     "ReviewSettings",

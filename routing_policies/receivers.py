@@ -2,11 +2,15 @@
 import-linter layers): connected once the models are loaded, by `RoutingPoliciesConfig.ready()`.
 Into policies' writes and pages (policies/signals.py): reviews and rollouts; into rollouts
 (rollouts/hooks.py): governance's gate and the devices' convergence; the push tier hears what
-rollouts and devices announce (rollouts/signals.py, devices/signals.py), and broker access
-what devices announce (a device enrolled, a token revoked)."""
+rollouts and devices announce (rollouts/signals.py, devices/signals.py), broker access what
+devices announce (a device enrolled, a token revoked), and so does the MQTT link when
+MQTT_URL is set (mqtt/receivers.py)."""
+
+from django.conf import settings
 
 from .broker_access import receivers as broker_access
 from .devices.selectors import fleet_convergence
+from .mqtt import receivers as mqtt
 from .push import receivers as push
 from .reviews import receivers as reviews
 from .reviews import rollout_gate
@@ -17,6 +21,9 @@ from .rollouts.hooks import convergence_reader_register
 def connect() -> None:
     """Connect every part's receivers (idempotent: each has a dispatch_uid, a registration
     replaces the last)."""
+    if settings.MQTT_URL:
+        # First: a fleet's first version is retained before the state that rollouts announces.
+        mqtt.connect()
     reviews.connect()
     rollouts.connect()
     rollout_gate.register()

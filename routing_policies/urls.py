@@ -2,6 +2,7 @@
 
 from .broker_access import urls as broker_access
 from .devices import urls as devices
+from .mqtt import urls as mqtt
 from .policies import urls as policies
 from .reviews import urls as reviews
 from .rollouts import urls as rollouts
@@ -14,4 +15,5 @@ urlpatterns = [
     *reviews.urlpatterns,
     *schedules.urlpatterns,
     *broker_access.urlpatterns,
+    *mqtt.urlpatterns,
 ]

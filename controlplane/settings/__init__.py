@@ -10,6 +10,7 @@ from controlplane.settings.base import *  # noqa: F403
 from controlplane.settings.celery import *  # noqa: F403
 from controlplane.settings.database import *  # noqa: F403
 from controlplane.settings.env import *  # noqa: F403
+from controlplane.settings.mqtt import *  # noqa: F403
 from controlplane.settings.mqtt_access import *  # noqa: F403
 from controlplane.settings.push import *  # noqa: F403
 from controlplane.settings.telemetry import *  # noqa: F403

@@ -76,7 +76,7 @@ MAX_DOCUMENT_BYTES: Final = 4 * 1024 * 1024  # as the socket's largest frame
 MAX_STATE_BYTES: Final = 64 * 1024
 MAX_PRESSURE_BYTES: Final = 4 * 1024
 # The immutable, CDN-cacheable document of a published version (docs/PROTOCOL.md, "MQTT").
-DOCUMENT_PATH: Final = "/api/v1/fleets/{fleet}/versions/{version}/document"
+DOCUMENT_PATH: Final = "/api/v1/fleets/{fleet}/documents/{version}"
 OFFLINE: Final = b'{"online":false}'
 # CONNACK reason codes meaning "these credentials are not accepted here".
 _REFUSED_CREDENTIALS: Final = frozenset(

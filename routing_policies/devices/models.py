@@ -13,16 +13,35 @@ from ..policies.models import Fleet
 ONLINE_WINDOW = timedelta(minutes=2)
 
 
+# How a device is linked now: the WebSocket path (PROTOCOL.md) or the MQTT extension.
+TRANSPORT_WS = "ws"
+TRANSPORT_MQTT = "mqtt"
+
+
 def online_q(now: datetime | None = None) -> Q:
-    """Online devices: a live socket that said `hello` with the device's current token.
+    """Online devices: over WebSocket, a live socket that said `hello` with the device's current
+    token; over MQTT, a birth message with no last will since.
 
     `connected` is set by that socket's `hello` (and its heartbeat), cleared when it closes,
     when a new socket of the device connects (until that one says hello), when the device
     re-enrols (its old token's socket is being closed) and when it is revoked. A killed server
-    leaves stale flags: those count only while seen within ONLINE_WINDOW.
+    leaves stale flags: those count only while seen within ONLINE_WINDOW. An MQTT device has no
+    heartbeat in the database: the broker tells of its end (its last will, sent whenever its
+    connection ends without a goodbye), so its flag counts as long as no will came.
     """
     now = now or timezone.now()
-    return Q(connected=True, last_seen_at__gte=now - ONLINE_WINDOW, revoked_at__isnull=True)
+    return Q(connected=True, revoked_at__isnull=True) & (
+        Q(transport=TRANSPORT_MQTT) | Q(last_seen_at__gte=now - ONLINE_WINDOW)
+    )
+
+
+def device_online(device: "Device", now: datetime) -> bool:
+    """`online_q` for one loaded device."""
+    if not device.connected or device.revoked_at is not None:
+        return False
+    if device.transport == TRANSPORT_MQTT:
+        return True
+    return device.last_seen_at is not None and device.last_seen_at >= now - ONLINE_WINDOW
 
 
 class DeviceQuerySet(models.QuerySet["Device"]):
@@ -70,6 +89,12 @@ class Device(models.Model):
     acked_version = models.PositiveIntegerField(null=True, blank=True)
     acked_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # The link of its last hello (WebSocket) or birth (MQTT): what `online_q` reads.
+    transport = models.CharField(
+        max_length=8,
+        choices=[(TRANSPORT_WS, "WebSocket"), (TRANSPORT_MQTT, "MQTT")],
+        default=TRANSPORT_WS,
+    )
 
     objects = DeviceQuerySet.as_manager()
 

@@ -13,7 +13,7 @@ from ..assignment import FleetAssignment
 from ..policies.models import AuditEntry, Fleet
 from ..rollouts.models import FleetRouting, RolloutEvent
 from ..rollouts.selectors import cloud_pressure_live, fleet_assignment
-from .models import ONLINE_WINDOW, Device, DeviceQuerySet, online_q
+from .models import Device, DeviceQuerySet, device_online, online_q
 from .tokens import hash_secret, looks_like_device_token
 
 # A bounded IN list, however many sockets a process holds.
@@ -86,12 +86,7 @@ def device_rows(devices: Iterable[Device], *, assignment: FleetAssignment) -> li
             "model": device.model,
             "sdk": device.sdk,
             "last_seen_at": device.last_seen_at,
-            "online": bool(
-                device.connected
-                and not device.revoked_at
-                and device.last_seen_at
-                and device.last_seen_at >= now - ONLINE_WINDOW
-            ),
+            "online": device_online(device, now),
             "assigned_version": None
             if device.revoked_at
             else assignment.version_for(device.device_id),
@@ -233,7 +228,13 @@ def fleet_convergence(fleet: Fleet) -> dict[str, Any]:
     """Per version: devices assigned, acked and online; propagation since the last change."""
     convergence = version_convergence(fleet, fleet_assignment(fleet.pk))
     last_change = _last_change_at(fleet)
-    propagation: dict[str, float | None] = {"p50_ms": None, "p95_ms": None, "count": 0}
+    propagation: dict[str, float | None] = {
+        "p50_ms": None,
+        "p95_ms": None,
+        "p99_ms": None,
+        "last_ms": None,
+        "count": 0,
+    }
     if last_change is not None:
         delays = sorted(
             (acked_at - last_change).total_seconds() * 1000
@@ -245,6 +246,10 @@ def fleet_convergence(fleet: Fleet) -> dict[str, Any]:
         propagation = {
             "p50_ms": _percentile(delays, 0.50),
             "p95_ms": _percentile(delays, 0.95),
+            "p99_ms": _percentile(delays, 0.99),
+            # The last device to apply the change so far (its time to reach the whole fleet
+            # once every assigned device acked it).
+            "last_ms": delays[-1] if delays else None,
             "count": len(delays),
         }
     return {**convergence, "last_change_at": last_change, "propagation": propagation}

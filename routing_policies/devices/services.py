@@ -17,7 +17,7 @@ from ..policies.models import Fleet
 from ..rollouts.models import FleetRouting
 from ..rollouts.selectors import cloud_pressure_live, fleet_assignment
 from ..rollouts.services import fleet_routing_lock
-from .models import Device
+from .models import TRANSPORT_WS, Device
 from .selectors import device_authenticate
 from .signals import device_enrolled, device_token_revoked
 from .tokens import hash_secret, new_device_token, new_fleet_key
@@ -214,7 +214,9 @@ def devices_hello(*, requests: list[tuple[int, int, dict[str, Any], str]]) -> li
     for _, _, fields, token_hash in requests:
         by_fields.setdefault(tuple(sorted(fields.items())), []).append(token_hash)
     for key, token_hashes in by_fields.items():
-        devices_seen_by_token(token_hashes=token_hashes, connected=True, **dict(key))
+        devices_seen_by_token(
+            token_hashes=token_hashes, connected=True, transport=TRANSPORT_WS, **dict(key)
+        )
     fleets = {
         fleet_id: (fleet_assignment(fleet_id), cloud_pressure_live(fleet_id))
         for fleet_id in {fleet_id for _, fleet_id, _, _ in requests}
@@ -239,8 +241,9 @@ def devices_disconnect(*, token_hashes: list[str]) -> None:
     """Sockets closed: mark offline the devices whose current tokens these are.
 
     By token hash, not device: a socket opened with a token that a re-enrolment has since
-    replaced must not mark offline the device now connected with the new token.
+    replaced must not mark offline the device now connected with the new token. A device that
+    has since said its birth over MQTT stays online (its last will says when it is not).
     """
-    Device.objects.filter(token_hash__in=token_hashes).update(
+    Device.objects.filter(token_hash__in=token_hashes, transport=TRANSPORT_WS).update(
         connected=False, last_seen_at=timezone.now()
     )

@@ -50,6 +50,10 @@ class ConvergenceVersionSerializer(ApiSerializer):
 class PropagationSerializer(ApiSerializer):
     p50_ms = serializers.FloatField(allow_null=True)
     p95_ms = serializers.FloatField(allow_null=True)
+    p99_ms = serializers.FloatField(allow_null=True)
+    last_ms = serializers.FloatField(
+        allow_null=True, help_text="the last device's time from the change to its ack"
+    )
     count = serializers.IntegerField(min_value=0)
 
 

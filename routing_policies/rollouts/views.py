@@ -169,6 +169,8 @@ def _rollout_page(
         "convergence_rows": _convergence_rows(convergence),
         "p50_text": duration_text(convergence["propagation"]["p50_ms"]),
         "p95_text": duration_text(convergence["propagation"]["p95_ms"]),
+        "p99_text": duration_text(convergence["propagation"]["p99_ms"]),
+        "last_text": duration_text(convergence["propagation"]["last_ms"]),
         "versions": versions,
         "latest_number": versions[0]["number"] if versions else None,
         "other_versions": [v for v in versions if v["number"] != stable],

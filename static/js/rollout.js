@@ -225,6 +225,8 @@
     var propagation = convergence.propagation || {};
     setText("[data-field=p50]", duration(propagation.p50_ms));
     setText("[data-field=p95]", duration(propagation.p95_ms));
+    setText("[data-field=p99]", duration(propagation.p99_ms));
+    setText("[data-field=propagation-last]", duration(propagation.last_ms));
     setText("[data-field=propagation-count]", number(propagation.count));
     setText("[data-field=propagation-plural]", propagation.count === 1 ? "" : "s");
     all("[data-field=last-change]").forEach(function (el) {

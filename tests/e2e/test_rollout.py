@@ -289,6 +289,8 @@ def test_rollout__start_advance_rollback__convergence_updates_live_without_reloa
         str(cohort_25 - cohort_5), timeout=LIVE_TIMEOUT_MS
     )
     expect(page.locator("[data-field=p95]")).to_contain_text("ms")
+    expect(page.locator("[data-field=p99]")).to_contain_text("ms")
+    expect(page.locator("[data-field=propagation-last]")).to_contain_text("ms")
     assert acked_when_loaded < cohort_25, "the page loaded already converged: nothing seen live"
     assert_not_reloaded(page, "advanced", loads, loads_after_advance)
     page.screenshot(path=str(screenshot_path("rollout-at-25")), full_page=True)

@@ -468,7 +468,7 @@ async def test_mqtt_device__no_retained_document__fetched_from_the_immutable_htt
         # Then it runs version 2 from HTTP and acks it on MQTT
         await until(lambda: device.policy.version == 2)
         await until(lambda: control.of("http-1", "ack") == [{"version": 2}])
-        assert served == ["/api/v1/fleets/mqtt-fleet/versions/2/document"]
+        assert served == ["/api/v1/fleets/mqtt-fleet/documents/2"]
     finally:
         server.shutdown()
 

@@ -1451,7 +1451,7 @@ def _api_routes() -> list[tuple[str, type[Any]]]:
 
     samples = {"slug": "fleet-a", "ref": "1", "rule_id": "1", "webhook_id": "1"}
     samples |= {"device_id": "phone-1", "dimension": "task_type", "value": "voice"}
-    samples |= {"request_id": "1", "schedule_id": "1", "backtest_id": "1"}
+    samples |= {"request_id": "1", "schedule_id": "1", "backtest_id": "1", "number": "1"}
     routes = []
 
     def walk(patterns: list[Any], prefix: str) -> None:

@@ -1,0 +1,144 @@
+"""The fleet topics the control plane publishes (docs/PROTOCOL.md, "MQTT"): a fleet's retained
+state, each published version's document, its cloud pressure. One publish per change whatever
+the fleet's size: each device computes its own version from the state.
+
+Called once the change has committed (mqtt.receivers). A fleet's state and pressure are read
+fresh under the lock of its `MqttFleetState` row and published before the lock is released, so
+a higher `seq` always carries a newer state and reaches the broker after the lower ones (the
+broker retains the last publish it got, which is then also the newest state). A publish the
+broker does not acknowledge is left marked unpublished for `fleets_reconcile`.
+"""
+
+import json
+import logging
+import time
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from rest_framework.renderers import JSONRenderer
+
+from edge_sdk import mqtt_topics
+
+from ..assignment import FleetAssignment
+from ..policies.models import Fleet, PolicyVersion
+from ..policies.selectors import published_version_get, version_document
+from ..rollouts.selectors import cloud_pressure_live, fleet_assignment
+from .client import publisher
+from .models import MqttFleetState
+
+logger = logging.getLogger(__name__)
+
+
+def _compact(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def document_bytes(version: PolicyVersion) -> bytes:
+    """The version's policy document exactly as the HTTP API renders it (GET
+    /api/v1/devices/me/policy): the same bytes on the retained topic and over HTTP."""
+    rendered: bytes = JSONRenderer().render(version_document(version=version))
+    return rendered
+
+
+def state_payload(fleet_slug: str, assignment: FleetAssignment) -> dict[str, Any]:
+    """The retained state without its `seq`: stable, candidate, and the open rollout's id,
+    stage, salt and holdback (what `FleetAssignment(...).version_for` needs on the device)."""
+    rollout = None
+    if assignment.rollout_id is not None:
+        rollout = {
+            "id": assignment.rollout_id,
+            "stage": assignment.percent,
+            "salt": assignment.salt,
+            "holdback": assignment.holdback,
+        }
+    return {
+        "fleet": fleet_slug,
+        "stable": assignment.stable,
+        "candidate": assignment.candidate if assignment.rollout_id is not None else None,
+        "rollout": rollout,
+    }
+
+
+def _locked_row(fleet_id: int) -> MqttFleetState:
+    MqttFleetState.objects.bulk_create([MqttFleetState(fleet_id=fleet_id)], ignore_conflicts=True)
+    return MqttFleetState.objects.select_for_update().get(fleet_id=fleet_id)
+
+
+def _prefix() -> str:
+    prefix: str = settings.MQTT_TOPIC_PREFIX
+    return prefix
+
+
+@transaction.atomic
+def fleet_state_publish(*, fleet_id: int, force: bool = False) -> bool:
+    """Publish the fleet's state when it changed since the last publish, or when the broker did
+    not acknowledge that one (or `force`: a fresh broker). True when a publish was made."""
+    row = _locked_row(fleet_id)
+    slug = Fleet.objects.values_list("slug", flat=True).get(pk=fleet_id)
+    state = state_payload(slug, fleet_assignment(fleet_id))
+    if row.state != state:
+        row.seq += 1
+        row.state = state
+        row.state_published = False
+    elif row.state_published and not force:
+        return False
+    topic = mqtt_topics.fleet_state(_prefix(), slug)
+    row.state_published = publisher().publish(topic, _compact({"seq": row.seq, **state}))
+    row.save(update_fields=["seq", "state", "state_published", "updated_at"])
+    logger.info(
+        "mqtt.state_published fleet=%s seq=%d acknowledged=%s", slug, row.seq, row.state_published
+    )
+    return True
+
+
+def _pressure_in_force(pressure: dict[str, float] | None, now: float) -> dict[str, float] | None:
+    return pressure if pressure is not None and pressure["until"] - now >= 1 else None
+
+
+@transaction.atomic
+def fleet_pressure_publish(*, fleet_id: int, force: bool = False) -> bool:
+    """Publish the fleet's cloud-pressure nudge (retained, expiring with its TTL) when it changed,
+    or clear the retained one (an empty payload) when the nudge ended before its expiry."""
+    row = _locked_row(fleet_id)
+    now = time.time()
+    live = cloud_pressure_live(fleet_id)
+    if live == _pressure_in_force(row.pressure, now) and row.pressure_published and not force:
+        return False
+    slug = Fleet.objects.values_list("slug", flat=True).get(pk=fleet_id)
+    topic = mqtt_topics.fleet_cloud_pressure(_prefix(), slug)
+    if live is None:
+        published = publisher().publish(topic, b"")
+    else:
+        ttl_s = int(live["until"] - now)
+        payload = _compact({"theta_offset": live["theta_offset"], "ttl_s": ttl_s})
+        published = publisher().publish(topic, payload, expiry_s=ttl_s)
+    row.pressure = live
+    row.pressure_published = published
+    row.save(update_fields=["pressure", "pressure_published", "updated_at"])
+    return True
+
+
+def version_document_publish(*, fleet_id: int, number: int) -> bool:
+    """Retain published version `number`'s document on its topic (immutable: no lock needed)."""
+    version = published_version_get(fleet_id=fleet_id, number=number)
+    if version is None:
+        return False
+    topic = mqtt_topics.fleet_version(_prefix(), version.fleet.slug, number)
+    return publisher().publish(topic, document_bytes(version))
+
+
+def fleets_reconcile(*, force: bool = False) -> int:
+    """Publish every fleet's state and cloud pressure that the broker lacks (what a failed
+    publish left out), or, with `force` (a fresh broker), every fleet's state, cloud pressure
+    and the documents its devices run (stable and candidate). The number of publishes made."""
+    publishes = 0
+    for fleet_id in Fleet.objects.order_by("pk").values_list("pk", flat=True):
+        publishes += fleet_state_publish(fleet_id=fleet_id, force=force)
+        publishes += fleet_pressure_publish(fleet_id=fleet_id, force=force)
+        if force:
+            assignment = fleet_assignment(fleet_id)
+            for number in {assignment.stable, assignment.candidate} - {None}:
+                assert number is not None
+                publishes += version_document_publish(fleet_id=fleet_id, number=number)
+    return publishes
