@@ -223,18 +223,25 @@ def change(fleet: Any, scenario: str, candidate: int) -> None:
 class BarePublisher:
     """The baseline: a plain paho MQTT 5 client publishing retained at QoS 1."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, properties: bool = True) -> None:
         import paho.mqtt.client as paho
         from paho.mqtt.enums import CallbackAPIVersion
 
         self.client = paho.Client(
             CallbackAPIVersion.VERSION2, client_id=f"bench-bare-{os.getpid()}", protocol=5
         )
+        self.properties = properties
         self.client.connect("127.0.0.1", broker.port)
         self.client.loop_start()
 
     def publish(self, topic: str, payload: bytes) -> None:
-        self.client.publish(topic, payload, qos=1, retain=True).wait_for_publish(10)
+        """Retained, QoS 1, with the control plane's MQTT 5 properties (UTF-8 JSON); returns
+        on the broker's PUBACK, as the control plane's publish does."""
+        from routing_policies.mqtt.client import publish_properties
+
+        properties = publish_properties() if self.properties else None
+        info = self.client.publish(topic, payload, qos=1, retain=True, properties=properties)
+        info.wait_for_publish(10)
 
     def close(self) -> None:
         self.client.disconnect()
