@@ -20,7 +20,8 @@ The driver talks to each process over a Pipe with small command dicts (as bench/
             source: "127.0.0.2", fleet, prefix, stable, concurrency}
 - mark     {}: forget what was seen (a new measurement starts)
 - count    {seq, marker}: devices settled on a state >= seq; devices that got baseline marker
-- collect  {seq, marker}: {device_id: [t_settled, version]} and {device_id: t_marker}
+- collect  {seq, marker}: {device_id: [t_settled, version]}, {device_id: t_marker}, and when
+           the last of its devices received state `seq` itself
 - close    {} / stop {}
 """
 
@@ -123,6 +124,7 @@ class DeviceProtocol(asyncio.Protocol):
         self.pending: tuple[int, int, str] | None = None  # (seq, version, document topic)
         self.settled: list[tuple[int, float, int | None]] = []  # (seq, t, version)
         self.markers: dict[int, float] = {}
+        self.states: dict[int, float] = {}  # seq → when the state itself arrived
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.next_id = 0
@@ -209,6 +211,7 @@ class DeviceProtocol(asyncio.Protocol):
             self._on_document(payload, received_at)
 
     def _on_state(self, state: FleetState, received_at: float) -> None:
+        self.states.setdefault(state.seq, received_at)
         newest = self.pending[0] if self.pending is not None else self.last_seq
         if newest is not None and state.seq <= newest:
             return  # not newer than what it has: ignored (a resubscription's retained copy)
@@ -318,6 +321,7 @@ class Worker:
         for device in self.devices:
             device.settled.clear()
             device.markers.clear()
+            device.states.clear()
         return {"ok": True}
 
     async def cmd_count(self, seq: int, marker: int) -> dict[str, Any]:
@@ -333,7 +337,13 @@ class Worker:
                     settled[device.device_id] = [at, version]
                     break
         markers = {d.device_id: d.markers[marker] for d in self.devices if marker in d.markers}
-        return {"settled": settled, "markers": markers, "rss": rss_kib()}
+        states = [d.states[seq] for d in self.devices if seq in d.states]
+        return {
+            "settled": settled,
+            "markers": markers,
+            "state_last": max(states, default=0.0),
+            "rss": rss_kib(),
+        }
 
     async def cmd_close(self) -> dict[str, Any]:
         for device in self.devices:
