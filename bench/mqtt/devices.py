@@ -101,9 +101,12 @@ def document_version(payload: bytes) -> int | None:
 class Fleet:
     """What every device of the process shares: the fleet's topics."""
 
-    def __init__(self, slug: str, prefix: str) -> None:
+    def __init__(self, slug: str, prefix: str, prefetch: bool = False) -> None:
         self.slug = slug
         self.prefix = prefix
+        # Not what the SDK does (a what-if of `--prefetch-candidate`): take the candidate's
+        # document as soon as a state names it, so that a later stage needs only the state.
+        self.prefetch = prefetch
         self.state_topic = mqtt_topics.fleet_state(prefix, slug)
         self.baseline_topic = f"{prefix}/fleets/{slug}/{BASELINE_TOPIC}"
         self.subscriptions = [
@@ -122,6 +125,8 @@ class DeviceProtocol(asyncio.Protocol):
         self.version = version  # the version it runs
         self.last_seq: int | None = None
         self.pending: tuple[int, int, str] | None = None  # (seq, version, document topic)
+        self.held: set[int] = {version} if version is not None else set()  # with prefetch
+        self.prefetching: tuple[int, str] | None = None  # (version, topic)
         self.settled: list[tuple[int, float, int | None]] = []  # (seq, t, version)
         self.markers: dict[int, float] = {}
         self.states: dict[int, float] = {}  # seq → when the state itself arrived
@@ -209,6 +214,8 @@ class DeviceProtocol(asyncio.Protocol):
                 self.markers[int(payload[:12])] = received_at
         elif self.pending is not None and topic == self.pending[2]:
             self._on_document(payload, received_at)
+        elif self.prefetching is not None and topic == self.prefetching[1]:
+            self._on_prefetched(payload)
 
     def _on_state(self, state: FleetState, received_at: float) -> None:
         self.states.setdefault(state.seq, received_at)
@@ -224,13 +231,56 @@ class DeviceProtocol(asyncio.Protocol):
             self.pending = None
             self.last_seq = state.seq
             self.settled.append((state.seq, received_at, self.version))
+            self._prefetch(state)
+            return
+        if self.fleet.prefetch and version in self.held:  # its document is already here
+            self.pending = None
+            self._run(state.seq, version, received_at)
+            self._prefetch(state)
             return
         if self.pending is not None:  # the same document is on its way: a newer seq only
             self.pending = (state.seq, version, self.pending[2])
             return
+        if self.prefetching is not None and self.prefetching[0] == version:
+            self.pending = (state.seq, version, self.prefetching[1])  # already asked for
+            self.prefetching = None
+            return
         topic = mqtt_topics.fleet_version(self.fleet.prefix, self.fleet.slug, version)
         self.pending = (state.seq, version, topic)
         self.transport.write(subscribe_packet(self._packet_id(), [topic]))
+
+    def _prefetch(self, state: FleetState) -> None:
+        candidate = state.assignment.candidate
+        if (
+            not self.fleet.prefetch
+            or candidate is None
+            or candidate in self.held
+            or self.prefetching is not None
+        ):
+            return
+        topic = mqtt_topics.fleet_version(self.fleet.prefix, self.fleet.slug, candidate)
+        self.prefetching = (candidate, topic)
+        assert self.transport is not None
+        self.transport.write(subscribe_packet(self._packet_id(), [topic]))
+
+    def _on_prefetched(self, payload: bytes) -> None:
+        assert self.prefetching is not None
+        assert self.transport is not None
+        version, topic = self.prefetching
+        if document_version(payload) == version:
+            self.held.add(version)
+            self.transport.write(unsubscribe_packet(self._packet_id(), topic))
+            self.prefetching = None
+
+    def _run(self, seq: int, version: int, received_at: float) -> None:
+        """Run `version` (its document is here) for state `seq`, and ack it."""
+        assert self.transport is not None
+        self.version = version
+        self.held.add(version)
+        self.last_seq = seq
+        self.settled.append((seq, received_at, version))
+        ack = b'{"version":%d}' % version
+        self.transport.write(publish_packet(self.ack_topic, self._packet_id(), ack))
 
     def _on_document(self, payload: bytes, received_at: float) -> None:
         assert self.pending is not None
@@ -239,12 +289,8 @@ class DeviceProtocol(asyncio.Protocol):
         if document_version(payload) != version:
             return  # not the version asked for: dropped (the SDK counts it)
         self.pending = None
-        self.version = version
-        self.last_seq = seq
-        self.settled.append((seq, received_at, version))
         self.transport.write(unsubscribe_packet(self._packet_id(), topic))
-        ack = b'{"version":%d}' % version
-        self.transport.write(publish_packet(self.ack_topic, self._packet_id(), ack))
+        self._run(seq, version, received_at)
 
 
 @dataclass
@@ -296,9 +342,10 @@ class Worker:
         prefix: str,
         stable: int | None,
         concurrency: int = 200,
+        prefetch: bool = False,
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
-        shared = Fleet(fleet, prefix)
+        shared = Fleet(fleet, prefix, prefetch)
         gate = asyncio.Semaphore(concurrency)
         rss_before = rss_kib()
 

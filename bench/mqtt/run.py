@@ -386,6 +386,7 @@ def measure_size(
             # Mosquitto listens with a backlog of 100: more connects in flight per broker
             # overflow it, and the dropped ones wait for SYN retransmits (1 s, 3 s, 7 s …).
             "concurrency": max(10, CONNECTS_IN_FLIGHT * broker_count // processes),
+            "prefetch": args.prefetch_candidate,
         }
         for k, share in enumerate(shares)
     ]
@@ -529,6 +530,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--per-process", type=int, default=7500, help="devices per client process at most"
     )
+    parser.add_argument(
+        "--prefetch-candidate",
+        action="store_true",
+        help="a what-if, not what the SDK does: devices take the candidate's document as soon "
+        "as a state names it, so that later stages and a rollback need only the state",
+    )
     parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
     parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL)
     parser.add_argument("--timeout", type=int, default=1500, help="whole run, seconds")
@@ -592,6 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"bench/mqtt — {time.strftime('%Y-%m-%d %H:%M %Z')} — {os.cpu_count()} CPUs — "
         f"Mosquitto (Debian) on loopback, {args.reps} repetitions, "
+        f"{'devices PREFETCH the candidate (what-if), ' if args.prefetch_candidate else ''}"
         f"{time.monotonic() - started:.0f} s — load average "
         f"{' / '.join(f'{x:.2f}' for x in load_at_start)} at the start, "
         f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())} at the end"
