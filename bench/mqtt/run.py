@@ -25,6 +25,10 @@ Measured:
 - memory per connection: the brokers' VmRSS with N connected minus before, over N, and the
   client processes' likewise.
 
+`--prefetch-candidate` is a what-if, not what the SDK does: devices take the candidate's
+document as soon as a state names it (all of them, at the rollout's start), so that later stages
+and a rollback need only the state.
+
 Every phase has a deadline and every process started here is stopped at the end.
 """
 
