@@ -74,6 +74,13 @@ def _benches(out: Path) -> dict[str, tuple[list[str], str]]:
             ],
             "self-check: agreement 1.0000",
         ),
+        "mqtt": (
+            [
+                *("bench.mqtt", "--devices", "20", "--reps", "1", "--timeout", "120"),
+                *("--json", str(out / "mqtt.json")),
+            ],
+            "publishes per change",
+        ),
         "sdk": (["bench.sdk", "--tasks", "200", "--rounds", "2"], "Router.route"),
         "sim": (
             [

@@ -1,0 +1,7 @@
+"""`python -m bench.mqtt`: see bench/mqtt/run.py."""
+
+import sys
+
+from .run import main
+
+sys.exit(main())
