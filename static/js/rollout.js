@@ -263,6 +263,7 @@
       var id = document.createElement("code");
       id.className = "not-acked-id";
       id.textContent = device.device_id;
+      id.title = device.device_id;
       var detail = document.createElement("span");
       detail.className = "muted small";
       detail.textContent = "v" + device.assigned_version + " assigned · " +
