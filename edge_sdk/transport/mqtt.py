@@ -304,7 +304,7 @@ class MqttTransport:
                 self._drop()
 
     async def close(self) -> None:
-        """A graceful stop: `{"online": false}` on the presence topic, then DISCONNECT (the
+        """A graceful stop: the offline presence on its topic, then DISCONNECT (the
         broker keeps the session and does not publish the will)."""
         client = self._client
         if client is None or self._sock is None:
