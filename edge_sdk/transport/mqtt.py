@@ -12,12 +12,13 @@ message expiry: the broker's remaining expiry is the `ttl_s` handed on.
 
 The session: client id and username `{fleet}/{device_id}`, the device token as password,
 keepalive `mqtt_keepalive_s`, a persistent session (clean start off, session expiry
-`mqtt_session_expiry_s`), a retained last will `{"online": false}` on the presence topic, a
-retained birth on every connect, and `{"online": false}` again on a graceful stop. Reconnects
-are the connection loop's, with its jittered back-off. A broker that refuses the credentials
-ends the session as "refused": the connection then asks the HTTP API, which says whether the
-token is revoked (401) or the broker merely does not know it yet. A broker that takes the
-session over for a newer connection of the same client id ends it as "superseded".
+`mqtt_session_expiry_s`), a retained last will `{"online": false, "session": n}` on the
+presence topic, a retained birth on every connect, and the same offline presence again on a
+graceful stop; `n` grows with each connection (the link applies only the newest presence).
+Reconnects are the connection loop's, with its jittered back-off. A broker that refuses the
+credentials ends the session as "refused": the connection then asks the HTTP API, which says
+whether the token is revoked (401) or the broker merely does not know it yet. A broker that
+takes the session over for a newer connection of the same client id ends it as "superseded".
 
 Telemetry batches go on the device's telemetry topic (QoS 1) and leave the queue only once the
 broker's PUBACK says it has them (`publish_telemetry`).
@@ -77,7 +78,6 @@ MAX_STATE_BYTES: Final = 64 * 1024
 MAX_PRESSURE_BYTES: Final = 4 * 1024
 # The immutable, CDN-cacheable document of a published version (docs/PROTOCOL.md, "MQTT").
 DOCUMENT_PATH: Final = "/api/v1/fleets/{fleet}/documents/{version}"
-OFFLINE: Final = b'{"online":false}'
 # CONNACK reason codes meaning "these credentials are not accepted here".
 _REFUSED_CREDENTIALS: Final = frozenset(
     {0x86, 0x87, 0x8C}
@@ -251,6 +251,9 @@ class MqttTransport:
         self._retry_at = 0.0
         self._retry: Backoff | None = None
         self.last_seq: int | None = None  # the newest state applied (kept across sessions)
+        # The current connection's number in its birth, will and goodbye (docs/PROTOCOL.md,
+        # "MQTT", Presence): 0 before the first.
+        self.presence_session = 0
         self.session_present = False  # the broker kept this device's session from before
         self.dropped: Counter[str] = Counter()  # messages not trusted, by reason
 
@@ -301,14 +304,14 @@ class MqttTransport:
                 self._drop()
 
     async def close(self) -> None:
-        """A graceful stop: `{"online": false}` on the presence topic, then DISCONNECT (the
+        """A graceful stop: the offline presence on its topic, then DISCONNECT (the
         broker keeps the session and does not publish the will)."""
         client = self._client
         if client is None or self._sock is None:
             return
         with contextlib.suppress(Exception):
             if self._connected:
-                goodbye = self.publish_own("presence", None, payload=OFFLINE, retain=True)
+                goodbye = self.publish_own("presence", self._offline(), retain=True)
                 if goodbye is not None:
                     async with asyncio.timeout(_STOP_WAIT_S):
                         await goodbye
@@ -319,6 +322,17 @@ class MqttTransport:
         self._drop()
 
     # --- publishing -----------------------------------------------------------------------------
+
+    def _next_presence_session(self) -> int:
+        """A number above every earlier connection's: the wall clock in milliseconds, at least
+        one more than the last (so that a will of an earlier connection, landing after this
+        one's birth, is seen to be older; also across restarts while the clock is sane)."""
+        self.presence_session = max(self.presence_session + 1, time.time_ns() // 1_000_000)
+        return self.presence_session
+
+    def _offline(self) -> dict[str, Any]:
+        """The connection's last will, and what a graceful stop says."""
+        return {"online": False, "session": self.presence_session}
 
     def publish_own(
         self,
@@ -388,9 +402,10 @@ class MqttTransport:
             client.connect_timeout = config.http_timeout_s
             self._client = client
         client.username_pw_set(identity, link.token)
+        self._next_presence_session()
         client.will_set(
             mqtt_topics.device_topic(config.mqtt_prefix, fleet, config.device_id, "presence"),
-            OFFLINE,
+            json.dumps(self._offline(), separators=(",", ":")).encode(),
             qos=1,
             retain=True,
             properties=_JSON,
@@ -433,6 +448,7 @@ class MqttTransport:
         birth = {
             "online": True,
             **{k: hello.get(k) for k in ("policy_version", "sdk", "platform", "model")},
+            "session": self.presence_session,
         }
         self.publish_own("presence", birth, retain=True)
         prefix, fleet = self.config.mqtt_prefix, self._fleet

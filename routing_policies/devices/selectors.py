@@ -12,7 +12,7 @@ from django.utils import timezone
 from ..assignment import FleetAssignment
 from ..policies.models import AuditEntry, Fleet
 from ..rollouts.models import FleetRouting, RolloutEvent
-from ..rollouts.selectors import cloud_pressure_live, fleet_assignment
+from ..rollouts.selectors import NOT_ACKED_LIMIT, cloud_pressure_live, fleet_assignment
 from .models import Device, DeviceQuerySet, device_online, online_q
 from .tokens import hash_secret, looks_like_device_token
 
@@ -224,9 +224,39 @@ def version_convergence(
     }
 
 
+def not_acked(
+    fleet: Fleet, assignment: FleetAssignment, *, limit: int = NOT_ACKED_LIMIT
+) -> dict[str, Any]:
+    """Live devices that have not acked the version they are assigned (not yet, or never
+    connected): how many, and the first `limit` by device id with what each is assigned, what
+    it last acked and whether it is online now. In two queries, whatever the fleet's size."""
+    behind = Q(pk__in=[])
+    for version in {assignment.stable, assignment.candidate} - {None}:
+        assert version is not None
+        behind |= _assigned_q(fleet, assignment, version) & ~Q(acked_version=version)
+    devices = Device.objects.filter(fleet=fleet).filter(behind).order_by("device_id")
+    now = timezone.now()
+    return {
+        "count": devices.count(),
+        "devices": [
+            {
+                "device_id": device.device_id,
+                "assigned_version": assignment.version_for(device.device_id),
+                "acked_version": device.acked_version,
+                "online": device_online(device, now),
+            }
+            for device in devices.only(
+                "device_id", "acked_version", "connected", "revoked_at", "transport", "last_seen_at"
+            )[:limit]
+        ],
+    }
+
+
 def fleet_convergence(fleet: Fleet) -> dict[str, Any]:
-    """Per version: devices assigned, acked and online; propagation since the last change."""
-    convergence = version_convergence(fleet, fleet_assignment(fleet.pk))
+    """Per version: devices assigned, acked and online; propagation since the last change; the
+    devices that have not acked their version."""
+    assignment = fleet_assignment(fleet.pk)
+    convergence = version_convergence(fleet, assignment)
     last_change = _last_change_at(fleet)
     propagation: dict[str, float | None] = {
         "p50_ms": None,
@@ -252,7 +282,12 @@ def fleet_convergence(fleet: Fleet) -> dict[str, Any]:
             "last_ms": delays[-1] if delays else None,
             "count": len(delays),
         }
-    return {**convergence, "last_change_at": last_change, "propagation": propagation}
+    return {
+        **convergence,
+        "last_change_at": last_change,
+        "propagation": propagation,
+        "not_acked": not_acked(fleet, assignment),
+    }
 
 
 def _last_change_at(fleet: Fleet) -> datetime | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeGuard
 
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
 from controlplane import json_guard
@@ -23,6 +23,7 @@ from ..assignment import FleetAssignment
 from ..devices.models import TRANSPORT_MQTT, Device
 from ..devices.services import devices_ack
 from ..rollouts.selectors import fleet_assignment
+from .models import MqttPresence
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ def _max_length(name: str) -> int:
 _BIRTH_FIELDS = {name: _max_length(name) for name in ("sdk", "platform", "model")}
 # A version number (a PostgreSQL integer column).
 MAX_INT32 = 2**31 - 1
+# A presence's `session` (a PostgreSQL bigint column).
+MAX_INT63 = 2**63 - 1
 
 # A telemetry batch for a device: None when it landed (or was all duplicates), else the reason
 # it was refused ("invalid", "too_large", "rate_limited").
@@ -56,12 +59,39 @@ class Incoming:
     received_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class _Presence:
+    """A birth (`fields`: what it said) or a will / goodbye (`fields` None), with its
+    connection's `session` when the device sent one, and its topic."""
+
+    session: int | None
+    fields: dict[str, Any] | None
+    topic: str
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Newer is greater: a later connection, and within one, its end after its birth."""
+        assert self.session is not None
+        return (self.session, 0 if self.fields is not None else 1)
+
+
 @dataclass
 class _Batch:
     acks: list[tuple[int, int, datetime]]
-    births: dict[int, dict[str, Any]]
-    wills: set[int]
+    presence: dict[int, _Presence]
     telemetry: list[tuple[Device, bytes]]
+
+    def keep_presence(self, device_pk: int, presence: _Presence) -> None:
+        """The device's newest presence of the batch: by session when both have one, else the
+        later to arrive."""
+        kept = self.presence.get(device_pk)
+        if (
+            kept is None
+            or kept.session is None
+            or presence.session is None
+            or presence.order >= kept.order
+        ):
+            self.presence[device_pk] = presence
 
 
 class Drops:
@@ -105,8 +135,8 @@ def _control_message(message: Incoming, drops: Drops) -> dict[str, Any] | None:
     return value
 
 
-def _whole(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INT32
+def _whole(value: Any, low: int = 0, high: int = MAX_INT32) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def _ack(
@@ -138,9 +168,12 @@ def _presence(
     if not isinstance(online, bool):
         drops.add("malformed", message.topic, "presence needs a boolean online")
         return
+    session = body.get("session")
+    if session is not None and not _whole(session, 1, MAX_INT63):
+        drops.add("malformed", message.topic, "session must be a whole number from 1")
+        return
     if not online:
-        batch.births.pop(device.pk, None)
-        batch.wills.add(device.pk)
+        batch.keep_presence(device.pk, _Presence(session, None, message.topic))
         return
     reported = body.get("policy_version")
     if reported is not None and not _whole(reported):
@@ -155,15 +188,14 @@ def _presence(
             drops.add("malformed", message.topic, f"{name} must be a string of at most {limit}")
             return
         fields[name] = value
-    batch.wills.discard(device.pk)
-    batch.births[device.pk] = fields
+    batch.keep_presence(device.pk, _Presence(session, fields, message.topic))
 
 
 def _sort(messages: Sequence[Incoming], prefix: str, drops: Drops) -> _Batch:
     """Each message to its kind, in arrival order (a device's later presence wins)."""
     parsed = [(m, mqtt_topics.parse_device_topic(prefix, m.topic)) for m in messages]
     devices = _devices({(p[0], p[1]) for _, p in parsed if p is not None})
-    batch = _Batch(acks=[], births={}, wills=set(), telemetry=[])
+    batch = _Batch(acks=[], presence={}, telemetry=[])
     assignments: dict[int, FleetAssignment] = {}
     for message, topic in parsed:
         if topic is None:
@@ -190,18 +222,54 @@ def _sort(messages: Sequence[Incoming], prefix: str, drops: Drops) -> _Batch:
     return batch
 
 
-def _presence_write(batch: _Batch) -> None:
+def _newest_only(presence: dict[int, _Presence], drops: Drops) -> dict[int, _Presence]:
+    """Of these presences (each with a session), those newer than the one last applied to their
+    device, now recorded as applied; the rest are dropped as `stale` (another link may land a
+    connection's will after the next connection's birth). Under the rows' locks, taken in one
+    order, so that two links deciding about one device decide one after the other."""
+    if not presence:
+        return {}
+    MqttPresence.objects.bulk_create(
+        [MqttPresence(device_id=pk) for pk in presence], ignore_conflicts=True
+    )
+    stored = MqttPresence.objects.select_for_update().filter(device_id__in=presence)
+    newer: dict[int, _Presence] = {}
+    changed: list[MqttPresence] = []
+    for row in stored.order_by("device_id"):
+        candidate = presence[row.device_id]
+        if candidate.order < (row.session, 0 if row.online else 1):
+            drops.add("stale", candidate.topic, f"session={candidate.session} < {row.session}")
+            continue
+        assert candidate.session is not None
+        row.session, row.online = candidate.session, candidate.fields is not None
+        changed.append(row)
+        newer[row.device_id] = candidate
+    MqttPresence.objects.bulk_update(changed, ["session", "online"])
+    return newer
+
+
+@transaction.atomic
+def _presence_write(batch: _Batch, drops: Drops) -> None:
     now = timezone.now()
+    # Presence without a session (a device of an older SDK, or a raw client): as it comes.
+    presence = {pk: p for pk, p in batch.presence.items() if p.session is None}
+    presence.update(
+        _newest_only({pk: p for pk, p in batch.presence.items() if p.session is not None}, drops)
+    )
     by_fields: dict[tuple[tuple[str, Any], ...], list[int]] = {}
-    for device_pk, fields in batch.births.items():
-        by_fields.setdefault(tuple(sorted(fields.items())), []).append(device_pk)
+    wills: list[int] = []
+    for device_pk, said in presence.items():
+        if said.fields is None:
+            wills.append(device_pk)
+        else:
+            by_fields.setdefault(tuple(sorted(said.fields.items())), []).append(device_pk)
     for key, device_pks in by_fields.items():
         Device.objects.filter(pk__in=device_pks, revoked_at__isnull=True).update(
             connected=True, transport=TRANSPORT_MQTT, last_seen_at=now, **dict(key)
         )
-    if batch.wills:
+    if wills:
         # Only a device still on MQTT: one that has since said hello on a WebSocket stays.
-        Device.objects.filter(pk__in=batch.wills, transport=TRANSPORT_MQTT).update(
+        Device.objects.filter(pk__in=wills, transport=TRANSPORT_MQTT).update(
             connected=False, last_seen_at=now
         )
 
@@ -214,11 +282,12 @@ def messages_consume(
     drops: Drops,
 ) -> None:
     """Land a batch of device messages: acks in one statement, presence in one per distinct
-    birth (and one for the wills), telemetry batch by batch through `telemetry`."""
+    birth (and one for the wills, a presence older than the device's last one left out),
+    telemetry batch by batch through `telemetry`."""
     batch = _sort(messages, prefix, drops)
     if batch.acks:
         devices_ack(acks=batch.acks)
-    _presence_write(batch)
+    _presence_write(batch, drops)
     for device, payload in batch.telemetry:
         topic = mqtt_topics.device_topic(prefix, device.fleet.slug, device.device_id, "telemetry")
         if telemetry is None:

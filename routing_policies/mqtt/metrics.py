@@ -14,6 +14,7 @@ DROP_REASONS = (
     "too_large",
     "malformed",
     "not_assigned",
+    "stale",
     "invalid",
     "rate_limited",
     "no_telemetry",

@@ -11,6 +11,7 @@ from controlplane.openapi import ApiSerializer
 
 from ..validation import MAX_VERSION
 from .models import MAX_CLOUD_PRESSURE_TTL_S, Rollout
+from .selectors import NOT_ACKED_LIMIT
 
 
 class RolloutSerializer(ApiSerializer):
@@ -57,12 +58,33 @@ class PropagationSerializer(ApiSerializer):
     count = serializers.IntegerField(min_value=0)
 
 
+class NotAckedDeviceSerializer(ApiSerializer):
+    device_id = serializers.CharField()
+    assigned_version = serializers.IntegerField()
+    acked_version = serializers.IntegerField(
+        allow_null=True, help_text="the version it last acked; null: none yet"
+    )
+    online = serializers.BooleanField()
+
+
+class NotAckedSerializer(ApiSerializer):
+    count = serializers.IntegerField(
+        min_value=0, help_text="live devices that have not acked the version they are assigned"
+    )
+    devices = NotAckedDeviceSerializer(
+        many=True, help_text=f"the first {NOT_ACKED_LIMIT} of them by device id"
+    )
+
+
 class ConvergenceSerializer(ApiSerializer):
     devices = serializers.IntegerField(min_value=0)
     online = serializers.IntegerField(min_value=0)
     versions = ConvergenceVersionSerializer(many=True)
     last_change_at = serializers.DateTimeField(allow_null=True)
     propagation = PropagationSerializer()
+    not_acked = NotAckedSerializer(
+        help_text="who has not acked: the devices not (yet) running their assigned version"
+    )
 
 
 class FreezeSerializer(ApiSerializer):

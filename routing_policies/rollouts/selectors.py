@@ -14,6 +14,9 @@ from .hooks import fleet_convergence_of, rollout_gate
 from .models import FleetRouting, Rollout, RolloutEvent
 
 ROLLOUT_HISTORY_LIMIT = 50
+# How many of the devices that have not acked their version the rollout status names (it
+# counts them all).
+NOT_ACKED_LIMIT = 20
 
 
 def open_rollout(fleet_id: int) -> Rollout | None:

@@ -236,6 +236,50 @@
     });
   }
 
+  // "Not acked": how many devices do not run their assigned version yet, and the first of them
+  // (the same words as the page's template).
+  function renderNotAcked(behind, devices) {
+    var box = document.querySelector("[data-not-acked]");
+    if (!box || !behind) { return; }
+    box.dataset.count = String(behind.count);
+    var summary = box.querySelector("[data-not-acked-summary]");
+    summary.textContent = "";
+    if (behind.count) {
+      var strong = document.createElement("strong");
+      strong.textContent = String(behind.count);
+      summary.appendChild(strong);
+      summary.appendChild(document.createTextNode(behind.count === 1
+        ? " device not yet on its assigned version"
+        : " devices not yet on their assigned version"));
+    } else {
+      summary.textContent = devices ? "every device acked its assigned version" : "no device has enrolled yet";
+    }
+    setText("[data-not-acked-more]", behind.count > behind.devices.length
+      ? "the first " + behind.devices.length + " by id" : "", box);
+    var list = box.querySelector("[data-not-acked-list]");
+    var items = behind.devices.map(function (device) {
+      var item = document.createElement("li");
+      item.dataset.deviceId = device.device_id;
+      var id = document.createElement("code");
+      id.className = "not-acked-id";
+      id.textContent = device.device_id;
+      id.title = device.device_id;
+      var detail = document.createElement("span");
+      detail.className = "muted small";
+      detail.textContent = "v" + device.assigned_version + " assigned · " +
+        (device.acked_version ? "runs v" + device.acked_version : "no ack yet") + " · " +
+        (device.online ? "online" : "offline");
+      item.appendChild(id);
+      item.appendChild(document.createTextNode(" "));
+      item.appendChild(detail);
+      return item;
+    });
+    var same = items.length === list.children.length && items.every(function (item, index) {
+      return list.children[index].textContent === item.textContent;
+    });
+    if (!same) { list.replaceChildren.apply(list, items); }
+  }
+
   function showStatus(status, text) {
     if (!indicator) { return; }
     indicator.dataset.status = status;
@@ -245,6 +289,7 @@
   function apply(data) {
     renderRollout(data.rollout, data.stable_version);
     renderConvergence(data.convergence);
+    renderNotAcked(data.convergence.not_acked, data.convergence.devices);
     live.updates += 1;
     live.last = data;
     showStatus("live", "live · updated " + clockUtc(new Date()) + " UTC");

@@ -260,6 +260,7 @@ async def test_mqtt_fleet__stages_and_rollback__each_device_runs_its_bucket_vers
         "sdk": fleet[0].config.sdk,
         "platform": "android",
         "model": "pixel-9",
+        "session": transport_of(fleet[0]).presence_session,
     }
 
 
@@ -304,23 +305,27 @@ async def test_mqtt_device__socket_killed__the_broker_publishes_the_will_and_the
     )
 
     # When its connection dies without a DISCONNECT
+    first = transport_of(device).presence_session
     sock = transport_of(device)._sock
     sock.shutdown(socket.SHUT_RDWR)
 
-    # Then the broker publishes its last will, and the device reconnects and is born again
-    await until(lambda: {"online": False} in control.of("will-1", "presence"))
+    # Then the broker publishes its last will, and the device reconnects and is born again,
+    # under a newer session than the will's
+    await until(lambda: {"online": False, "session": first} in control.of("will-1", "presence"))
     await until(lambda: control.of("will-1", "presence")[-1].get("online") is True)
     await until(lambda: device.reconnects >= 1 and device.connection_state == "connected")
     assert control.of("will-1", "presence")[-1]["policy_version"] == 1
+    assert control.of("will-1", "presence")[-1]["session"] > first
 
     # When it stops gracefully
     await device.stop()
 
     # Then it says offline itself (retained: a late reader sees it too)
-    await until(lambda: control.of("will-1", "presence")[-1] == {"online": False})
+    goodbye = {"online": False, "session": transport_of(device).presence_session}
+    await until(lambda: control.of("will-1", "presence")[-1] == goodbye)
     late = ControlPlane(broker)
     try:
-        wait_for(lambda: late.of("will-1", "presence") == [{"online": False}])
+        wait_for(lambda: late.of("will-1", "presence") == [goodbye])
     finally:
         late.close()
 
@@ -338,7 +343,8 @@ async def test_mqtt_device__offline_during_two_stage_changes__runs_the_last_one_
     await until(lambda: device.policy.version == 1)
     network.online = False
     await until(lambda: device.connection_state == "offline")
-    await until(lambda: {"online": False} in control.of("away-1", "presence"))
+    gone = {"online": False, "session": transport_of(device).presence_session}
+    await until(lambda: gone in control.of("away-1", "presence"))
 
     # When two stage changes happen meanwhile (the last puts it on the candidate)
     control.state(state(2, 1, 2, rollout=rollout(5, salt="s")))
@@ -545,7 +551,8 @@ async def test_mqtt_device__stop__pending_telemetry_published_before_the_goodbye
 
     # Then the event went out over MQTT before its offline presence
     assert device.telemetry.pending == 0
-    await until(lambda: control.of("telemetry-3", "presence")[-1:] == [{"online": False}])
+    goodbye = {"online": False, "session": transport_of(device).presence_session}
+    await until(lambda: control.of("telemetry-3", "presence")[-1:] == [goodbye])
     batches = control.of("telemetry-3", "telemetry")
     assert [event["event_id"] for event in batches[0]["events"]] == [outcome.event_id]
 

@@ -54,7 +54,16 @@ def test_docker_compose__config__valid_with_every_service() -> None:
     # Then it is valid and describes the whole stack
     assert result.returncode == 0, result.stderr
     services = set(result.stdout.split())
-    assert {"postgres", "redis", "web", "worker", "beat", "fleet"} <= services
+    assert {
+        "postgres",
+        "redis",
+        "web",
+        "worker",
+        "beat",
+        "fleet",
+        "mosquitto",
+        "mqtt_link",
+    } <= services
 
 
 def test_protocol_doc__shared_contract__project_copy_keeps_every_line() -> None:

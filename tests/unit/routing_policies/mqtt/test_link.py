@@ -158,6 +158,58 @@ def test_presence__will_after_the_device_moved_to_websocket__stays_online(
     assert Device.objects.get(pk=device.pk).connected
 
 
+def test_presence__will_of_an_older_session_lands_after_a_newer_birth__stays_online(
+    fleet: Any, fleet_key: str, link: MqttLink, device_client: Watcher
+) -> None:
+    # Given a device born on its second connection (session 2), as one link landed it
+    device_enroll(fleet_key=fleet_key, device_id="car-1")
+    topic = _topic(fleet, "car-1", "presence")
+    device_client.publish(topic, json.dumps({"online": True, "policy_version": 1, "session": 2}))
+    _drain(link, 1)
+    assert Device.objects.get(device_id="car-1").connected
+
+    # When the last will of its first connection (session 1) lands only now (another link
+    # was slower), alone and in a batch behind the birth again
+    device_client.publish(topic, json.dumps({"online": False, "session": 1}))
+    _drain(link, 1)
+    device_client.publish(topic, json.dumps({"online": True, "session": 2}))
+    device_client.publish(topic, json.dumps({"online": False, "session": 1}))
+    _drain(link, 2)
+
+    # Then it stays online, and the old will is counted as stale
+    assert Device.objects.get(device_id="car-1").connected
+    assert fleet_convergence(fleet)["online"] == 1
+    assert link.drops.counts == {"stale": 1}
+
+    # When the will of its current connection lands, then a birth of the older one again
+    device_client.publish(topic, json.dumps({"online": False, "session": 2}))
+    _drain(link, 1)
+    device_client.publish(topic, json.dumps({"online": True, "session": 1}))
+    _drain(link, 1)
+
+    # Then it is offline: a connection's end is newer than its own birth, and an older birth
+    # does not bring it back
+    assert not Device.objects.get(device_id="car-1").connected
+    assert link.drops.counts == {"stale": 2}
+
+
+@pytest.mark.parametrize("session", [0, -1, 2**63, "7", 1.5, True])
+def test_presence__session_not_a_whole_number_from_1__dropped_as_malformed(
+    fleet: Any, fleet_key: str, link: MqttLink, device_client: Watcher, session: Any
+) -> None:
+    # Given an enrolled device
+    device_enroll(fleet_key=fleet_key, device_id="car-1")
+
+    # When its birth carries a session that is not a whole number from 1
+    body = {"online": True, "session": session}
+    device_client.publish(_topic(fleet, "car-1", "presence"), json.dumps(body))
+    _drain(link, 1)
+
+    # Then nothing changed, and it is counted
+    assert not Device.objects.get(device_id="car-1").connected
+    assert link.drops.counts == {"malformed": 1}
+
+
 def test_telemetry__sent_twice__landed_exactly_once(
     fleet: Any, fleet_key: str, link: MqttLink, device_client: Watcher
 ) -> None:

@@ -162,6 +162,32 @@ def test_rollout_page__viewer__sees_stage_and_convergence_without_action_buttons
     assert "Rollout actions need the publisher role" in page
 
 
+def test_rollout_page__devices_not_acked__counted_and_named_with_what_each_runs(
+    client: Client, enrolled: list[Device], viewer: Any, publisher: Any
+) -> None:
+    # Given v2 at 100% over v1 in a fleet of six devices, of which the first acked v2
+    fleet = enrolled[0].fleet
+    services.rollout_start(actor=publisher, fleet=fleet, version=2)
+    services.rollout_advance(actor=publisher, fleet=fleet, to_stage=100)
+    services.device_ack(device_pk=enrolled[0].pk, version=2)
+    services.device_ack(device_pk=enrolled[1].pk, version=1)  # an ack of v1 from before
+
+    # When a viewer opens the rollout page
+    page = text_of(as_user(client, viewer).get(ROLLOUT_URL))
+
+    # Then it says how many devices have not acked their version, and names them
+    behind = selectors.fleet_convergence(fleet)["not_acked"]
+    assert behind["count"] == 5
+    assert "<strong>5</strong> devices not yet on their assigned version" in page
+    named = re.findall(r'<li data-device-id="([^"]+)">', page)
+    assert named == [row["device_id"] for row in behind["devices"]]
+    assert enrolled[0].device_id not in named
+    for row in behind["devices"]:
+        runs = "runs v1" if row["device_id"] == enrolled[1].device_id else "no ack yet"
+        presence = "online" if row["online"] else "offline"
+        assert f"v2 assigned · {runs} · {presence}" in page
+
+
 @pytest.mark.parametrize("role", [Role.VIEWER, Role.EDITOR])
 @pytest.mark.parametrize(("action", "data"), ACTIONS, ids=[a for a, _ in ACTIONS])
 def test_rollout_actions__viewer_or_editor_posts__403_and_nothing_changes(

@@ -581,6 +581,64 @@ def test_fleet_convergence__acks_after_stage_change__counted_with_p50_p95(
     assert propagation["p95_ms"] <= propagation["p99_ms"] <= propagation["last_ms"] < 60_000
 
 
+def test_fleet_convergence__some_devices_behind__counted_and_the_first_20_named(
+    fleet3: Any, publisher: Any
+) -> None:
+    # Given 30 devices, v2 at 25% over v1, each cohort's first half acking its version and one
+    # stable device still acking v1 (it runs what it was assigned: not behind)
+    devices = _enrol(fleet3, 30)
+    rollout_start(actor=publisher, fleet=fleet3, version=2)
+    rollout_advance(actor=publisher, fleet=fleet3, to_stage=25)
+    assignment = fleet_assignment(fleet3.pk)
+    wanted = {d.device_id: assignment.version_for(d.device_id) for d in devices}
+    assert set(wanted.values()) == {1, 2}
+    for version in (1, 2):
+        cohort = [d for d in devices if wanted[d.device_id] == version]
+        for device in cohort[: len(cohort) // 2]:
+            device_ack(device_pk=device.pk, version=version)
+    acked = {d.device_id for d in Device.objects.filter(fleet=fleet3, acked_version__isnull=False)}
+    # and one stable device that ran the candidate at 5% and has not come back to v1
+    on_stable = sorted(d for d in wanted if wanted[d] == 1 and d not in acked)[0]
+    Device.objects.filter(fleet=fleet3, device_id=on_stable).update(acked_version=2)
+
+    # When the convergence is read
+    behind = fleet_convergence(fleet3)["not_acked"]
+
+    # Then every device not acking its own version is counted, the first 20 named by id with
+    # what each was told and runs
+    expected = sorted(d for d in wanted if d not in acked)
+    assert behind["count"] == len(expected) >= 14
+    assert [row["device_id"] for row in behind["devices"]] == expected[:20]
+    for row in behind["devices"]:
+        assert row["assigned_version"] == wanted[row["device_id"]]
+        assert row["acked_version"] == (2 if row["device_id"] == on_stable else None)
+        assert row["online"] is False
+
+    # When every device acks its version
+    for device in devices:
+        device_ack(device_pk=device.pk, version=wanted[device.device_id])
+
+    # Then no one is behind
+    assert fleet_convergence(fleet3)["not_acked"] == {"count": 0, "devices": []}
+
+
+def test_fleet_convergence__more_than_20_behind__20_named_all_counted(
+    fleet3: Any, publisher: Any
+) -> None:
+    # Given 25 devices told v2 at 100% and none acking it yet
+    _enrol(fleet3, 25)
+    rollout_start(actor=publisher, fleet=fleet3, version=2)
+    rollout_advance(actor=publisher, fleet=fleet3, to_stage=100)
+
+    # When the convergence is read
+    behind = fleet_convergence(fleet3)["not_acked"]
+
+    # Then all 25 are counted and the first 20 named
+    assert behind["count"] == 25
+    assert [row["device_id"] for row in behind["devices"]] == [f"dev-{i:03d}" for i in range(20)]
+    assert {row["assigned_version"] for row in behind["devices"]} == {2}
+
+
 @pytest.mark.parametrize(
     "unrelated_write",
     [
