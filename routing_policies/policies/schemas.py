@@ -35,12 +35,12 @@ from controlplane.validators import SOME_TEXT_PATTERN
 from ..cell_schema import (
     CELL_FIELDS,
     DIMENSIONS,
+    FIELD_PATHS,
     CellKey,
     FieldSpec,
     cell_key_label,
     document_cell,
     flatten,
-    nest,
 )
 from ..pricing import MAX_PRICE_PER_1K_TOKENS, MAX_PRICE_PER_CALL
 from ..validation import (
@@ -476,11 +476,19 @@ def _body_problems(
 
 
 def _edit_sent(edit: Any) -> Any:
-    """A cell edit's `values` as the document nests them; flat paths (`"weights.length"`) are
-    taken too."""
-    if isinstance(edit, Mapping) and isinstance(edit.get("values"), Mapping):
-        return {**edit, "values": nest(flatten(dict(edit["values"])))}
-    return edit
+    """A cell edit's `values` as the document nests them; a field's flat path
+    (`"weights.length"`) is taken too, into its group. Anything else stays as sent for the
+    serializer to name: a key no field has, a group that is not an object, a field sent both
+    ways."""
+    if not (isinstance(edit, Mapping) and isinstance(edit.get("values"), Mapping)):
+        return edit
+    values = dict(edit["values"])
+    for path in [key for key in values if key in FIELD_PATHS and "." in key]:
+        group, _, name = path.partition(".")
+        nested = values.get(group, {})
+        if isinstance(nested, Mapping) and name not in nested:
+            values[group] = {**nested, name: values.pop(path)}
+    return {**edit, "values": values}
 
 
 def _edit_values(edit: Mapping[str, Any]) -> dict[str, Any]:

@@ -177,6 +177,12 @@ def _within(value: object, low: float, high: float) -> bool:
     )
 
 
+def _name(value: object) -> str:
+    """A name as sent, or "" for anything that is not a string (a list or an object must not
+    reach a set's lookup: it is unhashable, and it is no name)."""
+    return value if isinstance(value, str) else ""
+
+
 def _threshold_problem(metric: object, comparison: object, threshold: object) -> str | None:
     """Why a fixed guard's threshold is refused, or None."""
     shape = next(
@@ -190,7 +196,7 @@ def _threshold_problem(metric: object, comparison: object, threshold: object) ->
 
 def _fixed_problems(guard: dict[str, Any]) -> dict[str, str]:
     problems = {}
-    metric, comparison = guard.get("metric"), guard.get("comparison")
+    metric, comparison = _name(guard.get("metric")), _name(guard.get("comparison"))
     if metric not in GUARD_METRICS:
         problems["metric"] = f"one of {', '.join(sorted(GUARD_METRICS))}"
     if comparison not in GuardComparison.values:
@@ -204,7 +210,7 @@ def _sequential_problems(guard: dict[str, Any]) -> dict[str, str]:
     problems = dict.fromkeys(
         sorted(set(guard) - SEQUENTIAL_FIELDS), "unknown for a sequential guard"
     )
-    metric = guard.get("metric")
+    metric = _name(guard.get("metric"))
     if metric not in SEQUENTIAL_METRICS:
         problems["metric"] = f"one of {', '.join(sorted(SEQUENTIAL_METRICS))}"
     shape = next((s for s in TOLERANCE_RANGES if metric in s.metrics), TOLERANCE_RANGES[0])
@@ -221,7 +227,7 @@ def _guard_problems(guard: object) -> dict[str, str] | str:
     """What is wrong with one guard as sent: per field, or of the whole (not an object)."""
     if not isinstance(guard, dict):
         return "an object with metric, comparison, threshold"
-    kind = guard.get("kind", GuardKind.FIXED)
+    kind = _name(guard.get("kind", GuardKind.FIXED))
     if kind not in GuardKind.values:
         return {"kind": "fixed or sequential"}
     problems = (

@@ -1498,3 +1498,33 @@ def test_api__unsupported_method__405_with_error_shape(
     # Then 405 comes in the same JSON error shape
     error = assert_error(response, 405, "method_not_allowed")
     assert "DELETE" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        # A key of no field inside a group, an empty key (schemathesis found it answered 500).
+        ({"upload": {"": [], "allowed": False}, "upload.max_bytes": 1024}, "upload"),
+        # A field sent both nested and by its flat path: which one was meant is not guessed.
+        ({"weights": {"length": 0.5}, "weights.length": 0.6}, "weights.length"),
+        # A group that is not an object, with a flat path of it beside.
+        ({"upload": [], "upload.allowed": True}, "upload"),
+    ],
+)
+def test_draft_cells_api__group_and_flat_path_clash__400_names_it_nothing_stored(
+    client_as: Callable[[Any], APIClient],
+    editor: Any,
+    draft: PolicyVersion,
+    values: dict[str, Any],
+    field: str,
+) -> None:
+    # Given a draft / When a cell edit's values mix a group with keys no field has
+    before = _stored_state()
+    response = client_as(editor).patch(
+        f"{FLEET}/draft/cells/", {"revision": 1, "cells": [_cell_edit(**values)]}, format="json"
+    )
+
+    # Then 400 names the field in the cell's own words, and nothing is stored
+    error = assert_error(response, 400, "validation_failed")
+    assert any(field in str(detail["field"]) for detail in error["details"]), error["details"]
+    assert _stored_state() == before

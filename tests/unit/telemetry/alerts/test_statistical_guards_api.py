@@ -73,6 +73,18 @@ def test_rollout_start_api__statistical_preset_and_exposure__shown_with_the_roll
         ({"guards": [{**SEQUENTIAL, "threshold": 0.1}]}, "guards[0].threshold"),
         ({"guards": [{**SEQUENTIAL, "kind": "bayes"}]}, "guards[0].kind"),
         ({"guards": "statistical\x00"}, "guards"),
+        # Names that are not strings (schemathesis found `"metric": {}` answered 500).
+        ({"guards": [{**SEQUENTIAL, "metric": {}}]}, "guards[0].metric"),
+        ({"guards": [{**SEQUENTIAL, "metric": ["alpha"]}]}, "guards[0].metric"),
+        ({"guards": [{**SEQUENTIAL, "kind": []}]}, "guards[0].kind"),
+        (
+            {"guards": [{"metric": {}, "comparison": [], "threshold": 0.1}]},
+            "guards[0].metric",
+        ),
+        (
+            {"guards": [{"metric": "error_rate", "comparison": {}, "threshold": 0.1}]},
+            "guards[0].comparison",
+        ),
     ],
 )
 def test_rollout_guards_api__bad_statistical_field__400_naming_it_nothing_stored(
