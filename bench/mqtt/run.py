@@ -450,6 +450,9 @@ def measure_size(
         for rep in range(args.reps):
             if rep:  # each repetition rolls out a version no device has seen
                 ctx.candidate = publish_version(fleet, max(published_versions(fleet)) + 1)
+                # Its retained document reaches every broker (bridged) before the rollout
+                # starts, as a rollout follows a publish by minutes, not milliseconds.
+                _settle(1.0)
             for scenario in SCENARIOS:
                 ours = measure_change(ctx, scenario)
                 _settle(0.3)

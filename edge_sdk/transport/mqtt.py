@@ -10,6 +10,12 @@ carried, so storing, applying and acking are the connection's, unchanged; the `a
 back is published on the device's ack topic. Cloud pressure arrives retained with an MQTT 5
 message expiry: the broker's remaining expiry is the `ttl_s` handed on.
 
+Documents ahead of need: a state that names a stable or candidate whose document the device
+does not hold (and its bucket does not need now) makes it take that document in the background,
+once per version, after a random wait in [0, `mqtt_prefetch_jitter_s`]; the documents of its last
+`mqtt_held_documents` versions are held (`HeldDocuments`), checked whole when taken and again
+before use, so a later stage or a rollback applies from memory with no round trip.
+
 The session: client id and username `{fleet}/{device_id}`, the device token as password,
 keepalive `mqtt_keepalive_s`, a persistent session (clean start off, session expiry
 `mqtt_session_expiry_s`), a retained last will `{"online": false, "session": n}` on the
