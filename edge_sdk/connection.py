@@ -155,6 +155,10 @@ class Connection:
             "model": config.model,
         }
 
+    def policy_document(self) -> Mapping[str, Any] | None:
+        """The document of the version the device runs now (None before the first)."""
+        return self._policy.store.document
+
     def opened(self) -> None:
         """A session's channel opened: every one after the first is a reconnect."""
         self._sessions_opened += 1

@@ -1,9 +1,12 @@
 """A real Mosquitto for the tests: Debian's broker on a free loopback port, its own config and
 directory, stopped when the test (or module) ends. Never the system broker on 1883.
 
-`Broker.start(tmp)` runs it with anonymous access; `Broker.start(tmp, dynsec_admin=(user, pw))`
-loads the dynamic-security plugin with that admin account (the control plane drives it)."""
+`Broker.start(tmp)` runs it with anonymous access (`log_subscriptions=True`: each client's
+SUBSCRIBE and UNSUBSCRIBE in its log, `Broker.subscriptions`);
+`Broker.start(tmp, dynsec_admin=(user, pw))` loads the dynamic-security plugin with that admin
+account (the control plane drives it)."""
 
+import getpass
 import os
 import shutil
 import socket
@@ -44,6 +47,7 @@ class Broker:
         *,
         dynsec_admin: tuple[str, str] | None = None,
         host: str = "127.0.0.1",
+        log_subscriptions: bool = False,
     ) -> "Broker":
         if not os.path.exists(MOSQUITTO):
             if os.environ.get("CI") == "true":
@@ -60,6 +64,9 @@ class Broker:
             "log_type warning",
             "log_type notice",
         ]
+        if log_subscriptions:  # "{client id} {qos} {topic}" per SUBSCRIBE, in the log file
+            # (run as root, Mosquitto would switch to its own user, which cannot write here)
+            lines += ["log_type subscribe", "log_type unsubscribe", f"user {getpass.getuser()}"]
         if dynsec_admin is None:
             lines.append("allow_anonymous true")
         else:
@@ -97,6 +104,11 @@ class Broker:
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError(f"mosquitto did not listen on {self.port}: {self.log()}")
+
+    def subscriptions(self, client_id: str, topic: str) -> int:
+        """How many times `client_id` subscribed to `topic` (with `log_subscriptions`)."""
+        ending = f" {client_id} 1 {topic}"
+        return sum(1 for line in self.log().splitlines() if line.endswith(ending))
 
     def log(self) -> str:
         path = self.directory / "mosquitto.log"

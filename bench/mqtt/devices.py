@@ -11,6 +11,13 @@ runs it and publishes `{"version": n}` on its ack topic at QoS 1. A state not ne
 last one applied is ignored (the seq rule). It starts as a device that ran the fleet's stable
 version before (the SDK keeps its policy across restarts), so connecting costs no document.
 
+As the SDK does (since session 10): when a state names a stable or candidate whose document the
+device does not hold (and that it does not need now), it takes that document in the background
+after a random wait in [0, `prefetch_jitter_s`] (the SDK's `mqtt_prefetch_jitter_s`), once per
+version; it holds the documents of its last `HELD_DOCUMENTS` versions, so a stage change or a
+rollback to one of them runs at once, with no round trip. `prefetch=False` is the SDK before
+(every change whose version is not the one it runs costs the document's round trip).
+
 The MQTT codec is the few packets this needs (CONNECT, SUBSCRIBE, UNSUBSCRIBE, PUBLISH QoS 0/1,
 PUBACK), written here so that 7,500 connections fit one process: a paho client per device
 costs ~10× the memory and CPU, which would measure the client, not the path.
@@ -19,7 +26,8 @@ The driver talks to each process over a Pipe with small command dicts (as bench/
 - connect  {host, port, devices: [[device_id, broker_index], ...], brokers: [[host, port]...],
             source: "127.0.0.2", fleet, prefix, stable, concurrency}
 - mark     {}: forget what was seen (a new measurement starts)
-- count    {seq, marker}: devices settled on a state >= seq; devices that got baseline marker
+- count    {seq, marker}: devices settled on a state >= seq; devices that got baseline marker;
+           devices with no prefetch waiting or in flight
 - collect  {seq, marker}: {device_id: [t_settled, version]}, {device_id: t_marker}, and when
            the last of its devices received state `seq` itself
 - close    {} / stop {}
@@ -29,6 +37,7 @@ import asyncio
 import functools
 import json
 import os
+import random
 import struct
 import threading
 import time
@@ -40,6 +49,7 @@ from edge_sdk import mqtt_topics
 from edge_sdk.transport.mqtt import FleetState, parse_state
 
 KEEPALIVE_S = 3600  # the run is bounded well under it: no PINGREQ needed
+HELD_DOCUMENTS = 3  # as the SDK's DeviceConfig.mqtt_held_documents
 BASELINE_TOPIC = "bench/baseline"  # under the prefix and fleet: {prefix}/fleets/{fleet}/bench
 
 
@@ -101,12 +111,15 @@ def document_version(payload: bytes) -> int | None:
 class Fleet:
     """What every device of the process shares: the fleet's topics."""
 
-    def __init__(self, slug: str, prefix: str, prefetch: bool = False) -> None:
+    def __init__(
+        self, slug: str, prefix: str, prefetch: bool = True, prefetch_jitter_s: float = 0.0
+    ) -> None:
         self.slug = slug
         self.prefix = prefix
-        # Not what the SDK does (a what-if of `--prefetch-candidate`): take the candidate's
-        # document as soon as a state names it, so that a later stage needs only the state.
+        # As the SDK: take the documents a state names in the background (after the jitter),
+        # hold the last few, so that a later stage or a rollback needs only the state.
         self.prefetch = prefetch
+        self.prefetch_jitter_s = prefetch_jitter_s
         self.state_topic = mqtt_topics.fleet_state(prefix, slug)
         self.baseline_topic = f"{prefix}/fleets/{slug}/{BASELINE_TOPIC}"
         self.subscriptions = [
@@ -125,8 +138,11 @@ class DeviceProtocol(asyncio.Protocol):
         self.version = version  # the version it runs
         self.last_seq: int | None = None
         self.pending: tuple[int, int, str] | None = None  # (seq, version, document topic)
-        self.held: set[int] = {version} if version is not None else set()  # with prefetch
+        self.held: list[int] = [version] if version is not None else []  # least recent first
         self.prefetching: tuple[int, str] | None = None  # (version, topic)
+        self.prefetch_due: asyncio.TimerHandle | None = None  # a prefetch waiting its jitter
+        self.prefetch_state: FleetState | None = None  # the newest state (what to prefetch)
+        self.prefetch_tried: set[int] = set()
         self.settled: list[tuple[int, float, int | None]] = []  # (seq, t, version)
         self.markers: dict[int, float] = {}
         self.states: dict[int, float] = {}  # seq → when the state itself arrived
@@ -222,6 +238,7 @@ class DeviceProtocol(asyncio.Protocol):
         newest = self.pending[0] if self.pending is not None else self.last_seq
         if newest is not None and state.seq <= newest:
             return  # not newer than what it has: ignored (a resubscription's retained copy)
+        self.prefetch_state = state
         version = state.assignment.version_for(self.device_id)
         assert self.transport is not None
         if self.pending is not None and self.pending[1] != version:
@@ -250,17 +267,44 @@ class DeviceProtocol(asyncio.Protocol):
         self.transport.write(subscribe_packet(self._packet_id(), [topic]))
 
     def _prefetch(self, state: FleetState) -> None:
-        candidate = state.assignment.candidate
+        """After the state's own version: take the other versions it names, not held, in the
+        background after the jitter (as the SDK's `_prefetch_for`)."""
         if (
             not self.fleet.prefetch
-            or candidate is None
-            or candidate in self.held
             or self.prefetching is not None
+            or self.prefetch_due is not None
+            or self._prefetch_next() is None
         ):
             return
-        topic = mqtt_topics.fleet_version(self.fleet.prefix, self.fleet.slug, candidate)
-        self.prefetching = (candidate, topic)
-        assert self.transport is not None
+        delay = random.uniform(0, self.fleet.prefetch_jitter_s)
+        loop = asyncio.get_running_loop()
+        self.prefetch_due = loop.call_later(delay, self._start_prefetch)
+
+    def _prefetch_next(self) -> int | None:
+        state = self.prefetch_state
+        if state is None:
+            return None
+        own = state.assignment.version_for(self.device_id)
+        for version in (state.assignment.candidate, state.assignment.stable):
+            if (
+                version is not None
+                and version not in (self.version, own)
+                and version not in self.held
+                and version not in self.prefetch_tried
+            ):
+                return version
+        return None
+
+    def _start_prefetch(self) -> None:
+        self.prefetch_due = None
+        version = self._prefetch_next()
+        if version is None or self.transport is None or self.prefetching is not None:
+            return
+        self.prefetch_tried.add(version)
+        if self.pending is not None and self.pending[1] == version:
+            return  # on its way for the device itself
+        topic = mqtt_topics.fleet_version(self.fleet.prefix, self.fleet.slug, version)
+        self.prefetching = (version, topic)
         self.transport.write(subscribe_packet(self._packet_id(), [topic]))
 
     def _on_prefetched(self, payload: bytes) -> None:
@@ -268,15 +312,29 @@ class DeviceProtocol(asyncio.Protocol):
         assert self.transport is not None
         version, topic = self.prefetching
         if document_version(payload) == version:
-            self.held.add(version)
+            self._hold(version)
             self.transport.write(unsubscribe_packet(self._packet_id(), topic))
             self.prefetching = None
+            self._start_prefetch()  # the state may name another
+
+    def _hold(self, version: int) -> None:
+        if version in self.held:
+            self.held.remove(version)
+        self.held.append(version)
+        del self.held[:-HELD_DOCUMENTS]
+
+    @property
+    def prefetch_idle(self) -> bool:
+        """No prefetch waiting its jitter or in flight."""
+        return self.prefetching is None and self.prefetch_due is None
 
     def _run(self, seq: int, version: int, received_at: float) -> None:
         """Run `version` (its document is here) for state `seq`, and ack it."""
         assert self.transport is not None
+        if self.version is not None:
+            self._hold(self.version)  # as the SDK keeps the one it leaves
         self.version = version
-        self.held.add(version)
+        self._hold(version)
         self.last_seq = seq
         self.settled.append((seq, received_at, version))
         ack = b'{"version":%d}' % version
@@ -291,6 +349,8 @@ class DeviceProtocol(asyncio.Protocol):
         self.pending = None
         self.transport.write(unsubscribe_packet(self._packet_id(), topic))
         self._run(seq, version, received_at)
+        if self.prefetch_state is not None:
+            self._prefetch(self.prefetch_state)
 
 
 @dataclass
@@ -342,10 +402,11 @@ class Worker:
         prefix: str,
         stable: int | None,
         concurrency: int = 200,
-        prefetch: bool = False,
+        prefetch: bool = True,
+        prefetch_jitter_s: float = 0.0,
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
-        shared = Fleet(fleet, prefix, prefetch)
+        shared = Fleet(fleet, prefix, prefetch, prefetch_jitter_s)
         gate = asyncio.Semaphore(concurrency)
         rss_before = rss_kib()
 
@@ -374,7 +435,8 @@ class Worker:
     async def cmd_count(self, seq: int, marker: int) -> dict[str, Any]:
         settled = sum(1 for d in self.devices if d.last_seq is not None and d.last_seq >= seq)
         marked = sum(1 for d in self.devices if marker in d.markers)
-        return {"settled": settled, "marked": marked}
+        idle = sum(1 for d in self.devices if d.prefetch_idle)
+        return {"settled": settled, "marked": marked, "idle": idle}
 
     async def cmd_collect(self, seq: int, marker: int) -> dict[str, Any]:
         settled: dict[str, list[Any]] = {}

@@ -10,10 +10,21 @@ fleet's retained topics published by the control plane's own code (`version_docu
 for every version, `fleets_reconcile(force=True)`), then N devices (bench/mqtt/devices.py: raw
 MQTT 5 connections doing what the SDK's MQTT transport does, the version computed with
 `edge_sdk.assignment`) in a few client processes, each bound to its own 127.0.0.x. Then, per
-repetition, three changes made through the real services in this process — `rollout_start`
-(→ 5%), `rollout_advance` (5% → 25%), `rollout_rollback` — each followed, in the same run, by
-the baseline: a bare retained QoS 1 publish of a message the size of the state to the same
-devices (a topic they all subscribe to, on the same broker, through the same bridges).
+repetition, a new version is published (outside the timing: each repetition is a new rollout
+of a new candidate) and three changes are made through the real services in this process —
+`rollout_start` (→ 5%), `rollout_advance` (5% → 25%), `rollout_rollback` — each followed, in the
+same run, by the baseline: a bare retained QoS 1 publish of a message the size of the state to
+the same devices (a topic they all subscribe to, on the same broker, through the same bridges).
+
+The devices prefetch as the SDK does (since session 10, edge_sdk/transport/mqtt.py): a state
+that names a stable or candidate whose document a device does not hold makes it take that
+document in the background after a random wait in [0, `--prefetch-jitter-s`] (the SDK's
+`mqtt_prefetch_jitter_s`, 2 s by default), and it holds its last few versions' documents, so
+the rollout's start costs the 5% cohort a document (the rest take it in the background), and
+5% → 25% and the rollback carry only the state. Before the next change (and before the
+baseline) the bench waits until every device's prefetch is done, as a real rollout's stages are
+minutes apart. `--no-prefetch` is the SDK before session 10 (every device whose version changes
+takes the document then).
 
 Measured:
 - ours: from just before the service call to the LAST device running its version for the new
@@ -24,10 +35,6 @@ Measured:
   publish on commit, which waits for the broker's PUBACK) and the publishes it made;
 - memory per connection: the brokers' VmRSS with N connected minus before, over N, and the
   client processes' likewise.
-
-`--prefetch-candidate` is a what-if, not what the SDK does: devices take the candidate's
-document as soon as a state names it (all of them, at the rollout's start), so that later stages
-and a rollback need only the state.
 
 Every phase has a deadline and every process started here is stopped at the end.
 """
@@ -49,6 +56,7 @@ from typing import Any
 
 from bench import database_url, redis_url
 from bench.fanout.run import BenchError, Processes, recreate_database, rss_kib
+from edge_sdk.config import DeviceConfig
 
 from .brokers import Broker, start_brokers
 
@@ -56,6 +64,7 @@ BENCH_FLEET = "bench-mqtt"
 DEFAULT_DATABASE_URL = database_url("bench_mqtt")
 DEFAULT_REDIS_URL = redis_url("redis://127.0.0.1:6379/14")
 DEFAULT_SIZES = ["1000", "5000", "15000", "45000:3"]
+SDK_PREFETCH_JITTER_S: float = DeviceConfig.__dataclass_fields__["mqtt_prefetch_jitter_s"].default
 CONNECTS_IN_FLIGHT = 90  # per broker, over all client processes
 SCENARIOS = {"start": "rollout start → 5%", "advance": "5% → 25%", "rollback": "rollback"}
 
@@ -66,7 +75,7 @@ class Timing:
 
     last_ms: float
     median_ms: float
-    reached: int = 0  # devices that took a document (ours) or got the message (baseline)
+    reached: int = 0  # devices whose version changed (ours) or got the message (baseline)
     call_ms: float = 0.0
     cpu_ms: float = 0.0
     publishes: int = 0
@@ -161,7 +170,6 @@ def prepare_fleet() -> Any:
     from routing_policies import services
     from routing_policies.cell_schema import SEED_DIMENSIONS
     from routing_policies.demo import demo_table
-    from routing_policies.models import PolicyVersion
 
     fleet = services.fleet_create(
         actor=None,
@@ -171,26 +179,46 @@ def prepare_fleet() -> Any:
         table=demo_table(),
     )
     for number in (1, 2, 3):
-        if number > 1:  # a version identical to the last is refused: each nudges one θ
-            started = services.policy_draft_create(actor=None, fleet=fleet)
-            services.policy_draft_update_cells(
-                actor=None,
-                fleet=fleet,
-                revision=started.revision,
-                edits=[
-                    {
-                        "task_type": "voice",
-                        "latency_budget": "interactive",
-                        "privacy_tier": "normal",
-                        "values": {"threshold": 0.6 + number / 100},
-                    }
-                ],
-            )
-        draft = PolicyVersion.objects.get(fleet=fleet, published_at__isnull=True)
-        services.policy_version_publish(
-            actor=None, fleet=fleet, revision=draft.revision, note=f"bench v{number}"
-        )
+        publish_version(fleet, number)
     return fleet
+
+
+def publish_version(fleet: Any, number: int) -> int:
+    """Publish version `number` (its document goes to the broker on commit, once one is
+    set); each differs from the last by one θ, as a version identical to another is refused."""
+    from routing_policies import services
+    from routing_policies.models import PolicyVersion
+
+    if number > 1:
+        started = services.policy_draft_create(actor=None, fleet=fleet)
+        services.policy_draft_update_cells(
+            actor=None,
+            fleet=fleet,
+            revision=started.revision,
+            edits=[
+                {
+                    "task_type": "voice",
+                    "latency_budget": "interactive",
+                    "privacy_tier": "normal",
+                    "values": {"threshold": 0.6 + number / 100},
+                }
+            ],
+        )
+    draft = PolicyVersion.objects.get(fleet=fleet, published_at__isnull=True)
+    published = services.policy_version_publish(
+        actor=None, fleet=fleet, revision=draft.revision, note=f"bench v{number}"
+    )
+    return int(published.number)
+
+
+def published_versions(fleet: Any) -> list[int]:
+    from routing_policies.models import PolicyVersion
+
+    return sorted(
+        PolicyVersion.objects.filter(fleet=fleet, published_at__isnull=False).values_list(
+            "number", flat=True
+        )
+    )
 
 
 def point_control_plane_at(broker: Broker, fleet: Any) -> int:
@@ -201,7 +229,9 @@ def point_control_plane_at(broker: Broker, fleet: Any) -> int:
     from routing_policies.mqtt.publish import fleets_reconcile, version_document_publish
 
     settings.MQTT_URL = broker.url
-    published = sum(version_document_publish(fleet_id=fleet.pk, number=n) for n in (1, 2, 3))
+    published = sum(
+        version_document_publish(fleet_id=fleet.pk, number=n) for n in published_versions(fleet)
+    )
     return published + fleets_reconcile(force=True)
 
 
@@ -319,6 +349,8 @@ def measure_change(ctx: Context, scenario: str) -> Timing:
     seq = fleet_seq(ctx.fleet)
     ctx.pool.wait(seq, -1, "settled", n, timeout=max(30, n / 200))
     settled, _, state_last = ctx.pool.collect(seq, -1)
+    # The background prefetches (after their jitter) end before the next measurement.
+    ctx.pool.wait(seq, -1, "idle", n, timeout=max(60, n / 100))
     assignment = fleet_assignment(ctx.fleet.pk)
     wrong = [d for d in ctx.device_ids if settled[d][1] != assignment.version_for(d)]
     if wrong:
@@ -369,7 +401,7 @@ def measure_size(
     assignment = fleet_assignment(fleet.pk)
     stable = assignment.stable
     assert stable is not None
-    candidate = max({1, 2, 3} - {stable})
+    candidate = max(set(published_versions(fleet)) - {stable})
     processes = max(args.client_processes, math.ceil(n / args.per_process))
     if processes > 250:
         raise BenchError("more client processes than loopback source addresses used here")
@@ -390,13 +422,15 @@ def measure_size(
             # Mosquitto listens with a backlog of 100: more connects in flight per broker
             # overflow it, and the dropped ones wait for SYN retransmits (1 s, 3 s, 7 s …).
             "concurrency": max(10, CONNECTS_IN_FLIGHT * broker_count // processes),
-            "prefetch": args.prefetch_candidate,
+            "prefetch": not args.no_prefetch,
+            "prefetch_jitter_s": args.prefetch_jitter_s,
         }
         for k, share in enumerate(shares)
     ]
     began = time.monotonic()
     replies = pool.call("connect", timeout=max(60, n / 100), per_worker=connect_args)
     pool.wait(fleet_seq(fleet), -1, "settled", n, timeout=60)
+    pool.wait(fleet_seq(fleet), -1, "idle", n, timeout=60)
     log(f"n={n} on {broker_count} broker(s): connected in {time.monotonic() - began:.1f} s")
     _settle(1.0)
     memory = {
@@ -414,6 +448,11 @@ def measure_size(
     log(f"  the state: {size} B; a version's document: {document_size(fleet, candidate)} B")
     try:
         for rep in range(args.reps):
+            if rep:  # each repetition rolls out a version no device has seen
+                ctx.candidate = publish_version(fleet, max(published_versions(fleet)) + 1)
+                # Its retained document reaches every broker (bridged) before the rollout
+                # starts, as a rollout follows a publish by minutes, not milliseconds.
+                _settle(1.0)
             for scenario in SCENARIOS:
                 ours = measure_change(ctx, scenario)
                 _settle(0.3)
@@ -423,7 +462,7 @@ def measure_size(
                 rows[scenario].baseline.append(base)
                 log(
                     f"  n={n} rep {rep + 1} {scenario}: ours last {ours.last_ms:.0f} ms "
-                    f"(median {ours.median_ms:.0f}, {ours.reached} took a document, call "
+                    f"(median {ours.median_ms:.0f}, {ours.reached} changed version, call "
                     f"{ours.call_ms:.0f} ms, state at the last device after "
                     f"{ours.state_last_ms:.0f} ms, publish after {ours.publish_ms:.0f} ms, CPU "
                     f"{ours.cpu_ms:.1f} ms, {ours.publishes} publish); bare last "
@@ -447,7 +486,7 @@ def _med(values: list[float]) -> float:
 
 def render_table(rows: list[Row], memory: dict[str, dict[str, float]]) -> str:
     header = (
-        "| N | brokers | change | devices that took a document | ours last / median ms "
+        "| N | brokers | change | devices whose version changed | ours last / median ms "
         "| bare publish last / median ms | ratio last (ours/bare) | target | met "
         "| ours: the state itself at the last device ms "
         "| service call ms | of which before the publish ms "
@@ -494,7 +533,10 @@ def render_table(rows: list[Row], memory: dict[str, dict[str, float]]) -> str:
         "A device here: one raw MQTT 5 connection (bench/mqtt/devices.py) subscribed at QoS 1 "
         "to its fleet's retained state and cloud pressure as the SDK's MQTT transport is; on a "
         "new state it computes its version with edge_sdk.assignment and, when that changes, "
-        "subscribes to the version's retained document, takes it, unsubscribes and acks. "
+        "runs it from the documents it holds or else subscribes to the version's retained "
+        "document, takes it, unsubscribes and acks; the versions a state names that it does "
+        "not hold it takes in the background after a jitter (as the SDK does since session 10; "
+        "with --no-prefetch, not). "
         "'ours': from just before the service call (rollout_start / rollout_advance / "
         "rollout_rollback, which publishes the fleet's retained state on commit) to the last "
         "device running its version for that state; 'bare': a plain paho client's retained "
@@ -535,16 +577,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--per-process", type=int, default=7500, help="devices per client process at most"
     )
     parser.add_argument(
-        "--prefetch-candidate",
+        "--no-prefetch",
         action="store_true",
-        help="a what-if, not what the SDK does: devices take the candidate's document as soon "
-        "as a state names it, so that later stages and a rollback need only the state",
+        help="devices as the SDK was before session 10: no background prefetch, no documents "
+        "held, so every device whose version changes takes the document's round trip then",
+    )
+    parser.add_argument(
+        "--prefetch-jitter-s",
+        type=float,
+        default=SDK_PREFETCH_JITTER_S,
+        help="each device's background prefetch waits a random time in [0, this] "
+        "(default: the SDK's mqtt_prefetch_jitter_s, %(default)s s)",
     )
     parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
     parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL)
     parser.add_argument("--timeout", type=int, default=1500, help="whole run, seconds")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     return parser.parse_args(argv)
+
+
+def _prefetch_mode(args: argparse.Namespace) -> str:
+    if args.no_prefetch:
+        return "devices do NOT prefetch (--no-prefetch: the SDK before session 10)"
+    return (
+        "devices prefetch and hold documents as the SDK does "
+        f"(jitter up to {args.prefetch_jitter_s:g} s)"
+    )
 
 
 def _alarm(signum: int, frame: Any) -> None:
@@ -603,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"bench/mqtt — {time.strftime('%Y-%m-%d %H:%M %Z')} — {os.cpu_count()} CPUs — "
         f"Mosquitto (Debian) on loopback, {args.reps} repetitions, "
-        f"{'devices PREFETCH the candidate (what-if), ' if args.prefetch_candidate else ''}"
+        f"{_prefetch_mode(args)}, "
         f"{time.monotonic() - started:.0f} s — load average "
         f"{' / '.join(f'{x:.2f}' for x in load_at_start)} at the start, "
         f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())} at the end"

@@ -17,7 +17,7 @@ A device picks its transport by name (`Device(..., transport="websocket")`) thro
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 import httpx
@@ -78,6 +78,10 @@ class Link(Protocol):
 
     def hello(self) -> dict[str, Any]:
         """The `hello` message to send first (with the version the device runs now)."""
+        ...
+
+    def policy_document(self) -> Mapping[str, Any] | None:
+        """The document of the version the device runs now (None before the first)."""
         ...
 
     def opened(self) -> None:

@@ -10,6 +10,12 @@ carried, so storing, applying and acking are the connection's, unchanged; the `a
 back is published on the device's ack topic. Cloud pressure arrives retained with an MQTT 5
 message expiry: the broker's remaining expiry is the `ttl_s` handed on.
 
+Documents ahead of need: a state that names a stable or candidate whose document the device
+does not hold (and its bucket does not need now) makes it take that document in the background,
+once per version, after a random wait in [0, `mqtt_prefetch_jitter_s`]; the documents of its last
+`mqtt_held_documents` versions are held (`HeldDocuments`), checked whole when taken and again
+before use, so a later stage or a rollback applies from memory with no round trip.
+
 The session: client id and username `{fleet}/{device_id}`, the device token as password,
 keepalive `mqtt_keepalive_s`, a persistent session (clean start off, session expiry
 `mqtt_session_expiry_s`), a retained last will `{"online": false, "session": n}` on the
@@ -39,12 +45,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import json
 import logging
+import random
 import socket
 import ssl
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -60,6 +69,7 @@ from edge_sdk import mqtt_topics
 from edge_sdk.assignment import FleetAssignment
 from edge_sdk.backoff import Backoff
 from edge_sdk.config import DeviceConfig
+from edge_sdk.policy import PolicyDocumentError, parse_policy
 from edge_sdk.transport import Channel, Link, SessionEnd
 
 __all__ = [
@@ -67,6 +77,7 @@ __all__ = [
     "MAX_DOCUMENT_BYTES",
     "MAX_STATE_BYTES",
     "FleetState",
+    "HeldDocuments",
     "MqttTransport",
     "parse_state",
 ]
@@ -171,6 +182,104 @@ def _document_frame(payload: bytes, fleet: str, version: int, rollout: str) -> s
     return json.dumps({"type": "policy", **document, "rollout": json.loads(rollout)})
 
 
+@functools.lru_cache(maxsize=_SHARED_PARSES)
+def _usable_document(payload: bytes, fleet: str, version: int) -> Mapping[str, Any] | None:
+    """The document in `payload` when it is version `version` of `fleet` and checked whole as
+    the policy store checks it (size, JSON, version, fleet, every cell), else None. Checked
+    once per process for the devices that share it."""
+    if not payload or len(payload) > MAX_DOCUMENT_BYTES:
+        return None
+    try:
+        document = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if (
+        not isinstance(document, dict)
+        or document.get("version") != version
+        or document.get("fleet", fleet) != fleet
+    ):
+        return None
+    try:
+        parse_policy(document)
+    except PolicyDocumentError:
+        return None
+    return document
+
+
+@functools.lru_cache(maxsize=_SHARED_PARSES)
+def _shared(payload: bytes) -> bytes:
+    """One copy per process of a document many simulated devices hold."""
+    return payload
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    etag: str | None
+    payload: bytes
+    digest: bytes
+
+
+class HeldDocuments:
+    """The documents of a few recent versions (the fleet's stable and candidate, the one the
+    device runs), so that a later stage or a rollback applies without a round trip.
+
+    A document is kept only when checked whole (`_usable_document`), under its version and
+    etag with a digest of its bytes; before it is used it is checked again (the same bytes,
+    version and etag, and whole): a held copy that fails is forgotten, never applied. At most
+    `max_entries`, the least recently used going first.
+    """
+
+    __slots__ = ("_entries", "max_entries")
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[int, _Held] = OrderedDict()
+
+    def __contains__(self, version: object) -> bool:
+        return version in self._entries
+
+    def versions(self) -> list[int]:
+        """The versions held, least recently used first."""
+        return list(self._entries)
+
+    def hold(self, payload: bytes, fleet: str, version: int) -> bool:
+        """Keep version `version`'s document; False (nothing kept) when it is not usable."""
+        document = _usable_document(payload, fleet, version)
+        if document is None or self.max_entries <= 0:
+            return False
+        etag = document.get("etag")
+        self._entries[version] = _Held(
+            etag if isinstance(etag, str) else None,
+            _shared(payload),
+            hashlib.sha256(payload).digest(),
+        )
+        self._entries.move_to_end(version)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+        return True
+
+    def payload(self, fleet: str, version: int) -> bytes | None:
+        """Version `version`'s held document, checked again; None when none is held or the
+        held one fails (then it is forgotten)."""
+        held = self._entries.get(version)
+        if held is None:
+            return None
+        document = (
+            _usable_document(held.payload, fleet, version)
+            if hashlib.sha256(held.payload).digest() == held.digest
+            else None
+        )
+        if document is None or document.get("etag") != held.etag:
+            del self._entries[version]
+            return None
+        self._entries.move_to_end(version)
+        return held.payload
+
+    def forget(self, version: int) -> None:
+        """Drop version `version`'s document (the connection refused it)."""
+        self._entries.pop(version, None)
+
+
 async def fetch_document(
     http: httpx.AsyncClient | None, base_url: str, fleet: str, version: int, timeout_s: float
 ) -> bytes | None:
@@ -245,7 +354,16 @@ class MqttTransport:
         self._inbox: asyncio.Queue[tuple[str, Any]] | None = None
         self._connected = False  # CONNACK accepted and not lost since
         self._pubacks: dict[int, asyncio.Future[bool]] = {}
-        self._document: tuple[str, asyncio.Future[bytes]] | None = None
+        # Retained documents awaited, by topic (a stage change's and a prefetch's may overlap).
+        self._waiting: dict[str, asyncio.Future[bytes]] = {}
+        # Recent versions' documents: a stage change or rollback to one applies from memory.
+        self.held = HeldDocuments(config.mqtt_held_documents)
+        self._prefetch: asyncio.Task[None] | None = None
+        self._prefetch_state: FleetState | None = None  # the newest state naming versions
+        self._prefetch_tried: set[int] = set()  # each version is prefetched once
+        # How the versions it ran came: "held" (from memory), "fetched" (when needed),
+        # "prefetched" (in the background, before needed).
+        self.documents: Counter[str] = Counter()
         self._ack_channel = _AckChannel(self)
         self._pending: FleetState | None = None  # a state whose document is still missing
         self._retry_at = 0.0
@@ -527,6 +645,8 @@ class MqttTransport:
             elif newest is None or state.seq > newest:  # the same again (resubscribed): no news
                 self._pending = state
                 self._retry_at = 0.0
+            if newest is None or state.seq >= newest:
+                self._prefetch_for(link, fleet, state)
         elif topic == mqtt_topics.fleet_cloud_pressure(prefix, fleet):
             await self._on_cloud_pressure(link, payload, expiry)
         elif topic.startswith(mqtt_topics.fleet_version(prefix, fleet, "")):
@@ -536,7 +656,8 @@ class MqttTransport:
 
     async def _converge(self, link: Link, fleet: str) -> bool:
         """Run the version the pending state assigns this device: True when a document was
-        applied. A document that cannot be had (or applied) is tried again after a back-off."""
+        applied (from memory when held, else fetched). A document that cannot be had (or
+        applied) is tried again after a back-off."""
         state, retry = self._pending, self._retry
         assert state is not None
         assert retry is not None
@@ -545,24 +666,94 @@ class MqttTransport:
         if version is None or version == link.hello().get("policy_version"):
             self._settled(state)
             return False
-        frame = None
-        payload = await self._retained_document(fleet, version)
-        if payload is not None:
-            frame = _document_frame(payload, fleet, version, json.dumps(state.rollout))
-            if frame is None:
-                self.dropped["bad_document"] += 1
-        if frame is None:
-            fetched = await fetch_document(
-                link.http, self.config.base_url, fleet, version, self.config.http_timeout_s
-            )
-            if fetched is not None:
-                frame = _document_frame(fetched, fleet, version, json.dumps(state.rollout))
+        self._hold_running(link, fleet)
+        rollout = json.dumps(state.rollout)
+        was_held = version in self.held
+        held = self.held.payload(fleet, version)
+        if held is not None:
+            frame = _document_frame(held, fleet, version, rollout)
+            if frame is not None and await link.on_frame(self._ack_channel, frame):
+                self.documents["held"] += 1
+                self._settled(state)
+                return True
+            self.held.forget(version)
+        if was_held:  # its held copy failed the checks: never applied, fetched again
+            self._drop_message("bad_held_document", f"versions/{version}")
+        payload = await self._document(link, fleet, version)
+        frame = _document_frame(payload, fleet, version, rollout) if payload else None
         if frame is not None and await link.on_frame(self._ack_channel, frame):
+            assert payload is not None
+            self.held.hold(payload, fleet, version)
+            self.documents["fetched"] += 1
             self._settled(state)
             return True
         link.last_error = f"mqtt: no usable document for version {version}"
         self._retry_at = self._loop.time() + retry.next_delay()
         return False
+
+    async def _document(self, link: Link, fleet: str, version: int) -> bytes | None:
+        """Version `version`'s document, checked whole: the retained one, or the immutable HTTP
+        one when the broker has none (or a bad one) within `mqtt_document_wait_s`."""
+        payload = await self._retained_document(fleet, version)
+        if payload is not None:
+            if _usable_document(payload, fleet, version) is not None:
+                return payload
+            self.dropped["bad_document"] += 1
+        fetched = await fetch_document(
+            link.http, self.config.base_url, fleet, version, self.config.http_timeout_s
+        )
+        if fetched is not None and _usable_document(fetched, fleet, version) is not None:
+            return fetched
+        return None
+
+    def _hold_running(self, link: Link, fleet: str) -> None:
+        """Before leaving the version it runs, keep its document (a rollback comes back to it)."""
+        document = link.policy_document()
+        version = document.get("version") if document is not None else None
+        if document is not None and isinstance(version, int) and version not in self.held:
+            self.held.hold(json.dumps(dict(document)).encode(), fleet, version)
+
+    # --- prefetching the versions a state names ---------------------------------------------------
+
+    def _prefetch_for(self, link: Link, fleet: str, state: FleetState) -> None:
+        """A state names a stable or candidate whose document is not held: take it in the
+        background (after the jitter), once per version, whatever this device's bucket."""
+        self._prefetch_state = state
+        idle = self._prefetch is None or self._prefetch.done()
+        if idle and self._prefetch_next(link) is not None:
+            self._prefetch = asyncio.ensure_future(self._prefetch_documents(link, fleet))
+
+    def _prefetch_next(self, link: Link) -> int | None:
+        state = self._prefetch_state
+        if state is None:
+            return None
+        running = link.hello().get("policy_version")
+        own = state.assignment.version_for(self.config.device_id)  # converging takes it
+        for version in (state.assignment.candidate, state.assignment.stable):
+            if (
+                version is not None
+                and version not in (running, own)
+                and version not in self.held
+                and version not in self._prefetch_tried
+            ):
+                return version
+        return None
+
+    async def _prefetch_documents(self, link: Link, fleet: str) -> None:
+        jitter = self.config.mqtt_prefetch_jitter_s
+        if jitter > 0:
+            rng = self._retry.rng if self._retry is not None else random.Random()
+            await asyncio.sleep(rng.uniform(0, jitter))
+        while self._connected and (version := self._prefetch_next(link)) is not None:
+            self._prefetch_tried.add(version)
+            try:
+                payload = await self._document(link, fleet, version)
+            except asyncio.CancelledError:
+                self._prefetch_tried.discard(version)  # cut short (a lost session): again later
+                raise
+            if payload is not None and version not in self.held:
+                self.held.hold(payload, fleet, version)
+                self.documents["prefetched"] += 1
 
     def _settled(self, state: FleetState) -> None:
         self.last_seq = state.seq
@@ -572,23 +763,33 @@ class MqttTransport:
 
     async def _retained_document(self, fleet: str, version: int) -> bytes | None:
         """Version `version`'s retained document: subscribe to its topic, take the message,
-        unsubscribe; None when none came within `mqtt_document_wait_s`."""
+        unsubscribe (or wait for the one already asked for); None when none came within
+        `mqtt_document_wait_s`."""
         client, loop = self._client, self._loop
         if client is None or loop is None or not self._connected:
             return None
         topic = mqtt_topics.fleet_version(self.config.mqtt_prefix, fleet, version)
+        asked = self._waiting.get(topic)
+        if asked is not None:  # a prefetch of the same version is on its way: share it
+            try:
+                async with asyncio.timeout(self.config.mqtt_document_wait_s):
+                    return await asyncio.shield(asked) or None
+            except (TimeoutError, ConnectionError):
+                return None
         future: asyncio.Future[bytes] = loop.create_future()
-        self._document = (topic, future)
+        self._waiting[topic] = future
         try:
             result, _ = client.subscribe(topic, qos=1)
             if result != MQTTErrorCode.MQTT_ERR_SUCCESS:
                 return None
             async with asyncio.timeout(self.config.mqtt_document_wait_s):
-                return await future
+                return await asyncio.shield(future) or None
         except (TimeoutError, ConnectionError):
             return None
         finally:
-            self._document = None
+            del self._waiting[topic]
+            if not future.done():  # b"": none came (for one that shares the wait)
+                future.set_result(b"")
             if self._connected:
                 client.unsubscribe(topic)
 
@@ -652,14 +853,17 @@ class MqttTransport:
             with contextlib.suppress(OSError):
                 sock.close()
         self._fail_waiters()
+        if self._prefetch is not None:
+            self._prefetch.cancel()
 
     def _fail_waiters(self) -> None:
-        for future in self._pubacks.values():
-            if not future.done():
-                future.set_result(False)
+        for puback in self._pubacks.values():
+            if not puback.done():
+                puback.set_result(False)
         self._pubacks.clear()
-        if self._document is not None and not self._document[1].done():
-            self._document[1].set_exception(ConnectionError("mqtt connection lost"))
+        for document in self._waiting.values():
+            if not document.done():
+                document.set_exception(ConnectionError("mqtt connection lost"))
 
     def _readable(self) -> None:
         client = self._client
@@ -707,10 +911,10 @@ class MqttTransport:
 
     def _on_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
         topic, payload = message.topic, bytes(message.payload)
-        document = self._document
-        if document is not None and topic == document[0]:
-            if not document[1].done():
-                document[1].set_result(payload)
+        waiting = self._waiting.get(topic)
+        if waiting is not None:
+            if not waiting.done():
+                waiting.set_result(payload)
             return
         expiry = getattr(message.properties, "MessageExpiryInterval", None)
         self._put("message", (topic, payload, expiry if isinstance(expiry, int) else None))

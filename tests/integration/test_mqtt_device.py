@@ -285,6 +285,146 @@ async def test_mqtt_device__holdback_at_100__the_held_back_buckets_stay_on_stabl
     assert all(d.policy.rollout == {"id": 7, "stage": 100, "holdback": 20} for d in on_candidate)
 
 
+# --- documents held: prefetched, and applied from memory ---------------------------------------
+
+
+@pytest.fixture
+def logged_broker(tmp_path: Path) -> Iterator[Broker]:
+    """A broker whose log names every SUBSCRIBE (how often a device asked for a document)."""
+    started = Broker.start(tmp_path / "logged", log_subscriptions=True)
+    yield started
+    started.stop()
+
+
+def first_device(prefix: str, *wanted: tuple[FleetAssignment, int]) -> str:
+    """The first id `{prefix}-{i}` that each assignment puts on the version paired with it."""
+    return next(
+        f"{prefix}-{i}"
+        for i in range(10_000)
+        if all(rule.version_for(f"{prefix}-{i}") == version for rule, version in wanted)
+    )
+
+
+def subscribed(broker: Broker, device_id: str, version: int) -> int:
+    """SUBSCRIBEs of the device to version `version`'s document topic, as the broker logged."""
+    topic = topics.fleet_version(PREFIX, FLEET, version)
+    return broker.subscriptions(f"{FLEET}/{device_id}", topic)
+
+
+async def test_mqtt_device__stages_and_rollback__documents_prefetched_once_then_applied_from_memory(
+    logged_broker: Broker, devices: list[Device]
+) -> None:
+    # Given versions 1 and 2 retained, a rollout of 2 at 5%, and three devices: one that the
+    # 25% stage moves, one that only 100% moves, one in the 5% cohort
+    control = ControlPlane(logged_broker)
+    at = {stage: FleetAssignment(1, 2, "salt-1", percent=stage, rollout_id=7) for stage in (5, 25)}
+    at_25_id = first_device("pre", (at[5], 1), (at[25], 2))
+    at_100_id = first_device("pre", (at[25], 1))
+    at_5_id = first_device("pre", (at[5], 2))
+    try:
+        control.version(1)
+        control.version(2)
+        control.state(state(1, 1, 2, rollout=rollout(5)))
+        ids = (at_25_id, at_100_id, at_5_id)
+        fleet = [
+            make_device(logged_broker.url, device_id, mqtt_prefetch_jitter_s=0.2)
+            for device_id in ids
+        ]
+        by_id = dict(zip(ids, fleet, strict=True))
+
+        # When they start
+        await started(devices, *fleet)
+
+        # Then each runs its version and takes the other version the state names in the
+        # background, once: the ones on stable the candidate, the one on the candidate stable
+        await until(lambda: [d.policy.version for d in fleet] == [1, 1, 2])
+        await until(lambda: all(transport_of(d).documents["prefetched"] == 1 for d in fleet))
+        assert all(sorted(transport_of(d).held.versions()) == [1, 2] for d in fleet)
+        assert [subscribed(logged_broker, i, 2) for i in ids] == [1, 1, 1]
+        assert [subscribed(logged_broker, i, 1) for i in ids] == [1, 1, 1]
+
+        # When the rollout goes to 25%, then to 100%
+        control.state(state(2, 1, 2, rollout=rollout(25)))
+        await until(lambda: by_id[at_25_id].policy.version == 2)
+        control.state(state(3, 1, 2, rollout=rollout(100)))
+        await until(lambda: by_id[at_100_id].policy.version == 2)
+
+        # Then each applied the candidate from memory and acked it, without asking the broker
+        # for its document again
+        for device_id in (at_25_id, at_100_id):
+            await until(lambda i=device_id: control.of(i, "ack")[-1:] == [{"version": 2}])
+            assert transport_of(by_id[device_id]).documents == {
+                "fetched": 1,
+                "prefetched": 1,
+                "held": 1,
+            }
+        assert by_id[at_100_id].policy.rollout == {"id": 7, "stage": 100}
+
+        # When the rollout is rolled back
+        control.state(state(4, 1))
+
+        # Then every device runs stable again from memory and acks it
+        await until(lambda: all(d.policy.version == 1 for d in fleet))
+        await until(lambda: all(control.of(i, "ack")[-1] == {"version": 1} for i in ids))
+        assert [transport_of(d).documents["held"] for d in fleet] == [2, 2, 1]
+        assert [subscribed(logged_broker, i, v) for i in ids for v in (1, 2)] == [1] * 6
+        assert all(d.policy_errors == 0 for d in fleet)
+    finally:
+        control.close()
+
+
+async def test_mqtt_device__corrupted_prefetched_document__never_applied_the_device_ends_right(
+    logged_broker: Broker, devices: list[Device]
+) -> None:
+    # Given a rollout of 2 at 5% whose retained document is corrupted: JSON of version 2,
+    # but its cells are not a policy's
+    control = ControlPlane(logged_broker)
+    at_5 = FleetAssignment(1, 2, "salt-1", percent=5, rollout_id=7)
+    device_id = first_device("bad", (at_5, 1))
+    corrupted = encoded({**document(2), "cells": [{"task_type": "chat"}]})
+    try:
+        control.version(1)
+        control.version(2, corrupted)
+        control.state(state(1, 1, 2, rollout=rollout(5)))
+        device = make_device(logged_broker.url, device_id, mqtt_prefetch_jitter_s=0.0)
+        transport = transport_of(device)
+
+        # When a device outside the cohort starts and prefetches the candidate
+        await started(devices, device)
+        await until(lambda: device.policy.version == 1)
+        await until(lambda: transport.dropped["bad_document"] == 1)
+
+        # Then it holds nothing of version 2
+        assert 2 not in transport.held
+        assert transport.documents["prefetched"] == 0
+
+        # When the document is put right and the rollout goes to 100%
+        control.version(2)
+        control.state(state(2, 1, 2, rollout=rollout(100)))
+
+        # Then it takes the right document when it needs it, runs 2 and acks it
+        await until(lambda: device.policy.version == 2)
+        await until(lambda: control.of(device_id, "ack")[-1] == {"version": 2})
+        assert subscribed(logged_broker, device_id, 2) == 2
+        assert device.policy.document["cells"] == document(2)["cells"]
+
+        # When its held copy of version 1 is corrupted in memory and the rollout rolled back
+        held = transport.held._entries[1]
+        tampered = held.payload.replace(b'"cells"', b'"cellz"', 1)
+        transport.held._entries[1] = type(held)(held.etag, tampered, held.digest)
+        control.state(state(3, 1))
+
+        # Then the held copy is not applied: version 1 is fetched again, and it runs it
+        await until(lambda: device.policy.version == 1)
+        await until(lambda: control.of(device_id, "ack")[-1] == {"version": 1})
+        assert transport.dropped["bad_held_document"] == 1
+        assert subscribed(logged_broker, device_id, 1) == 2
+        assert device.policy_errors == 0
+        assert device.policy.document["cells"] == document(1)["cells"]
+    finally:
+        control.close()
+
+
 # --- presence, reconnects, the persistent session ------------------------------------------------
 
 

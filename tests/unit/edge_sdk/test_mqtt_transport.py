@@ -18,7 +18,13 @@ from edge_sdk.connection import Connection
 from edge_sdk.listeners import Listeners
 from edge_sdk.policy_sync import PolicySync
 from edge_sdk.transport import CarriesTelemetry, transport_named
-from edge_sdk.transport.mqtt import MAX_STATE_BYTES, FleetState, MqttTransport, parse_state
+from edge_sdk.transport.mqtt import (
+    MAX_STATE_BYTES,
+    FleetState,
+    HeldDocuments,
+    MqttTransport,
+    parse_state,
+)
 from edge_sdk.transport.websocket import WebSocketTransport
 
 from .sdk_helpers import Inference, policy_document, readings
@@ -253,3 +259,60 @@ def test_simulated_fleet__transport__devices_on_the_socket_mqtt_or_both(
         assert 10 <= mqtt_devices <= 30
     else:
         assert mqtt_devices == on_mqtt
+
+
+# --- the documents a device holds ----------------------------------------------------------------
+
+
+def _document_bytes(version: int, fleet: str = "voice") -> bytes:
+    return json.dumps(
+        {**policy_document(version), "fleet": fleet, "etag": f'"v{version}-x"'}
+    ).encode()
+
+
+def test_held_documents__bounded__the_least_recently_used_goes_first() -> None:
+    # Given room for two documents
+    held = HeldDocuments(2)
+
+    # When three are held, the first used again before the third comes
+    assert held.hold(_document_bytes(1), "voice", 1)
+    assert held.hold(_document_bytes(2), "voice", 2)
+    assert held.payload("voice", 1) == _document_bytes(1)
+    assert held.hold(_document_bytes(3), "voice", 3)
+
+    # Then the one least recently used is gone
+    assert held.versions() == [1, 3]
+
+
+@pytest.mark.parametrize(
+    ("payload", "version", "fleet"),
+    [
+        (b'{"version": 2, "cells": [', 2, "voice"),  # truncated
+        (_document_bytes(3), 2, "voice"),  # another version
+        (_document_bytes(2, fleet="other"), 2, "voice"),  # another fleet
+        (json.dumps({**policy_document(2), "cells": "x"}).encode(), 2, "voice"),  # not cells
+        (_document_bytes(2) + b" " * (4 * 1024 * 1024), 2, "voice"),  # over the size bound
+    ],
+)
+def test_held_documents__unusable_document__not_held(
+    payload: bytes, version: int, fleet: str
+) -> None:
+    held = HeldDocuments(3)
+    assert not held.hold(payload, fleet, version)
+    assert version not in held
+
+
+def test_held_documents__held_copy_corrupted__never_given_and_forgotten() -> None:
+    # Given a document held
+    held = HeldDocuments(3)
+    assert held.hold(_document_bytes(2), "voice", 2)
+
+    # When its bytes change in memory (still a usable document of version 2)
+    entry = held._entries[2]
+    tampered = entry.payload.replace(b"0.", b"1.", 1)
+    assert tampered != entry.payload
+    held._entries[2] = type(entry)(entry.etag, tampered, entry.digest)
+
+    # Then it is not given out, and forgotten
+    assert held.payload("voice", 2) is None
+    assert 2 not in held
