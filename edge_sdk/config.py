@@ -66,7 +66,7 @@ class DeviceConfig:
     # A state that names a stable or candidate whose document the device does not hold:
     # the device takes it in the background after a random wait in [0, this], so that a
     # rollout's start is not every device of the fleet asking at once (0: at once).
-    mqtt_prefetch_jitter_s: float = 2.0
+    mqtt_prefetch_jitter_s: float = 30.0
     # Documents of recent versions kept in memory (the stable and the candidate, and the one
     # it runs): a later stage or a rollback applies at once, with no round trip.
     mqtt_held_documents: int = 3
