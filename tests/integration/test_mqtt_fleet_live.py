@@ -66,8 +66,15 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 
 
 @pytest.fixture
+def mqtt_prefix() -> str:
+    """The deployment's topic prefix (MQTT_TOPIC_PREFIX, the SDK's `mqtt_prefix`)."""
+    return PREFIX
+
+
+@pytest.fixture
 def control_plane(
     transactional_db: None,
+    mqtt_prefix: str,
     server: AsgiProcess,
     broker: Broker,
     settings: Any,
@@ -77,10 +84,10 @@ def control_plane(
     """The MQTT link on: this process publishes on commit, two links consume; the broker was
     given what a fresh broker needs (`manage.py mqtt_reconcile --all`)."""
     settings.MQTT_URL = broker.url
-    settings.MQTT_TOPIC_PREFIX = PREFIX
+    settings.MQTT_TOPIC_PREFIX = mqtt_prefix
     receivers.connect()
     fleets_reconcile(force=True)
-    links = Links(broker, tmp_path)
+    links = Links(broker, tmp_path, prefix=mqtt_prefix)
     links.start("a")
     links.start("b")
     # A device's ack is not retained and a shared subscription gets no retained birth: the

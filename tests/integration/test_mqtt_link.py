@@ -47,11 +47,11 @@ def _wait(condition: Callable[[], Any], what: str, timeout: float = 60.0) -> Any
 class Links:
     """`manage.py mqtt_link` processes on the test's database and broker."""
 
-    def __init__(self, broker: Broker, directory: Path) -> None:
+    def __init__(self, broker: Broker, directory: Path, *, prefix: str = PREFIX) -> None:
         self.env = {
             **server_environment(connection.settings_dict),
             "MQTT_URL": broker.url,
-            "MQTT_TOPIC_PREFIX": PREFIX,
+            "MQTT_TOPIC_PREFIX": prefix,
             "MQTT_RECONCILE_S": "0.5",
         }
         self.directory = directory
