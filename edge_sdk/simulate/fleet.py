@@ -604,12 +604,23 @@ class SimulatedFleet:
         recent = decided - previous[2]
         states = self.connection_states()
         online = sum(states[s] for s in ONLINE_STATES)
+        # Connected devices by how their push channel is carried (a mixed fleet says both).
+        pushed = Counter(
+            sim.transport
+            for sim in self.devices.values()
+            if sim.device.connection_state == "connected"
+        )
+        channels = (
+            f"socket {pushed['websocket']}, mqtt {pushed['mqtt']}"
+            if self.config.transport != "websocket"
+            else f"socket {states['connected']}"
+        )
         latencies, stats.latencies_ms = stats.latencies_ms, []
         capacity = self.scenario.cloud_capacity(now)
         events = self.telemetry_totals()
         parts = [
             f"[{now:6.0f}s] online {online}/{len(self.devices)}"
-            f" (socket {states['connected']}, polling {states['polling']},"
+            f" ({channels}, polling {states['polling']},"
             f" offline {states['offline']})",
             f"{done / interval:6.1f} tasks/s",
             f"α {_share(recent['device'], done)} cloud {_share(recent['cloud'], done)}"
