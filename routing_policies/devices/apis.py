@@ -29,7 +29,7 @@ from ..policies.schemas import PolicyDocumentSerializer
 from ..policies.selectors import fleet_get, published_version_get, version_document
 from ..rollouts.selectors import fleet_assignment
 from . import schemas, selectors, services
-from .models import Device
+from .models import TRANSPORT_MQTT, TRANSPORT_WS, Device
 
 DEVICE_ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
 
@@ -171,6 +171,11 @@ class DeviceListApi(APIView):
         sdk = serializers.CharField()
         last_seen_at = serializers.DateTimeField(allow_null=True)
         online = serializers.BooleanField()
+        transport = serializers.ChoiceField(
+            choices=[TRANSPORT_WS, TRANSPORT_MQTT],
+            help_text="the channel it last connected over: ws (the WebSocket) or mqtt "
+            "(docs/PROTOCOL.md, MQTT); online follows that channel's rule",
+        )
         assigned_version = serializers.IntegerField(allow_null=True)
         acked_version = serializers.IntegerField(allow_null=True)
         revoked = serializers.BooleanField()

@@ -87,6 +87,7 @@ def device_rows(devices: Iterable[Device], *, assignment: FleetAssignment) -> li
             "sdk": device.sdk,
             "last_seen_at": device.last_seen_at,
             "online": device_online(device, now),
+            "transport": device.transport,
             "assigned_version": None
             if device.revoked_at
             else assignment.version_for(device.device_id),

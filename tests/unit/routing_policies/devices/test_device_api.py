@@ -7,6 +7,7 @@ import pytest
 from django.apps import apps
 from django.conf import settings
 from django.db import connection
+from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.response import Response
 from rest_framework.test import APIClient
@@ -487,3 +488,27 @@ def test_device_token__operator_endpoints__refused(
         assert response.status_code in (401, 403)
     # and no rollout was stored
     assert not fleet.rollouts.exists()
+
+
+def test_device_list__mixed_transports__each_row_says_its_channel_api_and_page(
+    api_client: APIClient, fleet: Any, fleet_key: str, viewer: Any, client_as: Any
+) -> None:
+    # Given a phone on the WebSocket and a car on MQTT, both online (the car by its birth)
+    _token(api_client, fleet_key, "phone-1")
+    _token(api_client, fleet_key, "car-1")
+    Device.objects.filter(device_id="car-1").update(transport="mqtt", connected=True)
+
+    # When a viewer lists the fleet's devices and opens the devices page
+    rows = client_as(viewer).get("/api/v1/fleets/fleet-a/devices/").json()["results"]
+    browser = Client()
+    browser.force_login(viewer)
+    answer = browser.get("/fleets/fleet-a/devices/")
+    assert answer.status_code == 200
+    page = answer.content.decode()
+
+    # Then each row says the channel it connected over, and the page marks the MQTT one
+    assert {r["device_id"]: (r["transport"], r["online"]) for r in rows} == {
+        "car-1": ("mqtt", True),
+        "phone-1": ("ws", False),
+    }
+    assert page.count('data-field="transport">over MQTT<') == 1
