@@ -434,6 +434,34 @@ class World:
     versions: list[int] = field(default_factory=lambda: [1, 2, 3])
 
 
+def publish_version(fleet: Any, number: int) -> int:
+    """Publish version `number` (its document goes to the broker on commit, once one is
+    set); each differs from the last by one θ, as a version identical to another is refused."""
+    from routing_policies import services
+    from routing_policies.models import PolicyVersion
+
+    if number > 1:
+        started = services.policy_draft_create(actor=None, fleet=fleet)
+        services.policy_draft_update_cells(
+            actor=None,
+            fleet=fleet,
+            revision=started.revision,
+            edits=[
+                {
+                    "task_type": "voice",
+                    "latency_budget": "interactive",
+                    "privacy_tier": "normal",
+                    "values": {"threshold": 0.6 + number / 100},
+                }
+            ],
+        )
+    draft = PolicyVersion.objects.get(fleet=fleet, published_at__isnull=True)
+    published = services.policy_version_publish(
+        actor=None, fleet=fleet, revision=draft.revision, note=f"bench v{number}"
+    )
+    return int(published.number)
+
+
 def prepare_world(device_count: int) -> World:
     """The fleet `bench-fanout` with v1 (stable), v2, v3 and `device_count` devices.
 
@@ -445,7 +473,7 @@ def prepare_world(device_count: int) -> World:
     from routing_policies import services
     from routing_policies.cell_schema import SEED_DIMENSIONS
     from routing_policies.demo import demo_table
-    from routing_policies.models import Device, PolicyVersion
+    from routing_policies.models import Device
 
     fleet = services.fleet_create(
         actor=None,
@@ -455,26 +483,7 @@ def prepare_world(device_count: int) -> World:
         table=demo_table(),
     )
     for number in (1, 2, 3):
-        if number > 1:
-            # A version identical to the last is refused (no_changes): each nudges one θ.
-            started = services.policy_draft_create(actor=None, fleet=fleet)
-            services.policy_draft_update_cells(
-                actor=None,
-                fleet=fleet,
-                revision=started.revision,
-                edits=[
-                    {
-                        "task_type": "voice",
-                        "latency_budget": "interactive",
-                        "privacy_tier": "normal",
-                        "values": {"threshold": 0.6 + number / 100},
-                    }
-                ],
-            )
-        draft = PolicyVersion.objects.get(fleet=fleet, published_at__isnull=True)
-        services.policy_version_publish(
-            actor=None, fleet=fleet, revision=draft.revision, note=f"bench v{number}"
-        )
+        publish_version(fleet, number)
     with transaction.atomic():
         services.fleet_enrollment_key_rotate(actor=None, fleet=fleet)
     tokens = [services.DEVICE_TOKEN_PREFIX + secrets.token_urlsafe(32) for _ in range(device_count)]

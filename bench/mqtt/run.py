@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import database_url, redis_url
-from bench.fanout.run import BenchError, Processes, recreate_database, rss_kib
+from bench.fanout.run import BenchError, Processes, publish_version, recreate_database, rss_kib
 
 from .brokers import Broker, start_brokers
 
@@ -183,34 +183,6 @@ def prepare_fleet() -> Any:
     for number in (1, 2, 3):
         publish_version(fleet, number)
     return fleet
-
-
-def publish_version(fleet: Any, number: int) -> int:
-    """Publish version `number` (its document goes to the broker on commit, once one is
-    set); each differs from the last by one θ, as a version identical to another is refused."""
-    from routing_policies import services
-    from routing_policies.models import PolicyVersion
-
-    if number > 1:
-        started = services.policy_draft_create(actor=None, fleet=fleet)
-        services.policy_draft_update_cells(
-            actor=None,
-            fleet=fleet,
-            revision=started.revision,
-            edits=[
-                {
-                    "task_type": "voice",
-                    "latency_budget": "interactive",
-                    "privacy_tier": "normal",
-                    "values": {"threshold": 0.6 + number / 100},
-                }
-            ],
-        )
-    draft = PolicyVersion.objects.get(fleet=fleet, published_at__isnull=True)
-    published = services.policy_version_publish(
-        actor=None, fleet=fleet, revision=draft.revision, note=f"bench v{number}"
-    )
-    return int(published.number)
 
 
 def published_versions(fleet: Any) -> list[int]:

@@ -161,11 +161,9 @@ def parse_state(payload: bytes, fleet: str) -> FleetState | str:
     return FleetState(seq, assignment, rollout)
 
 
-@functools.lru_cache(maxsize=_SHARED_PARSES)
-def _document_frame(payload: bytes, fleet: str, version: int, rollout: str) -> str | None:
-    """The `policy` frame the socket would carry for this document (`rollout`: the frame's
-    rollout as JSON); None when the payload is not version `version` of `fleet` (the
-    connection checks the rest). Built once per process for the devices that share it."""
+def _document_of(payload: bytes, fleet: str, version: int) -> dict[str, Any] | None:
+    """The JSON object in `payload` when it is within the size bound and says it is version
+    `version` of `fleet`; else None (a fresh object each call: callers may change it)."""
     if not payload or len(payload) > MAX_DOCUMENT_BYTES:
         return None
     try:
@@ -177,6 +175,17 @@ def _document_frame(payload: bytes, fleet: str, version: int, rollout: str) -> s
         or document.get("version") != version
         or document.get("fleet", fleet) != fleet
     ):
+        return None
+    return document
+
+
+@functools.lru_cache(maxsize=_SHARED_PARSES)
+def _document_frame(payload: bytes, fleet: str, version: int, rollout: str) -> str | None:
+    """The `policy` frame the socket would carry for this document (`rollout`: the frame's
+    rollout as JSON); None when the payload is not version `version` of `fleet` (the
+    connection checks the rest). Built once per process for the devices that share it."""
+    document = _document_of(payload, fleet, version)
+    if document is None:
         return None
     document.pop("type", None)
     return json.dumps({"type": "policy", **document, "rollout": json.loads(rollout)})
@@ -187,17 +196,8 @@ def _usable_document(payload: bytes, fleet: str, version: int) -> Mapping[str, A
     """The document in `payload` when it is version `version` of `fleet` and checked whole as
     the policy store checks it (size, JSON, version, fleet, every cell), else None. Checked
     once per process for the devices that share it."""
-    if not payload or len(payload) > MAX_DOCUMENT_BYTES:
-        return None
-    try:
-        document = json.loads(payload)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if (
-        not isinstance(document, dict)
-        or document.get("version") != version
-        or document.get("fleet", fleet) != fleet
-    ):
+    document = _document_of(payload, fleet, version)
+    if document is None:
         return None
     try:
         parse_policy(document)
