@@ -7,8 +7,11 @@ import math
 from typing import Any
 
 from rest_framework import serializers
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.views import APIView
 
 from controlplane.exceptions import ValidationFailed, drf_error_details
+from controlplane.permissions import IsPublisher, IsViewer
 from controlplane.validators import TidyTextValidator
 
 
@@ -133,3 +136,15 @@ def input_validate(
     if not serializer.is_valid():
         raise ValidationFailed(message, details=drf_error_details(serializer.errors))
     return dict(serializer.validated_data)
+
+
+class ViewerReadsApi(APIView):
+    """An API that viewers read (GET, HEAD, OPTIONS); its other methods need
+    `change_permission`."""
+
+    change_permission: type[BasePermission] = IsPublisher
+
+    def get_permissions(self) -> list[BasePermission]:
+        if self.request.method in SAFE_METHODS:
+            return [IsViewer()]
+        return [self.change_permission()]

@@ -8,19 +8,17 @@ export DEBUG=0
 # https, cookies not Secure): the production HTTPS settings are tested by check --deploy.
 export HTTPS=0
 
-if .venv/bin/python scripts/wait_for.py --postgres "$PG_URL" --timeout 5; then
-  export DATABASE_URL=${DATABASE_URL:-$PG_URL}
-elif [ "${CI:-}" = "true" ]; then
-  echo "FATAL: PostgreSQL is not reachable at $PG_URL and CI=true; refusing to skip its tests." >&2
-  exit 1
-else
-  echo "WARNING: PostgreSQL not reachable at $PG_URL; tests that need it are skipped." >&2
-fi
-if .venv/bin/python scripts/wait_for.py --redis "$REDIS_TEST_URL" --timeout 5; then
-  export REDIS_URL=${REDIS_URL:-$REDIS_TEST_URL}
-elif [ "${CI:-}" = "true" ]; then
-  echo "FATAL: Redis is not reachable at $REDIS_TEST_URL and CI=true; refusing to skip its tests." >&2
-  exit 1
-else
-  echo "WARNING: Redis not reachable at $REDIS_TEST_URL; tests that need it are skipped." >&2
-fi
+# need NAME SERVICE URL VARIABLE: when the service answers at URL, the suite uses it (VARIABLE,
+# unless already set); when it does not, its tests are skipped, and under CI=true that is fatal.
+need() {
+  if .venv/bin/python scripts/wait_for.py "--$2" "$3" --timeout 5; then
+    export "$4=${!4:-$3}"
+  elif [ "${CI:-}" = "true" ]; then
+    echo "FATAL: $1 is not reachable at $3 and CI=true; refusing to skip its tests." >&2
+    exit 1
+  else
+    echo "WARNING: $1 not reachable at $3; tests that need it are skipped." >&2
+  fi
+}
+need PostgreSQL postgres "$PG_URL" DATABASE_URL
+need Redis redis "$REDIS_TEST_URL" REDIS_URL

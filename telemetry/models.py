@@ -5,7 +5,8 @@ ingest worker and merged by the compaction task; every reader sums over a key's 
 compaction changes nothing a reader sees (docs/telemetry.md). The models of the parts live
 with them, `telemetry/ingest/models.py` and `telemetry/alerts/models.py`, and are imported
 here: Django loads `telemetry.models` and files them under the app label `telemetry`
-(late quality feedback: `telemetry/feedback/models.py`).
+(late quality feedback: `telemetry/feedback/models.py`). Alerting's models are imported
+from `telemetry.alerts.models`, never from here.
 """
 
 from django.db import models
@@ -13,14 +14,7 @@ from django.db.models import Q
 
 from routing_policies.models import Fleet
 
-from .alerts.models import (
-    AlertEvent,
-    AlertRule,
-    AlertWebhook,
-    RolloutGuard,
-    RolloutGuardSet,
-    WebhookDelivery,
-)
+from .alerts import models as alert_models  # noqa: F401  (Django files them under `telemetry`)
 from .feedback.models import Feedback, FeedbackState
 from .ingest.models import CellKeyed, Cohort, Event, EventKey, LandedBatch
 from .model_fields import bulk_fleet_fk
@@ -155,9 +149,6 @@ class RouteCounter(models.Model):
 
 
 __all__ = [
-    "AlertEvent",
-    "AlertRule",
-    "AlertWebhook",
     "Cohort",
     "Event",
     "EventKey",
@@ -167,8 +158,5 @@ __all__ = [
     "HourRollup",
     "LandedBatch",
     "MinuteRollup",
-    "RolloutGuard",
-    "RolloutGuardSet",
     "RouteCounter",
-    "WebhookDelivery",
 ]

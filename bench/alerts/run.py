@@ -165,9 +165,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=20)
     args = parser.parse_args(argv)
     _setup()
+    from telemetry.alerts.models import AlertRule, RolloutGuardSet
     from telemetry.alerts.services import alerts_evaluate
     from telemetry.dashboards.metrics import fleet_metrics
-    from telemetry.models import AlertRule, MinuteRollup, RolloutGuardSet
+    from telemetry.models import MinuteRollup
 
     began = time.perf_counter()
     fleet = _populate(args.events)

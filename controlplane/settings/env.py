@@ -5,10 +5,22 @@ Every settings module reads the environment through `env` and imports what decid
 """
 
 from pathlib import Path
+from typing import Any
 
 import environ
 
 env = environ.Env()
+
+_READERS = {"bool": env.bool, "int": env.int, "float": env.float, "str": env.str}
+
+
+def from_environment(settings: dict[str, Any]) -> None:
+    """Let the environment override each setting a module declares with its type and default
+    (`TELEMETRY_DRAINS: int = 2`): a variable of the setting's own name, read as that type."""
+    for name, kind in settings.get("__annotations__", {}).items():
+        reader = _READERS[kind if isinstance(kind, str) else kind.__name__]
+        settings[name] = reader(name, default=settings[name])
+
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 

@@ -2,14 +2,16 @@
 fleet state to and reads devices' acks, presence and telemetry from. Empty MQTT_URL (the
 embedded default): no link, devices use the WebSocket path only."""
 
-from controlplane.settings.env import env
+from controlplane.settings.env import from_environment
 
 # mqtt://host:1883 or mqtts://host:8883 (TLS); empty: the MQTT link is off.
-MQTT_URL = env.str("MQTT_URL", default="")
-MQTT_TOPIC_PREFIX = env.str("MQTT_TOPIC_PREFIX", default="edge-routing/v1")
+MQTT_URL: str = ""
+MQTT_TOPIC_PREFIX: str = "edge-routing/v1"
 # The control plane's own account on the broker (empty: anonymous).
-MQTT_USERNAME = env.str("MQTT_USERNAME", default="")
-MQTT_PASSWORD = env.str("MQTT_PASSWORD", default="")
+MQTT_USERNAME: str = ""
+MQTT_PASSWORD: str = ""
 # `manage.py mqtt_link` re-checks every fleet's retained state this often and publishes what a
 # failed publish left out (only what differs: an unchanged fleet costs no publish).
-MQTT_RECONCILE_S = env.float("MQTT_RECONCILE_S", default=30.0)
+MQTT_RECONCILE_S: float = 30.0
+
+from_environment(globals())

@@ -1,6 +1,6 @@
 """The push tier: the channel layer between processes and the reconcile loop of each."""
 
-from controlplane.settings.env import REDIS_URL, env
+from controlplane.settings.env import REDIS_URL, from_environment
 
 if REDIS_URL:
     CHANNEL_LAYERS = {
@@ -16,4 +16,6 @@ else:
 
 # Each ASGI process re-reads its fleets' assignments this often and pushes what a lost Redis
 # message left out (routing_policies/push.py); also at once when its subscription comes back.
-PUSH_RECONCILE_S = env.float("PUSH_RECONCILE_S", default=60.0)
+PUSH_RECONCILE_S: float = 60.0
+
+from_environment(globals())

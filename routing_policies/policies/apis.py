@@ -15,14 +15,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import JsonSlugField, input_validate, require_object
+from controlplane.api import JsonSlugField, ViewerReadsApi, input_validate, require_object
 from controlplane.exceptions import ApplicationError, ValidationFailed
 from controlplane.openapi import ApiSerializer, error_responses
 from controlplane.permissions import IsEditor, IsPublisher, IsViewer
 
 from ..pricing import CloudPrice
 from . import schemas, selectors, services
-from .fleet_api import ViewerReadsApi, fleet_input, query_input
+from .fleet_api import fleet_input, query_input
 from .models import AuditEntry, Fleet, PolicyVersion
 
 _IF_MATCH_RE = re.compile(r'^\s*(?:W/)?"r(\d+)"\s*$')

@@ -9,7 +9,6 @@ from typing import Any, cast
 
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers
-from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -17,7 +16,6 @@ from rest_framework.views import APIView
 from controlplane.api import input_validate, require_object
 from controlplane.exceptions import ValidationFailed
 from controlplane.openapi import query_params_validate
-from controlplane.permissions import IsPublisher, IsViewer
 
 from .selectors import fleet_get
 
@@ -88,12 +86,3 @@ def query_input(
         return extend_schema(parameters=[declared, *parameters], **schema)(checked)
 
     return decorate
-
-
-class ViewerReadsApi(APIView):
-    """An API whose GET is for viewers; its other methods need `change_permission`."""
-
-    change_permission: type[BasePermission] = IsPublisher
-
-    def get_permissions(self) -> list[Any]:
-        return [IsViewer()] if self.request.method == "GET" else [self.change_permission()]

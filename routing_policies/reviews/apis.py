@@ -8,13 +8,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import input_validate, require_object
+from controlplane.api import ViewerReadsApi, input_validate, require_object
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_responses
 from controlplane.permissions import IsEditor, IsPublisher, IsViewer
 
 from ..policies.apis import version_out
-from ..policies.fleet_api import ViewerReadsApi, fleet_input, query_input
+from ..policies.fleet_api import fleet_input, query_input
 from ..policies.models import Fleet
 from ..policies.schemas import VersionSerializer
 from ..policies.selectors import fleet_get

@@ -8,6 +8,7 @@ and a message (POST/redirect/GET). Viewers read; only publishers act.
 """
 
 import functools
+import math
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -87,17 +88,21 @@ def ago(moment: datetime, now: datetime | None = None) -> str:
     return f"{seconds // 86400} d ago"
 
 
+# (below how many ms, ms per unit, text): the units duration_text (and rollout.js) uses.
+_DURATION_UNITS = (
+    (10_000, 1, "{:,.0f} ms"),
+    (120_000, 1000, "{:.1f} s"),
+    (7_200_000, 60_000, "{:.1f} min"),
+    (math.inf, 3_600_000, "{:.1f} h"),
+)
+
+
 def duration_text(milliseconds: float | None) -> str:
     """`850 ms`, `3,697 ms`, `12.4 s`, `28.3 min`, `3.1 h` (rollout.js says the same)."""
     if milliseconds is None:
         return "—"
-    if milliseconds < 10_000:
-        return f"{milliseconds:,.0f} ms"
-    if milliseconds < 120_000:
-        return f"{milliseconds / 1000:.1f} s"
-    if milliseconds < 7_200_000:
-        return f"{milliseconds / 60_000:.1f} min"
-    return f"{milliseconds / 3_600_000:.1f} h"
+    _below, per, text = next(unit for unit in _DURATION_UNITS if milliseconds < unit[0])
+    return text.format(milliseconds / per)
 
 
 def since_of(rollout: dict[str, Any]) -> dict[str, Any]:

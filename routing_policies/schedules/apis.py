@@ -7,11 +7,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane.api import ViewerReadsApi
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_responses
 from controlplane.permissions import IsPublisher
 
-from ..policies.fleet_api import ViewerReadsApi, fleet_input
+from ..policies.fleet_api import fleet_input
 from ..policies.models import Fleet
 from ..policies.selectors import fleet_get
 from ..rollouts.models import Rollout

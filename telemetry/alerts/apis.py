@@ -13,12 +13,11 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import input_validate, require_object
+from controlplane.api import ViewerReadsApi, input_validate, require_object
 from controlplane.exceptions import Conflict, NotFound
 from controlplane.openapi import error_responses, query_params_validate
 from controlplane.permissions import IsEditor, IsPublisher, IsViewer
@@ -34,12 +33,6 @@ _RULE_EXAMPLE = services.SEED_RULES[0]
 
 def _fleet(slug: str) -> Fleet:
     return policy_selectors.fleet_get(slug=slug)
-
-
-def _write_permission(
-    request: Request, read: type[BasePermission], write: type[BasePermission]
-) -> list[BasePermission]:
-    return [read()] if request.method in ("GET", "HEAD", "OPTIONS") else [write()]
 
 
 def _shown(
@@ -78,11 +71,10 @@ HistoryQuerySerializer = _limit_query("AlertHistoryQuery", maximum=1000, default
 DeliveryQuerySerializer = _limit_query("WebhookDeliveryQuery", maximum=500, default=50)
 
 
-class AlertRuleListApi(APIView):
+class AlertRuleListApi(ViewerReadsApi):
     """A fleet's rules with their states; POST adds one (editor)."""
 
-    def get_permissions(self) -> list[BasePermission]:
-        return _write_permission(self.request, IsViewer, IsEditor)
+    change_permission = IsEditor
 
     @extend_schema(responses=schemas.AlertRuleListSerializer, operation_id="alert_rule_list")
     def get(self, request: Request, slug: str) -> Response:
@@ -107,11 +99,10 @@ class AlertRuleListApi(APIView):
         )
 
 
-class AlertRuleDetailApi(APIView):
+class AlertRuleDetailApi(ViewerReadsApi):
     """One rule; PATCH changes fields (send `revision`), DELETE removes it (editor)."""
 
-    def get_permissions(self) -> list[BasePermission]:
-        return _write_permission(self.request, IsViewer, IsEditor)
+    change_permission = IsEditor
 
     @extend_schema(responses=schemas.AlertRuleSerializer, operation_id="alert_rule_get")
     def get(self, request: Request, slug: str, rule_id: int) -> Response:
@@ -184,12 +175,11 @@ class FiringAlertsApi(APIView):
         return Response({"results": selectors.firing_alerts()})
 
 
-class AlertWebhookListApi(APIView):
+class AlertWebhookListApi(ViewerReadsApi):
     """The fleet's webhooks; POST adds one (publisher): `{"url", "format": "json"|"slack",
     "rule_id": null}`."""
 
-    def get_permissions(self) -> list[BasePermission]:
-        return _write_permission(self.request, IsViewer, IsPublisher)
+    change_permission = IsPublisher
 
     @extend_schema(responses=schemas.AlertWebhookListSerializer, operation_id="alert_webhook_list")
     def get(self, request: Request, slug: str) -> Response:
@@ -239,7 +229,7 @@ def guard_options(data: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in data.items() if name in fields}
 
 
-class RolloutGuardsApi(APIView):
+class RolloutGuardsApi(ViewerReadsApi):
     """The open rollout's guards and verdicts; PUT sets them (publisher):
     `{"guards": "default" | "statistical" | "quality" | [{"metric", "comparison", "threshold",
     "min_samples"} | {"kind": "sequential", "metric", "tolerance", "confidence", "per_cell"}],
@@ -247,8 +237,7 @@ class RolloutGuardsApi(APIView):
     "window_minutes": 10, "min_samples": 50, "min_devices": 0, "min_events": 0,
     "stage_limit_minutes": 0, "max_extensions": 1, "on_expiry": "rollback" | "hold"}`."""
 
-    def get_permissions(self) -> list[BasePermission]:
-        return _write_permission(self.request, IsViewer, IsPublisher)
+    change_permission = IsPublisher
 
     def _rollout(self, fleet: Fleet) -> Rollout | None:
         return (

@@ -138,6 +138,19 @@ def _add(
     return _act(request, fleet, add)
 
 
+def _remove(
+    request: HttpRequest, slug: str, delete: Callable[..., Any], said: str, **key: int
+) -> HttpResponse:
+    """Remove one of the fleet's: `delete` (a service) takes it by its `key` (`rule_id=…`)."""
+    fleet = fleet_or_404(slug)
+
+    def remove() -> str:
+        delete(actor=request.user, fleet=fleet, **key)
+        return said
+
+    return _act(request, fleet, remove)
+
+
 @role_required(Role.VIEWER)
 @require_GET
 def alerts_page(request: HttpRequest, slug: str) -> HttpResponse:
@@ -183,13 +196,7 @@ def alert_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpRespon
 @require_POST
 def alert_rule_delete(request: HttpRequest, slug: str, rule_id: int) -> HttpResponse:
     """Remove a rule (its history stays)."""
-    fleet = fleet_or_404(slug)
-
-    def remove() -> str:
-        services.alert_rule_delete(actor=request.user, fleet=fleet, rule_id=rule_id)
-        return "Removed the rule."
-
-    return _act(request, fleet, remove)
+    return _remove(request, slug, services.alert_rule_delete, "Removed the rule.", rule_id=rule_id)
 
 
 @role_required(Role.PUBLISHER)
@@ -209,10 +216,6 @@ def alert_webhook_create(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def alert_webhook_delete(request: HttpRequest, slug: str, webhook_id: int) -> HttpResponse:
     """Stop posting to a webhook."""
-    fleet = fleet_or_404(slug)
-
-    def remove() -> str:
-        services.alert_webhook_delete(actor=request.user, fleet=fleet, webhook_id=webhook_id)
-        return "Removed the webhook."
-
-    return _act(request, fleet, remove)
+    return _remove(
+        request, slug, services.alert_webhook_delete, "Removed the webhook.", webhook_id=webhook_id
+    )

@@ -27,8 +27,8 @@ from controlplane.roles import Role
 from routing_policies.assignment import bucket
 from routing_policies.models import AuditEntry, Rollout, RolloutEvent
 from routing_policies.services import device_enroll, fleet_enrollment_key_rotate
+from telemetry.alerts.models import AlertEvent, AlertRule, WebhookDelivery
 from telemetry.alerts.services import alert_rule_create, alert_webhook_create, rollout_start_guarded
-from telemetry.models import AlertEvent, AlertRule, WebhookDelivery
 from tests.factories import UserFactory, iso, make_events, make_fleet
 from tests.integration.test_telemetry_durability import Worker, _wait_until
 from tests.live_server import asgi_server, empty_test_redis, session_cookie

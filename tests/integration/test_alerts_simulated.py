@@ -19,8 +19,8 @@ from routing_policies.assignment import bucket
 from routing_policies.models import AuditEntry, Rollout, RolloutEvent
 from routing_policies.reviews.services import fleet_freeze_release
 from routing_policies.services import fleet_switch_version
+from telemetry.alerts.models import AlertRule, RolloutGuardSet
 from telemetry.alerts.services import alert_rule_create, rollout_start_guarded
-from telemetry.models import AlertRule, RolloutGuardSet
 from tests.live_server import asgi_server, empty_test_redis, require_postgres_and_redis
 
 from .simulated import buggy_candidate_fleet

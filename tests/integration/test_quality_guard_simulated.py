@@ -16,8 +16,8 @@ import pytest
 
 from routing_policies.models import Rollout
 from routing_policies.rollouts.selectors import fleet_assignment
+from telemetry.alerts.models import AlertEvent, AlertRule, RolloutGuardSet
 from telemetry.alerts.services import alert_rule_create, alerts_evaluate, rollout_start_guarded
-from telemetry.models import AlertEvent, AlertRule, RolloutGuardSet
 
 from .quality_fleet import (
     VirtualRun,

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from routing_policies.models import AuditEntry, Rollout
+from telemetry.alerts.models import AlertEvent
 from telemetry.alerts.selectors import guard_status
 from telemetry.alerts.services import rollout_start_guarded
-from telemetry.models import AlertEvent
 from tests.live_server import asgi_server
 
 from .simulated import buggy_candidate_fleet

@@ -22,9 +22,10 @@ from routing_policies.demo import DEMO_FLEET, DEMO_FLEET_KEY, demo_seed
 from routing_policies.models import Device, Fleet, PolicyVersion
 from routing_policies.selectors import version_document
 from routing_policies.services import device_enroll
+from telemetry.alerts.models import AlertEvent, AlertRule
 from telemetry.alerts.services import alerts_evaluate
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
-from telemetry.models import AlertEvent, AlertRule, Event
+from telemetry.models import Event
 
 pytestmark = pytest.mark.integration
 

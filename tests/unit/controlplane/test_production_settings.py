@@ -159,3 +159,40 @@ def test_settings__unknown_api_docs_access__refuses_to_start_naming_it() -> None
     assert result.returncode != 0
     assert "API_DOCS_ACCESS='everyone'" in result.stderr
     assert "authenticated" in result.stderr
+
+
+def test_settings__variables_named_like_settings__override_them_as_their_type() -> None:
+    # Given a process whose environment sets a few of the documented variables, one of each
+    # type, and leaves the rest unset
+    env = _bare_environment(
+        TELEMETRY_DRAINS="5",
+        MQTT_RECONCILE_S="7.5",
+        ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS="true",
+        MQTT_TOPIC_PREFIX="acme/routing",
+    )
+    show = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(repr((s.TELEMETRY_DRAINS, s.MQTT_RECONCILE_S, "
+        "s.ALERT_WEBHOOK_ALLOW_PRIVATE_NETWORKS, s.MQTT_TOPIC_PREFIX, s.PUSH_RECONCILE_S)))"
+    )
+
+    # When the settings are read
+    result = _run([sys.executable, "-c", show], env)
+
+    # Then each set variable overrides its setting, read as the setting's type, and an unset
+    # one keeps its documented default
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "(5, 7.5, True, 'acme/routing', 60.0)"
+
+
+def test_settings__unknown_mqtt_access__refuses_to_start_naming_it() -> None:
+    # Given a deployment that misspells how devices' broker access is managed
+    env = _bare_environment(MQTT_ACCESS="acl-file")
+
+    # When a command starts
+    result = _run([sys.executable, "manage.py", "check"], env)
+
+    # Then it refuses and names the variable and its choices
+    assert result.returncode != 0
+    assert "MQTT_ACCESS='acl-file'" in result.stderr
+    assert "dynsec" in result.stderr

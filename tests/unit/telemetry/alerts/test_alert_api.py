@@ -9,7 +9,7 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from routing_policies.models import AuditEntry, Rollout
-from telemetry.models import AlertRule, AlertWebhook, RolloutGuardSet
+from telemetry.alerts.models import AlertRule, AlertWebhook, RolloutGuardSet
 from tests.factories import make_events
 from tests.hostile_json import HOSTILE_PARAMS, Hostile, assert_names, with_field
 

@@ -12,6 +12,7 @@ import pytest
 from controlplane.exceptions import ValidationFailed
 from routing_policies.models import AuditEntry, Device, Rollout
 from telemetry.alerts.judging import ScopeFigures, judge_guard, judge_rule, reading
+from telemetry.alerts.models import AlertRule
 from telemetry.alerts.sequential import (
     CohortFigures,
     SequentialGuard,
@@ -20,7 +21,6 @@ from telemetry.alerts.sequential import (
 )
 from telemetry.alerts.services import alert_rule_create, alerts_evaluate, rollout_start_guarded
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
-from telemetry.models import AlertRule
 from telemetry.rollups import RollupRow
 from telemetry.rollups.schema import FIELD_INDEX, ZERO_SUMS
 from tests.factories import iso, make_events

@@ -9,7 +9,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from routing_policies.models import AuditEntry, Rollout
-from telemetry.models import AlertRule
+from telemetry.alerts.models import AlertRule
 
 pytestmark = pytest.mark.django_db
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from routing_policies.models import Device
+from telemetry.alerts.models import AlertEvent, AlertRule
 from telemetry.alerts.services import alert_rule_create, alerts_evaluate
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
-from telemetry.models import AlertEvent, AlertRule
 from tests.factories import iso, make_events
 
 pytestmark = pytest.mark.usefixtures("requires_postgres")

@@ -10,8 +10,8 @@ import pytest
 from django.core.management import call_command
 
 from routing_policies.models import Rollout
+from telemetry.alerts.models import RolloutGuardSet
 from telemetry.alerts.services.guards import QUALITY_GUARDS
-from telemetry.models import RolloutGuardSet
 
 pytestmark = pytest.mark.usefixtures("requires_postgres")
 

@@ -10,9 +10,9 @@ import pytest
 from django.core.management import call_command
 
 from routing_policies.models import AuditEntry, Device, Rollout, RolloutEvent
+from telemetry.alerts.models import AlertEvent, RolloutGuardSet
 from telemetry.alerts.services import alerts_evaluate, rollout_start_guarded
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
-from telemetry.models import AlertEvent, RolloutGuardSet
 from tests.factories import iso, make_events
 
 pytestmark = pytest.mark.usefixtures("requires_postgres")

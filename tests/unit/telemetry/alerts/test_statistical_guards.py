@@ -10,11 +10,11 @@ import pytest
 
 from controlplane.exceptions import ValidationFailed
 from routing_policies.models import AuditEntry, Device, Rollout
+from telemetry.alerts.models import AlertEvent, RolloutGuard, RolloutGuardSet
 from telemetry.alerts.selectors import guard_status
 from telemetry.alerts.services import alerts_evaluate, rollout_start_guarded
 from telemetry.alerts.services.guards import guard_options_validate
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
-from telemetry.models import AlertEvent, RolloutGuard, RolloutGuardSet
 from tests.factories import iso, make_events
 
 pytestmark = pytest.mark.usefixtures("requires_postgres")

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from telemetry.models import RolloutGuard, RolloutGuardSet
+from telemetry.alerts.models import RolloutGuard, RolloutGuardSet
 
 BASE = "/api/v1/fleets/fleet-a"
 Client = Callable[[Any], APIClient]

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from telemetry.alerts.models import WebhookDelivery
 from telemetry.alerts.services import webhook_delivery_attempt
-from telemetry.models import WebhookDelivery
 from tests.webhook_receiver import Receiver
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from routing_policies.models import Device
+from telemetry.alerts.models import AlertRule
 from telemetry.alerts.services import alert_rules_seed, alerts_evaluate
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
-from telemetry.models import AlertRule
 from tests.factories import make_event
 
 pytestmark = pytest.mark.django_db
