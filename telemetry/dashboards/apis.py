@@ -37,8 +37,8 @@ class FleetMetricsApi(APIView):
             raise NotFound(f"No fleet {slug!r}.")
         result = metrics.fleet_metrics(
             fleet_id=fleet.pk,
-            window=metrics.parse_window(query["window"]),
-            group_by=metrics.parse_group_by(query.get("group_by", "")),
+            window=query["window"],
+            group_by=query["group_by"],
             filters={name: query.get(name) for name in _FILTERS},
             with_scores=query["scores"],
         )

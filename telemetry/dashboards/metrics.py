@@ -8,7 +8,6 @@ per group into `Figures`. Also: the Prometheus counters per fleet and route.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from operator import attrgetter
@@ -26,7 +25,6 @@ from ..rollups.cohorts import CohortArms
 from ..rollups.prometheus import RouteTotals, stored_latency_bins
 from ..rollups.sketch import SCORE_BINS
 
-MAX_WINDOW: Final = timedelta(days=400)
 # What a caller may group and filter by, and the column each name reads.
 GROUPS: Final = {
     "version": "policy_version",
@@ -36,40 +34,6 @@ GROUPS: Final = {
     "latency_budget": "latency_budget",
     "privacy_tier": "privacy_tier",
 }
-_WINDOW_RE = re.compile(r"\A(\d{1,5})(m|h|d)\Z")
-_UNITS = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1)}
-
-
-def parse_window(text: str) -> timedelta:
-    """`15m`, `1h`, `24h`, `7d`, …; raises ValidationFailed."""
-    match = _WINDOW_RE.match(text.strip())
-    if not match or int(match.group(1)) == 0:
-        raise ValidationFailed(
-            "`window` must look like 15m, 1h, 24h or 7d.", details=[{"field": "window"}]
-        )
-    window = int(match.group(1)) * _UNITS[match.group(2)]
-    if window > MAX_WINDOW:
-        raise ValidationFailed("`window` is at most 400d.", details=[{"field": "window"}])
-    return window
-
-
-def parse_group_by(text: str) -> list[str]:
-    """`version,cohort,cell,route` → the grouping names (`cell` is the three cell dimensions)."""
-    names: list[str] = []
-    for raw in (part.strip() for part in text.split(",")):
-        if not raw:
-            continue
-        expanded = list(CELL_DIMENSIONS) if raw == "cell" else [raw]
-        for name in expanded:
-            if name not in GROUPS:
-                raise ValidationFailed(
-                    f"Cannot group by {raw!r}; use version, cohort, cell, route, task_type, "
-                    "latency_budget or privacy_tier.",
-                    details=[{"field": "group_by"}],
-                )
-            if name not in names:
-                names.append(name)
-    return names
 
 
 def _group_out(

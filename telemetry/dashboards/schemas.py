@@ -10,6 +10,7 @@ output serializers are their contract. Each component is named after its class, 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from rest_framework import serializers
@@ -19,6 +20,7 @@ from routing_policies.apis import RolloutSerializer
 from routing_policies.validation import DIMENSION_VALUE_RE, MAX_VERSION
 
 from ..api_schemas import CostReportSerializer, KeywordNamedSerializer
+from ..rollups import CELL_DIMENSIONS
 from .selectors import COHORTS, DEFAULT_WINDOW, FILTERS, ROUTES, WINDOWS, DashboardView
 
 # --- the queries ------------------------------------------------------------------------------
@@ -28,6 +30,7 @@ WINDOW_RE = (
     r"\A(?:[1-9][0-9]{0,4}m|(?:[1-9][0-9]{0,2}|[1-8][0-9]{3}|9[0-5][0-9]{2}|9600)h"
     r"|(?:[1-9][0-9]?|[1-3][0-9]{2}|400)d)\Z"
 )
+_WINDOW_UNITS = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1)}
 _GROUP_NAME = "(?:version|cohort|cell|route|task_type|latency_budget|privacy_tier)"
 _TASK_TYPE_MESSAGE = (
     "`task_type` must be a task type name (a lower-case letter, then a-z, 0-9, _ or -; ≤ 32)."
@@ -147,6 +150,16 @@ class FleetMetricsQuerySerializer(_FleetFiltersSerializer):
     )
     privacy_tier = serializers.RegexField(DIMENSION_VALUE_RE, trim_whitespace=False, required=False)
     scores = serializers.BooleanField(default=False, help_text="add the complexity-score histogram")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """The window as a duration and the grouping as names (`cell`: its three dimensions,
+        each once), as the fields' patterns admitted them."""
+        window = attrs["window"]
+        attrs["window"] = int(window[:-1]) * _WINDOW_UNITS[window[-1]]
+        names = attrs.get("group_by", "").split(",") if attrs.get("group_by") else []
+        expanded = (CELL_DIMENSIONS if name == "cell" else (name,) for name in names)
+        attrs["group_by"] = list(dict.fromkeys(name for group in expanded for name in group))
+        return attrs
 
 
 # --- the answers ------------------------------------------------------------------------------
