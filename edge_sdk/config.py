@@ -61,6 +61,9 @@ class DeviceConfig:
         30  # MQTT keepalive: the broker drops (and publishes the will) after 1.5x
     )
     mqtt_session_expiry_s: int = 86_400  # the broker keeps the session this long after a drop
+    # Over mqtts:// or wss://: the CA bundle (PEM file) the broker's certificate is checked
+    # against, for a broker with a private CA. Empty: the system's CA store.
+    mqtt_ca_file: str = ""
     # How long to wait for a version's retained document before asking the HTTP endpoint.
     mqtt_document_wait_s: float = 3.0
     # A state that names a stable or candidate whose document the device does not hold:

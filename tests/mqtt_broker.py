@@ -4,7 +4,9 @@ directory, stopped when the test (or module) ends. Never the system broker on 18
 `Broker.start(tmp)` runs it with anonymous access (`log_subscriptions=True`: each client's
 SUBSCRIBE and UNSUBSCRIBE in its log, `Broker.subscriptions`);
 `Broker.start(tmp, dynsec_admin=(user, pw))` loads the dynamic-security plugin with that admin
-account (the control plane drives it)."""
+account (the control plane drives it); `Broker.start(tmp, tls=Certificates.make(tmp))` listens
+with TLS only, its certificate signed by a private CA (`require_client_certificate=True`: mutual
+TLS, a client needs a certificate of that CA too)."""
 
 import getpass
 import os
@@ -23,6 +25,43 @@ MOSQUITTO_CTRL = shutil.which("mosquitto_ctrl") or "/usr/bin/mosquitto_ctrl"
 DYNSEC_PLUGIN = "/usr/lib/x86_64-linux-gnu/mosquitto_dynamic_security.so"
 
 
+@dataclass(frozen=True)
+class Certificates:
+    """A private CA, a broker certificate for localhost and 127.0.0.1, and a client certificate
+    (PEM files made by openssl)."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+    @classmethod
+    def make(cls, directory: Path) -> "Certificates":
+        directory.mkdir(parents=True, exist_ok=True)
+
+        def openssl(*args: str) -> None:
+            subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=directory)
+
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                "/CN=test private CA", "-keyout", "ca.key", "-out", "ca.pem")  # fmt: skip
+        for name, names in (("server", "DNS:localhost,IP:127.0.0.1"), ("client", "")):
+            openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+                    "-keyout", f"{name}.key", "-out", f"{name}.csr")  # fmt: skip
+            extensions = directory / f"{name}.ext"
+            extensions.write_text(f"subjectAltName={names}\n" if names else "")
+            openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                    "-CAcreateserial", "-days", "2", "-extfile", str(extensions),
+                    "-out", f"{name}.pem")  # fmt: skip
+        return cls(
+            ca=directory / "ca.pem",
+            server_cert=directory / "server.pem",
+            server_key=directory / "server.key",
+            client_cert=directory / "client.pem",
+            client_key=directory / "client.key",
+        )
+
+
 def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -35,9 +74,12 @@ class Broker:
     port: int
     directory: Path
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    tls: Certificates | None = None
 
     @property
     def url(self) -> str:
+        if self.tls is not None:  # the name its certificate carries
+            return f"mqtts://localhost:{self.port}"
         return f"mqtt://{self.host}:{self.port}"
 
     @classmethod
@@ -48,6 +90,8 @@ class Broker:
         dynsec_admin: tuple[str, str] | None = None,
         host: str = "127.0.0.1",
         log_subscriptions: bool = False,
+        tls: Certificates | None = None,
+        require_client_certificate: bool = False,
     ) -> "Broker":
         if not os.path.exists(MOSQUITTO):
             if os.environ.get("CI") == "true":
@@ -67,6 +111,14 @@ class Broker:
         if log_subscriptions:  # "{client id} {qos} {topic}" per SUBSCRIBE, in the log file
             # (run as root, Mosquitto would switch to its own user, which cannot write here)
             lines += ["log_type subscribe", "log_type unsubscribe", f"user {getpass.getuser()}"]
+        if tls is not None:  # read as this user (as root, Mosquitto would switch to its own)
+            lines += [f"user {getpass.getuser()}"] * (not log_subscriptions)
+            lines += [
+                f"cafile {tls.ca}",
+                f"certfile {tls.server_cert}",
+                f"keyfile {tls.server_key}",
+                f"require_certificate {str(require_client_certificate).lower()}",
+            ]
         if dynsec_admin is None:
             lines.append("allow_anonymous true")
         else:
@@ -88,7 +140,7 @@ class Broker:
         process = subprocess.Popen(
             [MOSQUITTO, "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
-        broker = cls(host=host, port=port, directory=directory, process=process)
+        broker = cls(host=host, port=port, directory=directory, process=process, tls=tls)
         broker._wait_listening()
         return broker
 

@@ -507,7 +507,9 @@ class MqttTransport:
             if self._websockets:
                 client.ws_set_options(path=self._ws_path)
             if self._tls:
-                client.tls_set_context(ssl.create_default_context())
+                client.tls_set_context(
+                    ssl.create_default_context(cafile=self.config.mqtt_ca_file or None)
+                )
             client.on_connect = self._on_connect
             client.on_disconnect = self._on_disconnect
             client.on_message = self._on_message

@@ -8,7 +8,7 @@ import json
 import logging
 import threading
 import uuid
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 from urllib.parse import urlsplit
 
 import paho.mqtt.client as mqtt
@@ -22,17 +22,34 @@ RESPONSE_TOPIC: Final = "$CONTROL/dynamic-security/v1/response"
 MAX_COMMANDS_PER_MESSAGE: Final = 200
 
 
+class TlsFiles(NamedTuple):
+    """PEM files for mqtts:// (empty: the system's CA store; no client certificate)."""
+
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+
+
+NO_TLS_FILES: Final = TlsFiles()
+
+
 class BrokerUnavailable(Exception):
     """The broker could not be reached, refused the admin account, or did not answer in time."""
 
 
 def run(
-    commands: list[dict[str, Any]], *, url: str, username: str, password: str, timeout: float
+    commands: list[dict[str, Any]],
+    *,
+    url: str,
+    username: str,
+    password: str,
+    timeout: float,
+    tls: TlsFiles = NO_TLS_FILES,
 ) -> list[dict[str, Any]]:
     """Run the commands in order; one response per command (`error` set when it failed)."""
     if not commands:
         return []
-    with _AdminSession(url, username, password, timeout) as session:
+    with _AdminSession(url, username, password, timeout, tls) as session:
         responses: list[dict[str, Any]] = []
         for start in range(0, len(commands), MAX_COMMANDS_PER_MESSAGE):
             responses += session.call(commands[start : start + MAX_COMMANDS_PER_MESSAGE])
@@ -42,7 +59,14 @@ def run(
 class _AdminSession:
     """One MQTT 5 connection of the admin account, subscribed to the plugin's responses."""
 
-    def __init__(self, url: str, username: str, password: str, timeout: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        username: str,
+        password: str,
+        timeout: float,
+        tls: TlsFiles,
+    ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
             raise BrokerUnavailable(f"MQTT_URL {url!r} is not mqtt://host:port or mqtts://…")
@@ -56,7 +80,11 @@ class _AdminSession:
         )
         self.client.username_pw_set(username, password)
         if parts.scheme == "mqtts":
-            self.client.tls_set()
+            self.client.tls_set(
+                ca_certs=tls.ca_file or None,
+                certfile=tls.cert_file or None,
+                keyfile=tls.key_file or None,
+            )
         self.client.connect_timeout = timeout
         self._connected = threading.Event()
         self._subscribed = threading.Event()

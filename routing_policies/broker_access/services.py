@@ -55,6 +55,7 @@ def _run(commands: list[dict[str, Any]]) -> list[dict[str, Any]]:
         username=settings.MQTT_DYNSEC_USERNAME or str(getattr(settings, "MQTT_USERNAME", "")),
         password=settings.MQTT_DYNSEC_PASSWORD or str(getattr(settings, "MQTT_PASSWORD", "")),
         timeout=settings.MQTT_DYNSEC_TIMEOUT_S,
+        tls=dynsec.TlsFiles(settings.MQTT_CA_FILE, settings.MQTT_CERT_FILE, settings.MQTT_KEY_FILE),
     )
     refused = [
         f"{r.get('command')}: {r['error']}"

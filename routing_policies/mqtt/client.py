@@ -37,6 +37,10 @@ class BrokerAddress:
     tls: bool
     username: str
     password: str
+    # PEM files (empty: the system's CA store; no client certificate).
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
 
     @classmethod
     def from_settings(cls) -> "BrokerAddress":
@@ -48,6 +52,9 @@ class BrokerAddress:
             tls=tls,
             username=settings.MQTT_USERNAME,
             password=settings.MQTT_PASSWORD,
+            ca_file=settings.MQTT_CA_FILE,
+            cert_file=settings.MQTT_CERT_FILE,
+            key_file=settings.MQTT_KEY_FILE,
         )
 
 
@@ -71,7 +78,11 @@ def new_client(
     if address.username:
         client.username_pw_set(address.username, address.password or None)
     if address.tls:
-        client.tls_set()
+        client.tls_set(
+            ca_certs=address.ca_file or None,
+            certfile=address.cert_file or None,
+            keyfile=address.key_file or None,
+        )
     return client
 
 

@@ -85,6 +85,7 @@ def control_plane(
     given what a fresh broker needs (`manage.py mqtt_reconcile --all`)."""
     settings.MQTT_URL = broker.url
     settings.MQTT_TOPIC_PREFIX = mqtt_prefix
+    settings.MQTT_CA_FILE = str(broker.tls.ca) if broker.tls else ""
     receivers.connect()
     fleets_reconcile(force=True)
     links = Links(broker, tmp_path, prefix=mqtt_prefix)
@@ -137,6 +138,7 @@ class Fleet:
                 model="pixel-9",
                 state_dir=self.directory / device_id,
                 mqtt_url=self.broker.url,
+                mqtt_ca_file=str(self.broker.tls.ca) if self.broker.tls else "",
                 mqtt_prefix=PREFIX,
                 backoff_base_s=0.05,
                 backoff_max_s=0.5,

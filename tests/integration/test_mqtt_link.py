@@ -53,6 +53,7 @@ class Links:
             "MQTT_URL": broker.url,
             "MQTT_TOPIC_PREFIX": prefix,
             "MQTT_RECONCILE_S": "0.5",
+            "MQTT_CA_FILE": str(broker.tls.ca) if broker.tls else "",
         }
         self.directory = directory
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
