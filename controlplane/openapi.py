@@ -169,6 +169,18 @@ ERROR_DESCRIPTIONS: dict[int, tuple[str, list[OpenApiExample]]] = {
             )
         ],
     ),
+    503: (
+        "A service the control plane depends on (the MQTT broker) did not answer: retry after "
+        "`Retry-After` seconds; nothing was changed.",
+        [
+            _example(
+                "broker_unavailable",
+                "broker_unavailable",
+                "The MQTT broker could not be told; retry in 30 s.",
+                [],
+            )
+        ],
+    ),
 }
 
 

@@ -92,13 +92,14 @@ class Broker:
         log_subscriptions: bool = False,
         tls: Certificates | None = None,
         require_client_certificate: bool = False,
+        port: int | None = None,
     ) -> "Broker":
         if not os.path.exists(MOSQUITTO):
             if os.environ.get("CI") == "true":
                 pytest.fail("CI=true but mosquitto is not installed (.ci/run installs it)")
             pytest.skip("needs mosquitto (apt-get install mosquitto)")
         directory.mkdir(parents=True, exist_ok=True)
-        port = _free_port(host)
+        port = port or _free_port(host)  # a given port: a broker started again in its place
         lines = [
             f"listener {port} {host}",
             "set_tcp_nodelay true",

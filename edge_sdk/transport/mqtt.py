@@ -89,6 +89,10 @@ MAX_STATE_BYTES: Final = 64 * 1024
 MAX_PRESSURE_BYTES: Final = 4 * 1024
 # The immutable, CDN-cacheable document of a published version (docs/PROTOCOL.md, "MQTT").
 DOCUMENT_PATH: Final = "/api/v1/fleets/{fleet}/documents/{version}"
+# Where a device whose credentials the broker refused asks the control plane to restore them
+# (docs/PROTOCOL.md, "MQTT"), at most once per ACCESS_ASK_INTERVAL_S.
+ACCESS_PATH: Final = "/api/v1/devices/me/broker-access"
+ACCESS_ASK_INTERVAL_S: Final = 60.0
 # CONNACK reason codes meaning "these credentials are not accepted here".
 _REFUSED_CREDENTIALS: Final = frozenset(
     {0x86, 0x87, 0x8C}
@@ -368,6 +372,7 @@ class MqttTransport:
         self._pending: FleetState | None = None  # a state whose document is still missing
         self._retry_at = 0.0
         self._retry: Backoff | None = None
+        self._access_asked_at: float | None = None  # monotonic time of the last ask
         self.last_seq: int | None = None  # the newest state applied (kept across sessions)
         # The current connection's number in its birth, will and goodbye (docs/PROTOCOL.md,
         # "MQTT", Presence): 0 before the first.
@@ -543,6 +548,27 @@ class MqttTransport:
         )
         return client
 
+    async def _ask_access(self, link: Link) -> bool:
+        """Ask the control plane to give the broker this device's credentials again; True
+        when it did (204). At most once per ACCESS_ASK_INTERVAL_S."""
+        now = time.monotonic()
+        if link.http is None or (
+            self._access_asked_at is not None
+            and now - self._access_asked_at < ACCESS_ASK_INTERVAL_S
+        ):
+            return False
+        self._access_asked_at = now
+        try:
+            response = await link.http.post(
+                self.config.base_url + ACCESS_PATH,
+                headers=link.auth_headers(),
+                timeout=self.config.http_timeout_s,
+            )
+        except (httpx.HTTPError, OSError) as error:
+            link.last_error = f"mqtt: asking for broker access: {error!r}"
+            return False
+        return response.status_code == 204
+
     async def _open(self, client: mqtt.Client, link: Link) -> SessionEnd | None:
         """Wait for the CONNACK; on success publish the birth and subscribe to the fleet's
         topics. None when the session is open, else how it ended."""
@@ -557,8 +583,12 @@ class MqttTransport:
             link.last_error = f"mqtt: connection lost before CONNACK ({code})"
             return "failed"
         if code in _REFUSED_CREDENTIALS:
-            # The HTTP API says whether the token is revoked (the connection polls it).
+            # The control plane may restore them (the broker lost the device's client, or it
+            # enrolled while the broker was down); else the HTTP API says whether the token is
+            # revoked (the connection polls it).
             link.last_error = f"mqtt: the broker refused the credentials ({code:#x})"
+            if await self._ask_access(link):
+                return "failed"  # the broker knows the device now: reconnect after back-off
             return "refused"
         if code != 0:
             link.last_error = f"mqtt: CONNACK {code:#x}"

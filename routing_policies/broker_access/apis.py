@@ -1,6 +1,7 @@
 """The HTTP hooks a broker calls (docs/mqtt-brokers.md): EMQX 5's HTTP authentication and
 authorisation (`/mqtt/auth`, `/mqtt/acl`; HiveMQ through an extension calling the same) and
-VerneMQ's webhooks (`/mqtt/vernemq`, by its `vernemq-hook` header).
+VerneMQ's webhooks (`/mqtt/vernemq`, by its `vernemq-hook` header). And the one a device calls
+when the broker refused its credentials (`/devices/me/broker-access`, dynsec only).
 
 The broker proves itself with the shared secret MQTT_HOOK_SECRET in `X-MQTT-Hook-Secret`
 (401 without it; always 401 while the secret is unset). A decision is always 200 with the
@@ -11,6 +12,7 @@ import hmac
 from typing import Any, Final
 
 from django.conf import settings
+from django.core.cache import cache
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
@@ -22,10 +24,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.api import JsonChoiceField, JsonIntegerField, JsonStringField, require_object
-from controlplane.exceptions import ValidationFailed
-from controlplane.openapi import ApiSerializer
+from controlplane.exceptions import Conflict, ValidationFailed, error_body
+from controlplane.openapi import ApiSerializer, error_responses
 
-from . import selectors
+from ..devices.apis import DeviceTokenAuthentication, IsDevice
+from ..devices.models import Device
+from . import selectors, services
 from .access import ACTIONS
 
 SECRET_HEADER: Final = "X-MQTT-Hook-Secret"
@@ -274,3 +278,50 @@ def _vernemq_subscribe(hook: str, username: str, topics: list[dict[str, Any]]) -
     if hook.endswith("_m5"):
         return {"result": "ok", "modifiers": {"topics": answered}}
     return {"result": "ok", "topics": answered}
+
+
+# A device asks again at most this often (each ask is a broker round trip of the admin account).
+ACCESS_ASK_INTERVAL_S: Final = 60
+RETRY_AFTER_S: Final = 30
+
+
+class DeviceBrokerAccessApi(APIView):
+    """The broker refused this device's credentials though its token is live (it enrolled while
+    the broker was down, or the broker lost its clients): give the broker the device's client
+    again, with the token this request carries. Only where the control plane manages the
+    broker's access (MQTT_ACCESS=dynsec); at most once a minute per device."""
+
+    authentication_classes = [DeviceTokenAuthentication]
+    permission_classes = [IsDevice]
+
+    @extend_schema(
+        request=None,
+        responses={204: None, **error_responses(409, 429, 503)},
+        operation_id="device_broker_access",
+    )
+    def post(self, request: Request) -> Response:
+        device = request.auth
+        assert isinstance(device, Device)
+        if not services.dynsec_enabled():
+            raise Conflict(
+                "The control plane does not manage this broker's access (MQTT_ACCESS is not "
+                "dynsec): the broker asks the hooks, or its operator, on every connect.",
+                code="broker_access_not_managed",
+            )
+        if not cache.add(f"broker-access-ask:{device.pk}", 1, timeout=ACCESS_ASK_INTERVAL_S):
+            return _retry_later(
+                429, "rate_limited", "Asked already; ask again in a minute.", ACCESS_ASK_INTERVAL_S
+            )
+        token = request.headers["Authorization"].partition(" ")[2].strip()
+        if not services.broker_device_grant(
+            fleet=device.fleet.slug, device_id=device.device_id, token=token
+        ):
+            message = f"The MQTT broker could not be told; retry in {RETRY_AFTER_S} s."
+            return _retry_later(503, "broker_unavailable", message, RETRY_AFTER_S)
+        return Response(status=204)
+
+
+def _retry_later(status_code: int, code: str, message: str, after_s: int) -> Response:
+    response = Response(error_body(code, message), status=status_code)
+    response["Retry-After"] = str(after_s)
+    return response

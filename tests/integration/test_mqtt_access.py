@@ -351,3 +351,95 @@ def test_mqtt_access__controlplane_account__publishes_fleet_state_reads_devices_
     assert granted == ["Granted QoS 1"]
     assert published == "Success"
     assert control.topics_received(1) == [_topic(fleet.slug, "phone-1", "ack")]
+
+
+ACCESS = "/api/v1/devices/me/broker-access"
+
+
+def _ask_access(token: str) -> Any:
+    return APIClient().post(ACCESS, HTTP_AUTHORIZATION=f"Bearer {token}")
+
+
+def test_mqtt_access__enrolled_while_broker_down__device_asks_and_the_broker_takes_it(
+    dynsec_settings: Any,
+    broker: Broker,
+    fleet: Any,
+    fleet_key: str,
+    connect: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # Given a device that enrolled while the broker could not be reached: the broker refuses it
+    url = dynsec_settings.MQTT_URL
+    dynsec_settings.MQTT_URL = "mqtt://127.0.0.1:9"  # nothing listens there
+    token = _enrol(fleet_key, "phone-late", django_capture_on_commit_callbacks)
+    dynsec_settings.MQTT_URL = url
+    assert connect(f"{fleet.slug}/phone-late", token).connect_reason == "Not authorized"
+
+    # When the device, refused, asks the control plane for its broker access
+    answer = _ask_access(token)
+
+    # Then the control plane gave the broker its client, and it connects with its token
+    assert answer.status_code == 204, answer.content
+    assert connect(f"{fleet.slug}/phone-late", token).connect_reason == "Success"
+    # ... within its rights only (its own topics, its fleet's state)
+    report = broker_access.broker_access_sync(dry_run=True).as_dict()
+    assert report["missing_devices"] == []
+    # and asking again at once is refused for a minute (each ask costs the broker's admin)
+    again = _ask_access(token)
+    assert again.status_code == 429
+    assert again.json()["error"]["code"] == "rate_limited"
+    assert int(again["Retry-After"]) > 0
+
+
+def test_mqtt_access__ask_while_broker_down__503_retry_after_and_nothing_granted(
+    dynsec_settings: Any,
+    broker: Broker,
+    fleet: Any,
+    fleet_key: str,
+    connect: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # Given a device enrolled while the broker was down, and the broker still unreachable
+    url = dynsec_settings.MQTT_URL
+    dynsec_settings.MQTT_URL = "mqtt://127.0.0.1:9"
+    token = _enrol(fleet_key, "phone-away", django_capture_on_commit_callbacks)
+    failures = sum(broker_access.FAILURES.values())
+
+    # When it asks for its broker access
+    answer = _ask_access(token)
+
+    # Then the answer says the broker could not be told and when to try again, counted
+    assert answer.status_code == 503
+    assert answer.json()["error"]["code"] == "broker_unavailable"
+    assert answer["Retry-After"] == "30"
+    assert sum(broker_access.FAILURES.values()) == failures + 1
+    # and the broker, back, still does not know the device
+    dynsec_settings.MQTT_URL = url
+    assert connect(f"{fleet.slug}/phone-away", token).connect_reason == "Not authorized"
+
+
+def test_mqtt_access__revoked_or_foreign_token__ask_refused_401_nothing_granted(
+    dynsec_settings: Any,
+    broker: Broker,
+    fleet: Any,
+    fleet_key: str,
+    publisher: Any,
+    connect: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # Given a revoked device
+    token = _enrol(fleet_key, "phone-gone", django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        device_revoke(actor=publisher, device=Device.objects.get(device_id="phone-gone"))
+
+    # When it, or a caller with no token or a made-up one, asks for broker access
+    answers = [
+        _ask_access(token),
+        APIClient().post(ACCESS),
+        _ask_access("made-up-token"),
+        APIClient().post(ACCESS, HTTP_AUTHORIZATION="Basic eDp5"),
+    ]
+
+    # Then each is refused as unauthenticated, and the broker still refuses the revoked token
+    assert [a.status_code for a in answers] == [401] * 4
+    assert connect(f"{fleet.slug}/phone-gone", token).connect_reason == "Not authorized"
