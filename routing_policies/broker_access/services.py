@@ -29,9 +29,16 @@ logger = logging.getLogger(__name__)
 
 # Errors the plugin answers when what we asked for is already so.
 _ALREADY: Final = ("already exists", "not found")
-# Broker-side failures since the process started, by operation (enrol, revoke, sync).
+# Broker-side failures since the process started, by operation: a grant (enrolment, a device's
+# ask), a removal (revocation), a sync.
+OPERATIONS: Final = ("grant", "remove", "sync")
 FAILURES: Counter[str] = Counter()
 _FINGERPRINT_CHARS: Final = 16
+
+
+def failure_counts() -> dict[str, int]:
+    """This process's broker-side failures by operation (each at 0 when none)."""
+    return {operation: FAILURES[operation] for operation in OPERATIONS}
 
 
 class DynsecRefused(Exception):

@@ -1,6 +1,7 @@
 """The app's reads, for other apps, commands and tests; each lives in its part's `selectors`
 (policies, rollouts, devices), where the app's own views call it."""
 
+from ..broker_access.services import failure_counts as broker_access_failures
 from ..devices.models import ONLINE_WINDOW, online_q
 from ..devices.selectors import (
     candidate_cohort_count,
@@ -49,6 +50,7 @@ __all__ = [
     "FleetWithState",
     "VersionRef",
     "audit_list",
+    "broker_access_failures",
     "candidate_cohort_count",
     "cell_keys",
     "cloud_pressure_live",

@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from controlplane.exceptions import NotFound, error_body
 from controlplane.openapi import query_params_validate
 from routing_policies.models import Fleet
+from routing_policies.selectors import broker_access_failures
 
 from ..ingest.selectors import ingest_gauges
 from ..rollups import prometheus
@@ -52,5 +53,6 @@ def prometheus_metrics(request: HttpRequest) -> HttpResponse:
         offered = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if not hmac.compare_digest(offered.encode(), token.encode()):
             return JsonResponse(error_body("not_authenticated", "Bearer token needed."), status=401)
-    text = prometheus.render(metrics.route_totals(), ingest_gauges())
+    failures = broker_access_failures() if settings.MQTT_ACCESS == "dynsec" else None
+    text = prometheus.render(metrics.route_totals(), ingest_gauges(), failures)
     return HttpResponse(text, content_type=prometheus.CONTENT_TYPE)

@@ -105,8 +105,12 @@ _COUNTERS: Final = (
 )
 
 
-def render(totals: Iterable[RouteTotals], gauges: IngestGauges) -> str:
-    """The whole /metrics page."""
+def render(
+    totals: Iterable[RouteTotals],
+    gauges: IngestGauges,
+    broker_access_failures: Mapping[str, int] | None = None,
+) -> str:
+    """The whole /metrics page (with this process's broker-access failures, when given)."""
     rows = sorted(totals, key=lambda t: (t.fleet, t.route, t.decided_by))
     lines: list[str] = []
     for name, attr, help_text in _COUNTERS:
@@ -162,4 +166,13 @@ def render(totals: Iterable[RouteTotals], gauges: IngestGauges) -> str:
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} gauge")
         lines.append(f"{name} {_number(value)}")
+    if broker_access_failures is not None:
+        name = "controlplane_broker_access_failures_total"
+        lines.append(
+            f"# HELP {name} Device accounts this process could not give or take from the MQTT "
+            "broker (MQTT_ACCESS=dynsec), by operation; `mqtt_access sync` puts them right."
+        )
+        lines.append(f"# TYPE {name} counter")
+        for operation, count in sorted(broker_access_failures.items()):
+            lines.append(f"{name}{_labels([('operation', operation)])} {count}")
     return "\n".join(lines) + "\n"

@@ -413,6 +413,11 @@ def test_mqtt_access__ask_while_broker_down__503_retry_after_and_nothing_granted
     assert answer.json()["error"]["code"] == "broker_unavailable"
     assert answer["Retry-After"] == "30"
     assert sum(broker_access.FAILURES.values()) == failures + 1
+    # ... where the operator sees it: this process's /metrics counts the failed grants
+    scraped = APIClient().get("/metrics").content.decode()
+    grants = broker_access.FAILURES["grant"]
+    assert f'controlplane_broker_access_failures_total{{operation="grant"}} {grants}' in scraped
+    assert 'controlplane_broker_access_failures_total{operation="sync"}' in scraped
     # and the broker, back, still does not know the device
     dynsec_settings.MQTT_URL = url
     assert connect(f"{fleet.slug}/phone-away", token).connect_reason == "Not authorized"
