@@ -38,7 +38,7 @@ class SegmentListApi(ViewerReadsApi):
 
     change_permission = IsEditor
 
-    @extend_schema(responses=schemas.SegmentSerializer(many=True), operation_id="segment_list")
+    @extend_schema(responses=schemas.SegmentListSerializer, operation_id="segment_list")
     def get(self, request: Request, slug: str) -> Response:
         return Response(selectors.segments_overview(fleet=fleet_get(slug=slug)))
 

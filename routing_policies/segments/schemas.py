@@ -148,3 +148,8 @@ class SegmentSerializer(ApiSerializer):
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     preview = PreviewSerializer(required=False)
+
+
+class SegmentListSerializer(ApiSerializer):
+    devices = serializers.IntegerField(help_text="enrolled devices of the fleet (not revoked)")
+    segments = SegmentSerializer(many=True)

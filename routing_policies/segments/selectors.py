@@ -79,11 +79,14 @@ def segment_out(segment: Segment, preview: dict[str, Any] | None = None) -> dict
     return out
 
 
-def segments_overview(*, fleet: Fleet) -> list[dict[str, Any]]:
-    """The fleet's segments, each with its preview (one census for all)."""
-    segments = segment_list(fleet=fleet)
-    census = attribute_census(fleet) if segments else []
-    return [
-        segment_out(segment, rule_preview(fleet=fleet, rule=segment.rule, census=census))
-        for segment in segments
-    ]
+def segments_overview(*, fleet: Fleet) -> dict[str, Any]:
+    """The fleet's enrolled devices and its segments, each with its preview (one census for
+    all)."""
+    census = attribute_census(fleet)
+    return {
+        "devices": sum(count for _, count in census),
+        "segments": [
+            segment_out(segment, rule_preview(fleet=fleet, rule=segment.rule, census=census))
+            for segment in segment_list(fleet=fleet)
+        ],
+    }

@@ -43,7 +43,8 @@ def _page(
     posted: dict[str, Any] | None = None,
     **extra: Any,
 ) -> HttpResponse:
-    segments = selectors.segments_overview(fleet=fleet)
+    overview = selectors.segments_overview(fleet=fleet)
+    segments = overview["segments"]
     for segment in segments:
         segment["text"] = rule_text(segment["rule"]).removeprefix("(").removesuffix(")")
         segment["rule_json"] = json.dumps(segment["rule"], indent=2, ensure_ascii=False)
@@ -65,7 +66,7 @@ def _page(
         "form": form,
         "attributes": list(ATTRIBUTES.values()),
         "examples": [(label, json.dumps(rule)) for label, rule in RULE_EXAMPLES],
-        "devices": selectors.rule_preview(fleet=fleet, rule=RULE_EXAMPLES[0][1])["devices"],
+        "devices": overview["devices"],
         **extra,
     }
     return render(request, "routing_policies/segments.html", context, status=status)
