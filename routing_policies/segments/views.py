@@ -35,6 +35,20 @@ def rule_text(rule: dict[str, Any]) -> str:
     return " and ".join(f"{name} {_SIGNS[k]} {v}" for k, v in rule["range"].items())
 
 
+_KEY_ORDER = {"attribute": 0, "equals": 1, "in": 1, "range": 1, "all_of": 2, "any_of": 2}
+
+
+def rule_shown(rule: Any) -> Any:
+    """A rule with its keys in the order a person writes them (`attribute` first): the
+    database's JSON keeps its own order."""
+    if isinstance(rule, dict):
+        ordered = sorted(rule.items(), key=lambda item: (_KEY_ORDER.get(item[0], 3), item[0]))
+        return {key: rule_shown(value) for key, value in ordered}
+    if isinstance(rule, list):
+        return [rule_shown(item) for item in rule]
+    return rule
+
+
 def _page(
     request: HttpRequest,
     fleet: Fleet,
@@ -47,7 +61,7 @@ def _page(
     segments = overview["segments"]
     for segment in segments:
         segment["text"] = rule_text(segment["rule"]).removeprefix("(").removesuffix(")")
-        segment["rule_json"] = json.dumps(segment["rule"], indent=2, ensure_ascii=False)
+        segment["rule_json"] = json.dumps(rule_shown(segment["rule"]), indent=2, ensure_ascii=False)
     editing = next((s for s in segments if s["name"] == request.GET.get("edit")), None)
     form = posted or (
         {
