@@ -30,6 +30,7 @@ __all__ = [
     "MAX_RULE_DEPTH",
     "MAX_RULE_NODES",
     "REPORTED_ATTRIBUTES",
+    "VERSION_PATTERN",
     "Attribute",
     "AttributeProblem",
     "RuleProblem",
@@ -65,11 +66,14 @@ class Attribute:
 _IDENTIFIER: Final = re.compile(r"\A[a-z0-9][a-z0-9._-]*\Z")
 # A semantic version, or a shorter one as OS versions are written (`14`, `17.4.1`): 1 to 4
 # numbers, then an optional pre-release (`-beta.2`) and build (`+20261201`, ignored in order).
-_VERSION: Final = re.compile(
-    r"\A(?P<core>\d{1,9}(?:\.\d{1,9}){0,3})"
-    r"(?:-(?P<pre>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?"
-    r"(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?\Z"
+# ASCII digits only (Python's \d also takes other scripts' digits); the same text is the
+# OpenAPI schema's pattern (VERSION_PATTERN), which JSON Schema reads as ECMA-262 alike.
+VERSION_PATTERN: Final = (
+    r"^([0-9]{1,9}(?:\.[0-9]{1,9}){0,3})"
+    r"(?:-([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?"
+    r"(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$"
 )
+_VERSION: Final = re.compile(VERSION_PATTERN.removesuffix("$") + r"\Z")
 _CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 ATTRIBUTES: Final[Mapping[str, Attribute]] = {
@@ -183,11 +187,11 @@ def version_key(text: str) -> tuple[Any, ...] | None:
     match = _VERSION.match(text)
     if match is None:
         return None
-    core = [int(part) for part in match["core"].split(".")]
+    core = [int(part) for part in match[1].split(".")]
     core += [0] * (4 - len(core))
-    if match["pre"] is None:
+    if match[2] is None:
         return (*core, 1, ())
-    pre = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in match["pre"].split("."))
+    pre = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in match[2].split("."))
     return (*core, 0, pre)
 
 
@@ -196,7 +200,9 @@ def _value_problem(attribute: Attribute, value: object) -> str | None:
     if attribute.kind == "number":
         if isinstance(value, bool) or not isinstance(value, int | float):
             return "must be a number"
-        if not math.isfinite(value) or not attribute.minimum <= value <= attribute.maximum:
+        # A whole number is compared as it is (math.isfinite would overflow on 10**400).
+        finite = isinstance(value, int) or math.isfinite(value)
+        if not finite or not attribute.minimum <= value <= attribute.maximum:
             return f"must be from {attribute.minimum:g} to {attribute.maximum:g}"
         return None
     if not isinstance(value, str):

@@ -85,13 +85,7 @@ class SegmentDetailApi(ViewerReadsApi):
     )
     def patch(self, request: Request, fleet: Fleet, data: dict[str, Any], name: str) -> Response:
         segment = services.segment_update(
-            actor=request.user,
-            fleet=fleet,
-            name=name,
-            revision=data["revision"],
-            new_name=data.get("name"),
-            description=data.get("description"),
-            rule=data.get("rule"),
+            actor=request.user, fleet=fleet, name=name, **schemas.update_arguments(data)
         )
         return _answer(fleet, segment)
 

@@ -12,6 +12,7 @@ from edge_sdk.segments import (
     MAX_RULE_DEPTH,
     MAX_RULE_NODES,
     REPORTED_ATTRIBUTES,
+    VERSION_PATTERN,
     Attribute,
     AttributeProblem,
     RuleProblem,
@@ -32,6 +33,7 @@ __all__ = [
     "MAX_RULE_NODES",
     "REPORTED_ATTRIBUTES",
     "RULE_EXAMPLES",
+    "VERSION_PATTERN",
     "Attribute",
     "AttributeProblem",
     "RuleProblem",
@@ -100,7 +102,9 @@ def attributes_schema() -> dict[str, Any]:
             schema |= {"type": "string", "enum": list(attribute.choices)}
         else:
             schema |= {"type": "string", "minLength": 1, "maxLength": attribute.max_length}
-            if attribute.pattern is not None:
+            if attribute.kind == "version":
+                schema["pattern"] = VERSION_PATTERN
+            elif attribute.pattern is not None:
                 schema["pattern"] = attribute.pattern.pattern.replace("\\A", "^").replace(
                     "\\Z", "$"
                 )

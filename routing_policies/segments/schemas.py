@@ -1,6 +1,7 @@
 """The segment API's bodies: the input serializers (the API and the segment page validate with
 them) and the answers, for the OpenAPI schema."""
 
+import json
 import re
 from typing import Any
 
@@ -58,8 +59,6 @@ class RuleField(serializers.JSONField):
         return rule_checked(data, field=self.field_name or "rule")
 
     def form_value(self, text: str) -> Any:
-        import json
-
         try:
             return json.loads(text)
         except ValueError:
@@ -114,6 +113,17 @@ class SegmentUpdateSerializer(_NameChecks):
         max_length=MAX_SEGMENT_DESCRIPTION, required=False, allow_blank=True
     )
     rule = RuleField(required=False)
+
+
+def update_arguments(data: dict[str, Any]) -> dict[str, Any]:
+    """A checked `SegmentUpdateSerializer` body as `services.segment_update`'s keywords (a
+    field left out: unchanged)."""
+    return {
+        "revision": data["revision"],
+        "new_name": data.get("name"),
+        "description": data.get("description"),
+        "rule": data.get("rule"),
+    }
 
 
 @closed_body

@@ -27,6 +27,21 @@ def _state(segment: Segment) -> dict[str, Any]:
     return {"name": segment.name, "description": segment.description, "rule": segment.rule}
 
 
+def _recorded(
+    actor: Actor, fleet: Fleet, done: str, name: str, summary: str, **states: Any
+) -> None:
+    """A change of segment `name` in the audit log (`segment.<done>`) and the log."""
+    audit_record(
+        actor=actor,
+        action=f"segment.{done}",
+        fleet=fleet,
+        target=f"segment {name}",
+        summary=summary,
+        **states,
+    )
+    logger.info("segment.%s fleet=%s segment=%s", done, fleet.slug, name)
+
+
 def _locked(fleet: Fleet, name: str) -> Segment:
     segment = Segment.objects.select_for_update().filter(fleet=fleet, name=name).first()
     if segment is None:
@@ -54,15 +69,7 @@ def segment_create(
             )
     except IntegrityError:
         raise _duplicate(fleet, name) from None
-    audit_record(
-        actor=actor,
-        action="segment.created",
-        fleet=fleet,
-        target=f"segment {name}",
-        summary=f"Segment {name} created",
-        after=_state(segment),
-    )
-    logger.info("segment.created fleet=%s segment=%s", fleet.slug, name)
+    _recorded(actor, fleet, "created", name, f"Segment {name} created", after=_state(segment))
     return segment
 
 
@@ -101,16 +108,8 @@ def segment_update(
             segment.save()
     except IntegrityError:
         raise _duplicate(fleet, segment.name) from None
-    audit_record(
-        actor=actor,
-        action="segment.updated",
-        fleet=fleet,
-        target=f"segment {segment.name}",
-        summary=f"Segment {name} changed (revision {segment.revision})",
-        before=before,
-        after=_state(segment),
-    )
-    logger.info("segment.updated fleet=%s segment=%s", fleet.slug, segment.name)
+    summary = f"Segment {name} changed (revision {segment.revision})"
+    _recorded(actor, fleet, "updated", segment.name, summary, before=before, after=_state(segment))
     return segment
 
 
@@ -120,12 +119,4 @@ def segment_delete(*, actor: Actor, fleet: Fleet, name: str) -> None:
     segment = _locked(fleet, name)
     before = _state(segment)
     segment.delete()
-    audit_record(
-        actor=actor,
-        action="segment.deleted",
-        fleet=fleet,
-        target=f"segment {name}",
-        summary=f"Segment {name} deleted",
-        before=before,
-    )
-    logger.info("segment.deleted fleet=%s segment=%s", fleet.slug, name)
+    _recorded(actor, fleet, "deleted", name, f"Segment {name} deleted", before=before)

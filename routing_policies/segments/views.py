@@ -115,15 +115,9 @@ def segment_update(request: HttpRequest, fleet: Fleet, name: str) -> HttpRespons
 
     def change() -> tuple[str, str]:
         data = form_input(schemas.SegmentUpdateSerializer, request.POST)
-        segment = services.segment_update(
-            actor=request.user,
-            fleet=fleet,
-            name=name,
-            revision=data["revision"],
-            new_name=data.get("name"),
-            description=data.get("description", ""),
-            rule=data.get("rule"),
-        )
+        # The form always shows the description: a blank one posted clears it.
+        changes = {**schemas.update_arguments(data), "description": data.get("description", "")}
+        segment = services.segment_update(actor=request.user, fleet=fleet, name=name, **changes)
         return f"Segment {segment.name} saved.", reverse("fleet-segments", args=[fleet.slug])
 
     return posted_change(request, _refused_page(request, fleet, name), change)

@@ -260,6 +260,7 @@ def _deep(levels: int) -> dict[str, Any]:
         ({"attribute": "memory_gb", "equals": "8"}, "equals"),
         ({"attribute": "memory_gb", "range": {"gte": 2000}}, "range.gte"),
         ({"attribute": "memory_gb", "range": {"gte": float("nan")}}, "range.gte"),
+        ({"attribute": "memory_gb", "range": {"gte": 10**400}}, "range.gte"),
         ({"attribute": "memory_gb", "range": {}}, "range"),
         ({"attribute": "memory_gb", "range": {"above": 3}}, "range.above"),
         ({"attribute": "memory_gb", "range": {"gt": 3, "gte": 4}}, "range"),
@@ -316,6 +317,7 @@ def test_rule_check__bounds__deepest_and_largest_allowed_pass() -> None:
         ({"platform": "android"}, "platform"),  # hello's own field, not an attribute
         ({"accelerator": "NPU"}, "accelerator"),
         ({"memory_gb": -1}, "memory_gb"),
+        ({"memory_gb": 10**400}, "memory_gb"),
         ({"memory_gb": "8"}, "memory_gb"),
         ({"memory_gb": False}, "memory_gb"),
         ({"os_version": "14;drop"}, "os_version"),

@@ -494,3 +494,27 @@ def test_segment_page__editor_adds_and_refused_rule_says_where(
     browser.force_login(viewer)
     assert 'id="segment-form"' not in browser.get(page).content.decode()
     assert browser.post(f"{page}add/", {"name": "x", "rule": json.dumps(NPU)}).status_code == 403
+
+
+def test_segment_page__edit__saved_as_of_its_revision_and_stale_refused(
+    editor: Any, fleet: Any
+) -> None:
+    # Given a segment with a description, and its edit form as drawn (revision 1)
+    Segment.objects.create(fleet=fleet, name="npu", description="old", rule=NPU)
+    browser = Client()
+    browser.force_login(editor)
+    page = f"/fleets/{fleet.slug}/segments/"
+    form = browser.get(f"{page}?edit=npu").content.decode()
+    assert 'name="revision" value="1"' in form
+    assert "&quot;attribute&quot;: &quot;accelerator&quot;" in form  # attribute first
+
+    # When the rule is widened and the description cleared, then the same form posted again
+    posted = {"revision": "1", "name": "npu", "description": "", "rule": json.dumps(NPU_14)}
+    saved = browser.post(f"{page}npu/save/", posted)
+    stale = browser.post(f"{page}npu/save/", {**posted, "description": "again"})
+
+    # Then the first is saved (revision 2), the second refused as stale, nothing overwritten
+    assert saved.status_code == 302
+    assert stale.status_code == 409
+    segment = Segment.objects.get()
+    assert (segment.rule, segment.description, segment.revision) == (NPU_14, "", 2)
