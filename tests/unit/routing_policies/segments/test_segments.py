@@ -6,7 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -518,3 +520,31 @@ def test_segment_page__edit__saved_as_of_its_revision_and_stale_refused(
     assert stale.status_code == 409
     segment = Segment.objects.get()
     assert (segment.rule, segment.description, segment.revision) == (NPU_14, "", 2)
+
+
+def _queries(client: APIClient, url: str) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(url).status_code == 200
+    return len(queries)
+
+
+def test_segment_list_and_device_list__more_segments_and_devices__same_queries(
+    client_as: Callable[[Any], APIClient], viewer: Any, fleet: Any, fleet_key: str
+) -> None:
+    # Given a fleet with one segment and one device, read once of each list
+    client = client_as(viewer)
+    Segment.objects.create(fleet=fleet, name="s0", rule=NPU)
+    device_enroll(fleet_key=fleet_key, device_id="d-0", attributes={"accelerator": "npu"})
+    segments_url, devices_url = _url(fleet), f"/api/v1/fleets/{fleet.slug}/devices/"
+    _queries(client, segments_url)  # reads the role groups, cached on this test user after
+    few = (_queries(client, segments_url), _queries(client, devices_url))
+
+    # When it has ten segments and twenty devices of varied kinds
+    for index in range(1, 10):
+        Segment.objects.create(fleet=fleet, name=f"s{index}", rule=NPU_14)
+    for index in range(1, 20):
+        reported = {"accelerator": ["npu", "gpu", "cpu"][index % 3], "memory_gb": index}
+        device_enroll(fleet_key=fleet_key, device_id=f"d-{index}", attributes=reported)
+
+    # Then each list reads the database as often as before: 3 and 6 queries
+    assert (_queries(client, segments_url), _queries(client, devices_url)) == few == (3, 6)
