@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from edge_sdk.mqtt_topics import DEFAULT_PREFIX
+from edge_sdk.segments import attributes_parse
 
 __all__ = ["SDK_VERSION", "DeviceConfig"]
 
@@ -30,6 +33,10 @@ class DeviceConfig:
     platform: str
     model: str
     sdk: str = f"edge-sdk/{SDK_VERSION}"
+    # What the device is beyond platform and model (docs/PROTOCOL.md, Device attributes):
+    # os_version, app_version, accelerator, memory_gb, local_model, quantisation, region.
+    # Sent at enrolment and in every hello; one left out is unknown to the fleet's segments.
+    attributes: Mapping[str, Any] = field(default_factory=dict)
     state_dir: Path | None = None  # token + last policy + unsent telemetry; None = memory only
     telemetry_batch_max: int = 500
     telemetry_flush_s: float = 2.0
@@ -79,6 +86,10 @@ class DeviceConfig:
             value = getattr(self, name)
             if not isinstance(value, str) or len(value) > limit:
                 raise ValueError(f"DeviceConfig.{name} must be a string of at most {limit}")
+        try:
+            self.attributes = attributes_parse(self.attributes)
+        except ValueError as problem:
+            raise ValueError(f"DeviceConfig.attributes: {problem}") from None
         if not _DEVICE_ID.match(self.device_id):
             raise ValueError(
                 "DeviceConfig.device_id must start with a letter or digit and hold only "

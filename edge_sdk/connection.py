@@ -153,6 +153,7 @@ class Connection:
             "sdk": config.sdk,
             "platform": config.platform,
             "model": config.model,
+            **({"attributes": dict(config.attributes)} if config.attributes else {}),
         }
 
     def policy_document(self) -> Mapping[str, Any] | None:
@@ -271,6 +272,7 @@ class Connection:
                 "platform": config.platform,
                 "model": config.model,
                 "sdk": config.sdk,
+                **({"attributes": dict(config.attributes)} if config.attributes else {}),
             },
             timeout=config.http_timeout_s,
         )

@@ -14,6 +14,9 @@ from .extensions import demo_seeders
 from .policies.models import Fleet
 from .policies.services import fleet_create, policy_version_publish
 from .rollouts.models import FleetRouting
+from .segments.models import Segment
+from .segments.rules import RULE_EXAMPLES
+from .segments.services import segment_create
 
 DEMO_FLEET = "voice-assistant-android"
 # The demo fleet's enrolment key, fixed so the simulated fleet of `make run` can enrol. Real
@@ -121,6 +124,14 @@ def demo_seed() -> list[str]:
     if not FleetRouting.objects.filter(fleet=fleet).exclude(enrollment_key_hash="").exists():
         fleet_enrollment_key_rotate(actor=None, fleet=fleet, key=DEMO_FLEET_KEY)
         created.append(f"enrolment key {DEMO_FLEET_KEY}")
+    if not Segment.objects.filter(fleet=fleet).exists():
+        # The simulated fleet reports its attributes (docs/simulator.md): segments to count.
+        editor = user_model.objects.get(username="editor")
+        for name, (description, rule) in zip(
+            ("npu-android-14", "small-models"), RULE_EXAMPLES[:2], strict=False
+        ):
+            segment_create(actor=editor, fleet=fleet, name=name, description=description, rule=rule)
+        created.append("segments npu-android-14, small-models")
     # What other apps add to the demo (telemetry: its alert rules, docs/alerts.md).
     for seed in demo_seeders():
         created.extend(seed(fleet))

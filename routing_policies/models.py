@@ -12,6 +12,7 @@ from .reviews.models import (
 )
 from .rollouts.models import FleetRouting, Rollout, RolloutEvent
 from .schedules.models import ScheduledChange
+from .segments.models import Segment
 
 __all__ = [
     "AuditEntry",
@@ -29,4 +30,5 @@ __all__ = [
     "Rollout",
     "RolloutEvent",
     "ScheduledChange",
+    "Segment",
 ]

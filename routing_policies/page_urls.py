@@ -5,6 +5,7 @@ from .policies import page_urls as policies
 from .reviews import page_urls as reviews
 from .rollouts import page_urls as rollouts
 from .schedules import page_urls as schedules
+from .segments import page_urls as segments
 
 urlpatterns = [
     *policies.urlpatterns,
@@ -12,4 +13,5 @@ urlpatterns = [
     *devices.urlpatterns,
     *reviews.urlpatterns,
     *schedules.urlpatterns,
+    *segments.urlpatterns,
 ]

@@ -7,6 +7,7 @@ from .policies import urls as policies
 from .reviews import urls as reviews
 from .rollouts import urls as rollouts
 from .schedules import urls as schedules
+from .segments import urls as segments
 
 urlpatterns = [
     *policies.urlpatterns,
@@ -14,6 +15,7 @@ urlpatterns = [
     *rollouts.urlpatterns,
     *reviews.urlpatterns,
     *schedules.urlpatterns,
+    *segments.urlpatterns,
     *broker_access.urlpatterns,
     *mqtt.urlpatterns,
 ]

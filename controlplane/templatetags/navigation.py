@@ -27,6 +27,7 @@ FLEET_PAGES: tuple[tuple[str, tuple[tuple[str, str, frozenset[str]], ...]], ...]
             ("Change requests", "fleet-reviews", frozenset({"fleet-reviews", "change-request"})),
             ("Schedules", "fleet-schedules", frozenset({"fleet-schedules"})),
             ("Devices", "device-list", frozenset({"device-list"})),
+            ("Segments", "fleet-segments", frozenset({"fleet-segments"})),
         ),
     ),
     (

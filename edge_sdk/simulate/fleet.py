@@ -41,6 +41,7 @@ from .models import (
     Load,
     device_infer_ms,
     pick_weighted,
+    profile_attributes,
     upload_ms,
 )
 from .quality import DEGRADED_QUALITY, STABLE_QUALITY, QualityModel
@@ -211,6 +212,7 @@ class SimDevice:
                 device_id=self.device_id,
                 platform=self.profile.platform,
                 model=self.profile.model,
+                attributes=profile_attributes(self.profile, self.device_id),
                 state_dir=state_dir / self.device_id if state_dir is not None else None,
                 telemetry_flush_s=config.telemetry_flush_s,
                 mqtt_url=config.mqtt_url if mqtt else "",

@@ -98,6 +98,72 @@ DEVICE_PROFILES: Final = model_table(
     ("android-things", "Smart speaker", 2.0, 0.004, 0.07),
 )
 
+# What each kind of device reports about itself beyond platform and model (docs/PROTOCOL.md,
+# Device attributes): its hardware and the on-device model its app ships for it.
+PROFILE_ATTRIBUTES: Final[dict[str, dict[str, Any]]] = {
+    "Pixel 8": {
+        "accelerator": "npu",
+        "memory_gb": 8,
+        "os_version": "14",
+        "local_model": "qwen2.5-3b",
+        "quantisation": "int4",
+    },
+    "Galaxy S23": {
+        "accelerator": "npu",
+        "memory_gb": 8,
+        "os_version": "14",
+        "local_model": "qwen2.5-3b",
+        "quantisation": "int4",
+    },
+    "Redmi Note 12": {
+        "accelerator": "gpu",
+        "memory_gb": 6,
+        "os_version": "13",
+        "local_model": "qwen2.5-1.5b",
+        "quantisation": "int4",
+    },
+    "Galaxy A15": {
+        "accelerator": "cpu",
+        "memory_gb": 4,
+        "os_version": "14",
+        "local_model": "qwen2.5-0.5b",
+        "quantisation": "int8",
+    },
+    "Head unit SA8155": {
+        "accelerator": "npu",
+        "memory_gb": 12,
+        "os_version": "12",
+        "local_model": "llama3.2-1b",
+        "quantisation": "int8",
+    },
+    "Smart speaker": {
+        "accelerator": "cpu",
+        "memory_gb": 2,
+        "os_version": "10",
+        "local_model": "qwen2.5-0.5b",
+        "quantisation": "int4",
+    },
+}
+APP_VERSIONS: Final = (("4.10.2", 0.1), ("4.11.0", 0.25), ("4.12.0", 0.4), ("4.12.1", 0.25))
+REGIONS: Final = (("eu-west", 0.35), ("us-east", 0.3), ("ap-south", 0.25), ("sa-east", 0.1))
+# Devices still on an app older than attribute reporting: they report none (all unknown).
+SILENT_SHARE: Final = 0.08
+
+
+def profile_attributes(profile: DeviceProfile, device_id: str) -> dict[str, Any]:
+    """What a simulated device reports: its profile's hardware and model, an app version and
+    a region drawn per device (from its id, so the fleet's seeded draws stay as they were),
+    or nothing at all for a device on an old app."""
+    rng = random.Random(f"attributes:{device_id}")
+    if rng.random() < SILENT_SHARE:
+        return {}
+    return {
+        **PROFILE_ATTRIBUTES.get(profile.model, {}),
+        "app_version": pick_weighted(rng, APP_VERSIONS),
+        "region": pick_weighted(rng, REGIONS),
+    }
+
+
 # On-device inference (a 1-3B quantised model on the NPU): fixed cost + cost per input token.
 _DEVICE_BASE_MS: Final = {"voice": 18.0, "text": 20.0, "image": 55.0}
 _DEVICE_PER_TOKEN_MS: Final = {"voice": 0.08, "text": 0.05, "image": 0.1}

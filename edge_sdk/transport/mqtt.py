@@ -598,6 +598,7 @@ class MqttTransport:
         birth = {
             "online": True,
             **{k: hello.get(k) for k in ("policy_version", "sdk", "platform", "model")},
+            **({"attributes": hello["attributes"]} if "attributes" in hello else {}),
             "session": self.presence_session,
         }
         self.publish_own("presence", birth, retain=True)

@@ -28,6 +28,7 @@ from ..policies.fleet_api import query_input
 from ..policies.schemas import PolicyDocumentSerializer
 from ..policies.selectors import fleet_get, published_version_get, version_document
 from ..rollouts.selectors import fleet_assignment
+from ..segments.selectors import segment_rules
 from . import schemas, selectors, services
 from .models import TRANSPORT_MQTT, TRANSPORT_WS, Device
 
@@ -80,6 +81,7 @@ class EnrollApi(APIView):
         platform = TidyJsonStringField(max_length=64, required=False, allow_blank=True, default="")
         model = TidyJsonStringField(max_length=128, required=False, allow_blank=True, default="")
         sdk = TidyJsonStringField(max_length=64, required=False, allow_blank=True, default="")
+        attributes = schemas.DeviceAttributesField(required=False, default=dict)
 
     @extend_schema(
         request=InputSerializer,
@@ -179,6 +181,12 @@ class DeviceListApi(APIView):
         assigned_version = serializers.IntegerField(allow_null=True)
         acked_version = serializers.IntegerField(allow_null=True)
         revoked = serializers.BooleanField()
+        attributes = schemas.AttributesOutSerializer(
+            help_text="every attribute rules read (platform and model too); null: unknown"
+        )
+        segments = serializers.ListField(
+            child=serializers.CharField(), help_text="the fleet's segments it is in, by name"
+        )
 
     @query_input(
         schemas.DeviceListQuerySerializer,
@@ -198,7 +206,10 @@ class DeviceListApi(APIView):
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(devices, request, view=self)
         assert page is not None  # this paginator always pages
-        return paginator.get_paginated_response(selectors.device_rows(page, assignment=assignment))
+        rows = selectors.device_rows(
+            page, assignment=assignment, segments=segment_rules(fleet=fleet)
+        )
+        return paginator.get_paginated_response(rows)
 
 
 class DeviceRevokeApi(APIView):

@@ -95,6 +95,9 @@ class Device(models.Model):
         choices=[(TRANSPORT_WS, "WebSocket"), (TRANSPORT_MQTT, "MQTT")],
         default=TRANSPORT_WS,
     )
+    # What it reported beyond platform and model (edge_sdk.segments.REPORTED_ATTRIBUTES), as
+    # checked at enrolment or its last hello / birth; a name missing is unknown.
+    attributes = models.JSONField(default=dict, blank=True)
 
     objects = DeviceQuerySet.as_manager()
 

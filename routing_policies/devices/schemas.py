@@ -1,11 +1,24 @@
 """The device API's bodies: the device list's query (the API and the device page validate
 with it), and the serializers that describe the answers in the OpenAPI schema."""
 
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.openapi import ApiSerializer
 
+from ..segments.rules import ATTRIBUTES, attributes_checked, attributes_schema
 from ..validation import MAX_VERSION
+
+
+@extend_schema_field(attributes_schema())
+class DeviceAttributesField(serializers.JSONField):
+    """What a device reports about itself (edge_sdk.segments.REPORTED_ATTRIBUTES), checked
+    by the one declaration devices use too; a refusal names the attribute."""
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        return attributes_checked(data, field=self.field_name or "attributes")
 
 
 class DeviceListQuerySerializer(ApiSerializer):
@@ -39,3 +52,18 @@ class EnrollmentKeySerializer(ApiSerializer):
 class DeviceRevokedSerializer(ApiSerializer):
     device_id = serializers.CharField()
     revoked_at = serializers.DateTimeField()
+
+
+def _attribute_out(name: str) -> serializers.Field[Any, Any, Any, Any]:
+    attribute = ATTRIBUTES[name]
+    if attribute.kind == "number":
+        return serializers.FloatField(allow_null=True, help_text=attribute.meaning)
+    return serializers.CharField(allow_null=True, help_text=attribute.meaning)
+
+
+# The device list's `attributes`: every attribute, declared once in edge_sdk.segments.
+AttributesOutSerializer = type(
+    "AttributesOutSerializer",
+    (ApiSerializer,),
+    {"component_name": "DeviceAttributes", **{name: _attribute_out(name) for name in ATTRIBUTES}},
+)

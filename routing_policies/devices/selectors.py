@@ -13,6 +13,7 @@ from ..assignment import FleetAssignment
 from ..policies.models import AuditEntry, Fleet
 from ..rollouts.models import FleetRouting, RolloutEvent
 from ..rollouts.selectors import NOT_ACKED_LIMIT, cloud_pressure_live, fleet_assignment
+from ..segments.rules import ATTRIBUTES, device_attributes, segments_of
 from .models import Device, DeviceQuerySet, device_online, online_q
 from .tokens import hash_secret, looks_like_device_token
 
@@ -76,26 +77,49 @@ def device_query(
     return devices
 
 
-def device_rows(devices: Iterable[Device], *, assignment: FleetAssignment) -> list[dict[str, Any]]:
-    """Devices with their assigned version (computed), acked version and presence."""
+def attributes_of(device: Device) -> dict[str, Any]:
+    """The device's attributes as rules read them (edge_sdk.segments.device_attributes)."""
+    return device_attributes(
+        platform=device.platform, model=device.model, reported=device.attributes
+    )
+
+
+def device_rows(
+    devices: Iterable[Device],
+    *,
+    assignment: FleetAssignment,
+    segments: dict[str, dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """Devices with their assigned version (computed), acked version and presence, their
+    attributes (every one named, None when unknown) and the `segments` (name -> rule) each is
+    in."""
     now = timezone.now()
-    return [
-        {
-            "device_id": device.device_id,
-            "platform": device.platform,
-            "model": device.model,
-            "sdk": device.sdk,
-            "last_seen_at": device.last_seen_at,
-            "online": device_online(device, now),
-            "transport": device.transport,
-            "assigned_version": None
-            if device.revoked_at
-            else assignment.version_for(device.device_id),
-            "acked_version": device.acked_version,
-            "revoked": device.revoked_at is not None,
-        }
-        for device in devices
-    ]
+    rows = []
+    for device in devices:
+        attributes = attributes_of(device)
+        rows.append(
+            {
+                **_device_row(device, now, assignment),
+                "attributes": {name: attributes.get(name) for name in ATTRIBUTES},
+                "segments": segments_of(segments or {}, attributes),
+            }
+        )
+    return rows
+
+
+def _device_row(device: Device, now: datetime, assignment: FleetAssignment) -> dict[str, Any]:
+    return {
+        "device_id": device.device_id,
+        "platform": device.platform,
+        "model": device.model,
+        "sdk": device.sdk,
+        "last_seen_at": device.last_seen_at,
+        "online": device_online(device, now),
+        "transport": device.transport,
+        "assigned_version": None if device.revoked_at else assignment.version_for(device.device_id),
+        "acked_version": device.acked_version,
+        "revoked": device.revoked_at is not None,
+    }
 
 
 def device_list(
@@ -133,6 +157,27 @@ def device_platforms(*, fleet: Fleet) -> list[str]:
         .values_list("platform", flat=True)
         .distinct()
     )
+
+
+def attribute_census(fleet: Fleet) -> list[tuple[dict[str, Any], int]]:
+    """The fleet's enrolled (not revoked) devices grouped by their attributes as rules read
+    them, with how many have each set: one GROUP BY, however large the fleet (segments'
+    preview evaluates each distinct set once)."""
+    groups = (
+        Device.objects.live()
+        .filter(fleet=fleet)
+        .values("platform", "model", "attributes")
+        .annotate(devices=Count("id"))
+        .order_by()
+    )
+    census: dict[tuple[tuple[str, Any], ...], int] = {}
+    for group in groups:
+        attributes = device_attributes(
+            platform=group["platform"], model=group["model"], reported=group["attributes"]
+        )
+        key = tuple(sorted(attributes.items()))
+        census[key] = census.get(key, 0) + group["devices"]
+    return [(dict(key), count) for key, count in census.items()]
 
 
 def device_counts(*, fleet: Fleet) -> dict[str, int]:

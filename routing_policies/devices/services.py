@@ -1,6 +1,7 @@
 """Devices: enrolment with the fleet's key, tokens (shown once, stored hashed), presence, acks,
 and the batched writes of the push tier's sockets (connect, hello, disconnect)."""
 
+import json
 import logging
 import time
 from collections.abc import Sequence
@@ -44,9 +45,17 @@ def fleet_enrollment_key_rotate(*, actor: Actor, fleet: Fleet, key: str | None =
 
 @transaction.atomic
 def device_enroll(
-    *, fleet_key: str, device_id: str, platform: str = "", model: str = "", sdk: str = ""
+    *,
+    fleet_key: str,
+    device_id: str,
+    platform: str = "",
+    model: str = "",
+    sdk: str = "",
+    attributes: dict[str, Any] | None = None,
 ) -> tuple[Device, str]:
     """Enrol a device with its fleet's key; returns the device and its token (shown once).
+    `attributes`: what it reports beyond platform and model (checked by the caller,
+    `edge_sdk.segments.attributes_parse`); left out, none is known.
 
     Enrolling the same device id again (a reinstalled app) replaces its token: the old one
     stops working at once.
@@ -60,7 +69,13 @@ def device_enroll(
     if routing is None:
         raise ApplicationError("Unknown fleet key.", code="bad_fleet_key", status=401)
     token = new_device_token()
-    fields = {"platform": platform, "model": model, "sdk": sdk, "token_hash": hash_secret(token)}
+    fields = {
+        "platform": platform,
+        "model": model,
+        "sdk": sdk,
+        "attributes": attributes or {},
+        "token_hash": hash_secret(token),
+    }
     device = (
         Device.objects.select_for_update().filter(fleet=routing.fleet, device_id=device_id).first()
     )
@@ -204,18 +219,24 @@ def devices_connect(*, tokens: list[str]) -> list[dict[str, Any] | None]:
     ]
 
 
+def fields_key(fields: dict[str, Any]) -> str:
+    """What devices said (hello or birth fields, `attributes` an object among them) as one
+    key: devices that said the same are written by one UPDATE."""
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"))
+
+
 def devices_hello(*, requests: list[tuple[int, int, dict[str, Any], str]]) -> list[dict[str, Any]]:
     """Sockets that said hello, as `(device_pk, fleet_id, fields, token_hash)`: record what each
     device said and mark it online; answer each with its fleet's assignment and cloud pressure
     (read once per fleet) and whether it is `revoked`. Only a socket whose token is still the
     device's current one, not revoked, counts: one opened with a token that a re-enrolment
     replaced is told `revoked`."""
-    by_fields: dict[tuple[tuple[str, Any], ...], list[str]] = {}
+    by_fields: dict[str, list[str]] = {}
     for _, _, fields, token_hash in requests:
-        by_fields.setdefault(tuple(sorted(fields.items())), []).append(token_hash)
+        by_fields.setdefault(fields_key(fields), []).append(token_hash)
     for key, token_hashes in by_fields.items():
         devices_seen_by_token(
-            token_hashes=token_hashes, connected=True, transport=TRANSPORT_WS, **dict(key)
+            token_hashes=token_hashes, connected=True, transport=TRANSPORT_WS, **json.loads(key)
         )
     fleets = {
         fleet_id: (fleet_assignment(fleet_id), cloud_pressure_live(fleet_id))

@@ -18,6 +18,8 @@ from ..policies.models import Fleet
 from ..policies.pages import fleet_action, fleet_page
 from ..policies.selectors import published_versions
 from ..rollouts.selectors import fleet_assignment
+from ..segments.rules import REPORTED_ATTRIBUTES
+from ..segments.selectors import segment_rules
 from . import schemas, selectors, services
 
 DEVICE_PAGE_SIZE = 50
@@ -61,9 +63,17 @@ def _devices_page(
         request.GET.get("page")
     )
     filters = {name: value for name, value in shown.items() if value and value != "all"}
+    rows = selectors.device_rows(
+        page.object_list, assignment=assignment, segments=segment_rules(fleet=fleet)
+    )
+    for row in rows:  # the page names what a device did not report, beside what it did
+        row["unknown_attributes"] = [
+            name for name in REPORTED_ATTRIBUTES if row["attributes"][name] is None
+        ]
+        row["reported_count"] = len(REPORTED_ATTRIBUTES)
     context = {
         "fleet": fleet,
-        "devices": selectors.device_rows(page.object_list, assignment=assignment),
+        "devices": rows,
         "page": page,
         "page_links": [
             {

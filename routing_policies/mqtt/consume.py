@@ -6,6 +6,7 @@ on its own topics only). Anything else is dropped and counted by reason, never r
 message touches no other device's state.
 """
 
+import json
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -21,8 +22,9 @@ from edge_sdk import mqtt_topics
 
 from ..assignment import FleetAssignment
 from ..devices.models import TRANSPORT_MQTT, Device
-from ..devices.services import devices_ack
+from ..devices.services import devices_ack, fields_key
 from ..rollouts.selectors import fleet_assignment
+from ..segments.rules import AttributeProblem, attributes_parse
 from .models import MqttPresence
 
 logger = logging.getLogger(__name__)
@@ -188,6 +190,12 @@ def _presence(
             drops.add("malformed", message.topic, f"{name} must be a string of at most {limit}")
             return
         fields[name] = value
+    if body.get("attributes") is not None:  # as in hello (docs/PROTOCOL.md, Device attributes)
+        try:
+            fields["attributes"] = attributes_parse(body["attributes"])
+        except AttributeProblem as problem:
+            drops.add("malformed", message.topic, f"attributes: {problem}")
+            return
     batch.keep_presence(device.pk, _Presence(session, fields, message.topic))
 
 
@@ -256,16 +264,16 @@ def _presence_write(batch: _Batch, drops: Drops) -> None:
     presence.update(
         _newest_only({pk: p for pk, p in batch.presence.items() if p.session is not None}, drops)
     )
-    by_fields: dict[tuple[tuple[str, Any], ...], list[int]] = {}
+    by_fields: dict[str, list[int]] = {}
     wills: list[int] = []
     for device_pk, said in presence.items():
         if said.fields is None:
             wills.append(device_pk)
         else:
-            by_fields.setdefault(tuple(sorted(said.fields.items())), []).append(device_pk)
+            by_fields.setdefault(fields_key(said.fields), []).append(device_pk)
     for key, device_pks in by_fields.items():
         Device.objects.filter(pk__in=device_pks, revoked_at__isnull=True).update(
-            connected=True, transport=TRANSPORT_MQTT, last_seen_at=now, **dict(key)
+            connected=True, transport=TRANSPORT_MQTT, last_seen_at=now, **json.loads(key)
         )
     if wills:
         # Only a device still on MQTT: one that has since said hello on a WebSocket stays.

@@ -18,6 +18,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from controlplane import json_guard
 
 from ..assignment import DeviceBucket, FleetAssignment
+from ..segments.rules import AttributeProblem, attributes_parse
 from . import frames
 from .documents import documents
 from .hub import CLOSE_SUPERSEDED, CLOSE_UNAUTHORISED, get_hub
@@ -178,6 +179,13 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
                     )
                     return
                 fields[name] = value
+        if message.get("attributes") is not None:  # left out: the device's stay as they are
+            try:
+                fields["attributes"] = attributes_parse(message["attributes"])
+            except AttributeProblem as problem:
+                field = f"attributes.{problem.field}" if problem.field else "attributes"
+                await self.send_error("bad_message", f"{field}: {problem.message}", field=field)
+                return
         # A push that arrives while the assignment is being read may describe a change the read
         # did not see yet (its commit came just after); before hello it is dropped, so read
         # again until no push slipped in. Pushes after `hello_done` go the normal way. (A second

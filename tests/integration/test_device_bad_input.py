@@ -347,3 +347,36 @@ def test_device_socket__hello_as_another_device__error_nothing_recorded_for_it(
     assert (victim.sdk, victim.reported_version, victim.acked_version) == ("", None, None)
     assert victim.last_seen_at is None
     assert not victim.connected
+
+
+@pytest.mark.parametrize(
+    ("attributes", "field"),
+    [
+        ({"accelerator": "tpu"}, "attributes.accelerator"),
+        ({"memory_gb": 4096}, "attributes.memory_gb"),
+        ({"region": "eu\u0000west"}, "attributes.region"),
+        ({"colour": "red"}, "attributes.colour"),
+        ("npu", "attributes"),
+    ],
+)
+def test_device_socket__hello_with_bad_attribute__error_names_it_nothing_recorded(
+    asgi_server: str, phone: tuple[str, str], attributes: Any, field: str
+) -> None:
+    # Given a connected device that reported an NPU at some point
+    Device.objects.filter(device_id="phone-1").update(attributes={"accelerator": "npu"})
+
+    # When its hello carries an attribute out of bounds, then a good one
+    async def scenario(socket: ClientConnection) -> tuple[dict[str, Any], dict[str, Any]]:
+        await socket.send(_hello(sdk="bad/1", attributes=attributes))
+        error = await recv_json(socket)
+        await socket.send(_hello(attributes={"accelerator": "gpu", "os_version": "14"}))
+        return error, await recv_json(socket)
+
+    error, answer = _run(asgi_server, phone[1], scenario)
+
+    # Then the error frame names the attribute; only the good hello is recorded
+    assert (error["code"], error["field"]) == ("bad_message", field)
+    assert answer["type"] == "policy"
+    device = Device.objects.get(device_id="phone-1")
+    assert device.attributes == {"accelerator": "gpu", "os_version": "14"}
+    assert device.sdk == "t/1"

@@ -50,6 +50,9 @@ STATE_DEPENDENT = json.dumps(
         "telemetry_ingest",
         "lab_calibration_compute",
         "lab_calibration_apply",
+        "segment_create",
+        "segment_update",
+        "segment_preview",
     ]
 )
 NEGATIVE_REFUSED = [
@@ -107,7 +110,9 @@ parameters = {{ "path.slug" = "{slug}" }}
 # (`cells[0]`, as every other list in the API). A document of the schema's 4,096 cells can
 # also be over the 1 MiB body limit (413). A telemetry event must also be of a published
 # version and its cells: the hooks give positive events this device's context, and what they
-# leave generated may not.
+# leave generated may not. A segment rule's schema says its shape, not every bound of it (a
+# range whose ends cross, a version listed twice as `14` and `14.0`, its depth and size), and
+# an edit names the revision it read (409 when another edit came first).
 [[operations]]
 include-operation-id = {STATE_DEPENDENT}
 checks.positive_data_acceptance.expected-statuses = {json.dumps(POSITIVE_OR_STATE_400)}

@@ -624,3 +624,52 @@ def test_sdk__second_instance_with_the_same_token__first_is_superseded_and_does_
     assert "4409" in str(first.last_error)
     assert second.connection_state == "connected"
     assert _row("sdk-twin-1").connected
+
+
+def test_sdk__attributes__sent_at_enrolment_and_in_every_hello(
+    transactional_db: None,
+    server: AsgiProcess,
+    devices: Callable[..., Device],
+    fleet: Any,
+    fleet_key: str,
+    tmp_path: Path,
+) -> None:
+    # Given a device enrolled earlier, by an app that said it ran on the CPU
+    from routing_policies.services import device_enroll
+
+    _, token = device_enroll(
+        fleet_key=fleet_key, device_id="sdk-attr-1", attributes={"accelerator": "cpu"}
+    )
+    (tmp_path / "token").write_text(token)
+    # and a new device enrolling with what it is
+    reported = {
+        "accelerator": "npu",
+        "os_version": "14",
+        "memory_gb": 8,
+        "local_model": "qwen2.5-1.5b",
+        "quantisation": "int4",
+    }
+    fresh = devices(server.url, fleet_key, "sdk-attr-2", attributes=reported)
+
+    # When the app, updated, starts with the stored token and its attributes now
+    updated = devices(
+        server.url,
+        fleet_key,
+        "sdk-attr-1",
+        state_dir=tmp_path,
+        attributes={**reported, "region": "eu-west"},
+    )
+
+    # Then its hello replaced what it reported before; the new one's enrolment stored its own
+    for device in (fresh, updated):
+        wait_until(
+            lambda device=device: device.connection_state == "connected",
+            timeout=WAIT_S,
+            what="the devices to connect",
+        )
+    wait_until(
+        lambda: _row("sdk-attr-1").attributes == {**reported, "region": "eu-west"},
+        timeout=WAIT_S,
+        what="the hello's attributes recorded",
+    )
+    assert _row("sdk-attr-2").attributes == reported

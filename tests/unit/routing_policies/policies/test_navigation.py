@@ -43,6 +43,7 @@ def _current(html: str) -> list[str]:
         ("/alerts/", "Alerts"),
         ("/reviews/", "Change requests"),
         ("/schedules/", "Schedules"),
+        ("/segments/", "Segments"),
         ("/lab/backtests/", "Backtests"),
         ("/dashboard/", "Dashboard"),
     ],
@@ -53,7 +54,8 @@ def test_fleet_nav__any_fleet_page__links_every_fleet_page_and_marks_this_one(
     # Given a viewer / When they open a page of the fleet
     html = _page(viewer, f"{PAGES}{path}")
     # Then the navigation links the fleet's pages, this one marked as the page shown
-    for page in ("alerts", "reviews", "schedules", "lab/backtests", "rollout", "dashboard"):
+    pages = ("alerts", "reviews", "schedules", "segments", "lab/backtests", "rollout", "dashboard")
+    for page in pages:
         assert f'href="{PAGES}/{page}/"' in html
     assert _current(html) == [marked]
 

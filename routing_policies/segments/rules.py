@@ -1,0 +1,132 @@
+"""Device attributes and segment rules: declared and evaluated once, in `edge_sdk.segments`,
+which devices run too (the server and the SDK call the same function)."""
+
+from typing import Any
+
+from controlplane.exceptions import ValidationFailed
+from edge_sdk.segments import (
+    ATTRIBUTES,
+    MAX_IN_VALUES,
+    MAX_RULE_BYTES,
+    MAX_RULE_CHILDREN,
+    MAX_RULE_DEPTH,
+    MAX_RULE_NODES,
+    REPORTED_ATTRIBUTES,
+    VERSION_PATTERN,
+    Attribute,
+    AttributeProblem,
+    RuleProblem,
+    attributes_parse,
+    device_attributes,
+    rule_attributes,
+    rule_check,
+    rule_matches,
+    segments_of,
+)
+
+__all__ = [
+    "ATTRIBUTES",
+    "MAX_IN_VALUES",
+    "MAX_RULE_BYTES",
+    "MAX_RULE_CHILDREN",
+    "MAX_RULE_DEPTH",
+    "MAX_RULE_NODES",
+    "REPORTED_ATTRIBUTES",
+    "RULE_EXAMPLES",
+    "VERSION_PATTERN",
+    "Attribute",
+    "AttributeProblem",
+    "RuleProblem",
+    "attributes_checked",
+    "attributes_parse",
+    "attributes_schema",
+    "device_attributes",
+    "rule_attributes",
+    "rule_check",
+    "rule_checked",
+    "rule_matches",
+    "segments_of",
+]
+
+
+# Rules a person starts from (the segment page offers them), each a valid rule.
+RULE_EXAMPLES: list[tuple[str, dict[str, Any]]] = [
+    (
+        "NPU phones on Android 14+",
+        {
+            "all_of": [
+                {"attribute": "accelerator", "equals": "npu"},
+                {"attribute": "os_version", "range": {"gte": "14"}},
+            ]
+        },
+    ),
+    (
+        "Small models (INT4 or 8 GB and less)",
+        {
+            "any_of": [
+                {"attribute": "quantisation", "equals": "int4"},
+                {"attribute": "memory_gb", "range": {"lte": 8}},
+            ]
+        },
+    ),
+    ("App 4.12 and later", {"attribute": "app_version", "range": {"gte": "4.12.0"}}),
+    ("Cars", {"attribute": "platform", "in": ["android-automotive"]}),
+]
+
+
+def attributes_checked(raw: object, *, field: str = "attributes") -> dict[str, Any]:
+    """A device's reported `attributes`, checked (`attributes_parse`), else a refusal naming
+    the attribute at fault (`attributes.memory_gb`)."""
+    try:
+        return attributes_parse(raw)
+    except AttributeProblem as problem:
+        at = f"{field}.{problem.field}" if problem.field else field
+        raise ValidationFailed(
+            f"{at}: {problem.message}.", details=[{"field": at, "message": problem.message}]
+        ) from None
+
+
+def attributes_schema() -> dict[str, Any]:
+    """The OpenAPI schema of the reported `attributes` object, from their one declaration."""
+    properties: dict[str, Any] = {}
+    for name in REPORTED_ATTRIBUTES:
+        attribute = ATTRIBUTES[name]
+        schema: dict[str, Any] = {"description": attribute.meaning, "example": attribute.example}
+        if attribute.kind == "number":
+            schema |= {
+                "type": "number",
+                "minimum": attribute.minimum,
+                "maximum": attribute.maximum,
+            }
+        elif attribute.kind == "choice":
+            schema |= {"type": "string", "enum": list(attribute.choices)}
+        else:
+            schema |= {"type": "string", "minLength": 1, "maxLength": attribute.max_length}
+            if attribute.kind == "version":
+                schema["pattern"] = VERSION_PATTERN
+            elif attribute.pattern is not None:
+                schema["pattern"] = attribute.pattern.pattern.replace("\\A", "^").replace(
+                    "\\Z", "$"
+                )
+        properties[name] = {**schema, "nullable": True}
+    return {
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": False,
+        "description": "What the device is (docs/PROTOCOL.md, Device attributes); an attribute "
+        "left out or null is unknown.",
+    }
+
+
+def rule_checked(rule: object, *, field: str = "rule") -> dict[str, Any]:
+    """`rule` when it is a valid rule, else a refusal naming where in `field` it is not
+    (`rule.any_of[1].in[0]`): for the API, the pages and the services alike."""
+    try:
+        rule_check(rule)
+    except RuleProblem as problem:
+        at = f"{field}.{problem.field}" if problem.field else field
+        raise ValidationFailed(
+            f"{at}: {problem.message}.", details=[{"field": at, "message": problem.message}]
+        ) from None
+    assert isinstance(rule, dict)
+    return rule
