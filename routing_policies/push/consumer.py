@@ -19,7 +19,7 @@ from controlplane import json_guard
 
 from ..assignment import DeviceBucket, FleetAssignment
 from . import frames
-from .documents import documents
+from .deltas import policy_frame_text
 from .hub import CLOSE_SUPERSEDED, CLOSE_UNAUTHORISED, get_hub
 from .store import store
 
@@ -83,6 +83,9 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         self.connected_at = 0.0
         # Pushes that arrived while a hello was reading the assignment (see `on_hello`).
         self.pushes_before_hello = 0
+        # Policy deltas (push/deltas.py): the version this device holds when its hello said
+        # `"delta": true` (then each version it acks); None: it gets whole documents.
+        self.delta_base: int | None = None
         # One decision-and-send at a time: a hello's answer and a push never cross on the wire.
         self.send_lock = asyncio.Lock()
         state = await store.connect(_bearer(self.scope))
@@ -168,6 +171,10 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         if reported is not None and (isinstance(reported, bool) or not isinstance(reported, int)):
             await self.send_error("bad_message", "policy_version must be a whole number or null")
             return
+        accepts_delta = message.get("delta", False)
+        if not isinstance(accepts_delta, bool):
+            await self.send_error("bad_message", "delta must be true or false", field="delta")
+            return
         fields: dict[str, Any] = {"reported_version": reported}
         for name, limit in _FIELD_LIMITS.items():
             value = message.get(name)
@@ -194,6 +201,7 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         assignment: FleetAssignment = state["assignment"]
         assigned = self.bucket.version_under(assignment)
         self.assigned_version = assigned
+        self.delta_base = reported if accepts_delta else None
         self.hello_done = True
         async with self.send_lock:
             if assigned is not None and reported != assigned:
@@ -219,13 +227,15 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         # Written in the next batch (see DeviceStore): a burst of acks after a push is a
         # few UPDATEs, not one trip to the database each while the push is going out.
         store.ack(self.device_pk, version)
+        if self.delta_base is not None:
+            self.delta_base = version  # the device holds it now: the next delta is from it
 
     async def _send_policy(self, number: int, rollout: dict[str, Any] | None) -> None:
-        body = await documents.body(self.fleet_id, number)
-        if body is None:
+        text = await policy_frame_text(self.fleet_id, number, self.delta_base, rollout)
+        if text is None:
             logger.error("device.policy_missing fleet=%s version=%s", self.fleet_id, number)
             return
-        await self.send(text_data=frames.policy_frame(body, rollout))
+        await self.send(text_data=text)
 
     # --- pushes from the hub (PushTarget) --------------------------------------------------
 
