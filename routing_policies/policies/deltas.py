@@ -2,7 +2,8 @@
 control plane makes one for, and the delta itself as JSON text, kept per process.
 
 Both versions never change, so a delta made once is right for ever; it is kept under the pair's
-ETags (a version number alone could name other content after a database was restored).
+ETags and publication times (a version number alone could name other content after a database
+was restored).
 """
 
 import json
@@ -48,14 +49,16 @@ def published_delta_json(
     `base_etag`, when given), or a delta would not help."""
     if not delta_kept(base=base, target=target):
         return None
-    etags = dict(
-        PolicyVersion.objects.filter(
+    # What names each version's document: its ETag (the table) and when it was published.
+    rows = {
+        number: (etag, published_at)
+        for number, etag, published_at in PolicyVersion.objects.filter(
             fleet_id=fleet_id, number__in=(base, target), published_at__isnull=False
-        ).values_list("number", "etag")
-    )
-    if len(etags) != len({base, target}) or base_etag not in (None, etags[base]):
+        ).values_list("number", "etag", "published_at")
+    }
+    if len(rows) != len({base, target}) or base_etag not in (None, rows[base][0]):
         return None
-    key = (fleet_id, base, etags[base], target, etags[target])
+    key = (fleet_id, base, *rows[base], target, *rows[target])
     made = _made.get(key)
     if made is None:
         documents = []

@@ -83,9 +83,10 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         self.connected_at = 0.0
         # Pushes that arrived while a hello was reading the assignment (see `on_hello`).
         self.pushes_before_hello = 0
-        # Policy deltas (push/deltas.py): the version this device holds when its hello said
-        # `"delta": true` (then each version it acks); None: it gets whole documents.
-        self.delta_base: int | None = None
+        # Policy deltas (push/deltas.py): whether its hello said `"delta": true`, and the
+        # version it holds (the one its hello named, then each it acks).
+        self.takes_deltas = False
+        self.held_version: int | None = None
         # One decision-and-send at a time: a hello's answer and a push never cross on the wire.
         self.send_lock = asyncio.Lock()
         state = await store.connect(_bearer(self.scope))
@@ -201,7 +202,7 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         assignment: FleetAssignment = state["assignment"]
         assigned = self.bucket.version_under(assignment)
         self.assigned_version = assigned
-        self.delta_base = reported if accepts_delta else None
+        self.takes_deltas, self.held_version = accepts_delta, reported
         self.hello_done = True
         async with self.send_lock:
             if assigned is not None and reported != assigned:
@@ -227,8 +228,7 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         # Written in the next batch (see DeviceStore): a burst of acks after a push is a
         # few UPDATEs, not one trip to the database each while the push is going out.
         store.ack(self.device_pk, version)
-        if self.delta_base is not None:
-            self.delta_base = version  # the device holds it now: the next delta is from it
+        self.held_version = version  # the device holds it now: the next delta is from it
 
     async def _send_policy(self, number: int, rollout: dict[str, Any] | None) -> None:
         text = await policy_frame_text(self.fleet_id, number, self.delta_base, rollout)
@@ -238,6 +238,11 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         await self.send(text_data=text)
 
     # --- pushes from the hub (PushTarget) --------------------------------------------------
+
+    @property
+    def delta_base(self) -> int | None:
+        """The version a delta for this device starts from; None: whole documents only."""
+        return self.held_version if self.takes_deltas else None
 
     def version_to_push(self, assignment: FleetAssignment) -> int | None:
         """The version to send for this assignment, or None: no news, closing, or before hello

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 from typing import Any
 
@@ -21,23 +22,23 @@ def _canonical_equal(a: Any, b: Any) -> bool:
 
 def test_canonical_bytes__numbers__printed_as_ecmascript_does() -> None:
     # Given the RFC 8785 appendix's number cases (and an int that is a float's value)
-    cases = {
-        0.0: "0",
-        -0.0: "0",
-        400: "400",
-        400.0: "400",
-        0.6: "0.6",
-        1e21: "1e+21",
-        1e20: "100000000000000000000",
-        1e-7: "1e-7",
-        0.000001: "0.000001",
-        123456789012345680000.0: "123456789012345680000",
-        -5e-324: "-5e-324",
-        1.7976931348623157e308: "1.7976931348623157e+308",
-        333333333.3333333: "333333333.3333333",
-    }
+    cases = [
+        (0.0, "0"),
+        (-0.0, "0"),
+        (400, "400"),
+        (400.0, "400"),
+        (0.6, "0.6"),
+        (1e21, "1e+21"),
+        (1e20, "100000000000000000000"),
+        (1e-7, "1e-7"),
+        (0.000001, "0.000001"),
+        (123456789012345680000.0, "123456789012345680000"),
+        (-5e-324, "-5e-324"),
+        (1.7976931348623157e308, "1.7976931348623157e+308"),
+        (333333333.3333333, "333333333.3333333"),
+    ]
     # Then each encodes as ECMAScript prints it
-    for value, text in cases.items():
+    for value, text in cases:
         assert canonical_bytes(value) == text.encode(), value
 
 
@@ -70,7 +71,9 @@ def test_make_delta__one_cell_changed__patch_names_only_that_cell_field() -> Non
         "etag": '"v2-unit"',
         "cells": {"text/interactive/normal": {"threshold": 0.55}},
     }
-    assert delta["base"] == 1 and delta["version"] == 2 and "order" not in delta
+    assert delta["base"] == 1
+    assert delta["version"] == 2
+    assert "order" not in delta
     assert delta["hash"] == canonical_hash(target)
     assert len(json.dumps(delta)) < len(json.dumps(target)) / 5
     # And applying it gives the target
@@ -133,7 +136,8 @@ def test_make_delta__cells_added_and_reordered__order_carried() -> None:
     target["cells"] = [extra, *reversed(target["cells"])]
     # When a delta is made and applied
     delta = make_delta(base, target)
-    assert delta is not None and delta["order"][0] == "voice/batch/sensitive"
+    assert delta is not None
+    assert delta["order"][0] == "voice/batch/sensitive"
     # Then the result has the target's order, byte-equal after canonical encoding
     assert canonical_bytes(apply_delta(base, delta)) == canonical_bytes(target)
 
@@ -188,7 +192,7 @@ def test_delta_chain__any_edits__ends_byte_equal_to_the_whole_document(steps: li
         documents.append(nxt)
     # When a device starting on v1 applies each delta in turn (each through JSON, as sent)
     held: dict[str, Any] = json.loads(json.dumps(documents[0]))
-    for before, after in zip(documents, documents[1:], strict=False):
+    for before, after in itertools.pairwise(documents):
         delta = make_delta(before, after)
         assert delta is not None
         held = apply_delta(held, json.loads(json.dumps(delta)))
