@@ -108,14 +108,59 @@ def _encode(value: Any, out: list[str]) -> None:
         raise TypeError(f"{type(value).__name__} is not JSON")
 
 
+class _NotPlain(Exception):
+    """A value the standard library's encoder would not print as RFC 8785 does."""
+
+
+_EXACT_INT: Final = 2**53
+
+
+def _plain(value: Any) -> Any:
+    """`value` made ready for `json.dumps(sort_keys=True)` to print it as RFC 8785 does: floats
+    with a whole value become ints; _NotPlain where the two differ (a non-ASCII key, whose
+    UTF-16 order may differ; a number Python prints in another form than ECMAScript)."""
+    if isinstance(value, Mapping):
+        plain = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or not key.isascii():
+                raise _NotPlain
+            plain[key] = _plain(item)
+        return plain
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, float):
+        magnitude = abs(value)
+        if value.is_integer() and magnitude < _EXACT_INT:
+            return int(value)
+        if not 1e-4 <= magnitude < 1e16:  # Python's repr switches to exponents here
+            raise _NotPlain
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _EXACT_INT:
+        raise _NotPlain
+    return value
+
+
 def canonical_bytes(document: Any) -> bytes:
     """The RFC 8785 (JCS) encoding: members sorted by UTF-16 code units, no whitespace, numbers
     as ECMAScript prints them, strings with the minimal escapes, UTF-8. ValueError for NaN,
-    Infinity or a lone surrogate."""
-    out: list[str] = []
-    _encode(document, out)
+    Infinity or a lone surrogate.
+
+    Most documents take the standard library's C encoder (`_plain` says when its output is
+    RFC 8785's); the rest are encoded here, value by value."""
     try:
-        return "".join(out).encode("utf-8")
+        text = json.dumps(
+            _plain(document),
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            allow_nan=False,
+        )
+    except _NotPlain:
+        out: list[str] = []
+        _encode(document, out)
+        text = "".join(out)
+    try:
+        return text.encode("utf-8")
     except UnicodeEncodeError as error:
         raise ValueError("a lone surrogate has no canonical encoding") from error
 
@@ -151,13 +196,14 @@ def _keyed(document: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return {**document, "cells": keyed_cells}, list(keyed_cells)
 
 
+_ABSENT: Final = object()
+
+
 def _same(a: Any, b: Any) -> bool:
     """Equal as the canonical encoding sees it (True is not 1; 400 is 400.0)."""
-    if isinstance(a, Mapping) or isinstance(b, Mapping) or isinstance(a, list | tuple):
-        return canonical_bytes(a) == canonical_bytes(b)
-    if isinstance(a, bool) or isinstance(b, bool) or type(a) is not type(b):
-        return canonical_bytes(a) == canonical_bytes(b)
-    return bool(a == b)
+    if type(a) is type(b) and isinstance(a, str | int | float):
+        return bool(a == b)
+    return canonical_bytes(a) == canonical_bytes(b)
 
 
 def _has_null_member(value: Any) -> bool:
@@ -179,17 +225,16 @@ def _merge_diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str
         if key not in after:
             patch[key] = None
     for key, new in after.items():
-        if new is None or _has_null_member(new):
+        if new is None:
             raise _Inexpressible(key)
-        if key not in before:
-            patch[key] = new
-            continue
-        old = before[key]
+        old = before.get(key, _ABSENT)
         if isinstance(old, Mapping) and isinstance(new, Mapping):
             inner = _merge_diff(old, new)
             if inner:
                 patch[key] = inner
-        elif not _same(old, new):
+        elif old is _ABSENT or not _same(old, new):
+            if _has_null_member(new):
+                raise _Inexpressible(key)
             patch[key] = new
     return patch
 

@@ -199,3 +199,28 @@ def test_delta_chain__any_edits__ends_byte_equal_to_the_whole_document(steps: li
     # Then it holds the last version, byte-equal after canonical encoding
     assert canonical_bytes(held) == canonical_bytes(documents[-1])
     assert canonical_hash(held) == canonical_hash(documents[-1])
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**60), 2**60)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON)
+def test_canonical_bytes__fast_path__the_same_bytes_as_encoding_value_by_value(value: Any) -> None:
+    # Given any JSON value (non-ASCII keys, large ints, tiny and huge floats included)
+    from edge_sdk.delta import _encode
+
+    out: list[str] = []
+    _encode(value, out)
+    # Then the standard library's path (when it is taken) agrees with the RFC 8785 encoder
+    assert canonical_bytes(value) == "".join(out).encode()
