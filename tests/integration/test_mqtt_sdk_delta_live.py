@@ -8,39 +8,27 @@ device could only have it from the delta (or the whole document over HTTP).
 """
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from django.db import connection
 
 from edge_sdk import Device, DeviceConfig
 from edge_sdk.delta import canonical_bytes
 from edge_sdk.transport.mqtt import MqttTransport
-from tests.live_server import require_postgres_and_redis
 from tests.mqtt_broker import Broker
 from tests.unit.edge_sdk.sdk_helpers import Inference, readings
 
 from .test_device_push import AsgiProcess
 from .test_mqtt_device import ControlPlane
+from .test_mqtt_sdk_live import server  # noqa: F401  # the fixture
 from .ws_clients import BackgroundLoop, wait_until
 
 pytestmark = pytest.mark.integration
 
 WAIT_S = 45.0
-
-
-@pytest.fixture(scope="module")
-def server(django_db_setup: None, django_db_blocker: Any) -> Iterator[AsgiProcess]:
-    require_postgres_and_redis("the MQTT SDK's delta test")
-    process = AsgiProcess(dict(connection.settings_dict))
-    try:
-        process.start()
-        yield process
-    finally:
-        process.stop()
 
 
 def _state(fleet: Any, seq: int, stable: int, candidate: int | None = None) -> bytes:
@@ -51,7 +39,7 @@ def _state(fleet: Any, seq: int, stable: int, candidate: int | None = None) -> b
 
 def test_mqtt_sdk_delta__state_names_v2__taken_as_a_delta_applied_byte_equal_and_acked(
     transactional_db: None,
-    server: AsgiProcess,
+    server: AsgiProcess,  # noqa: F811
     fleet: Any,
     fleet_key: str,
     publish_version: Callable[..., Any],

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from django.db import connection
 
-from edge_sdk import Device, DeviceConfig
+from edge_sdk import Device
 from edge_sdk.delta import canonical_bytes
 from routing_policies.models import Device as DeviceRow
 from routing_policies.services import fleet_switch_version
@@ -22,7 +22,7 @@ from tests.live_server import require_postgres_and_redis
 
 from .tcp_proxy import TcpProxy
 from .test_device_push import AsgiProcess
-from .test_sdk_client import Network, _on_cloud, _on_device
+from .test_sdk_client import devices  # noqa: F401  # the fixture
 from .ws_clients import BackgroundLoop, enroll, open_socket, recv_json, wait_until
 
 pytestmark = pytest.mark.integration
@@ -41,47 +41,6 @@ def server(django_db_setup: None, django_db_blocker: Any) -> Iterator[AsgiProces
         process.stop()
 
 
-@pytest.fixture
-def devices(background: BackgroundLoop) -> Iterator[Callable[..., Device]]:
-    """`devices(base_url, fleet_key, device_id, state_dir=…, **config)`: a started SDK device."""
-    started: list[Device] = []
-
-    def _make(
-        base_url: str,
-        fleet_key: str,
-        device_id: str,
-        *,
-        state_dir: Path | None = None,
-        **config: Any,
-    ) -> Device:
-        device = Device(
-            DeviceConfig(
-                base_url=base_url,
-                fleet_key=fleet_key,
-                device_id=device_id,
-                platform="android",
-                model="pixel-9",
-                state_dir=state_dir,
-                telemetry_flush_s=0.2,
-                backoff_base_s=0.05,
-                backoff_max_s=0.5,
-                poll_interval_s=0.3,
-                online_check_s=0.1,
-                **config,
-            ),
-            readings=Network(),
-            device_infer=_on_device,
-            cloud_infer=_on_cloud,
-        )
-        background.run(device.start())
-        started.append(device)
-        return device
-
-    yield _make
-    for device in started:
-        background.run(device.stop())
-
-
 def _server_document(server: AsgiProcess, fleet: Any, number: int) -> dict[str, Any]:
     response = httpx.get(f"{server.url}/api/v1/fleets/{fleet.slug}/documents/{number}")
     assert response.status_code == 200
@@ -94,10 +53,16 @@ def _on_version(device: Device, number: int) -> None:
     wait_until(lambda: device.policy.version == number, timeout=WAIT_S, what=f"v{number}")
 
 
+def _ran_v1_and_stopped(background: BackgroundLoop, device: Device) -> None:
+    """The device (with a state_dir) applies v1, then stops: v1 is stored for its next start."""
+    _on_version(device, 1)
+    background.run(device.stop())
+
+
 def test_sdk_delta__switch_to_v2__pushed_as_a_delta_applied_byte_equal_and_acked(
     transactional_db: None,
     server: AsgiProcess,
-    devices: Callable[..., Device],
+    devices: Callable[..., Device],  # noqa: F811
     fleet: Any,
     fleet_key: str,
     publish_version: Callable[..., Any],
@@ -140,7 +105,7 @@ def test_sdk_delta__stored_base_corrupted__hash_mismatch_then_the_whole_document
     transactional_db: None,
     server: AsgiProcess,
     background: BackgroundLoop,
-    devices: Callable[..., Device],
+    devices: Callable[..., Device],  # noqa: F811
     fleet: Any,
     fleet_key: str,
     publish_version: Callable[..., Any],
@@ -149,9 +114,9 @@ def test_sdk_delta__stored_base_corrupted__hash_mismatch_then_the_whole_document
 ) -> None:
     # Given a device that ran v1 and stopped, whose stored v1 was altered on disk (one cell's
     # θ changed: still a usable document, but not the server's v1)
-    device = devices(server.url, fleet_key, "delta-corrupt-1", state_dir=tmp_path)
-    _on_version(device, 1)
-    background.run(device.stop())
+    _ran_v1_and_stopped(
+        background, devices(server.url, fleet_key, "delta-corrupt-1", state_dir=tmp_path)
+    )
     stored = json.loads((tmp_path / "policy.json").read_text())
     stored["document"]["cells"][3]["threshold"] = 0.123
     (tmp_path / "policy.json").write_text(json.dumps(stored))
@@ -174,7 +139,7 @@ def test_sdk_delta__base_beyond_the_servers_window__the_whole_document(
     transactional_db: None,
     server: AsgiProcess,
     background: BackgroundLoop,
-    devices: Callable[..., Device],
+    devices: Callable[..., Device],  # noqa: F811
     fleet: Any,
     fleet_key: str,
     publish_version: Callable[..., Any],
@@ -183,9 +148,9 @@ def test_sdk_delta__base_beyond_the_servers_window__the_whole_document(
 ) -> None:
     # Given a device that ran v1 and stopped, and v2, v3, v4 published since (the server keeps
     # deltas between versions at most 2 apart)
-    device = devices(server.url, fleet_key, "delta-old-1", state_dir=tmp_path)
-    _on_version(device, 1)
-    background.run(device.stop())
+    _ran_v1_and_stopped(
+        background, devices(server.url, fleet_key, "delta-old-1", state_dir=tmp_path)
+    )
     for threshold in (0.7, 0.8, 0.9):
         publish_version(fleet, threshold=threshold)
     fleet_switch_version(actor=publisher, fleet=fleet, version=4)
@@ -205,7 +170,7 @@ def test_sdk_delta__polling__226_applied(
     transactional_db: None,
     server: AsgiProcess,
     background: BackgroundLoop,
-    devices: Callable[..., Device],
+    devices: Callable[..., Device],  # noqa: F811
     fleet: Any,
     fleet_key: str,
     publish_version: Callable[..., Any],
