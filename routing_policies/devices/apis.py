@@ -117,9 +117,10 @@ class DevicePolicyApi(APIView):
         responses={
             200: PolicyDocumentSerializer,
             226: OpenApiResponse(
+                delta_api.PolicyDeltaSerializer,
                 description="IM Used (`IM: policy-delta`): the delta from the version `since` "
                 "or `If-None-Match` names to the assigned one (docs/PROTOCOL.md, "
-                '"Policy deltas").'
+                '"Policy deltas").',
             ),
             304: NOT_MODIFIED,
             404: OpenApiResponse(

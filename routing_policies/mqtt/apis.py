@@ -25,7 +25,6 @@ from controlplane.exceptions import NotFound
 from ..policies import delta_api
 from ..policies.apis import IF_NONE_MATCH
 from ..policies.deltas import MAX_VERSION_NUMBER, published_delta_json
-from ..policies.schemas import PolicyDocumentSerializer
 from ..policies.selectors import fleet_get, published_version_get, version_document
 
 IMMUTABLE = "public, max-age=31536000, immutable"
@@ -73,9 +72,11 @@ class PublishedDocumentApi(APIView):
         ],
         responses={
             200: OpenApiResponse(
-                PolicyDocumentSerializer,
+                delta_api.DOCUMENT_OR_DELTA,
                 description=f"The document, with `Cache-Control: {IMMUTABLE}` and its strong "
-                "`ETag` (the version's etag, as in the document).",
+                "`ETag` (the version's etag, as in the document). With `since`, the delta from "
+                "that version instead when the control plane makes one (`IM: policy-delta`, "
+                'its own ETag; docs/PROTOCOL.md, "Policy deltas").',
             ),
             304: OpenApiResponse(description="Not modified: the ETag you sent is this version's."),
         },

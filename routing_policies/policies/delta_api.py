@@ -11,7 +11,7 @@ document: a device never depends on the server keeping its base.
 import re
 from typing import Final
 
-from drf_spectacular.utils import OpenApiParameter
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer
 from rest_framework import serializers
 from rest_framework.request import Request
 
@@ -19,11 +19,14 @@ from controlplane.exceptions import ValidationFailed
 from controlplane.openapi import ApiSerializer, query_params_validate
 
 from .deltas import MAX_VERSION_NUMBER
+from .schemas import PolicyDocumentSerializer
 
 __all__ = [
     "A_IM",
     "DELTA_IM",
+    "DOCUMENT_OR_DELTA",
     "DeltaQuerySerializer",
+    "PolicyDeltaSerializer",
     "base_named",
     "delta_etag",
 ]
@@ -54,6 +57,33 @@ class DeltaQuerySerializer(ApiSerializer):
         required=False,
         help_text="The published version the device holds (1 to 2,147,483,647).",
     )
+
+
+class PolicyDeltaSerializer(ApiSerializer):
+    """A policy delta (docs/PROTOCOL.md, "Policy deltas"): the RFC 7386 merge patch of the
+    document's keyed form from version `base` to `version`, and the target's hash."""
+
+    component_name = "PolicyDelta"
+    fleet = serializers.SlugField()
+    base = serializers.IntegerField(help_text="The version the delta starts from.")
+    version = serializers.IntegerField(help_text="The version it makes.")
+    hash = serializers.CharField(
+        help_text="`sha256:` and the hex SHA-256 of the target's RFC 8785 encoding."
+    )
+    patch = serializers.DictField(help_text="RFC 7386 merge patch of the keyed document.")
+    order = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="The target's cell keys in order, when not the base's.",
+    )
+
+
+# The immutable document's answer to `?since=N`: the delta, or the whole document.
+DOCUMENT_OR_DELTA = PolymorphicProxySerializer(
+    component_name="PolicyDocumentOrDelta",
+    serializers=[PolicyDocumentSerializer, PolicyDeltaSerializer],
+    resource_type_field_name=None,
+)
 
 
 def _since(request: Request) -> int | None:
