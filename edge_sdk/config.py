@@ -78,7 +78,7 @@ class DeviceConfig:
     policy_deltas: bool = True
     # A weak link (edge_sdk.delta_sync.weak_link): the readings say metered, or slower / farther
     # than these. Telemetry is then batched this many times less often, and documents come as
-    # deltas only (no background prefetch of whole documents).
+    # deltas where they can (MQTT: the delta before the retained document, no prefetch).
     weak_link_kbps: float = 500.0
     weak_link_rtt_ms: float = 400.0
     weak_link_telemetry_factor: float = 5.0

@@ -12,7 +12,8 @@ poll is repeated without `A-IM`, an MQTT device takes the version's whole docume
 A weak link (`weak_link`): the app's readings say the link is metered, or slower or farther than
 the device's thresholds (`DeviceConfig.weak_link_kbps`, `weak_link_rtt_ms`). Then the SDK
 batches telemetry less often (`weak_link_telemetry_factor` × `telemetry_flush_s`) and takes
-documents as deltas only: an MQTT device prefetches no whole documents in the background.
+documents as deltas where it can: an MQTT device asks for the delta before the broker's whole
+retained document, and prefetches no documents in the background.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ class Link(Protocol):
         ...
 
     def weak_link(self) -> bool:
-        """The readings say the link is weak: deltas only (edge_sdk.delta_sync)."""
+        """The readings say the link is weak: deltas first (edge_sdk.delta_sync)."""
         ...
 
     def auth_headers(self) -> dict[str, str]:

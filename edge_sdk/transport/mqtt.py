@@ -714,16 +714,20 @@ class MqttTransport:
 
     async def _document(self, link: Link, fleet: str, version: int) -> bytes | None:
         """Version `version`'s document, checked whole: the retained one, or the immutable HTTP
-        one when the broker has none (or a bad one) within `mqtt_document_wait_s`. First, from
-        a delta of the document it runs (`_delta_document`)."""
-        made = await self._delta_document(link, fleet, version)
-        if made is not None:
+        one when the broker has none (or a bad one) within `mqtt_document_wait_s`, made from a
+        delta of the document it runs when the server sends one (`_delta_document`). On a weak
+        link the delta comes first: bytes count more there than a request to the control plane
+        (or its CDN); elsewhere the broker's copy does, which costs the control plane nothing."""
+        weak = link.weak_link()
+        if weak and (made := await self._delta_document(link, fleet, version)) is not None:
             return made
         payload = await self._retained_document(fleet, version)
         if payload is not None:
             if _usable_document(payload, fleet, version) is not None:
                 return payload
             self.dropped["bad_document"] += 1
+        if not weak and (made := await self._delta_document(link, fleet, version)) is not None:
+            return made
         fetched = await fetch_document(
             link.http, self.config.base_url, fleet, version, self.config.http_timeout_s
         )
@@ -772,7 +776,7 @@ class MqttTransport:
         """A state names a stable or candidate whose document is not held: take it in the
         background (after the jitter), once per version, whatever this device's bucket."""
         self._prefetch_state = state
-        if link.weak_link():  # deltas only: no whole documents taken on speculation
+        if link.weak_link():  # no documents taken on speculation over a weak link
             return
         idle = self._prefetch is None or self._prefetch.done()
         if idle and self._prefetch_next(link) is not None:

@@ -37,7 +37,9 @@ def _state(fleet: Any, seq: int, stable: int, candidate: int | None = None) -> b
     return json.dumps({**message, "rollout": rollout}).encode()
 
 
+@pytest.mark.parametrize("metered", [True, False])
 def test_mqtt_sdk_delta__state_names_v2__taken_as_a_delta_applied_byte_equal_and_acked(
+    metered: bool,
     transactional_db: None,
     server: AsgiProcess,  # noqa: F811
     fleet: Any,
@@ -70,7 +72,9 @@ def test_mqtt_sdk_delta__state_names_v2__taken_as_a_delta_applied_byte_equal_and
             mqtt_document_wait_s=0.5,
             mqtt_prefetch_jitter_s=0,
         ),
-        readings=lambda: readings(metered=True),  # a weak link: deltas only, no prefetch
+        # Metered, a weak link: deltas first, no prefetch; else the broker's copy first (none
+        # here), then the delta
+        readings=lambda: readings(metered=metered),
         device_infer=inference.on_device,
         cloud_infer=inference.on_cloud,
         transport="mqtt",
@@ -83,14 +87,16 @@ def test_mqtt_sdk_delta__state_names_v2__taken_as_a_delta_applied_byte_equal_and
         control.state(_state(fleet, 1, stable=1))
         wait_until(lambda: device.policy.version == 1, timeout=WAIT_S, what="v1 applied")
 
-        # When the state names v3 as a candidate (the device, on a metered link, takes no whole
-        # document ahead of need), then v2 as the fleet's stable version
+        # When the state names v3 as a candidate (a device on a metered link takes no document
+        # ahead of need; another takes it, as a delta too), then v2 as the fleet's stable version
         control.state(_state(fleet, 2, stable=1, candidate=3))
         control.state(_state(fleet, 3, stable=2))
 
         # Then it runs v2 made from the delta since v1, byte-equal to the server's v2, and acks
         wait_until(lambda: device.policy.version == 2, timeout=WAIT_S, what="v2 applied")
-        assert (device.deltas_applied, device.deltas_refused) == (1, 0)
+        if not metered:
+            wait_until(lambda: 3 in transport.held, timeout=WAIT_S, what="v3 prefetched")
+        assert (device.deltas_applied, device.deltas_refused) == (1 if metered else 2, 0)
         assert canonical_bytes(device.policy.document) == canonical_bytes(documents[2].json())
         assert device.policy.etag == documents[2].headers["ETag"]
         wait_until(
@@ -98,8 +104,8 @@ def test_mqtt_sdk_delta__state_names_v2__taken_as_a_delta_applied_byte_equal_and
             timeout=WAIT_S,
             what="the ack of v2",
         )
-        assert transport.documents["prefetched"] == 0
-        assert 3 not in transport.held
+        assert transport.documents["prefetched"] == (0 if metered else 1)
+        assert (3 in transport.held) is not metered
     finally:
         background.run(device.stop())
         control.close()
