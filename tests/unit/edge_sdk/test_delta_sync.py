@@ -9,10 +9,16 @@ from typing import Any
 
 import pytest
 
+from edge_sdk import delta_sync
 from edge_sdk.delta import canonical_bytes, make_delta
 
 from .sdk_helpers import Inference, policy_document
 from .test_device import Network, Socket, _device
+
+
+@pytest.fixture(autouse=True)
+def _no_recent_deltas() -> None:
+    delta_sync._RECENT.clear()
 
 
 def _delta_frame(base: dict[str, Any], target: dict[str, Any]) -> dict[str, Any]:
@@ -93,3 +99,36 @@ def test_weak_link__readings__telemetry_flushed_less_often(
     # Then its telemetry loop waits 5x longer on a weak link, the usual interval otherwise
     assert device._connection.weak_link() is weak
     assert device._sender.flush_interval() == (10.0 if weak else 2.0)
+
+
+async def test_frame__same_delta_to_many_devices__applied_once_shared() -> None:
+    # Given two devices of one process holding the same v1 (a simulator's), and one pushed frame
+    devices = [_device(Inference(), document=policy_document(1)) for _ in range(2)]
+    target = policy_document(2, **{"text/background/normal": {"threshold": 0.4}})
+    frame = json.dumps(_delta_frame(policy_document(1), target))
+
+    # When both receive it
+    for device in devices:
+        assert await device._connection.on_frame(Socket(), frame)
+
+    # Then both run v2, made once: the second device reuses the first one's checked result
+    first, second = (device.policy.document for device in devices)
+    assert canonical_bytes(first) == canonical_bytes(second) == canonical_bytes(target)
+    assert len(delta_sync._RECENT) == 1
+    assert [device.deltas_applied for device in devices] == [1, 1]
+
+
+async def test_frame__same_delta_to_a_device_with_another_base__not_reused() -> None:
+    # Given a result made for v1, and a device whose v1 differs (altered)
+    target = policy_document(2, **{"text/background/normal": {"threshold": 0.4}})
+    frame = json.dumps(_delta_frame(policy_document(1), target))
+    assert await _device(Inference(), document=policy_document(1))._connection.on_frame(
+        Socket(), frame
+    )
+    altered = _device(
+        Inference(), document=policy_document(1, **{"voice/background/normal": {"threshold": 0.1}})
+    )
+
+    # When the same frame reaches it, Then it is refused (its result would not hash right)
+    assert not await altered._connection.on_frame(Socket(), frame)
+    assert altered.deltas_refused == 1
