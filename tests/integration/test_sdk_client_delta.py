@@ -53,6 +53,14 @@ def _on_version(device: Device, number: int) -> None:
     wait_until(lambda: device.policy.version == number, timeout=WAIT_S, what=f"v{number}")
 
 
+def _holds_the_servers(device: Device, server: AsgiProcess, fleet: Any, number: int) -> None:
+    """The device runs version `number`, byte-equal (after canonical encoding) to the server's."""
+    _on_version(device, number)
+    assert canonical_bytes(device.policy.document) == canonical_bytes(
+        _server_document(server, fleet, number)
+    )
+
+
 def _ran_v1_and_stopped(background: BackgroundLoop, device: Device) -> None:
     """The device (with a state_dir) applies v1, then stops: v1 is stored for its next start."""
     _on_version(device, 1)
@@ -78,11 +86,8 @@ def test_sdk_delta__switch_to_v2__pushed_as_a_delta_applied_byte_equal_and_acked
 
     # Then the device gets v2 as a delta, holds v2 byte-equal (after canonical encoding) to the
     # server's document, and acks it
-    _on_version(device, 2)
+    _holds_the_servers(device, server, fleet, 2)
     assert (device.deltas_applied, device.deltas_refused) == (1, 0)
-    assert canonical_bytes(device.policy.document) == canonical_bytes(
-        _server_document(server, fleet, 2)
-    )
     wait_until(
         lambda: DeviceRow.objects.get(device_id="delta-push-1").acked_version == 2,
         timeout=WAIT_S,
@@ -94,11 +99,8 @@ def test_sdk_delta__switch_to_v2__pushed_as_a_delta_applied_byte_equal_and_acked
     fleet_switch_version(actor=publisher, fleet=fleet, version=3)
     _on_version(device, 3)
     fleet_switch_version(actor=publisher, fleet=fleet, version=1)
-    _on_version(device, 1)
+    _holds_the_servers(device, server, fleet, 1)
     assert device.deltas_applied == 3
-    assert canonical_bytes(device.policy.document) == canonical_bytes(
-        _server_document(server, fleet, 1)
-    )
 
 
 def test_sdk_delta__stored_base_corrupted__hash_mismatch_then_the_whole_document(
@@ -128,11 +130,8 @@ def test_sdk_delta__stored_base_corrupted__hash_mismatch_then_the_whole_document
 
     # Then the delta it gets does not hash right: it is refused, the device asks again without
     # deltas and runs the server's v2, whole
-    _on_version(again, 2)
+    _holds_the_servers(again, server, fleet, 2)
     assert (again.deltas_applied, again.deltas_refused) == (0, 1)
-    assert canonical_bytes(again.policy.document) == canonical_bytes(
-        _server_document(server, fleet, 2)
-    )
 
 
 def test_sdk_delta__base_beyond_the_servers_window__the_whole_document(
@@ -159,11 +158,8 @@ def test_sdk_delta__base_beyond_the_servers_window__the_whole_document(
     again = devices(server.url, fleet_key, "delta-old-1", state_dir=tmp_path)
 
     # Then it gets v4 whole (no delta offered, none refused)
-    _on_version(again, 4)
+    _holds_the_servers(again, server, fleet, 4)
     assert (again.deltas_applied, again.deltas_refused) == (0, 0)
-    assert canonical_bytes(again.policy.document) == canonical_bytes(
-        _server_document(server, fleet, 4)
-    )
 
 
 def test_sdk_delta__polling__226_applied(
@@ -193,12 +189,9 @@ def test_sdk_delta__polling__226_applied(
         fleet_switch_version(actor=publisher, fleet=fleet, version=2)
 
         # Then the next poll brings it as a delta (226), applied byte-equal
-        _on_version(device, 2)
+        _holds_the_servers(device, server, fleet, 2)
         assert device.deltas_applied == 1
         assert device.policy.etag == fleet.versions.get(number=2).etag
-        assert canonical_bytes(device.policy.document) == canonical_bytes(
-            _server_document(server, fleet, 2)
-        )
     finally:
         background.run(proxy.close())
 
