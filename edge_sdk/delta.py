@@ -130,8 +130,10 @@ def _plain(value: Any) -> Any:
         return [_plain(item) for item in value]
     if isinstance(value, float):
         magnitude = abs(value)
-        if value.is_integer() and magnitude < _EXACT_INT:
-            return int(value)
+        if value.is_integer():  # Python prints `.0`; ECMAScript the digits (exact below 2**53)
+            if magnitude < _EXACT_INT:
+                return int(value)
+            raise _NotPlain
         if not 1e-4 <= magnitude < 1e16:  # Python's repr switches to exponents here
             raise _NotPlain
         return value
