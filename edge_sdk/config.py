@@ -80,6 +80,15 @@ class DeviceConfig:
     # Documents of recent versions kept in memory (the stable and the candidate, and the one
     # it runs): a later stage or a rollback applies at once, with no round trip.
     mqtt_held_documents: int = 3
+    # Policy deltas (docs/PROTOCOL.md, "Policy deltas"; edge_sdk.delta_sync): take only what
+    # changed between versions when the server offers it (False: whole documents only).
+    policy_deltas: bool = True
+    # A weak link (edge_sdk.delta_sync.weak_link): the readings say metered, or slower / farther
+    # than these. Telemetry is then batched this many times less often, and documents come as
+    # deltas where they can (MQTT: the delta before the retained document, no prefetch).
+    weak_link_kbps: float = 500.0
+    weak_link_rtt_ms: float = 400.0
+    weak_link_telemetry_factor: float = 5.0
 
     def __post_init__(self) -> None:
         for name, limit in _FIELD_LIMITS.items():

@@ -69,6 +69,7 @@ from edge_sdk import mqtt_topics
 from edge_sdk.assignment import FleetAssignment
 from edge_sdk.backoff import Backoff
 from edge_sdk.config import DeviceConfig
+from edge_sdk.delta_sync import is_delta
 from edge_sdk.policy import PolicyDocumentError, parse_policy
 from edge_sdk.transport import Channel, Link, SessionEnd
 
@@ -210,6 +211,14 @@ def _usable_document(payload: bytes, fleet: str, version: int) -> Mapping[str, A
     return document
 
 
+def _json_object(payload: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 @functools.lru_cache(maxsize=_SHARED_PARSES)
 def _shared(payload: bytes) -> bytes:
     """One copy per process of a document many simulated devices hold."""
@@ -285,14 +294,24 @@ class HeldDocuments:
 
 
 async def fetch_document(
-    http: httpx.AsyncClient | None, base_url: str, fleet: str, version: int, timeout_s: float
+    http: httpx.AsyncClient | None,
+    base_url: str,
+    fleet: str,
+    version: int,
+    timeout_s: float,
+    *,
+    since: int | None = None,
 ) -> bytes | None:
     """Version `version`'s immutable document over HTTP (a CDN may answer it), or None when
     the endpoint does not answer it. Without credentials: the document is public to the fleet's
-    devices and a request with an Authorization header is not cached by CDNs."""
+    devices and a request with an Authorization header is not cached by CDNs. With `since`, the
+    answer is the delta from that version, or the whole document (docs/PROTOCOL.md, "Policy
+    deltas")."""
     if http is None:
         return None
     url = base_url + DOCUMENT_PATH.format(fleet=fleet, version=version)
+    if since is not None:
+        url += f"?since={since}"
     body = bytearray()
     try:
         async with http.stream("GET", url, timeout=timeout_s) as response:
@@ -726,18 +745,54 @@ class MqttTransport:
 
     async def _document(self, link: Link, fleet: str, version: int) -> bytes | None:
         """Version `version`'s document, checked whole: the retained one, or the immutable HTTP
-        one when the broker has none (or a bad one) within `mqtt_document_wait_s`."""
+        one when the broker has none (or a bad one) within `mqtt_document_wait_s`, made from a
+        delta of the document it runs when the server sends one (`_delta_document`). On a weak
+        link the delta comes first: bytes count more there than a request to the control plane
+        (or its CDN); elsewhere the broker's copy does, which costs the control plane nothing."""
+        weak = link.weak_link()
+        if weak and (made := await self._delta_document(link, fleet, version)) is not None:
+            return made
         payload = await self._retained_document(fleet, version)
         if payload is not None:
             if _usable_document(payload, fleet, version) is not None:
                 return payload
             self.dropped["bad_document"] += 1
+        if not weak and (made := await self._delta_document(link, fleet, version)) is not None:
+            return made
         fetched = await fetch_document(
             link.http, self.config.base_url, fleet, version, self.config.http_timeout_s
         )
         if fetched is not None and _usable_document(fetched, fleet, version) is not None:
             return fetched
         return None
+
+    async def _delta_document(self, link: Link, fleet: str, version: int) -> bytes | None:
+        """Policy deltas (edge_sdk/delta_sync.py): version `version`'s document made from the
+        one the device runs and the delta `?since=` answers (or the whole document it answers
+        instead), checked whole; None without deltas or a base, or when none came or applied."""
+        held = link.policy_document()
+        base = held.get("version") if held is not None else None
+        if not link.deltas.enabled or not isinstance(base, int) or base == version:
+            return None
+        body = await fetch_document(
+            link.http,
+            self.config.base_url,
+            fleet,
+            version,
+            self.config.http_timeout_s,
+            since=base,
+        )
+        answer = _json_object(body) if body is not None else None
+        if answer is not None and is_delta(answer):
+            document = link.deltas.document(held, answer)
+            body = (
+                json.dumps(document, separators=(",", ":")).encode()
+                if document is not None
+                else None
+            )
+        if body is None or _usable_document(body, fleet, version) is None:
+            return None
+        return body
 
     def _hold_running(self, link: Link, fleet: str) -> None:
         """Before leaving the version it runs, keep its document (a rollback comes back to it)."""
@@ -752,6 +807,8 @@ class MqttTransport:
         """A state names a stable or candidate whose document is not held: take it in the
         background (after the jitter), once per version, whatever this device's bucket."""
         self._prefetch_state = state
+        if link.weak_link():  # no documents taken on speculation over a weak link
+            return
         idle = self._prefetch is None or self._prefetch.done()
         if idle and self._prefetch_next(link) is not None:
             self._prefetch = asyncio.ensure_future(self._prefetch_documents(link, fleet))

@@ -10,6 +10,7 @@ version, `GET /api/v1/fleets/{slug}/versions/{ref}/document`, keeps its role che
 
 from typing import Any
 
+from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.negotiation import BaseContentNegotiation
@@ -21,13 +22,12 @@ from rest_framework.views import APIView
 
 from controlplane.exceptions import NotFound
 
+from ..policies import delta_api
 from ..policies.apis import IF_NONE_MATCH
-from ..policies.schemas import PolicyDocumentSerializer
+from ..policies.deltas import MAX_VERSION_NUMBER, published_delta_json
 from ..policies.selectors import fleet_get, published_version_get, version_document
 
 IMMUTABLE = "public, max-age=31536000, immutable"
-# The largest number a version has (a PostgreSQL integer): past it, none.
-MAX_VERSION_NUMBER = 2**31 - 1
 
 
 class _JsonWhateverAccepted(BaseContentNegotiation):
@@ -53,6 +53,7 @@ class PublishedDocumentApi(APIView):
 
     @extend_schema(
         parameters=[
+            delta_api.DeltaQuerySerializer,
             IF_NONE_MATCH,
             OpenApiParameter(
                 "Cache-Control",
@@ -71,15 +72,18 @@ class PublishedDocumentApi(APIView):
         ],
         responses={
             200: OpenApiResponse(
-                PolicyDocumentSerializer,
+                delta_api.DOCUMENT_OR_DELTA,
                 description=f"The document, with `Cache-Control: {IMMUTABLE}` and its strong "
-                "`ETag` (the version's etag, as in the document).",
+                "`ETag` (the version's etag, as in the document). With `since`, the delta from "
+                "that version instead when the control plane makes one (`IM: policy-delta`, "
+                'its own ETag; docs/PROTOCOL.md, "Policy deltas").',
             ),
             304: OpenApiResponse(description="Not modified: the ETag you sent is this version's."),
         },
         operation_id="published_document",
     )
-    def get(self, request: Request, slug: str, number: int) -> Response:
+    def get(self, request: Request, slug: str, number: int) -> Response | HttpResponse:
+        base, _ = delta_api.base_named(request, a_im=False)  # a bad `since`: 400
         fleet = fleet_get(slug=slug)
         version = (
             published_version_get(fleet_id=fleet.pk, number=number)
@@ -93,10 +97,22 @@ class PublishedDocumentApi(APIView):
             tag.strip().removeprefix("W/")
             for tag in request.headers.get("If-None-Match", "").split(",")
         ]
+        # Policy deltas (policies/delta_api.py): `?since=N` answers the delta from N, a 200 a
+        # CDN caches like the document (the pair never changes), or the whole document.
+        response: Response | HttpResponse
         if version.etag in sent or "*" in sent:
             response = Response(status=status.HTTP_304_NOT_MODIFIED)
+            response["ETag"] = version.etag
+        elif (
+            base is not None
+            and base != number
+            and (delta := published_delta_json(fleet_id=fleet.pk, base=base, target=number))
+        ):
+            response = HttpResponse(delta, content_type="application/json")
+            response["IM"] = delta_api.DELTA_IM
+            response["ETag"] = delta_api.delta_etag(version.etag, base)
         else:
             response = Response(version_document(version=version))
-        response["ETag"] = version.etag
+            response["ETag"] = version.etag
         response["Cache-Control"] = IMMUTABLE
         return response

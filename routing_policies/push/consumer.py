@@ -20,7 +20,7 @@ from controlplane import json_guard
 from ..assignment import DeviceBucket, FleetAssignment
 from ..segments.rules import AttributeProblem, attributes_parse
 from . import frames
-from .documents import documents
+from .deltas import policy_frame_text
 from .hub import CLOSE_SUPERSEDED, CLOSE_UNAUTHORISED, get_hub
 from .store import store
 
@@ -84,6 +84,10 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         self.connected_at = 0.0
         # Pushes that arrived while a hello was reading the assignment (see `on_hello`).
         self.pushes_before_hello = 0
+        # Policy deltas (push/deltas.py): whether its hello said `"delta": true`, and the
+        # version it holds (the one its hello named, then each it acks).
+        self.takes_deltas = False
+        self.held_version: int | None = None
         # One decision-and-send at a time: a hello's answer and a push never cross on the wire.
         self.send_lock = asyncio.Lock()
         state = await store.connect(_bearer(self.scope))
@@ -169,6 +173,10 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         if reported is not None and (isinstance(reported, bool) or not isinstance(reported, int)):
             await self.send_error("bad_message", "policy_version must be a whole number or null")
             return
+        accepts_delta = message.get("delta", False)
+        if not isinstance(accepts_delta, bool):
+            await self.send_error("bad_message", "delta must be true or false", field="delta")
+            return
         fields: dict[str, Any] = {"reported_version": reported}
         for name, limit in _FIELD_LIMITS.items():
             value = message.get(name)
@@ -202,6 +210,7 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         assignment: FleetAssignment = state["assignment"]
         assigned = self.bucket.version_under(assignment)
         self.assigned_version = assigned
+        self.takes_deltas, self.held_version = accepts_delta, reported
         self.hello_done = True
         async with self.send_lock:
             if assigned is not None and reported != assigned:
@@ -227,15 +236,21 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         # Written in the next batch (see DeviceStore): a burst of acks after a push is a
         # few UPDATEs, not one trip to the database each while the push is going out.
         store.ack(self.device_pk, version)
+        self.held_version = version  # the device holds it now: the next delta is from it
 
     async def _send_policy(self, number: int, rollout: dict[str, Any] | None) -> None:
-        body = await documents.body(self.fleet_id, number)
-        if body is None:
+        text = await policy_frame_text(self.fleet_id, number, self.delta_base, rollout)
+        if text is None:
             logger.error("device.policy_missing fleet=%s version=%s", self.fleet_id, number)
             return
-        await self.send(text_data=frames.policy_frame(body, rollout))
+        await self.send(text_data=text)
 
     # --- pushes from the hub (PushTarget) --------------------------------------------------
+
+    @property
+    def delta_base(self) -> int | None:
+        """The version a delta for this device starts from; None: whole documents only."""
+        return self.held_version if self.takes_deltas else None
 
     def version_to_push(self, assignment: FleetAssignment) -> int | None:
         """The version to send for this assignment, or None: no news, closing, or before hello

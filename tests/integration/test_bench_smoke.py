@@ -82,6 +82,7 @@ def _benches(out: Path) -> dict[str, tuple[list[str], str]]:
             "publishes per change",
         ),
         "sdk": (["bench.sdk", "--tasks", "200", "--rounds", "2"], "Router.route"),
+        "wire": (["bench.wire", "--rounds", "1", "--loops", "2"], "ours / baseline"),
         "sim": (
             [
                 *("bench.sim", "--devices", "10", "--measure", "2", "--connect-rate", "100"),
