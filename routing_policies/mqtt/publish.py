@@ -154,7 +154,7 @@ def fleets_reconcile(*, force: bool = False) -> int:
         if force:
             assignment = fleet_assignment(fleet_id)
             newest = latest_published_number(fleet_id=fleet_id)
-            for number in sorted({assignment.stable, assignment.candidate, newest} - {None}):
-                assert number is not None
+            named = {assignment.stable, assignment.candidate, newest}
+            for number in sorted(n for n in named if n is not None):
                 publishes += version_document_publish(fleet_id=fleet_id, number=number)
     return publishes

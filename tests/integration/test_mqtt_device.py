@@ -440,7 +440,7 @@ async def test_mqtt_device__corrupted_prefetched_document__never_applied_the_dev
         control.close()
 
 
-async def test_mqtt_device__version_published_before_its_rollout__taken_ahead_the_start_applies_at_once(
+async def test_mqtt_device__version_published_before_its_rollout__taken_ahead_start_applied_at_once(
     logged_broker: Broker, devices: list[Device]
 ) -> None:
     # Given v1 stable, and a device that the rollout of v2 (5%, salt-1) will put in its cohort
