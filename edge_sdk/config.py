@@ -73,12 +73,13 @@ class DeviceConfig:
     mqtt_ca_file: str = ""
     # How long to wait for a version's retained document before asking the HTTP endpoint.
     mqtt_document_wait_s: float = 3.0
-    # A state that names a stable or candidate whose document the device does not hold:
-    # the device takes it in the background after a random wait in [0, this], so that a
-    # rollout's start is not every device of the fleet asking at once (0: at once).
+    # A state that names a stable, candidate or newest published version whose document the
+    # device does not hold: the device takes it in the background after a random wait in
+    # [0, this], so that a publish is not every device of the fleet asking at once (0: at once).
     mqtt_prefetch_jitter_s: float = 30.0
-    # Documents of recent versions kept in memory (the stable and the candidate, and the one
-    # it runs): a later stage or a rollback applies at once, with no round trip.
+    # Documents of recent versions kept in memory (the stable, the candidate, the newest
+    # published, and the one it runs): a rollout's start, a later stage or a rollback applies
+    # at once, with no round trip.
     mqtt_held_documents: int = 3
     # Policy deltas (docs/PROTOCOL.md, "Policy deltas"; edge_sdk.delta_sync): take only what
     # changed between versions when the server offers it (False: whole documents only).

@@ -10,11 +10,13 @@ carried, so storing, applying and acking are the connection's, unchanged; the `a
 back is published on the device's ack topic. Cloud pressure arrives retained with an MQTT 5
 message expiry: the broker's remaining expiry is the `ttl_s` handed on.
 
-Documents ahead of need: a state that names a stable or candidate whose document the device
-does not hold (and its bucket does not need now) makes it take that document in the background,
-once per version, after a random wait in [0, `mqtt_prefetch_jitter_s`]; the documents of its last
-`mqtt_held_documents` versions are held (`HeldDocuments`), checked whole when taken and again
-before use, so a later stage or a rollback applies from memory with no round trip.
+Documents ahead of need: a state that names a stable, candidate or newest published version
+(`published`) whose document the device does not hold (and its bucket does not need now) makes
+it take that document in the background, once per version, after a random wait in
+[0, `mqtt_prefetch_jitter_s`]; the documents of its last `mqtt_held_documents` versions are
+held (`HeldDocuments`; the versions the newest state names go last), checked whole when taken
+and again before use, so a rollout's start (its candidate published, and so taken, before), a
+later stage or a rollback applies from memory with no round trip.
 
 The session: client id and username `{fleet}/{device_id}`, the device token as password,
 keepalive `mqtt_keepalive_s`, a persistent session (clean start off, session expiry
@@ -105,12 +107,19 @@ _SHARED_PARSES: Final = 8  # recent states and documents parsed once per process
 
 @dataclass(frozen=True, slots=True)
 class FleetState:
-    """A fleet's retained rollout state, checked: its sequence number, its assignment and the
-    `rollout` a policy frame names."""
+    """A fleet's retained rollout state, checked: its sequence number, its assignment, the
+    `rollout` a policy frame names, and the fleet's newest published version (None when the
+    state does not say: a control plane before it, or a value that is not a version)."""
 
     seq: int
     assignment: FleetAssignment
     rollout: dict[str, int] | None
+    published: int | None = None
+
+    def named(self) -> frozenset[int]:
+        """The versions this state names: the ones a device holds ahead of need."""
+        versions = (self.assignment.stable, self.assignment.candidate, self.published)
+        return frozenset(v for v in versions if v is not None)
 
 
 def _whole(value: Any, low: int, high: int) -> int | None:
@@ -146,9 +155,11 @@ def parse_state(payload: bytes, fleet: str) -> FleetState | str:
     candidate_ok, candidate = _version(message.get("candidate"))
     if seq is None or not stable_ok or not candidate_ok:
         return "malformed"
+    # Advisory (what to take ahead): one that is not a version is ignored, the state applies.
+    _, published = _version(message.get("published"))
     raw = message.get("rollout")
     if raw is None:
-        return FleetState(seq, FleetAssignment(stable, candidate), None)
+        return FleetState(seq, FleetAssignment(stable, candidate), None, published)
     if not isinstance(raw, dict):
         return "malformed"
     rollout_id = _whole(raw.get("id"), 1, 2**63 - 1)
@@ -163,7 +174,7 @@ def parse_state(payload: bytes, fleet: str) -> FleetState | str:
     rollout = {"id": rollout_id, "stage": stage}
     if holdback:
         rollout["holdback"] = holdback
-    return FleetState(seq, assignment, rollout)
+    return FleetState(seq, assignment, rollout, published)
 
 
 def _document_of(payload: bytes, fleet: str, version: int) -> dict[str, Any] | None:
@@ -233,13 +244,16 @@ class _Held:
 
 
 class HeldDocuments:
-    """The documents of a few recent versions (the fleet's stable and candidate, the one the
-    device runs), so that a later stage or a rollback applies without a round trip.
+    """The documents of a few recent versions (the fleet's stable, candidate and newest
+    published, the one the device runs), so that a rollout's start, a later stage or a rollback
+    applies without a round trip.
 
     A document is kept only when checked whole (`_usable_document`), under its version and
     etag with a digest of its bytes; before it is used it is checked again (the same bytes,
     version and etag, and whole): a held copy that fails is forgotten, never applied. At most
-    `max_entries`, the least recently used going first.
+    `max_entries`: the least recently used of those the fleet's state no longer names goes
+    first (a version published and superseded before any rollout, not the stable a rollback
+    needs), then the least recently used.
     """
 
     __slots__ = ("_entries", "max_entries")
@@ -255,8 +269,11 @@ class HeldDocuments:
         """The versions held, least recently used first."""
         return list(self._entries)
 
-    def hold(self, payload: bytes, fleet: str, version: int) -> bool:
-        """Keep version `version`'s document; False (nothing kept) when it is not usable."""
+    def hold(
+        self, payload: bytes, fleet: str, version: int, keep: frozenset[int] = frozenset()
+    ) -> bool:
+        """Keep version `version`'s document, evicting first what `keep` (the versions the
+        state names) does not hold; False (nothing kept) when it is not usable."""
         document = _usable_document(payload, fleet, version)
         if document is None or self.max_entries <= 0:
             return False
@@ -268,7 +285,8 @@ class HeldDocuments:
         )
         self._entries.move_to_end(version)
         while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+            unnamed = (v for v in self._entries if v not in keep and v != version)
+            del self._entries[next(unnamed, next(iter(self._entries)))]
         return True
 
     def payload(self, fleet: str, version: int) -> bytes | None:
@@ -735,7 +753,7 @@ class MqttTransport:
         frame = _document_frame(payload, fleet, version, rollout) if payload else None
         if frame is not None and await link.on_frame(self._ack_channel, frame):
             assert payload is not None
-            self.held.hold(payload, fleet, version)
+            self.held.hold(payload, fleet, version, self._named())
             self.documents["fetched"] += 1
             self._settled(state)
             return True
@@ -799,13 +817,20 @@ class MqttTransport:
         document = link.policy_document()
         version = document.get("version") if document is not None else None
         if document is not None and isinstance(version, int) and version not in self.held:
-            self.held.hold(json.dumps(dict(document)).encode(), fleet, version)
+            self.held.hold(json.dumps(dict(document)).encode(), fleet, version, self._named())
 
     # --- prefetching the versions a state names ---------------------------------------------------
 
+    def _named(self) -> frozenset[int]:
+        """The versions the newest state names (held last when documents must go)."""
+        state = self._prefetch_state
+        return state.named() if state is not None else frozenset()
+
     def _prefetch_for(self, link: Link, fleet: str, state: FleetState) -> None:
-        """A state names a stable or candidate whose document is not held: take it in the
-        background (after the jitter), once per version, whatever this device's bucket."""
+        """A state names a stable, candidate or newest published version whose document is not
+        held: take it in the background (after the jitter), once per version, whatever this
+        device's bucket. A version published and superseded while a device waits out its
+        jitter is never taken: only what the newest state names is."""
         self._prefetch_state = state
         if link.weak_link():  # no documents taken on speculation over a weak link
             return
@@ -819,7 +844,7 @@ class MqttTransport:
             return None
         running = link.hello().get("policy_version")
         own = state.assignment.version_for(self.config.device_id)  # converging takes it
-        for version in (state.assignment.candidate, state.assignment.stable):
+        for version in (state.assignment.candidate, state.assignment.stable, state.published):
             if (
                 version is not None
                 and version not in (running, own)
@@ -842,7 +867,7 @@ class MqttTransport:
                 self._prefetch_tried.discard(version)  # cut short (a lost session): again later
                 raise
             if payload is not None and version not in self.held:
-                self.held.hold(payload, fleet, version)
+                self.held.hold(payload, fleet, version, self._named())
                 self.documents["prefetched"] += 1
 
     def _settled(self, state: FleetState) -> None:
