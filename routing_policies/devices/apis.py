@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
+from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.authentication import BaseAuthentication
@@ -17,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane import wire
 from controlplane.api import JsonRegexField, TidyJsonStringField, require_object
 from controlplane.exceptions import NotFound
 from controlplane.openapi import ApiSerializer, error_response, error_responses
@@ -108,6 +110,7 @@ class DevicePolicyApi(APIView):
 
     authentication_classes = [DeviceTokenAuthentication]
     permission_classes = [IsDevice]
+    content_negotiation_class = wire.JsonWhateverAccepted
 
     @extend_schema(
         parameters=[IF_NONE_MATCH],
@@ -121,7 +124,7 @@ class DevicePolicyApi(APIView):
         },
         operation_id="device_policy",
     )
-    def get(self, request: Request) -> Response:
+    def get(self, request: Request) -> HttpResponse:
         device = request.auth
         assert isinstance(device, Device)
         services.device_seen(device_pk=device.pk)
@@ -132,13 +135,15 @@ class DevicePolicyApi(APIView):
         if version is None:
             raise NotFound("The fleet has no published policy yet.", code="no_policy")
         tags = [t.strip() for t in request.headers.get("If-None-Match", "").split(",")]
+        response: HttpResponse
         if version.etag in tags or f"W/{version.etag}" in tags:
             response = Response(status=status.HTTP_304_NOT_MODIFIED)
         else:
-            response = Response(version_document(version=version))
-        response["ETag"] = version.etag
+            document = version_document(version=version)
+            # Protobuf and compression when asked for (docs/PROTOCOL.md, "Binary frames").
+            response = wire.document_response(request, document) or Response(document)
         response["Cache-Control"] = "no-cache"
-        return response
+        return wire.negotiated_document(request, response, etag=version.etag)
 
 
 class EnrollmentKeyApi(APIView):

@@ -10,6 +10,7 @@ version, `GET /api/v1/fleets/{slug}/versions/{ref}/document`, keeps its role che
 
 from typing import Any
 
+from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.negotiation import BaseContentNegotiation
@@ -19,6 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane import wire
 from controlplane.exceptions import NotFound
 
 from ..policies.apis import IF_NONE_MATCH
@@ -46,8 +48,8 @@ class PublishedDocumentApi(APIView):
 
     authentication_classes: list[type] = []
     permission_classes = [AllowAny]
-    # JSON only: one representation, the same bytes as the device's policy (and the retained
-    # MQTT document), whatever the Accept header.
+    # JSON by default: the same bytes as the device's policy (and the retained MQTT document),
+    # whatever the Accept header; protobuf or compressed only when asked (`wire`).
     renderer_classes = [JSONRenderer]
     content_negotiation_class = _JsonWhateverAccepted
 
@@ -79,7 +81,7 @@ class PublishedDocumentApi(APIView):
         },
         operation_id="published_document",
     )
-    def get(self, request: Request, slug: str, number: int) -> Response:
+    def get(self, request: Request, slug: str, number: int) -> HttpResponse:
         fleet = fleet_get(slug=slug)
         version = (
             published_version_get(fleet_id=fleet.pk, number=number)
@@ -93,10 +95,13 @@ class PublishedDocumentApi(APIView):
             tag.strip().removeprefix("W/")
             for tag in request.headers.get("If-None-Match", "").split(",")
         ]
+        response: HttpResponse
         if version.etag in sent or "*" in sent:
             response = Response(status=status.HTTP_304_NOT_MODIFIED)
         else:
-            response = Response(version_document(version=version))
-        response["ETag"] = version.etag
+            document = version_document(version=version)
+            # Protobuf and compression when asked for (docs/PROTOCOL.md, "Binary frames"); a
+            # CDN keeps one copy per representation (Vary).
+            response = wire.document_response(request, document) or Response(document)
         response["Cache-Control"] = IMMUTABLE
-        return response
+        return wire.negotiated_document(request, response, etag=version.etag)

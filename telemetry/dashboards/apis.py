@@ -11,6 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane import wire
 from controlplane.exceptions import NotFound, error_body
 from controlplane.openapi import query_params_validate
 from routing_policies.models import Fleet
@@ -52,5 +53,5 @@ def prometheus_metrics(request: HttpRequest) -> HttpResponse:
         offered = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if not hmac.compare_digest(offered.encode(), token.encode()):
             return JsonResponse(error_body("not_authenticated", "Bearer token needed."), status=401)
-    text = prometheus.render(metrics.route_totals(), ingest_gauges())
+    text = prometheus.render(metrics.route_totals(), ingest_gauges()) + wire.refused_metrics()
     return HttpResponse(text, content_type=prometheus.CONTENT_TYPE)
