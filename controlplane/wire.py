@@ -119,13 +119,9 @@ class BodyFormat:
             ) from None
         except compression.UnsupportedCoding as exc:
             accepted = ", ".join(compression.CODINGS)
+            message = f"{exc}; send {accepted} or none."
             raise BodyRefused(
-                (
-                    415,
-                    error_body("unsupported_encoding", f"{exc}; send {accepted} or none."),
-                    {"Accept-Encoding": accepted},
-                ),
-                "unsupported_encoding",
+                (415, error_body("unsupported_encoding", message), {}), "unsupported_encoding"
             ) from None
         except ValueError as exc:
             raise BodyRefused(

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edge_sdk.mqtt_topics import DEFAULT_PREFIX
+from edge_sdk.wire.negotiation import WIRE_FORMATS, WireFormat
 
 __all__ = ["SDK_VERSION", "DeviceConfig"]
 
@@ -70,6 +71,12 @@ class DeviceConfig:
     # Documents of recent versions kept in memory (the stable and the candidate, and the one
     # it runs): a later stage or a rollback applies at once, with no round trip.
     mqtt_held_documents: int = 3
+    # Binary frames and compression (docs/PROTOCOL.md, "Binary frames and compression"):
+    # "auto" uses protobuf (and compression) wherever the server offers it, JSON elsewhere;
+    # "json" never does (JSON only, as before); "protobuf" is "auto", and also sends MQTT
+    # telemetry in protobuf (over MQTT nothing answers to offer it: choose it only for a
+    # control plane that reads it).
+    wire_format: WireFormat = "auto"
 
     def __post_init__(self) -> None:
         for name, limit in _FIELD_LIMITS.items():
@@ -89,6 +96,8 @@ class DeviceConfig:
         if self.mqtt_url and not self.mqtt_url.startswith(_MQTT_SCHEMES):
             schemes = ", ".join(f"{scheme}//" for scheme in _MQTT_SCHEMES)
             raise ValueError(f"DeviceConfig.mqtt_url must start with {schemes}")
+        if self.wire_format not in WIRE_FORMATS:
+            raise ValueError(f"DeviceConfig.wire_format must be one of {', '.join(WIRE_FORMATS)}")
         if self.fleet is not None and not _FLEET.match(self.fleet):
             raise ValueError("DeviceConfig.fleet must be a fleet slug (letters, digits, - and _)")
 

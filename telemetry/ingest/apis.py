@@ -17,7 +17,7 @@ from ..structs import request_body
 from . import schemas, selectors
 from .events import MAX_EVENTS, TelemetryBatch
 from .fastpath import ingest_outcome
-from .wire import BodyFormat
+from .wire import ACCEPTS, BodyFormat
 
 
 @extend_schema_view(
@@ -42,7 +42,8 @@ class TelemetryIngestApi(DeviceBatchApi):
         body_format = BodyFormat.of(
             headers.get("Content-Type", ""), headers.get("Content-Encoding", "")
         )
-        return ingest_outcome(device, body, body_format)
+        status, data, extra = ingest_outcome(device, body, body_format)
+        return status, data, {**ACCEPTS, **extra}
 
 
 class IngestStatusApi(APIView):

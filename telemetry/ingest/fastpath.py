@@ -36,7 +36,7 @@ from routing_policies.services import device_authenticate_cached
 from ..ratelimit import Outcome, device_batch_gate
 from . import services
 from .events import BatchTooLarge
-from .wire import BodyFormat, BodyRefused, batch_json
+from .wire import ACCEPTS, BodyFormat, BodyRefused, batch_json
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ _HEADERS: Final = (
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"same-origin"),
     (b"cross-origin-opener-policy", b"same-origin"),
+    *((name.lower().encode(), value.encode()) for name, value in ACCEPTS.items()),
 )
 _ENCODER: Final = msgspec.json.Encoder()
 

@@ -9,10 +9,20 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from controlplane.wire import BodyFormat, BodyRefused, count_refused
+from controlplane.wire import JSON_MEDIA_TYPE, BodyFormat, BodyRefused, count_refused
+from edge_sdk.wire import PROTOBUF_MEDIA_TYPE
 from edge_sdk.wire.codec import batch_from_protobuf
+from edge_sdk.wire.compression import CODINGS
 
-__all__ = ["BodyFormat", "BodyRefused", "batch_json"]
+__all__ = ["ACCEPTS", "BodyFormat", "BodyRefused", "batch_json"]
+
+# On every answer of `POST /api/v1/telemetry`: what the endpoint reads, so that a device learns
+# it may send protobuf and compress (`Accept-Post`, and `Accept-Encoding` as RFC 9110 lets a
+# server say which codings it reads in requests).
+ACCEPTS = {
+    "Accept-Post": f"{JSON_MEDIA_TYPE}, {PROTOBUF_MEDIA_TYPE}",
+    "Accept-Encoding": ", ".join(CODINGS),
+}
 
 
 def batch_json(body: bytes, body_format: BodyFormat, *, channel: str) -> bytes:
