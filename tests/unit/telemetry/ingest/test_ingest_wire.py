@@ -59,7 +59,7 @@ def test_telemetry_wire__protobuf_batch__stored_exactly_as_the_json_batch(
     phone_client: Any,
 ) -> None:
     # Given one batch of events, with optional fields both present and absent
-    events = make_events(3) + [make_event(decided_by="policy", score=None, tokens=None)]
+    events = [*make_events(3), make_event(decided_by="policy", score=None, tokens=None)]
 
     # When it is posted as protobuf, then (as the same events) as JSON after clearing
     response = _post(phone_client, _protobuf(events), PROTOBUF_MEDIA_TYPE)
