@@ -222,9 +222,7 @@ def _deeply_nested_unknown_group(depth: int) -> bytes:
         pytest.param(b"\xff" * 64, 400, "malformed_protobuf", id="garbage"),
         pytest.param(b"", 400, "validation_failed", id="empty"),
         pytest.param(_deeply_nested_unknown_group(5000), 400, "malformed_protobuf", id="deep"),
-        pytest.param(
-            b"\x0a\x05\x12\x03\xff\xfe\xfd", 400, "malformed_protobuf", id="invalid-utf8"
-        ),
+        pytest.param(b"\x0a\x05\x12\x03\xff\xfe\xfd", 400, "malformed_protobuf", id="invalid-utf8"),
     ],
 )
 def test_telemetry_wire__hostile_protobuf__clear_4xx_counted_nothing_stored(
