@@ -303,7 +303,8 @@ def test_wire_live__sdk_devices_json_and_protobuf__both_converge_and_send_teleme
                 timeout=WAIT_S,
                 what="ack of v2",
             )
-        assert binary.policy.current is not None and plain.policy.current is not None
+        assert binary.policy.current is not None
+        assert plain.policy.current is not None
         assert binary.policy.current.document == plain.policy.current.document
 
         # When each runs tasks and flushes twice (the first answer tells what the server reads)
@@ -338,7 +339,7 @@ def _protobuf_properties() -> Properties:
 
 
 def test_wire_live__mqtt_protobuf_telemetry__lands_once_hostile_dropped(
-    links: Links,
+    links: Links,  # noqa: F811
     mosquitto: Broker,  # noqa: F811
     fleet: Any,
     fleet_key: str,
