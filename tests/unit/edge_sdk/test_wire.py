@@ -71,7 +71,7 @@ def test_wire__generated_code__matches_the_checked_in_proto(tmp_path: Path) -> N
         assert (tmp_path / "edge_sdk" / "wire" / name).read_bytes() == (WIRE / name).read_bytes()
 
 
-# --- documents, batches, frames --------------------------------------------------------------------
+# --- documents, batches, frames ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize("task_types", [3, 50], ids=["demo-12-cells", "200-cells"])
@@ -152,7 +152,7 @@ def test_wire__frame_not_protobuf__wire_error(raw: bytes) -> None:
         codec.frame_from_protobuf(raw)
 
 
-# --- a device on JSON and a device on protobuf decide alike ----------------------------------------
+# --- a device on JSON and a device on protobuf decide alike ------------------------------------
 
 _CELL = st.fixed_dictionaries(
     {
@@ -217,7 +217,7 @@ def test_wire__same_version_json_or_protobuf__same_decision_on_every_task(
             assert decide(cell, task, state) == decide(on_protobuf.table.cells[key], task, state)
 
 
-# --- compression -----------------------------------------------------------------------------------
+# --- compression -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("coding", compression.CODINGS)
