@@ -9,13 +9,13 @@ Also the per-process count of refused binary input (bodies, frames, MQTT payload
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
 from django.http import HttpRequest, HttpResponse
 from django.utils.cache import patch_vary_headers
 from rest_framework.negotiation import BaseContentNegotiation
@@ -137,12 +137,12 @@ class BodyFormat:
                 (400, error_body("malformed_protobuf", f"The body is not protobuf: {exc}"), {}),
                 "malformed_protobuf",
             ) from None
-        # NaN and Infinity (a protobuf double may hold them) written as the JSON path reads them:
-        # refused there, naming the field.
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        # (`to_json` writes a non-finite double as a string: refused there, naming the field.)
+        return _ENCODER.encode(value)
 
 
 _JSON: Final = JSONRenderer()
+_ENCODER: Final = msgspec.json.Encoder()
 
 
 # --- documents ----------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import json
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from math import isfinite
 from typing import Any, Final
 
 from google.protobuf.message import DecodeError, Message
@@ -254,30 +255,38 @@ _ENUM_NUMBERS: Final = {
     name: {text: number for number, text in enumerate(values) if text}
     for name, values in _ENUMS.items()
 }
-_EVENT_FIELDS: Final = telemetry_pb2.TelemetryEvent.DESCRIPTOR.fields_by_name
+# The plain fields of an event, each with the check of the JSON values its type carries.
+_EVENT_KINDS: Final = {
+    field.name: _FITS[_kind(field)]
+    for field in telemetry_pb2.TelemetryEvent.DESCRIPTOR.fields
+    if field.name not in ("event_id", "ts_us", *_ENUMS)
+}
 
 
-def _event_to_protobuf(event: Mapping[str, Any], out: telemetry_pb2.TelemetryEvent) -> None:
+def _event_fields(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The `TelemetryEvent` fields of a JSON event (NotRepresentable when one has no form)."""
+    fields: dict[str, Any] = {}
     for key, value in event.items():
         if value is None:
             continue  # null: as absent (every nullable field of the event defaults to null)
         if key == "event_id":
             try:
-                out.event_id = uuid.UUID(value).bytes
+                fields[key] = uuid.UUID(value).bytes
             except (TypeError, ValueError, AttributeError):
                 raise NotRepresentable(f"event_id {value!r} is not a UUID") from None
         elif key == "ts":
-            out.ts_us = _micros(value)
+            fields["ts_us"] = _micros(value)
         elif key in _ENUM_NUMBERS:
             number = _ENUM_NUMBERS[key].get(value) if isinstance(value, str) else None
             if number is None:
                 raise NotRepresentable(f"{key} {value!r} has no protobuf value")
-            setattr(out, key, number)
+            fields[key] = number
         else:
-            field = _EVENT_FIELDS.get(key)
-            if field is None or key == "ts_us" or not _FITS[_kind(field)](value):
+            fits = _EVENT_KINDS.get(key)
+            if fits is None or not fits(value):
                 raise NotRepresentable(f"field {key!r} = {value!r} has no protobuf form")
-            setattr(out, key, value)
+            fields[key] = value
+    return fields
 
 
 def _micros(value: Any) -> int:
@@ -298,10 +307,11 @@ def batch_to_protobuf(batch: Mapping[str, Any]) -> bytes:
     if not isinstance(events, list) or set(batch) != {"events"}:
         raise NotRepresentable('a batch is {"events": [...]}')
     out = telemetry_pb2.TelemetryBatch()
+    add = out.events.add
     for event in events:
         if not isinstance(event, Mapping):
             raise NotRepresentable("an event is an object")
-        _event_to_protobuf(event, out.events.add())
+        add(**_event_fields(event))
     return out.SerializeToString()
 
 
@@ -324,16 +334,26 @@ def batch_from_protobuf(raw: bytes) -> dict[str, Any]:
         for field, value in event.ListFields():
             name = field.name
             if name == "event_id":
-                out[name] = str(uuid.UUID(bytes=value)) if len(value) == 16 else value.hex()
+                out[name] = _uuid_text(value)
             elif name == "ts_us":
                 out["ts"] = _ts_text(value)
             elif name in _ENUMS:
                 names = _ENUMS[name]
                 out[name] = names[value] if 0 < value < len(names) else f"<enum number {value}>"
+            elif isinstance(value, float) and not isfinite(value):
+                out[name] = str(value)  # NaN, inf: refused by the JSON rules, naming the field
             else:
                 out[name] = value
         events.append(out)
     return {"events": events}
+
+
+def _uuid_text(raw: bytes) -> str:
+    """A UUID's 16 bytes in their text form (other lengths: hex, which the JSON rules refuse)."""
+    h = raw.hex()
+    if len(raw) != 16:
+        return h
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 # --- the device frames --------------------------------------------------------------------------
