@@ -255,6 +255,15 @@ _ENUM_NUMBERS: Final = {
     name: {text: number for number, text in enumerate(values) if text}
     for name, values in _ENUMS.items()
 }
+# A descriptor's name by the descriptor (a dict lookup is cheaper than its `name`).
+_EVENT_NAMES: Final = {
+    field: field.name for field in telemetry_pb2.TelemetryEvent.DESCRIPTOR.fields
+}
+_DOUBLES: Final = frozenset(
+    field.name
+    for field in telemetry_pb2.TelemetryEvent.DESCRIPTOR.fields
+    if field.type == field.TYPE_DOUBLE
+)
 # The plain fields of an event, each with the check of the JSON values its type carries.
 _EVENT_KINDS: Final = {
     field.name: _FITS[_kind(field)]
@@ -329,22 +338,23 @@ def batch_from_protobuf(raw: bytes) -> dict[str, Any]:
     message = telemetry_pb2.TelemetryBatch()
     _parse(message, raw)
     events: list[dict[str, Any]] = []
+    append = events.append
     for event in message.events:
-        out: dict[str, Any] = {}
-        for field, value in event.ListFields():
-            name = field.name
-            if name == "event_id":
-                out[name] = _uuid_text(value)
-            elif name == "ts_us":
-                out["ts"] = _ts_text(value)
-            elif name in _ENUMS:
-                names = _ENUMS[name]
+        # The fields as they are; then the few whose JSON form differs (the hot loop of a
+        # protobuf ingest: one pass over the present fields, the rest by key).
+        out = {_EVENT_NAMES[field]: value for field, value in event.ListFields()}
+        if "event_id" in out:
+            out["event_id"] = _uuid_text(out["event_id"])
+        if "ts_us" in out:
+            out["ts"] = _ts_text(out.pop("ts_us"))
+        for name, names in _ENUMS.items():
+            if name in out:
+                value = out[name]
                 out[name] = names[value] if 0 < value < len(names) else f"<enum number {value}>"
-            elif isinstance(value, float) and not isfinite(value):
-                out[name] = str(value)  # NaN, inf: refused by the JSON rules, naming the field
-            else:
-                out[name] = value
-        events.append(out)
+        for name in _DOUBLES.intersection(out):
+            if not isfinite(out[name]):
+                out[name] = str(out[name])  # NaN, inf: refused by the JSON rules, naming it
+        append(out)
     return {"events": events}
 
 

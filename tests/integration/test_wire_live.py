@@ -5,13 +5,12 @@ compression")."""
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from django.db import connection
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from websockets.asyncio.client import ClientConnection, connect
@@ -24,14 +23,15 @@ from routing_policies.services import device_enroll, rollout_advance, rollout_st
 from telemetry.ingest.services import landed_batches_process
 from telemetry.models import Event, EventKey, LandedBatch
 from tests.factories import make_event, make_events
-from tests.live_server import require_postgres_and_redis
+from tests.live_server import asgi_server, require_postgres_and_redis
 from tests.mqtt_broker import Broker, mosquitto  # noqa: F401  # the fixture
 from tests.unit.edge_sdk.sdk_helpers import Inference, readings
 
-from .test_device_push import AsgiProcess
 from .test_mqtt_link import Links, RawDevice, links  # noqa: F401  # the fixture
 from .test_sdk_client import _task
 from .ws_clients import BackgroundLoop, wait_until, ws_url
+
+__all__ = ["asgi_server"]
 
 pytestmark = pytest.mark.integration
 
@@ -39,19 +39,9 @@ WAIT_S = 45.0
 _ROWS = ("event_id", "ts", "route", "decided_by", "score", "tokens", "latency_ms", "ok")
 
 
-@pytest.fixture(scope="module")
-def server(django_db_setup: None, django_db_blocker: Any) -> Iterator[AsgiProcess]:
-    require_postgres_and_redis("the binary wire's live tests")
-    process = AsgiProcess(dict(connection.settings_dict))
-    try:
-        process.start()
-        yield process
-    finally:
-        process.stop()
-
-
 @pytest.fixture
 def phone(transactional_db: None, fleet: Any, fleet_key: str) -> tuple[str, str]:
+    require_postgres_and_redis("the binary wire's live tests")
     _, token = device_enroll(fleet_key=fleet_key, device_id="phone-1", platform="android")
     return "phone-1", token
 
@@ -63,9 +53,9 @@ def _stored(device_id: str) -> list[tuple[str, ...]]:
     return sorted(tuple(str(value) for value in row) for row in rows)
 
 
-def _post(server: AsgiProcess, token: str, body: bytes, **headers: str) -> httpx.Response:
+def _post(asgi_server: str, token: str, body: bytes, **headers: str) -> httpx.Response:
     return httpx.post(
-        f"{server.url}/api/v1/telemetry",
+        f"{asgi_server}/api/v1/telemetry",
         content=body,
         headers={"Authorization": f"Bearer {token}", **headers},
         timeout=30,
@@ -77,7 +67,7 @@ def _post(server: AsgiProcess, token: str, body: bytes, **headers: str) -> httpx
 
 
 def test_wire_live__protobuf_and_gzip_batches__land_exactly_like_json(
-    server: AsgiProcess, phone: tuple[str, str]
+    asgi_server: str, phone: tuple[str, str]
 ) -> None:
     # Given the same events sent three ways: JSON, protobuf, and gzip-compressed protobuf
     token = phone[1]
@@ -88,10 +78,10 @@ def test_wire_live__protobuf_and_gzip_batches__land_exactly_like_json(
 
     # When each is posted to the live server (its ASGI fast path)
     answers = [
-        _post(server, token, as_json, **{"Content-Type": "application/json"}),
-        _post(server, token, as_protobuf, **{"Content-Type": PROTOBUF_MEDIA_TYPE}),
+        _post(asgi_server, token, as_json, **{"Content-Type": "application/json"}),
+        _post(asgi_server, token, as_protobuf, **{"Content-Type": PROTOBUF_MEDIA_TYPE}),
         _post(
-            server,
+            asgi_server,
             token,
             as_gzip,
             **{"Content-Type": PROTOBUF_MEDIA_TYPE, "Content-Encoding": "gzip"},
@@ -118,14 +108,14 @@ def test_wire_live__protobuf_and_gzip_batches__land_exactly_like_json(
 
 @pytest.mark.parametrize("coding", compression.CODINGS)
 def test_wire_live__decompression_bomb__413_nothing_stored(
-    server: AsgiProcess, phone: tuple[str, str], coding: str
+    asgi_server: str, phone: tuple[str, str], coding: str
 ) -> None:
     # Given a small body that inflates to 256 MiB
     bomb = compression.compress(b"\x0a" * (256 * 1024 * 1024), coding)
 
     # When it is posted
     answer = _post(
-        server,
+        asgi_server,
         phone[1],
         bomb,
         **{"Content-Type": PROTOBUF_MEDIA_TYPE, "Content-Encoding": coding},
@@ -135,9 +125,9 @@ def test_wire_live__decompression_bomb__413_nothing_stored(
     assert answer.status_code == 413, answer.text
     assert not LandedBatch.objects.exists()
     assert not EventKey.objects.exists()
-    metrics = httpx.get(f"{server.url}/metrics", timeout=30, trust_env=False).text
+    metrics = httpx.get(f"{asgi_server}/metrics", timeout=30, trust_env=False).text
     assert 'controlplane_wire_refused_total{channel="http",reason="too_large"}' in metrics
-    good = _post(server, phone[1], json.dumps({"events": make_events(1)}).encode())
+    good = _post(asgi_server, phone[1], json.dumps({"events": make_events(1)}).encode())
     assert good.status_code == 202
 
 
@@ -145,11 +135,11 @@ def test_wire_live__decompression_bomb__413_nothing_stored(
 
 
 def test_wire_live__document_in_protobuf_and_compressed__the_same_document(
-    server: AsgiProcess, phone: tuple[str, str], fleet: Any
+    asgi_server: str, phone: tuple[str, str], fleet: Any
 ) -> None:
     # Given the device's policy in JSON, as always
     auth = {"Authorization": f"Bearer {phone[1]}"}
-    url = f"{server.url}/api/v1/devices/me/policy"
+    url = f"{asgi_server}/api/v1/devices/me/policy"
     plain = httpx.get(url, headers={**auth, "Accept-Encoding": "identity"}, trust_env=False)
     assert plain.headers["Content-Type"] == "application/json"
 
@@ -160,7 +150,7 @@ def test_wire_live__document_in_protobuf_and_compressed__the_same_document(
         trust_env=False,
     )
     immutable = httpx.get(
-        f"{server.url}/api/v1/fleets/{fleet.slug}/documents/1",
+        f"{asgi_server}/api/v1/fleets/{fleet.slug}/documents/1",
         headers={"Accept": PROTOBUF_MEDIA_TYPE, "Accept-Encoding": "gzip"},
         trust_env=False,
     )
@@ -186,9 +176,9 @@ def test_wire_live__document_in_protobuf_and_compressed__the_same_document(
 # --- the device socket ----------------------------------------------------------------------------
 
 
-async def _protobuf_socket(server: AsgiProcess, token: str) -> ClientConnection:
+async def _protobuf_socket(asgi_server: str, token: str) -> ClientConnection:
     return await connect(
-        ws_url(server.url),
+        ws_url(asgi_server),
         additional_headers={"Authorization": f"Bearer {token}"},
         subprotocols=[Subprotocol(PROTOBUF_SUBPROTOCOL)],
         proxy=None,
@@ -208,11 +198,11 @@ def _hello(**extra: Any) -> bytes:
 
 
 def test_wire_live__protobuf_socket__policy_ack_and_hostile_frames(
-    server: AsgiProcess, phone: tuple[str, str]
+    asgi_server: str, phone: tuple[str, str]
 ) -> None:
     # Given a socket opened with the protobuf subprotocol
     async def scenario() -> list[Any]:
-        socket = await _protobuf_socket(server, phone[1])
+        socket = await _protobuf_socket(asgi_server, phone[1])
         assert socket.subprotocol == PROTOBUF_SUBPROTOCOL
         seen: list[Any] = []
         try:
@@ -247,13 +237,13 @@ def test_wire_live__protobuf_socket__policy_ack_and_hostile_frames(
     assert again == {"type": "up_to_date", "version": 1}
     row = DeviceRow.objects.get(device_id="phone-1")
     assert (row.acked_version, row.sdk) == (1, "t/1")
-    metrics = httpx.get(f"{server.url}/metrics", timeout=30, trust_env=False).text
+    metrics = httpx.get(f"{asgi_server}/metrics", timeout=30, trust_env=False).text
     assert 'channel="websocket",reason="malformed_protobuf"' in metrics
 
 
 def test_wire_live__sdk_devices_json_and_protobuf__both_converge_and_send_telemetry(
     transactional_db: None,
-    server: AsgiProcess,
+    asgi_server: str,
     background: BackgroundLoop,
     fleet: Any,
     fleet_key: str,
@@ -265,7 +255,7 @@ def test_wire_live__sdk_devices_json_and_protobuf__both_converge_and_send_teleme
         inference = Inference()
         return Device(
             DeviceConfig(
-                base_url=server.url,
+                base_url=asgi_server,
                 fleet_key=fleet_key,
                 device_id=device_id,
                 platform="android",
