@@ -196,14 +196,16 @@ def document_response(request: HttpRequest, document: Mapping[str, Any]) -> Http
     return response
 
 
-def negotiated_document(request: HttpRequest, response: HttpResponse, *, etag: str) -> HttpResponse:
+def negotiated_document(
+    request: HttpRequest, response: HttpResponse, *, etag: str
+) -> HttpResponse:
     """Finish a document's answer (200 or 304): its ETag, and `Vary: Accept, Accept-Encoding`
-    (shared caches, CDNs). The ETag is the version's strong tag for plain JSON, and weak (`W/`)
-    for protobuf or compressed bytes, other representations of the same document (RFC 9110: a
-    strong tag names one exact representation); If-None-Match is compared weakly."""
-    protobuf, coding = _negotiated(request)
-    plain = not protobuf and not coding
-    response["ETag"] = etag if plain or not etag.startswith('"') else f"W/{etag}"
+    (shared caches, CDNs). The ETag is the version's strong tag for JSON, compressed or not
+    (most HTTP clients ask for gzip by default: their tag stays the one the document names), and
+    its weak form (`W/`) for protobuf, another representation of the same document; If-None-Match
+    is compared weakly, so either form answers 304."""
+    protobuf, _ = _negotiated(request)
+    response["ETag"] = f"W/{etag}" if protobuf and etag.startswith('"') else etag
     patch_vary_headers(response, ("Accept", "Accept-Encoding"))
     return response
 
