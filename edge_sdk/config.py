@@ -10,6 +10,7 @@ from typing import Any
 
 from edge_sdk.mqtt_topics import DEFAULT_PREFIX
 from edge_sdk.segments import attributes_parse
+from edge_sdk.wire.negotiation import WIRE_FORMATS, WireFormat
 
 __all__ = ["SDK_VERSION", "DeviceConfig"]
 
@@ -90,6 +91,12 @@ class DeviceConfig:
     weak_link_kbps: float = 500.0
     weak_link_rtt_ms: float = 400.0
     weak_link_telemetry_factor: float = 5.0
+    # Binary frames and compression (docs/PROTOCOL.md, "Binary frames and compression"):
+    # "auto" uses protobuf (and compression) wherever the server offers it, JSON elsewhere;
+    # "json" never does (JSON only, as before); "protobuf" is "auto", and also sends MQTT
+    # telemetry in protobuf (over MQTT nothing answers to offer it: choose it only for a
+    # control plane that reads it).
+    wire_format: WireFormat = "auto"
 
     def __post_init__(self) -> None:
         for name, limit in _FIELD_LIMITS.items():
@@ -113,6 +120,8 @@ class DeviceConfig:
         if self.mqtt_url and not self.mqtt_url.startswith(_MQTT_SCHEMES):
             schemes = ", ".join(f"{scheme}//" for scheme in _MQTT_SCHEMES)
             raise ValueError(f"DeviceConfig.mqtt_url must start with {schemes}")
+        if self.wire_format not in WIRE_FORMATS:
+            raise ValueError(f"DeviceConfig.wire_format must be one of {', '.join(WIRE_FORMATS)}")
         if self.fleet is not None and not _FLEET.match(self.fleet):
             raise ValueError("DeviceConfig.fleet must be a fleet slug (letters, digits, - and _)")
 

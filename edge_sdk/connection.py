@@ -40,6 +40,7 @@ from edge_sdk.storage import atomic_write, read_bytes, remove
 from edge_sdk.task import Readings
 from edge_sdk.telemetry import PostResult
 from edge_sdk.transport import CarriesTelemetry, Channel, DeviceRevoked, Transport
+from edge_sdk.wire.negotiation import DOCUMENT_ACCEPT, TelemetryWire, document_of
 
 __all__ = ["STATES", "Connection", "DeviceRevoked", "EnrolmentRefused"]
 
@@ -80,6 +81,7 @@ class Connection:
         "server_errors",
         "state",
         "stopping",
+        "telemetry_wire",
         "token",
         "transport",
     )
@@ -112,6 +114,8 @@ class Connection:
         self.revoked = False
         self.stopping = False
         self.server_errors = 0  # `error` frames received
+        # Protobuf and compression of telemetry, once the server says it reads them.
+        self.telemetry_wire = TelemetryWire(config.wire_format)
         self.reconnects = 0  # sessions opened after the first
         self._sessions_opened = 0
         self.deltas = PolicyDeltas(device_id=config.device_id, enabled=config.policy_deltas)
@@ -322,6 +326,8 @@ class Connection:
         assert self.http is not None
         store = self._policy.store
         headers = self.auth_headers()
+        if self.config.wire_format != "json":
+            headers["Accept"] = DOCUMENT_ACCEPT  # protobuf when the server has it
         if store.etag:
             headers["If-None-Match"] = store.etag
             if delta and self.deltas.enabled:
@@ -339,7 +345,7 @@ class Connection:
             raise DeviceRevoked("policy poll answered 401")
         if response.status_code in (200, 226):
             try:
-                document = response.json()
+                document = document_of(response.headers.get("Content-Type", ""), response.content)
             except ValueError:
                 self._policy.errors += 1
                 return True
@@ -446,14 +452,19 @@ class Connection:
     async def _post(self, path: str, body: bytes, what: str) -> PostResult:
         if self.http is None or self.token is None:
             return 0, b"", None
+        content, headers = body, {"Content-Type": "application/json"}
+        if path == TELEMETRY_PATH:
+            content, headers = self.telemetry_wire.http_body(body)
         try:
             response = await self.http.post(
                 f"{self.config.base_url}{path}",
-                content=body,
-                headers={**self.auth_headers(), "Content-Type": "application/json"},
+                content=content,
+                headers={**self.auth_headers(), **headers},
                 timeout=self.config.http_timeout_s,
             )
         except (httpx.HTTPError, OSError) as error:
             self.last_error = f"{what}: {error!r}"
             return 0, b"", None
+        if path == TELEMETRY_PATH:
+            self.telemetry_wire.learn(response.headers)
         return response.status_code, response.content, response.headers.get("Retry-After")

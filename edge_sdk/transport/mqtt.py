@@ -74,6 +74,8 @@ from edge_sdk.config import DeviceConfig
 from edge_sdk.delta_sync import is_delta
 from edge_sdk.policy import PolicyDocumentError, parse_policy
 from edge_sdk.transport import Channel, Link, SessionEnd
+from edge_sdk.wire import PROTOBUF_MEDIA_TYPE
+from edge_sdk.wire.negotiation import TelemetryWire
 
 __all__ = [
     "DOCUMENT_PATH",
@@ -351,9 +353,17 @@ def _json_properties() -> Properties:
     return properties
 
 
+def _protobuf_properties() -> Properties:
+    properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    properties.PayloadFormatIndicator = 0  # bytes, not UTF-8
+    properties.ContentType = PROTOBUF_MEDIA_TYPE
+    return properties
+
+
 # Every publish carries the same properties: built once (paho only packs them), since paho's
 # Properties cost more CPU than the rest of a publish.
 _JSON: Final = _json_properties()
+_PROTOBUF: Final = _protobuf_properties()
 
 
 class _AckChannel:
@@ -383,6 +393,8 @@ class MqttTransport:
             raise ValueError('transport "mqtt" needs DeviceConfig.mqtt_url')
         url = urlsplit(config.mqtt_url)
         self.config = config
+        # Telemetry in protobuf only when the device's maker chose it (`wire_format`).
+        self.telemetry_wire = TelemetryWire(config.wire_format)
         self._websockets = url.scheme in ("ws", "wss")
         self._tls = url.scheme in ("mqtts", "wss")
         self._host = url.hostname or "127.0.0.1"
@@ -501,6 +513,7 @@ class MqttTransport:
         *,
         payload: bytes | None = None,
         retain: bool = False,
+        properties: Properties | None = None,
     ) -> asyncio.Future[bool] | None:
         """Publish on one of the device's own topics (QoS 1); a future of the PUBACK (True:
         the broker has it), or None when not connected."""
@@ -512,7 +525,7 @@ class MqttTransport:
         topic = mqtt_topics.device_topic(
             self.config.mqtt_prefix, fleet, self.config.device_id, kind
         )
-        info = client.publish(topic, payload, qos=1, retain=retain, properties=_JSON)
+        info = client.publish(topic, payload, qos=1, retain=retain, properties=properties or _JSON)
         if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
             return None
         future = self._loop.create_future()
@@ -522,7 +535,9 @@ class MqttTransport:
     async def publish_telemetry(self, body: bytes) -> bool:
         """A telemetry batch on the device's telemetry topic; True once the broker's PUBACK
         came (the queue may drop it then), False when not connected or no PUBACK in time."""
-        puback = self.publish_own("telemetry", None, payload=body)
+        payload, content_type = self.telemetry_wire.mqtt_payload(body)
+        properties = _PROTOBUF if content_type == PROTOBUF_MEDIA_TYPE else None
+        puback = self.publish_own("telemetry", None, payload=payload, properties=properties)
         if puback is None:
             return False
         try:

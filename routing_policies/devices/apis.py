@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane import wire
 from controlplane.api import JsonRegexField, TidyJsonStringField, require_object
 from controlplane.exceptions import NotFound
 from controlplane.openapi import ApiSerializer, error_response, error_responses
@@ -113,6 +114,7 @@ class DevicePolicyApi(APIView):
 
     authentication_classes = [DeviceTokenAuthentication]
     permission_classes = [IsDevice]
+    content_negotiation_class = wire.JsonWhateverAccepted
 
     @extend_schema(
         parameters=[delta_api.DeltaQuerySerializer, IF_NONE_MATCH, delta_api.A_IM],
@@ -132,7 +134,7 @@ class DevicePolicyApi(APIView):
         },
         operation_id="device_policy",
     )
-    def get(self, request: Request) -> Response | HttpResponse:
+    def get(self, request: Request) -> HttpResponse:
         device = request.auth
         assert isinstance(device, Device)
         base, base_etag = delta_api.base_named(request, a_im=True)  # a bad `since`: 400
@@ -144,7 +146,7 @@ class DevicePolicyApi(APIView):
         if version is None:
             raise NotFound("The fleet has no published policy yet.", code="no_policy")
         tags = [t.strip() for t in request.headers.get("If-None-Match", "").split(",")]
-        response: Response | HttpResponse
+        response: HttpResponse
         if version.etag in tags or f"W/{version.etag}" in tags:
             response = Response(status=status.HTTP_304_NOT_MODIFIED)
         elif (
@@ -162,11 +164,15 @@ class DevicePolicyApi(APIView):
             response = HttpResponse(delta, status=226, content_type="application/json")
             response["IM"] = delta_api.DELTA_IM
         else:
-            response = Response(version_document(version=version))
-        response["ETag"] = version.etag
+            document = version_document(version=version)
+            # Protobuf and compression when asked for (docs/PROTOCOL.md, "Binary frames").
+            response = wire.document_response(request, document) or Response(document)
         response["Cache-Control"] = "no-cache"
         response["Vary"] = "A-IM"
-        return response
+        if response.status_code == 226:  # the delta is JSON, tagged as the assigned version
+            response["ETag"] = version.etag
+            return response
+        return wire.negotiated_document(request, response, etag=version.etag)
 
 
 class EnrollmentKeyApi(APIView):

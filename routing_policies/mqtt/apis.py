@@ -20,6 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane import wire
 from controlplane.exceptions import NotFound
 
 from ..policies import delta_api
@@ -46,8 +47,8 @@ class PublishedDocumentApi(APIView):
 
     authentication_classes: list[type] = []
     permission_classes = [AllowAny]
-    # JSON only: one representation, the same bytes as the device's policy (and the retained
-    # MQTT document), whatever the Accept header.
+    # JSON by default: the same bytes as the device's policy (and the retained MQTT document),
+    # whatever the Accept header; protobuf or compressed only when asked (`wire`).
     renderer_classes = [JSONRenderer]
     content_negotiation_class = _JsonWhateverAccepted
 
@@ -82,7 +83,7 @@ class PublishedDocumentApi(APIView):
         },
         operation_id="published_document",
     )
-    def get(self, request: Request, slug: str, number: int) -> Response | HttpResponse:
+    def get(self, request: Request, slug: str, number: int) -> HttpResponse:
         base, _ = delta_api.base_named(request, a_im=False)  # a bad `since`: 400
         fleet = fleet_get(slug=slug)
         version = (
@@ -99,7 +100,7 @@ class PublishedDocumentApi(APIView):
         ]
         # Policy deltas (policies/delta_api.py): `?since=N` answers the delta from N, a 200 a
         # CDN caches like the document (the pair never changes), or the whole document.
-        response: Response | HttpResponse
+        response: HttpResponse
         if version.etag in sent or "*" in sent:
             response = Response(status=status.HTTP_304_NOT_MODIFIED)
             response["ETag"] = version.etag
@@ -112,7 +113,11 @@ class PublishedDocumentApi(APIView):
             response["IM"] = delta_api.DELTA_IM
             response["ETag"] = delta_api.delta_etag(version.etag, base)
         else:
-            response = Response(version_document(version=version))
-            response["ETag"] = version.etag
+            document = version_document(version=version)
+            # Protobuf and compression when asked for (docs/PROTOCOL.md, "Binary frames"); a
+            # CDN keeps one copy per representation (Vary).
+            response = wire.document_response(request, document) or Response(document)
         response["Cache-Control"] = IMMUTABLE
-        return response
+        if "IM" in response:  # the delta: JSON, tagged as the pair (base, version)
+            return response
+        return wire.negotiated_document(request, response, etag=version.etag)

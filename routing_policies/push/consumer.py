@@ -19,7 +19,7 @@ from controlplane import json_guard
 
 from ..assignment import DeviceBucket, FleetAssignment
 from ..segments.rules import AttributeProblem, attributes_parse
-from . import frames
+from . import binary, frames
 from .deltas import policy_frame_text
 from .hub import CLOSE_SUPERSEDED, CLOSE_UNAUTHORISED, get_hub
 from .store import store
@@ -50,6 +50,7 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
     device_pk: int
     device_id: str
     token_hash: str
+    binary = False  # the socket speaks protobuf frames (set in `connect`)
 
     # --- the socket ------------------------------------------------------------------------
 
@@ -90,8 +91,10 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         self.held_version: int | None = None
         # One decision-and-send at a time: a hello's answer and a push never cross on the wire.
         self.send_lock = asyncio.Lock()
+        # Protobuf frames when the device offers the subprotocol (`binary`); JSON text else.
+        self.binary = binary.PROTOBUF_SUBPROTOCOL in self.scope.get("subprotocols", ())
         state = await store.connect(_bearer(self.scope))
-        await self.accept()
+        await self.accept(subprotocol=binary.PROTOBUF_SUBPROTOCOL if self.binary else None)
         if state is None:
             await self.close(code=CLOSE_UNAUTHORISED)
             return
@@ -122,14 +125,31 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         """PROTOCOL.md `error` frame; the socket stays open."""
         await self.send(text_data=frames.error_frame(code, detail, field))
 
+    async def send(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False
+    ) -> None:
+        # Every frame is built as JSON text (`frames`); a protobuf socket gets its protobuf form.
+        if self.binary and text_data is not None:
+            text_data, bytes_data = None, binary.frame_bytes(text_data)
+        await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+
     # --- frames from the device ------------------------------------------------------------
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if not self.authenticated:
             return
         if text_data is None:
-            await self.send_error("bad_message", "frames must be JSON text, not binary")
-            return
+            if not self.binary:
+                await self.send_error("bad_message", "frames must be JSON text, not binary")
+                return
+            frame = binary.frame_of(bytes_data or b"", MAX_FRAME_BYTES)
+            if isinstance(frame, binary.Refused):
+                await self.send_error(*frame)
+                return
+            if isinstance(frame, dict):
+                await self.handle(frame)
+                return
+            text_data = frame  # a `json` frame: read as a text frame
         # Characters undercount bytes (up to 4 per character); encode only when it matters.
         if len(text_data) > MAX_FRAME_BYTES or (
             len(text_data) > MAX_FRAME_BYTES // 4 and len(text_data.encode()) > MAX_FRAME_BYTES
@@ -149,6 +169,10 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         except ValueError:
             await self.send_error("bad_message", "frame is not valid JSON")
             return
+        await self.handle(message)
+
+    async def handle(self, message: Any) -> None:
+        """One frame from the device, parsed (from JSON text or protobuf): its type's handler."""
         if not isinstance(message, dict) or not isinstance(message.get("type"), str):
             await self.send_error("bad_message", "frame must be an object with a string `type`")
             return
@@ -271,7 +295,7 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
                 if self.closing or version == self.assigned_version:
                     return
                 self.assigned_version = version
-                await self.base_send(event)
+                await self.base_send(binary.binary_event(event) if self.binary else event)
             return
         if self.closing or version == self.assigned_version:
             return
@@ -279,7 +303,7 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         # hub runs this eagerly, so nothing runs between the decision and the write; and if
         # the socket is not writable, a hello's answer waits behind this frame.
         self.assigned_version = version
-        await self.base_send(event)
+        await self.base_send(binary.binary_event(event) if self.binary else event)
 
     async def push_text(self, text: str) -> None:
         """Send a frame as it is (the hub built it once for all sockets)."""
