@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from google.protobuf.message import DecodeError, Message
 
-from edge_sdk.wire import frames_pb2, policy_pb2, telemetry_pb2
+from edge_sdk.wire import edge_routing_pb2 as pb
 
 __all__ = [
     "NotRepresentable",
@@ -120,7 +120,7 @@ _NESTED: Final = ("weights", "upload", "network", "load")
 _DIMENSIONS: Final = ("task_type", "latency_budget", "privacy_tier")
 
 
-def _cell_to_protobuf(cell: Mapping[str, Any], out: policy_pb2.Cell) -> None:
+def _cell_to_protobuf(cell: Mapping[str, Any], out: pb.Cell) -> None:
     extra: dict[str, Any] = {}
     fields = out.DESCRIPTOR.fields_by_name
     for key, value in cell.items():
@@ -141,7 +141,7 @@ def _cell_to_protobuf(cell: Mapping[str, Any], out: policy_pb2.Cell) -> None:
         out.extra_json = _json_text(extra)
 
 
-def _cell_from_protobuf(cell: policy_pb2.Cell) -> dict[str, Any]:
+def _cell_from_protobuf(cell: pb.Cell) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for field, value in cell.ListFields():
         name = field.name
@@ -165,7 +165,7 @@ def _extra(text: str) -> dict[str, Any]:
 
 def document_to_protobuf(document: Mapping[str, Any]) -> bytes:
     """A policy document (PROTOCOL.md's JSON, as a dict) as a `PolicyDocument`."""
-    out = policy_pb2.PolicyDocument()
+    out = pb.PolicyDocument()
     extra: dict[str, Any] = {}
     for key, value in document.items():
         if key in ("fleet", "etag") and isinstance(value, str):
@@ -216,12 +216,12 @@ def _dimensions_fit(value: Any) -> bool:
 
 def document_from_protobuf(raw: bytes) -> dict[str, Any]:
     """The JSON document a `PolicyDocument` stands for (to be checked like any document)."""
-    message = policy_pb2.PolicyDocument()
+    message = pb.PolicyDocument()
     _parse(message, raw)
     return _document_value(message)
 
 
-def _document_value(message: policy_pb2.PolicyDocument) -> dict[str, Any]:
+def _document_value(message: pb.PolicyDocument) -> dict[str, Any]:
     dims: dict[str, Any] = {name: list(getattr(message.dimensions, name)) for name in _DIMENSIONS}
     if message.dimensions.extra_json:
         others = _extra(message.dimensions.extra_json)
@@ -256,18 +256,14 @@ _ENUM_NUMBERS: Final = {
     for name, values in _ENUMS.items()
 }
 # A descriptor's name by the descriptor (a dict lookup is cheaper than its `name`).
-_EVENT_NAMES: Final = {
-    field: field.name for field in telemetry_pb2.TelemetryEvent.DESCRIPTOR.fields
-}
+_EVENT_NAMES: Final = {field: field.name for field in pb.TelemetryEvent.DESCRIPTOR.fields}
 _DOUBLES: Final = frozenset(
-    field.name
-    for field in telemetry_pb2.TelemetryEvent.DESCRIPTOR.fields
-    if field.type == field.TYPE_DOUBLE
+    field.name for field in pb.TelemetryEvent.DESCRIPTOR.fields if field.type == field.TYPE_DOUBLE
 )
 # The plain fields of an event, each with the check of the JSON values its type carries.
 _EVENT_KINDS: Final = {
     field.name: _FITS[_kind(field)]
-    for field in telemetry_pb2.TelemetryEvent.DESCRIPTOR.fields
+    for field in pb.TelemetryEvent.DESCRIPTOR.fields
     if field.name not in ("event_id", "ts_us", *_ENUMS)
 }
 
@@ -315,7 +311,7 @@ def batch_to_protobuf(batch: Mapping[str, Any]) -> bytes:
     events = batch.get("events")
     if not isinstance(events, list) or set(batch) != {"events"}:
         raise NotRepresentable('a batch is {"events": [...]}')
-    out = telemetry_pb2.TelemetryBatch()
+    out = pb.TelemetryBatch()
     add = out.events.add
     for event in events:
         if not isinstance(event, Mapping):
@@ -335,7 +331,7 @@ def _ts_text(micros: int) -> str:
 def batch_from_protobuf(raw: bytes) -> dict[str, Any]:
     """The JSON batch a `TelemetryBatch` stands for (`{"events": [...]}`), to be validated as
     a JSON body is."""
-    message = telemetry_pb2.TelemetryBatch()
+    message = pb.TelemetryBatch()
     _parse(message, raw)
     events: list[dict[str, Any]] = []
     append = events.append
@@ -386,14 +382,14 @@ _ROLLOUT_KEYS: Final = frozenset({"id", "stage", "holdback"})
 
 def frame_to_protobuf(frame: Mapping[str, Any]) -> bytes:
     """A `/ws/device/` frame (a JSON object with its `type`) as a `Frame`."""
-    out = frames_pb2.Frame()
+    out = pb.Frame()
     kind = frame.get("type")
     if not _frame_fits(out, kind, frame):
-        out = frames_pb2.Frame(json=_json_text(dict(frame)))
+        out = pb.Frame(json=_json_text(dict(frame)))
     return out.SerializeToString()
 
 
-def _frame_fits(out: frames_pb2.Frame, kind: Any, frame: Mapping[str, Any]) -> bool:
+def _frame_fits(out: pb.Frame, kind: Any, frame: Mapping[str, Any]) -> bool:
     if kind == "policy":
         rollout = frame.get("rollout")
         document = {k: v for k, v in frame.items() if k not in ("type", "rollout")}
@@ -430,7 +426,7 @@ def _frame_fits(out: frames_pb2.Frame, kind: Any, frame: Mapping[str, Any]) -> b
 def frame_from_protobuf(raw: bytes) -> dict[str, Any] | str:
     """The frame a `Frame` stands for: a JSON object with its `type`, or, for the `json`
     kind, the JSON text it carries (to be read as a JSON text frame is)."""
-    message = frames_pb2.Frame()
+    message = pb.Frame()
     _parse(message, raw)
     kind = message.WhichOneof("kind")
     if kind is None:

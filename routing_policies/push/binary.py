@@ -1,6 +1,6 @@
 """Protobuf frames on `/ws/device/` (docs/PROTOCOL.md, "Binary frames and compression"): a
 socket opened with the subprotocol `edge-routing.v1.protobuf` sends and receives binary
-messages, each a `Frame` of edge_sdk/wire/frames.proto. Only the boundary changes: a frame
+messages, each a `Frame` of edge_sdk/wire/edge_routing.proto. Only the boundary changes: a frame
 received is decoded to the JSON object it stands for and handled as a text frame is (the same
 checks and `error` answers); a frame sent is built as JSON text (`frames`) and encoded here,
 once per distinct frame however many sockets it goes to."""

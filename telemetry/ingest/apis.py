@@ -23,7 +23,7 @@ from .wire import ACCEPTS, BodyFormat
 @extend_schema_view(
     post=extend_schema(
         # The body is read raw (no DRF parser), so its media type is named here.
-        # (Also `application/x-protobuf`, edge_sdk/wire/telemetry.proto: docs/PROTOCOL.md.)
+        # (Also `application/x-protobuf`, edge_sdk/wire/edge_routing.proto: docs/PROTOCOL.md.)
         request={"application/json": request_body(TelemetryBatch)},
         responses={202: TelemetryAcceptedSerializer, **error_responses(429)},
         operation_id="telemetry_ingest",

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from controlplane.wire import refused_metrics
-from edge_sdk.wire import PROTOBUF_MEDIA_TYPE, codec, compression, telemetry_pb2
+from edge_sdk.wire import PROTOBUF_MEDIA_TYPE, codec, compression
+from edge_sdk.wire import edge_routing_pb2 as telemetry_pb2
 from telemetry.ingest.services import landed_batches_process
 from telemetry.models import Event, EventKey, LandedBatch
 from tests.factories import make_event, make_events
