@@ -36,8 +36,8 @@ from edge_sdk.wire import edge_routing_pb2 as pb
 __all__ = [
     "NotRepresentable",
     "WireError",
-    "batch_from_protobuf",
     "batch_events_from_protobuf",
+    "batch_from_protobuf",
     "batch_json_from_protobuf",
     "batch_to_protobuf",
     "document_from_protobuf",
@@ -406,8 +406,8 @@ def batch_events_from_protobuf(raw: bytes) -> tuple[bytes, list[Any] | None]:
     if message.HasField("columns"):
         if message.events:
             raise WireError("a TelemetryBatch holds events or columns, not both")
-        events, clean = _events_of_columns(message.columns)
-        return _JSON_ENCODER.encode(_JsonBatch(events)), events if clean else None
+        read, clean = _events_of_columns(message.columns)
+        return _JSON_ENCODER.encode(_JsonBatch(read)), read if clean else None
     events: list[dict[str, Any]] = []
     append = events.append
     for event in message.events:
@@ -528,7 +528,7 @@ _STRINGS: Final = frozenset(
 _COLUMN_VALUES: Final = {
     "ts": _times,
     **{name: _enum_texts(names) for name, names in _ENUMS.items()},
-    **{name: _finite for name in _DOUBLES},
+    **dict.fromkeys(_DOUBLES, _finite),
 }
 
 

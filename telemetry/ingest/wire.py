@@ -2,8 +2,9 @@
 compression"): turned into the JSON batch it stands for before the JSON path reads it, so the
 validation, the limits, the 400 naming `events[n].field`, the landing and the stored payload
 are the JSON path's. A column-wise protobuf batch also brings its events as read, which the
-JSON path's struct checks in place of decoding the JSON text again (`events.decode_batch`). Refused here only: a body that inflates past MAX_REQUEST_BYTES (413), a
-content coding the server does not read (415), bytes that are not gzip, zstd or protobuf (400).
+JSON path's struct checks in place of decoding the JSON text again (`events.decode_batch`).
+Refused here only: a body that inflates past MAX_REQUEST_BYTES (413), a content coding the
+server does not read (415), bytes that are not gzip, zstd or protobuf (400).
 """
 
 from __future__ import annotations
