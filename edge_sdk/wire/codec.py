@@ -34,7 +34,9 @@ from google.protobuf.message import DecodeError, Message
 from edge_sdk.wire import edge_routing_pb2 as pb
 
 __all__ = [
+    "MAX_EVENTS",
     "NotRepresentable",
+    "TooManyEvents",
     "WireError",
     "batch_events_from_protobuf",
     "batch_from_protobuf",
@@ -49,6 +51,14 @@ __all__ = [
 
 class WireError(ValueError):
     """Bytes that are not the protobuf message they should be."""
+
+
+class TooManyEvents(ValueError):
+    """A column-wise batch of more events than a batch may hold (read no further)."""
+
+
+# The most events of a telemetry batch (docs/PROTOCOL.md: 413 over it).
+MAX_EVENTS: Final = 1000
 
 
 class NotRepresentable(ValueError):
@@ -333,8 +343,10 @@ def batch_to_protobuf(batch: Mapping[str, Any], *, columns: bool = True) -> byte
     for key, name, number in _COLUMNS:
         values = [event.get(key) for event in events]
         if None in values:
-            table.presence.add(field=number, events=_bitmap(values))
             values = [value for value in values if value is not None]
+            if not values:
+                continue  # absent from every event: an empty column, no presence entry
+            table.presence.add(field=number, events=_bitmap([event.get(key) for event in events]))
         if key == "event_id":
             table.event_id = b"".join(_uuid_bytes(value) for value in values)
         else:
@@ -400,7 +412,9 @@ def batch_events_from_protobuf(raw: bytes) -> tuple[bytes, list[Any] | None]:
     The events are structs whose attributes are the JSON event's fields (None: absent), with
     `event_id` a UUID and `ts` an aware datetime; a value the JSON rules refuse is there as the
     JSON text holds it. They are None for a row-wise batch, and when a string holds a NUL (the
-    JSON text's check refuses it, naming the field): the caller then reads the JSON text."""
+    JSON text's check refuses it, naming the field): the caller then reads the JSON text.
+    Raises WireError (not a batch), TooManyEvents (more than MAX_EVENTS columns-wise, refused
+    before any column is read)."""
     message = pb.TelemetryBatch()
     _parse(message, raw)
     if message.HasField("columns"):
@@ -434,6 +448,8 @@ def _events_of_columns(table: pb.TelemetryColumns) -> tuple[list[Any], bool]:
     be), then the events built from the columns in C (`map` over the struct's constructor);
     and False when a string holds a NUL."""
     count = table.count
+    if count > MAX_EVENTS:
+        raise TooManyEvents(f"{count} events; at most {MAX_EVENTS} per batch.")
     present: dict[int, bytes] = {}
     for entry in table.presence:
         if entry.field in present:
@@ -445,6 +461,7 @@ def _events_of_columns(table: pb.TelemetryColumns) -> tuple[list[Any], bool]:
     columns: list[list[Any]] = []
     clean = True
     for key, name, number in _COLUMNS:
+        values: list[Any]
         if key == "event_id":
             values = _uuids(table.event_id)
         else:
@@ -455,6 +472,8 @@ def _events_of_columns(table: pb.TelemetryColumns) -> tuple[list[Any], bool]:
             elif key in _STRINGS and "\x00" in "".join(values):
                 clean = False
         mask = present.get(number)
+        if mask is None and not values:
+            values = [None] * count  # an empty column: absent from every event
         having = count if mask is None else mask.count(1)
         if len(values) != having:
             raise WireError(f"column {name} holds {len(values)} values for {having} events")

@@ -25,13 +25,14 @@ import msgspec
 
 from controlplane import json_guard
 from controlplane.exceptions import ValidationFailed
+from edge_sdk.wire import codec
 
 from ..structs import BatchBody
 from ..structs import field_problems as struct_field_problems
 
 logger = logging.getLogger(__name__)
 
-MAX_EVENTS: Final = 1000
+MAX_EVENTS: Final = codec.MAX_EVENTS  # the protocol's most events per batch
 FUTURE_TOLERANCE: Final = timedelta(minutes=5)
 MAX_INT32: Final = 2**31 - 1
 MAX_ERRORS: Final = 200  # a 400 names at most this many problems

@@ -13,9 +13,10 @@ from typing import Any
 
 from django.conf import settings
 
+from controlplane.exceptions import error_body
 from controlplane.wire import JSON_MEDIA_TYPE, BodyFormat, BodyRefused, count_refused
 from edge_sdk.wire import PROTOBUF_MEDIA_TYPE
-from edge_sdk.wire.codec import batch_events_from_protobuf
+from edge_sdk.wire.codec import TooManyEvents, batch_events_from_protobuf
 from edge_sdk.wire.compression import CODINGS
 
 __all__ = ["ACCEPTS", "BodyFormat", "BodyRefused", "batch_json"]
@@ -44,6 +45,11 @@ def batch_json(
 
     try:
         return body_format.json_body(body, limit=limit, to_json=to_json), read[0]
+    except TooManyEvents as exc:
+        # The JSON path's 413 for over MAX_EVENTS events (`fastpath.ingest_outcome`).
+        refused = BodyRefused((413, error_body("payload_too_large", str(exc)), {}), "too_large")
+        count_refused(channel, refused.reason)
+        raise refused from None
     except BodyRefused as refused:
         count_refused(channel, refused.reason)
         raise

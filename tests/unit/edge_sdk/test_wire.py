@@ -134,8 +134,11 @@ def test_wire__batch__columns_and_rows_read_as_the_same_json_batch() -> None:
     # Then both read as the same JSON batch, whose absent fields stay absent
     assert codec.batch_from_protobuf(columns) == codec.batch_from_protobuf(rows)
     read = codec.batch_from_protobuf(columns)["events"]
-    assert "threshold" not in read[0] and "score" not in read[1] and "tokens" not in read[2]
-    assert read[2]["online"] is True and read[1]["threshold"] == 0.6
+    assert "threshold" not in read[0]
+    assert "score" not in read[1]
+    assert "tokens" not in read[2]
+    assert read[2]["online"] is True
+    assert read[1]["threshold"] == 0.6
     # and the column-wise batch is the smaller
     assert len(columns) < len(rows)
 

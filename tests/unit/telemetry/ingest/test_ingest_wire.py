@@ -303,6 +303,20 @@ def test_telemetry_wire__malformed_columns__400_counted_nothing_stored(
     assert _nothing_stored()
 
 
+def test_telemetry_wire__columns_of_too_many_events__413_before_reading_them(
+    phone_client: Any,
+) -> None:
+    # Given / When a column-wise batch that says it holds 4 billion events (and holds none)
+    batch = telemetry_pb2.TelemetryBatch()
+    batch.columns.count = 2**32 - 1
+    response = _post(phone_client, batch.SerializeToString(), PROTOBUF_MEDIA_TYPE)
+
+    # Then 413 as for too many JSON events, nothing stored
+    assert response.status_code == 413, response.content
+    assert response.json()["error"]["code"] == "payload_too_large"
+    assert _nothing_stored()
+
+
 def test_telemetry_wire__empty_columns__400_like_an_empty_json_batch(phone_client: Any) -> None:
     # Given / When a column-wise batch of no events
     batch = telemetry_pb2.TelemetryBatch()
