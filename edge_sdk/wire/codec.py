@@ -557,6 +557,7 @@ _JsonEvent: Final = msgspec.defstruct(
     "_JsonEvent",
     [(key, Any, None) for key, _, _ in _COLUMNS],
     omit_defaults=True,
+    gc=False,  # holds scalars only (no cycle): not tracked by the garbage collector
 )
 
 
