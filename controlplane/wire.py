@@ -102,10 +102,15 @@ class BodyFormat:
         return cls(protobuf=protobuf, coding=coding)
 
     def json_body(
-        self, body: bytes, *, limit: int, to_json: Callable[[bytes], Mapping[str, Any]]
+        self,
+        body: bytes,
+        *,
+        limit: int,
+        to_json: Callable[[bytes], Mapping[str, Any] | bytes],
     ) -> bytes:
         """The JSON bytes `body` stands for: inflated (never past `limit`), then, for protobuf,
-        decoded by `to_json` and written as JSON. BodyRefused with the answer otherwise."""
+        decoded by `to_json` (to the JSON value, or straight to its text) and written as JSON.
+        BodyRefused with the answer otherwise."""
         try:
             raw = compression.inflate(body, self.coding, limit=limit)
         except compression.TooLarge:
@@ -138,7 +143,7 @@ class BodyFormat:
                 "malformed_protobuf",
             ) from None
         # (`to_json` writes a non-finite double as a string: refused there, naming the field.)
-        return _ENCODER.encode(value)
+        return value if isinstance(value, bytes) else _ENCODER.encode(value)
 
 
 _JSON: Final = JSONRenderer()

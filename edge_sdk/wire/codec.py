@@ -21,19 +21,26 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import deque
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from itertools import compress, repeat
 from math import isfinite
 from typing import Any, Final
 
+import msgspec
 from google.protobuf.message import DecodeError, Message
 
 from edge_sdk.wire import edge_routing_pb2 as pb
 
 __all__ = [
+    "MAX_EVENTS",
     "NotRepresentable",
+    "TooManyEvents",
     "WireError",
+    "batch_events_from_protobuf",
     "batch_from_protobuf",
+    "batch_json_from_protobuf",
     "batch_to_protobuf",
     "document_from_protobuf",
     "document_to_protobuf",
@@ -44,6 +51,14 @@ __all__ = [
 
 class WireError(ValueError):
     """Bytes that are not the protobuf message they should be."""
+
+
+class TooManyEvents(ValueError):
+    """A column-wise batch of more events than a batch may hold (read no further)."""
+
+
+# The most events of a telemetry batch (docs/PROTOCOL.md: 413 over it).
+MAX_EVENTS: Final = 1000
 
 
 class NotRepresentable(ValueError):
@@ -305,19 +320,68 @@ def _micros(value: Any) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def batch_to_protobuf(batch: Mapping[str, Any]) -> bytes:
-    """A telemetry batch (`{"events": [...]}`) as a `TelemetryBatch`; NotRepresentable when an
-    event holds what the schema cannot (a field added later): send that batch as JSON."""
+def batch_to_protobuf(batch: Mapping[str, Any], *, columns: bool = True) -> bytes:
+    """A telemetry batch (`{"events": [...]}`) as a `TelemetryBatch`, column by column
+    (`TelemetryColumns`; `columns=False`: row by row, as `TelemetryEvent`s); NotRepresentable
+    when an event holds what the schema cannot (a field added later): send that batch as JSON."""
     events = batch.get("events")
     if not isinstance(events, list) or set(batch) != {"events"}:
         raise NotRepresentable('a batch is {"events": [...]}')
+    if not all(isinstance(event, Mapping) for event in events):
+        raise NotRepresentable("an event is an object")
     out = pb.TelemetryBatch()
-    add = out.events.add
-    for event in events:
-        if not isinstance(event, Mapping):
-            raise NotRepresentable("an event is an object")
-        add(**_event_fields(event))
+    if not columns:
+        add = out.events.add
+        for event in events:
+            add(**_event_fields(event))
+        return out.SerializeToString()
+    unknown = set().union(*events) - _COLUMN_KEYS
+    if unknown:
+        raise NotRepresentable(f"fields {sorted(unknown)} have no protobuf form")
+    table = out.columns
+    table.count = len(events)
+    for key, name, number in _COLUMNS:
+        values = [event.get(key) for event in events]
+        if None in values:
+            values = [value for value in values if value is not None]
+            if not values:
+                continue  # absent from every event: an empty column, no presence entry
+            table.presence.add(field=number, events=_bitmap([event.get(key) for event in events]))
+        if key == "event_id":
+            table.event_id = b"".join(_uuid_bytes(value) for value in values)
+        else:
+            getattr(table, name).extend(_column_values(key, values))
     return out.SerializeToString()
+
+
+def _bitmap(values: list[Any]) -> bytes:
+    """Which values are not None, bit i (least significant first) for value i."""
+    bits = "".join("0" if value is None else "1" for value in reversed(values))
+    return int(bits, 2).to_bytes((len(values) + 7) // 8, "little")
+
+
+def _uuid_bytes(value: Any) -> bytes:
+    try:
+        return uuid.UUID(value).bytes
+    except (TypeError, ValueError, AttributeError):
+        raise NotRepresentable(f"event_id {value!r} is not a UUID") from None
+
+
+def _column_values(key: str, values: list[Any]) -> list[Any]:
+    """One column's values as its repeated field holds them (NotRepresentable: one has no
+    protobuf form)."""
+    if key == "ts":
+        return [_micros(value) for value in values]
+    numbers = _ENUM_NUMBERS.get(key)
+    if numbers is not None:
+        try:
+            return [numbers[value] for value in values]
+        except (KeyError, TypeError):
+            raise NotRepresentable(f"{key} has a value with no protobuf form") from None
+    fits = _EVENT_KINDS[key]
+    if not all(map(fits, values)):
+        raise NotRepresentable(f"{key} has a value with no protobuf form")
+    return values
 
 
 def _ts_text(micros: int) -> str:
@@ -331,13 +395,38 @@ def _ts_text(micros: int) -> str:
 def batch_from_protobuf(raw: bytes) -> dict[str, Any]:
     """The JSON batch a `TelemetryBatch` stands for (`{"events": [...]}`), to be validated as
     a JSON body is."""
+    value: dict[str, Any] = msgspec.json.decode(batch_json_from_protobuf(raw))
+    return value
+
+
+def batch_json_from_protobuf(raw: bytes) -> bytes:
+    """The JSON text of the batch a `TelemetryBatch` stands for, to be validated as a JSON body
+    is."""
+    return batch_events_from_protobuf(raw)[0]
+
+
+def batch_events_from_protobuf(raw: bytes) -> tuple[bytes, list[Any] | None]:
+    """The JSON text of the batch a `TelemetryBatch` stands for, and, for a column-wise batch,
+    its events as read (what the server reads: no Python step per event and field).
+
+    The events are structs whose attributes are the JSON event's fields (None: absent), with
+    `event_id` a UUID and `ts` an aware datetime; a value the JSON rules refuse is there as the
+    JSON text holds it. They are None for a row-wise batch, and when a string holds a NUL (the
+    JSON text's check refuses it, naming the field): the caller then reads the JSON text.
+    Raises WireError (not a batch), TooManyEvents (more than MAX_EVENTS columns-wise, refused
+    before any column is read)."""
     message = pb.TelemetryBatch()
     _parse(message, raw)
+    if message.HasField("columns"):
+        if message.events:
+            raise WireError("a TelemetryBatch holds events or columns, not both")
+        read, clean = _events_of_columns(message.columns)
+        return _JSON_ENCODER.encode(_JsonBatch(read)), read if clean else None
     events: list[dict[str, Any]] = []
     append = events.append
     for event in message.events:
-        # The fields as they are; then the few whose JSON form differs (the hot loop of a
-        # protobuf ingest: one pass over the present fields, the rest by key).
+        # The fields as they are; then the few whose JSON form differs (one pass over the
+        # present fields, the rest by key).
         out = {_EVENT_NAMES[field]: value for field, value in event.ListFields()}
         if "event_id" in out:
             out["event_id"] = _uuid_text(out["event_id"])
@@ -351,7 +440,53 @@ def batch_from_protobuf(raw: bytes) -> dict[str, Any]:
             if not isfinite(out[name]):
                 out[name] = str(out[name])  # NaN, inf: refused by the JSON rules, naming it
         append(out)
-    return {"events": events}
+    return _JSON_ENCODER.encode({"events": events}), None
+
+
+def _events_of_columns(table: pb.TelemetryColumns) -> tuple[list[Any], bool]:
+    """The JSON events of a column-wise batch: each column converted whole (in C where it can
+    be), then the events built from the columns in C (`map` over the struct's constructor);
+    and False when a string holds a NUL."""
+    count = table.count
+    if count > MAX_EVENTS:
+        raise TooManyEvents(f"{count} events; at most {MAX_EVENTS} per batch.")
+    present: dict[int, bytes] = {}
+    for entry in table.presence:
+        if entry.field in present:
+            raise WireError(f"presence names field {entry.field} twice")
+        if len(entry.events) != (count + 7) // 8:
+            raise WireError(f"presence of field {entry.field} is not one bit per event")
+        bits = format(int.from_bytes(entry.events, "little"), f"0{len(entry.events) * 8}b")
+        present[entry.field] = bits[::-1][:count].encode().translate(_BIT_BYTES)
+    columns: list[list[Any]] = []
+    clean = True
+    for key, name, number in _COLUMNS:
+        values: list[Any]
+        if key == "event_id":
+            values = _uuids(table.event_id)
+        else:
+            values = getattr(table, name)[:]  # (a slice: one C call)
+            convert = _COLUMN_VALUES.get(key)
+            if convert is not None:
+                values = convert(values)
+            elif key in _STRINGS and "\x00" in "".join(values):
+                clean = False
+        mask = present.get(number)
+        if mask is None and not values:
+            values = [None] * count  # an empty column: absent from every event
+        having = count if mask is None else mask.count(1)
+        if len(values) != having:
+            raise WireError(f"column {name} holds {len(values)} values for {having} events")
+        if mask is not None and having != count:
+            full: list[Any] = [None] * count
+            deque(map(full.__setitem__, compress(range(count), mask), values), maxlen=0)
+            values = full
+        columns.append(values)
+    return list(map(_JsonEvent, *columns)), clean
+
+
+_BIT_BYTES: Final = bytes.maketrans(b"01", b"\x00\x01")
+_UUID_LIST: Final = list[uuid.UUID]
 
 
 def _uuid_text(raw: bytes) -> str:
@@ -360,6 +495,77 @@ def _uuid_text(raw: bytes) -> str:
     if len(raw) != 16:
         return h
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _uuids(blob: bytes) -> list[uuid.UUID]:
+    """16 bytes per UUID, as UUIDs (a blob that is not whole UUIDs: malformed)."""
+    if len(blob) % 16:
+        raise WireError(f"event_id holds {len(blob)} bytes, not 16 per event")
+    h = blob.hex()
+    return msgspec.convert([h[i : i + 32] for i in range(0, len(h), 32)], _UUID_LIST)
+
+
+def _times(values: list[int]) -> list[Any]:
+    """Microseconds since 1970 as datetimes (written as RFC 3339 text in UTC, `Z`); one past
+    any date, as text the JSON rules refuse, naming `ts`."""
+    try:
+        return list(map(_EPOCH.__add__, map(timedelta, repeat(0), repeat(0), values)))
+    except OverflowError:
+        return [_ts_text(micros) for micros in values]
+
+
+def _enum_texts(names: tuple[str, ...]) -> Any:
+    # 0 (unspecified) is missing; a number the schema lacks, a text the JSON rules refuse.
+    table = {number: name or None for number, name in enumerate(names)}
+
+    def convert(values: list[int]) -> list[str | None]:
+        try:
+            return list(map(table.__getitem__, values))
+        except KeyError:
+            return [table.get(v, f"<enum number {v}>") for v in values]
+
+    return convert
+
+
+def _finite(values: list[float]) -> list[Any]:
+    if isfinite(sum(values)):
+        return values
+    # NaN, inf (or a sum past the largest double): each non-finite one as text, which the JSON
+    # rules refuse naming the field.
+    return [v if isfinite(v) else str(v) for v in values]
+
+
+# The columns in the JSON event's field order: (JSON key, protobuf field, field number).
+_COLUMNS: Final = tuple(
+    ("ts" if field.name == "ts_us" else field.name, field.name, field.number)
+    for field in pb.TelemetryEvent.DESCRIPTOR.fields
+)
+_COLUMN_KEYS: Final = frozenset(key for key, _, _ in _COLUMNS)
+_STRINGS: Final = frozenset(
+    field.name for field in pb.TelemetryEvent.DESCRIPTOR.fields if field.type == field.TYPE_STRING
+)
+_COLUMN_VALUES: Final = {
+    "ts": _times,
+    **{name: _enum_texts(names) for name, names in _ENUMS.items()},
+    **dict.fromkeys(_DOUBLES, _finite),
+}
+
+
+# A JSON event as the columns give it, built in C from one value per column (positional); a
+# None (absent) field is left out of its JSON, as a field the event did not have.
+_JsonEvent: Final = msgspec.defstruct(
+    "_JsonEvent",
+    [(key, Any, None) for key, _, _ in _COLUMNS],
+    omit_defaults=True,
+    gc=False,  # holds scalars only (no cycle): not tracked by the garbage collector
+)
+
+
+class _JsonBatch(msgspec.Struct):
+    events: list[Any]
+
+
+_JSON_ENCODER: Final = msgspec.json.Encoder()
 
 
 # --- the device frames --------------------------------------------------------------------------

@@ -25,13 +25,14 @@ import msgspec
 
 from controlplane import json_guard
 from controlplane.exceptions import ValidationFailed
+from edge_sdk.wire import codec
 
 from ..structs import BatchBody
 from ..structs import field_problems as struct_field_problems
 
 logger = logging.getLogger(__name__)
 
-MAX_EVENTS: Final = 1000
+MAX_EVENTS: Final = codec.MAX_EVENTS  # the protocol's most events per batch
 FUTURE_TOLERANCE: Final = timedelta(minutes=5)
 MAX_INT32: Final = 2**31 - 1
 MAX_ERRORS: Final = 200  # a 400 names at most this many problems
@@ -274,9 +275,19 @@ _BODY: Final = BatchBody(
 )
 
 
-def decode_batch(body: bytes, context: BatchContext) -> list[TelemetryEvent]:
-    """The batch's events, all valid; raises ValidationFailed naming each bad event and field."""
-    batch = _BODY.decode(body, lambda index, raw: _item_problems(index, raw, context))
+def decode_batch(
+    body: bytes, context: BatchContext, read: list[Any] | None = None
+) -> list[TelemetryEvent]:
+    """The batch's events, all valid; raises ValidationFailed naming each bad event and field.
+
+    `read`: the events of `body` as already read (a column-wise protobuf batch: objects whose
+    attributes are the fields, `codec.batch_events_from_protobuf`), checked by the struct in
+    place of decoding `body`; when the struct refuses them, `body` is read as any JSON body,
+    so that the 400 is the JSON path's, naming each bad event and field.
+    """
+    batch = _converted(read) if read is not None else None
+    if batch is None:
+        batch = _BODY.decode(body, lambda index, raw: _item_problems(index, raw, context))
     events = batch.events  # 1 to MAX_EVENTS (the struct says so)
     details: list[dict[str, Any]] = []
     device_id = context.device_id
@@ -322,6 +333,14 @@ def decode_batch(body: bytes, context: BatchContext) -> list[TelemetryEvent]:
     if details:
         raise _refuse(details)
     return events
+
+
+def _converted(read: list[Any]) -> TelemetryBatch | None:
+    """`read` checked by the struct as msgspec checks a JSON body (in C); None if it refuses."""
+    try:
+        return msgspec.convert({"events": read}, TelemetryBatch, from_attributes=True)
+    except msgspec.ValidationError:
+        return None
 
 
 def _item_problems(index: int, raw: Any, context: BatchContext) -> list[dict[str, Any]]:

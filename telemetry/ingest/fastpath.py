@@ -84,13 +84,14 @@ def ingest_outcome(
     if refused is not None:
         return refused
     assert body is not None
+    read: list[Any] | None = None
     if body_format is not None:
         try:
-            body = batch_json(body, body_format, channel=channel)
+            body, read = batch_json(body, body_format, channel=channel)
         except BodyRefused as exc:
             return exc.outcome
     try:
-        result = services.telemetry_batch_ingest(device=device, body=body)
+        result = services.telemetry_batch_ingest(device=device, body=body, read=read)
     except BatchTooLarge as exc:
         return _too_large(str(exc))
     except ApplicationError as exc:

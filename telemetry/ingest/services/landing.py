@@ -147,13 +147,14 @@ def _land(device: Device, now: datetime, events: list[TelemetryEvent], payload: 
 
 
 def telemetry_batch_ingest(
-    *, device: Device, body: bytes, now: datetime | None = None
+    *, device: Device, body: bytes, now: datetime | None = None, read: list[Any] | None = None
 ) -> IngestResult:
     """Validate a device's batch and land its new events durably; names every bad event.
 
     Raises ValidationFailed (400, nothing stored) or BatchTooLarge (413). Events whose id is
     already stored, or repeated inside the batch, are counted as duplicates and not stored
-    again.
+    again. `read`: the body's events as a column-wise protobuf batch was read into
+    (`events.decode_batch`), `body` being its JSON text.
     """
     now = now or timezone.now()
     context = BatchContext(
@@ -162,7 +163,7 @@ def telemetry_batch_ingest(
         oldest=retention_start(now),
         versions=VersionCatalog(device.fleet_id),
     )
-    events = decode_batch(body, context)
+    events = decode_batch(body, context, read)
     unique: dict[str, TelemetryEvent] = {}
     for event in events:
         unique.setdefault(event.event_id.hex, event)

@@ -122,6 +122,27 @@ def test_wire__batch__round_trip_and_unrepresentable_events_refused() -> None:
         codec.batch_to_protobuf({"events": [make_event(battery=0.5)]})
 
 
+def test_wire__batch__columns_and_rows_read_as_the_same_json_batch() -> None:
+    # Given events where different fields are left out (absent, or null in JSON)
+    events = [make_event(), make_event(score=None), make_event(tokens=None, online=True)]
+    del events[0]["threshold"]
+
+    # When the batch is written column by column and row by row
+    columns = codec.batch_to_protobuf({"events": events})
+    rows = codec.batch_to_protobuf({"events": events}, columns=False)
+
+    # Then both read as the same JSON batch, whose absent fields stay absent
+    assert codec.batch_from_protobuf(columns) == codec.batch_from_protobuf(rows)
+    read = codec.batch_from_protobuf(columns)["events"]
+    assert "threshold" not in read[0]
+    assert "score" not in read[1]
+    assert "tokens" not in read[2]
+    assert read[2]["online"] is True
+    assert read[1]["threshold"] == 0.6
+    # and the column-wise batch is the smaller
+    assert len(columns) < len(rows)
+
+
 FRAMES = [
     {"type": "hello", "device_id": "d-1", "policy_version": None, "sdk": "s/1", "platform": "p"},
     {"type": "hello", "device_id": "d-1", "policy_version": 3},

@@ -34,8 +34,8 @@ def _post(client: Any, body: bytes, content_type: str, encoding: str = "") -> An
     return client.generic("POST", URL, body, content_type=content_type, **extra_meta)
 
 
-def _protobuf(events: list[dict[str, Any]]) -> bytes:
-    return codec.batch_to_protobuf({"events": events})
+def _protobuf(events: list[dict[str, Any]], *, columns: bool = True) -> bytes:
+    return codec.batch_to_protobuf({"events": events}, columns=columns)
 
 
 def _json(events: list[dict[str, Any]]) -> bytes:
@@ -56,14 +56,15 @@ def _stored_rows() -> list[tuple[Any, ...]]:
 # --- lands like JSON ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("columns", [True, False], ids=["columns", "rows"])
 def test_telemetry_wire__protobuf_batch__stored_exactly_as_the_json_batch(
-    phone_client: Any,
+    phone_client: Any, columns: bool
 ) -> None:
     # Given one batch of events, with optional fields both present and absent
     events = [*make_events(3), make_event(decided_by="policy", score=None, tokens=None)]
 
     # When it is posted as protobuf, then (as the same events) as JSON after clearing
-    response = _post(phone_client, _protobuf(events), PROTOBUF_MEDIA_TYPE)
+    response = _post(phone_client, _protobuf(events, columns=columns), PROTOBUF_MEDIA_TYPE)
     assert response.status_code == 202, response.content
     assert response.json() == {"accepted": 4, "duplicates": 0}
     from_protobuf = _stored_rows()
@@ -135,14 +136,15 @@ def test_telemetry_wire__duplicate_protobuf_batch__duplicates_not_stored_twice(
         ({"latency_ms": 1e12}, "latency_ms"),
     ],
 )
+@pytest.mark.parametrize("columns", [True, False], ids=["columns", "rows"])
 def test_telemetry_wire__bad_event__same_400_as_json_naming_event_and_field(
-    phone_client: Any, override: dict[str, Any], field: str
+    phone_client: Any, override: dict[str, Any], field: str, columns: bool
 ) -> None:
     # Given a batch whose second event breaks a rule
     events = [make_event(), make_event(**override)]
 
-    # When it is posted as protobuf
-    response = _post(phone_client, _protobuf(events), PROTOBUF_MEDIA_TYPE)
+    # When it is posted as protobuf (column by column, or row by row)
+    response = _post(phone_client, _protobuf(events, columns=columns), PROTOBUF_MEDIA_TYPE)
 
     # Then it is refused naming event 1 and the field, and nothing is stored
     assert response.status_code == 400, response.content
@@ -160,7 +162,7 @@ def test_telemetry_wire__bad_event__same_400_as_json_naming_event_and_field(
 
 def _raw_event(**fields: Any) -> bytes:
     """A batch of one event built field by field (values the SDK's encoder would not write)."""
-    good = codec.batch_to_protobuf({"events": [make_event()]})
+    good = _protobuf([make_event()], columns=False)
     batch = telemetry_pb2.TelemetryBatch()
     batch.ParseFromString(good)
     for name, value in fields.items():
@@ -195,7 +197,7 @@ def test_telemetry_wire__out_of_range_protobuf_values__400_naming_the_field(
 def test_telemetry_wire__missing_required_fields__400_like_json(phone_client: Any) -> None:
     # Given a protobuf event without latency_ms and ok (explicit presence: absent means missing)
     batch = telemetry_pb2.TelemetryBatch()
-    batch.ParseFromString(_protobuf([make_event()]))
+    batch.ParseFromString(_protobuf([make_event()], columns=False))
     batch.events[0].ClearField("latency_ms")
     batch.events[0].ClearField("ok")
 
@@ -206,6 +208,125 @@ def test_telemetry_wire__missing_required_fields__400_like_json(phone_client: An
     assert response.status_code == 400
     named = {d["field"]: d["message"] for d in response.json()["error"]["details"]}
     assert named["latency_ms"] == named["ok"] == "This field is required."
+
+
+def _columns(events: list[dict[str, Any]], **fields: Any) -> telemetry_pb2.TelemetryBatch:
+    """A column-wise batch of `events`, then columns set as given (values the SDK's encoder
+    would not write)."""
+    batch = telemetry_pb2.TelemetryBatch()
+    batch.ParseFromString(_protobuf(events))
+    for name, values in fields.items():
+        if name == "event_id":
+            batch.columns.event_id = values
+        else:
+            batch.columns.ClearField(name)
+            getattr(batch.columns, name).extend(values)
+    return batch
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"route": [1, 9]}, "route"),  # an enum number the schema does not have
+        ({"decided_by": [1, 0]}, "decided_by"),  # unspecified: missing
+        ({"ts_us": [0, 2**62]}, "ts"),  # beyond any date
+        ({"policy_version": [1, -5]}, "policy_version"),
+        ({"score": [0.5, float("inf")]}, "score"),
+        ({"task_type": ["text", "te\x00xt"]}, "task_type"),
+    ],
+)
+def test_telemetry_wire__out_of_range_protobuf_columns__400_naming_event_and_field(
+    phone_client: Any, fields: dict[str, Any], field: str
+) -> None:
+    # Given / When a column-wise batch whose second event holds a value no JSON event could
+    # mean, or one the JSON rules refuse
+    body = _columns(make_events(2), **fields).SerializeToString()
+    response = _post(phone_client, body, PROTOBUF_MEDIA_TYPE)
+
+    # Then the 400 names event 1 and the field; nothing stored
+    assert response.status_code == 400, response.content
+    details = response.json()["error"]["details"]
+    assert (1, field) in [(d.get("event"), d["field"]) for d in details], details
+    assert _nothing_stored()
+
+
+def test_telemetry_wire__columns_without_required_fields__400_like_json(
+    phone_client: Any,
+) -> None:
+    # Given a column-wise batch whose first event leaves out latency_ms and ok (a null in JSON)
+    events = [make_event(latency_ms=None, ok=None), make_event()]
+
+    # When it is posted
+    response = _post(phone_client, _protobuf(events), PROTOBUF_MEDIA_TYPE)
+
+    # Then both are named as required for event 0, as JSON would
+    assert response.status_code == 400
+    named = {(d["event"], d["field"]): d["message"] for d in response.json()["error"]["details"]}
+    assert named[0, "latency_ms"] == named[0, "ok"] == "This field is required."
+    assert _nothing_stored()
+
+
+def _with_presence(field: int, events: bytes) -> telemetry_pb2.TelemetryBatch:
+    batch = _columns(make_events(3))
+    batch.columns.presence.add(field=field, events=events)
+    return batch
+
+
+def _both_forms() -> telemetry_pb2.TelemetryBatch:
+    batch = _columns(make_events(1))
+    batch.events.add(device_id="phone-1")
+    return batch
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        pytest.param(_columns(make_events(2), latency_ms=[1.0]), id="short-column"),
+        pytest.param(_columns(make_events(2), ok=[True, True, False]), id="long-column"),
+        pytest.param(_columns(make_events(2), event_id=b"\x01" * 20), id="event-id-bytes"),
+        pytest.param(_with_presence(15, b"\x03\x00"), id="presence-length"),
+        pytest.param(_with_presence(15, b"\x03"), id="presence-disagrees-with-column"),
+        pytest.param(_both_forms(), id="rows-and-columns"),
+    ],
+)
+def test_telemetry_wire__malformed_columns__400_counted_nothing_stored(
+    phone_client: Any, batch: telemetry_pb2.TelemetryBatch
+) -> None:
+    # Given / When a column-wise batch whose columns do not make events
+    before = refused_metrics()
+    response = _post(phone_client, batch.SerializeToString(), PROTOBUF_MEDIA_TYPE)
+
+    # Then 400 malformed_protobuf, counted, nothing stored
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] == "malformed_protobuf"
+    assert refused_metrics() != before
+    assert _nothing_stored()
+
+
+def test_telemetry_wire__columns_of_too_many_events__413_before_reading_them(
+    phone_client: Any,
+) -> None:
+    # Given / When a column-wise batch that says it holds 4 billion events (and holds none)
+    batch = telemetry_pb2.TelemetryBatch()
+    batch.columns.count = 2**32 - 1
+    response = _post(phone_client, batch.SerializeToString(), PROTOBUF_MEDIA_TYPE)
+
+    # Then 413 as for too many JSON events, nothing stored
+    assert response.status_code == 413, response.content
+    assert response.json()["error"]["code"] == "payload_too_large"
+    assert _nothing_stored()
+
+
+def test_telemetry_wire__empty_columns__400_like_an_empty_json_batch(phone_client: Any) -> None:
+    # Given / When a column-wise batch of no events
+    batch = telemetry_pb2.TelemetryBatch()
+    batch.columns.count = 0
+    response = _post(phone_client, batch.SerializeToString(), PROTOBUF_MEDIA_TYPE)
+
+    # Then the JSON path's answer to {"events": []}
+    assert response.status_code == 400, response.content
+    assert response.json() == _post(phone_client, _json([]), "application/json").json()
+    assert _nothing_stored()
 
 
 # --- hostile bytes ------------------------------------------------------------------------------
@@ -254,7 +375,7 @@ def _varint(number: int) -> bytes:
 def test_telemetry_wire__unknown_protobuf_fields__ignored_like_json(phone_client: Any) -> None:
     # Given a batch with fields a newer SDK might add (unknown numbers, every wire type)
     unknown = b"\xf8\x07\x01" + b"\x82\x08\x03abc" + b"\x89\x08" + b"\x00" * 8
-    body = _protobuf(make_events(1))
+    body = _protobuf(make_events(1), columns=False)
     event = telemetry_pb2.TelemetryBatch()
     event.ParseFromString(body)
     inner = event.events[0].SerializeToString() + unknown
