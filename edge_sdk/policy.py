@@ -163,7 +163,7 @@ def _check_overrides(document: Mapping[str, Any]) -> None:
             raise PolicyDocumentError(f"{place}.cells must be a list of cells, each with its key")
 
 
-def _parse_cells(raw_cells: list[Mapping[str, Any]]) -> dict[CellKey, Cell]:
+def _parse_cells(raw_cells: list[dict[str, Any]]) -> dict[CellKey, Cell]:
     cells: dict[CellKey, Cell] = {}
     for index, raw in enumerate(raw_cells):
         try:

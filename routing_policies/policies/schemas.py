@@ -430,12 +430,27 @@ class DraftOverrideInputSerializer(ClosedSerializer, ApiSerializer):
     revision = DRAFT_REVISION()
 
 
+class OverrideFieldPageSerializer(ApiSerializer):
+    """The policy page's override form: one field of one cell for a segment (set), or a
+    field, a cell or the whole override taken out (remove); the value as typed."""
+
+    component_name = "OverrideFieldPage"
+
+    action = JsonChoiceField(choices=["set", "remove"])
+    segment = JsonStringField(max_length=64, label="the segment")
+    cell = JsonStringField(max_length=100, required=False, allow_blank=True, label="the cell")
+    field = JsonChoiceField(choices=FIELD_PATHS, required=False, allow_blank=True)
+    value = JsonStringField(max_length=100, required=False, allow_blank=True, label="the value")
+    position = JsonIntegerField(min_value=1, max_value=MAX_OVERRIDES, required=False)
+    revision = DRAFT_REVISION()
+
+
 def draft_override_input(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The cells of a checked DraftOverrideInputSerializer body as the service takes them:
     label -> fields by document path; a cell named twice is refused, naming it."""
     cells: dict[str, dict[str, Any]] = {}
     for cell in data["cells"]:
-        label = cell_key_label(tuple(cell[name] for name in DIMENSIONS))  # type: ignore[arg-type]
+        label = cell_key_label(tuple(cell[name] for name in DIMENSIONS))
         if label in cells:
             problem = Problem("cell", "is named twice in one override", label)
             raise _refused(EDIT_REFUSED, [problem])

@@ -104,7 +104,9 @@ def test_override_api__position__sets_precedence_and_remove_takes_it_out(
     _put(as_editor, fleet, draft.revision + 1, {"threshold": 0.3}, segment="cpu")
 
     # When cpu is moved first, then npu removed
-    moved = _put(as_editor, fleet, draft.revision + 2, {"threshold": 0.3}, segment="cpu", position=1)
+    moved = _put(
+        as_editor, fleet, draft.revision + 2, {"threshold": 0.3}, segment="cpu", position=1
+    )
     order = [o["segment"] for o in moved.json()["document"]["overrides"]]
     removed = as_editor.delete(f"{_override_url(fleet)}?revision={draft.revision + 3}")
 
@@ -139,7 +141,8 @@ def test_override_api__breaks_a_cell__400_naming_segment_cell_field_nothing_save
     assert response.status_code == 400, response.json()
     assert {"segment": "npu", "cell": cell, "field": field}.items() <= _details(response)[0].items()
     draft.refresh_from_db()
-    assert draft.overrides == [] and draft.revision == 1
+    assert draft.overrides == []
+    assert draft.revision == 1
 
 
 def test_override_api__sensitive_cell_sent_to_the_cloud__400_naming_segment_and_mode(
@@ -167,7 +170,10 @@ def test_override_api__unknown_segment_cell_or_shape__400_naming_it(
     nul = _put(as_editor, fleet, draft.revision, {"threshold": 0.5}, segment="np\x00u")
     body = {"revision": draft.revision, "cells": [{**VOICE, "task_type": "code", "values": {}}]}
     not_a_cell = as_editor.put(_override_url(fleet), body, format="json")
-    body = {"revision": draft.revision, "cells": [{**VOICE, "task_type": "code", "values": {"a": 1}}]}
+    body = {
+        "revision": draft.revision,
+        "cells": [{**VOICE, "task_type": "code", "values": {"a": 1}}],
+    }
     no_such_cell = as_editor.put(_override_url(fleet), body, format="json")
     twice = {
         "revision": draft.revision,
@@ -178,17 +184,22 @@ def test_override_api__unknown_segment_cell_or_shape__400_naming_it(
     position = _put(as_editor, fleet, draft.revision, {"threshold": 0.5}, position=99)
 
     # Then each is a 400 naming what is wrong; nothing stored
-    assert unknown.status_code == 400 and _details(unknown)[0]["segment"] == "gpu"
+    assert unknown.status_code == 400
+    assert _details(unknown)[0]["segment"] == "gpu"
     assert nul.status_code in (400, 404)
-    assert not_a_cell.status_code == 400 and "values" in json.dumps(not_a_cell.json())
-    assert no_such_cell.status_code == 400 and _details(no_such_cell)[0]["cell"] == (
-        "code/interactive/normal"
-    )
-    assert duplicate.status_code == 400 and _details(duplicate)[0]["cell"] == VOICE_LABEL
-    assert extra.status_code == 400 and _details(extra)[0]["field"] == "colour"
-    assert position.status_code == 400 and _details(position)[0]["field"] == "position"
+    assert not_a_cell.status_code == 400
+    assert "values" in json.dumps(not_a_cell.json())
+    assert no_such_cell.status_code == 400
+    assert _details(no_such_cell)[0]["cell"] == ("code/interactive/normal")
+    assert duplicate.status_code == 400
+    assert _details(duplicate)[0]["cell"] == VOICE_LABEL
+    assert extra.status_code == 400
+    assert _details(extra)[0]["field"] == "colour"
+    assert position.status_code == 400
+    assert _details(position)[0]["field"] == "position"
     draft.refresh_from_db()
-    assert draft.overrides == [] and draft.revision == 1
+    assert draft.overrides == []
+    assert draft.revision == 1
 
 
 @pytest.mark.parametrize("hostile", HOSTILE_PARAMS)
@@ -226,7 +237,8 @@ def test_override_api__roles_revision_and_oversized(
     # Then refused each, nothing stored
     assert as_viewer.status_code == 403
     assert anonymous.status_code in (401, 403)
-    assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_revision"
+    assert stale.status_code == 409
+    assert stale.json()["error"]["code"] == "stale_revision"
     assert no_revision.status_code == 428
     assert oversized.status_code in (400, 413)
     draft.refresh_from_db()
@@ -380,9 +392,7 @@ def test_device_table_api__segments_and_values_it_runs(
     _put(as_editor, fleet, draft.revision, {"threshold": 0.85})
     _publish(publisher, fleet, draft)
     for name, accelerator in (("pixel", "npu"), ("old", "cpu")):
-        device_enroll(
-            fleet_key=fleet_key, device_id=name, attributes={"accelerator": accelerator}
-        )
+        device_enroll(fleet_key=fleet_key, device_id=name, attributes={"accelerator": accelerator})
     client = client_as(viewer)
 
     # When their tables are asked for v2
@@ -397,9 +407,11 @@ def test_device_table_api__segments_and_values_it_runs(
         "npu",
         ["threshold"],
     )
-    assert pixel["overrides"] == ["npu"] and old["overrides"] == []
+    assert pixel["overrides"] == ["npu"]
+    assert old["overrides"] == []
     base = next(c for c in old["cells"] if c["cell"] == VOICE_LABEL)
-    assert base["segment"] is None and base["values"]["threshold"] != 0.85
+    assert base["segment"] is None
+    assert base["values"]["threshold"] != 0.85
     assert client.get(url.format("nobody")).status_code == 404
     assert client.get(url.replace("2", "99").format("pixel")).status_code == 404
     assert client.get(url.replace("2", "x").format("pixel")).status_code == 400
@@ -452,10 +464,14 @@ def test_device_table__random_fleet__server_resolution_equals_the_sdks_table(
         draft = policy_draft_override_set(
             actor=editor, fleet=fleet, revision=draft.revision, segment=f"s{index}", cells=cells
         )
-    version = policy_version_publish(actor=publisher, fleet=fleet, revision=draft.revision, note="x")
-    document = client_as(viewer).get(
-        f"/api/v1/fleets/{fleet.slug}/versions/{version.number}/document"
-    ).json()
+    version = policy_version_publish(
+        actor=publisher, fleet=fleet, revision=draft.revision, note="x"
+    )
+    document = (
+        client_as(viewer)
+        .get(f"/api/v1/fleets/{fleet.slug}/versions/{version.number}/document")
+        .json()
+    )
     for index, attributes in enumerate(devices):
         reported = {k: v for k, v in attributes.items() if k not in ("platform", "model")}
         device_enroll(
@@ -468,9 +484,11 @@ def test_device_table__random_fleet__server_resolution_equals_the_sdks_table(
 
     for index, attributes in enumerate(devices):
         # When the server resolves the device's table, and the SDK applies the document
-        server = client_as(viewer).get(
-            f"/api/v1/fleets/{fleet.slug}/devices/d-{index}/table?version={version.number}"
-        ).json()
+        server = (
+            client_as(viewer)
+            .get(f"/api/v1/fleets/{fleet.slug}/devices/d-{index}/table?version={version.number}")
+            .json()
+        )
         store = PolicyStore(
             attributes=device_attributes(
                 platform=attributes.get("platform", ""),
