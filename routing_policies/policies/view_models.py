@@ -234,12 +234,16 @@ def draft_changes(fleet: Fleet, draft: PolicyVersion) -> dict[str, Any] | None:
     diff = selectors.version_diff(fleet=fleet, a=base, b="draft")
     changes, added = diff_marks(diff)
     count = diff["changed_cells"]
+    segments = len(diff["overrides"])
+    overrides = (
+        f", overrides of {segments} segment{'' if segments == 1 else 's'}" if segments else ""
+    )
     return {
         "base": f"v{base}",
         "changes": changes,
         "added": added,
         "count": count,
-        "summary": f"{count} cell{'' if count == 1 else 's'} changed since v{base}",
+        "summary": f"{count} cell{'' if count == 1 else 's'}{overrides} changed since v{base}",
         "removed": sum(1 for cell in diff["cells"] if cell["status"] == "removed"),
         "diff_url": f"{reverse('version-diff', args=[fleet.slug])}?a={base}&b=draft",
     }
