@@ -160,7 +160,7 @@ def overrides_view(overrides: Iterable[dict[str, Any]], table: Table) -> list[di
     for position, override in enumerate(overrides, start=1):
         cells = []
         for label, fields in override["cells"].items():
-            base = table.get(tuple(label.split("/")), {})  # type: ignore[call-overload]
+            base = table.get(tuple(label.split("/")), {})
             cells.append(
                 {
                     "label": label,

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rest_framework.response import Response
@@ -505,3 +506,69 @@ def test_device_table__random_fleet__server_resolution_equals_the_sdks_table(
             assert sdk_cell.threshold == cell["values"]["threshold"]
             assert sdk_cell.mode == cell["values"]["mode"]
             assert sdk_cell.weight_lm == cell["values"]["weights.lm"]
+
+
+# --- the draft's life, and the policy page --------------------------------------------------
+
+
+def test_draft__from_a_version_with_overrides__copies_them_and_a_removed_value_drops_its_cells(
+    as_editor: APIClient, editor: Any, publisher: Any, fleet: Any, draft: PolicyVersion
+) -> None:
+    # Given v2 overriding a voice cell and a text cell for npu
+    body = {
+        "revision": draft.revision,
+        "cells": [
+            {**VOICE, "values": {"threshold": 0.8}},
+            {**VOICE, "task_type": "text", "values": {"threshold": 0.7}},
+        ],
+    }
+    assert as_editor.put(_override_url(fleet), body, format="json").status_code == 200
+    _publish(publisher, fleet, draft)
+
+    # When a draft starts from v2 and the task type `voice` is removed from it
+    second = policy_draft_create(actor=editor, fleet=fleet)
+    url = f"/api/v1/fleets/{fleet.slug}/draft/dimensions/task_type/voice/"
+    after = as_editor.delete(f"{url}?revision={second.revision}")
+
+    # Then the draft had both overrides (its rule read from the segment), and keeps text's only
+    assert [o["segment"] for o in second.overrides] == ["npu"]
+    assert after.status_code == 200, after.json()
+    (override,) = after.json()["document"]["overrides"]
+    assert [c["task_type"] for c in override["cells"]] == ["text"]
+    assert override["rule"] == NPU
+
+
+def test_policy_page__editor_sets_and_takes_out_a_field_viewer_cannot(
+    viewer: Any, editor: Any, fleet: Any, draft: PolicyVersion
+) -> None:
+    as_editor, as_viewer = Client(), Client()
+    as_editor.force_login(editor)
+    as_viewer.force_login(viewer)
+    url = f"/fleets/{fleet.slug}/draft/overrides/"
+    form = {
+        "action": "set",
+        "segment": "npu",
+        "cell": VOICE_LABEL,
+        "field": "threshold",
+        "value": "0.8",
+        "position": "",
+        "revision": str(draft.revision),
+    }
+    # When the editor sets θ, then a bad value, then takes θ out; and a viewer tries
+    saved = as_editor.post(url, form)
+    refused = as_editor.post(url, {**form, "value": "lots", "revision": str(draft.revision + 1)})
+    page = as_editor.get(f"/fleets/{fleet.slug}/")
+    forbidden = as_viewer.post(url, {**form, "revision": str(draft.revision + 1)})
+    removed = as_editor.post(url, {**form, "action": "remove", "revision": str(draft.revision + 1)})
+
+    # Then the page shows the override (and the grid names it), the bad value is refused
+    # naming the field, the viewer is refused, and taking the last field out removes it
+    assert saved.status_code == 302
+    assert refused.status_code == 400
+    assert "number" in refused.content.decode()
+    assert 'data-segment="npu"' in page.content.decode()
+    assert "cell-overrides" in page.content.decode()
+    assert forbidden.status_code == 403
+    assert removed.status_code == 302
+    draft.refresh_from_db()
+    assert draft.overrides == []
