@@ -23,7 +23,7 @@ SIM_RATE ?= 5
 RUN_LOG_LEVEL ?= WARNING
 RUN_UVICORN_LOG ?= $(if $(filter INFO DEBUG,$(RUN_LOG_LEVEL)),,--no-access-log --log-level warning)
 
-.PHONY: run test lint install static migrate seed services-check format clean worker
+.PHONY: run test lint install static migrate seed services-check format clean worker proto
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.11 or newer is needed (python3 on PATH)"; exit 1; }
@@ -97,6 +97,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	DEBUG=1 $(BIN)/mypy .
 	$(BIN)/lint-imports --no-cache
+
+# edge_sdk/wire/*_pb2.py from edge_sdk/wire/*.proto (protoc of the grpcio-tools dev
+# dependency); the generated files are checked in, and a test keeps them in step.
+proto: $(STAMP)
+	PYTHON=$(BIN)/python scripts/gen_proto.sh
 
 format: $(STAMP)
 	$(BIN)/ruff format .

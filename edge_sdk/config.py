@@ -10,6 +10,7 @@ from typing import Any
 
 from edge_sdk.mqtt_topics import DEFAULT_PREFIX
 from edge_sdk.segments import attributes_parse
+from edge_sdk.wire.negotiation import WIRE_FORMATS, WireFormat
 
 __all__ = ["SDK_VERSION", "DeviceConfig"]
 
@@ -73,13 +74,29 @@ class DeviceConfig:
     mqtt_ca_file: str = ""
     # How long to wait for a version's retained document before asking the HTTP endpoint.
     mqtt_document_wait_s: float = 3.0
-    # A state that names a stable or candidate whose document the device does not hold:
-    # the device takes it in the background after a random wait in [0, this], so that a
-    # rollout's start is not every device of the fleet asking at once (0: at once).
+    # A state that names a stable, candidate or newest published version whose document the
+    # device does not hold: the device takes it in the background after a random wait in
+    # [0, this], so that a publish is not every device of the fleet asking at once (0: at once).
     mqtt_prefetch_jitter_s: float = 30.0
-    # Documents of recent versions kept in memory (the stable and the candidate, and the one
-    # it runs): a later stage or a rollback applies at once, with no round trip.
+    # Documents of recent versions kept in memory (the stable, the candidate, the newest
+    # published, and the one it runs): a rollout's start, a later stage or a rollback applies
+    # at once, with no round trip.
     mqtt_held_documents: int = 3
+    # Policy deltas (docs/PROTOCOL.md, "Policy deltas"; edge_sdk.delta_sync): take only what
+    # changed between versions when the server offers it (False: whole documents only).
+    policy_deltas: bool = True
+    # A weak link (edge_sdk.delta_sync.weak_link): the readings say metered, or slower / farther
+    # than these. Telemetry is then batched this many times less often, and documents come as
+    # deltas where they can (MQTT: the delta before the retained document, no prefetch).
+    weak_link_kbps: float = 500.0
+    weak_link_rtt_ms: float = 400.0
+    weak_link_telemetry_factor: float = 5.0
+    # Binary frames and compression (docs/PROTOCOL.md, "Binary frames and compression"):
+    # "auto" uses protobuf (and compression) wherever the server offers it, JSON elsewhere;
+    # "json" never does (JSON only, as before); "protobuf" is "auto", and also sends MQTT
+    # telemetry in protobuf (over MQTT nothing answers to offer it: choose it only for a
+    # control plane that reads it).
+    wire_format: WireFormat = "auto"
 
     def __post_init__(self) -> None:
         for name, limit in _FIELD_LIMITS.items():
@@ -103,6 +120,8 @@ class DeviceConfig:
         if self.mqtt_url and not self.mqtt_url.startswith(_MQTT_SCHEMES):
             schemes = ", ".join(f"{scheme}//" for scheme in _MQTT_SCHEMES)
             raise ValueError(f"DeviceConfig.mqtt_url must start with {schemes}")
+        if self.wire_format not in WIRE_FORMATS:
+            raise ValueError(f"DeviceConfig.wire_format must be one of {', '.join(WIRE_FORMATS)}")
         if self.fleet is not None and not _FLEET.match(self.fleet):
             raise ValueError("DeviceConfig.fleet must be a fleet slug (letters, digits, - and _)")
 

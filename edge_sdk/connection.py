@@ -31,6 +31,7 @@ import httpx
 
 from edge_sdk.backoff import Backoff
 from edge_sdk.config import DeviceConfig
+from edge_sdk.delta_sync import DELTA_IM, PolicyDeltas, weak_link
 from edge_sdk.feedback import FEEDBACK_PATH
 from edge_sdk.listeners import Listeners
 from edge_sdk.policy_sync import PolicySync
@@ -39,6 +40,7 @@ from edge_sdk.storage import atomic_write, read_bytes, remove
 from edge_sdk.task import Readings
 from edge_sdk.telemetry import PostResult
 from edge_sdk.transport import CarriesTelemetry, Channel, DeviceRevoked, Transport
+from edge_sdk.wire.negotiation import DOCUMENT_ACCEPT, TelemetryWire, document_of
 
 __all__ = ["STATES", "Connection", "DeviceRevoked", "EnrolmentRefused"]
 
@@ -70,6 +72,7 @@ class Connection:
         "_router",
         "_sessions_opened",
         "config",
+        "deltas",
         "enrolled_fleet",
         "http",
         "last_error",
@@ -78,6 +81,7 @@ class Connection:
         "server_errors",
         "state",
         "stopping",
+        "telemetry_wire",
         "token",
         "transport",
     )
@@ -110,8 +114,11 @@ class Connection:
         self.revoked = False
         self.stopping = False
         self.server_errors = 0  # `error` frames received
+        # Protobuf and compression of telemetry, once the server says it reads them.
+        self.telemetry_wire = TelemetryWire(config.wire_format)
         self.reconnects = 0  # sessions opened after the first
         self._sessions_opened = 0
+        self.deltas = PolicyDeltas(device_id=config.device_id, enabled=config.policy_deltas)
 
     # --- what the device and its transport use ------------------------------------------------
 
@@ -121,6 +128,13 @@ class Connection:
             return bool(self._readings().online)
         except Exception:
             logger.warning("device.readings_failed device=%s", self.config.device_id, exc_info=True)
+            return False
+
+    def weak_link(self) -> bool:
+        """The app's readings say the link is weak (edge_sdk.delta_sync.weak_link)."""
+        try:
+            return weak_link(self._readings(), self.config)
+        except Exception:
             return False
 
     def set_state(self, state: str) -> None:
@@ -154,6 +168,7 @@ class Connection:
             "platform": config.platform,
             "model": config.model,
             **({"attributes": dict(config.attributes)} if config.attributes else {}),
+            "delta": self.deltas.offered,  # Policy deltas: a `policy_delta` frame is welcome
         }
 
     def policy_document(self) -> Mapping[str, Any] | None:
@@ -163,6 +178,7 @@ class Connection:
     def opened(self) -> None:
         """A session's channel opened: every one after the first is a reconnect."""
         self._sessions_opened += 1
+        self.deltas.session_opened()
         if self._sessions_opened > 1:
             self.reconnects += 1
 
@@ -301,16 +317,21 @@ class Connection:
             response=response,
         )
 
-    async def poll_once(self) -> bool:
-        """`GET /api/v1/devices/me/policy` with If-None-Match; applies a new version.
+    async def poll_once(self, *, delta: bool = True) -> bool:
+        """`GET /api/v1/devices/me/policy` with If-None-Match; applies a new version (from a
+        delta, `226 IM Used`, when the server sends one: asked with `A-IM`).
 
-        True when the server answered (200, 304, or 404: no policy yet).
+        True when the server answered (200, 226, 304, or 404: no policy yet).
         """
         assert self.http is not None
         store = self._policy.store
         headers = self.auth_headers()
+        if self.config.wire_format != "json":
+            headers["Accept"] = DOCUMENT_ACCEPT  # protobuf when the server has it
         if store.etag:
             headers["If-None-Match"] = store.etag
+            if delta and self.deltas.enabled:
+                headers["A-IM"] = DELTA_IM
         try:
             response = await self.http.get(
                 f"{self.config.base_url}{POLICY_PATH}",
@@ -322,12 +343,16 @@ class Connection:
             return False
         if response.status_code == 401:
             raise DeviceRevoked("policy poll answered 401")
-        if response.status_code == 200:
+        if response.status_code in (200, 226):
             try:
-                document = response.json()
+                document = document_of(response.headers.get("Content-Type", ""), response.content)
             except ValueError:
                 self._policy.errors += 1
                 return True
+            if response.status_code == 226:  # Policy deltas (edge_sdk/delta_sync.py)
+                document = self.deltas.document(store.document, document)
+                if document is None:  # not applied: the whole document, asked without A-IM
+                    return await self.poll_once(delta=False)
             if (
                 isinstance(document, dict)
                 and document.get("version") != store.version
@@ -355,6 +380,12 @@ class Connection:
         if not isinstance(message, dict):
             return False
         kind = message.get("type")
+        if kind == "policy_delta":  # Policy deltas (edge_sdk/delta_sync.py)
+            document = self.deltas.from_frame(self._policy.store.document, message)
+            if document is None:  # ask for the whole document: hello again, without deltas
+                await channel.send(json.dumps(self.hello()))
+                return False
+            message, kind = {**document, "rollout": message.get("rollout")}, "policy"
         if kind == "policy":
             rollout = message.get("rollout")
             document = {k: v for k, v in message.items() if k not in ("type", "rollout")}
@@ -421,14 +452,19 @@ class Connection:
     async def _post(self, path: str, body: bytes, what: str) -> PostResult:
         if self.http is None or self.token is None:
             return 0, b"", None
+        content, headers = body, {"Content-Type": "application/json"}
+        if path == TELEMETRY_PATH:
+            content, headers = self.telemetry_wire.http_body(body)
         try:
             response = await self.http.post(
                 f"{self.config.base_url}{path}",
-                content=body,
-                headers={**self.auth_headers(), "Content-Type": "application/json"},
+                content=content,
+                headers={**self.auth_headers(), **headers},
                 timeout=self.config.http_timeout_s,
             )
         except (httpx.HTTPError, OSError) as error:
             self.last_error = f"{what}: {error!r}"
             return 0, b"", None
+        if path == TELEMETRY_PATH:
+            self.telemetry_wire.learn(response.headers)
         return response.status_code, response.content, response.headers.get("Retry-After")

@@ -182,6 +182,14 @@ class Device:
         "_policy_sync.errors", "Policy documents from the server that could not be applied."
     )
     reconnects = _Shown[int]("_connection.reconnects", "Sockets opened after the first.")
+    deltas_applied = _Shown[int](
+        "_connection.deltas.applied", "Policy deltas applied (docs/PROTOCOL.md, Policy deltas)."
+    )
+    deltas_refused = _Shown[int](
+        "_connection.deltas.refused",
+        "Policy deltas not applied (no base, another base, hash mismatch): the whole document "
+        "was asked for instead.",
+    )
     shadow_started = _Shown[int]("_shadow.started", "Shadow refines started.")
     shadow_over_budget = _Shown[int](
         "_shadow.over_budget",

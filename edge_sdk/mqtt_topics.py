@@ -6,7 +6,8 @@ configuration (`MQTT_TOPIC_PREFIX` on the server, `DeviceConfig.mqtt_prefix` on 
 
 Fleet topics: written by the control plane only, retained, QoS 1, read by the fleet's devices.
 - `{prefix}/fleets/{fleet}/state`: the rollout state (stable, candidate, stage, salt,
-  holdback, a sequence number); each device computes its own version from it.
+  holdback, a sequence number, the newest published version); each device computes its own
+  version from it.
 - `{prefix}/fleets/{fleet}/versions/{n}`: published version n's policy document (immutable).
 - `{prefix}/fleets/{fleet}/cloud_pressure`: the live θ offset, expiring with its TTL.
 

@@ -42,6 +42,9 @@ class Readings:
     device_load: float
     online: bool
     cloud_infer_ms: float  # the device's estimate of cloud inference time
+    # The link is paid by the byte (a phone's mobile data): the SDK treats it as weak
+    # (edge_sdk.delta_sync.weak_link). Not an input of the decision.
+    metered: bool = False
 
     def device_state(self, cloud_pressure: float = 0.0) -> DeviceState:
         """These readings as the decision's DeviceState, with the pushed pressure."""

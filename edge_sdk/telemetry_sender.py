@@ -1,6 +1,7 @@
 """`TelemetrySender`: a device's telemetry and feedback queues and the loop that delivers them.
 
-The loop wakes every `telemetry_flush_s`, or at once when a queue holds a full batch. Offline,
+The loop wakes every `telemetry_flush_s` (times `weak_link_telemetry_factor` on a weak link:
+edge_sdk.delta_sync), or at once when a queue holds a full batch. Offline,
 or before enrolment, the queues are only kept on disk. Online, the cloud-bound tasks held
 while offline run first (their events join this flush), then telemetry is flushed; after a
 failure it is retried after the back-off (or the server's Retry-After), not the interval.
@@ -79,6 +80,14 @@ class TelemetrySender:
             on_full=self.wake,
         )
 
+    def flush_interval(self) -> float:
+        """`telemetry_flush_s`, times `weak_link_telemetry_factor` on a weak link
+        (edge_sdk.delta_sync): fewer, larger batches where each request costs most."""
+        config = self.config
+        if self._connection.weak_link():
+            return config.telemetry_flush_s * config.weak_link_telemetry_factor
+        return config.telemetry_flush_s
+
     def wake(self) -> None:
         """Flush now rather than at the end of the interval (a queue holds a full batch)."""
         if self._wake is not None:
@@ -118,7 +127,7 @@ class TelemetrySender:
         while not connection.stopping:
             if not retry:
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(config.telemetry_flush_s):
+                    async with asyncio.timeout(self.flush_interval()):
                         await wake.wait()
                 wake.clear()
             retry = False

@@ -431,7 +431,12 @@ def _copy_baseline(rows: list[tuple[Any, ...]], binary: bool) -> float:
     return elapsed
 
 
-async def _post_all(base_url: str, bodies: list[tuple[str, bytes]], connections: int) -> None:
+async def _post_all(
+    base_url: str,
+    bodies: list[tuple[str, bytes]],
+    connections: int,
+    content_type: str = "application/json",
+) -> None:
     """POST every body over `connections` keep-alive HTTP/1.1 connections; each must be 202.
 
     A bare asyncio client with the requests built up front: the load generator shares the two
@@ -441,7 +446,7 @@ async def _post_all(base_url: str, bodies: list[tuple[str, bytes]], connections:
     requests = [
         (
             f"POST /api/v1/telemetry HTTP/1.1\r\nHost: {host}\r\n"
-            f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode()
         + body

@@ -14,9 +14,13 @@ version before (the SDK keeps its policy across restarts), so connecting costs n
 As the SDK does (since session 10): when a state names a stable or candidate whose document the
 device does not hold (and that it does not need now), it takes that document in the background
 after a random wait in [0, `prefetch_jitter_s`] (the SDK's `mqtt_prefetch_jitter_s`), once per
-version; it holds the documents of its last `HELD_DOCUMENTS` versions, so a stage change or a
-rollback to one of them runs at once, with no round trip. `prefetch=False` is the SDK before
-(every change whose version is not the one it runs costs the document's round trip).
+version; it holds the documents of its last `HELD_DOCUMENTS` versions (those the newest state
+no longer names go first), so a stage change or a rollback to one of them runs at once, with no
+round trip. Since session 11 the state's `published` (the fleet's newest published version) is
+taken ahead the same way, so a rollout's start finds its cohort holding the candidate
+(`prefetch_published=False`: session 10's SDK, which took the candidate only once a rollout
+named it). `prefetch=False` is the SDK before session 10 (every change whose version is not the
+one it runs costs the document's round trip).
 
 The MQTT codec is the few packets this needs (CONNECT, SUBSCRIBE, UNSUBSCRIBE, PUBLISH QoS 0/1,
 PUBACK), written here so that 7,500 connections fit one process: a paho client per device
@@ -28,8 +32,9 @@ The driver talks to each process over a Pipe with small command dicts (as bench/
 - mark     {}: forget what was seen (a new measurement starts)
 - count    {seq, marker}: devices settled on a state >= seq; devices that got baseline marker;
            devices with no prefetch waiting or in flight
-- collect  {seq, marker}: {device_id: [t_settled, version]}, {device_id: t_marker}, and when
-           the last of its devices received state `seq` itself
+- collect  {seq, marker}: {device_id: [t_settled, version]}, {device_id: t_marker}, when
+           the last of its devices received state `seq` itself, and how many devices ran a
+           version after taking its document then (a round trip) since `mark`
 - close    {} / stop {}
 """
 
@@ -112,7 +117,12 @@ class Fleet:
     """What every device of the process shares: the fleet's topics."""
 
     def __init__(
-        self, slug: str, prefix: str, prefetch: bool = True, prefetch_jitter_s: float = 0.0
+        self,
+        slug: str,
+        prefix: str,
+        prefetch: bool = True,
+        prefetch_jitter_s: float = 0.0,
+        prefetch_published: bool = True,
     ) -> None:
         self.slug = slug
         self.prefix = prefix
@@ -120,6 +130,7 @@ class Fleet:
         # hold the last few, so that a later stage or a rollback needs only the state.
         self.prefetch = prefetch
         self.prefetch_jitter_s = prefetch_jitter_s
+        self.prefetch_published = prefetch and prefetch_published
         self.state_topic = mqtt_topics.fleet_state(prefix, slug)
         self.baseline_topic = f"{prefix}/fleets/{slug}/{BASELINE_TOPIC}"
         self.subscriptions = [
@@ -144,6 +155,7 @@ class DeviceProtocol(asyncio.Protocol):
         self.prefetch_state: FleetState | None = None  # the newest state (what to prefetch)
         self.prefetch_tried: set[int] = set()
         self.settled: list[tuple[int, float, int | None]] = []  # (seq, t, version)
+        self.round_trips = 0  # versions run after taking their document then (since `mark`)
         self.markers: dict[int, float] = {}
         self.states: dict[int, float] = {}  # seq → when the state itself arrived
         self.transport: asyncio.Transport | None = None
@@ -285,7 +297,8 @@ class DeviceProtocol(asyncio.Protocol):
         if state is None:
             return None
         own = state.assignment.version_for(self.device_id)
-        for version in (state.assignment.candidate, state.assignment.stable):
+        ahead = state.published if self.fleet.prefetch_published else None
+        for version in (state.assignment.candidate, state.assignment.stable, ahead):
             if (
                 version is not None
                 and version not in (self.version, own)
@@ -318,10 +331,16 @@ class DeviceProtocol(asyncio.Protocol):
             self._start_prefetch()  # the state may name another
 
     def _hold(self, version: int) -> None:
+        """As the SDK's HeldDocuments: the least recently used of the versions the newest
+        state no longer names goes first, then the least recently used."""
         if version in self.held:
             self.held.remove(version)
         self.held.append(version)
-        del self.held[:-HELD_DOCUMENTS]
+        state = self.prefetch_state
+        named = state.named() if state is not None else frozenset()
+        while len(self.held) > HELD_DOCUMENTS:
+            unnamed = (v for v in self.held if v not in named and v != version)
+            self.held.remove(next(unnamed, self.held[0]))
 
     @property
     def prefetch_idle(self) -> bool:
@@ -348,6 +367,7 @@ class DeviceProtocol(asyncio.Protocol):
             return  # not the version asked for: dropped (the SDK counts it)
         self.pending = None
         self.transport.write(unsubscribe_packet(self._packet_id(), topic))
+        self.round_trips += 1
         self._run(seq, version, received_at)
         if self.prefetch_state is not None:
             self._prefetch(self.prefetch_state)
@@ -404,9 +424,10 @@ class Worker:
         concurrency: int = 200,
         prefetch: bool = True,
         prefetch_jitter_s: float = 0.0,
+        prefetch_published: bool = True,
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
-        shared = Fleet(fleet, prefix, prefetch, prefetch_jitter_s)
+        shared = Fleet(fleet, prefix, prefetch, prefetch_jitter_s, prefetch_published)
         gate = asyncio.Semaphore(concurrency)
         rss_before = rss_kib()
 
@@ -430,6 +451,7 @@ class Worker:
             device.settled.clear()
             device.markers.clear()
             device.states.clear()
+            device.round_trips = 0
         return {"ok": True}
 
     async def cmd_count(self, seq: int, marker: int) -> dict[str, Any]:
@@ -451,6 +473,7 @@ class Worker:
             "settled": settled,
             "markers": markers,
             "state_last": max(states, default=0.0),
+            "round_trips": sum(d.round_trips for d in self.devices),
             "rss": rss_kib(),
         }
 

@@ -11,20 +11,25 @@ for every version, `fleets_reconcile(force=True)`), then N devices (bench/mqtt/d
 MQTT 5 connections doing what the SDK's MQTT transport does, the version computed with
 `edge_sdk.assignment`) in a few client processes, each bound to its own 127.0.0.x. Then, per
 repetition, a new version is published (outside the timing: each repetition is a new rollout
-of a new candidate) and three changes are made through the real services in this process —
+of a new candidate; the bench waits until the devices' prefetches after the publish have
+ended) and three changes are made through the real services in this process —
 `rollout_start` (→ 5%), `rollout_advance` (5% → 25%), `rollout_rollback` — each followed, in the
 same run, by the baseline: a bare retained QoS 1 publish of a message the size of the state to
 the same devices (a topic they all subscribe to, on the same broker, through the same bridges).
 
-The devices prefetch as the SDK does (since session 10, edge_sdk/transport/mqtt.py): a state
-that names a stable or candidate whose document a device does not hold makes it take that
-document in the background after a random wait in [0, `--prefetch-jitter-s`] (the SDK's
-`mqtt_prefetch_jitter_s`, 2 s by default), and it holds its last few versions' documents, so
-the rollout's start costs the 5% cohort a document (the rest take it in the background), and
-5% → 25% and the rollback carry only the state. Before the next change (and before the
-baseline) the bench waits until every device's prefetch is done, as a real rollout's stages are
-minutes apart. `--no-prefetch` is the SDK before session 10 (every device whose version changes
-takes the document then).
+The devices prefetch as the SDK does (edge_sdk/transport/mqtt.py): a state that names a
+stable, candidate or newest published version (`published`, since session 11) whose document a
+device does not hold makes it take that document in the background after a random wait in
+[0, `--prefetch-jitter-s`] (the SDK's `mqtt_prefetch_jitter_s`, 2 s here by default), and it
+holds its last few versions' documents. Publishing the version (outside the timing) therefore
+sends every device its document, and the bench waits until every device's prefetch after the
+publish has ended before it starts the rollout, as a rollout follows a publish by minutes or
+hours: the start, 5% → 25% and the rollback then carry only the state. Before the next change
+(and before the baseline) it waits likewise, as a real rollout's stages are minutes apart.
+`--no-prefetch-published` is session 10's SDK (the candidate taken only once a rollout names
+it: the start costs the 5% cohort a document while the rest take it in the background);
+`--no-prefetch` the SDK before session 10 (every device whose version changes takes the
+document then).
 
 Measured:
 - ours: from just before the service call to the LAST device running its version for the new
@@ -63,8 +68,8 @@ BENCH_FLEET = "bench-mqtt"
 DEFAULT_DATABASE_URL = database_url("bench_mqtt")
 DEFAULT_REDIS_URL = redis_url("redis://127.0.0.1:6379/14")
 DEFAULT_SIZES = ["1000", "5000", "15000", "45000:3"]
-# The figures of record (bench/RESULTS.md, session 10) spread the prefetch over 2 s: the herd's
-# worst case on one machine, and a run that ends in minutes. The SDK's own default is longer
+# The figures of record (bench/RESULTS.md, sessions 10 and 11) spread the prefetch over 2 s: the
+# herd's worst case on one machine, and a run that ends in minutes. The SDK's own default is longer
 # (DeviceConfig.mqtt_prefetch_jitter_s), so a real rollout start is not a herd.
 PREFETCH_JITTER_S = 2.0
 CONNECTS_IN_FLIGHT = 90  # per broker, over all client processes
@@ -83,6 +88,7 @@ class Timing:
     publishes: int = 0
     publish_ms: float = 0.0  # when the control plane handed the state to its MQTT client
     state_last_ms: float = 0.0  # when the last device received the state itself
+    round_trips: int = 0  # devices that took their version's document after the state
 
 
 @dataclass
@@ -145,18 +151,21 @@ class ClientPool:
 
     def collect(
         self, seq: int, marker: int
-    ) -> tuple[dict[str, list[Any]], dict[str, float], float]:
+    ) -> tuple[dict[str, list[Any]], dict[str, float], float, int]:
         """Each device's settling on state `seq` (time, version), receipt of the baseline's
-        `marker`, and when the last device received state `seq` itself."""
+        `marker`, when the last device received state `seq` itself, and how many devices took
+        their version's document after the state (a round trip)."""
         settled: dict[str, list[Any]] = {}
         markers: dict[str, float] = {}
         state_last = 0.0
+        round_trips = 0
         args = {"seq": seq, "marker": marker}
         for reply in self.call("collect", per_worker=[args] * len(self.pipes)):
             settled.update(reply["settled"])
             markers.update(reply["markers"])
             state_last = max(state_last, reply["state_last"])
-        return settled, markers, state_last
+            round_trips += reply["round_trips"]
+        return settled, markers, state_last, round_trips
 
     def stop(self) -> None:
         with contextlib.suppress(BenchError, OSError, EOFError):
@@ -322,7 +331,7 @@ def measure_change(ctx: Context, scenario: str) -> Timing:
     publishes = publisher().published - published_before
     seq = fleet_seq(ctx.fleet)
     ctx.pool.wait(seq, -1, "settled", n, timeout=max(30, n / 200))
-    settled, _, state_last = ctx.pool.collect(seq, -1)
+    settled, _, state_last, round_trips = ctx.pool.collect(seq, -1)
     # The background prefetches (after their jitter) end before the next measurement.
     ctx.pool.wait(seq, -1, "idle", n, timeout=max(60, n / 100))
     assignment = fleet_assignment(ctx.fleet.pk)
@@ -335,6 +344,7 @@ def measure_change(ctx: Context, scenario: str) -> Timing:
     publish_ms = (handed[0] - t0) * 1000 if handed else float("nan")
     timing = Timing(last, median, took, call_ms, cpu_ms, publishes, publish_ms)
     timing.state_last_ms = (state_last - t0) * 1000
+    timing.round_trips = round_trips
     return timing
 
 
@@ -351,9 +361,28 @@ def measure_bare(ctx: Context, size: int) -> Timing:
     cpu_ms = (time.process_time() - cpu0) * 1000
     call_ms = (time.time() - t0) * 1000
     ctx.pool.wait(0, ctx.marker, "marked", n, timeout=max(30, n / 200))
-    _, markers, _ = ctx.pool.collect(0, ctx.marker)
+    _, markers, _, _ = ctx.pool.collect(0, ctx.marker)
     last, median = _times(list(markers.values()), t0)
     return Timing(last, median, len(markers), call_ms, cpu_ms, 1)
+
+
+def publish_and_wait(ctx: Context, rep: int) -> int:
+    """Publish the version this repetition rolls out (outside the timing), then wait until
+    every device has the publish's state (naming it as `published`) and has ended the
+    prefetches it started, over the jitter: a rollout follows a publish by minutes or hours,
+    not milliseconds. The version's number."""
+    n = len(ctx.device_ids)
+    published_at = time.monotonic()
+    number = publish_version(ctx.fleet, max(published_versions(ctx.fleet)) + 1)
+    seq = fleet_seq(ctx.fleet)
+    ctx.pool.wait(seq, -1, "settled", n, timeout=max(30, n / 200))
+    ctx.pool.wait(seq, -1, "idle", n, timeout=max(60, n / 100))
+    ctx.log(
+        f"  n={n} rep {rep + 1}: v{number} published; every device had the state naming it and "
+        f"had ended its prefetches {time.monotonic() - published_at:.1f} s later (the rollout "
+        "starts 1 s after that)"
+    )
+    return number
 
 
 def _settle(seconds: float) -> None:
@@ -398,6 +427,7 @@ def measure_size(
             "concurrency": max(10, CONNECTS_IN_FLIGHT * broker_count // processes),
             "prefetch": not args.no_prefetch,
             "prefetch_jitter_s": args.prefetch_jitter_s,
+            "prefetch_published": not args.no_prefetch_published,
         }
         for k, share in enumerate(shares)
     ]
@@ -422,11 +452,8 @@ def measure_size(
     log(f"  the state: {size} B; a version's document: {document_size(fleet, candidate)} B")
     try:
         for rep in range(args.reps):
-            if rep:  # each repetition rolls out a version no device has seen
-                ctx.candidate = publish_version(fleet, max(published_versions(fleet)) + 1)
-                # Its retained document reaches every broker (bridged) before the rollout
-                # starts, as a rollout follows a publish by minutes, not milliseconds.
-                _settle(1.0)
+            ctx.candidate = publish_and_wait(ctx, rep)
+            _settle(1.0)
             for scenario in SCENARIOS:
                 ours = measure_change(ctx, scenario)
                 _settle(0.3)
@@ -436,7 +463,8 @@ def measure_size(
                 rows[scenario].baseline.append(base)
                 log(
                     f"  n={n} rep {rep + 1} {scenario}: ours last {ours.last_ms:.0f} ms "
-                    f"(median {ours.median_ms:.0f}, {ours.reached} changed version, call "
+                    f"(median {ours.median_ms:.0f}, {ours.reached} changed version, "
+                    f"{ours.round_trips} of them after a round trip, call "
                     f"{ours.call_ms:.0f} ms, state at the last device after "
                     f"{ours.state_last_ms:.0f} ms, publish after {ours.publish_ms:.0f} ms, CPU "
                     f"{ours.cpu_ms:.1f} ms, {ours.publishes} publish); bare last "
@@ -460,7 +488,8 @@ def _med(values: list[float]) -> float:
 
 def render_table(rows: list[Row], memory: dict[str, dict[str, float]]) -> str:
     header = (
-        "| N | brokers | change | devices whose version changed | ours last / median ms "
+        "| N | brokers | change | devices whose version changed "
+        "| of which took the document then (a round trip) | ours last / median ms "
         "| bare publish last / median ms | ratio last (ours/bare) | target | met "
         "| ours: the state itself at the last device ms "
         "| service call ms | of which before the publish ms "
@@ -476,6 +505,7 @@ def render_table(rows: list[Row], memory: dict[str, dict[str, float]]) -> str:
         lines.append(
             f"| {row.devices:,} | {row.brokers} | {SCENARIOS[row.scenario]} "
             f"| {_med([t.reached for t in row.ours]):,.0f} "
+            f"| {_med([t.round_trips for t in row.ours]):,.0f} "
             f"| {ours_last:.0f} / {_med([t.median_ms for t in row.ours]):.0f} "
             f"| {bare_last:.0f} / {_med([t.median_ms for t in row.baseline]):.0f} "
             f"| {ratio:.2f}× | ≤ 1.5× | {'yes' if ratio <= 1.5 else 'NO'} "
@@ -509,8 +539,10 @@ def render_table(rows: list[Row], memory: dict[str, dict[str, float]]) -> str:
         "new state it computes its version with edge_sdk.assignment and, when that changes, "
         "runs it from the documents it holds or else subscribes to the version's retained "
         "document, takes it, unsubscribes and acks; the versions a state names that it does "
-        "not hold it takes in the background after a jitter (as the SDK does since session 10; "
-        "with --no-prefetch, not). "
+        "not hold (stable, candidate, the newest published) it takes in the background after a "
+        "jitter, as the SDK does (since session 10; the newest published since session 11, and "
+        "the rollout starts once the prefetches after the version's publish have ended; with "
+        "--no-prefetch-published only stable and candidate; with --no-prefetch, none). "
         "'ours': from just before the service call (rollout_start / rollout_advance / "
         "rollout_rollback, which publishes the fleet's retained state on commit) to the last "
         "device running its version for that state; 'bare': a plain paho client's retained "
@@ -557,6 +589,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "held, so every device whose version changes takes the document's round trip then",
     )
     parser.add_argument(
+        "--no-prefetch-published",
+        action="store_true",
+        help="devices as the SDK was in session 10: they prefetch the stable and candidate a "
+        "state names but not its newest published version, so a rollout's 5%% cohort takes the "
+        "candidate's document at the start, while the rest prefetch it",
+    )
+    parser.add_argument(
         "--prefetch-jitter-s",
         type=float,
         default=PREFETCH_JITTER_S,
@@ -573,8 +612,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _prefetch_mode(args: argparse.Namespace) -> str:
     if args.no_prefetch:
         return "devices do NOT prefetch (--no-prefetch: the SDK before session 10)"
+    if args.no_prefetch_published:
+        return (
+            "devices prefetch the stable and candidate but not the newest published version "
+            "(--no-prefetch-published: session 10's SDK; jitter up to "
+            f"{args.prefetch_jitter_s:g} s)"
+        )
     return (
-        "devices prefetch and hold documents as the SDK does "
+        "devices prefetch and hold documents as the SDK does, the newest published version "
+        f"included, and the rollout starts once the prefetches after the publish have ended "
         f"(jitter up to {args.prefetch_jitter_s:g} s)"
     )
 

@@ -18,4 +18,8 @@ else:
 # message left out (routing_policies/push.py); also at once when its subscription comes back.
 PUSH_RECONCILE_S: float = 60.0
 
+# Policy deltas (docs/PROTOCOL.md, "Policy deltas"): the control plane makes a delta only between
+# versions at most this many numbers apart; a device on an older version gets the whole document.
+POLICY_DELTA_WINDOW: int = 16
+
 from_environment(globals())

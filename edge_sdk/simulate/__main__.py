@@ -20,7 +20,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Final
 
-from .fleet import FleetConfig, SimulatedFleet
+from .fleet import SIM_ENCODINGS, FleetConfig, SimulatedFleet
 from .scenarios import SCENARIOS
 
 __all__ = ["build_parser", "config_from_args", "main", "run"]
@@ -107,6 +107,19 @@ def add_arguments(
         help="--transport mixed: the share of devices on MQTT (0.5)",
     )
     parser.add_argument(
+        "--encoding",
+        choices=SIM_ENCODINGS,
+        default="json",
+        help="how the devices encode: JSON only, protobuf wherever the control plane offers it "
+        "(MQTT telemetry too), or mixed (--protobuf-share of them on protobuf) (json)",
+    )
+    parser.add_argument(
+        "--protobuf-share",
+        type=float,
+        default=0.5,
+        help="--encoding mixed: the share of devices on protobuf (0.5)",
+    )
+    parser.add_argument(
         "--no-offline-spells",
         dest="offline_spells",
         action="store_false",
@@ -144,9 +157,12 @@ async def run(config: FleetConfig) -> None:
     over = {"websocket": "", "mqtt": " over MQTT"}.get(
         config.transport, f" ({config.mqtt_share:.0%} over MQTT)"
     )
+    encoded = {"json": "", "protobuf": ", protobuf"}.get(
+        config.encoding, f", {config.protobuf_share:.0%} on protobuf"
+    )
     print(
         f"simulating {config.devices} devices at {config.rate:g} tasks/s against"
-        f" {config.base_url}{over} (scenario {config.scenario}); Ctrl-C stops",
+        f" {config.base_url}{over} (scenario {config.scenario}{encoded}); Ctrl-C stops",
         flush=True,
     )
     try:

@@ -29,6 +29,7 @@ import httpx
 from .. import Device, DeviceConfig, Outcome, Readings, Task
 from ..decision import Decision, score_terms
 from ..task import RefineOutcome, RefineRequest
+from ..wire.negotiation import WireFormat
 from .models import (
     DEVICE_PROFILES,
     LINK_PROFILES,
@@ -74,6 +75,7 @@ _SEED_DIMENSIONS: Final = {
 }
 ONLINE_STATES: Final = frozenset({"connected", "polling"})
 SIM_TRANSPORTS: Final = ("websocket", "mqtt", "mixed")
+SIM_ENCODINGS: Final = ("json", "protobuf", "mixed")
 
 
 @dataclass(kw_only=True)
@@ -107,6 +109,12 @@ class FleetConfig:
     transport: str = "websocket"
     mqtt_url: str = ""
     mqtt_share: float = 0.5
+    # How the devices encode (docs/PROTOCOL.md, "Binary frames and compression"): "json" (forced,
+    # as before binary frames existed), "protobuf" (negotiated: protobuf wherever the control
+    # plane offers it; an MQTT device also sends its telemetry in protobuf), or "mixed": a
+    # `protobuf_share` of them on protobuf, drawn per device from the seed.
+    encoding: str = "json"
+    protobuf_share: float = 0.5
 
     def __post_init__(self) -> None:
         if self.devices < 1:
@@ -129,6 +137,10 @@ class FleetConfig:
             raise ValueError(f"transport {self.transport} needs an MQTT broker URL (--mqtt-url)")
         if not 0.0 <= self.mqtt_share <= 1.0:
             raise ValueError("mqtt_share must be in [0, 1]")
+        if self.encoding not in SIM_ENCODINGS:
+            raise ValueError(f"encoding must be one of {', '.join(SIM_ENCODINGS)}")
+        if not 0.0 <= self.protobuf_share <= 1.0:
+            raise ValueError("protobuf_share must be in [0, 1]")
 
 
 @dataclass
@@ -205,6 +217,14 @@ class SimDevice:
             config.transport == "mixed" and rng.random() < config.mqtt_share
         )
         self.transport = "mqtt" if mqtt else "websocket"
+        # Drawn last (and only for a mixed fleet), so other encodings keep the same devices.
+        protobuf = config.encoding == "protobuf" or (
+            config.encoding == "mixed" and rng.random() < config.protobuf_share
+        )
+        self.encoding = "protobuf" if protobuf else "json"
+        wire_format: WireFormat = "json"
+        if protobuf:
+            wire_format = "protobuf" if mqtt else "auto"
         self.device = Device(
             DeviceConfig(
                 base_url=config.base_url,
@@ -216,6 +236,7 @@ class SimDevice:
                 state_dir=state_dir / self.device_id if state_dir is not None else None,
                 telemetry_flush_s=config.telemetry_flush_s,
                 mqtt_url=config.mqtt_url if mqtt else "",
+                wire_format=wire_format,
             ),
             transport=self.transport,
             readings=self.readings,

@@ -24,6 +24,7 @@ import httpx
 
 from edge_sdk.backoff import Backoff
 from edge_sdk.config import DeviceConfig
+from edge_sdk.delta_sync import PolicyDeltas
 
 __all__ = [
     "DEFAULT_TRANSPORT",
@@ -63,9 +64,14 @@ class Link(Protocol):
     stopping: bool  # `stop` was called: end the session
     token: str | None  # the device token (the MQTT password)
     http: httpx.AsyncClient | None  # the device's HTTP client (MQTT: the document fallback)
+    deltas: PolicyDeltas  # policy deltas: applies them, counts them (edge_sdk.delta_sync)
 
     def online(self) -> bool:
         """The app's `readings().online` now (False when the readings fail)."""
+        ...
+
+    def weak_link(self) -> bool:
+        """The readings say the link is weak: deltas first (edge_sdk.delta_sync)."""
         ...
 
     def auth_headers(self) -> dict[str, str]:

@@ -10,11 +10,13 @@ carried, so storing, applying and acking are the connection's, unchanged; the `a
 back is published on the device's ack topic. Cloud pressure arrives retained with an MQTT 5
 message expiry: the broker's remaining expiry is the `ttl_s` handed on.
 
-Documents ahead of need: a state that names a stable or candidate whose document the device
-does not hold (and its bucket does not need now) makes it take that document in the background,
-once per version, after a random wait in [0, `mqtt_prefetch_jitter_s`]; the documents of its last
-`mqtt_held_documents` versions are held (`HeldDocuments`), checked whole when taken and again
-before use, so a later stage or a rollback applies from memory with no round trip.
+Documents ahead of need: a state that names a stable, candidate or newest published version
+(`published`) whose document the device does not hold (and its bucket does not need now) makes
+it take that document in the background, once per version, after a random wait in
+[0, `mqtt_prefetch_jitter_s`]; the documents of its last `mqtt_held_documents` versions are
+held (`HeldDocuments`; the versions the newest state names go last), checked whole when taken
+and again before use, so a rollout's start (its candidate published, and so taken, before), a
+later stage or a rollback applies from memory with no round trip.
 
 The session: client id and username `{fleet}/{device_id}`, the device token as password,
 keepalive `mqtt_keepalive_s`, a persistent session (clean start off, session expiry
@@ -69,8 +71,11 @@ from edge_sdk import mqtt_topics
 from edge_sdk.assignment import FleetAssignment
 from edge_sdk.backoff import Backoff
 from edge_sdk.config import DeviceConfig
+from edge_sdk.delta_sync import is_delta
 from edge_sdk.policy import PolicyDocumentError, parse_policy
 from edge_sdk.transport import Channel, Link, SessionEnd
+from edge_sdk.wire import PROTOBUF_MEDIA_TYPE
+from edge_sdk.wire.negotiation import TelemetryWire
 
 __all__ = [
     "DOCUMENT_PATH",
@@ -104,12 +109,19 @@ _SHARED_PARSES: Final = 8  # recent states and documents parsed once per process
 
 @dataclass(frozen=True, slots=True)
 class FleetState:
-    """A fleet's retained rollout state, checked: its sequence number, its assignment and the
-    `rollout` a policy frame names."""
+    """A fleet's retained rollout state, checked: its sequence number, its assignment, the
+    `rollout` a policy frame names, and the fleet's newest published version (None when the
+    state does not say: a control plane before it, or a value that is not a version)."""
 
     seq: int
     assignment: FleetAssignment
     rollout: dict[str, int] | None
+    published: int | None = None
+
+    def named(self) -> frozenset[int]:
+        """The versions this state names: the ones a device holds ahead of need."""
+        versions = (self.assignment.stable, self.assignment.candidate, self.published)
+        return frozenset(v for v in versions if v is not None)
 
 
 def _whole(value: Any, low: int, high: int) -> int | None:
@@ -145,9 +157,11 @@ def parse_state(payload: bytes, fleet: str) -> FleetState | str:
     candidate_ok, candidate = _version(message.get("candidate"))
     if seq is None or not stable_ok or not candidate_ok:
         return "malformed"
+    # Advisory (what to take ahead): one that is not a version is ignored, the state applies.
+    _, published = _version(message.get("published"))
     raw = message.get("rollout")
     if raw is None:
-        return FleetState(seq, FleetAssignment(stable, candidate), None)
+        return FleetState(seq, FleetAssignment(stable, candidate), None, published)
     if not isinstance(raw, dict):
         return "malformed"
     rollout_id = _whole(raw.get("id"), 1, 2**63 - 1)
@@ -162,7 +176,7 @@ def parse_state(payload: bytes, fleet: str) -> FleetState | str:
     rollout = {"id": rollout_id, "stage": stage}
     if holdback:
         rollout["holdback"] = holdback
-    return FleetState(seq, assignment, rollout)
+    return FleetState(seq, assignment, rollout, published)
 
 
 def _document_of(payload: bytes, fleet: str, version: int) -> dict[str, Any] | None:
@@ -210,6 +224,14 @@ def _usable_document(payload: bytes, fleet: str, version: int) -> Mapping[str, A
     return document
 
 
+def _json_object(payload: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 @functools.lru_cache(maxsize=_SHARED_PARSES)
 def _shared(payload: bytes) -> bytes:
     """One copy per process of a document many simulated devices hold."""
@@ -224,13 +246,16 @@ class _Held:
 
 
 class HeldDocuments:
-    """The documents of a few recent versions (the fleet's stable and candidate, the one the
-    device runs), so that a later stage or a rollback applies without a round trip.
+    """The documents of a few recent versions (the fleet's stable, candidate and newest
+    published, the one the device runs), so that a rollout's start, a later stage or a rollback
+    applies without a round trip.
 
     A document is kept only when checked whole (`_usable_document`), under its version and
     etag with a digest of its bytes; before it is used it is checked again (the same bytes,
     version and etag, and whole): a held copy that fails is forgotten, never applied. At most
-    `max_entries`, the least recently used going first.
+    `max_entries`: the least recently used of those the fleet's state no longer names goes
+    first (a version published and superseded before any rollout, not the stable a rollback
+    needs), then the least recently used.
     """
 
     __slots__ = ("_entries", "max_entries")
@@ -246,8 +271,11 @@ class HeldDocuments:
         """The versions held, least recently used first."""
         return list(self._entries)
 
-    def hold(self, payload: bytes, fleet: str, version: int) -> bool:
-        """Keep version `version`'s document; False (nothing kept) when it is not usable."""
+    def hold(
+        self, payload: bytes, fleet: str, version: int, keep: frozenset[int] = frozenset()
+    ) -> bool:
+        """Keep version `version`'s document, evicting first what `keep` (the versions the
+        state names) does not hold; False (nothing kept) when it is not usable."""
         document = _usable_document(payload, fleet, version)
         if document is None or self.max_entries <= 0:
             return False
@@ -259,7 +287,8 @@ class HeldDocuments:
         )
         self._entries.move_to_end(version)
         while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+            unnamed = (v for v in self._entries if v not in keep and v != version)
+            del self._entries[next(unnamed, next(iter(self._entries)))]
         return True
 
     def payload(self, fleet: str, version: int) -> bytes | None:
@@ -285,14 +314,24 @@ class HeldDocuments:
 
 
 async def fetch_document(
-    http: httpx.AsyncClient | None, base_url: str, fleet: str, version: int, timeout_s: float
+    http: httpx.AsyncClient | None,
+    base_url: str,
+    fleet: str,
+    version: int,
+    timeout_s: float,
+    *,
+    since: int | None = None,
 ) -> bytes | None:
     """Version `version`'s immutable document over HTTP (a CDN may answer it), or None when
     the endpoint does not answer it. Without credentials: the document is public to the fleet's
-    devices and a request with an Authorization header is not cached by CDNs."""
+    devices and a request with an Authorization header is not cached by CDNs. With `since`, the
+    answer is the delta from that version, or the whole document (docs/PROTOCOL.md, "Policy
+    deltas")."""
     if http is None:
         return None
     url = base_url + DOCUMENT_PATH.format(fleet=fleet, version=version)
+    if since is not None:
+        url += f"?since={since}"
     body = bytearray()
     try:
         async with http.stream("GET", url, timeout=timeout_s) as response:
@@ -314,9 +353,17 @@ def _json_properties() -> Properties:
     return properties
 
 
+def _protobuf_properties() -> Properties:
+    properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    properties.PayloadFormatIndicator = 0  # bytes, not UTF-8
+    properties.ContentType = PROTOBUF_MEDIA_TYPE
+    return properties
+
+
 # Every publish carries the same properties: built once (paho only packs them), since paho's
 # Properties cost more CPU than the rest of a publish.
 _JSON: Final = _json_properties()
+_PROTOBUF: Final = _protobuf_properties()
 
 
 class _AckChannel:
@@ -346,6 +393,8 @@ class MqttTransport:
             raise ValueError('transport "mqtt" needs DeviceConfig.mqtt_url')
         url = urlsplit(config.mqtt_url)
         self.config = config
+        # Telemetry in protobuf only when the device's maker chose it (`wire_format`).
+        self.telemetry_wire = TelemetryWire(config.wire_format)
         self._websockets = url.scheme in ("ws", "wss")
         self._tls = url.scheme in ("mqtts", "wss")
         self._host = url.hostname or "127.0.0.1"
@@ -464,6 +513,7 @@ class MqttTransport:
         *,
         payload: bytes | None = None,
         retain: bool = False,
+        properties: Properties | None = None,
     ) -> asyncio.Future[bool] | None:
         """Publish on one of the device's own topics (QoS 1); a future of the PUBACK (True:
         the broker has it), or None when not connected."""
@@ -475,7 +525,7 @@ class MqttTransport:
         topic = mqtt_topics.device_topic(
             self.config.mqtt_prefix, fleet, self.config.device_id, kind
         )
-        info = client.publish(topic, payload, qos=1, retain=retain, properties=_JSON)
+        info = client.publish(topic, payload, qos=1, retain=retain, properties=properties or _JSON)
         if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
             return None
         future = self._loop.create_future()
@@ -485,7 +535,9 @@ class MqttTransport:
     async def publish_telemetry(self, body: bytes) -> bool:
         """A telemetry batch on the device's telemetry topic; True once the broker's PUBACK
         came (the queue may drop it then), False when not connected or no PUBACK in time."""
-        puback = self.publish_own("telemetry", None, payload=body)
+        payload, content_type = self.telemetry_wire.mqtt_payload(body)
+        properties = _PROTOBUF if content_type == PROTOBUF_MEDIA_TYPE else None
+        puback = self.publish_own("telemetry", None, payload=payload, properties=properties)
         if puback is None:
             return False
         try:
@@ -716,7 +768,7 @@ class MqttTransport:
         frame = _document_frame(payload, fleet, version, rollout) if payload else None
         if frame is not None and await link.on_frame(self._ack_channel, frame):
             assert payload is not None
-            self.held.hold(payload, fleet, version)
+            self.held.hold(payload, fleet, version, self._named())
             self.documents["fetched"] += 1
             self._settled(state)
             return True
@@ -726,12 +778,20 @@ class MqttTransport:
 
     async def _document(self, link: Link, fleet: str, version: int) -> bytes | None:
         """Version `version`'s document, checked whole: the retained one, or the immutable HTTP
-        one when the broker has none (or a bad one) within `mqtt_document_wait_s`."""
+        one when the broker has none (or a bad one) within `mqtt_document_wait_s`, made from a
+        delta of the document it runs when the server sends one (`_delta_document`). On a weak
+        link the delta comes first: bytes count more there than a request to the control plane
+        (or its CDN); elsewhere the broker's copy does, which costs the control plane nothing."""
+        weak = link.weak_link()
+        if weak and (made := await self._delta_document(link, fleet, version)) is not None:
+            return made
         payload = await self._retained_document(fleet, version)
         if payload is not None:
             if _usable_document(payload, fleet, version) is not None:
                 return payload
             self.dropped["bad_document"] += 1
+        if not weak and (made := await self._delta_document(link, fleet, version)) is not None:
+            return made
         fetched = await fetch_document(
             link.http, self.config.base_url, fleet, version, self.config.http_timeout_s
         )
@@ -739,19 +799,56 @@ class MqttTransport:
             return fetched
         return None
 
+    async def _delta_document(self, link: Link, fleet: str, version: int) -> bytes | None:
+        """Policy deltas (edge_sdk/delta_sync.py): version `version`'s document made from the
+        one the device runs and the delta `?since=` answers (or the whole document it answers
+        instead), checked whole; None without deltas or a base, or when none came or applied."""
+        held = link.policy_document()
+        base = held.get("version") if held is not None else None
+        if not link.deltas.enabled or not isinstance(base, int) or base == version:
+            return None
+        body = await fetch_document(
+            link.http,
+            self.config.base_url,
+            fleet,
+            version,
+            self.config.http_timeout_s,
+            since=base,
+        )
+        answer = _json_object(body) if body is not None else None
+        if answer is not None and is_delta(answer):
+            document = link.deltas.document(held, answer)
+            body = (
+                json.dumps(document, separators=(",", ":")).encode()
+                if document is not None
+                else None
+            )
+        if body is None or _usable_document(body, fleet, version) is None:
+            return None
+        return body
+
     def _hold_running(self, link: Link, fleet: str) -> None:
         """Before leaving the version it runs, keep its document (a rollback comes back to it)."""
         document = link.policy_document()
         version = document.get("version") if document is not None else None
         if document is not None and isinstance(version, int) and version not in self.held:
-            self.held.hold(json.dumps(dict(document)).encode(), fleet, version)
+            self.held.hold(json.dumps(dict(document)).encode(), fleet, version, self._named())
 
     # --- prefetching the versions a state names ---------------------------------------------------
 
+    def _named(self) -> frozenset[int]:
+        """The versions the newest state names (held last when documents must go)."""
+        state = self._prefetch_state
+        return state.named() if state is not None else frozenset()
+
     def _prefetch_for(self, link: Link, fleet: str, state: FleetState) -> None:
-        """A state names a stable or candidate whose document is not held: take it in the
-        background (after the jitter), once per version, whatever this device's bucket."""
+        """A state names a stable, candidate or newest published version whose document is not
+        held: take it in the background (after the jitter), once per version, whatever this
+        device's bucket. A version published and superseded while a device waits out its
+        jitter is never taken: only what the newest state names is."""
         self._prefetch_state = state
+        if link.weak_link():  # no documents taken on speculation over a weak link
+            return
         idle = self._prefetch is None or self._prefetch.done()
         if idle and self._prefetch_next(link) is not None:
             self._prefetch = asyncio.ensure_future(self._prefetch_documents(link, fleet))
@@ -762,7 +859,7 @@ class MqttTransport:
             return None
         running = link.hello().get("policy_version")
         own = state.assignment.version_for(self.config.device_id)  # converging takes it
-        for version in (state.assignment.candidate, state.assignment.stable):
+        for version in (state.assignment.candidate, state.assignment.stable, state.published):
             if (
                 version is not None
                 and version not in (running, own)
@@ -785,7 +882,7 @@ class MqttTransport:
                 self._prefetch_tried.discard(version)  # cut short (a lost session): again later
                 raise
             if payload is not None and version not in self.held:
-                self.held.hold(payload, fleet, version)
+                self.held.hold(payload, fleet, version, self._named())
                 self.documents["prefetched"] += 1
 
     def _settled(self, state: FleetState) -> None:

@@ -10,16 +10,21 @@ from typing import Final
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.typing import Subprotocol
 
 from edge_sdk.backoff import Backoff
 from edge_sdk.config import DeviceConfig
 from edge_sdk.transport import Channel, DeviceRevoked, Link, SessionEnd
+from edge_sdk.wire import PROTOBUF_SUBPROTOCOL
+from edge_sdk.wire.codec import frame_to_protobuf
+from edge_sdk.wire.negotiation import ProtobufChannel, frame_text
 
 __all__ = ["CLOSE_SUPERSEDED", "CLOSE_UNAUTHORISED", "MAX_FRAME_BYTES", "WebSocketTransport"]
 
 CLOSE_UNAUTHORISED: Final = 4401
 CLOSE_SUPERSEDED: Final = 4409
 MAX_FRAME_BYTES: Final = 4 * 1024 * 1024
+_OFFERED: Final = [Subprotocol(PROTOBUF_SUBPROTOCOL)]
 
 
 class WebSocketTransport:
@@ -50,6 +55,10 @@ class WebSocketTransport:
                 max_size=MAX_FRAME_BYTES,
                 compression=None,
                 proxy=None,
+                # Protobuf frames when the server accepts it (docs/PROTOCOL.md, "Binary frames").
+                subprotocols=None
+                if config.wire_format == "json"
+                else [Subprotocol(PROTOBUF_SUBPROTOCOL)],
             )
         except InvalidStatus as error:
             status = error.response.status_code
@@ -63,8 +72,11 @@ class WebSocketTransport:
         self.socket = ws
         link.opened()
         try:
+            if ws.subprotocol == PROTOBUF_SUBPROTOCOL:
+                await ws.send(frame_to_protobuf(link.hello()))
+                return await self._receive(ws, link, backoff, ProtobufChannel(ws))
             await ws.send(json.dumps(link.hello()))
-            return await self._receive(ws, link, backoff)
+            return await self._receive(ws, link, backoff, ws)
         except ConnectionClosed as closed:
             code = closed.rcvd.code if closed.rcvd is not None else None
             if code == CLOSE_UNAUTHORISED:
@@ -81,7 +93,9 @@ class WebSocketTransport:
             self.socket = None
             await _quietly_close(ws)
 
-    async def _receive(self, ws: ClientConnection, link: Link, backoff: Backoff) -> SessionEnd:
+    async def _receive(
+        self, ws: ClientConnection, link: Link, backoff: Backoff, channel: Channel
+    ) -> SessionEnd:
         """Frames until stopped or offline; a ping after `keepalive_s` of silence, and no
         pong within `keepalive_s` ends the session (TimeoutError)."""
         config = self.config
@@ -101,7 +115,12 @@ class WebSocketTransport:
                     last_frame = time.monotonic()
                 continue
             last_frame = time.monotonic()
-            if isinstance(frame, str) and await link.on_frame(ws, frame):
+            if isinstance(frame, bytes):  # a protobuf socket's frame (else: dropped)
+                text = frame_text(frame) if channel is not ws else None
+                if text is None:
+                    continue
+                frame = text
+            if await link.on_frame(channel, frame):
                 backoff.reset()
         return "closed"
 

@@ -285,7 +285,7 @@ ACCESS_ASK_INTERVAL_S: Final = 60
 RETRY_AFTER_S: Final = 30
 
 
-class DeviceBrokerAccessApi(APIView):
+class BrokerAccessApi(APIView):
     """The broker refused this device's credentials though its token is live (it enrolled while
     the broker was down, or the broker lost its clients): give the broker the device's client
     again, with the token this request carries. Only where the control plane manages the

@@ -8,9 +8,5 @@ urlpatterns = [
     path("mqtt/auth", apis.MqttAuthApi.as_view(), name="api-mqtt-auth"),
     path("mqtt/acl", apis.MqttAclApi.as_view(), name="api-mqtt-acl"),
     path("mqtt/vernemq", apis.VerneMQHookApi.as_view(), name="api-mqtt-vernemq"),
-    path(
-        "devices/me/broker-access",
-        apis.DeviceBrokerAccessApi.as_view(),
-        name="api-device-broker-access",
-    ),
+    path("devices/me/broker-access", apis.BrokerAccessApi.as_view(), name="api-broker-access"),
 ]

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
+from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.authentication import BaseAuthentication
@@ -17,13 +18,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane import wire
 from controlplane.api import JsonRegexField, TidyJsonStringField, require_object
 from controlplane.exceptions import NotFound
 from controlplane.openapi import ApiSerializer, error_response, error_responses
 from controlplane.pagination import BoundedLimitOffsetPagination
 from controlplane.permissions import IsPublisher, IsViewer
 
+from ..policies import delta_api
 from ..policies.apis import IF_NONE_MATCH, NOT_MODIFIED
+from ..policies.deltas import published_delta_json
 from ..policies.fleet_api import query_input
 from ..policies.schemas import PolicyDocumentSerializer
 from ..policies.selectors import fleet_get, published_version_get, version_document
@@ -110,11 +114,18 @@ class DevicePolicyApi(APIView):
 
     authentication_classes = [DeviceTokenAuthentication]
     permission_classes = [IsDevice]
+    content_negotiation_class = wire.JsonWhateverAccepted
 
     @extend_schema(
-        parameters=[IF_NONE_MATCH],
+        parameters=[delta_api.DeltaQuerySerializer, IF_NONE_MATCH, delta_api.A_IM],
         responses={
             200: PolicyDocumentSerializer,
+            226: OpenApiResponse(
+                delta_api.PolicyDeltaSerializer,
+                description="IM Used (`IM: policy-delta`): the delta from the version `since` "
+                "or `If-None-Match` names to the assigned one (docs/PROTOCOL.md, "
+                '"Policy deltas").',
+            ),
             304: NOT_MODIFIED,
             404: OpenApiResponse(
                 error_response(404).response,
@@ -123,9 +134,10 @@ class DevicePolicyApi(APIView):
         },
         operation_id="device_policy",
     )
-    def get(self, request: Request) -> Response:
+    def get(self, request: Request) -> HttpResponse:
         device = request.auth
         assert isinstance(device, Device)
+        base, base_etag = delta_api.base_named(request, a_im=True)  # a bad `since`: 400
         services.device_seen(device_pk=device.pk)
         number = fleet_assignment(device.fleet_id).version_for(device.device_id)
         if number is None:
@@ -134,13 +146,33 @@ class DevicePolicyApi(APIView):
         if version is None:
             raise NotFound("The fleet has no published policy yet.", code="no_policy")
         tags = [t.strip() for t in request.headers.get("If-None-Match", "").split(",")]
+        response: HttpResponse
         if version.etag in tags or f"W/{version.etag}" in tags:
             response = Response(status=status.HTTP_304_NOT_MODIFIED)
+        elif (
+            base is not None
+            and base != number
+            and (
+                # Policy deltas (policies/delta_api.py): 226 with the delta from the version the
+                # device holds, when the control plane makes one; RFC 3229: the ETag stays the
+                # assigned version's.
+                delta := published_delta_json(
+                    fleet_id=device.fleet_id, base=base, target=number, base_etag=base_etag
+                )
+            )
+        ):
+            response = HttpResponse(delta, status=226, content_type="application/json")
+            response["IM"] = delta_api.DELTA_IM
         else:
-            response = Response(version_document(version=version))
-        response["ETag"] = version.etag
+            document = version_document(version=version)
+            # Protobuf and compression when asked for (docs/PROTOCOL.md, "Binary frames").
+            response = wire.document_response(request, document) or Response(document)
         response["Cache-Control"] = "no-cache"
-        return response
+        response["Vary"] = "A-IM"
+        if response.status_code == 226:  # the delta is JSON, tagged as the assigned version
+            response["ETag"] = version.etag
+            return response
+        return wire.negotiated_document(request, response, etag=version.etag)
 
 
 class EnrollmentKeyApi(APIView):

@@ -10,6 +10,7 @@ version, `GET /api/v1/fleets/{slug}/versions/{ref}/document`, keeps its role che
 
 from typing import Any
 
+from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.negotiation import BaseContentNegotiation
@@ -19,15 +20,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane import wire
 from controlplane.exceptions import NotFound
 
+from ..policies import delta_api
 from ..policies.apis import IF_NONE_MATCH
-from ..policies.schemas import PolicyDocumentSerializer
+from ..policies.deltas import MAX_VERSION_NUMBER, published_delta_json
 from ..policies.selectors import fleet_get, published_version_get, version_document
 
 IMMUTABLE = "public, max-age=31536000, immutable"
-# The largest number a version has (a PostgreSQL integer): past it, none.
-MAX_VERSION_NUMBER = 2**31 - 1
 
 
 class _JsonWhateverAccepted(BaseContentNegotiation):
@@ -46,13 +47,14 @@ class PublishedDocumentApi(APIView):
 
     authentication_classes: list[type] = []
     permission_classes = [AllowAny]
-    # JSON only: one representation, the same bytes as the device's policy (and the retained
-    # MQTT document), whatever the Accept header.
+    # JSON by default: the same bytes as the device's policy (and the retained MQTT document),
+    # whatever the Accept header; protobuf or compressed only when asked (`wire`).
     renderer_classes = [JSONRenderer]
     content_negotiation_class = _JsonWhateverAccepted
 
     @extend_schema(
         parameters=[
+            delta_api.DeltaQuerySerializer,
             IF_NONE_MATCH,
             OpenApiParameter(
                 "Cache-Control",
@@ -71,15 +73,18 @@ class PublishedDocumentApi(APIView):
         ],
         responses={
             200: OpenApiResponse(
-                PolicyDocumentSerializer,
+                delta_api.DOCUMENT_OR_DELTA,
                 description=f"The document, with `Cache-Control: {IMMUTABLE}` and its strong "
-                "`ETag` (the version's etag, as in the document).",
+                "`ETag` (the version's etag, as in the document). With `since`, the delta from "
+                "that version instead when the control plane makes one (`IM: policy-delta`, "
+                'its own ETag; docs/PROTOCOL.md, "Policy deltas").',
             ),
             304: OpenApiResponse(description="Not modified: the ETag you sent is this version's."),
         },
         operation_id="published_document",
     )
-    def get(self, request: Request, slug: str, number: int) -> Response:
+    def get(self, request: Request, slug: str, number: int) -> HttpResponse:
+        base, _ = delta_api.base_named(request, a_im=False)  # a bad `since`: 400
         fleet = fleet_get(slug=slug)
         version = (
             published_version_get(fleet_id=fleet.pk, number=number)
@@ -93,10 +98,26 @@ class PublishedDocumentApi(APIView):
             tag.strip().removeprefix("W/")
             for tag in request.headers.get("If-None-Match", "").split(",")
         ]
+        # Policy deltas (policies/delta_api.py): `?since=N` answers the delta from N, a 200 a
+        # CDN caches like the document (the pair never changes), or the whole document.
+        response: HttpResponse
         if version.etag in sent or "*" in sent:
             response = Response(status=status.HTTP_304_NOT_MODIFIED)
+            response["ETag"] = version.etag
+        elif (
+            base is not None
+            and base != number
+            and (delta := published_delta_json(fleet_id=fleet.pk, base=base, target=number))
+        ):
+            response = HttpResponse(delta, content_type="application/json")
+            response["IM"] = delta_api.DELTA_IM
+            response["ETag"] = delta_api.delta_etag(version.etag, base)
         else:
-            response = Response(version_document(version=version))
-        response["ETag"] = version.etag
+            document = version_document(version=version)
+            # Protobuf and compression when asked for (docs/PROTOCOL.md, "Binary frames"); a
+            # CDN keeps one copy per representation (Vary).
+            response = wire.document_response(request, document) or Response(document)
         response["Cache-Control"] = IMMUTABLE
-        return response
+        if "IM" in response:  # the delta: JSON, tagged as the pair (base, version)
+            return response
+        return wire.negotiated_document(request, response, etag=version.etag)

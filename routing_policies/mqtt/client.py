@@ -37,10 +37,6 @@ class BrokerAddress:
     tls: bool
     username: str
     password: str
-    # PEM files (empty: the system's CA store; no client certificate).
-    ca_file: str = ""
-    cert_file: str = ""
-    key_file: str = ""
 
     @classmethod
     def from_settings(cls) -> "BrokerAddress":
@@ -52,9 +48,6 @@ class BrokerAddress:
             tls=tls,
             username=settings.MQTT_USERNAME,
             password=settings.MQTT_PASSWORD,
-            ca_file=settings.MQTT_CA_FILE,
-            cert_file=settings.MQTT_CERT_FILE,
-            key_file=settings.MQTT_KEY_FILE,
         )
 
 
@@ -77,11 +70,11 @@ def new_client(
     )
     if address.username:
         client.username_pw_set(address.username, address.password or None)
-    if address.tls:
+    if address.tls:  # the broker's CA (else the system's), the client certificate if any
         client.tls_set(
-            ca_certs=address.ca_file or None,
-            certfile=address.cert_file or None,
-            keyfile=address.key_file or None,
+            ca_certs=settings.MQTT_CA_FILE or None,
+            certfile=settings.MQTT_CERT_FILE or None,
+            keyfile=settings.MQTT_KEY_FILE or None,
         )
     return client
 

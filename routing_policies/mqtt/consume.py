@@ -49,7 +49,8 @@ MAX_INT63 = 2**63 - 1
 
 # A telemetry batch for a device: None when it landed (or was all duplicates), else the reason
 # it was refused ("invalid", "too_large", "rate_limited").
-TelemetryIngest = Callable[[Device, bytes], str | None]
+# The third argument is the message's MQTT 5 content type ("" without one).
+TelemetryIngest = Callable[[Device, bytes, str], str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,7 @@ class Incoming:
     topic: str
     payload: bytes
     received_at: datetime
+    content_type: str = ""  # MQTT 5's content type property ("" without one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +83,7 @@ class _Presence:
 class _Batch:
     acks: list[tuple[int, int, datetime]]
     presence: dict[int, _Presence]
-    telemetry: list[tuple[Device, bytes]]
+    telemetry: list[tuple[Device, bytes, str]]
 
     def keep_presence(self, device_pk: int, presence: _Presence) -> None:
         """The device's newest presence of the batch: by session when both have one, else the
@@ -214,7 +216,7 @@ def _sort(messages: Sequence[Incoming], prefix: str, drops: Drops) -> _Batch:
             drops.add("unknown_device", message.topic)
             continue
         if topic[2] == "telemetry":
-            batch.telemetry.append((device, message.payload))
+            batch.telemetry.append((device, message.payload, message.content_type))
             continue
         try:
             body = _control_message(message, drops)
@@ -296,13 +298,13 @@ def messages_consume(
     if batch.acks:
         devices_ack(acks=batch.acks)
     _presence_write(batch, drops)
-    for device, payload in batch.telemetry:
+    for device, payload, content_type in batch.telemetry:
         topic = mqtt_topics.device_topic(prefix, device.fleet.slug, device.device_id, "telemetry")
         if telemetry is None:
             drops.add("no_telemetry", topic)
             continue
         try:
-            reason = telemetry(device, payload)
+            reason = telemetry(device, payload, content_type)
         except Exception:  # a case not foreseen: this batch only (its transaction rolled back)
             logger.exception("mqtt.telemetry_failed topic=%.200s", topic)
             reason = "error"

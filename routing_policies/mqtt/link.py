@@ -97,8 +97,12 @@ class MqttLink:
         self._subscribed.set()
 
     def _on_message(self, client: Any, userdata: Any, message: paho.MQTTMessage) -> None:
+        content_type = getattr(message.properties, "ContentType", "") if message.properties else ""
         incoming = Incoming(
-            topic=message.topic, payload=bytes(message.payload), received_at=timezone.now()
+            topic=message.topic,
+            payload=bytes(message.payload),
+            received_at=timezone.now(),
+            content_type=content_type if isinstance(content_type, str) else "",
         )
         self._inbox.put((incoming, message.mid, message.qos))
 

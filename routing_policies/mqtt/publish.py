@@ -1,6 +1,8 @@
 """The fleet topics the control plane publishes (docs/PROTOCOL.md, "MQTT"): a fleet's retained
 state, each published version's document, its cloud pressure. One publish per change whatever
-the fleet's size: each device computes its own version from the state.
+the fleet's size: each device computes its own version from the state. Publishing a version is
+two: its document, then the state, whose `published` names it (devices take the document in
+the background, so the rollout that follows finds its cohort already holding it).
 
 Called once the change has committed (mqtt.receivers). A fleet's state and pressure are read
 fresh under the lock of its `MqttFleetState` row and published before the lock is released, so
@@ -22,7 +24,7 @@ from edge_sdk import mqtt_topics
 
 from ..assignment import FleetAssignment
 from ..policies.models import Fleet, PolicyVersion
-from ..policies.selectors import published_version_get, version_document
+from ..policies.selectors import latest_published_number, published_version_get, version_document
 from ..rollouts.selectors import cloud_pressure_live, fleet_assignment
 from .client import publisher
 from .models import MqttFleetState
@@ -41,9 +43,12 @@ def document_bytes(version: PolicyVersion) -> bytes:
     return rendered
 
 
-def state_payload(fleet_slug: str, assignment: FleetAssignment) -> dict[str, Any]:
+def state_payload(
+    fleet_slug: str, assignment: FleetAssignment, published: int | None
+) -> dict[str, Any]:
     """The retained state without its `seq`: stable, candidate, and the open rollout's id,
-    stage, salt and holdback (what `FleetAssignment(...).version_for` needs on the device)."""
+    stage, salt and holdback (what `FleetAssignment(...).version_for` needs on the device),
+    and `published`, the fleet's newest published version (what a device may take ahead)."""
     rollout = None
     if assignment.rollout_id is not None:
         rollout = {
@@ -57,6 +62,7 @@ def state_payload(fleet_slug: str, assignment: FleetAssignment) -> dict[str, Any
         "stable": assignment.stable,
         "candidate": assignment.candidate if assignment.rollout_id is not None else None,
         "rollout": rollout,
+        "published": published,
     }
 
 
@@ -76,7 +82,8 @@ def fleet_state_publish(*, fleet_id: int, force: bool = False) -> bool:
     not acknowledge that one (or `force`: a fresh broker). True when a publish was made."""
     row = _locked_row(fleet_id)
     slug = Fleet.objects.values_list("slug", flat=True).get(pk=fleet_id)
-    state = state_payload(slug, fleet_assignment(fleet_id))
+    published = latest_published_number(fleet_id=fleet_id)
+    state = state_payload(slug, fleet_assignment(fleet_id), published)
     if row.state != state:
         row.seq += 1
         row.state = state
@@ -128,17 +135,26 @@ def version_document_publish(*, fleet_id: int, number: int) -> bool:
     return publisher().publish(topic, document_bytes(version))
 
 
+def version_published_publish(*, fleet_id: int, number: int) -> int:
+    """A version was published: its document, then the fleet's state naming it as `published`
+    (the devices take it ahead of a rollout). The number of publishes made."""
+    publishes = int(version_document_publish(fleet_id=fleet_id, number=number))
+    return publishes + fleet_state_publish(fleet_id=fleet_id)
+
+
 def fleets_reconcile(*, force: bool = False) -> int:
     """Publish every fleet's state and cloud pressure that the broker lacks (what a failed
     publish left out), or, with `force` (a fresh broker), every fleet's state, cloud pressure
-    and the documents its devices run (stable and candidate). The number of publishes made."""
+    and the documents its devices run or take ahead (stable, candidate, the newest published).
+    The number of publishes made."""
     publishes = 0
     for fleet_id in Fleet.objects.order_by("pk").values_list("pk", flat=True):
         publishes += fleet_state_publish(fleet_id=fleet_id, force=force)
         publishes += fleet_pressure_publish(fleet_id=fleet_id, force=force)
         if force:
             assignment = fleet_assignment(fleet_id)
-            for number in {assignment.stable, assignment.candidate} - {None}:
-                assert number is not None
+            newest = latest_published_number(fleet_id=fleet_id)
+            named = {assignment.stable, assignment.candidate, newest}
+            for number in sorted(n for n in named if n is not None):
                 publishes += version_document_publish(fleet_id=fleet_id, number=number)
     return publishes

@@ -12,7 +12,7 @@ from django.db import transaction
 from ..policies.models import PolicyVersion
 from ..policies.signals import version_published
 from ..rollouts.signals import assignment_changed, cloud_pressure_changed
-from .publish import fleet_pressure_publish, fleet_state_publish, version_document_publish
+from .publish import fleet_pressure_publish, fleet_state_publish, version_published_publish
 
 _UIDS = {
     "assignment": "mqtt.assignment_changed",
@@ -35,13 +35,14 @@ def _version_published(*, version: PolicyVersion, **_: Any) -> None:
     fleet_id, number = version.fleet_id, version.number
     assert number is not None
     transaction.on_commit(
-        lambda: version_document_publish(fleet_id=fleet_id, number=number), robust=True
+        lambda: version_published_publish(fleet_id=fleet_id, number=number), robust=True
     )
 
 
 def connect() -> None:
     """Hear rollouts and policies (idempotent). Connect before rollouts' own receivers, so that
-    a fleet's first version is retained before the state naming it."""
+    a fleet's first version is retained before the state naming it (a publish's document goes
+    first, then the state: its `published` and, for a fleet's first version, its stable)."""
     version_published.connect(
         _version_published, sender=PolicyVersion, dispatch_uid=_UIDS["version"]
     )

@@ -169,6 +169,17 @@ def version_document(*, version: PolicyVersion) -> dict[str, Any]:
     )
 
 
+def latest_published_number(*, fleet_id: int) -> int | None:
+    """The number of the fleet's newest published version (None while it has none)."""
+    number: int | None = (
+        PolicyVersion.objects.filter(fleet_id=fleet_id, number__isnull=False)
+        .order_by("-number")
+        .values_list("number", flat=True)
+        .first()
+    )
+    return number
+
+
 def published_version_get(*, fleet_id: int, number: int) -> PolicyVersion | None:
     """The fleet's published version with this number, with its fleet."""
     return (

@@ -19,8 +19,8 @@ from controlplane import json_guard
 
 from ..assignment import DeviceBucket, FleetAssignment
 from ..segments.rules import AttributeProblem, attributes_parse
-from . import frames
-from .documents import documents
+from . import binary, frames
+from .deltas import policy_frame_text
 from .hub import CLOSE_SUPERSEDED, CLOSE_UNAUTHORISED, get_hub
 from .store import store
 
@@ -50,6 +50,7 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
     device_pk: int
     device_id: str
     token_hash: str
+    binary = False  # the socket speaks protobuf frames (set in `connect`)
 
     # --- the socket ------------------------------------------------------------------------
 
@@ -84,10 +85,16 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         self.connected_at = 0.0
         # Pushes that arrived while a hello was reading the assignment (see `on_hello`).
         self.pushes_before_hello = 0
+        # Policy deltas (push/deltas.py): whether its hello said `"delta": true`, and the
+        # version it holds (the one its hello named, then each it acks).
+        self.takes_deltas = False
+        self.held_version: int | None = None
         # One decision-and-send at a time: a hello's answer and a push never cross on the wire.
         self.send_lock = asyncio.Lock()
+        # Protobuf frames when the device offers the subprotocol (`binary`); JSON text else.
+        self.binary = binary.PROTOBUF_SUBPROTOCOL in self.scope.get("subprotocols", ())
         state = await store.connect(_bearer(self.scope))
-        await self.accept()
+        await self.accept(subprotocol=binary.PROTOBUF_SUBPROTOCOL if self.binary else None)
         if state is None:
             await self.close(code=CLOSE_UNAUTHORISED)
             return
@@ -118,14 +125,31 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         """PROTOCOL.md `error` frame; the socket stays open."""
         await self.send(text_data=frames.error_frame(code, detail, field))
 
+    async def send(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False
+    ) -> None:
+        # Every frame is built as JSON text (`frames`); a protobuf socket gets its protobuf form.
+        if self.binary and text_data is not None:
+            text_data, bytes_data = None, binary.frame_bytes(text_data)
+        await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+
     # --- frames from the device ------------------------------------------------------------
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if not self.authenticated:
             return
         if text_data is None:
-            await self.send_error("bad_message", "frames must be JSON text, not binary")
-            return
+            if not self.binary:
+                await self.send_error("bad_message", "frames must be JSON text, not binary")
+                return
+            frame = binary.frame_of(bytes_data or b"", MAX_FRAME_BYTES)
+            if isinstance(frame, binary.Refused):
+                await self.send_error(*frame)
+                return
+            if isinstance(frame, dict):
+                await self.handle(frame)
+                return
+            text_data = frame  # a `json` frame: read as a text frame
         # Characters undercount bytes (up to 4 per character); encode only when it matters.
         if len(text_data) > MAX_FRAME_BYTES or (
             len(text_data) > MAX_FRAME_BYTES // 4 and len(text_data.encode()) > MAX_FRAME_BYTES
@@ -145,6 +169,10 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         except ValueError:
             await self.send_error("bad_message", "frame is not valid JSON")
             return
+        await self.handle(message)
+
+    async def handle(self, message: Any) -> None:
+        """One frame from the device, parsed (from JSON text or protobuf): its type's handler."""
         if not isinstance(message, dict) or not isinstance(message.get("type"), str):
             await self.send_error("bad_message", "frame must be an object with a string `type`")
             return
@@ -168,6 +196,10 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         reported = message.get("policy_version")
         if reported is not None and (isinstance(reported, bool) or not isinstance(reported, int)):
             await self.send_error("bad_message", "policy_version must be a whole number or null")
+            return
+        accepts_delta = message.get("delta", False)
+        if not isinstance(accepts_delta, bool):
+            await self.send_error("bad_message", "delta must be true or false", field="delta")
             return
         fields: dict[str, Any] = {"reported_version": reported}
         for name, limit in _FIELD_LIMITS.items():
@@ -202,6 +234,7 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         assignment: FleetAssignment = state["assignment"]
         assigned = self.bucket.version_under(assignment)
         self.assigned_version = assigned
+        self.takes_deltas, self.held_version = accepts_delta, reported
         self.hello_done = True
         async with self.send_lock:
             if assigned is not None and reported != assigned:
@@ -227,15 +260,21 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         # Written in the next batch (see DeviceStore): a burst of acks after a push is a
         # few UPDATEs, not one trip to the database each while the push is going out.
         store.ack(self.device_pk, version)
+        self.held_version = version  # the device holds it now: the next delta is from it
 
     async def _send_policy(self, number: int, rollout: dict[str, Any] | None) -> None:
-        body = await documents.body(self.fleet_id, number)
-        if body is None:
+        text = await policy_frame_text(self.fleet_id, number, self.delta_base, rollout)
+        if text is None:
             logger.error("device.policy_missing fleet=%s version=%s", self.fleet_id, number)
             return
-        await self.send(text_data=frames.policy_frame(body, rollout))
+        await self.send(text_data=text)
 
     # --- pushes from the hub (PushTarget) --------------------------------------------------
+
+    @property
+    def delta_base(self) -> int | None:
+        """The version a delta for this device starts from; None: whole documents only."""
+        return self.held_version if self.takes_deltas else None
 
     def version_to_push(self, assignment: FleetAssignment) -> int | None:
         """The version to send for this assignment, or None: no news, closing, or before hello
@@ -256,7 +295,7 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
                 if self.closing or version == self.assigned_version:
                     return
                 self.assigned_version = version
-                await self.base_send(event)
+                await self.base_send(binary.binary_event(event) if self.binary else event)
             return
         if self.closing or version == self.assigned_version:
             return
@@ -264,7 +303,7 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
         # hub runs this eagerly, so nothing runs between the decision and the write; and if
         # the socket is not writable, a hello's answer waits behind this frame.
         self.assigned_version = version
-        await self.base_send(event)
+        await self.base_send(binary.binary_event(event) if self.binary else event)
 
     async def push_text(self, text: str) -> None:
         """Send a frame as it is (the hub built it once for all sockets)."""

@@ -31,6 +31,12 @@ def policy_frame(body: str, rollout: dict[str, Any] | None) -> str:
     return f'{{"type":"policy",{body},"rollout":{json.dumps(rollout, separators=_COMPACT)}}}'
 
 
+def policy_delta_frame(body: str, rollout: dict[str, Any] | None) -> str:
+    """`{"type":"policy_delta", …delta…, "rollout": …}` (docs/PROTOCOL.md, "Policy deltas"),
+    the delta spliced in as cached text like `policy_frame`'s document."""
+    return f'{{"type":"policy_delta",{body},"rollout":{json.dumps(rollout, separators=_COMPACT)}}}'
+
+
 def up_to_date_frame(version: int | None) -> str:
     """The answer to a `hello` that already names the device's version (or when none exists)."""
     return json.dumps({"type": "up_to_date", "version": version})

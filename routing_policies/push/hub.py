@@ -24,7 +24,7 @@ from ..assignment import FleetAssignment
 from ..devices.selectors import fleet_sockets_state
 from ..devices.services import devices_seen_by_token
 from . import frames
-from .documents import documents
+from .deltas import policy_frame_text
 from .eager import EagerSender
 from .publish import deliver_locally, push_channel
 
@@ -44,6 +44,7 @@ class PushTarget(Protocol):
     token_hash: str  # of the token the socket was opened with
     hello_done: bool  # the socket said `hello`: only then is its device online
     closing: bool  # being closed (revoked, superseded): no longer its device's socket
+    delta_base: int | None  # the version it holds when it takes deltas (push/deltas.py)
 
     def version_to_push(self, assignment: FleetAssignment) -> int | None:
         """The version to send this device for `assignment`, or None when it is no news."""
@@ -142,22 +143,21 @@ class PushHub:
         no per-socket JSON, no task per socket; docs/capacity.md)."""
         started = time.time()
         assignment = FleetAssignment.from_dict(message["assignment"])
-        changed: dict[int, list[PushTarget]] = {}
+        # Grouped by (version, the version the sockets hold when they take deltas): each
+        # group's frame, a delta or the whole document, is built once (push/deltas.py).
+        changed: dict[tuple[int, int | None], list[PushTarget]] = {}
         for target in targets:
             version = target.version_to_push(assignment)
             if version is not None:
-                changed.setdefault(version, []).append(target)
+                changed.setdefault((version, target.delta_base), []).append(target)
         written = waited = 0
-        for version, group in changed.items():
+        for (version, base), group in changed.items():
             fleet_id = group[0].fleet_id
-            body = await documents.body(fleet_id, version)
-            if body is None:
+            text = await policy_frame_text(fleet_id, version, base, frames.rollout_of(assignment))
+            if text is None:
                 logger.error("device.policy_missing fleet=%s version=%s", fleet_id, version)
                 continue
-            event = {
-                "type": "websocket.send",
-                "text": frames.policy_frame(body, frames.rollout_of(assignment)),
-            }
+            event = {"type": "websocket.send", "text": text}
             waited += self.sender.send_all(target.push_policy(version, event) for target in group)
             written += len(group)
         sent_at = message.get("sent_at")

@@ -11,6 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane import wire
 from controlplane.exceptions import NotFound, error_body
 from controlplane.openapi import query_params_validate
 from routing_policies.models import Fleet
@@ -55,4 +56,5 @@ def prometheus_metrics(request: HttpRequest) -> HttpResponse:
             return JsonResponse(error_body("not_authenticated", "Bearer token needed."), status=401)
     failures = broker_access_failures() if settings.MQTT_ACCESS == "dynsec" else None
     text = prometheus.render(metrics.route_totals(), ingest_gauges(), failures)
+    text += wire.refused_metrics()
     return HttpResponse(text, content_type=prometheus.CONTENT_TYPE)

@@ -17,11 +17,13 @@ from ..structs import request_body
 from . import schemas, selectors
 from .events import MAX_EVENTS, TelemetryBatch
 from .fastpath import ingest_outcome
+from .wire import ACCEPTS, BodyFormat
 
 
 @extend_schema_view(
     post=extend_schema(
         # The body is read raw (no DRF parser), so its media type is named here.
+        # (Also `application/x-protobuf`, edge_sdk/wire/edge_routing.proto: docs/PROTOCOL.md.)
         request={"application/json": request_body(TelemetryBatch)},
         responses={202: TelemetryAcceptedSerializer, **error_responses(429)},
         operation_id="telemetry_ingest",
@@ -36,7 +38,12 @@ class TelemetryIngestApi(DeviceBatchApi):
     """
 
     def outcome(self, device: Device, body: bytes | None) -> Outcome:
-        return ingest_outcome(device, body)
+        headers = self.request.headers
+        body_format = BodyFormat.of(
+            headers.get("Content-Type", ""), headers.get("Content-Encoding", "")
+        )
+        status, data, extra = ingest_outcome(device, body, body_format)
+        return status, data, {**ACCEPTS, **extra}
 
 
 class IngestStatusApi(APIView):

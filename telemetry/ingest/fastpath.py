@@ -36,6 +36,7 @@ from routing_policies.services import device_authenticate_cached
 from ..ratelimit import Outcome, device_batch_gate
 from . import services
 from .events import BatchTooLarge
+from .wire import ACCEPTS, BodyFormat, BodyRefused, batch_json
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ _HEADERS: Final = (
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"same-origin"),
     (b"cross-origin-opener-policy", b"same-origin"),
+    *((name.lower().encode(), value.encode()) for name, value in ACCEPTS.items()),
 )
 _ENCODER: Final = msgspec.json.Encoder()
 
@@ -64,17 +66,29 @@ def _too_large(message: str) -> Outcome:
     return 413, error_body("payload_too_large", message), {}
 
 
-def ingest_outcome(device: Device, body: bytes | None) -> Outcome:
+def ingest_outcome(
+    device: Device,
+    body: bytes | None,
+    body_format: BodyFormat | None = None,
+    *,
+    channel: str = "http",
+) -> Outcome:
     """(status, JSON body, headers) of a device's batch; `body` None means it was too large.
 
     Shared by the DRF view and the fast path so that both answer alike. Order: the rate limit
     (429), the size (413), validation (400 naming each bad event and field, or 413 over 1,000
-    events), then the landing: 202 once committed.
+    events), then the landing: 202 once committed. A protobuf or compressed body (`body_format`)
+    is read as the JSON batch it stands for (`wire.batch_json`), refused first when it is none.
     """
     refused = device_batch_gate(device.token_hash[:32], body)
     if refused is not None:
         return refused
     assert body is not None
+    if body_format is not None:
+        try:
+            body = batch_json(body, body_format, channel=channel)
+        except BodyRefused as exc:
+            return exc.outcome
     try:
         result = services.telemetry_batch_ingest(device=device, body=body)
     except BatchTooLarge as exc:
@@ -97,14 +111,14 @@ def _bearer_token(headers: dict[bytes, bytes]) -> str | None:
     return token
 
 
-def _handle(token: str, body: bytes | None) -> Outcome | None:
+def _handle(token: str, body: bytes | None, body_format: BodyFormat | None) -> Outcome | None:
     """The synchronous part (database, Redis), run as Django runs a request; None: not ours."""
     signals.request_started.send(sender=TelemetryIngestApp)
     try:
         device = device_authenticate_cached(token)
         if device is None:
             return None  # DRF answers the 401
-        return ingest_outcome(device, body)
+        return ingest_outcome(device, body, body_format)
     finally:
         # Closes (returns to the pool) the database connection, as after any Django request.
         signals.request_finished.send(sender=TelemetryIngestApp)
@@ -117,17 +131,19 @@ class TelemetryIngestApp:
         self.django_app = django_app
         self._executor: ThreadPoolExecutor | None = None
 
-    async def _run(self, token: str, body: bytes | None) -> Outcome | None:
+    async def _run(
+        self, token: str, body: bytes | None, body_format: BodyFormat | None
+    ) -> Outcome | None:
         """`_handle` on one of TELEMETRY_INGEST_THREADS threads, each with its own database
         connection, so that several batches are landed (and wait for their commit) at once; with
         0, on the one thread where Django runs sync views (as the DRF view would)."""
         threads: int = settings.TELEMETRY_INGEST_THREADS
         if threads <= 0:
-            return await sync_to_async(_handle, thread_sensitive=True)(token, body)
+            return await sync_to_async(_handle, thread_sensitive=True)(token, body, body_format)
         if self._executor is None:
             self._executor = ThreadPoolExecutor(threads, thread_name_prefix="telemetry-ingest")
         run = sync_to_async(_handle, thread_sensitive=False, executor=self._executor)
-        return await run(token, body)
+        return await run(token, body, body_format)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
@@ -154,7 +170,11 @@ class TelemetryIngestApp:
         if more:  # over the limit without a Content-Length: Django reads the rest
             await self.django_app(scope, _replay(body, True, receive), send)
             return
-        outcome = await self._run(token, body if size <= limit else None)
+        body_format = BodyFormat.of(
+            headers.get(b"content-type", b"").decode("latin-1"),
+            headers.get(b"content-encoding", b"").decode("latin-1"),
+        )
+        outcome = await self._run(token, body if size <= limit else None, body_format)
         if outcome is None:
             await self.django_app(scope, _replay(body, False, receive), send)
             return

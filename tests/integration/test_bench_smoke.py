@@ -82,6 +82,15 @@ def _benches(out: Path) -> dict[str, tuple[list[str], str]]:
             "publishes per change",
         ),
         "sdk": (["bench.sdk", "--tasks", "200", "--rounds", "2"], "Router.route"),
+        "wire": (["bench.wire", "--rounds", "1", "--loops", "2"], "ours / baseline"),
+        "wire-protobuf": (
+            [
+                *("bench.wire.protobuf", "--events", "1000", "--ingest-rounds", "1"),
+                *("--rounds", "1", "--loops", "2", "--devices", "4"),
+                *("--json", str(out / "wire-protobuf.json")),
+            ],
+            "ingest, best round: protobuf",
+        ),
         "sim": (
             [
                 *("bench.sim", "--devices", "10", "--measure", "2", "--connect-rate", "100"),

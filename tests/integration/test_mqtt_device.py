@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import socket
 import subprocess
 import threading
@@ -57,10 +58,18 @@ def state(
     candidate: int | None = None,
     *,
     rollout: dict[str, Any] | None = None,
+    published: int | None = None,
 ) -> bytes:
-    return encoded(
-        {"seq": seq, "fleet": FLEET, "stable": stable, "candidate": candidate, "rollout": rollout}
-    )
+    message = {
+        "seq": seq,
+        "fleet": FLEET,
+        "stable": stable,
+        "candidate": candidate,
+        "rollout": rollout,
+    }
+    if published is not None:  # the newest published version (a control plane since issue 24)
+        message["published"] = published
+    return encoded(message)
 
 
 def rollout(stage: int, *, salt: str = "salt-1", holdback: int = 0) -> dict[str, Any]:
@@ -139,7 +148,12 @@ class Network:
 
 
 def make_device(
-    broker_url: str, device_id: str, *, network: Network | None = None, **config: Any
+    broker_url: str,
+    device_id: str,
+    *,
+    network: Network | None = None,
+    rng: random.Random | None = None,
+    **config: Any,
 ) -> Device:
     inference = Inference()
     settings: dict[str, Any] = {
@@ -164,6 +178,7 @@ def make_device(
         device_infer=inference.on_device,
         cloud_infer=inference.on_cloud,
         transport="mqtt",
+        rng=rng,
     )
     device.token = f"token-of-{device_id}"  # enrolled (the anonymous broker takes any password)
     return device
@@ -425,6 +440,109 @@ async def test_mqtt_device__corrupted_prefetched_document__never_applied_the_dev
         control.close()
 
 
+async def test_mqtt_device__version_published_before_its_rollout__taken_ahead_start_applied_at_once(
+    logged_broker: Broker, devices: list[Device]
+) -> None:
+    # Given v1 stable, and a device that the rollout of v2 (5%, salt-1) will put in its cohort
+    control = ControlPlane(logged_broker)
+    at_5 = FleetAssignment(1, 2, "salt-1", percent=5, rollout_id=7)
+    device_id = first_device("ahead", (at_5, 2))
+    try:
+        control.version(1)
+        control.state(state(1, 1, published=1))
+        device = make_device(logged_broker.url, device_id, mqtt_prefetch_jitter_s=0.2)
+        transport = transport_of(device)
+        await started(devices, device)
+        await until(lambda: device.policy.version == 1)
+
+        # When v2 is published (its document retained, then a state naming it, no rollout yet)
+        control.version(2)
+        control.state(state(2, 1, published=2))
+
+        # Then the device keeps running v1 and takes v2's document in the background, once
+        await until(lambda: transport.documents["prefetched"] == 1)
+        assert device.policy.version == 1
+        assert transport.held.versions() == [1, 2]
+        assert subscribed(logged_broker, device_id, 2) == 1
+        assert control.of(device_id, "ack")[-1] == {"version": 1}
+
+        # When the rollout of v2 starts at 5%, with the device in its cohort
+        control.state(state(3, 1, 2, rollout=rollout(5), published=2))
+
+        # Then it runs v2 from memory as the state arrives and acks it: no document asked for
+        # (neither from the broker nor over HTTP, which is closed here)
+        await until(lambda: device.policy.version == 2)
+        await until(lambda: control.of(device_id, "ack")[-1] == {"version": 2})
+        assert transport.documents == {"fetched": 1, "prefetched": 1, "held": 1}  # v1, v2, v2
+        assert subscribed(logged_broker, device_id, 2) == 1
+        assert device.policy.rollout == {"id": 7, "stage": 5}
+        assert device.policy_errors == 0
+    finally:
+        control.close()
+
+
+class FullJitter(random.Random):
+    """Waits out the whole jitter every time (a prefetch is never early by chance)."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+async def test_mqtt_device__versions_published_without_rollouts__only_the_newest_taken_stable_kept(
+    logged_broker: Broker, devices: list[Device]
+) -> None:
+    # Given a rollout of v2 at 5% over v1, and a device outside its cohort that waits 0.5 s
+    # before taking a document ahead: it runs v1 and holds v1 and v2
+    control = ControlPlane(logged_broker)
+    at_5 = FleetAssignment(1, 2, "salt-1", percent=5, rollout_id=7)
+    device_id = first_device("many", (at_5, 1))
+    try:
+        for number in (1, 2):
+            control.version(number)
+        control.state(state(1, 1, 2, rollout=rollout(5), published=2))
+        device = make_device(
+            logged_broker.url, device_id, rng=FullJitter(), mqtt_prefetch_jitter_s=0.5
+        )
+        transport = transport_of(device)
+        await started(devices, device)
+        await until(lambda: device.policy.version == 1)
+        await until(lambda: transport.held.versions() == [1, 2])
+
+        # When v3 and v4 are published one right after the other, neither rolled out
+        for seq, number in ((2, 3), (3, 4)):
+            control.version(number)
+            control.state(state(seq, 1, 2, rollout=rollout(5), published=number))
+
+        # Then the device takes only v4: v3 was superseded while it waited
+        await until(lambda: 4 in transport.held)
+        assert subscribed(logged_broker, device_id, 3) == 0
+        assert transport.held.versions() == [1, 2, 4]
+
+        # When v5 is published too
+        control.version(5)
+        control.state(state(4, 1, 2, rollout=rollout(5), published=5))
+
+        # Then it holds three documents at most, and v4, which the state no longer names, went
+        # (not v1, the least recently used, which the rollback needs)
+        await until(lambda: 5 in transport.held)
+        assert transport.held.versions() == [1, 2, 5]
+
+        # When the rollout goes to 100%, then is rolled back
+        control.state(state(5, 1, 2, rollout=rollout(100), published=5))
+        await until(lambda: device.policy.version == 2)
+        control.state(state(6, 1, published=5))
+
+        # Then it ran v2 and v1 again from memory, acking each, with one document of each
+        # version asked for in all
+        await until(lambda: device.policy.version == 1)
+        await until(lambda: control.of(device_id, "ack")[-2:] == [{"version": 2}, {"version": 1}])
+        assert transport.documents == {"fetched": 1, "prefetched": 3, "held": 2}
+        asked = [subscribed(logged_broker, device_id, v) for v in (1, 2, 3, 4, 5)]
+        assert asked == [1, 1, 0, 1, 1]
+    finally:
+        control.close()
+
+
 # --- presence, reconnects, the persistent session ------------------------------------------------
 
 
@@ -668,9 +786,15 @@ async def test_mqtt_device__telemetry__on_its_topic_and_out_of_the_queue_after_t
     # Then the events go as batches on its telemetry topic, each once, and leave the queue
     ids = {outcome.event_id for outcome in outcomes}
     await until(lambda: device.telemetry.pending == 0 and device.telemetry.delivered == 5)
+
+    def sent() -> list[str]:
+        batches = control.of("telemetry-1", "telemetry")
+        return sorted(event["event_id"] for batch in batches for event in batch["events"])
+
+    # (the broker's PUBACK can reach the device before its copy reaches the control side)
+    await until(lambda: len(sent()) >= len(ids))
+    assert sent() == sorted(ids)
     batches = control.of("telemetry-1", "telemetry")
-    sent = [event["event_id"] for batch in batches for event in batch["events"]]
-    assert sorted(sent) == sorted(ids)
     assert all(event["policy_version"] == 1 for batch in batches for event in batch["events"])
 
 

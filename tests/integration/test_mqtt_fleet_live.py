@@ -20,7 +20,8 @@ import pytest
 from django.db import connection
 
 from controlplane.roles import Role
-from edge_sdk import Device, DeviceConfig
+from edge_sdk import Device, DeviceConfig, mqtt_topics
+from edge_sdk.transport.mqtt import MqttTransport
 from routing_policies.models import Device as DeviceRow
 from routing_policies.mqtt import receivers
 from routing_policies.mqtt.client import publisher
@@ -60,7 +61,8 @@ def server(django_db_setup: None, django_db_blocker: Any) -> Iterator[AsgiProces
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
-    started = Broker.start(tmp_path / "mosquitto")
+    """Its log names each SUBSCRIBE (a device asking for a version's document)."""
+    started = Broker.start(tmp_path / "mosquitto", log_subscriptions=True)
     yield started
     started.stop()
 
@@ -127,7 +129,7 @@ class Fleet:
         self.applied: dict[str, list[int]] = {}
         self.cookie = session_cookie(UserFactory(role=Role.VIEWER, username="vic"))
 
-    def add(self, device_id: str, transport: str) -> Device:
+    def add(self, device_id: str, transport: str, **config: Any) -> Device:
         inference = Inference()
         device = Device(
             DeviceConfig(
@@ -144,6 +146,7 @@ class Fleet:
                 backoff_max_s=0.5,
                 online_check_s=0.1,
                 mqtt_document_wait_s=0.5,
+                **config,
             ),
             readings=readings,
             device_infer=inference.on_device,
@@ -299,6 +302,61 @@ def test_mqtt_fleet__5_25_100_and_rollback__each_sdk_device_runs_its_bucket_and_
             if stage[device_id] not in called_for[-1:]:
                 called_for.append(stage[device_id])
         assert sdk_fleet.applied[device_id] == called_for, device_id
+
+
+def test_mqtt_fleet__version_published_then_rolled_out__its_cohort_held_it_and_ran_it_at_the_start(
+    sdk_fleet: Fleet,
+    publish_version: Callable[..., Any],
+    publisher: Any,
+) -> None:
+    # Given 30 SDK devices on MQTT running v1, each taking documents ahead within 0.5 s
+    fleet = sdk_fleet.fleet
+    ids = [f"pre-{n:02d}" for n in range(30)]
+    for device_id in ids:
+        sdk_fleet.add(device_id, "mqtt", mqtt_prefetch_jitter_s=0.5)
+    sdk_fleet.start()
+    sdk_fleet.converged("v1")
+    topic = mqtt_topics.fleet_version(PREFIX, fleet.slug, 2)
+
+    def asked_for_v2(device_id: str) -> int:
+        return sdk_fleet.broker.subscriptions(f"{fleet.slug}/{device_id}", topic)
+
+    def documents(device_id: str) -> dict[str, int]:
+        transport = sdk_fleet.devices[device_id]._connection.transport
+        assert isinstance(transport, MqttTransport)
+        return dict(transport.documents)
+
+    # When v2 is published, and no rollout started
+    publish_version(fleet, threshold=0.75)
+
+    # Then every device, still on v1, takes v2's document in the background, once
+    wait_until(
+        lambda: all(documents(d).get("prefetched") == 1 for d in ids),
+        timeout=CONVERGE_S,
+        what="every device to hold v2's document",
+    )
+    assert [asked_for_v2(d) for d in ids] == [1] * len(ids)
+    assert {sdk_fleet.devices[d].policy.version for d in ids} == {1}
+    before = {d: documents(d) for d in ids}
+
+    # When v2's rollout starts (at 5%: started again, with a new salt, while its cohort holds
+    # none of the 30)
+    rollout_start(actor=publisher, fleet=fleet, version=2)
+    while not any(v == 2 for v in sdk_fleet.wanted().values()):
+        rollout_rollback(actor=publisher, fleet=fleet, reason="an empty cohort here")
+        rollout_start(actor=publisher, fleet=fleet, version=2)
+    wanted = sdk_fleet.converged("5%")
+    cohort = [d for d in ids if wanted[d] == 2]
+
+    # Then its cohort ran v2 from the document it held, asking for none: no document came
+    # from the broker or over HTTP after the start, and the rest took nothing either
+    for device_id in ids:
+        after = documents(device_id)
+        assert after.get("fetched") == before[device_id].get("fetched"), device_id
+        held = before[device_id].get("held", 0) + (device_id in cohort)
+        assert after.get("held", 0) == held, device_id
+        assert asked_for_v2(device_id) == 1, device_id
+    _assert_api_counts_every_device_acked(sdk_fleet.status(), wanted, online=len(ids))
 
 
 def test_mqtt_fleet__half_websocket_half_mqtt__one_assignment_and_the_same_counts(

@@ -96,16 +96,18 @@ def test_simulated_fleet__rollout_5_25_and_rollback__devices_run_and_report_thei
     publisher: Any,
 ) -> None:
     # Given 200 simulated devices of a fleet on v1, with v2 published (a buggy candidate:
-    # devices that run v2 use the less confident model)
+    # devices that run v2 use the less confident model), half of them on protobuf (frames,
+    # documents, telemetry), half on JSON (docs/PROTOCOL.md, "Binary frames and compression")
     publish_version(fleet, threshold=0.7)
     sim = buggy_candidate_fleet(
-        base_url=asgi_server, fleet_key=fleet_key, devices=DEVICES, rate=RATE
+        base_url=asgi_server, fleet_key=fleet_key, devices=DEVICES, rate=RATE, encoding="mixed"
     )
     background.run(sim.start())
     try:
         _wait_assigned(
             sim, dict.fromkeys(sim.devices, 1), "every device to run v1", CONNECT_TIMEOUT_S
         )
+        assert {d.encoding for d in sim.devices.values()} == {"json", "protobuf"}
         _run_until_reported(sim, 1, AT_LEAST["v1"], "v1")
 
         # When v2 starts at 5%, then advances to 25%

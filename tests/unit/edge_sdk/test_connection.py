@@ -99,6 +99,7 @@ async def test_connection__another_transport__hello_sent_policy_applied_and_acke
             "sdk": config.sdk,
             "platform": "android",
             "model": "pixel",
+            "delta": True,
         },
         {"type": "ack", "version": 4},
     ]

@@ -162,6 +162,35 @@ def test_parse_state__bad_message__dropped_with_its_reason(payload: bytes, reaso
     assert parse_state(payload, "voice") == reason
 
 
+def test_parse_state__newest_published_version__named_with_stable_and_candidate() -> None:
+    # Given / When a state outside any rollout that names v3 as the newest published version
+    parsed = parse_state(_state(seq=4, candidate=None, rollout=None, published=3), "voice")
+
+    # Then everyone stays on stable, and the versions a device holds ahead are 1 and 3
+    assert isinstance(parsed, FleetState)
+    assert parsed.published == 3
+    assert {parsed.assignment.version_for(f"d{i}") for i in range(50)} == {1}
+    assert parsed.named() == {1, 3}
+
+
+@pytest.mark.parametrize("published", ["3", 0, -1, True, 2**31, 2.5, [3], {"n": 3}])
+def test_parse_state__published_not_a_version__ignored_the_state_still_applies(
+    published: Any,
+) -> None:
+    # An advisory field: a bad one never stops a device from following its rollout
+    parsed = parse_state(_state(seq=5, published=published), "voice")
+    assert isinstance(parsed, FleetState)
+    assert parsed.published is None
+    assert parsed.assignment == FleetAssignment(1, 2, "s", percent=25, rollout_id=9)
+    assert parsed.named() == {1, 2}
+
+
+def test_parse_state__no_published_field__as_a_control_plane_before_it_sends() -> None:
+    parsed = parse_state(_state(seq=6), "voice")
+    assert isinstance(parsed, FleetState)
+    assert parsed.published is None
+
+
 def test_bucket_rule__many_devices__candidate_iff_in_its_bucket() -> None:
     # The device's computation is the server's: bucket < stage * 100 takes the candidate
     from edge_sdk.assignment import bucket
@@ -282,6 +311,28 @@ def test_held_documents__bounded__the_least_recently_used_goes_first() -> None:
 
     # Then the one least recently used is gone
     assert held.versions() == [1, 3]
+
+
+def test_held_documents__full__a_version_the_state_no_longer_names_goes_before_the_stable() -> None:
+    # Given room for three, in a rollout of 2 over stable 1: 1 (left), 2 (run), then 3 published
+    held = HeldDocuments(3)
+    for version in (1, 2, 3):
+        assert held.hold(_document_bytes(version), "voice", version, frozenset({1, 2, version}))
+
+    # When 4 is published before 3 was rolled out, and taken ahead
+    assert held.hold(_document_bytes(4), "voice", 4, frozenset({1, 2, 4}))
+
+    # Then 3, which the state no longer names, goes: not stable 1, the least recently used,
+    # which a rollback needs
+    assert held.versions() == [1, 2, 4]
+
+
+def test_held_documents__full_of_named_versions__the_least_recently_used_goes() -> None:
+    held = HeldDocuments(2)
+    assert held.hold(_document_bytes(1), "voice", 1, frozenset({1, 2, 3}))
+    assert held.hold(_document_bytes(2), "voice", 2, frozenset({1, 2, 3}))
+    assert held.hold(_document_bytes(3), "voice", 3, frozenset({1, 2, 3}))
+    assert held.versions() == [2, 3]
 
 
 @pytest.mark.parametrize(

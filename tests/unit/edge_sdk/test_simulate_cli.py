@@ -34,6 +34,8 @@ URL = "http://127.0.0.1:9"  # nothing listens there; these tests never start a d
             ["--transport", "mixed", "--mqtt-url", "mqtt://127.0.0.1", "--mqtt-share", "2"],
             "mqtt_share must be in [0, 1]",
         ),
+        (["--encoding", "xml"], "invalid choice"),
+        (["--encoding", "mixed", "--protobuf-share", "-1"], "protobuf_share must be in [0, 1]"),
     ],
 )
 def test_cli__bad_flag__exits_2_naming_the_problem(
@@ -138,3 +140,26 @@ async def test_sim_device__callables__readings_in_range_and_inference_sleeps_or_
     assert cloud_ms[len(cloud_ms) // 2] > 2 * device_ms[len(device_ms) // 2]
     # and the shared cloud queue counted every cloud call
     assert fleet.cloud.rate(fleet.elapsed()) > 0
+
+
+@pytest.mark.parametrize(
+    ("encoding", "formats"),
+    [("json", {"json"}), ("protobuf", {"auto"}), ("mixed", {"json", "auto"})],
+)
+async def test_sim_device__encoding__each_device_json_or_negotiating_protobuf(
+    encoding: str, formats: set[str]
+) -> None:
+    # Given a fleet of 40 devices (created, not started) with an encoding
+    fleet = SimulatedFleet(
+        FleetConfig(base_url=URL, fleet_key="fk_x", devices=40, rate=10, encoding=encoding)
+    )
+    rng = random.Random(4)
+
+    # When its devices are made
+    sims = [SimDevice(fleet, index, random.Random(rng.random())) for index in range(40)]
+
+    # Then each is forced to JSON or negotiates protobuf as the flag says (mixed: both)
+    assert {sim.device.config.wire_format for sim in sims} == formats
+    assert {sim.encoding for sim in sims} == {
+        "json" if f == "json" else "protobuf" for f in formats
+    }

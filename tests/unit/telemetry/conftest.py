@@ -44,11 +44,17 @@ class AsgiClient:
         return self.generic("POST", url, json.dumps(data), content_type="application/json")
 
     def generic(
-        self, method: str, url: str, body: bytes | str, content_type: str = ""
+        self,
+        method: str,
+        url: str,
+        body: bytes | str,
+        content_type: str = "",
+        headers: dict[str, str] | None = None,
     ) -> AsgiResponse:
         from controlplane.asgi import application
 
         payload = body.encode() if isinstance(body, str) else body
+        extra = headers or {}
         headers = [
             (b"host", b"testserver"),
             (b"content-type", content_type.encode()),
@@ -56,6 +62,7 @@ class AsgiClient:
         ]
         if self.authorization is not None:
             headers.append((b"authorization", self.authorization.encode()))
+        headers.extend((name.lower().encode(), value.encode()) for name, value in extra.items())
         scope = {
             "type": "http",
             "asgi": {"version": "3.0"},

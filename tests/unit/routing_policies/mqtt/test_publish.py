@@ -120,10 +120,44 @@ def test_publish_switch_complete__1000_devices__one_publish_each(
         lambda: rollout_complete(actor=publisher, fleet=fleet), watcher, capture
     )
 
-    # Then each is one publish: the new version's document, then the fleet's state
-    assert published == [mqtt_topics.fleet_version(PREFIX, fleet.slug, 2)]
+    # Then the publish is two: the new version's document, then the fleet's state naming it
+    # as published; the switch and the completion are one, the state
+    assert published == [mqtt_topics.fleet_version(PREFIX, fleet.slug, 2), _state(fleet)]
     assert switched == completed == [_state(fleet)]
     assert watcher.on(_state(fleet))[-1].json()["stable"] == 3
+    assert watcher.on(_state(fleet))[-1].json()["published"] == 3
+
+
+def test_version_published__before_any_rollout__the_state_names_it_and_its_document_is_retained(
+    fleet: Any,
+    publish_version: Callable[..., Any],
+    publisher: Any,
+    watch: Callable[..., Watcher],
+    django_capture_on_commit_callbacks: Capture,
+) -> None:
+    # Given a fleet on v1, with 1,000 devices
+    _enrolled(fleet, 1000)
+
+    # When v2 and v3 are published and no rollout started
+    with django_capture_on_commit_callbacks(execute=True):
+        publish_version(fleet, threshold=0.8)
+    with django_capture_on_commit_callbacks(execute=True):
+        publish_version(fleet, threshold=0.9)
+
+    # Then a device subscribing now reads a state that still assigns v1 to everyone and names
+    # v3 as the newest published version, whose document is retained (taken ahead of need)
+    watcher = watch(f"{PREFIX}/#")
+    watcher.settle()
+    (state,) = [m.json() for m in watcher.on(_state(fleet))]
+    assert (state["stable"], state["candidate"], state["rollout"]) == (1, None, None)
+    assert state["published"] == 3
+    assert mqtt_topics.fleet_version(PREFIX, fleet.slug, 3) in {m.topic for m in watcher.messages}
+    # and a rollout of v3 is one more publish, of a state naming the same newest version
+    with django_capture_on_commit_callbacks(execute=True):
+        rollout_start(actor=publisher, fleet=fleet, version=3)
+    watcher.settle()
+    started = watcher.on(_state(fleet))[-1].json()
+    assert (started["candidate"], started["published"]) == (3, 3)
 
 
 def test_fresh_subscriber__reads_retained_state__computes_the_servers_assignment(
@@ -252,7 +286,8 @@ def test_reconcile__fresh_broker__republishes_state_and_documents_unchanged_flee
     # When the fleets are reconciled with --all
     publishes = fleets_reconcile(force=True)
 
-    # Then the broker retains the state, the cloud pressure (none) and both documents
+    # Then the broker retains the state, the cloud pressure (none) and both documents (v2 is
+    # the candidate and the newest published version alike)
     watcher = watch(f"{PREFIX}/#")
     watcher.settle()
     retained = {m.topic for m in watcher.messages}

@@ -1,0 +1,449 @@
+"""JSON ↔ protobuf for the policy document, the device frames and the telemetry batch.
+
+The JSON value is the meaning; protobuf is a more compact spelling of it. Decoding a protobuf
+message gives the JSON value (dicts, lists, strings, numbers) that the JSON path would have
+parsed, and the caller validates that as it validates JSON: the server's limits and refusals
+(naming `events[3].route`) and the SDK's document check are the JSON path's, not a copy.
+
+- Encoding (`*_to_protobuf`) takes a JSON value; a part the schema does not describe (a field
+  added to the protocol after this schema, a value of an unexpected type) travels as JSON text
+  in the message's `extra_json` (documents) or in the frame's `json` kind, so nothing is lost.
+  A telemetry event the schema cannot hold raises `NotRepresentable`: the sender uses JSON.
+- Decoding (`*_from_protobuf`) raises `WireError` for bytes that are not the message (truncated,
+  not protobuf, invalid UTF-8 in a string, nested past protobuf's recursion limit). Values
+  the JSON rules would refuse are passed on as they are (an unknown enum number becomes a
+  string the JSON rules refuse, naming the field). Unknown fields are ignored, as in JSON.
+
+The mapping is documented in docs/PROTOCOL.md ("Binary frames and compression").
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from math import isfinite
+from typing import Any, Final
+
+from google.protobuf.message import DecodeError, Message
+
+from edge_sdk.wire import edge_routing_pb2 as pb
+
+__all__ = [
+    "NotRepresentable",
+    "WireError",
+    "batch_from_protobuf",
+    "batch_to_protobuf",
+    "document_from_protobuf",
+    "document_to_protobuf",
+    "frame_from_protobuf",
+    "frame_to_protobuf",
+]
+
+
+class WireError(ValueError):
+    """Bytes that are not the protobuf message they should be."""
+
+
+class NotRepresentable(ValueError):
+    """A JSON value this schema cannot carry (send it as JSON)."""
+
+
+_COMPACT: Final = (",", ":")
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, separators=_COMPACT, ensure_ascii=False, allow_nan=False)
+
+
+def _parse(message: Message, raw: bytes) -> None:
+    try:
+        message.ParseFromString(raw)
+    except (DecodeError, RecursionError, ValueError) as error:
+        raise WireError(f"not a valid {message.DESCRIPTOR.name}: {error}") from None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+# Each scalar field a JSON object may hold, by the protobuf type that carries it.
+_FITS: Final = {
+    "string": lambda v: isinstance(v, str),
+    "int": lambda v: _is_int(v) and -(2**63) <= v < 2**63,
+    "double": _is_number,
+    "bool": lambda v: isinstance(v, bool),
+}
+
+
+def _kind(field: Any) -> str:
+    t = field.type
+    if t == field.TYPE_STRING:
+        return "string"
+    if t in (field.TYPE_INT64, field.TYPE_INT32):
+        return "int"
+    if t == field.TYPE_DOUBLE:
+        return "double"
+    if t == field.TYPE_BOOL:
+        return "bool"
+    return "message"
+
+
+def _fill_flat(message: Message, value: Mapping[str, Any]) -> bool:
+    """Set `message`'s scalar fields from a JSON object; False (nothing relied on) when the
+    object holds a key or a type the message cannot carry."""
+    fields = message.DESCRIPTOR.fields_by_name
+    for key, item in value.items():
+        field = fields.get(key)
+        if field is None or key == "extra_json":
+            return False
+        kind = _kind(field)
+        if kind == "message" or not _FITS[kind](item):
+            return False
+        setattr(message, key, item)
+    return True
+
+
+def _flat_of(message: Message) -> dict[str, Any]:
+    return {field.name: value for field, value in message.ListFields()}
+
+
+# --- the policy document ------------------------------------------------------------------------
+
+_NESTED: Final = ("weights", "upload", "network", "load")
+_DIMENSIONS: Final = ("task_type", "latency_budget", "privacy_tier")
+
+
+def _cell_to_protobuf(cell: Mapping[str, Any], out: pb.Cell) -> None:
+    extra: dict[str, Any] = {}
+    fields = out.DESCRIPTOR.fields_by_name
+    for key, value in cell.items():
+        field = fields.get(key)
+        if field is None or key == "extra_json":
+            extra[key] = value
+        elif key in _NESTED:
+            if not isinstance(value, Mapping) or not _fill_flat(getattr(out, key), value):
+                out.ClearField(key)
+                extra[key] = value
+            elif not value:
+                getattr(out, key).SetInParent()
+        elif _FITS[_kind(field)](value):
+            setattr(out, key, value)
+        else:
+            extra[key] = value
+    if extra:
+        out.extra_json = _json_text(extra)
+
+
+def _cell_from_protobuf(cell: pb.Cell) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field, value in cell.ListFields():
+        name = field.name
+        if name == "extra_json":
+            continue
+        out[name] = _flat_of(value) if name in _NESTED else value
+    if cell.extra_json:
+        out.update(_extra(cell.extra_json))
+    return out
+
+
+def _extra(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise WireError(f"extra_json is not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise WireError("extra_json is not a JSON object")
+    return value
+
+
+def document_to_protobuf(document: Mapping[str, Any]) -> bytes:
+    """A policy document (PROTOCOL.md's JSON, as a dict) as a `PolicyDocument`."""
+    out = pb.PolicyDocument()
+    extra: dict[str, Any] = {}
+    for key, value in document.items():
+        if key in ("fleet", "etag") and isinstance(value, str):
+            setattr(out, key, value)
+        elif key == "version" and (value is None or _FITS["int"](value)):
+            if value is not None:
+                out.version = value
+        elif key == "published_at" and (value is None or isinstance(value, str)):
+            if value is not None:
+                out.published_at = value
+        elif key == "dimensions" and _dimensions_fit(value):
+            dims = out.dimensions
+            dims.SetInParent()
+            others = {k: v for k, v in value.items() if k not in _DIMENSIONS}
+            for name in _DIMENSIONS:
+                if name in value:
+                    getattr(dims, name).extend(value[name])
+            # A dimension left out (not an empty list) must stay left out.
+            missing = [name for name in _DIMENSIONS if name not in value]
+            if others or missing:
+                others["__missing__"] = missing
+                dims.extra_json = _json_text(others)
+        elif key == "cells" and isinstance(value, list) and all(isinstance(c, dict) for c in value):
+            for cell in value:
+                _cell_to_protobuf(cell, out.cells.add())
+        else:
+            extra[key] = value
+    # Keys that were absent in JSON stay absent: say which of the always-set ones were.
+    absent = [k for k in ("fleet", "etag", "version", "published_at") if k not in document]
+    if "dimensions" not in document:
+        absent.append("dimensions")
+    if "cells" not in document:
+        absent.append("cells")
+    if absent:
+        extra["__absent__"] = absent
+    if extra:
+        out.extra_json = _json_text(extra)
+    return out.SerializeToString()
+
+
+def _dimensions_fit(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(value.get(name, []), list)
+        and all(isinstance(v, str) for v in value.get(name, []))
+        for name in _DIMENSIONS
+    )
+
+
+def document_from_protobuf(raw: bytes) -> dict[str, Any]:
+    """The JSON document a `PolicyDocument` stands for (to be checked like any document)."""
+    message = pb.PolicyDocument()
+    _parse(message, raw)
+    return _document_value(message)
+
+
+def _document_value(message: pb.PolicyDocument) -> dict[str, Any]:
+    dims: dict[str, Any] = {name: list(getattr(message.dimensions, name)) for name in _DIMENSIONS}
+    if message.dimensions.extra_json:
+        others = _extra(message.dimensions.extra_json)
+        for name in others.pop("__missing__", ()):
+            dims.pop(name, None)
+        dims.update(others)
+    document: dict[str, Any] = {
+        "fleet": message.fleet,
+        "version": message.version if message.HasField("version") else None,
+        "etag": message.etag,
+        "published_at": message.published_at if message.HasField("published_at") else None,
+        "dimensions": dims,
+        "cells": [_cell_from_protobuf(cell) for cell in message.cells],
+    }
+    if message.extra_json:
+        extra = _extra(message.extra_json)
+        for key in extra.pop("__absent__", ()):
+            if isinstance(key, str):
+                document.pop(key, None)
+        document.update(extra)
+    return document
+
+
+# --- the telemetry batch ------------------------------------------------------------------------
+
+_ROUTES: Final = ("", "device", "cloud", "draft_refine")
+_DECIDED_BY: Final = ("", "policy", "privacy", "offline", "threshold", "latency")
+_FALLBACKS: Final = ("", "none", "cloud_to_device", "device_to_cloud")
+_ENUMS: Final = {"route": _ROUTES, "decided_by": _DECIDED_BY, "fallback": _FALLBACKS}
+_ENUM_NUMBERS: Final = {
+    name: {text: number for number, text in enumerate(values) if text}
+    for name, values in _ENUMS.items()
+}
+# A descriptor's name by the descriptor (a dict lookup is cheaper than its `name`).
+_EVENT_NAMES: Final = {field: field.name for field in pb.TelemetryEvent.DESCRIPTOR.fields}
+_DOUBLES: Final = frozenset(
+    field.name for field in pb.TelemetryEvent.DESCRIPTOR.fields if field.type == field.TYPE_DOUBLE
+)
+# The plain fields of an event, each with the check of the JSON values its type carries.
+_EVENT_KINDS: Final = {
+    field.name: _FITS[_kind(field)]
+    for field in pb.TelemetryEvent.DESCRIPTOR.fields
+    if field.name not in ("event_id", "ts_us", *_ENUMS)
+}
+
+
+def _event_fields(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The `TelemetryEvent` fields of a JSON event (NotRepresentable when one has no form)."""
+    fields: dict[str, Any] = {}
+    for key, value in event.items():
+        if value is None:
+            continue  # null: as absent (every nullable field of the event defaults to null)
+        if key == "event_id":
+            try:
+                fields[key] = uuid.UUID(value).bytes
+            except (TypeError, ValueError, AttributeError):
+                raise NotRepresentable(f"event_id {value!r} is not a UUID") from None
+        elif key == "ts":
+            fields["ts_us"] = _micros(value)
+        elif key in _ENUM_NUMBERS:
+            number = _ENUM_NUMBERS[key].get(value) if isinstance(value, str) else None
+            if number is None:
+                raise NotRepresentable(f"{key} {value!r} has no protobuf value")
+            fields[key] = number
+        else:
+            fits = _EVENT_KINDS.get(key)
+            if fits is None or not fits(value):
+                raise NotRepresentable(f"field {key!r} = {value!r} has no protobuf form")
+            fields[key] = value
+    return fields
+
+
+def _micros(value: Any) -> int:
+    try:
+        when = datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        raise NotRepresentable(f"ts {value!r} is not RFC 3339") from None
+    if when.tzinfo is None:
+        raise NotRepresentable(f"ts {value!r} has no time zone")
+    delta = when - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def batch_to_protobuf(batch: Mapping[str, Any]) -> bytes:
+    """A telemetry batch (`{"events": [...]}`) as a `TelemetryBatch`; NotRepresentable when an
+    event holds what the schema cannot (a field added later): send that batch as JSON."""
+    events = batch.get("events")
+    if not isinstance(events, list) or set(batch) != {"events"}:
+        raise NotRepresentable('a batch is {"events": [...]}')
+    out = pb.TelemetryBatch()
+    add = out.events.add
+    for event in events:
+        if not isinstance(event, Mapping):
+            raise NotRepresentable("an event is an object")
+        add(**_event_fields(event))
+    return out.SerializeToString()
+
+
+def _ts_text(micros: int) -> str:
+    try:
+        when = _EPOCH + timedelta(microseconds=micros)
+    except OverflowError:
+        return f"ts_us {micros} is out of range"  # the JSON rules refuse it, naming `ts`
+    return when.isoformat().replace("+00:00", "Z")
+
+
+def batch_from_protobuf(raw: bytes) -> dict[str, Any]:
+    """The JSON batch a `TelemetryBatch` stands for (`{"events": [...]}`), to be validated as
+    a JSON body is."""
+    message = pb.TelemetryBatch()
+    _parse(message, raw)
+    events: list[dict[str, Any]] = []
+    append = events.append
+    for event in message.events:
+        # The fields as they are; then the few whose JSON form differs (the hot loop of a
+        # protobuf ingest: one pass over the present fields, the rest by key).
+        out = {_EVENT_NAMES[field]: value for field, value in event.ListFields()}
+        if "event_id" in out:
+            out["event_id"] = _uuid_text(out["event_id"])
+        if "ts_us" in out:
+            out["ts"] = _ts_text(out.pop("ts_us"))
+        for name, names in _ENUMS.items():
+            if name in out:
+                value = out[name]
+                out[name] = names[value] if 0 < value < len(names) else f"<enum number {value}>"
+        for name in _DOUBLES.intersection(out):
+            if not isfinite(out[name]):
+                out[name] = str(out[name])  # NaN, inf: refused by the JSON rules, naming it
+        append(out)
+    return {"events": events}
+
+
+def _uuid_text(raw: bytes) -> str:
+    """A UUID's 16 bytes in their text form (other lengths: hex, which the JSON rules refuse)."""
+    h = raw.hex()
+    if len(raw) != 16:
+        return h
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+# --- the device frames --------------------------------------------------------------------------
+
+# The frame types that have a message of their own, and the JSON keys each may hold.
+_FRAME_KEYS: Final = {
+    "hello": frozenset({"device_id", "policy_version", "sdk", "platform", "model"}),
+    "up_to_date": frozenset({"version"}),
+    "ack": frozenset({"version"}),
+    "cloud_pressure": frozenset({"theta_offset", "ttl_s"}),
+    "error": frozenset({"code", "detail", "field"}),
+}
+_REQUIRED: Final = {
+    "hello": ("device_id",),
+    "cloud_pressure": ("theta_offset", "ttl_s"),
+    "error": ("code", "detail"),
+}
+_ROLLOUT_KEYS: Final = frozenset({"id", "stage", "holdback"})
+
+
+def frame_to_protobuf(frame: Mapping[str, Any]) -> bytes:
+    """A `/ws/device/` frame (a JSON object with its `type`) as a `Frame`."""
+    out = pb.Frame()
+    kind = frame.get("type")
+    if not _frame_fits(out, kind, frame):
+        out = pb.Frame(json=_json_text(dict(frame)))
+    return out.SerializeToString()
+
+
+def _frame_fits(out: pb.Frame, kind: Any, frame: Mapping[str, Any]) -> bool:
+    if kind == "policy":
+        rollout = frame.get("rollout")
+        document = {k: v for k, v in frame.items() if k not in ("type", "rollout")}
+        policy = out.policy
+        policy.SetInParent()
+        policy.document.ParseFromString(document_to_protobuf(document))
+        if rollout is None:
+            return "rollout" in frame
+        return (
+            isinstance(rollout, Mapping)
+            and {"id", "stage"} <= rollout.keys() <= _ROLLOUT_KEYS
+            and _fill_flat(policy.rollout, rollout)
+        )
+    keys = _FRAME_KEYS.get(kind) if isinstance(kind, str) else None
+    if keys is None:
+        return False
+    body = {k: v for k, v in frame.items() if k != "type"}
+    nulls = {k for k, v in body.items() if v is None}
+    nullable = {"policy_version", "version"}
+    if not body.keys() <= keys or not nulls <= nullable:
+        return False
+    if any(name not in body for name in _REQUIRED.get(kind, ())):
+        return False
+    # "version": null and a missing version differ in JSON; only the former is sent.
+    if kind in ("up_to_date", "ack") and "version" not in body:
+        return False
+    if kind == "hello" and "policy_version" not in body:
+        return False
+    message = getattr(out, kind)
+    message.SetInParent()
+    return _fill_flat(message, {k: v for k, v in body.items() if v is not None})
+
+
+def frame_from_protobuf(raw: bytes) -> dict[str, Any] | str:
+    """The frame a `Frame` stands for: a JSON object with its `type`, or, for the `json`
+    kind, the JSON text it carries (to be read as a JSON text frame is)."""
+    message = pb.Frame()
+    _parse(message, raw)
+    kind = message.WhichOneof("kind")
+    if kind is None:
+        return {"type": ""}  # a kind this schema does not know
+    if kind == "json":
+        return message.json
+    if kind == "policy":
+        policy = message.policy
+        rollout = _flat_of(policy.rollout) if policy.HasField("rollout") else None
+        return {"type": "policy", **_document_value(policy.document), "rollout": rollout}
+    body = _flat_of(getattr(message, kind))
+    if kind == "hello":
+        body.setdefault("policy_version", None)
+    elif kind in ("up_to_date", "ack"):
+        body.setdefault("version", None)
+    elif kind == "cloud_pressure":
+        body = {"theta_offset": message.cloud_pressure.theta_offset, "ttl_s": body.get("ttl_s", 0)}
+    elif kind == "error":
+        body = {"code": message.error.code, "detail": message.error.detail, **body}
+    return {"type": kind, **body}

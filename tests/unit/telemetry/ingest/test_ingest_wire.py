@@ -1,0 +1,345 @@
+"""`POST /api/v1/telemetry` with a protobuf or compressed body (docs/PROTOCOL.md, "Binary frames
+and compression"): landed exactly as the same batch in JSON; refused with the JSON path's own
+answers (the same 400 naming the event and field); hostile bytes get a clear 4xx, are counted,
+and store nothing. Both the DRF view and the ASGI fast path (`phone_client`)."""
+
+import gzip
+import json
+import zlib
+from typing import Any
+
+import pytest
+
+from controlplane.wire import refused_metrics
+from edge_sdk.wire import PROTOBUF_MEDIA_TYPE, codec, compression
+from edge_sdk.wire import edge_routing_pb2 as telemetry_pb2
+from telemetry.ingest.services import landed_batches_process
+from telemetry.models import Event, EventKey, LandedBatch
+from tests.factories import make_event, make_events
+
+from ..conftest import AsgiClient
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/telemetry"
+_STORED = ("event_id", "ts", "policy_version", "task_type", "route", "decided_by", "score")
+_STORED += ("tokens", "latency_ms", "rtt_ms", "bandwidth_kbps", "cache_hit", "ok")
+
+
+def _post(client: Any, body: bytes, content_type: str, encoding: str = "") -> Any:
+    if isinstance(client, AsgiClient):
+        extra = {"content-encoding": encoding} if encoding else {}
+        return client.generic("POST", URL, body, content_type=content_type, headers=extra)
+    extra_meta = {"HTTP_CONTENT_ENCODING": encoding} if encoding else {}
+    return client.generic("POST", URL, body, content_type=content_type, **extra_meta)
+
+
+def _protobuf(events: list[dict[str, Any]]) -> bytes:
+    return codec.batch_to_protobuf({"events": events})
+
+
+def _json(events: list[dict[str, Any]]) -> bytes:
+    return json.dumps({"events": events}).encode()
+
+
+def _nothing_stored() -> bool:
+    return not (LandedBatch.objects.exists() or EventKey.objects.exists() or Event.objects.exists())
+
+
+def _stored_rows() -> list[tuple[Any, ...]]:
+    landed_batches_process()
+    return sorted(
+        tuple(str(v) for v in row) for row in Event.objects.values_list(*_STORED).order_by()
+    )
+
+
+# --- lands like JSON ---------------------------------------------------------------------------
+
+
+def test_telemetry_wire__protobuf_batch__stored_exactly_as_the_json_batch(
+    phone_client: Any,
+) -> None:
+    # Given one batch of events, with optional fields both present and absent
+    events = [*make_events(3), make_event(decided_by="policy", score=None, tokens=None)]
+
+    # When it is posted as protobuf, then (as the same events) as JSON after clearing
+    response = _post(phone_client, _protobuf(events), PROTOBUF_MEDIA_TYPE)
+    assert response.status_code == 202, response.content
+    assert response.json() == {"accepted": 4, "duplicates": 0}
+    from_protobuf = _stored_rows()
+    Event.objects.all().delete()
+    EventKey.objects.all().delete()
+    assert _post(phone_client, _json(events), "application/json").status_code == 202
+    from_json = _stored_rows()
+
+    # Then the stored events are the same, field for field
+    assert from_protobuf == from_json
+    assert len(from_protobuf) == 4
+
+
+def test_telemetry_wire__answers__say_protobuf_and_codings_are_read(phone_client: Any) -> None:
+    # Given / When a JSON batch is posted (no negotiation yet)
+    response = _post(phone_client, _json(make_events(1)), "application/json")
+
+    # Then the answer tells the device what else the endpoint reads
+    assert response.status_code == 202
+    assert PROTOBUF_MEDIA_TYPE in response["Accept-Post"]
+    assert "gzip" in response["Accept-Encoding"]
+
+
+@pytest.mark.parametrize("coding", compression.CODINGS)
+@pytest.mark.parametrize("media", ["application/json", PROTOBUF_MEDIA_TYPE])
+def test_telemetry_wire__compressed_body__202_and_landed(
+    phone_client: Any, coding: str, media: str
+) -> None:
+    # Given a batch in either encoding, compressed
+    events = make_events(5)
+    body = _protobuf(events) if media == PROTOBUF_MEDIA_TYPE else _json(events)
+
+    # When it is posted with its Content-Encoding
+    response = _post(phone_client, compression.compress(body, coding), media, coding)
+
+    # Then it lands like the uncompressed body
+    assert response.status_code == 202, response.content
+    assert LandedBatch.objects.get().event_count == 5
+
+
+def test_telemetry_wire__duplicate_protobuf_batch__duplicates_not_stored_twice(
+    phone_client: Any,
+) -> None:
+    # Given a protobuf batch already accepted
+    body = _protobuf(make_events(2))
+    assert _post(phone_client, body, PROTOBUF_MEDIA_TYPE).status_code == 202
+
+    # When it is sent again (a retry after a lost answer)
+    response = _post(phone_client, body, PROTOBUF_MEDIA_TYPE)
+
+    # Then both events are duplicates, stored once
+    assert response.json() == {"accepted": 0, "duplicates": 2}
+    assert EventKey.objects.count() == 2
+
+
+# --- the JSON path's refusals ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ({"task_type": "sing"}, "task_type"),
+        ({"policy_version": 2**40}, "policy_version"),
+        ({"tokens": -1}, "tokens"),
+        ({"score": 1.5}, "score"),
+        ({"score": float("nan")}, "score"),
+        ({"device_id": "someone-else"}, "device_id"),
+        ({"task_type": "te\x00xt"}, "task_type"),
+        ({"latency_ms": 1e12}, "latency_ms"),
+    ],
+)
+def test_telemetry_wire__bad_event__same_400_as_json_naming_event_and_field(
+    phone_client: Any, override: dict[str, Any], field: str
+) -> None:
+    # Given a batch whose second event breaks a rule
+    events = [make_event(), make_event(**override)]
+
+    # When it is posted as protobuf
+    response = _post(phone_client, _protobuf(events), PROTOBUF_MEDIA_TYPE)
+
+    # Then it is refused naming event 1 and the field, and nothing is stored
+    assert response.status_code == 400, response.content
+    details = response.json()["error"]["details"]
+    assert {"event": 1, "field": field} in [
+        {"event": d.get("event"), "field": d["field"]} for d in details
+    ], details
+    assert _nothing_stored()
+    # and the answer is the JSON path's for the same batch (NaN aside: JSON cannot carry it)
+    if field != "score" or override["score"] == 1.5:
+        as_json = _post(phone_client, json.dumps({"events": events}).encode(), "application/json")
+        assert as_json.status_code == 400
+        assert as_json.json() == response.json()
+
+
+def _raw_event(**fields: Any) -> bytes:
+    """A batch of one event built field by field (values the SDK's encoder would not write)."""
+    good = codec.batch_to_protobuf({"events": [make_event()]})
+    batch = telemetry_pb2.TelemetryBatch()
+    batch.ParseFromString(good)
+    for name, value in fields.items():
+        setattr(batch.events[0], name, value)
+    return batch.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"route": 9}, "route"),  # an enum number the schema does not have
+        ({"decided_by": 0}, "decided_by"),  # unspecified: missing
+        ({"event_id": b"\x01\x02"}, "event_id"),  # not 16 bytes
+        ({"ts_us": 2**62}, "ts"),  # beyond any date
+        ({"ts_us": -(2**62)}, "ts"),
+        ({"policy_version": -5}, "policy_version"),
+    ],
+)
+def test_telemetry_wire__out_of_range_protobuf_values__400_naming_the_field(
+    phone_client: Any, fields: dict[str, Any], field: str
+) -> None:
+    # Given / When a protobuf event holds a value no JSON event could mean
+    response = _post(phone_client, _raw_event(**fields), PROTOBUF_MEDIA_TYPE)
+
+    # Then the 400 names event 0 and the field; nothing stored
+    assert response.status_code == 400, response.content
+    details = response.json()["error"]["details"]
+    assert (0, field) in [(d.get("event"), d["field"]) for d in details], details
+    assert _nothing_stored()
+
+
+def test_telemetry_wire__missing_required_fields__400_like_json(phone_client: Any) -> None:
+    # Given a protobuf event without latency_ms and ok (explicit presence: absent means missing)
+    batch = telemetry_pb2.TelemetryBatch()
+    batch.ParseFromString(_protobuf([make_event()]))
+    batch.events[0].ClearField("latency_ms")
+    batch.events[0].ClearField("ok")
+
+    # When it is posted
+    response = _post(phone_client, batch.SerializeToString(), PROTOBUF_MEDIA_TYPE)
+
+    # Then both are named as required, as JSON would
+    assert response.status_code == 400
+    named = {d["field"]: d["message"] for d in response.json()["error"]["details"]}
+    assert named["latency_ms"] == named["ok"] == "This field is required."
+
+
+# --- hostile bytes ------------------------------------------------------------------------------
+
+
+def _deeply_nested_unknown_group(depth: int) -> bytes:
+    start, end = bytes([0xBB, 0x06]), bytes([0xBC, 0x06])  # field 103, start / end group
+    return start * depth + end * depth
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        pytest.param(b"\x0a\xff\xff\xff\x0f\x0a", 400, "malformed_protobuf", id="truncated"),
+        pytest.param(b"\xff" * 64, 400, "malformed_protobuf", id="garbage"),
+        pytest.param(b"", 400, "validation_failed", id="empty"),
+        pytest.param(_deeply_nested_unknown_group(5000), 400, "malformed_protobuf", id="deep"),
+        pytest.param(b"\x0a\x05\x12\x03\xff\xfe\xfd", 400, "malformed_protobuf", id="invalid-utf8"),
+    ],
+)
+def test_telemetry_wire__hostile_protobuf__clear_4xx_counted_nothing_stored(
+    phone_client: Any, body: bytes, status: int, code: str
+) -> None:
+    # Given / When bytes that are not a usable batch are posted as protobuf
+    before = refused_metrics()
+    response = _post(phone_client, body, PROTOBUF_MEDIA_TYPE)
+
+    # Then a clear 4xx with its code, nothing stored, and (for bytes that are not protobuf) the
+    # refusal counted for Prometheus
+    assert response.status_code == status, response.content
+    assert response.json()["error"]["code"] == code
+    assert _nothing_stored()
+    if code == "malformed_protobuf":
+        assert refused_metrics() != before
+        assert 'reason="malformed_protobuf"' in refused_metrics()
+
+
+def _varint(number: int) -> bytes:
+    out = b""
+    while number >= 0x80:
+        out += bytes([number & 0x7F | 0x80])
+        number >>= 7
+    return out + bytes([number])
+
+
+def test_telemetry_wire__unknown_protobuf_fields__ignored_like_json(phone_client: Any) -> None:
+    # Given a batch with fields a newer SDK might add (unknown numbers, every wire type)
+    unknown = b"\xf8\x07\x01" + b"\x82\x08\x03abc" + b"\x89\x08" + b"\x00" * 8
+    body = _protobuf(make_events(1))
+    event = telemetry_pb2.TelemetryBatch()
+    event.ParseFromString(body)
+    inner = event.events[0].SerializeToString() + unknown
+    batch = b"\x0a" + _varint(len(inner)) + inner + unknown
+
+    # When it is posted
+    response = _post(phone_client, batch, PROTOBUF_MEDIA_TYPE)
+
+    # Then it is accepted as the known fields say
+    assert response.status_code == 202, response.content
+    assert LandedBatch.objects.get().event_count == 1
+
+
+def test_telemetry_wire__oversized_protobuf__413_nothing_stored(phone_client: Any) -> None:
+    # Given a protobuf body over the 1 MiB limit
+    body = _protobuf([make_event(device_id="phone-1")] * 8000)
+    assert len(body) > 1024 * 1024
+
+    # When it is posted
+    response = _post(phone_client, body, PROTOBUF_MEDIA_TYPE)
+
+    # Then 413, nothing stored
+    assert response.status_code == 413
+    assert _nothing_stored()
+
+
+def test_telemetry_wire__too_many_events_in_protobuf__413_like_json(phone_client: Any) -> None:
+    # Given 1,001 events, small enough in protobuf to pass the byte limit
+    body = _protobuf(make_events(1001))
+    assert len(body) < 1024 * 1024
+
+    # When posted
+    response = _post(phone_client, body, PROTOBUF_MEDIA_TYPE)
+
+    # Then 413 as for 1,001 JSON events, nothing stored
+    assert response.status_code == 413
+    assert _nothing_stored()
+
+
+@pytest.mark.parametrize("coding", compression.CODINGS)
+def test_telemetry_wire__decompression_bomb__413_nothing_stored(
+    phone_client: Any, coding: str
+) -> None:
+    # Given a few KiB that inflate to 64 MiB
+    bomb = compression.compress(b" " * (64 * 1024 * 1024), coding)
+    assert len(bomb) < 200 * 1024
+
+    # When posted as a compressed JSON batch
+    before = refused_metrics()
+    response = _post(phone_client, bomb, "application/json", coding)
+
+    # Then 413 before inflating past the limit, counted, nothing stored
+    assert response.status_code == 413, response.content
+    assert response.json()["error"]["code"] == "payload_too_large"
+    assert refused_metrics() != before
+    assert _nothing_stored()
+
+
+@pytest.mark.parametrize(
+    ("body", "coding", "status"),
+    [
+        (b"not gzip at all", "gzip", 400),
+        (gzip.compress(b'{"events": []}')[:-6], "gzip", 400),  # truncated
+        (zlib.compress(b"{}"), "br", 415),
+        (b"{}", "gzip, zstd", 415),
+    ],
+)
+def test_telemetry_wire__bad_content_encoding__4xx_nothing_stored(
+    phone_client: Any, body: bytes, coding: str, status: int
+) -> None:
+    # Given / When a body that is not in the coding it names, or in one the server does not read
+    response = _post(phone_client, body, "application/json", coding)
+
+    # Then a clear 4xx, nothing stored
+    assert response.status_code == status, response.content
+    assert _nothing_stored()
+
+
+def test_telemetry_wire__protobuf_without_token__401(phone_client: Any) -> None:
+    # Given a client without a token
+    phone_client.credentials(HTTP_AUTHORIZATION="Bearer nope")
+
+    # When it posts a protobuf batch
+    response = _post(phone_client, _protobuf(make_events(1)), PROTOBUF_MEDIA_TYPE)
+
+    # Then 401, nothing stored
+    assert response.status_code == 401
+    assert _nothing_stored()
