@@ -96,3 +96,24 @@ def test_apply__same_version_other_segments__tables_not_shared() -> None:
     twin.apply(_with_overrides())
     assert twin.current is not None
     assert twin.current.table is npu.current.table
+
+
+def test_transports__protobuf_and_delta__carry_the_overrides_unchanged() -> None:
+    # Given a version with overrides, and the version before it without
+    from edge_sdk.delta import apply_delta, make_delta
+    from edge_sdk.wire.codec import document_from_protobuf, document_to_protobuf
+
+    before, after = policy_document(2), _with_overrides()
+
+    # When it goes as protobuf, and as a delta from the version before
+    decoded = document_from_protobuf(document_to_protobuf(after))
+    delta = make_delta(before, after)
+    assert delta is not None
+    patched = apply_delta(before, delta)
+
+    # Then the device resolves the same table either way
+    for document in (decoded, patched):
+        assert document["overrides"] == after["overrides"]
+        store = PolicyStore(attributes={"accelerator": "npu"})
+        store.apply(document)
+        assert store.cells[("text", "interactive", "normal")].threshold == 0.95
