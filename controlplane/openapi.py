@@ -53,6 +53,9 @@ class ErrorDetailSerializer(serializers.Serializer[Any]):
     cell = serializers.CharField(
         required=False, help_text="Policy validation: the cell, task_type/latency_budget/tier."
     )
+    segment = serializers.CharField(
+        required=False, help_text="Policy validation: the segment of an override at fault."
+    )
     event = serializers.IntegerField(
         required=False, help_text="Telemetry only: the index of the bad event in the batch."
     )

@@ -44,6 +44,7 @@ from edge_sdk.listeners import Listener, Listeners
 from edge_sdk.policy import PolicyStore
 from edge_sdk.policy_sync import PolicySync
 from edge_sdk.router import Router
+from edge_sdk.segments import device_attributes
 from edge_sdk.shadow import ShadowRefines
 from edge_sdk.task import (
     CloudInfer,
@@ -121,7 +122,12 @@ class Device:
         self._readings = readings
         rng = rng if rng is not None else JITTER
         self._executor = Executor(device_infer, cloud_infer, refine_infer)
-        self.policy = PolicyStore(config.state_dir)
+        self.policy = PolicyStore(
+            config.state_dir,
+            attributes=device_attributes(
+                platform=config.platform, model=config.model, reported=config.attributes
+            ),
+        )
         self.router = Router(self.policy, readings=readings)
         self.cache = ResultCache(config.cache_max_entries, clock=clock)
         self._listeners = Listeners()

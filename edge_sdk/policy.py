@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from edge_sdk.decision import Cell, CellDocumentError
+from edge_sdk.overrides import matching_overrides, resolve_cells
+from edge_sdk.segments import RuleProblem, rule_check
 from edge_sdk.storage import atomic_write, read_bytes
 
 __all__ = ["CellKey", "Policy", "PolicyDocumentError", "PolicyStore", "PolicyTable", "parse_policy"]
@@ -62,8 +64,8 @@ class PolicyTable:
         return plans
 
 
-# (fleet, version, etag) -> table, while any device holds it.
-_tables: weakref.WeakValueDictionary[tuple[Any, int, str], PolicyTable] = (
+# (fleet, version, etag, the overrides a device matches) -> table, while any device holds it.
+_tables: weakref.WeakValueDictionary[tuple[Any, int, str, tuple[int, ...]], PolicyTable] = (
     weakref.WeakValueDictionary()
 )
 
@@ -93,10 +95,13 @@ def parse_policy(
     *,
     rollout: Mapping[str, Any] | None = None,
     etag: str | None = None,
+    attributes: Mapping[str, object] | None = None,
 ) -> Policy:
     """Check a whole policy document and index its cells; PolicyDocumentError says why not.
 
-    `etag` (from an HTTP header) is used when the document carries none.
+    `etag` (from an HTTP header) is used when the document carries none. The cells are those a
+    device with these `attributes` runs (edge_sdk.overrides: the document's overrides by
+    segment resolved; without attributes every attribute is unknown and no segment matches).
     """
     version = document.get("version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
@@ -107,28 +112,60 @@ def parse_policy(
     if own_etag is not None and not isinstance(own_etag, str):
         raise PolicyDocumentError("policy field 'etag' must be a string")
     etag = own_etag if own_etag is not None else etag
-    key = (document.get("fleet"), version, etag) if etag else None
+    _check_overrides(document)
+    matched = matching_overrides(document, attributes or {})
+    key = (document.get("fleet"), version, etag, matched) if etag else None
     table = _tables.get(key) if key is not None else None
     # Equal content is checked, not assumed from the ETag: a server that reused a version
     # number for other content must not get one device routing by another's table.
     if table is None or table.document != document:
-        cells = _parse_cells(document)
+        raw_cells = document.get("cells")
+        if not isinstance(raw_cells, list) or not raw_cells:
+            raise PolicyDocumentError("policy field 'cells' must be a non-empty list")
+        if not all(isinstance(raw, Mapping) for raw in raw_cells):
+            index = next(i for i, raw in enumerate(raw_cells) if not isinstance(raw, Mapping))
+            raise PolicyDocumentError(f"cells[{index}] must be an object")
+        resolved = resolve_cells(document, attributes or {}, matched=matched)
+        cells = _parse_cells(resolved)
         table = PolicyTable(
-            document=document, cells=cells, shadow_rates=_shadow_rates(document, cells)
+            document=document, cells=cells, shadow_rates=_shadow_rates(resolved, cells)
         )
         if key is not None:
             _tables[key] = table
     return Policy(version=version, etag=etag, rollout=rollout, table=table)
 
 
-def _parse_cells(document: Mapping[str, Any]) -> dict[CellKey, Cell]:
-    raw_cells = document.get("cells")
-    if not isinstance(raw_cells, list) or not raw_cells:
-        raise PolicyDocumentError("policy field 'cells' must be a non-empty list")
+MAX_OVERRIDES: Final = 64  # the server sends at most 32
+
+
+def _check_overrides(document: Mapping[str, Any]) -> None:
+    """The document's `overrides` (PROTOCOL.md extensions), if any, well formed: a list of
+    objects each with a segment's name, its rule (checked as edge_sdk.segments checks one) and
+    a list of cells each naming its key; the fields are checked on the resolved cells."""
+    overrides = document.get("overrides")
+    if overrides is None:
+        return
+    if not isinstance(overrides, list) or len(overrides) > MAX_OVERRIDES:
+        raise PolicyDocumentError(f"'overrides' must be a list of at most {MAX_OVERRIDES}")
+    for index, override in enumerate(overrides):
+        place = f"overrides[{index}]"
+        if not isinstance(override, Mapping) or not isinstance(override.get("segment"), str):
+            raise PolicyDocumentError(f"{place} must be an object naming its segment")
+        try:
+            rule_check(override.get("rule"))
+        except RuleProblem as problem:
+            raise PolicyDocumentError(f"{place}.rule: {problem}") from None
+        cells = override.get("cells")
+        if not isinstance(cells, list) or not all(
+            isinstance(cell, Mapping) and all(isinstance(cell.get(k), str) for k in _DIMENSIONS)
+            for cell in cells
+        ):
+            raise PolicyDocumentError(f"{place}.cells must be a list of cells, each with its key")
+
+
+def _parse_cells(raw_cells: list[dict[str, Any]]) -> dict[CellKey, Cell]:
     cells: dict[CellKey, Cell] = {}
     for index, raw in enumerate(raw_cells):
-        if not isinstance(raw, Mapping):
-            raise PolicyDocumentError(f"cells[{index}] must be an object")
         try:
             cell = Cell.from_document(raw)
         except CellDocumentError as error:
@@ -144,7 +181,7 @@ MAX_SHADOW_REFINE_RATE: Final = 1.0  # the server sends at most 0.05; more is no
 
 
 def _shadow_rates(
-    document: Mapping[str, Any], cells: Mapping[CellKey, Cell]
+    raw_cells: list[dict[str, Any]], cells: Mapping[CellKey, Cell]
 ) -> dict[CellKey, float]:
     """`shadow_refine_rate` of each cell that has one above 0 (absent: 0, as old servers send).
 
@@ -153,7 +190,7 @@ def _shadow_rates(
     draft to the cloud (the server refuses such a cell; the device does not trust it to).
     """
     rates: dict[CellKey, float] = {}
-    for index, raw in enumerate(document["cells"]):
+    for index, raw in enumerate(raw_cells):
         rate = raw.get("shadow_refine_rate", 0.0)
         if (
             isinstance(rate, bool)
@@ -176,6 +213,7 @@ class PolicyStore:
     __slots__ = (
         "_path",
         "_write_lock",
+        "attributes",
         "cells",
         "current",
         "generation",
@@ -183,8 +221,13 @@ class PolicyStore:
         "shadow_rates",
     )
 
-    def __init__(self, state_dir: Path | None = None) -> None:
+    def __init__(
+        self, state_dir: Path | None = None, *, attributes: Mapping[str, object] | None = None
+    ) -> None:
         self._path = state_dir / POLICY_FILE if state_dir is not None else None
+        # What the device is (edge_sdk.segments.device_attributes): the document's overrides
+        # by segment are resolved with them into the cells the router reads.
+        self.attributes: Mapping[str, object] = dict(attributes or {})
         self._write_lock = threading.Lock()
         self.current: Policy | None = None
         # Read by the router on every decision: a plain dict, swapped whole on apply.
@@ -238,7 +281,7 @@ class PolicyStore:
         later, e.g. on a worker thread: a device of a large simulated fleet must not stall the
         event loop on an fsync.
         """
-        policy = parse_policy(document, rollout=rollout, etag=etag)
+        policy = parse_policy(document, rollout=rollout, etag=etag, attributes=self.attributes)
         self._set(policy)
         if save:
             self.save()
@@ -254,7 +297,10 @@ class PolicyStore:
         try:
             stored = json.loads(raw)
             policy = parse_policy(
-                stored["document"], rollout=stored.get("rollout"), etag=stored.get("etag")
+                stored["document"],
+                rollout=stored.get("rollout"),
+                etag=stored.get("etag"),
+                attributes=self.attributes,
             )
         except (ValueError, KeyError, TypeError) as error:
             logger.warning("policy.stored_unusable path=%s error=%s", self._path, error)

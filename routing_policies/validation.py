@@ -13,13 +13,14 @@ with it, and `validate_cell` each value of a cell as stored. What needs several 
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 from typing import Any
 
 from .cell_schema import (
     CELL_FIELDS,
     DIMENSIONS,
+    FIELD_PATHS,
     FIELDS_BY_PATH,
     SENSITIVE_TIER,
     WEIGHT_PATHS,
@@ -27,6 +28,7 @@ from .cell_schema import (
     CellKey,
     FieldSpec,
     cell_key_label,
+    flatten,
 )
 
 # A value of a dimension (`code`, `on-device`): the one pattern of the API, the pages (also as
@@ -47,10 +49,13 @@ class Problem:
     field: str
     message: str
     cell: str | None = None
+    segment: str | None = None  # the override's segment, for a problem of an override
 
     def as_dict(self) -> dict[str, Any]:
         """JSON shape used by the API and the pages."""
         out: dict[str, Any] = {"field": self.field, "message": self.message}
+        if self.segment is not None:
+            out["segment"] = self.segment
         if self.cell is not None:
             out["cell"] = self.cell
         return out
@@ -242,3 +247,107 @@ def table_problems(
             problems.extend(cell_rules(key, values))
     problems.extend(validate_coverage(dimensions, [key for key, _ in cells]))
     return problems
+
+
+# --- overrides by segment (docs/segments.md) ---------------------------------------------------
+
+MAX_OVERRIDES = 32  # segments a version overrides cells for
+
+
+def override_problems(
+    segment: str, table: dict[CellKey, dict[str, Any]], cells: Any
+) -> tuple[dict[str, dict[str, Any]], list[Problem]]:
+    """One segment's override checked as a cell is: each cell a cell of the table, each field
+    a field of a cell within its bounds (`clean_value`, CELL_FIELDS), and the base cell with
+    these fields over its own valid whole (`validate_cell`: the weights' sum, the privacy
+    rules), since that cell is what a device of the segment runs. `cells` maps a cell's label
+    (`voice/interactive/normal`) to its fields by document path. Returns the cleaned cells
+    (labels in the table's order) and the problems, each naming the segment, cell and field."""
+    problems: list[Problem] = []
+    cleaned: dict[str, dict[str, Any]] = {}
+    if not isinstance(cells, dict) or not cells:
+        return {}, [Problem("cells", "must override at least one cell", segment=segment)]
+    labels = {cell_key_label(key): key for key in table}
+    for label, values in cells.items():
+        key = labels.get(label)
+        if key is None:
+            problems.append(Problem("cell", "is not a cell of this table", label, segment))
+            continue
+        if not isinstance(values, dict) or not values:
+            problems.append(Problem("values", "must change at least one field", label, segment))
+            continue
+        own: dict[str, Any] = {}
+        for path, value in values.items():
+            spec = FIELDS_BY_PATH.get(path)
+            if spec is None:
+                problems.append(Problem(path, "is not a field of a policy cell", label, segment))
+                continue
+            value, error = clean_value(spec, value)
+            if error:
+                problems.append(Problem(path, error, label, segment))
+            else:
+                own[path] = value
+        if len(own) < len(values):
+            continue
+        _, whole = validate_cell(key, {**table[key], **own})
+        problems.extend(replace(problem, segment=segment) for problem in whole)
+        cleaned[label] = {path: own[path] for path in FIELD_PATHS if path in own}
+    order = [label for label in labels if label in cleaned]
+    return {label: cleaned[label] for label in order}, problems
+
+
+def overrides_problems(
+    table: dict[CellKey, dict[str, Any]],
+    overrides: Sequence[dict[str, Any]],
+    known: Sequence[str] | None,
+) -> list[Problem]:
+    """A version's overrides as a whole: at most MAX_OVERRIDES, a segment once, each a segment
+    of the fleet (`known`; None: not asked) and each checked by `override_problems`."""
+    problems: list[Problem] = []
+    if len(overrides) > MAX_OVERRIDES:
+        problems.append(Problem("overrides", f"has {len(overrides)}; at most {MAX_OVERRIDES}"))
+    seen: set[str] = set()
+    for override in overrides:
+        name = override["segment"]
+        if name in seen:
+            problems.append(Problem("segment", "is overridden twice", segment=name))
+        seen.add(name)
+        if known is not None and name not in known:
+            problems.append(Problem("segment", "is not a segment of this fleet", segment=name))
+        problems.extend(override_problems(name, table, override["cells"])[1])
+    return problems
+
+
+def overrides_from_document(section: Any) -> tuple[list[dict[str, Any]], list[Problem]]:
+    """A document's `overrides` section (export format) as a version stores them: each
+    segment's name and its cells' fields by label; the rule it inlines is not read (a fleet's
+    segment of that name gives the rule). Only the shape is checked here."""
+    if section is None:
+        return [], []
+    if not isinstance(section, list):
+        return [], [Problem("overrides", "must be a list")]
+    overrides: list[dict[str, Any]] = []
+    problems: list[Problem] = []
+    for index, item in enumerate(section):
+        place = f"overrides[{index}]"
+        name = item.get("segment") if isinstance(item, dict) else None
+        if not isinstance(name, str) or not name or len(name) > 64 or "\x00" in name:
+            problems.append(Problem(f"{place}.segment", "must name a segment"))
+            continue
+        cells = item.get("cells")
+        if not isinstance(cells, list) or len(cells) > MAX_CELLS:
+            problems.append(Problem("cells", f"must be a list of at most {MAX_CELLS}", None, name))
+            continue
+        stored: dict[str, dict[str, Any]] = {}
+        for cell in cells:
+            key = tuple(cell.get(d) for d in DIMENSIONS) if isinstance(cell, dict) else ()
+            if len(key) != 3 or not all(isinstance(part, str) for part in key):
+                problems.append(Problem("cells", "each must be an object with its key", None, name))
+                continue
+            label = cell_key_label(key)  # type: ignore[arg-type]
+            if label in stored:
+                problems.append(Problem("cell", "is overridden twice", label, name))
+            fields = {k: v for k, v in cell.items() if k not in DIMENSIONS}
+            stored[label] = flatten(fields)
+        overrides.append({"segment": name, "rule": None, "cells": stored})
+    return overrides, problems

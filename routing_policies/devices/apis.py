@@ -244,6 +244,28 @@ class DeviceListApi(APIView):
         return paginator.get_paginated_response(rows)
 
 
+class DeviceTableApi(APIView):
+    """Which cell values a device runs: a version resolved with its attributes (the SDK's own
+    resolution, edge_sdk.overrides)."""
+
+    permission_classes = [IsViewer]
+
+    @query_input(
+        schemas.DeviceTableQuerySerializer,
+        responses={200: schemas.DeviceTableSerializer, **error_responses(404)},
+        operation_id="device_table",
+    )
+    def get(self, request: Request, slug: str, device_id: str, query: dict[str, Any]) -> Response:
+        fleet = fleet_get(slug=slug)
+        device = selectors.device_get(fleet=fleet, device_id=device_id)
+        if device is None:
+            raise NotFound(f"Fleet {slug!r} has no device {device_id!r}.")
+        table = selectors.device_table(fleet=fleet, device=device, number=query.get("version"))
+        if table["version"] is None and query.get("version") is not None:
+            raise NotFound(f"Fleet {slug!r} has no published version {query['version']}.")
+        return Response(table)
+
+
 class DeviceRevokeApi(APIView):
     """Revoke a device's token; its open socket is closed with 4401."""
 

@@ -39,6 +39,40 @@ class DeviceListQuerySerializer(ApiSerializer):
     )
 
 
+class DeviceTableQuerySerializer(ApiSerializer):
+    """Which version's cells a device runs (left out: the one it acknowledged, else the one
+    it is assigned)."""
+
+    version = serializers.IntegerField(
+        min_value=1, max_value=MAX_VERSION, required=False, label="the version"
+    )
+
+
+class DeviceTableCellSerializer(ApiSerializer):
+    cell = serializers.CharField(help_text="task_type/latency_budget/privacy_tier")
+    values = serializers.DictField(help_text="the cell's fields as the device runs them")
+    segment = serializers.CharField(
+        allow_null=True, help_text="the segment whose override it takes; null: the base cell"
+    )
+    overridden = serializers.ListField(
+        child=serializers.CharField(), help_text="the fields that override sets"
+    )
+
+
+class DeviceTableSerializer(ApiSerializer):
+    """Which cell values a device runs: the version resolved with its attributes."""
+
+    device_id = serializers.CharField()
+    version = serializers.IntegerField(allow_null=True, help_text="null: no such version")
+    etag = serializers.CharField(allow_null=True)
+    attributes = serializers.DictField(help_text="as rules read them; null: unknown")
+    overrides = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="the version's overrides whose segment it is in, in precedence order",
+    )
+    cells = DeviceTableCellSerializer(many=True)
+
+
 class EnrollmentSerializer(ApiSerializer):
     device_token = serializers.CharField(help_text="shown once; send as Authorization: Bearer")
     device_id = serializers.CharField()

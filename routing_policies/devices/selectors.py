@@ -10,10 +10,19 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from ..assignment import FleetAssignment
+from ..cell_schema import DIMENSIONS, cell_key_label, document_cell, flatten
 from ..policies.models import AuditEntry, Fleet
+from ..policies.selectors import published_version_get, version_document
 from ..rollouts.models import FleetRouting, RolloutEvent
 from ..rollouts.selectors import NOT_ACKED_LIMIT, cloud_pressure_live, fleet_assignment
-from ..segments.rules import ATTRIBUTES, device_attributes, segments_of
+from ..segments.rules import (
+    ATTRIBUTES,
+    cell_winners,
+    device_attributes,
+    matching_overrides,
+    resolve_cells,
+    segments_of,
+)
 from .models import Device, DeviceQuerySet, device_online, online_q
 from .tokens import hash_secret, looks_like_device_token
 
@@ -82,6 +91,59 @@ def attributes_of(device: Device) -> dict[str, Any]:
     return device_attributes(
         platform=device.platform, model=device.model, reported=device.attributes
     )
+
+
+def device_table(*, fleet: Fleet, device: Device, number: int | None = None) -> dict[str, Any]:
+    """Which cell values a device runs: a published version (`number`; else the one it last
+    acknowledged, else the one it is assigned) resolved with its attributes by the one
+    resolution the SDK runs (edge_sdk.overrides). Each cell says the segment whose override
+    it takes (None: the base cell) and the fields that override sets. `version` is None when
+    the fleet has no such version."""
+    assignment = fleet_assignment(fleet.pk)
+    if number is None:
+        number = device.acked_version or assignment.version_for(device.device_id)
+    version = published_version_get(fleet_id=fleet.pk, number=number) if number else None
+    attributes = attributes_of(device)
+    out: dict[str, Any] = {
+        "device_id": device.device_id,
+        "version": None,
+        "etag": None,
+        "attributes": {name: attributes.get(name) for name in ATTRIBUTES},
+        "overrides": [],
+        "cells": [],
+    }
+    if version is None:
+        return out
+    document = version_document(version=version)
+    matched = matching_overrides(document, attributes)
+    winners = cell_winners(document, matched)
+    overrides = document.get("overrides", [])
+    cells = []
+    for cell in resolve_cells(document, attributes, matched=matched):
+        key, values = document_cell(cell)
+        index = winners.get(key)
+        own = (
+            next(f for f in overrides[index]["cells"] if document_cell(f)[0] == key)
+            if index is not None
+            else {}
+        )
+        cells.append(
+            {
+                "cell": cell_key_label(key),
+                "values": values,
+                "segment": overrides[index]["segment"] if index is not None else None,
+                "overridden": sorted(
+                    flatten({k: v for k, v in own.items() if k not in DIMENSIONS})
+                ),
+            }
+        )
+    out.update(
+        version=version.number,
+        etag=version.etag,
+        overrides=[overrides[index]["segment"] for index in matched],
+        cells=cells,
+    )
+    return out
 
 
 def device_rows(

@@ -12,6 +12,11 @@ urlpatterns = [
     path(f"{FLEET}/enrollment-key", apis.EnrollmentKeyApi.as_view(), name="api-enrollment-key"),
     path(f"{FLEET}/devices/", apis.DeviceListApi.as_view(), name="api-device-list"),
     path(
+        f"{FLEET}/devices/<str:device_id>/table",
+        apis.DeviceTableApi.as_view(),
+        name="api-device-table",
+    ),
+    path(
         f"{FLEET}/devices/<str:device_id>/revoke",
         apis.DeviceRevokeApi.as_view(),
         name="api-device-revoke",

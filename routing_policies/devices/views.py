@@ -17,6 +17,7 @@ from controlplane.roles import Role
 from ..policies.models import Fleet
 from ..policies.pages import fleet_action, fleet_page
 from ..policies.selectors import published_versions
+from ..policies.view_models import display_value, field_label
 from ..rollouts.selectors import fleet_assignment
 from ..segments.rules import REPORTED_ATTRIBUTES
 from ..segments.selectors import segment_rules
@@ -111,6 +112,43 @@ def _devices_page(
 
 device_list_page = fleet_page(
     _devices_page, "The fleet's devices, filtered by version, online state and platform."
+)
+
+
+def _device_page(request: HttpRequest, fleet: Fleet, device_id: str) -> HttpResponse:
+    device = selectors.device_get(fleet=fleet, device_id=device_id)
+    if device is None:
+        raise Http404(f"Fleet {fleet.slug!r} has no device {device_id!r}.")
+    text = (request.GET.get("version") or "").strip().lstrip("v")
+    number = int(text) if text.isdigit() and 0 < len(text) < 10 else None
+    table = selectors.device_table(fleet=fleet, device=device, number=number)
+    if number is not None and table["version"] is None:
+        raise Http404(f"Fleet {fleet.slug!r} has no published version {number}.")
+    assignment = fleet_assignment(fleet.pk)
+    (row,) = selectors.device_rows(
+        [device], assignment=assignment, segments=segment_rules(fleet=fleet)
+    )
+    for cell in table["cells"]:
+        cell["fields"] = [
+            {
+                "label": field_label(path),
+                "value": display_value(value),
+                "overridden": path in cell["overridden"],
+            }
+            for path, value in cell["values"].items()
+        ]
+    context = {
+        "fleet": fleet,
+        "device": row,
+        "table": table,
+        "versions": published_versions(fleet=fleet),
+        "unknown_attributes": [n for n in REPORTED_ATTRIBUTES if row["attributes"][n] is None],
+    }
+    return render(request, "routing_policies/device.html", context)
+
+
+device_page = fleet_page(
+    _device_page, "One device: its attributes, its segments and the cell values it runs."
 )
 
 

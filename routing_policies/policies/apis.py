@@ -388,6 +388,38 @@ class DraftImportApi(APIView):
         return _draft_response(draft)
 
 
+class DraftOverrideApi(APIView):
+    """Set or remove a segment's override of cells in the draft (docs/segments.md)."""
+
+    permission_classes = [IsEditor]
+
+    @_draft_edit_input(
+        schemas.DraftOverrideInputSerializer,
+        responses={200: schemas.VersionWithDocumentSerializer, **error_responses(404, 409, 428)},
+    )
+    def put(self, request: Request, fleet: Fleet, data: dict[str, Any], segment: str) -> Response:
+        draft = services.policy_draft_override_set(
+            actor=request.user,
+            fleet=fleet,
+            revision=data["revision"],
+            segment=segment,
+            cells=schemas.draft_override_input(data),
+            position=data.get("position"),
+        )
+        return _draft_response(draft)
+
+    @extend_schema(
+        parameters=[schemas.RevisionQuerySerializer],
+        responses={200: schemas.VersionWithDocumentSerializer, **error_responses(404, 409, 428)},
+    )
+    def delete(self, request: Request, slug: str, segment: str) -> Response:
+        fleet = selectors.fleet_get(slug=slug)
+        draft = services.policy_draft_override_remove(
+            actor=request.user, fleet=fleet, revision=_delete_revision(request), segment=segment
+        )
+        return _draft_response(draft)
+
+
 class PublishApi(APIView):
     """Publish the draft as the next numbered, immutable version."""
 

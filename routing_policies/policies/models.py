@@ -65,6 +65,11 @@ class PolicyVersion(models.Model):
     )
     published_at = models.DateTimeField(null=True, blank=True)
     etag = models.CharField(max_length=80, blank=True)
+    # Overrides of cells by segment (docs/segments.md), in precedence order:
+    # [{"segment": name, "rule": rule or None, "cells": {"voice/interactive/normal": {path: v}}}].
+    # A published version holds each segment's rule as it was at publishing (its document
+    # inlines them); a draft's rules are read from the fleet's segments when asked.
+    overrides = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["fleet", "-number"]

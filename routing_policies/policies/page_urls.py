@@ -15,6 +15,7 @@ fleet_routes = [
     path("draft/discard/", views.draft_discard, name="draft-discard"),
     path("draft/publish/", views.draft_publish, name="draft-publish"),
     path("draft/import/", views.draft_import_page, name="draft-import"),
+    path("draft/overrides/", views.draft_override, name="draft-override"),
     path("draft/dimensions/add/", views.dimension_value_add, name="dimension-add"),
     path("draft/dimensions/remove/", views.dimension_value_remove, name="dimension-remove"),
 ]

@@ -48,6 +48,7 @@ from ..validation import (
     MAX_CELLS,
     MAX_DIMENSION_VALUE_LENGTH,
     MAX_DIMENSION_VALUES,
+    MAX_OVERRIDES,
     MAX_VERSION,
     Problem,
     clean_value,
@@ -230,6 +231,19 @@ class DimensionsSerializer(ClosedSerializer, ApiSerializer):
     privacy_tier = _dimension_values()
 
 
+class PolicyOverrideSerializer(ApiSerializer):
+    """One segment's overrides in a policy document (PROTOCOL.md, extensions)."""
+
+    segment = serializers.CharField(help_text="the segment's name")
+    rule = serializers.JSONField(
+        allow_null=True, help_text="the segment's rule, inlined (null: a draft's lost segment)"
+    )
+    cells = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="each a cell's key and the fields it changes, nested as a cell nests them",
+    )
+
+
 class PolicyDocumentSerializer(ApiSerializer):
     """The policy document of PROTOCOL.md (what a device runs, and the export format)."""
 
@@ -239,6 +253,11 @@ class PolicyDocumentSerializer(ApiSerializer):
     published_at = serializers.DateTimeField(allow_null=True)
     dimensions = DimensionsSerializer()
     cells = PolicyCellSerializer(many=True)
+    overrides = PolicyOverrideSerializer(
+        many=True,
+        required=False,
+        help_text="overrides by segment in precedence order (only when the version has some)",
+    )
 
 
 class PolicyDocumentImportSerializer(ApiSerializer):
@@ -246,6 +265,12 @@ class PolicyDocumentImportSerializer(ApiSerializer):
 
     dimensions = DimensionsSerializer()
     cells = serializers.ListField(child=PolicyCellSerializer(), min_length=1, max_length=MAX_CELLS)
+    overrides = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        max_length=MAX_OVERRIDES,
+        help_text="overrides by segment (each segment one of the fleet's; its rule is not read)",
+    )
     fleet = serializers.SlugField(required=False, help_text="ignored: the path names the fleet")
     version = serializers.IntegerField(required=False, allow_null=True, help_text="ignored")
     etag = serializers.CharField(required=False, allow_blank=True, help_text="ignored")
@@ -368,6 +393,69 @@ class PublishInputSerializer(ApiSerializer):
 
 
 FleetListSerializer = results_of(FleetSerializer, ref_name="FleetList")
+
+
+@closed_body
+class OverrideCellInputSerializer(ClosedSerializer):
+    """One cell of a segment's override: its key and the fields it changes (flat,
+    `"weights.length": 0.4`, or nested as the document nests them)."""
+
+    task_type = DIMENSION_VALUE()
+    latency_budget = DIMENSION_VALUE()
+    privacy_tier = DIMENSION_VALUE()
+    values = serializers.DictField(allow_empty=False, help_text="the fields this cell changes")
+
+    unknown_message = "is not a field of an override's cell"
+
+    class Meta:
+        ref_name = "OverrideCellInput"
+
+
+@closed_body
+class DraftOverrideInputSerializer(ClosedSerializer, ApiSerializer):
+    """Set a segment's override in the draft: its cells replace the segment's previous ones."""
+
+    component_name = "DraftOverride"
+
+    cells = serializers.ListField(
+        child=OverrideCellInputSerializer(), min_length=1, max_length=MAX_CELLS
+    )
+    position = JsonIntegerField(
+        min_value=1,
+        max_value=MAX_OVERRIDES,
+        required=False,
+        help_text="its place in the precedence, from 1 (the first matching segment wins a "
+        "cell); left out, an override keeps its place and a new one goes last",
+    )
+    revision = DRAFT_REVISION()
+
+
+class OverrideFieldPageSerializer(ApiSerializer):
+    """The policy page's override form: one field of one cell for a segment (set), or a
+    field, a cell or the whole override taken out (remove); the value as typed."""
+
+    component_name = "OverrideFieldPage"
+
+    action = JsonChoiceField(choices=["set", "remove"])
+    segment = JsonStringField(max_length=64, label="the segment")
+    cell = JsonStringField(max_length=100, required=False, allow_blank=True, label="the cell")
+    field = JsonChoiceField(choices=FIELD_PATHS, required=False, allow_blank=True)
+    value = JsonStringField(max_length=100, required=False, allow_blank=True, label="the value")
+    position = JsonIntegerField(min_value=1, max_value=MAX_OVERRIDES, required=False)
+    revision = DRAFT_REVISION()
+
+
+def draft_override_input(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The cells of a checked DraftOverrideInputSerializer body as the service takes them:
+    label -> fields by document path; a cell named twice is refused, naming it."""
+    cells: dict[str, dict[str, Any]] = {}
+    for cell in data["cells"]:
+        label = cell_key_label(tuple(cell[name] for name in DIMENSIONS))
+        if label in cells:
+            problem = Problem("cell", "is named twice in one override", label)
+            raise _refused(EDIT_REFUSED, [problem])
+        cells[label] = flatten(dict(cell["values"]))
+    return cells
 
 
 class VersionSerializer(ApiSerializer):
@@ -576,6 +664,14 @@ class DimensionChangeSerializer(ApiSerializer):
     removed = serializers.ListField(child=serializers.CharField())
 
 
+class DiffOverrideSerializer(ApiSerializer):
+    segment = serializers.CharField()
+    status = serializers.ChoiceField(choices=["changed", "added", "removed"])
+    fields = DiffFieldSerializer(  # type: ignore[assignment]  # a declared field
+        many=True, help_text="`position` (precedence, from 1), `rule`, or `cell.field`"
+    )
+
+
 class DiffSerializer(ApiSerializer):
     fleet = serializers.SlugField()
     a = serializers.CharField(help_text="the label of version a, e.g. v2 or draft")
@@ -585,6 +681,7 @@ class DiffSerializer(ApiSerializer):
     )
     cells = DiffCellSerializer(many=True)
     changed_cells = serializers.IntegerField(min_value=0)
+    overrides = DiffOverrideSerializer(many=True, help_text="overrides by segment that changed")
 
 
 class AuditEntrySerializer(ApiSerializer):

@@ -9,9 +9,17 @@ from django_stubs_ext import WithAnnotations
 from controlplane.exceptions import NotFound
 
 from ..cell_schema import DIMENSIONS, CellKey
-from ..documents import Table, build_document, content_for_etag, diff_tables, ordered_keys
+from ..documents import (
+    Overrides,
+    Table,
+    build_document,
+    content_for_etag,
+    diff_overrides,
+    diff_tables,
+    ordered_keys,
+)
 from .models import AuditEntry, Fleet, PolicyCell, PolicyVersion
-from .signals import fleet_running_annotations
+from .signals import fleet_running_annotations, segment_rules
 
 VersionRef = int | str  # a number, "draft" or "latest"
 
@@ -111,6 +119,19 @@ def version_table(*, version: PolicyVersion) -> Table:
     return {cell.key: cell.values() for cell in PolicyCell.objects.filter(version=version)}
 
 
+def version_overrides(
+    *, version: PolicyVersion, rules: dict[str, dict[str, Any]] | None = None
+) -> Overrides:
+    """The version's overrides by segment in precedence order, each with its segment's rule: a
+    published version's as it was published, a draft's the fleet's segment's now (`rules`, if
+    read already; None for a segment the fleet no longer has)."""
+    if not version.is_draft or not version.overrides:
+        return list(version.overrides)
+    if rules is None:
+        rules = segment_rules(fleet=version.fleet)
+    return [{**override, "rule": rules.get(override["segment"])} for override in version.overrides]
+
+
 def draft_same_as(
     *, fleet: Fleet, draft: PolicyVersion, table: Table | None = None
 ) -> PolicyVersion | None:
@@ -120,14 +141,16 @@ def draft_same_as(
     """
     if table is None:
         table = version_table(version=draft)
-    mine = content_for_etag(fleet.slug, draft.dimensions, table)
+    mine = content_for_etag(fleet.slug, draft.dimensions, table, version_overrides(version=draft))
     latest = latest_published(fleet=fleet)
     seen: set[int] = set()
     for version in (draft.based_on, latest):
         if version is None or version.pk in seen or version.published_at is None:
             continue
         seen.add(version.pk)
-        theirs = content_for_etag(fleet.slug, version.dimensions, version_table(version=version))
+        theirs = content_for_etag(
+            fleet.slug, version.dimensions, version_table(version=version), version.overrides
+        )
         if theirs == mine:
             return version
     return None
@@ -141,6 +164,7 @@ def version_document(*, version: PolicyVersion) -> dict[str, Any]:
         published_at=version.published_at,
         dimensions=version.dimensions,
         table=version_table(version=version),
+        overrides=version_overrides(version=version),
         etag=version.etag,
     )
 
@@ -201,6 +225,9 @@ def version_diff(*, fleet: Fleet, a: VersionRef, b: VersionRef) -> dict[str, Any
         version_table(version=version_a),
         version_b.dimensions,
         version_table(version=version_b),
+    )
+    diff["overrides"] = diff_overrides(
+        version_overrides(version=version_a), version_overrides(version=version_b)
     )
     diff.update({"fleet": fleet.slug, "a": version_a.label, "b": version_b.label})
     return diff

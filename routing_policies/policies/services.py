@@ -7,13 +7,14 @@ revision is refused with 409 rather than silently overwriting someone else's cha
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from controlplane.exceptions import Conflict, ValidationFailed
+from controlplane.exceptions import Conflict, NotFound, ValidationFailed
 
 from ..cell_schema import (
     DEFAULT_CELL_VALUES,
@@ -34,7 +35,11 @@ from ..documents import (
 )
 from ..validation import (
     MAX_DIMENSION_VALUES,
+    MAX_OVERRIDES,
     Problem,
+    override_problems,
+    overrides_from_document,
+    overrides_problems,
     table_problems,
     validate_cell,
     validate_coverage,
@@ -43,8 +48,8 @@ from ..validation import (
 from .audit import Actor, actor_user, audit_record
 from .models import MAX_NOTE_LENGTH, Fleet, PolicyCell, PolicyVersion
 from .sdk_cells import privacy_problems
-from .selectors import draft_same_as, version_table
-from .signals import fleet_created, version_published, version_publishing
+from .selectors import draft_same_as, version_overrides, version_table
+from .signals import fleet_created, segment_rules, version_published, version_publishing
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +122,7 @@ def _audit_draft(action: str, *, actor: Actor, fleet: Fleet, summary: str, **cha
 
 def _bump(draft: PolicyVersion) -> None:
     draft.revision += 1
-    draft.save(update_fields=["revision", "dimensions"])
+    draft.save(update_fields=["revision", "dimensions", "overrides"])
 
 
 def default_table(dimensions: dict[str, list[str]]) -> Table:
@@ -236,7 +241,12 @@ def policy_draft_create(
             details=[{"field": "from_version", "message": "no such published version"}],
         )
     draft = PolicyVersion.objects.create(
-        fleet=fleet, dimensions=source.dimensions, based_on=source, created_by=actor_user(actor)
+        fleet=fleet,
+        dimensions=source.dimensions,
+        based_on=source,
+        created_by=actor_user(actor),
+        # A draft reads its segments' rules when asked; the published snapshot stays behind.
+        overrides=[{**override, "rule": None} for override in source.overrides],
     )
     _write_cells(draft, version_table(version=source))
     _audit_draft(
@@ -436,6 +446,18 @@ def policy_draft_remove_dimension_value(
         )
     PolicyCell.objects.filter(version=draft, **{dimension: value}).delete()
     draft.dimensions = {**draft.dimensions, dimension: [v for v in values if v != value]}
+    # The overrides of the cells that went go with them (and an override left with none).
+    position = DIMENSIONS.index(dimension)
+    kept = []
+    for override in draft.overrides:
+        cells = {
+            label: fields
+            for label, fields in override["cells"].items()
+            if label.split("/")[position] != value
+        }
+        if cells:
+            kept.append({**override, "cells": cells})
+    draft.overrides = kept
     _bump(draft)
     _audit_draft(
         "policy_dimension.value_removed",
@@ -465,6 +487,15 @@ def policy_draft_import(
     table: Table = {}
     for key, values in cells:
         table.setdefault(key, values)
+    # Its overrides by segment, checked as the draft's own are (the fleet's segments give
+    # the rules: a document's inlined rule is what its source fleet had).
+    overrides, problems = overrides_from_document(document.get("overrides"))
+    problems += overrides_problems(table, overrides, list(segment_rules(fleet=fleet)))
+    _raise_problems(
+        "The imported document's overrides are invalid; nothing was imported.", problems
+    )
+    for override in overrides:
+        override["cells"] = override_problems(override["segment"], table, override["cells"])[0]
     fleet = _lock_fleet(fleet)
     existing = PolicyVersion.objects.filter(fleet=fleet, published_at__isnull=True).exists()
     if existing:
@@ -475,17 +506,19 @@ def policy_draft_import(
             )
         draft = _lock_draft(fleet=fleet, revision=revision)
         before_table = version_table(version=draft)
+        before = {**flatten_table(before_table), **_flat_overrides(draft.overrides)}
         PolicyCell.objects.filter(version=draft).delete()
         draft.dimensions = dimensions
+        draft.overrides = overrides
         draft.revision += 1
-        draft.save(update_fields=["dimensions", "revision"])
+        draft.save(update_fields=["dimensions", "revision", "overrides"])
     else:
-        before_table = {}
+        before = {}
         draft = PolicyVersion.objects.create(
-            fleet=fleet, dimensions=dimensions, created_by=actor_user(actor)
+            fleet=fleet, dimensions=dimensions, created_by=actor_user(actor), overrides=overrides
         )
     _write_cells(draft, table)
-    diff = diff_flat(flatten_table(before_table), flatten_table(table))
+    diff = diff_flat(before, {**flatten_table(table), **_flat_overrides(overrides)})
     _audit_draft(
         "policy_draft.imported",
         actor=actor,
@@ -528,7 +561,19 @@ def policy_version_publish(
         problems.extend(validate_cell(key, values)[1])
     # Asked of the decision function itself, so no mode or rule can slip past it.
     problems.extend(privacy_problems(table))
+    # The overrides: each segment still the fleet's, each cell a device of it runs valid whole;
+    # their rules are inlined as they are now (the version never changes with the segment).
+    rules = segment_rules(fleet=fleet)
+    problems.extend(overrides_problems(table, draft.overrides, list(rules)))
+    for override in draft.overrides:
+        merged = {
+            key: {**table[key], **fields}
+            for label, fields in override["cells"].items()
+            if (key := _key_of_label(label)) in table
+        }
+        problems.extend(replace(p, segment=override["segment"]) for p in privacy_problems(merged))
     _raise_problems("The draft cannot be published until these are fixed.", problems)
+    draft.overrides = version_overrides(version=draft, rules=rules)
     same = draft_same_as(fleet=fleet, draft=draft, table=table)
     if same is not None:
         # A second number for the same table only muddles which version devices run and why.
@@ -544,17 +589,24 @@ def policy_version_publish(
     draft.published_at = timezone.now()
     draft.published_by = actor_user(actor)
     draft.note = note
-    draft.etag = document_etag(draft.number, content_for_etag(fleet.slug, draft.dimensions, table))
+    draft.etag = document_etag(
+        draft.number, content_for_etag(fleet.slug, draft.dimensions, table, draft.overrides)
+    )
     # A fleet that reviews publishes needs an approval of this very revision (reviews/gate.py).
     version_publishing.send(sender=PolicyVersion, actor=actor, fleet=fleet, version=draft)
-    draft.save(update_fields=["number", "published_at", "published_by", "note", "etag"])
+    draft.save(
+        update_fields=["number", "published_at", "published_by", "note", "etag", "overrides"]
+    )
     # A fleet's first published version is what its devices run (rollouts/receivers.py).
     version_published.send(sender=PolicyVersion, actor=actor, fleet=fleet, version=draft)
     previous = PolicyVersion.objects.filter(fleet=fleet, number=last).first() if last else None
     diff: list[dict[str, Any]] = []
     if previous is not None:
         prev_table = version_table(version=previous)
-        diff = diff_flat(flatten_table(prev_table), flatten_table(table))
+        diff = diff_flat(
+            {**flatten_table(prev_table), **_flat_overrides(previous.overrides)},
+            {**flatten_table(table), **_flat_overrides(draft.overrides)},
+        )
     audit_record(
         actor=actor,
         action="policy_version.published",
@@ -566,4 +618,108 @@ def policy_version_publish(
         diff=diff,
     )
     logger.info("policy_version.published fleet=%s version=%d", fleet.slug, draft.number)
+    return draft
+
+
+# --- overrides by segment (docs/segments.md) -------------------------------------------------
+
+
+def _key_of_label(label: str) -> CellKey:
+    task_type, latency_budget, privacy_tier = label.split("/")
+    return (task_type, latency_budget, privacy_tier)
+
+
+def _flat_overrides(overrides: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """`{"overrides.npu.position": 1, "overrides.npu.voice/interactive/normal.threshold": 0.7}`:
+    a version's overrides as one flat dict for the audit log's diffs."""
+    flat: dict[str, Any] = {}
+    for index, override in enumerate(overrides):
+        place = f"overrides.{override['segment']}"
+        flat[f"{place}.position"] = index + 1
+        for label, fields in override["cells"].items():
+            flat.update({f"{place}.{label}.{path}": value for path, value in fields.items()})
+    return flat
+
+
+@transaction.atomic
+def policy_draft_override_set(
+    *,
+    actor: Actor,
+    fleet: Fleet,
+    revision: int,
+    segment: str,
+    cells: Mapping[str, Mapping[str, Any]],
+    position: int | None = None,
+) -> PolicyVersion:
+    """Set the draft's override for `segment`: the cells it changes (label -> fields by
+    document path) replace the segment's previous ones. `position` (from 1) is its place in
+    the precedence (the first matching segment wins a cell); without one, an override keeps its
+    place and a new one goes last. Checked as a cell is (validation.override_problems), the
+    segment one of the fleet's; all or nothing, a revision like a cell edit, audited."""
+    draft = _lock_draft(fleet=fleet, revision=revision)
+    if segment not in segment_rules(fleet=fleet):
+        raise ValidationFailed(
+            f"Fleet {fleet.slug!r} has no segment {segment!r}.",
+            details=[
+                Problem("segment", "is not a segment of this fleet", segment=segment).as_dict()
+            ],
+        )
+    table = version_table(version=draft)
+    cleaned, problems = override_problems(segment, table, dict(cells))
+    _raise_problems("The override is invalid; nothing was saved.", problems)
+    overrides = [dict(o) for o in draft.overrides]
+    current = next((i for i, o in enumerate(overrides) if o["segment"] == segment), None)
+    if current is None and len(overrides) >= MAX_OVERRIDES:
+        raise ValidationFailed(
+            f"The draft overrides {MAX_OVERRIDES} segments, the most a version may.",
+            details=[{"field": "segment", "message": f"at most {MAX_OVERRIDES} overrides"}],
+        )
+    entry = {"segment": segment, "rule": None, "cells": cleaned}
+    before = _flat_overrides(draft.overrides)
+    if current is not None:
+        overrides.pop(current)
+    at = current if position is None and current is not None else len(overrides)
+    if position is not None:
+        at = min(max(position - 1, 0), len(overrides))
+    overrides.insert(at, entry)
+    if overrides == draft.overrides:
+        return draft
+    draft.overrides = overrides
+    _bump(draft)
+    after = _flat_overrides(overrides)
+    changes = diff_flat(before, after)
+    _audit_draft(
+        "policy_override.set",
+        actor=actor,
+        fleet=fleet,
+        summary=f"Override for segment {segment}: {len(cleaned)} cell(s), precedence {at + 1} "
+        f"(revision {draft.revision})",
+        before={c["field"]: c["before"] for c in changes},
+        after={c["field"]: c["after"] for c in changes},
+    )
+    logger.info("policy_override.set fleet=%s segment=%s", fleet.slug, segment)
+    return draft
+
+
+@transaction.atomic
+def policy_draft_override_remove(
+    *, actor: Actor, fleet: Fleet, revision: int, segment: str
+) -> PolicyVersion:
+    """Remove the draft's override for `segment` (a revision, audited)."""
+    draft = _lock_draft(fleet=fleet, revision=revision)
+    overrides = [o for o in draft.overrides if o["segment"] != segment]
+    if len(overrides) == len(draft.overrides):
+        raise NotFound(f"The draft has no override for segment {segment!r}.")
+    before = _flat_overrides(draft.overrides)
+    draft.overrides = overrides
+    _bump(draft)
+    changes = diff_flat(before, _flat_overrides(overrides))
+    _audit_draft(
+        "policy_override.removed",
+        actor=actor,
+        fleet=fleet,
+        summary=f"Removed the override for segment {segment} (revision {draft.revision})",
+        before={c["field"]: c["before"] for c in changes},
+    )
+    logger.info("policy_override.removed fleet=%s segment=%s", fleet.slug, segment)
     return draft

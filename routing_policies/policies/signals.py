@@ -85,3 +85,23 @@ def lab_draft_headline(*, fleet: Fleet, draft: PolicyVersion) -> dict[str, Any] 
 def lab_rollout_prediction(*, fleet: Fleet, rollout: dict[str, Any]) -> dict[str, Any] | None:
     """Predicted vs observed figures of the rollout's candidate (None without the lab)."""
     return _lab.rollout_prediction(fleet, rollout) if _lab is not None else None
+
+
+# --- segments (routing_policies.segments, docs/segments.md) ----------------------------------
+# A version's overrides name segments of its fleet; policies never imports segments (a part
+# above it), so the segments part registers the reader of a fleet's rules when the app is ready.
+
+SegmentRules = Callable[[Fleet], dict[str, dict[str, Any]]]
+_segment_rules: SegmentRules | None = None
+
+
+def segment_rules_register(reader: SegmentRules) -> None:
+    """Install the reader of a fleet's segments (name -> rule; a second call replaces it)."""
+    global _segment_rules
+    _segment_rules = reader
+
+
+def segment_rules(*, fleet: Fleet) -> dict[str, dict[str, Any]]:
+    """The fleet's segments by name, each its rule, in their list order (none without the
+    segments part: every override then names an unknown segment)."""
+    return _segment_rules(fleet) if _segment_rules is not None else {}

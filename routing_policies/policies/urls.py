@@ -23,6 +23,11 @@ fleet_routes = [
         name="api-draft-dimension-value",
     ),
     path("draft/document", apis.DraftImportApi.as_view(), name="api-draft-import"),
+    path(
+        "draft/overrides/<str:segment>",
+        apis.DraftOverrideApi.as_view(),
+        name="api-draft-override",
+    ),
     path("draft/publish/", apis.PublishApi.as_view(), name="api-draft-publish"),
     path("diff/", apis.DiffApi.as_view(), name="api-diff"),
     path("audit/", apis.AuditApi.as_view(), name="api-fleet-audit"),

@@ -2,6 +2,7 @@
 grid with its marks, the edit panel, diff rows and audit rows. No database access but through
 `selectors`; the views in `views` render these."""
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -69,8 +70,20 @@ def grid(
     changes: dict[str, dict[str, tuple[str, str]]] | None = None,
     added: Iterable[str] = (),
     selected: Iterable[str] = (),
+    overrides: Iterable[dict[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The latency–privacy matrix: task type × latency budget down, privacy tier across."""
+    """The latency–privacy matrix: task type × latency budget down, privacy tier across. Each
+    cell lists the segments that override it, in precedence order (`overrides`, stored)."""
+    cell_overrides: dict[str, list[dict[str, Any]]] = {}
+    for position, override in enumerate(overrides, start=1):
+        for label, fields in override["cells"].items():
+            cell_overrides.setdefault(label, []).append(
+                {
+                    "position": position,
+                    "segment": override["segment"],
+                    "summary": override_summary(fields),
+                }
+            )
     cell_problems: dict[str, list[str]] = {}
     for problem in problems:
         if problem.get("cell"):
@@ -121,6 +134,7 @@ def grid(
                         ],
                         "selected": label in selected_labels,
                         "added": label in added_labels,
+                        "overrides": cell_overrides.get(label, []),
                     }
                 )
             rows.append(
@@ -128,6 +142,72 @@ def grid(
             )
         groups.append({"task_type": task_type, "rows": rows})
     return {"tiers": dims["privacy_tier"], "groups": groups}
+
+
+def override_summary(fields: dict[str, Any]) -> str:
+    """`θ 0.8, mode device_only`: an override's fields of one cell, short."""
+    short = {"threshold": "θ"}
+    return ", ".join(
+        f"{short.get(path, field_label(path))} {display_value(value)}"
+        for path, value in fields.items()
+    )
+
+
+def overrides_view(overrides: Iterable[dict[str, Any]], table: Table) -> list[dict[str, Any]]:
+    """The version's overrides for the page, in precedence order: each segment (its rule as
+    the version holds it), and each cell it changes with each field's value over the base's."""
+    rows = []
+    for position, override in enumerate(overrides, start=1):
+        cells = []
+        for label, fields in override["cells"].items():
+            base = table.get(tuple(label.split("/")), {})
+            cells.append(
+                {
+                    "label": label,
+                    "fields": [
+                        {
+                            "path": path,
+                            "label": field_label(path),
+                            "value": display_value(value),
+                            "base": display_value(base.get(path)),
+                        }
+                        for path, value in fields.items()
+                    ],
+                }
+            )
+        rule = override.get("rule")
+        rows.append(
+            {
+                "position": position,
+                "segment": override["segment"],
+                "rule": json.dumps(rule, separators=(", ", ": ")) if rule is not None else "",
+                "cells": cells,
+            }
+        )
+    return rows
+
+
+def diff_override_rows(diff: dict[str, Any]) -> list[dict[str, Any]]:
+    """The diff page's overrides: a row per changed field of a segment's override."""
+    rows = []
+    for override in diff.get("overrides", []):
+        for index, change in enumerate(override["fields"]):
+            cell, _, path = change["field"].rpartition(".")
+            rows.append(
+                {
+                    "segment": override["segment"],
+                    "first": index == 0,
+                    "span": len(override["fields"]),
+                    "status": override["status"],
+                    "cell": cell,
+                    "field": {"position": "Precedence", "rule": "Rule"}.get(
+                        change["field"], field_label(path)
+                    ),
+                    "before": display_value(change["before"]),
+                    "after": display_value(change["after"]),
+                }
+            )
+    return rows
 
 
 def diff_marks(
@@ -154,12 +234,16 @@ def draft_changes(fleet: Fleet, draft: PolicyVersion) -> dict[str, Any] | None:
     diff = selectors.version_diff(fleet=fleet, a=base, b="draft")
     changes, added = diff_marks(diff)
     count = diff["changed_cells"]
+    segments = len(diff["overrides"])
+    overrides = (
+        f", overrides of {segments} segment{'' if segments == 1 else 's'}" if segments else ""
+    )
     return {
         "base": f"v{base}",
         "changes": changes,
         "added": added,
         "count": count,
-        "summary": f"{count} cell{'' if count == 1 else 's'} changed since v{base}",
+        "summary": f"{count} cell{'' if count == 1 else 's'}{overrides} changed since v{base}",
         "removed": sum(1 for cell in diff["cells"] if cell["status"] == "removed"),
         "diff_url": f"{reverse('version-diff', args=[fleet.slug])}?a={base}&b=draft",
     }

@@ -23,7 +23,7 @@ from controlplane.exceptions import ApplicationError, Conflict, NotFound, Valida
 from controlplane.pages import form_input, posted_values, refusal, role_required
 from controlplane.roles import Role, has_role
 
-from ..cell_schema import DIMENSION_LABELS, DIMENSIONS, cell_key_label
+from ..cell_schema import CELL_FIELDS, DIMENSION_LABELS, DIMENSIONS, FIELDS_BY_PATH, cell_key_label
 from ..validation import DIMENSION_VALUE_PATTERN
 from . import schemas, selectors, services
 from .forms import (
@@ -32,14 +32,16 @@ from .forms import (
     ImportTooLarge,
     draft_revision,
     parse_cell_edit,
+    parse_value,
     read_import_document,
 )
 from .models import MAX_NOTE_LENGTH, Fleet, PolicyVersion
 from .pages import fleet_action, fleet_or_404, fleet_page
-from .signals import fleet_running, lab_draft_headline
+from .signals import fleet_running, lab_draft_headline, segment_rules
 from .view_models import (
     audit_rows,
     diff_marks,
+    diff_override_rows,
     diff_rows,
     draft_changes,
     edit_fields,
@@ -48,6 +50,7 @@ from .view_models import (
     form_fields,
     grid,
     legend,
+    overrides_view,
     problem_list,
     version_ref,
     version_running,
@@ -84,6 +87,7 @@ def _fleet_page(
     form_revision: int | None = None,
     publish_note: str = "",
     add_form: dict[str, str] | None = None,
+    override_form: dict[str, str] | None = None,
 ) -> HttpResponse:
     """Render the fleet's grid: the draft if any, else the latest published version."""
     problems = problems or []
@@ -132,7 +136,9 @@ def _fleet_page(
                 changes=changes["changes"] if changes else None,
                 added=changes["added"] if changes else (),
                 selected=selected,
+                overrides=version.overrides,
             ),
+            "overrides": overrides_view(selectors.version_overrides(version=version), table),
             "export_url": export_url(fleet, version),
             "dimensions": [
                 {
@@ -157,6 +163,12 @@ def _fleet_page(
                 "max_note": MAX_NOTE_LENGTH,
                 # The lab's backtest of this revision, beside Publish (the lab registers it).
                 "backtest": lab_draft_headline(fleet=fleet, draft=version),
+                "override_form": override_form or {},
+                "segment_names": list(segment_rules(fleet=fleet)),
+                "cell_labels": [cell_key_label(key) for key in table],
+                "override_fields": [
+                    {"path": spec.path, "label": field_label(spec.path)} for spec in CELL_FIELDS
+                ],
                 # The service's own check: Publish is off while it would refuse (no_changes).
                 "same_as": selectors.draft_same_as(fleet=fleet, draft=version, table=table),
             }
@@ -406,6 +418,61 @@ def dimension_value_remove(
 
 
 @_draft_change(
+    Role.EDITOR,
+    schemas.OverrideFieldPageSerializer,
+    lambda request: {"override_form": posted_values(request)},
+)
+def draft_override(request: HttpRequest, fleet: Fleet, values: dict[str, Any]) -> tuple[str, str]:
+    """Set one field of one cell in a segment's override (its place in the precedence too), or
+    take a field, a cell or the whole override out: the draft-override service either way."""
+    segment, label, path = values["segment"], values.get("cell", ""), values.get("field", "")
+    draft = selectors.version_get(fleet=fleet, ref="draft")
+    current = next((o for o in draft.overrides if o["segment"] == segment), None)
+    cells = {name: dict(fields) for name, fields in (current or {"cells": {}})["cells"].items()}
+    anchor = f"{_fleet_url(fleet)}#overrides"
+    if values["action"] == "remove":
+        if label and path:
+            cells.get(label, {}).pop(path, None)
+            cells = {name: fields for name, fields in cells.items() if fields}
+        elif label:
+            cells.pop(label, None)
+        if not (label or path) or not cells:
+            services.policy_draft_override_remove(
+                actor=request.user, fleet=fleet, revision=values["revision"], segment=segment
+            )
+            return f"Removed the override for segment {segment}.", anchor
+        services.policy_draft_override_set(
+            actor=request.user,
+            fleet=fleet,
+            revision=values["revision"],
+            segment=segment,
+            cells=cells,
+        )
+        return f"Took {field_label(path) if path else label} out of {segment}'s override.", anchor
+    if not label or not path:
+        raise ValidationFailed(
+            "Choose the cell and the field to override.",
+            details=[{"field": "cell" if not label else "field", "message": "is required"}],
+        )
+    value, error = parse_value(FIELDS_BY_PATH[path], values.get("value", "").strip())
+    if error:
+        raise ValidationFailed(
+            f"{field_label(path)}: {error}",
+            details=[{"field": path, "message": error, "cell": label, "segment": segment}],
+        )
+    cells.setdefault(label, {})[path] = value
+    services.policy_draft_override_set(
+        actor=request.user,
+        fleet=fleet,
+        revision=values["revision"],
+        segment=segment,
+        cells=cells,
+        position=values.get("position"),
+    )
+    return f"Segment {segment} now overrides {field_label(path)} in {label}.", anchor
+
+
+@_draft_change(
     Role.PUBLISHER,
     schemas.PublishInputSerializer,
     lambda request: {"publish_note": request.POST.get("note") or ""},
@@ -518,6 +585,7 @@ def diff_page(request: HttpRequest, fleet: Fleet) -> HttpResponse:
     rows = diff_rows(diff)
     context.update(
         {
+            "override_rows": diff_override_rows(diff),
             "version_a": version_a,
             "version_b": version_b,
             "diff": diff,

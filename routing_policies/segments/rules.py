@@ -1,9 +1,11 @@
 """Device attributes and segment rules: declared and evaluated once, in `edge_sdk.segments`,
-which devices run too (the server and the SDK call the same function)."""
+which devices run too (the server and the SDK call the same function); and the table a device
+runs, a version's overrides by segment resolved with its attributes (`edge_sdk.overrides`)."""
 
 from typing import Any
 
 from controlplane.exceptions import ValidationFailed
+from edge_sdk.overrides import cell_winners, matching_overrides, merge_cell, resolve_cells
 from edge_sdk.segments import (
     ATTRIBUTES,
     MAX_IN_VALUES,
@@ -40,7 +42,11 @@ __all__ = [
     "attributes_checked",
     "attributes_parse",
     "attributes_schema",
+    "cell_winners",
     "device_attributes",
+    "matching_overrides",
+    "merge_cell",
+    "resolve_cells",
     "rule_attributes",
     "rule_check",
     "rule_checked",

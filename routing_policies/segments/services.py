@@ -8,7 +8,7 @@ from django.db import IntegrityError, transaction
 from controlplane.exceptions import Conflict, NotFound
 
 from ..policies.audit import Actor, audit_record
-from ..policies.models import Fleet
+from ..policies.models import Fleet, PolicyVersion
 from .models import MAX_SEGMENTS_PER_FLEET, Segment
 from .rules import rule_checked
 
@@ -47,6 +47,29 @@ def _locked(fleet: Fleet, name: str) -> Segment:
     if segment is None:
         raise NotFound(f"Fleet {fleet.slug!r} has no segment {name!r}.")
     return segment
+
+
+def _in_use(fleet: Fleet, name: str, doing: str) -> None:
+    """Refuse (409 naming them) to delete or rename a segment a version's overrides name: the
+    draft would lose its segment, and a published version's history would name one the fleet
+    no longer has (devices are not affected: a published version inlines the rule)."""
+    versions = (
+        PolicyVersion.objects.filter(fleet=fleet)
+        .exclude(overrides=[])
+        .order_by("-published_at", "-number")
+    )
+    using = [
+        version.label
+        for version in versions
+        if any(override["segment"] == name for override in version.overrides)
+    ]
+    if using:
+        raise Conflict(
+            f"Segment {name!r} cannot be {doing}: the overrides of {', '.join(using)} name it. "
+            "Remove its override from the draft first; a published version keeps it.",
+            code="segment_in_use",
+            details=[{"field": "name", "message": f"used by {', '.join(using)}"}],
+        )
 
 
 @transaction.atomic
@@ -98,7 +121,8 @@ def segment_update(
         segment.rule = rule_checked(rule)
     if description is not None:
         segment.description = description
-    if new_name is not None:
+    if new_name is not None and new_name != segment.name:
+        _in_use(fleet, name, "renamed")
         segment.name = new_name
     if _state(segment) == before:
         return segment  # nothing changed: no new revision, no audit entry
@@ -115,8 +139,9 @@ def segment_update(
 
 @transaction.atomic
 def segment_delete(*, actor: Actor, fleet: Fleet, name: str) -> None:
-    """Remove a segment."""
+    """Remove a segment (not one a version's overrides name)."""
     segment = _locked(fleet, name)
+    _in_use(fleet, name, "deleted")
     before = _state(segment)
     segment.delete()
     _recorded(actor, fleet, "deleted", name, f"Segment {name} deleted", before=before)
