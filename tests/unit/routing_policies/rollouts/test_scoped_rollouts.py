@@ -6,9 +6,12 @@ within the scope, completion, and the MQTT state's encoding that an older device
 import json
 import random
 from collections.abc import Callable
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from rest_framework.test import APIClient
 
 from edge_sdk.assignment import FleetAssignment
@@ -262,3 +265,42 @@ def test_mqtt_state__malformed_scoped_rollout__dropped(scoped: Any) -> None:
     payload = {"seq": 4, "fleet": "fleet-a", "stable": 6, "candidate": None, "rollout": None}
     raw = json.dumps({**payload, "scoped_rollout": scoped}).encode()
     assert parse_state(raw, "fleet-a") == "malformed"
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def test_rollout_command__segment_and_fleet_wide__scoped_then_completed(npu_fleet: Any) -> None:
+    # Given the fleet; When `manage.py rollout start --segment npu` runs, then 100%
+    run = ["--fleet", "fleet-a"]
+    out = StringIO()
+    call_command("rollout", "start", *run, "--policy-version", "2", "--segment", "npu", stdout=out)
+    # Then the rollout is scoped, and says so
+    assert json.loads(out.getvalue())["rollout"]["segment"] == "npu"
+    call_command("rollout", "advance", *run, "--to-stage", "100", stdout=StringIO())
+    # When completed without --fleet-wide: refused, naming the confirmation
+    with pytest.raises(CommandError, match="scoped_rollout"):
+        call_command("rollout", "complete", *run, stdout=StringIO())
+    # When confirmed: completed
+    call_command("rollout", "complete", *run, "--fleet-wide", stdout=StringIO())
+    assert Rollout.objects.get().state == "completed"
+    # And an unknown segment is refused naming it
+    with pytest.raises(CommandError, match="segment"):
+        call_command(
+            "rollout", "start", *run, "--policy-version", "1", "--segment", "gpu", stdout=out
+        )
+
+
+def test_start__segment_with_guards__409_naming_guards_nothing_started(
+    as_publisher: APIClient, npu_fleet: Any
+) -> None:
+    # Given the fleet; When a scoped start asks for guards (which cannot yet compare within a
+    # segment: their rollups have no segment dimension)
+    before = _stored()
+    body = {"version": 2, "segment": "npu", "guards": "default"}
+    response = as_publisher.post(START, body, format="json")
+    # Then 409 names `guards`, and nothing started (the start and the guards are one)
+    assert response.status_code == 409, response.content
+    assert response.json()["error"]["code"] == "scoped_rollout_unguarded"
+    assert_names(response, "guards")
+    assert _stored() == before
