@@ -88,5 +88,6 @@ def test_rollout_page__start_for_a_segment__scope_shown_and_complete_says_whole_
     page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Complete: make v2 stable for the whole fleet").click()
     expect(page.locator('[data-field="state"]')).to_have_text("completed")
+    expect(line).to_be_hidden()  # the scope is the open rollout's, no longer
     rollout.refresh_from_db()
     assert rollout.state == "completed"
