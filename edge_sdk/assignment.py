@@ -7,10 +7,20 @@ rollout state itself (the MQTT transport) computes its own version with it.
 PROTOCOL.md: `bucket = int(sha256(f"{salt}:{device_id}").hexdigest()[:8], 16) % 10000`; a device
 gets the candidate when `bucket < stage_percent * 100`. A rollout with a holdback (PROTOCOL.md,
 "Holdback") keeps the top `holdback` percent of buckets on stable at the last stage.
+
+A rollout scoped to a segment (docs/PROTOCOL.md, "Scoped rollouts") carries the segment's rule
+(`scope`, pinned when the rollout started): a device outside it runs stable whatever its
+bucket; inside it the rule above holds unchanged. `version_for(device_id, attributes)` is the
+one function the server (with the attributes a device reported) and an MQTT device (with its
+own) call.
 """
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from edge_sdk.segments import rule_matches
 
 BUCKETS = 10_000
 
@@ -26,7 +36,8 @@ class FleetAssignment:
     """The fleet's routing state: its stable version and, during a rollout, the candidate.
 
     `percent` is the rollout's stage (0 when there is none); `holdback` the percent of buckets
-    kept on stable at stage 100.
+    kept on stable at stage 100; `scope` the rule of the segment the rollout is scoped to (None:
+    the whole fleet) and `scope_name` its name, shown only.
     """
 
     stable: int | None
@@ -35,6 +46,8 @@ class FleetAssignment:
     percent: int = 0
     rollout_id: int | None = None
     holdback: int = 0
+    scope: Mapping[str, Any] | None = field(default=None, hash=False)
+    scope_name: str = ""
 
     @property
     def candidate_share(self) -> int:
@@ -61,34 +74,55 @@ class FleetAssignment:
 
     @property
     def splits(self) -> bool:
-        """Part of the fleet runs the candidate, the rest the stable version: buckets decide."""
-        return 0 < self.candidate_share < 100
+        """Part of the fleet runs the candidate, the rest the stable version: buckets (and the
+        scope, when there is one) decide."""
+        share = self.candidate_share
+        return 0 < share < 100 or (share > 0 and self.scope is not None)
+
+    def in_scope(self, attributes: Mapping[str, object] | None) -> bool:
+        """Whether a device with these attributes is inside the rollout's scope: always, for a
+        rollout of the whole fleet; never, for a scoped one, when its attributes are not known
+        (None), as for a device that did not report the attribute the rule reads."""
+        if self.scope is None:
+            return True
+        return attributes is not None and rule_matches(self.scope, attributes)
 
     @property
     def candidate_buckets(self) -> int:
         """How many of the BUCKETS run the candidate: those below this number."""
         return self.candidate_share * BUCKETS // 100
 
-    def version_at(self, device_bucket: int) -> int | None:
-        """The version a device in this bucket must run."""
+    def version_at(self, device_bucket: int, *, in_scope: bool = True) -> int | None:
+        """The version a device in this bucket (inside the scope, or not) must run."""
         share = self.candidate_share
-        if share <= 0:
+        if share <= 0 or not in_scope:
             return self.stable
         if share >= 100:
             return self.candidate
         return self.candidate if device_bucket < self.candidate_buckets else self.stable
 
-    def version_for(self, device_id: str) -> int | None:
-        """The version this device must run."""
+    def version_for(
+        self, device_id: str, attributes: Mapping[str, object] | None = None
+    ) -> int | None:
+        """The version this device (with these attributes, as rules read them) must run: the
+        bucket rule within the rollout's scope, stable outside it."""
+        if not self.in_scope(attributes):
+            return self.stable
         return self.version_at(bucket(self.salt, device_id) if self.splits else 0)
 
-    def in_candidate_cohort(self, device_id: str) -> bool:
+    def in_candidate_cohort(
+        self, device_id: str, attributes: Mapping[str, object] | None = None
+    ) -> bool:
         """True when the device is (at this stage) one of the candidate's devices."""
-        return self.candidate is not None and self.version_for(device_id) == self.candidate
+        return (
+            self.candidate is not None and self.version_for(device_id, attributes) == self.candidate
+        )
 
-    def as_dict(self) -> dict[str, int | str | None]:
+    def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form, carried by push messages between processes."""
         return {
+            "scope": self.scope,
+            "scope_name": self.scope_name,
             "stable": self.stable,
             "candidate": self.candidate,
             "salt": self.salt,
@@ -98,9 +132,12 @@ class FleetAssignment:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, int | str | None]) -> "FleetAssignment":
+    def from_dict(cls, data: Mapping[str, Any]) -> "FleetAssignment":
         """Inverse of `as_dict`."""
+        scope = data.get("scope")
         return cls(
+            scope=scope if isinstance(scope, Mapping) else None,
+            scope_name=str(data.get("scope_name") or ""),
             stable=_opt_int(data.get("stable")),
             candidate=_opt_int(data.get("candidate")),
             salt=str(data.get("salt") or ""),
@@ -110,5 +147,5 @@ class FleetAssignment:
         )
 
 
-def _opt_int(value: int | str | None) -> int | None:
+def _opt_int(value: Any) -> int | None:
     return None if value is None else int(value)

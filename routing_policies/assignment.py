@@ -12,6 +12,8 @@ held-back devices are those a stage would have reached last, and completing the 
 them too.
 """
 
+from collections.abc import Mapping
+
 from edge_sdk.assignment import BUCKETS, FleetAssignment, bucket
 
 __all__ = ["BUCKETS", "BUCKET_SQL", "DeviceBucket", "FleetAssignment", "bucket"]
@@ -31,15 +33,21 @@ class DeviceBucket:
     whose socket stays open (bench/fanout: a SHA-256 per socket per push otherwise).
     """
 
-    __slots__ = ("_bucket", "_salt", "device_id")
+    __slots__ = ("_bucket", "_salt", "attributes", "device_id")
 
     def __init__(self, device_id: str) -> None:
         self.device_id = device_id
+        # What the device reported (as rules read them), set at its hello: a rollout scoped to
+        # a segment reads them. None until then: outside every scope.
+        self.attributes: Mapping[str, object] | None = None
         self._salt: str | None = None
         self._bucket = 0
 
     def version_under(self, assignment: FleetAssignment) -> int | None:
-        """`assignment.version_for(device_id)`, without hashing again for a known salt."""
+        """`assignment.version_for(device_id, attributes)`, without hashing again for a known
+        salt."""
+        if not assignment.in_scope(self.attributes):
+            return assignment.stable
         if not assignment.splits:
             return assignment.version_at(0)
         if self._salt != assignment.salt:

@@ -38,6 +38,7 @@ class GuardedStart(Protocol):
         version: int,
         guard_options: dict[str, Any],
         holdback: int = 0,
+        segment: str | None = None,
     ) -> Rollout: ...
 
 
@@ -82,6 +83,7 @@ def rollout_start_guarded(
     version: int,
     guard_options: dict[str, Any],
     holdback: int = 0,
+    segment: str | None = None,
 ) -> Rollout:
     """`rollout_start`, guarded by the extension when `guard_options` asks for guards."""
     if _guards is not None:
@@ -91,13 +93,16 @@ def rollout_start_guarded(
             version=version,
             guard_options=guard_options,
             holdback=holdback,
+            segment=segment,
         )
     if guard_options:
         raise ValidationFailed(
             "Rollout guards are not available in this deployment.",
             details=[{"field": name, "message": "not available"} for name in guard_options],
         )
-    return rollout_start(actor=actor, fleet=fleet, version=version, holdback=holdback)
+    return rollout_start(
+        actor=actor, fleet=fleet, version=version, holdback=holdback, segment=segment
+    )
 
 
 def rollout_guard_status(*, rollout_id: int) -> dict[str, Any] | None:

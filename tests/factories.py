@@ -20,6 +20,7 @@ from routing_policies.models import Fleet, PolicyVersion
 from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.selectors import version_table
 from routing_policies.services import (
+    device_enroll,
     fleet_create,
     policy_draft_create,
     policy_draft_update_cells,
@@ -57,6 +58,25 @@ def make_fleet(*, slug: str = "fleet-a", actor: Any = None, publish: bool = True
 
 
 EDITED_CELL = ("voice", "interactive", "normal")
+NPU_RULE = {"attribute": "accelerator", "equals": "npu"}
+
+
+def npu_and_cpu_fleet(*, fleet: Fleet, fleet_key: str, actor: Any, npu: int, total: int) -> None:
+    """`total` Android phones enrolled, the first `npu` with an NPU (`npu-0` …), the rest a CPU
+    (`cpu-<n>`); segments `npu` (accelerator = npu) and `cars` (matches none of them)."""
+    from routing_policies.segments.services import segment_create
+
+    for index in range(total):
+        accelerator = "npu" if index < npu else "cpu"
+        device_enroll(
+            fleet_key=fleet_key,
+            device_id=f"{accelerator}-{index}",
+            platform="android",
+            attributes={"accelerator": accelerator},
+        )
+    segment_create(actor=actor, fleet=fleet, name="npu", rule=NPU_RULE)
+    cars = {"attribute": "platform", "equals": "android-automotive"}
+    segment_create(actor=actor, fleet=fleet, name="cars", rule=cars)
 
 
 def draft_changed(*, fleet: Fleet, actor: Any = None) -> PolicyVersion:

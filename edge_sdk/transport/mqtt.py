@@ -73,6 +73,7 @@ from edge_sdk.backoff import Backoff
 from edge_sdk.config import DeviceConfig
 from edge_sdk.delta_sync import is_delta
 from edge_sdk.policy import PolicyDocumentError, parse_policy
+from edge_sdk.segments import RuleProblem, device_attributes, rule_check
 from edge_sdk.transport import Channel, Link, SessionEnd
 from edge_sdk.wire import PROTOBUF_MEDIA_TYPE
 from edge_sdk.wire.negotiation import TelemetryWire
@@ -160,8 +161,24 @@ def parse_state(payload: bytes, fleet: str) -> FleetState | str:
     # Advisory (what to take ahead): one that is not a version is ignored, the state applies.
     _, published = _version(message.get("published"))
     raw = message.get("rollout")
-    if raw is None:
+    scoped = message.get("scoped_rollout")
+    if raw is None and scoped is None:
         return FleetState(seq, FleetAssignment(stable, candidate), None, published)
+    scope: dict[str, Any] | None = None
+    if raw is None:
+        # A rollout scoped to a segment (docs/PROTOCOL.md, "Scoped rollouts"): its candidate
+        # and rule are inside it, so a device that does not read it stays on stable.
+        if not isinstance(scoped, dict) or candidate is not None:
+            return "malformed"
+        candidate_ok, candidate = _version(scoped.get("candidate"))
+        scope = scoped.get("rule")
+        try:
+            rule_check(scope)
+        except RuleProblem:
+            return "malformed"
+        if not candidate_ok or candidate is None or not isinstance(scoped.get("segment"), str):
+            return "malformed"
+        raw = scoped
     if not isinstance(raw, dict):
         return "malformed"
     rollout_id = _whole(raw.get("id"), 1, 2**63 - 1)
@@ -171,7 +188,14 @@ def parse_state(payload: bytes, fleet: str) -> FleetState | str:
     if rollout_id is None or stage is None or holdback is None or not isinstance(salt, str):
         return "malformed"
     assignment = FleetAssignment(
-        stable, candidate, salt, percent=stage, rollout_id=rollout_id, holdback=holdback
+        stable,
+        candidate,
+        salt,
+        percent=stage,
+        rollout_id=rollout_id,
+        holdback=holdback,
+        scope=scope,
+        scope_name=str(raw.get("segment", "")) if scope is not None else "",
     )
     rollout = {"id": rollout_id, "stage": stage}
     if holdback:
@@ -395,6 +419,11 @@ class MqttTransport:
         self.config = config
         # Telemetry in protobuf only when the device's maker chose it (`wire_format`).
         self.telemetry_wire = TelemetryWire(config.wire_format)
+        # The device's own attributes as rules read them: a rollout scoped to a segment is
+        # decided here with the server's own function (edge_sdk.assignment).
+        self._attributes = device_attributes(
+            platform=config.platform, model=config.model, reported=config.attributes
+        )
         self._websockets = url.scheme in ("ws", "wss")
         self._tls = url.scheme in ("mqtts", "wss")
         self._host = url.hostname or "127.0.0.1"
@@ -747,7 +776,7 @@ class MqttTransport:
         assert state is not None
         assert retry is not None
         assert self._loop is not None
-        version = state.assignment.version_for(self.config.device_id)
+        version = state.assignment.version_for(self.config.device_id, self._attributes)
         if version is None or version == link.hello().get("policy_version"):
             self._settled(state)
             return False
@@ -858,8 +887,13 @@ class MqttTransport:
         if state is None:
             return None
         running = link.hello().get("policy_version")
-        own = state.assignment.version_for(self.config.device_id)  # converging takes it
-        for version in (state.assignment.candidate, state.assignment.stable, state.published):
+        own = state.assignment.version_for(self.config.device_id, self._attributes)
+        # Converging takes `own`; a scoped rollout's candidate is no business of a device
+        # outside its segment.
+        candidate = (
+            state.assignment.candidate if state.assignment.in_scope(self._attributes) else None
+        )
+        for version in (candidate, state.assignment.stable, state.published):
             if (
                 version is not None
                 and version not in (running, own)

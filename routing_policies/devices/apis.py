@@ -139,7 +139,9 @@ class DevicePolicyApi(APIView):
         assert isinstance(device, Device)
         base, base_etag = delta_api.base_named(request, a_im=True)  # a bad `since`: 400
         services.device_seen(device_pk=device.pk)
-        number = fleet_assignment(device.fleet_id).version_for(device.device_id)
+        number = fleet_assignment(device.fleet_id).version_for(
+            device.device_id, selectors.attributes_of(device)
+        )
         if number is None:
             raise NotFound("The fleet has no published policy yet.", code="no_policy")
         version = published_version_get(fleet_id=device.fleet_id, number=number)

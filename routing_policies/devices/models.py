@@ -1,14 +1,16 @@
 """Enrolled devices: their tokens (hashed), presence and what they run."""
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
 from django.db import connection, models
 from django.db.models import Q
 from django.utils import timezone
 
-from ..assignment import BUCKET_SQL, FleetAssignment
+from ..assignment import BUCKET_SQL, FleetAssignment, bucket
 from ..policies.models import Fleet
+from ..segments.rules import device_attributes, rule_matches
 
 ONLINE_WINDOW = timedelta(minutes=2)
 
@@ -55,20 +57,43 @@ class DeviceQuerySet(models.QuerySet["Device"]):
         """See `online_q`."""
         return self.filter(online_q(now))
 
+    def in_scope(self, rule: Mapping[str, Any] | None) -> "DeviceQuerySet":
+        """Devices a segment's rule matches (all of them for None). The rule is evaluated once
+        per distinct set of attributes (one GROUP BY, as the segments' census), with the one
+        evaluation (`rule_matches`), and the matching sets become the filter."""
+        if rule is None:
+            return self
+        matching = Q(pk__in=[])
+        groups = self.values("platform", "model", "attributes").distinct().order_by()
+        for group in groups:
+            attributes = device_attributes(
+                platform=group["platform"], model=group["model"], reported=group["attributes"]
+            )
+            if rule_matches(rule, attributes):
+                matching |= Q(
+                    platform=group["platform"],
+                    model=group["model"],
+                    attributes=group["attributes"],
+                )
+        return self.filter(matching)
+
     def in_candidate_cohort(self, assignment: FleetAssignment) -> "DeviceQuerySet":
-        """Devices whose bucket gives them the candidate of a split assignment
+        """Devices whose bucket (and scope) gives them the candidate of a split assignment
         (`assignment.splits`): in SQL on PostgreSQL, else bucket by bucket in Python."""
+        scoped = self.in_scope(assignment.scope)
+        if assignment.candidate_share >= 100:
+            return scoped
         if connection.vendor == "postgresql":
-            cohort = self.extra(  # noqa: S610  # the salt is a parameter, not interpolated
+            cohort = scoped.extra(  # noqa: S610  # the salt is a parameter, not interpolated
                 where=[f"{BUCKET_SQL} < %s"],
                 params=[assignment.salt, assignment.candidate_buckets],
             )
             return cast("DeviceQuerySet", cohort)
-        return self.filter(
+        return scoped.filter(
             pk__in=[
                 pk
-                for pk, device_id in self.values_list("pk", "device_id")
-                if assignment.in_candidate_cohort(device_id)
+                for pk, device_id in scoped.values_list("pk", "device_id")
+                if assignment.version_at(bucket(assignment.salt, device_id)) == assignment.candidate
             ]
         )
 

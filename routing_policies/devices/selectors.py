@@ -178,7 +178,9 @@ def _device_row(device: Device, now: datetime, assignment: FleetAssignment) -> d
         "last_seen_at": device.last_seen_at,
         "online": device_online(device, now),
         "transport": device.transport,
-        "assigned_version": None if device.revoked_at else assignment.version_for(device.device_id),
+        "assigned_version": None
+        if device.revoked_at
+        else assignment.version_for(device.device_id, attributes_of(device)),
         "acked_version": device.acked_version,
         "revoked": device.revoked_at is not None,
     }
@@ -284,7 +286,7 @@ def candidate_cohort_count(fleet: Fleet, assignment: FleetAssignment) -> int:
     if assignment.candidate_share <= 0:
         return 0
     devices = _live(fleet)
-    if assignment.candidate_share >= 100:
+    if assignment.candidate_share >= 100 and assignment.scope is None:
         return devices.count()
     return devices.in_candidate_cohort(assignment).count()
 
@@ -349,12 +351,20 @@ def not_acked(
         "devices": [
             {
                 "device_id": device.device_id,
-                "assigned_version": assignment.version_for(device.device_id),
+                "assigned_version": assignment.version_for(device.device_id, attributes_of(device)),
                 "acked_version": device.acked_version,
                 "online": device_online(device, now),
             }
             for device in devices.only(
-                "device_id", "acked_version", "connected", "revoked_at", "transport", "last_seen_at"
+                "device_id",
+                "acked_version",
+                "connected",
+                "revoked_at",
+                "transport",
+                "last_seen_at",
+                "platform",
+                "model",
+                "attributes",
             )[:limit]
         ],
     }

@@ -18,6 +18,7 @@ from ..policies.models import Fleet
 from ..rollouts.models import FleetRouting
 from ..rollouts.selectors import cloud_pressure_live, fleet_assignment
 from ..rollouts.services import fleet_routing_lock
+from ..segments.rules import device_attributes
 from .models import TRANSPORT_WS, Device
 from .selectors import device_authenticate
 from .signals import device_enrolled, device_token_revoked
@@ -242,17 +243,21 @@ def devices_hello(*, requests: list[tuple[int, int, dict[str, Any], str]]) -> li
         fleet_id: (fleet_assignment(fleet_id), cloud_pressure_live(fleet_id))
         for fleet_id in {fleet_id for _, fleet_id, _, _ in requests}
     }
-    current = set(
-        Device.objects.filter(
+    # Each live device's attributes as rules read them (after this hello's fields): what a
+    # rollout scoped to a segment reads (docs/segments.md).
+    current = {
+        token_hash: device_attributes(platform=platform, model=model, reported=reported)
+        for token_hash, platform, model, reported in Device.objects.filter(
             token_hash__in=[token_hash for _, _, _, token_hash in requests],
             revoked_at__isnull=True,
-        ).values_list("token_hash", flat=True)
-    )
+        ).values_list("token_hash", "platform", "model", "attributes")
+    }
     return [
         {
             "assignment": fleets[fleet_id][0],
             "pressure": fleets[fleet_id][1],
             "revoked": token_hash not in current,
+            "attributes": current.get(token_hash, {}),
         }
         for _, fleet_id, _, token_hash in requests
     ]

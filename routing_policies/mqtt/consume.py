@@ -22,6 +22,7 @@ from edge_sdk import mqtt_topics
 
 from ..assignment import FleetAssignment
 from ..devices.models import TRANSPORT_MQTT, Device
+from ..devices.selectors import attributes_of
 from ..devices.services import devices_ack, fields_key
 from ..rollouts.selectors import fleet_assignment
 from ..segments.rules import AttributeProblem, attributes_parse
@@ -158,7 +159,7 @@ def _ack(
     assignment = assignments.get(device.fleet_id)
     if assignment is None:
         assignment = assignments[device.fleet_id] = fleet_assignment(device.fleet_id)
-    if version != assignment.version_for(device.device_id):
+    if version != assignment.version_for(device.device_id, attributes_of(device)):
         # As the WebSocket's `not_assigned`: an ack of a version not the device's is ignored.
         drops.add("not_assigned", message.topic, f"version={version}")
         return

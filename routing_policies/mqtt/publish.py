@@ -57,6 +57,24 @@ def state_payload(
             "salt": assignment.salt,
             "holdback": assignment.holdback,
         }
+    if assignment.scope is not None and rollout is not None:
+        # Scoped to a segment (docs/PROTOCOL.md, "Scoped rollouts"): `candidate` and `rollout`
+        # stay null, so a device that does not know `scoped_rollout` stays on stable (never
+        # takes the candidate outside the segment); the rollout, its candidate and the rule
+        # are inside `scoped_rollout`.
+        return {
+            "fleet": fleet_slug,
+            "stable": assignment.stable,
+            "candidate": None,
+            "rollout": None,
+            "published": published,
+            "scoped_rollout": {
+                **rollout,
+                "candidate": assignment.candidate,
+                "segment": assignment.scope_name,
+                "rule": dict(assignment.scope),
+            },
+        }
     return {
         "fleet": fleet_slug,
         "stable": assignment.stable,

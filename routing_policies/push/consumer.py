@@ -232,6 +232,7 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
             await self.close_once(CLOSE_UNAUTHORISED)
             return
         assignment: FleetAssignment = state["assignment"]
+        self.bucket.attributes = state["attributes"]
         assigned = self.bucket.version_under(assignment)
         self.assigned_version = assigned
         self.takes_deltas, self.held_version = accepts_delta, reported

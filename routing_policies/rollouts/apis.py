@@ -126,6 +126,7 @@ class RolloutStartApi(_RolloutActionApi):
             version=data["version"],
             guard_options=guards.options_of(require_object(request.data)) if guards else {},
             holdback=data.get("holdback", 0),
+            segment=data.get("segment"),
         )
 
 
@@ -153,9 +154,16 @@ def _transition_api(service: Callable[..., Any], doc: str) -> Action:
 
 RolloutPauseApi = _transition_api(services.rollout_pause, "Pause at the current stage.")
 RolloutResumeApi = _transition_api(services.rollout_resume, "Resume a paused rollout.")
-RolloutCompleteApi = _transition_api(
-    services.rollout_complete, "At 100%, make the candidate stable."
-)
+
+
+@_rollout_action(schemas.RolloutCompleteInputSerializer)
+class RolloutCompleteApi(_RolloutActionApi):
+    """At 100%, make the candidate stable (a scoped rollout: with `fleet_wide: true`)."""
+
+    def perform(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> None:
+        services.rollout_complete(
+            actor=request.user, fleet=fleet, fleet_wide=data.get("fleet_wide", False)
+        )
 
 
 @_rollout_action(schemas.RolloutRollbackInputSerializer)

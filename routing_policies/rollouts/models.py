@@ -65,6 +65,12 @@ class Rollout(models.Model):
     # rollout completes, so its guards still have a comparison group (docs/PROTOCOL.md,
     # "Holdback"); 0: none, the last stage is the whole fleet.
     holdback = models.PositiveSmallIntegerField(default=0)
+    # A rollout scoped to a segment (docs/segments.md, "Rollouts scoped to a segment"): the
+    # segment's name and its rule as they were at the start, a snapshot the rollout keeps
+    # whatever becomes of the segment (edited, renamed, deleted). Blank and null: the whole
+    # fleet.
+    segment_name = models.CharField(max_length=64, blank=True)
+    segment_rule = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-started_at", "-id"]
@@ -90,6 +96,11 @@ class Rollout(models.Model):
     def candidate_share(self) -> int:
         """The percent of buckets on the candidate: the stage, less the holdback at 100%."""
         return self.stage if self.stage < 100 else 100 - self.holdback
+
+    @property
+    def scoped(self) -> bool:
+        """Scoped to a segment: only the devices its rule matches take part."""
+        return self.segment_rule is not None
 
     @property
     def next_stage(self) -> int | None:

@@ -6,9 +6,18 @@ it; the services take what it validated), and the serializers that describe the 
 
 from rest_framework import serializers
 
-from controlplane.api import JsonChoiceField, JsonFloatField, JsonIntegerField, TidyJsonStringField
+from controlplane.api import (
+    JsonBooleanField,
+    JsonChoiceField,
+    JsonFloatField,
+    JsonIntegerField,
+    JsonRegexField,
+    TidyJsonStringField,
+)
 from controlplane.openapi import ApiSerializer
 
+from ..segments.models import MAX_SEGMENT_NAME
+from ..segments.schemas import SEGMENT_NAME_RE
 from ..validation import MAX_VERSION
 from .models import MAX_CLOUD_PRESSURE_TTL_S, Rollout
 from .selectors import NOT_ACKED_LIMIT
@@ -24,6 +33,14 @@ class RolloutSerializer(ApiSerializer):
     )
     candidate_share = serializers.IntegerField(
         help_text="percent of buckets on the candidate: the stage, less the holdback at 100%"
+    )
+    segment = serializers.CharField(
+        allow_null=True,
+        help_text="the segment the rollout is scoped to (null: the whole fleet); the stage "
+        "and shares are then of the segment's devices",
+    )
+    segment_rule = serializers.JSONField(
+        allow_null=True, help_text="the segment's rule as it was at the start (a snapshot)"
     )
     state = serializers.ChoiceField(choices=Rollout.State.values)
     open = serializers.BooleanField()
@@ -141,6 +158,31 @@ class RolloutStartBaseSerializer(RolloutVersionInputSerializer):
     extension is installed, are added by `rollouts.apis`)."""
 
     holdback = holdback_field()
+    segment = JsonRegexField(
+        SEGMENT_NAME_RE,
+        max_length=MAX_SEGMENT_NAME,
+        required=False,
+        allow_null=True,
+        error_messages={
+            "invalid": f"a segment's name: 1 to {MAX_SEGMENT_NAME} lower-case letters, digits, "
+            "_ and -"
+        },
+        help_text="scope the rollout to this segment of the fleet (docs/segments.md, "
+        "rollouts): only the devices its rule matches take part, the rest stay on stable; "
+        "absent or null: the whole fleet",
+    )
+
+
+class RolloutCompleteInputSerializer(ApiSerializer):
+    """The confirmation a scoped rollout's completion needs."""
+
+    fleet_wide = JsonBooleanField(
+        required=False,
+        default=False,
+        help_text="a rollout scoped to a segment completes only with true: its candidate "
+        "becomes the stable version of the whole fleet, moving the devices outside the "
+        "segment at once",
+    )
 
 
 class RolloutAdvanceInputSerializer(ApiSerializer):

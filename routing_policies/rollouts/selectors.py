@@ -63,6 +63,8 @@ def rollout_assignment(rollout: Rollout) -> FleetAssignment:
             percent=rollout.stage,
             rollout_id=rollout.pk,
             holdback=rollout.holdback,
+            scope=rollout.segment_rule,
+            scope_name=rollout.segment_name,
         )
     winner = rollout.candidate if rollout.state == Rollout.State.COMPLETED else rollout.stable
     return FleetAssignment(stable=winner.number)
@@ -128,6 +130,10 @@ def rollout_out(rollout: Rollout) -> dict[str, Any]:
         # Percent kept on stable at 100% until completion; the candidate's share of buckets.
         "holdback": rollout.holdback,
         "candidate_share": rollout.candidate_share,
+        # Scoped to a segment: its name and its rule as at the start (a snapshot); null: the
+        # whole fleet. The shares above are then shares of the segment's devices.
+        "segment": rollout.segment_name or None,
+        "segment_rule": rollout.segment_rule,
         "state": rollout.state,
         # PROTOCOL.md: bucket = int(sha256(f"{salt}:{device_id}")[:8], 16) % 10000.
         "salt": rollout.salt,

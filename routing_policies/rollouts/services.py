@@ -21,11 +21,12 @@ from django.db import transaction
 from django.db.models import Exists
 from django.utils import timezone
 
-from controlplane.exceptions import Conflict, NotFound
+from controlplane.exceptions import Conflict, NotFound, ValidationFailed
 
 from ..assignment import FleetAssignment
 from ..policies.audit import Actor, actor_name, actor_user, audit_record
 from ..policies.models import Fleet, PolicyVersion
+from ..segments.selectors import rule_preview, segment_get
 from .hooks import rollout_gate
 from .models import MAX_CLOUD_PRESSURE_TTL_S as MAX_CLOUD_PRESSURE_TTL_S
 from .models import FleetRouting, Rollout, RolloutEvent
@@ -167,15 +168,38 @@ def _open_or_ended_as(fleet: Fleet, state: str) -> tuple[Rollout | None, Rollout
     raise _no_rollout(fleet)
 
 
+def _scope_of(fleet: Fleet, segment: str) -> dict[str, Any]:
+    """The rule of the fleet's segment `segment`, which must match at least one enrolled device
+    (a rollout of nobody has no cohort to watch): a refusal naming `segment` otherwise."""
+    found = segment_get(fleet=fleet, name=segment)
+    if found is None:
+        raise ValidationFailed(
+            f"segment: fleet {fleet.slug!r} has no segment {segment!r}.",
+            details=[{"field": "segment", "message": f"no segment {segment!r} in this fleet"}],
+        )
+    if rule_preview(fleet=fleet, rule=found.rule)["matching"] == 0:
+        raise Conflict(
+            f"Segment {segment!r} matches no enrolled device: a rollout scoped to it would "
+            "reach nobody.",
+            code="segment_matches_none",
+            details=[{"field": "segment", "message": "matches no enrolled device"}],
+        )
+    return dict(found.rule)
+
+
 @transaction.atomic
-def rollout_start(*, actor: Actor, fleet: Fleet, version: int, holdback: int = 0) -> Rollout:
+def rollout_start(
+    *, actor: Actor, fleet: Fleet, version: int, holdback: int = 0, segment: str | None = None
+) -> Rollout:
     """Start rolling `version` out at 5% with a new random salt (a repeat is a no-op); with a
-    `holdback`, that percent of the fleet stays on stable at 100% until completion."""
+    `holdback`, that percent of the fleet stays on stable at 100% until completion; with a
+    `segment`, only the devices its rule matches (the rule as it is now, kept with the
+    rollout) take part, the rest stay on stable."""
     routing = fleet_routing_lock(fleet)
     candidate = _published(fleet, version)
     current = open_rollout(fleet.pk)
     if current is not None:
-        if current.candidate_id == candidate.pk:
+        if current.candidate_id == candidate.pk and current.segment_name == (segment or ""):
             return current
         raise Conflict(
             f"Rollout {current.pk} of v{current.candidate.number} is in progress; complete or "
@@ -190,6 +214,7 @@ def rollout_start(*, actor: Actor, fleet: Fleet, version: int, holdback: int = 0
         raise Conflict(f"v{version} is already the fleet's stable version.", code="already_stable")
     gate = rollout_gate()
     gate.freeze_refuse(fleet=fleet, doing="starting a rollout")
+    scope = _scope_of(fleet, segment) if segment else None
     gate.approval_consume(actor=actor, fleet=fleet, kind="rollout_start", version=candidate)
     now = timezone.now()
     rollout = Rollout.objects.create(
@@ -201,6 +226,8 @@ def rollout_start(*, actor: Actor, fleet: Fleet, version: int, holdback: int = 0
         started_by=actor_user(actor),
         stage_changed_at=now,
         holdback=holdback,
+        segment_name=segment or "",
+        segment_rule=scope,
     )
     _record(
         fleet,
@@ -212,6 +239,7 @@ def rollout_start(*, actor: Actor, fleet: Fleet, version: int, holdback: int = 0
             f"Started rolling out v{version} over v{routing.stable_version.number} "
             f"at {rollout.stage}%"
             + (f", holding {holdback}% back on stable until completion" if holdback else "")
+            + (f", only in segment {segment}" if segment else "")
         ),
         before={"stable": routing.stable_version.number, "candidate": None, "stage": 0},
         after={
@@ -222,6 +250,7 @@ def rollout_start(*, actor: Actor, fleet: Fleet, version: int, holdback: int = 0
             # check which devices a stage reached.
             "salt": rollout.salt,
             "holdback": holdback,
+            **({"segment": segment, "segment_rule": scope} if segment else {}),
         },
     )
     _push_assignment_on_commit(fleet, rollout_assignment(rollout))
@@ -308,8 +337,11 @@ def rollout_resume(*, actor: Actor, fleet: Fleet) -> Rollout:
 
 
 @transaction.atomic
-def rollout_complete(*, actor: Actor, fleet: Fleet) -> Rollout:
-    """At 100%, make the candidate the fleet's stable version; repeat is a no-op."""
+def rollout_complete(*, actor: Actor, fleet: Fleet, fleet_wide: bool = False) -> Rollout:
+    """At 100%, make the candidate the fleet's stable version; repeat is a no-op. A rollout
+    scoped to a segment completes only with `fleet_wide` (the caller's confirmation): there is
+    one stable version per fleet, so completing it moves the devices outside the segment too,
+    at once (as a switch does)."""
     routing = fleet_routing_lock(fleet)
     rollout, completed = _open_or_ended_as(fleet, Rollout.State.COMPLETED)
     if rollout is None:
@@ -319,6 +351,17 @@ def rollout_complete(*, actor: Actor, fleet: Fleet) -> Rollout:
         raise Conflict(
             f"The rollout is at {rollout.stage}%: advance it to 100% before completing.",
             code="not_at_full_stage",
+        )
+    if rollout.scoped and not fleet_wide:
+        raise Conflict(
+            f"The rollout is scoped to segment {rollout.segment_name!r}: completing it makes "
+            f"v{rollout.candidate.number} stable for the whole fleet, moving the devices outside "
+            "the segment at once. Confirm with fleet_wide: true, or keep it at 100% of the "
+            "segment, or roll it back.",
+            code="scoped_rollout",
+            details=[
+                {"field": "fleet_wide", "message": "must be true to complete a scoped rollout"}
+            ],
         )
     rollout.state = Rollout.State.COMPLETED
     rollout.finished_at = timezone.now()
@@ -331,7 +374,10 @@ def rollout_complete(*, actor: Actor, fleet: Fleet) -> Rollout:
         "completed",
         actor,
         stages=(rollout.stage, rollout.stage),
-        summary=f"v{rollout.candidate.number} is now stable (was v{rollout.stable.number})",
+        summary=f"v{rollout.candidate.number} is now stable (was v{rollout.stable.number})"
+        + (
+            f" for the whole fleet, beyond segment {rollout.segment_name}" if rollout.scoped else ""
+        ),
         before={"stable": rollout.stable.number},
         after={"stable": rollout.candidate.number},
     )

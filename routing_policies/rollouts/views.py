@@ -27,6 +27,8 @@ from ..extensions import lab_rollout_prediction, rollout_guard_status, rollout_s
 from ..policies.models import Fleet
 from ..policies.pages import fleet_action, fleet_page
 from ..policies.selectors import published_versions
+from ..segments.selectors import segments_overview
+from ..segments.views import rule_text
 from . import schemas, selectors, services
 from .forms import guard_options
 from .models import MAX_CLOUD_PRESSURE_TTL_S, Rollout
@@ -67,7 +69,8 @@ def _stage_steps(rollout: dict[str, Any] | None) -> list[dict[str, Any]]:
             state = "current"
         else:
             state = "todo"
-        sub = {5: "canary", 25: "a quarter"}.get(percent, "whole fleet")
+        whole = "whole segment" if rollout is not None and rollout.get("segment") else "whole fleet"
+        sub = {5: "canary", 25: "a quarter"}.get(percent, whole)
         if percent == 100 and rollout is not None and rollout.get("holdback"):
             sub = f"{100 - rollout['holdback']}% · {rollout['holdback']}% held back"
         steps.append({"percent": percent, "state": state, "sub": sub})
@@ -179,6 +182,16 @@ def _rollout_page(
         "versions": versions,
         "latest_number": versions[0]["number"] if versions else None,
         "other_versions": [v for v in versions if v["number"] != stable],
+        # The segments a start may be scoped to, each with how many enrolled devices it matches.
+        "segments": [
+            {"name": segment["name"], "matching": segment["preview"]["matching"]}
+            for segment in segments_overview(fleet=fleet)["segments"]
+        ]
+        if not is_open
+        else [],
+        "scope_text": rule_text(rollout["segment_rule"])
+        if rollout and rollout["segment_rule"]
+        else "",
         "history": [
             {"event": event, "label": EVENT_LABELS.get(event.action, event.action)}
             for event in selectors.rollout_history(fleet=fleet)
@@ -273,9 +286,10 @@ def rollout_start(request: HttpRequest, fleet: Fleet) -> Said:
     rollout = rollout_start_guarded(
         actor=request.user, fleet=fleet, guard_options=guard_options(request.POST), **start
     )
+    whom = f"segment {rollout.segment_name}" if rollout.scoped else "the fleet"
     return messages.SUCCESS, (
         f"Started rolling out v{rollout.candidate.number} over v{rollout.stable.number} at "
-        f"{rollout.stage}% of the fleet."
+        f"{rollout.stage}% of {whom}."
     )
 
 
@@ -319,14 +333,18 @@ rollout_resume = _transition(
     "Let a paused rollout advance again.",
     lambda rollout: f"Resumed v{rollout.candidate.number} at {rollout.stage}%.",
 )
-rollout_complete = _transition(
-    services.rollout_complete,
-    "At 100%, make the candidate the fleet's stable version.",
-    lambda rollout: (
+
+
+@_page_action
+def rollout_complete(request: HttpRequest, fleet: Fleet) -> Said:
+    """At 100%, make the candidate the fleet's stable version (a scoped rollout's form
+    confirms that this reaches the whole fleet: `fleet_wide`)."""
+    confirm = form_input(schemas.RolloutCompleteInputSerializer, request.POST)
+    rollout = services.rollout_complete(actor=request.user, fleet=fleet, **confirm)
+    return messages.SUCCESS, (
         f"Completed: v{rollout.candidate.number} is now the stable version "
-        f"(was v{rollout.stable.number})."
-    ),
-)
+        f"(was v{rollout.stable.number})" + (" of the whole fleet." if rollout.scoped else ".")
+    )
 
 
 @_page_action

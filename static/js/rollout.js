@@ -132,6 +132,12 @@
     all("[data-field=holdback-line]", statusCard).forEach(function (el) {
       el.hidden = !(rollout.open && rollout.holdback);
     });
+    // A scoped rollout's segment (its rule's sentence is the server's: a new rollout asks
+    // for a reload above).
+    setText("[data-field=scope]", rollout.segment || "", statusCard);
+    all("[data-field=scope-line]", statusCard).forEach(function (el) {
+      el.hidden = !(rollout.open && rollout.segment);
+    });
   }
 
   function renderRollout(rollout, stable) {

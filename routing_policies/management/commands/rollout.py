@@ -43,6 +43,17 @@ class Command(BaseCommand):
             default=0,
             help="start: percent of the fleet kept on stable at 100%% until completion (0-50)",
         )
+        parser.add_argument(
+            "--segment",
+            default=None,
+            help="start: scope the rollout to this segment (docs/segments.md)",
+        )
+        parser.add_argument(
+            "--fleet-wide",
+            action="store_true",
+            help="complete: confirm that a scoped rollout's candidate becomes the whole fleet's "
+            "stable version",
+        )
         # Guards (start only; docs/alerts.md): any of these guards the new rollout.
         parser.add_argument(
             "--guards",
@@ -77,6 +88,7 @@ class Command(BaseCommand):
                     schemas.RolloutStartBaseSerializer,
                     version=options["policy_version"],
                     holdback=options["holdback"],
+                    segment=options["segment"],
                 )
                 rollout_start_guarded(
                     actor=actor, fleet=fleet, guard_options=_guard_options(options), **start
@@ -93,7 +105,9 @@ class Command(BaseCommand):
                     actor=actor, fleet=fleet, reason=options["reason"], automatic=False
                 )
             elif action == "complete":
-                services.rollout_complete(actor=actor, fleet=fleet)
+                services.rollout_complete(
+                    actor=actor, fleet=fleet, fleet_wide=options["fleet_wide"]
+                )
             elif action == "switch":
                 switch = _checked(
                     schemas.RolloutVersionInputSerializer, version=options["policy_version"]

@@ -42,6 +42,16 @@ def rollout_guards_set(
     locked = Rollout.objects.select_for_update().filter(pk=rollout.pk).first()
     if locked is None or not locked.is_open:
         raise Conflict("Only an open rollout can be guarded.", code="rollout_not_open")
+    if locked.segment_rule is not None:
+        # The rollups guards read have no segment dimension yet: their stable arm would be the
+        # whole fleet's stable devices, not the segment's. Refused rather than judged against
+        # the wrong group (docs/segments.md, "Rollouts scoped to a segment").
+        raise Conflict(
+            f"Rollout {locked.pk} is scoped to segment {locked.segment_name!r}: guards cannot "
+            "yet compare within a segment, so a scoped rollout is not guarded.",
+            code="scoped_rollout_unguarded",
+            details=[{"field": "guards", "message": "not available for a scoped rollout"}],
+        )
     settings = {
         "window_minutes": window_minutes,
         "bake_minutes": bake,
@@ -84,14 +94,20 @@ def rollout_guards_set(
 
 @transaction.atomic
 def rollout_start_guarded(
-    *, actor: Actor, fleet: Fleet, version: int, guard_options: dict[str, Any], holdback: int = 0
+    *,
+    actor: Actor,
+    fleet: Fleet,
+    version: int,
+    guard_options: dict[str, Any],
+    holdback: int = 0,
+    segment: str | None = None,
 ) -> Rollout:
     """Start a rollout and, when `guard_options` is not empty, guard it, all or nothing. The
     options come from another part (routing_policies.extensions) as sent: the input serializer
     checks them before anything starts."""
     options = guard_options_validate(guard_options) if guard_options else {}
     rollout = rollout_services.rollout_start(
-        actor=actor, fleet=fleet, version=version, holdback=holdback
+        actor=actor, fleet=fleet, version=version, holdback=holdback, segment=segment
     )
     if guard_options:
         rollout_guards_set(actor=actor, rollout=rollout, **options)
