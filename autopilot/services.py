@@ -670,7 +670,7 @@ def _advance(objective: AutopilotObjective, cycle: AutopilotCycle, now: datetime
         _stop(objective, cycle, f"the fleet is frozen ({freeze.reason})", now)
         return
     if cycle.state == CycleState.AWAITING_APPROVAL:
-        request = ChangeRequest.objects.filter(pk=cycle.change_request, fleet=fleet).first()
+        request = ChangeRequest.objects.filter(pk=cycle.change_request or 0, fleet=fleet).first()
         if request is None or request.state == ChangeRequest.State.CLOSED:
             _stop(objective, cycle, f"change request {cycle.change_request} was closed", now)
             return
@@ -691,7 +691,7 @@ def _advance(objective: AutopilotObjective, cycle: AutopilotCycle, now: datetime
             _roll_out(objective, cycle, now)
         return
     if cycle.state == CycleState.ROLLING_OUT:
-        rollout = Rollout.objects.filter(pk=cycle.rollout, fleet=fleet).first()
+        rollout = Rollout.objects.filter(pk=cycle.rollout or 0, fleet=fleet).first()
         if rollout is None:
             _stop(objective, cycle, f"rollout {cycle.rollout} is gone", now)
         elif rollout.state == Rollout.State.ROLLED_BACK:
@@ -719,23 +719,29 @@ def _advance(objective: AutopilotObjective, cycle: AutopilotCycle, now: datetime
         _realize(objective, cycle, since, now)
 
 
+def cell_key_of(label: str) -> CellKey:
+    """A cell's key from its label `task/budget/tier`."""
+    task_type, latency_budget, privacy_tier = label.split("/")
+    return (task_type, latency_budget, privacy_tier)
+
+
 def _realize(
     objective: AutopilotObjective, cycle: AutopilotCycle, since: datetime, now: datetime
 ) -> None:
     """Compare predicted with realized per moved cell; a miss stops the autopilot."""
     moved = [row for row in cycle.cells if row["threshold_to"] is not None]
-    keys = [tuple(row["cell"].split("/")) for row in moved]
+    keys: list[CellKey] = [cell_key_of(row["cell"]) for row in moved]
     realized = realized_of_cells(
         fleet=objective.fleet,
         version=cycle.version or 0,
         start=since,
         end=now,
-        cells=keys,  # type: ignore[arg-type]
+        cells=keys,
     )
     tolerance = Tolerance(share=objective.share_tolerance)
     all_misses: list[str] = []
     for row, key in zip(moved, keys, strict=True):
-        got = realized[key]  # type: ignore[index]
+        got = realized[key]
         row["realized"] = got.as_dict()
         if got.events < MIN_REALIZED_EVENTS:
             row["misses"] = []

@@ -16,7 +16,7 @@ from .services import autopilot_tick
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="autopilot.tick_all")
+@shared_task(name="autopilot.tick_all")  # type: ignore[untyped-decorator]
 def tick_all() -> int:
     """Tick every fleet whose autopilot is on; the number of fleets ticked."""
     fleet_ids = list(
@@ -29,7 +29,7 @@ def tick_all() -> int:
     return len(fleet_ids)
 
 
-@shared_task(name="autopilot.tick")
+@shared_task(name="autopilot.tick")  # type: ignore[untyped-decorator]
 def tick(fleet_id: int) -> str | None:
     """One fleet's tick: the state of the cycle it touched, if any."""
     fleet = Fleet.objects.filter(pk=fleet_id).first()

@@ -59,7 +59,8 @@ def test_propose__room_above__the_highest_alpha_within_one_step() -> None:
     )
     # Then θ rises by the largest step allowed
     assert proposal.threshold_to == pytest.approx(0.55)
-    assert proposal.gain_low is not None and proposal.gain_low > 0.01
+    assert proposal.gain_low is not None
+    assert proposal.gain_low > 0.01
 
 
 def test_propose__bound_binds__stops_where_the_lower_bound_meets_the_floor() -> None:
@@ -102,8 +103,14 @@ def test_propose__over_budget__not_taken() -> None:
 
 def test_propose__no_quality__no_change_saying_so() -> None:
     points = [
-        CurvePoint(threshold=k / 100, alpha=k / 100, cloud_share=0, p95_ms=None,
-                   cost_per_day=None, quality=None)
+        CurvePoint(
+            threshold=k / 100,
+            alpha=k / 100,
+            cloud_share=0,
+            p95_ms=None,
+            cost_per_day=None,
+            quality=None,
+        )
         for k in range(101)
     ]
     proposal = propose(curve=points, current_threshold=0.5, events=1000, limits=Limits())
@@ -112,24 +119,55 @@ def test_propose__no_quality__no_change_saying_so() -> None:
 
 
 def test_misses__alpha_far_and_quality_below_the_bound__both_named() -> None:
-    predicted = CurvePoint(threshold=0.5, alpha=0.6, cloud_share=0.4, p95_ms=200,
-                           cost_per_day=1.0, quality=0.9)
-    realized = Realized(events=5000, alpha=0.5, cloud_share=0.45, p95_ms=210, quality=0.7,
-                        quality_reports=1000, quality_kept=700, cost_per_day=1.1)
-    found = misses(predicted=predicted, predicted_quality_low=0.86, realized=realized,
-                   budget_ms=300, tolerance=Tolerance())
+    predicted = CurvePoint(
+        threshold=0.5, alpha=0.6, cloud_share=0.4, p95_ms=200, cost_per_day=1.0, quality=0.9
+    )
+    realized = Realized(
+        events=5000,
+        alpha=0.5,
+        cloud_share=0.45,
+        p95_ms=210,
+        quality=0.7,
+        quality_reports=1000,
+        quality_kept=700,
+        cost_per_day=1.1,
+    )
+    found = misses(
+        predicted=predicted,
+        predicted_quality_low=0.86,
+        realized=realized,
+        budget_ms=300,
+        tolerance=Tolerance(),
+    )
     assert any(m.startswith("α 0.500") for m in found)
     assert any(m.startswith("quality 0.700") for m in found)
     assert not any(m.startswith("cloud share") for m in found)
 
 
 def test_misses__within_tolerance__none() -> None:
-    predicted = CurvePoint(threshold=0.5, alpha=0.6, cloud_share=0.4, p95_ms=200,
-                           cost_per_day=1.0, quality=0.9)
-    realized = Realized(events=5000, alpha=0.62, cloud_share=0.38, p95_ms=220, quality=0.88,
-                        quality_reports=500, quality_kept=440, cost_per_day=1.05)
-    assert misses(predicted=predicted, predicted_quality_low=0.86, realized=realized,
-                  budget_ms=300, tolerance=Tolerance()) == []
+    predicted = CurvePoint(
+        threshold=0.5, alpha=0.6, cloud_share=0.4, p95_ms=200, cost_per_day=1.0, quality=0.9
+    )
+    realized = Realized(
+        events=5000,
+        alpha=0.62,
+        cloud_share=0.38,
+        p95_ms=220,
+        quality=0.88,
+        quality_reports=500,
+        quality_kept=440,
+        cost_per_day=1.05,
+    )
+    assert (
+        misses(
+            predicted=predicted,
+            predicted_quality_low=0.86,
+            realized=realized,
+            budget_ms=300,
+            tolerance=Tolerance(),
+        )
+        == []
+    )
 
 
 def test_next_run__time_zone__daily_at_local_time() -> None:

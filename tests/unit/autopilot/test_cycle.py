@@ -68,10 +68,14 @@ def image_events(
         event["score"] = score
         if score is not None and recorded.route == "draft_refine":
             event["refine_changed"] = rng.random() >= true_kept(score)
-        elif score is not None and recorded.route == "device" and not recorded.cache_hit:
-            if rng.random() < 0.5:
-                event["shadow_refine"] = True
-                event["refine_changed"] = rng.random() >= true_kept(score)
+        elif (
+            score is not None
+            and recorded.route == "device"
+            and not recorded.cache_hit
+            and rng.random() < 0.5
+        ):
+            event["shadow_refine"] = True
+            event["refine_changed"] = rng.random() >= true_kept(score)
         out.append(event)
     return out
 
@@ -116,7 +120,8 @@ def test_cycle__no_review__draft_published_and_a_guarded_rollout_with_holdback(
     cycle = autopilot_tick(fleet=fleet, force=True)
 
     # Then θ moved up by the largest step, published as v2 and rolled out with guards
-    assert cycle is not None and cycle.state == AutopilotCycle.State.ROLLING_OUT, cycle.reason
+    assert cycle is not None
+    assert cycle.state == AutopilotCycle.State.ROLLING_OUT, cycle.reason
     (row,) = cycle.cells
     assert row["cell"] == IMAGE
     assert row["threshold_from"] == 0.6
@@ -126,13 +131,18 @@ def test_cycle__no_review__draft_published_and_a_guarded_rollout_with_holdback(
     v2 = PolicyVersion.objects.get(fleet=fleet, number=2)
     assert v2.published_by.username == "autopilot"
     rollout = Rollout.objects.get(pk=cycle.rollout)
-    assert rollout.candidate_id == v2.pk and rollout.holdback == 10
+    assert rollout.candidate_id == v2.pk
+    assert rollout.holdback == 10
     assert rollout.guard_set.guards.exists()  # type: ignore[attr-defined]
     actions = list(
         AuditEntry.objects.filter(action__startswith="autopilot.").values_list("action", flat=True)
     )
-    assert {"autopilot.objective_set", "autopilot.draft_written", "autopilot.published",
-            "autopilot.rollout_started"} <= set(actions)
+    assert {
+        "autopilot.objective_set",
+        "autopilot.draft_written",
+        "autopilot.published",
+        "autopilot.rollout_started",
+    } <= set(actions)
     assert AuditEntry.objects.filter(action="policy_cells.updated", actor_name="autopilot").exists()
 
 
@@ -144,7 +154,8 @@ def test_cycle__publish_needs_approval__waits_for_a_publisher_then_rolls_out(
 
     # When a cycle runs: the request waits
     cycle = autopilot_tick(fleet=fleet, force=True)
-    assert cycle is not None and cycle.state == AutopilotCycle.State.AWAITING_APPROVAL
+    assert cycle is not None
+    assert cycle.state == AutopilotCycle.State.AWAITING_APPROVAL
     request = ChangeRequest.objects.get(pk=cycle.change_request)
     assert request.author_name == "autopilot"
     assert autopilot_tick(fleet=fleet).state == AutopilotCycle.State.AWAITING_APPROVAL  # type: ignore[union-attr]
@@ -161,7 +172,8 @@ def test_cycle__publish_needs_approval__waits_for_a_publisher_then_rolls_out(
     cycle = autopilot_tick(fleet=fleet)
 
     # Then the next tick publishes through the request and starts the rollout
-    assert cycle is not None and cycle.state == AutopilotCycle.State.ROLLING_OUT, cycle.reason
+    assert cycle is not None
+    assert cycle.state == AutopilotCycle.State.ROLLING_OUT, cycle.reason
     request.refresh_from_db()
     assert request.state == ChangeRequest.State.DONE
 
@@ -207,7 +219,10 @@ def test_cycle__realized_far_from_predicted__stops(
 
     # Then the miss is named per cell and the autopilot stopped
     cycle.refresh_from_db()
-    assert cycle.state == AutopilotCycle.State.STOPPED, (cycle.cells[0]["realized"], cycle.cells[0].get("unchecked"))
+    assert cycle.state == AutopilotCycle.State.STOPPED, (
+        cycle.cells[0]["realized"],
+        cycle.cells[0].get("unchecked"),
+    )
     (row,) = cycle.cells
     assert row["realized"]["alpha"] == 0.0
     assert any(m.startswith("α") for m in row["misses"])
@@ -253,7 +268,8 @@ def test_cycle__a_person_s_draft_open__skipped_untouched(
     objective_set(actor=publisher, fleet=fleet, values=OBJECTIVE)
     draft = policy_draft_create(actor=publisher, fleet=fleet)
     cycle = autopilot_tick(fleet=fleet, force=True)
-    assert cycle is not None and cycle.state == AutopilotCycle.State.NO_CHANGE
+    assert cycle is not None
+    assert cycle.state == AutopilotCycle.State.NO_CHANGE
     assert "draft is open" in cycle.reason
     draft.refresh_from_db()
     assert draft.revision == 1
