@@ -22,6 +22,7 @@ from .models import AutopilotCycle, AutopilotObjective
 
 __all__ = [
     "QualityReadiness",
+    "autopilot_out",
     "cells_in_scope",
     "cycle_out",
     "cycles_list",
@@ -198,4 +199,41 @@ def cycle_out(cycle: AutopilotCycle) -> dict[str, Any]:
         "change_request": cycle.change_request,
         "rollout": cycle.rollout,
         "cells": cycle.cells,
+    }
+
+
+def objective_out(objective: AutopilotObjective) -> dict[str, Any]:
+    """The objective's settings as the API shows them (and as PUT takes them)."""
+    run_at = objective.run_at
+    return {
+        "quality_floor": objective.quality_floor,
+        "delta": objective.delta,
+        "quality_resolution": objective.quality_resolution,
+        "p95_within_budget": objective.p95_within_budget,
+        "cost_ceiling_per_day": objective.cost_ceiling_per_day,
+        "max_step": objective.max_step,
+        "margin": objective.margin,
+        "cells": list(objective.cells or []),
+        "excluded_cells": list(objective.excluded_cells or []),
+        "run_at": run_at.strftime("%H:%M") if hasattr(run_at, "strftime") else str(run_at)[:5],
+        "time_zone": objective.time_zone,
+        "quiet_periods": list(objective.quiet_periods or []),
+        "window_hours": objective.window_hours,
+        "holdback": objective.holdback,
+        "bake_minutes": objective.bake_minutes,
+        "measure_minutes": objective.measure_minutes,
+        "share_tolerance": objective.share_tolerance,
+    }
+
+
+def autopilot_out(fleet: Fleet, *, cycles: int = 20) -> dict[str, Any]:
+    """The API's and the page's shape of a fleet's autopilot."""
+    objective = objective_get(fleet=fleet)
+    return {
+        "fleet": fleet.slug,
+        "state": objective.state,
+        "state_reason": objective.state_reason,
+        "next_run_at": objective.next_run_at.isoformat() if objective.next_run_at else None,
+        "objective": objective_out(objective),
+        "cycles": [cycle_out(cycle) for cycle in cycles_list(fleet=fleet, limit=cycles)],
     }

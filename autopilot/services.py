@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
 from typing import Any, Final
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.exceptions import ApplicationError, Conflict
+from controlplane.exceptions import ApplicationError, Conflict, ValidationFailed
 from lab.calibration.selectors import calibration_compute
 from lab.calibration.services import calibration_apply
 from lab.calibration.targets import Target
@@ -37,6 +37,8 @@ from routing_policies.selectors import (
     open_rollout,
     review_settings_of,
     review_status,
+    table_cells,
+    version_table,
 )
 from routing_policies.services import (
     Actor,
@@ -53,6 +55,7 @@ from .models import AutopilotCycle, AutopilotObjective
 from .schedule import in_quiet_period, next_run
 from .selectors import (
     cells_in_scope,
+    objective_out,
     quality_readiness,
     realized_of_cells,
     stable_version,
@@ -151,11 +154,14 @@ def objective_set(
     it on (`enabled`) is refused when a cell in scope has too little quality data for the
     bound, saying how much more it needs."""
     now = now or timezone.now()
+    _cells_known(fleet, values)
     objective = _lock(fleet)
     before = _objective_fields(objective)
     enabled = values.get("enabled")
     for name, value in values.items():
-        if name != "enabled":
+        if name == "run_at":
+            objective.run_at = time.fromisoformat(value)
+        elif name != "enabled":
             setattr(objective, name, value)
     if enabled is True and objective.state == State.OFF:
         _refuse_without_quality_data(objective, now)
@@ -184,29 +190,25 @@ def objective_set(
     return objective
 
 
+def _cells_known(fleet: Fleet, values: Mapping[str, Any]) -> None:
+    """A cell the fleet's stable version lacks is a bad request naming it (400); nothing kept."""
+    version = stable_version(fleet=fleet)
+    known = (
+        {cell_key_label(key) for key in table_cells(version_table(version=version))}
+        if version is not None
+        else set()
+    )
+    for name in ("cells", "excluded_cells"):
+        for index, label in enumerate(values.get(name) or []):
+            if label not in known:
+                raise ValidationFailed(
+                    f"The fleet's stable version has no cell {label}.",
+                    details=[{"field": f"{name}[{index}]", "message": "no such cell"}],
+                )
+
+
 def _objective_fields(objective: AutopilotObjective) -> dict[str, Any]:
-    return {
-        "state": objective.state,
-        "quality_floor": objective.quality_floor,
-        "delta": objective.delta,
-        "quality_resolution": objective.quality_resolution,
-        "p95_within_budget": objective.p95_within_budget,
-        "cost_ceiling_per_day": objective.cost_ceiling_per_day,
-        "max_step": objective.max_step,
-        "margin": objective.margin,
-        "cells": list(objective.cells or []),
-        "excluded_cells": list(objective.excluded_cells or []),
-        "run_at": objective.run_at.strftime("%H:%M")
-        if hasattr(objective.run_at, "strftime")
-        else str(objective.run_at),
-        "time_zone": objective.time_zone,
-        "quiet_periods": list(objective.quiet_periods or []),
-        "window_hours": objective.window_hours,
-        "holdback": objective.holdback,
-        "bake_minutes": objective.bake_minutes,
-        "measure_minutes": objective.measure_minutes,
-        "share_tolerance": objective.share_tolerance,
-    }
+    return {"state": objective.state, **objective_out(objective)}
 
 
 @transaction.atomic

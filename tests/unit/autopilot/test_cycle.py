@@ -5,7 +5,6 @@ rollout with a holdback, predicted against realized, and every stop said."""
 from __future__ import annotations
 
 import json
-import random
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +14,6 @@ from django.utils import timezone
 from autopilot.models import AutopilotCycle, AutopilotObjective
 from autopilot.services import autopilot_pause, autopilot_resume, autopilot_tick, objective_set
 from controlplane.exceptions import Conflict
-from edge_sdk.decision import decide
 from routing_policies.models import (
     AuditEntry,
     ChangeRequest,
@@ -26,64 +24,8 @@ from routing_policies.models import (
 )
 from routing_policies.services import rollout_advance, rollout_complete, rollout_rollback
 from telemetry.alerts.models import AlertWebhook, WebhookDelivery
-from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
+from tests.autopilot_events import IMAGE, IMAGE_KEY, OBJECTIVE, image_events, ingest
 from tests.factories import demo_cell, protocol_event, recorded_sample
-
-IMAGE_KEY = ("image", "interactive", "normal")
-IMAGE = "image/interactive/normal"
-OBJECTIVE = {
-    "enabled": True,
-    "cells": [IMAGE],
-    "quality_floor": 0.55,
-    "quality_resolution": 0.05,
-    "max_step": 0.05,
-    "measure_minutes": 30,
-}
-
-
-def true_kept(score: float) -> float:
-    return 0.97 - 0.6 * score
-
-
-def ingest(device: Device, events: list[dict[str, Any]]) -> None:
-    for start in range(0, len(events), 500):
-        batch = {"events": events[start : start + 500]}
-        telemetry_batch_ingest(device=device, body=json.dumps(batch).encode())
-    landed_batches_process()
-
-
-def image_events(
-    count: int, *, seed: int, version: int = 1, now: bool = False, **over: Any
-) -> list[dict[str, Any]]:
-    """The image cell's events, half the device answers shadow-refined, kept as true_kept
-    (`now`: stamped now, else an hour ago)."""
-    cell = demo_cell(IMAGE_KEY, **over)
-    rng = random.Random(seed)
-    out = []
-    ts = timezone.now() if now else None
-    for recorded in recorded_sample(cell, count, seed=seed, ts=ts):
-        event = protocol_event(recorded)
-        event["policy_version"] = version
-        score = decide(cell, recorded.task, recorded.device).score
-        event["score"] = score
-        if score is not None and recorded.route == "draft_refine":
-            event["refine_changed"] = rng.random() >= true_kept(score)
-        elif (
-            score is not None
-            and recorded.route == "device"
-            and not recorded.cache_hit
-            and rng.random() < 0.5
-        ):
-            event["shadow_refine"] = True
-            event["refine_changed"] = rng.random() >= true_kept(score)
-        out.append(event)
-    return out
-
-
-@pytest.fixture
-def reported(phone: tuple[Device, Any]) -> Device:
-    ingest(phone[0], image_events(3000, seed=4))
-    return phone[0]
 
 
 def test_objective__too_little_quality_data__409_naming_the_cell_and_what_it_needs(
