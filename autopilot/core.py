@@ -28,6 +28,7 @@ from typing import Any, Final
 __all__ = [
     "CurvePoint",
     "Limits",
+    "curve_of",
     "Proposal",
     "Realized",
     "Tolerance",
@@ -117,6 +118,10 @@ class Limits:
     delta: float = 0.05
     max_step: float = 0.05
     margin: float = 0.01  # the α gain whose interval must clear it
+    # The current θ counts as breaking the quality target only when its bound is this far
+    # below the floor: a θ taken at the floor's edge is not moved back down by the next
+    # window's noise alone (without it the autopilot would chase its own sampling error).
+    hysteresis: float = 0.02
     p95_within_budget: bool = True
     budget_ms: float = math.inf
     cost_per_day_ceiling: float | None = None  # this cell's share of the fleet's ceiling
@@ -140,11 +145,11 @@ class Proposal:
         return self.threshold_to is not None
 
 
-def _meets(point: CurvePoint, limits: Limits) -> tuple[bool, str]:
+def _meets(point: CurvePoint, limits: Limits, *, slack: float = 0.0) -> tuple[bool, str]:
     low = quality_low(point, delta=limits.delta)
     if low is None:
         return False, "no predicted quality"
-    if low < limits.quality_floor:
+    if low < limits.quality_floor - slack:
         return False, f"quality bound {low:.3f} < {limits.quality_floor:.3f}"
     if limits.p95_within_budget and point.p95_ms is not None and point.p95_ms > limits.budget_ms:
         return False, f"P95 {point.p95_ms:.0f} ms over the {limits.budget_ms:.0f} ms budget"
@@ -184,7 +189,7 @@ def propose(
             current=current,
             predicted=None,
         )
-    current_ok, why_not = _meets(current, limits)
+    current_ok, why_not = _meets(current, limits, slack=limits.hysteresis)
     meeting = [p for p in reach if _meets(p, limits)[0]]
     if meeting:
         best_alpha = max(p.alpha for p in meeting)
@@ -316,3 +321,21 @@ def misses(
             "predicted"
         )
     return out
+
+
+def curve_of(result: Any, *, cost_per_day: bool) -> list[CurvePoint]:
+    """The lab's calibration curve of a cell (`lab.calibration.sweep.SweepResult.curve`, read
+    by attribute) as the autopilot's points; costs per day where the window has a rate."""
+    return [
+        CurvePoint(
+            threshold=p.threshold,
+            alpha=p.alpha,
+            cloud_share=p.cloud_share,
+            p95_ms=p.p95_ms,
+            cost_per_day=p.cost_per_hour * 24 if cost_per_day else None,
+            quality=p.device_quality,
+            quality_high=p.device_quality_high,
+            quality_low_2s=p.device_quality_low,
+        )
+        for p in result.curve
+    ]

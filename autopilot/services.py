@@ -50,7 +50,7 @@ from routing_policies.services import (
 )
 from telemetry.alerts.services.webhooks import governance_deliveries_create
 
-from .core import CurvePoint, Limits, Proposal, Tolerance, misses, propose
+from .core import CurvePoint, Limits, Proposal, Tolerance, curve_of, misses, propose
 from .models import AutopilotCycle, AutopilotObjective
 from .schedule import in_quiet_period, next_run
 from .selectors import (
@@ -366,26 +366,10 @@ def _limits(objective: AutopilotObjective, budget_ms: float) -> Limits:
         delta=objective.delta,
         max_step=objective.max_step,
         margin=objective.margin,
+        hysteresis=objective.quality_resolution,
         p95_within_budget=objective.p95_within_budget,
         budget_ms=budget_ms,
     )
-
-
-def curve_of(result: Any, *, cost_hours_rate: bool) -> list[CurvePoint]:
-    """The lab's calibration curve of a cell as the autopilot's points (cost per day)."""
-    return [
-        CurvePoint(
-            threshold=p.threshold,
-            alpha=p.alpha,
-            cloud_share=p.cloud_share,
-            p95_ms=p.p95_ms,
-            cost_per_day=p.cost_per_hour * 24 if cost_hours_rate else None,
-            quality=p.device_quality,
-            quality_high=p.device_quality_high,
-            quality_low_2s=p.device_quality_low,
-        )
-        for p in result.curve
-    ]
 
 
 def _cell_row(key: CellKey, proposal: Proposal, budget_ms: float, events: int) -> dict[str, Any]:
@@ -456,7 +440,7 @@ def _start(objective: AutopilotObjective, now: datetime) -> AutopilotCycle:
         if cell.result is None:
             continue
         proposal = propose(
-            curve=curve_of(cell.result, cost_hours_rate=rate),
+            curve=curve_of(cell.result, cost_per_day=rate),
             current_threshold=cell.current_threshold,
             events=cell.result.events,
             limits=_limits(objective, cell.latency_budget_ms),
