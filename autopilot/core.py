@@ -118,9 +118,10 @@ class Limits:
     delta: float = 0.05
     max_step: float = 0.05
     margin: float = 0.01  # the α gain whose interval must clear it
-    # The current θ counts as breaking the quality target only when its bound is this far
-    # below the floor: a θ taken at the floor's edge is not moved back down by the next
-    # window's noise alone (without it the autopilot would chase its own sampling error).
+    # A dead zone around the floor, so the autopilot does not chase its own sampling error:
+    # the current θ breaks the quality target only when its bound is `hysteresis` below the
+    # floor; it moves up only when its own bound is 2·`hysteresis` above it (there is room),
+    # to the highest α whose bound is `hysteresis` above it.
     hysteresis: float = 0.02
     p95_within_budget: bool = True
     budget_ms: float = math.inf
@@ -190,7 +191,8 @@ def propose(
             predicted=None,
         )
     current_ok, why_not = _meets(current, limits, slack=limits.hysteresis)
-    meeting = [p for p in reach if _meets(p, limits)[0]]
+    room = _meets(current, limits, slack=-2 * limits.hysteresis)[0]
+    meeting = [p for p in reach if _meets(p, limits, slack=-limits.hysteresis)[0]]
     if meeting:
         best_alpha = max(p.alpha for p in meeting)
         best = min((p for p in meeting if p.alpha == best_alpha), key=lambda p: p.threshold)
@@ -220,6 +222,19 @@ def propose(
             gain_low=_gain_low(current, best, events),
         )
     gain_low = _gain_low(current, best, events)
+    if not room:
+        return Proposal(
+            threshold_from=current_threshold,
+            threshold_to=None,
+            reason=(
+                f"held: the quality bound {quality_low(current, delta=limits.delta):.3f} is "
+                f"within {2 * limits.hysteresis:.3f} of the floor (no room to raise θ)"
+            ),
+            current=current,
+            predicted=best,
+            quality_low=low,
+            gain_low=gain_low,
+        )
     if best.alpha <= current.alpha or gain_low <= limits.margin:
         return Proposal(
             threshold_from=current_threshold,

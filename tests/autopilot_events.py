@@ -19,7 +19,7 @@ IMAGE = "image/interactive/normal"
 OBJECTIVE = {
     "enabled": True,
     "cells": [IMAGE],
-    "quality_floor": 0.55,
+    "quality_floor": 0.5,
     "quality_resolution": 0.05,
     "max_step": 0.05,
     "measure_minutes": 30,

@@ -258,7 +258,8 @@ def realized(events: list[Event]) -> tuple[Realized, float]:
 
 def run_world(world: World, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """Both arms over `args.cycles` counted cycles (A/A: after a warm-up until it settles)."""
-    base = demo_cell(KEY, mode="draft_refine", threshold=args.start_theta)
+    base = demo_cell(KEY, mode="draft_refine", threshold=args.start_theta,
+                     latency_budget_ms=args.budget_ms)
     fleet_auto, fleet_static = Fleet(args.devices, seed), Fleet(args.devices, seed)
     limits = Limits(quality_floor=args.floor, delta=args.delta, max_step=args.max_step,
                     margin=args.margin, hysteresis=args.hysteresis,
@@ -349,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delta", type=float, default=0.05)
     parser.add_argument("--max-step", type=float, default=0.05)
     parser.add_argument("--margin", type=float, default=0.02)
-    parser.add_argument("--hysteresis", type=float, default=0.02)
+    parser.add_argument("--hysteresis", type=float, default=0.03)
+    parser.add_argument("--budget-ms", type=int, default=2500)
     parser.add_argument("--tolerance", type=float, default=0.05)
     parser.add_argument("--start-theta", type=float, default=0.45)
     parser.add_argument("--warmup", type=int, default=15, help="A/A: uncounted cycles first")

@@ -197,7 +197,7 @@ def test_page__viewer_sees_it_publisher_sets_it(
         "/fleets/fleet-a/lab/autopilot/objective/",
         {
             "enabled": "true",
-            "quality_floor": "0.55",
+            "quality_floor": "0.5",
             "quality_resolution": "0.05",
             "cells": [IMAGE],
             "run_at": "03:00",

@@ -51,8 +51,8 @@ def test_reports_needed__kept_rate_and_resolution__z_squared_p_q_over_m_squared(
 
 
 def test_propose__room_above__the_highest_alpha_within_one_step() -> None:
-    # Given quality 0.95 − 0.1θ (well above 0.85 up to θ 1), θ at 0.50, a step of 0.05
-    points = curve(quality_at=lambda t: 0.95 - 0.1 * t)
+    # Given quality 0.99 − 0.1θ (well above 0.85 up to θ 1), θ at 0.50, a step of 0.05
+    points = curve(quality_at=lambda t: 0.99 - 0.1 * t)
     # When proposed
     proposal = propose(
         curve=points, current_threshold=0.5, events=20_000, limits=Limits(max_step=0.05)
@@ -67,10 +67,22 @@ def test_propose__bound_binds__stops_where_the_lower_bound_meets_the_floor() -> 
     # quality 1.0 − 0.3θ, σ 0.01: lower bound 1 − 0.3θ − 0.01645 ≥ 0.85 ⇔ θ ≤ 0.445
     points = curve(quality_at=lambda t: 1.0 - 0.3 * t)
     proposal = propose(
-        curve=points, current_threshold=0.40, events=20_000, limits=Limits(max_step=0.1)
+        curve=points,
+        current_threshold=0.30,
+        events=20_000,
+        limits=Limits(max_step=0.2, hysteresis=0.0),
     )
     assert proposal.threshold_to == pytest.approx(0.44)
     assert quality_low(proposal.predicted, delta=0.05) >= 0.85  # type: ignore[arg-type]
+
+
+def test_propose__inside_the_dead_zone__held() -> None:
+    # quality 1.0 − 0.3θ, σ 0.01: at θ 0.40 the bound is 0.8636, within 2 × 0.02 of 0.85:
+    # neither broken (not 0.02 below) nor with room to rise
+    points = curve(quality_at=lambda t: 1.0 - 0.3 * t)
+    proposal = propose(curve=points, current_threshold=0.40, events=20_000, limits=Limits())
+    assert proposal.threshold_to is None
+    assert proposal.reason.startswith("held")
 
 
 def test_propose__gain_inside_its_noise__no_change() -> None:

@@ -45,7 +45,7 @@ def test_objective__too_little_quality_data__409_naming_the_cell_and_what_it_nee
     (detail,) = refused.value.details
     assert detail["cell"] == IMAGE
     assert detail["reports"] == 0
-    assert detail["needed"] == 268  # 1.645² · 0.55 · 0.45 / 0.05²: no reports, p at the floor
+    assert detail["needed"] == 271  # 1.645² · 0.5 · 0.5 / 0.05²: no reports, p at the floor
     assert "set its shadow_refine_rate to at least" in detail["message"]
     # and nothing stored
     assert not AutopilotObjective.objects.filter(fleet=fleet).exists()
@@ -69,7 +69,7 @@ def test_cycle__no_review__draft_published_and_a_guarded_rollout_with_holdback(
     assert row["threshold_from"] == 0.6
     assert row["threshold_to"] == pytest.approx(0.65)
     assert row["predicted"]["alpha"] > row["current"]["alpha"]
-    assert row["quality_low"] >= 0.55
+    assert row["quality_low"] >= 0.5
     v2 = PolicyVersion.objects.get(fleet=fleet, number=2)
     assert v2.published_by.username == "autopilot"
     rollout = Rollout.objects.get(pk=cycle.rollout)
