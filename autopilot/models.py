@@ -44,7 +44,7 @@ class AutopilotObjective(models.Model):
     # The rollout and the check after it.
     holdback = models.PositiveSmallIntegerField(default=10)
     bake_minutes = models.PositiveSmallIntegerField(default=30)
-    measure_minutes = models.PositiveIntegerField(default=120)
+    measure_minutes = models.PositiveIntegerField(default=60)
     share_tolerance = models.FloatField(default=0.05)
     next_run_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -80,6 +80,9 @@ class AutopilotCycle(models.Model):
     change_request = models.PositiveIntegerField(null=True)  # its id, while kept
     rollout = models.PositiveIntegerField(null=True)
     rollout_completed_at = models.DateTimeField(null=True, blank=True)
+    # Realized figures are of the candidate's events from its 100% stage on (with the holdback
+    # beside it), through completion and `measure_minutes` after.
+    measure_from = models.DateTimeField(null=True, blank=True)
     # Per cell: {"cell", "threshold_from", "threshold_to", "reason", "current", "predicted",
     # "quality_low", "gain_low", "budget_ms", "realized", "misses"}.
     cells = models.JSONField(default=list)

@@ -113,7 +113,7 @@ class ObjectiveInputSerializer(ClosedSerializer):
     window_hours = JsonIntegerField(min_value=1, max_value=168, required=False)
     holdback = JsonIntegerField(min_value=1, max_value=Rollout.MAX_HOLDBACK, required=False)
     bake_minutes = JsonIntegerField(min_value=1, max_value=1440, required=False)
-    measure_minutes = JsonIntegerField(min_value=1, max_value=7 * 1440, required=False)
+    measure_minutes = JsonIntegerField(min_value=0, max_value=7 * 1440, required=False)
     share_tolerance = JsonFloatField(min_value=0.001, max_value=1.0, required=False)
 
 

@@ -5,8 +5,9 @@ guarded rollouts), so reviews, freezes and guards hold for it as for anyone.
 A cycle: calibrate the cells in scope on the last window (lab/calibration); propose per cell
 (core.propose); when a θ moves, write the draft (calibration_apply); where the fleet's
 governance asks for an approval, open a change request and wait for a publisher, else
-publish; start a rollout guarded by the quality preset with a holdback; when it completed,
-wait `measure_minutes` and compare predicted with realized per cell (core.misses). A miss, a
+publish; start a rollout guarded by the quality preset with a holdback; when it completed and
+`measure_minutes` passed, compare predicted with realized per cell (core.misses: the new
+version's events from its 100% stage on, beside the holdback, to then). A miss, a
 guard's rollback, a freeze, a rejected request stop the autopilot: the objective's state says
 why (the page), `autopilot.stopped` is audited and the fleet's webhooks are told; it waits for a
 person to resume it. Every action is audited as `autopilot.*` by the user `autopilot`.
@@ -684,6 +685,8 @@ def _advance(objective: AutopilotObjective, cycle: AutopilotCycle, now: datetime
             _stop(objective, cycle, f"rollout {rollout.pk} was rolled back: {rollout.reason}", now)
         elif rollout.state == Rollout.State.COMPLETED:
             cycle.rollout_completed_at = rollout.finished_at or now
+            # The 100% stage began at the last stage change (completion keeps the stage).
+            cycle.measure_from = rollout.stage_changed_at
             _finish(
                 cycle,
                 CycleState.MEASURING,
@@ -699,10 +702,10 @@ def _advance(objective: AutopilotObjective, cycle: AutopilotCycle, now: datetime
             )
         return
     if cycle.state == CycleState.MEASURING:
-        since = cycle.rollout_completed_at or now
-        if now < since + timedelta(minutes=objective.measure_minutes):
+        completed = cycle.rollout_completed_at or now
+        if now < completed + timedelta(minutes=objective.measure_minutes):
             return
-        _realize(objective, cycle, since, now)
+        _realize(objective, cycle, cycle.measure_from or completed, now)
 
 
 def cell_key_of(label: str) -> CellKey:

@@ -343,10 +343,10 @@ def summarize(name: str, rows: list[dict[str, Any]], args: argparse.Namespace) -
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=60)
-    parser.add_argument("--tasks", type=int, default=6000, help="tasks of the cell a day")
+    parser.add_argument("--tasks", type=int, default=8000, help="tasks of the cell a day")
     parser.add_argument("--devices", type=int, default=200)
     parser.add_argument("--shadow-rate", type=float, default=0.2)
-    parser.add_argument("--floor", type=float, default=0.70)
+    parser.add_argument("--floor", type=float, default=0.65)
     parser.add_argument("--delta", type=float, default=0.05)
     parser.add_argument("--max-step", type=float, default=0.05)
     parser.add_argument("--margin", type=float, default=0.02)
