@@ -126,6 +126,7 @@ class AutopilotSerializer(serializers.Serializer[Any]):
     fleet = serializers.CharField()
     state = serializers.CharField()
     state_reason = serializers.CharField()
+    bound_confidence = serializers.FloatField(help_text="1 − δ, in percent")
     next_run_at = serializers.DateTimeField(allow_null=True)
     objective = serializers.DictField()
     cycles = serializers.ListField(child=serializers.DictField())

@@ -233,6 +233,7 @@ def autopilot_out(fleet: Fleet, *, cycles: int = 20) -> dict[str, Any]:
         "fleet": fleet.slug,
         "state": objective.state,
         "state_reason": objective.state_reason,
+        "bound_confidence": round(100 * (1 - objective.delta), 1),
         "next_run_at": objective.next_run_at.isoformat() if objective.next_run_at else None,
         "objective": objective_out(objective),
         "cycles": [cycle_out(cycle) for cycle in cycles_list(fleet=fleet, limit=cycles)],
