@@ -28,11 +28,11 @@ from typing import Any, Final
 __all__ = [
     "CurvePoint",
     "Limits",
-    "curve_of",
     "Proposal",
     "Realized",
     "Tolerance",
     "bound_z",
+    "curve_of",
     "misses",
     "propose",
     "quality_low",

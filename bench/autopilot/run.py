@@ -50,12 +50,11 @@ from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
 from autopilot.core import (  # noqa: E402
-    CurvePoint,
     Limits,
     Realized,
     Tolerance,
@@ -71,7 +70,7 @@ from edge_sdk.simulate.models import (  # noqa: E402
     NetworkConditions,
     pick_weighted,
 )
-from edge_sdk.simulate.quality import KEEP_CURVES, QualityModel  # noqa: E402
+from edge_sdk.simulate.quality import QualityModel  # noqa: E402
 from edge_sdk.simulate.workload import Workload  # noqa: E402
 from lab.calibration.quality import kept_groups  # noqa: E402
 from lab.calibration.sweep import CellSweep  # noqa: E402
@@ -100,20 +99,33 @@ def _flat(value: float) -> Callable[[float], float]:
 
 
 WORLDS = {
-    "aa": World(name="aa", network=lambda _: NetworkConditions(), drop=_flat(0.0),
-                long_share=_flat(0.0)),
+    "aa": World(
+        name="aa", network=lambda _: NetworkConditions(), drop=_flat(0.0), long_share=_flat(0.0)
+    ),
     "network-degrades": World(
         name="network-degrades",
         network=lambda f: NetworkConditions(rtt_factor=1 + 3 * f, bandwidth_factor=1 - 0.8 * f),
         drop=_flat(0.0),
         long_share=_flat(0.0),
     ),
-    "model-improves": World(name="model-improves", network=lambda _: NetworkConditions(),
-                            drop=lambda f: 0.12 - 0.17 * f, long_share=_flat(0.0)),
-    "model-degrades": World(name="model-degrades", network=lambda _: NetworkConditions(),
-                            drop=lambda f: 0.15 * f, long_share=_flat(0.0)),
-    "task-mix-shift": World(name="task-mix-shift", network=lambda _: NetworkConditions(),
-                            drop=_flat(0.0), long_share=lambda f: 0.6 * f),
+    "model-improves": World(
+        name="model-improves",
+        network=lambda _: NetworkConditions(),
+        drop=lambda f: 0.02 - 0.17 * f,
+        long_share=_flat(0.0),
+    ),
+    "model-degrades": World(
+        name="model-degrades",
+        network=lambda _: NetworkConditions(),
+        drop=lambda f: 0.15 * f,
+        long_share=_flat(0.0),
+    ),
+    "task-mix-shift": World(
+        name="task-mix-shift",
+        network=lambda _: NetworkConditions(),
+        drop=_flat(0.0),
+        long_share=lambda f: 0.6 * f,
+    ),
 }
 
 
@@ -137,13 +149,21 @@ class Fleet:
     def __init__(self, devices: int, seed: int) -> None:
         rng = random.Random(seed)
         profiles = tuple((p, p.weight) for p in LINK_PROFILES)
-        self.links = [Link(pick_weighted(rng, profiles), random.Random(rng.random()))
-                      for _ in range(devices)]
+        self.links = [
+            Link(pick_weighted(rng, profiles), random.Random(rng.random())) for _ in range(devices)
+        ]
         self.loads = [Load(random.Random(rng.random())) for _ in range(devices)]
 
 
 def day_events(
-    *, cell: Cell, world: World, fleet: Fleet, day: int, days: int, tasks: int, seed: int,
+    *,
+    cell: Cell,
+    world: World,
+    fleet: Fleet,
+    day: int,
+    days: int,
+    tasks: int,
+    seed: int,
     shadow_rate: float,
 ) -> list[Event]:
     """One virtual day of the cell's tasks, routed at `cell`'s θ by the SDK's decision."""
@@ -151,10 +171,12 @@ def day_events(
     rng = random.Random(seed * 1_000_003 + day)
     conditions = world.network(fraction)
     quality = QualityModel(drop=world.drop(fraction))
-    text = Workload({"task_type": ["text"], "latency_budget": ["interactive"],
-                     "privacy_tier": ["normal"]})
-    image = Workload({"task_type": ["image"], "latency_budget": ["interactive"],
-                      "privacy_tier": ["normal"]})
+    text = Workload(
+        {"task_type": ["text"], "latency_budget": ["interactive"], "privacy_tier": ["normal"]}
+    )
+    image = Workload(
+        {"task_type": ["image"], "latency_budget": ["interactive"], "privacy_tier": ["normal"]}
+    )
     long_share = world.long_share(fraction)
     out = []
     for index in range(tasks):
@@ -163,18 +185,30 @@ def day_events(
         reading = fleet.links[device_index].reading(now, conditions)
         load = fleet.loads[device_index].reading(now)
         draw = (image if rng.random() < long_share else text).draw(rng)
-        task = TaskSignals(tokens=draw.tokens, intent_conf=min(1.0, draw.intent_conf),
-                           lm_conf=min(1.0, draw.lm_conf), upload_bytes=min(draw.upload_bytes, 50_000))
+        task = TaskSignals(
+            tokens=draw.tokens,
+            intent_conf=min(1.0, draw.intent_conf),
+            lm_conf=min(1.0, draw.lm_conf),
+            upload_bytes=min(draw.upload_bytes, 50_000),
+        )
         infer = rng.lognormvariate(math.log(300), 0.3)
-        device = DeviceState(rtt_ms=reading.rtt_ms, bandwidth_kbps=reading.bandwidth_kbps,
-                             device_load=load, online=reading.online, cloud_infer_ms=infer,
-                             cloud_pressure=0.0)
+        device = DeviceState(
+            rtt_ms=reading.rtt_ms,
+            bandwidth_kbps=reading.bandwidth_kbps,
+            device_load=load,
+            online=reading.online,
+            cloud_infer_ms=infer,
+            cloud_pressure=0.0,
+        )
         decision = decide(cell, task, device)
         score = decision.score
         keep = quality.kept_rate(KEY, score) if score is not None else 1.0
         device_ms = rng.lognormvariate(math.log(40 + 0.6 * task.tokens), 0.25)
-        net = network_ms(upload_bytes=task.upload_bytes, bandwidth_kbps=device.bandwidth_kbps,
-                         rtt_ms=device.rtt_ms)
+        net = network_ms(
+            upload_bytes=task.upload_bytes,
+            bandwidth_kbps=device.bandwidth_kbps,
+            rtt_ms=device.rtt_ms,
+        )
         route = decision.route
         reported = kept = False
         if route == "device":
@@ -187,16 +221,34 @@ def day_events(
                 reported, kept = True, rng.random() < keep
         else:
             latency = net + infer
-        out.append(Event(task=task, device=device, route=route, score=score,
-                         latency_ms=latency, reported=reported, kept=kept, true_kept=keep))
+        out.append(
+            Event(
+                task=task,
+                device=device,
+                route=route,
+                score=score,
+                latency_ms=latency,
+                reported=reported,
+                kept=kept,
+                true_kept=keep,
+            )
+        )
     return out
 
 
 class _Recorded:
     """What the lab's latency model reads of an observed event."""
 
-    __slots__ = ("bandwidth_kbps", "cache_hit", "fallback", "latency_ms", "ok", "route",
-                 "rtt_ms", "upload_bytes")
+    __slots__ = (
+        "bandwidth_kbps",
+        "cache_hit",
+        "fallback",
+        "latency_ms",
+        "ok",
+        "route",
+        "rtt_ms",
+        "upload_bytes",
+    )
 
     def __init__(self, event: Event) -> None:
         self.route = event.route
@@ -212,9 +264,15 @@ def calibrate(cell: Cell, events: list[Event], *, shadow_rate: float, floor: flo
     model = LatencyModel()
     observed = model.of_cell(KEY)
     for event in events:
-        net = 0.0 if event.route == "device" else network_ms(
-            upload_bytes=event.task.upload_bytes, bandwidth_kbps=event.device.bandwidth_kbps,
-            rtt_ms=event.device.rtt_ms)
+        net = (
+            0.0
+            if event.route == "device"
+            else network_ms(
+                upload_bytes=event.task.upload_bytes,
+                bandwidth_kbps=event.device.bandwidth_kbps,
+                rtt_ms=event.device.rtt_ms,
+            )
+        )
         observed.add(event.route, event.latency_ms, net)
     sweep = CellSweep(cell=cell, shadow_rate=shadow_rate)
     refine: dict[str, int] = {}
@@ -227,8 +285,13 @@ def calibrate(cell: Cell, events: list[Event], *, shadow_rate: float, floor: flo
             if event.kept:
                 kept[key] = kept.get(key, 0) + 1
     groups = kept_groups(refine, kept, reports=sum(refine.values()))
-    return sweep.result(target=Target(kind="quality", value=floor), model=model, hours=24.0,
-                        price=PRICE, kept=groups)
+    return sweep.result(
+        target=Target(kind="quality", value=floor),
+        model=model,
+        hours=24.0,
+        price=PRICE,
+        kept=groups,
+    )
 
 
 def realized(events: list[Event]) -> tuple[Realized, float]:
@@ -258,50 +321,96 @@ def realized(events: list[Event]) -> tuple[Realized, float]:
 
 def run_world(world: World, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """Both arms over `args.cycles` counted cycles (A/A: after a warm-up until it settles)."""
-    base = demo_cell(KEY, mode="draft_refine", threshold=args.start_theta,
-                     latency_budget_ms=args.budget_ms)
+    base = demo_cell(
+        KEY, mode="draft_refine", threshold=args.start_theta, latency_budget_ms=args.budget_ms
+    )
     fleet_auto, fleet_static = Fleet(args.devices, seed), Fleet(args.devices, seed)
-    limits = Limits(quality_floor=args.floor, delta=args.delta, max_step=args.max_step,
-                    margin=args.margin, hysteresis=args.hysteresis,
-                    budget_ms=base.latency_budget_ms)
+    limits = Limits(
+        quality_floor=args.floor,
+        delta=args.delta,
+        max_step=args.max_step,
+        margin=args.margin,
+        hysteresis=args.hysteresis,
+        budget_ms=base.latency_budget_ms,
+    )
     tolerance = Tolerance(share=args.tolerance)
     warmup = args.warmup if world.name == "aa" else 0
     days = warmup + args.cycles + 1
     theta = args.start_theta
-    events = day_events(cell=base, world=world, fleet=fleet_auto, day=0, days=days,
-                        tasks=args.tasks, seed=seed, shadow_rate=args.shadow_rate)
+    events = day_events(
+        cell=base,
+        world=world,
+        fleet=fleet_auto,
+        day=0,
+        days=days,
+        tasks=args.tasks,
+        seed=seed,
+        shadow_rate=args.shadow_rate,
+    )
     rows = []
     for day in range(days - 1):
         cell = replace(base, threshold=theta)
         result = calibrate(cell, events, shadow_rate=args.shadow_rate, floor=args.floor)
-        proposal = propose(curve=curve_of(result, cost_per_day=True), current_threshold=theta,
-                           events=result.events, limits=limits)
+        proposal = propose(
+            curve=curve_of(result, cost_per_day=True),
+            current_threshold=theta,
+            events=result.events,
+            limits=limits,
+        )
         theta_next = proposal.threshold_to if proposal.threshold_to is not None else theta
         # The world applies it for a virtual day; the static arm on the same world and tasks.
-        events = day_events(cell=replace(base, threshold=theta_next), world=world,
-                            fleet=fleet_auto, day=day + 1, days=days, tasks=args.tasks,
-                            seed=seed, shadow_rate=args.shadow_rate)
-        static_events = day_events(cell=base, world=world, fleet=fleet_static, day=day + 1,
-                                   days=days, tasks=args.tasks, seed=seed,
-                                   shadow_rate=args.shadow_rate)
+        events = day_events(
+            cell=replace(base, threshold=theta_next),
+            world=world,
+            fleet=fleet_auto,
+            day=day + 1,
+            days=days,
+            tasks=args.tasks,
+            seed=seed,
+            shadow_rate=args.shadow_rate,
+        )
+        static_events = day_events(
+            cell=base,
+            world=world,
+            fleet=fleet_static,
+            day=day + 1,
+            days=days,
+            tasks=args.tasks,
+            seed=seed,
+            shadow_rate=args.shadow_rate,
+        )
         got, true_quality = realized(events)
         static, static_quality = realized(static_events)
         predicted = proposal.predicted if proposal.changes else proposal.current
         assert predicted is not None
-        missed = misses(predicted=predicted, predicted_quality_low=proposal.quality_low
-                        if proposal.changes else None, realized=got,
-                        budget_ms=base.latency_budget_ms, tolerance=tolerance)
+        missed = misses(
+            predicted=predicted,
+            predicted_quality_low=proposal.quality_low if proposal.changes else None,
+            realized=got,
+            budget_ms=base.latency_budget_ms,
+            tolerance=tolerance,
+        )
         if day >= warmup:
-            rows.append({
-                "day": day + 1, "theta": theta, "theta_next": theta_next,
-                "changed": proposal.changes, "reason": proposal.reason,
-                "predicted_alpha": predicted.alpha, "alpha": got.alpha,
-                "predicted_quality": predicted.quality, "quality_true": true_quality,
-                "quality_measured": got.quality, "static_alpha": static.alpha,
-                "static_quality_true": static_quality, "misses": missed,
-                "p95_ms": got.p95_ms, "cost_per_day": got.cost_per_day,
-                "static_cost_per_day": static.cost_per_day,
-            })
+            rows.append(
+                {
+                    "day": day + 1,
+                    "theta": theta,
+                    "theta_next": theta_next,
+                    "changed": proposal.changes,
+                    "reason": proposal.reason,
+                    "predicted_alpha": predicted.alpha,
+                    "alpha": got.alpha,
+                    "predicted_quality": predicted.quality,
+                    "quality_true": true_quality,
+                    "quality_measured": got.quality,
+                    "static_alpha": static.alpha,
+                    "static_quality_true": static_quality,
+                    "misses": missed,
+                    "p95_ms": got.p95_ms,
+                    "cost_per_day": got.cost_per_day,
+                    "static_cost_per_day": static.cost_per_day,
+                }
+            )
         theta = theta_next
     return summarize(world.name, rows, args)
 
@@ -310,8 +419,11 @@ def summarize(name: str, rows: list[dict[str, Any]], args: argparse.Namespace) -
     """The scenario's figures."""
     n = len(rows)
     alpha_errors = [abs(r["alpha"] - r["predicted_alpha"]) for r in rows]
-    quality_errors = [abs(r["quality_true"] - r["predicted_quality"]) for r in rows
-                      if r["predicted_quality"] is not None]
+    quality_errors = [
+        abs(r["quality_true"] - r["predicted_quality"])
+        for r in rows
+        if r["predicted_quality"] is not None
+    ]
     stops: dict[str, int] = {}
     for row in rows:
         for miss in row["misses"]:
@@ -378,8 +490,13 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     if args.out:
-        args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)},
-                                        "results": results}, indent=1, default=str))
+        args.out.write_text(
+            json.dumps(
+                {"args": vars(args) | {"out": str(args.out)}, "results": results},
+                indent=1,
+                default=str,
+            )
+        )
     print("autopilot bench: done")
     return 0
 
