@@ -76,11 +76,19 @@ from lab.calibration.quality import kept_groups  # noqa: E402
 from lab.calibration.sweep import CellSweep  # noqa: E402
 from lab.calibration.targets import Target  # noqa: E402
 from lab.estimate import LatencyModel, network_ms  # noqa: E402
+from routing_policies.demo import demo_table  # noqa: E402
 from routing_policies.pricing import CloudPrice  # noqa: E402
+from routing_policies.selectors import table_cells  # noqa: E402
 from telemetry.rollups.sketch import score_bin  # noqa: E402
-from tests.factories import demo_cell  # noqa: E402
 
 KEY = ("text", "interactive", "normal")
+
+
+def demo_cell(key: tuple[str, str, str], **overrides: Any) -> Cell:
+    """The demo table's cell `key`, with flat overrides, as the decision function reads it."""
+    return table_cells({key: {**demo_table()[key], **overrides}})[key]
+
+
 PRICE = CloudPrice(per_1k_tokens=0.002, per_call=0.0)
 
 
