@@ -93,9 +93,16 @@ def autopilot_actor() -> Any:
     return user
 
 
-def _audit(fleet: Fleet, action: str, summary: str, *, actor: Actor = None, **after: Any) -> None:
+_ITSELF: Final = object()  # an action the autopilot takes on its own (not a person's)
+
+
+def _audit(
+    fleet: Fleet, action: str, summary: str, *, actor: Any = _ITSELF, **after: Any
+) -> None:
+    """Audit `autopilot.<action>`: by the autopilot itself, or by the person (or the shell's
+    `system`, actor None) who paused or resumed it."""
     audit_record(
-        actor=actor if actor is not None else autopilot_actor(),
+        actor=autopilot_actor() if actor is _ITSELF else actor,
         action=f"autopilot.{action}",
         fleet=fleet,
         target=f"autopilot of {fleet.slug}",
