@@ -96,9 +96,7 @@ def autopilot_actor() -> Any:
 _ITSELF: Final = object()  # an action the autopilot takes on its own (not a person's)
 
 
-def _audit(
-    fleet: Fleet, action: str, summary: str, *, actor: Any = _ITSELF, **after: Any
-) -> None:
+def _audit(fleet: Fleet, action: str, summary: str, *, actor: Any = _ITSELF, **after: Any) -> None:
     """Audit `autopilot.<action>`: by the autopilot itself, or by the person (or the shell's
     `system`, actor None) who paused or resumed it."""
     audit_record(
