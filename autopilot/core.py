@@ -338,19 +338,40 @@ def misses(
     return out
 
 
+def _p95s(points: Sequence[Any]) -> list[float | None]:
+    """The curve's P95s, those the lab did not predict (it predicts every 0.05 of θ and next
+    to its own chosen θ) interpolated linearly by θ between the nearest predicted ones, as the
+    lab does for a θ off its points; None outside them."""
+    known = [(p.threshold, p.p95_ms) for p in points if p.p95_ms is not None]
+    out: list[float | None] = []
+    for point in points:
+        if point.p95_ms is not None:
+            out.append(point.p95_ms)
+            continue
+        below = [k for k in known if k[0] < point.threshold]
+        above = [k for k in known if k[0] > point.threshold]
+        if not below or not above:
+            out.append(None)
+            continue
+        (t0, v0), (t1, v1) = below[-1], above[0]
+        out.append(v0 + (v1 - v0) * (point.threshold - t0) / (t1 - t0))
+    return out
+
+
 def curve_of(result: Any, *, cost_per_day: bool) -> list[CurvePoint]:
     """The lab's calibration curve of a cell (`lab.calibration.sweep.SweepResult.curve`, read
     by attribute) as the autopilot's points; costs per day where the window has a rate."""
+    p95s = _p95s(result.curve)
     return [
         CurvePoint(
             threshold=p.threshold,
             alpha=p.alpha,
             cloud_share=p.cloud_share,
-            p95_ms=p.p95_ms,
+            p95_ms=p95,
             cost_per_day=p.cost_per_hour * 24 if cost_per_day else None,
             quality=p.device_quality,
             quality_high=p.device_quality_high,
             quality_low_2s=p.device_quality_low,
         )
-        for p in result.curve
+        for p, p95 in zip(result.curve, p95s, strict=True)
     ]

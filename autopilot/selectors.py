@@ -160,10 +160,16 @@ def realized_of_cells(
         latency=True,
     )
     by_cell: dict[CellKey, Figures] = {}
+    first = last = None
     for row in rows:
         figures_at(by_cell, (row.task_type, row.latency_budget, row.privacy_tier)).add(row)
+        first = row.bucket if first is None or row.bucket < first else first
+        last = row.bucket if last is None or row.bucket > last else last
     price = CloudPrice.of_fleet(fleet)
-    days = max((end - start).total_seconds() / 86400, 1 / 1440)
+    # Per day over the buckets that hold data (the lab's "span that holds data", to the bucket).
+    step = timedelta(minutes=1) if plan.resolution == "minute" else timedelta(hours=1)
+    span = (last - first + step) if first is not None and last is not None else end - start
+    days = max(span.total_seconds() / 86400, 1 / 1440)
     out: dict[CellKey, Realized] = {}
     for key in cells:
         figures = by_cell.get(key) or Figures()

@@ -198,3 +198,29 @@ def test_next_run__inside_a_quiet_period__moved_to_its_end() -> None:
         time_zone="UTC",
         quiet_periods=[{"from": "22:00", "to": "01:00"}],
     )
+
+
+def test_curve_of__p95_between_predicted_points__interpolated_by_theta() -> None:
+    class Point:
+        def __init__(self, threshold: float, p95: float | None) -> None:
+            self.threshold, self.p95_ms = threshold, p95
+            self.alpha = self.cloud_share = self.cost_per_hour = 0.0
+            self.device_quality = self.device_quality_high = self.device_quality_low = None
+
+    class Result:
+        curve = [
+            Point(0.30, 100.0),
+            Point(0.31, None),
+            Point(0.34, None),
+            Point(0.35, 200.0),
+            Point(0.36, None),
+        ]
+
+    from autopilot.core import curve_of
+
+    p95s = [p.p95_ms for p in curve_of(Result(), cost_per_day=False)]
+    assert p95s[0] == 100.0
+    assert p95s[1] == pytest.approx(120.0)
+    assert p95s[2] == pytest.approx(180.0)
+    assert p95s[3] == 200.0
+    assert p95s[4] is None
