@@ -215,3 +215,8 @@ def test_page__viewer_sees_it_publisher_sets_it(
     shown = client.get("/fleets/fleet-a/lab/autopilot/").content.decode()
     assert "Cycle 1" in shown
     assert "predicted" in shown
+
+
+def test_cycle__number_beyond_any_integer__404(fleet: Any, viewer: Any, client_as: Client) -> None:
+    response = client_as(viewer).get(f"{BASE}/cycles/99999999999999999999999")
+    assert response.status_code == 404
