@@ -45,7 +45,8 @@ class AutopilotApi(APIView):
         description='Example: {"enabled": true, "quality_floor": 0.85, "delta": 0.05, '
         '"max_step": 0.05, "run_at": "03:00", "time_zone": "Europe/Berlin"}. A field left out '
         "is kept. 409 too_little_quality_data: a cell in scope lacks the sample the bound "
-        "needs (each cell, its reports and the reports it needs in `details`).",
+        "needs (each cell, its reports and the reports it needs in `details`); 409 "
+        "no_such_cell: `cells` or `excluded_cells` names a cell the stable version lacks.",
     )
     def put(self, request: Request, slug: str) -> Response:
         fleet = fleet_get(slug=slug)

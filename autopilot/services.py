@@ -24,7 +24,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.exceptions import ApplicationError, Conflict, ValidationFailed
+from controlplane.exceptions import ApplicationError, Conflict
 from lab.calibration.selectors import calibration_compute
 from lab.calibration.services import calibration_apply
 from lab.calibration.targets import Target
@@ -197,7 +197,8 @@ def objective_set(
 
 
 def _cells_known(fleet: Fleet, values: Mapping[str, Any]) -> None:
-    """A cell the fleet's stable version lacks is a bad request naming it (400); nothing kept."""
+    """A cell the fleet's stable version lacks is refused naming it; nothing kept. A 409: the
+    label is well formed, it names no cell of the fleet as it is now (its table may gain it)."""
     version = stable_version(fleet=fleet)
     known = (
         {cell_key_label(key) for key in table_cells(version_table(version=version))}
@@ -207,8 +208,9 @@ def _cells_known(fleet: Fleet, values: Mapping[str, Any]) -> None:
     for name in ("cells", "excluded_cells"):
         for index, label in enumerate(values.get(name) or []):
             if label not in known:
-                raise ValidationFailed(
+                raise Conflict(
                     f"The fleet's stable version has no cell {label}.",
+                    code="no_such_cell",
                     details=[{"field": f"{name}[{index}]", "message": "no such cell"}],
                 )
 

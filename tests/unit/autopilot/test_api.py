@@ -85,8 +85,6 @@ def test_put__publisher__on_with_a_cycle_run_and_shown(
         ({"time_zone": "Mars/Olympus"}, "time_zone"),
         ({"cells": ["image/interactive"]}, "cells[0]"),
         ({"cells": [IMAGE, IMAGE]}, "cells[1]"),
-        ({"cells": ["code/interactive/normal"]}, "cells[0]"),
-        ({"excluded_cells": [IMAGE, "x/y/z"]}, "excluded_cells[1]"),
         ({"quiet_periods": [{"from": "01:00", "to": "01:00"}]}, "quiet_periods[0].to"),
         ({"quiet_periods": [{"from": "01:00"}]}, "quiet_periods[0].to"),
         ({"quiet_periods": [{"from": "01:00", "to": "02:00", "x": 1}]}, "quiet_periods[0].x"),
@@ -103,6 +101,22 @@ def test_put__bad_field__400_naming_it_nothing_stored(
     error = _error(response, 400)
     fields = [detail["field"] for detail in error["details"]]
     assert field in fields, error
+    assert _state() == before
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"cells": ["code/interactive/normal"]}, "cells[0]"),
+        ({"excluded_cells": [IMAGE, "x/y/z"]}, "excluded_cells[1]"),
+    ],
+)
+def test_put__a_cell_the_fleet_lacks__409_naming_it_nothing_stored(
+    fleet: Any, publisher: Any, client_as: Client, body: dict[str, Any], field: str
+) -> None:
+    before = _state()
+    error = _error(client_as(publisher).put(BASE, body, format="json"), 409, "no_such_cell")
+    assert [detail["field"] for detail in error["details"]] == [field]
     assert _state() == before
 
 
