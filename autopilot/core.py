@@ -118,10 +118,10 @@ class Limits:
     delta: float = 0.05
     max_step: float = 0.05
     margin: float = 0.01  # the α gain whose interval must clear it
-    # A dead zone around the floor, so the autopilot does not chase its own sampling error:
-    # the current θ breaks the quality target only when its bound is `hysteresis` below the
-    # floor; it moves up only when its own bound is 2·`hysteresis` above it (there is room),
-    # to the highest α whose bound is `hysteresis` above it.
+    # A dead zone above the floor, so the autopilot does not chase its own sampling error: the
+    # current θ breaks the quality target when its bound is below the floor (then it moves
+    # down); it moves up only when its own bound is 2·`hysteresis` above the floor (there is
+    # room), to the highest α whose bound is `hysteresis` above it; in between it holds.
     hysteresis: float = 0.02
     p95_within_budget: bool = True
     budget_ms: float = math.inf
@@ -190,9 +190,18 @@ def propose(
             current=current,
             predicted=None,
         )
-    current_ok, why_not = _meets(current, limits, slack=limits.hysteresis)
+    current_ok, why_not = _meets(current, limits)
     room = _meets(current, limits, slack=-2 * limits.hysteresis)[0]
-    meeting = [p for p in reach if _meets(p, limits, slack=-limits.hysteresis)[0]]
+    if current_ok:
+        meeting = [p for p in reach if _meets(p, limits, slack=-limits.hysteresis)[0]]
+    else:
+        # Breaking: a quality bound is restored by keeping fewer (easier) tasks on the device,
+        # so only lower θs; landing `hysteresis` above the floor where one reaches it.
+        if why_not.startswith("quality"):
+            reach = [p for p in reach if p.threshold < current.threshold] or [current]
+        meeting = [p for p in reach if _meets(p, limits, slack=-limits.hysteresis)[0]] or [
+            p for p in reach if _meets(p, limits)[0]
+        ]
     if meeting:
         best_alpha = max(p.alpha for p in meeting)
         best = min((p for p in meeting if p.alpha == best_alpha), key=lambda p: p.threshold)
