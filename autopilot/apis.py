@@ -23,7 +23,7 @@ from routing_policies.models import Fleet
 from routing_policies.selectors import fleet_get
 
 from .models import AutopilotCycle
-from .schemas import AutopilotSerializer, ObjectiveInputSerializer
+from .schemas import AutopilotSerializer, CycleSerializer, ObjectiveInputSerializer
 from .selectors import autopilot_out, cycle_out
 from .services import autopilot_pause, autopilot_resume, autopilot_tick, objective_set
 
@@ -102,7 +102,7 @@ class AutopilotCycleApi(APIView):
 
     permission_classes = [IsViewer]
 
-    @extend_schema(operation_id="autopilot_cycle_get")
+    @extend_schema(responses={200: CycleSerializer}, operation_id="autopilot_cycle_get")
     def get(self, request: Request, slug: str, number: int) -> Response:
         fleet = fleet_get(slug=slug)
         cycle = AutopilotCycle.objects.filter(fleet=fleet, number=number).first()

@@ -120,8 +120,9 @@ class Limits:
     margin: float = 0.01  # the α gain whose interval must clear it
     # A dead zone above the floor, so the autopilot does not chase its own sampling error: the
     # current θ breaks the quality target when its bound is below the floor (then it moves
-    # down); it moves up only when its own bound is 2·`hysteresis` above the floor (there is
-    # room), to the highest α whose bound is `hysteresis` above it; in between it holds.
+    # down, landing `hysteresis` above it); it moves up only when its own bound is
+    # 3·`hysteresis` above the floor (there is room), to the highest α whose bound is
+    # 2·`hysteresis` above it; in between it holds.
     hysteresis: float = 0.02
     p95_within_budget: bool = True
     budget_ms: float = math.inf
@@ -191,9 +192,11 @@ def propose(
             predicted=None,
         )
     current_ok, why_not = _meets(current, limits)
-    room = _meets(current, limits, slack=-2 * limits.hysteresis)[0]
+    room = _meets(current, limits, slack=-3 * limits.hysteresis)[0]
     if current_ok:
-        meeting = [p for p in reach if _meets(p, limits, slack=-limits.hysteresis)[0]]
+        # Up: to a point whose bound is 2·hysteresis above the floor, as the bound of a point
+        # away from the current θ is the less certain (its tasks' reports are fewer).
+        meeting = [p for p in reach if _meets(p, limits, slack=-2 * limits.hysteresis)[0]]
     else:
         # Breaking: a quality bound is restored by keeping fewer (easier) tasks on the device,
         # so only lower θs; landing `hysteresis` above the floor where one reaches it.
@@ -237,7 +240,7 @@ def propose(
             threshold_to=None,
             reason=(
                 f"held: the quality bound {quality_low(current, delta=limits.delta):.3f} is "
-                f"within {2 * limits.hysteresis:.3f} of the floor (no room to raise θ)"
+                f"within {3 * limits.hysteresis:.3f} of the floor (no room to raise θ)"
             ),
             current=current,
             predicted=best,

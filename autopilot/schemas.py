@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Final
 from zoneinfo import available_timezones
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.api import (
@@ -72,8 +73,9 @@ class QuietPeriodSerializer(ClosedSerializer):
         return attrs
 
 
+@extend_schema_field({"type": "string", "enum": sorted(TIME_ZONES)})
 class TimeZoneField(JsonRegexField):
-    """An IANA time zone name (`Europe/Berlin`)."""
+    """An IANA time zone name (`Europe/Berlin`): the schema lists them, as the check does."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(r"\A[A-Za-z0-9_+\-/]{1,64}\Z", max_length=64, **kwargs)
@@ -130,3 +132,24 @@ class AutopilotSerializer(serializers.Serializer[Any]):
     next_run_at = serializers.DateTimeField(allow_null=True)
     objective = serializers.DictField()
     cycles = serializers.ListField(child=serializers.DictField())
+
+
+class CycleSerializer(serializers.Serializer[Any]):
+    """One cycle: its state and why, window, versions, request, rollout, and per cell θ before
+    and after with the figures now, predicted and realized (and the misses)."""
+
+    class Meta:
+        ref_name = "AutopilotCycle"
+
+    number = serializers.IntegerField()
+    state = serializers.CharField()
+    reason = serializers.CharField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    window = serializers.DictField()
+    base_version = serializers.IntegerField(allow_null=True)
+    draft_revision = serializers.IntegerField(allow_null=True)
+    version = serializers.IntegerField(allow_null=True)
+    change_request = serializers.IntegerField(allow_null=True)
+    rollout = serializers.IntegerField(allow_null=True)
+    cells = serializers.ListField(child=serializers.DictField())

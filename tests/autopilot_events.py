@@ -20,7 +20,7 @@ OBJECTIVE = {
     "enabled": True,
     "cells": [IMAGE],
     "quality_floor": 0.5,
-    "quality_resolution": 0.05,
+    "quality_resolution": 0.04,
     "max_step": 0.05,
     "measure_minutes": 30,
 }

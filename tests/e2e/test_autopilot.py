@@ -49,7 +49,7 @@ def test_autopilot_page__publisher_turns_it_on_and_runs_a_cycle__cycle_shown(
     form = page.locator("#objective-form")
     form.locator("input[name=enabled]").check()
     form.locator("input[name=quality_floor]").fill("0.5")
-    form.locator("input[name=quality_resolution]").fill("0.05")
+    form.locator("input[name=quality_resolution]").fill("0.04")
     form.locator(f'input[name=cells][value="{IMAGE}"]').check()
     form.get_by_role("button", name="Save the objective").click()
 

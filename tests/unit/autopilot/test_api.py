@@ -212,7 +212,7 @@ def test_page__viewer_sees_it_publisher_sets_it(
         {
             "enabled": "true",
             "quality_floor": "0.5",
-            "quality_resolution": "0.05",
+            "quality_resolution": "0.04",
             "cells": [IMAGE],
             "run_at": "03:00",
             "time_zone": "UTC",

@@ -45,7 +45,7 @@ def test_objective__too_little_quality_data__409_naming_the_cell_and_what_it_nee
     (detail,) = refused.value.details
     assert detail["cell"] == IMAGE
     assert detail["reports"] == 0
-    assert detail["needed"] == 271  # 1.645² · 0.5 · 0.5 / 0.05²: no reports, p at the floor
+    assert detail["needed"] == 423  # 1.645² · 0.5 · 0.5 / 0.04²: no reports, p at the floor
     assert "set its shadow_refine_rate to at least" in detail["message"]
     # and nothing stored
     assert not AutopilotObjective.objects.filter(fleet=fleet).exists()
