@@ -208,6 +208,10 @@ def propose(
     if meeting:
         best_alpha = max(p.alpha for p in meeting)
         best = min((p for p in meeting if p.alpha == best_alpha), key=lambda p: p.threshold)
+    elif why_not.startswith("P95"):  # nothing in reach meets it: the lowest P95 there
+        best = min(reach, key=lambda p: p.p95_ms if p.p95_ms is not None else math.inf)
+    elif why_not.startswith("cost"):  # likewise the cheapest
+        best = min(reach, key=lambda p: (p.cost_per_day or 0.0, -p.alpha))
     else:
         best = max(
             reach,

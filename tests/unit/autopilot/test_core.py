@@ -224,3 +224,16 @@ def test_curve_of__p95_between_predicted_points__interpolated_by_theta() -> None
     assert p95s[2] == pytest.approx(180.0)
     assert p95s[3] == 200.0
     assert p95s[4] is None
+
+
+def test_propose__p95_over_budget_everywhere__the_lowest_p95_in_reach() -> None:
+    # P95 falls as θ rises (more answers on the device) and is over a 50 ms budget everywhere
+    points = curve(quality_at=lambda t: 0.99, p95=lambda t: 200 - 100 * t)
+    proposal = propose(
+        curve=points,
+        current_threshold=0.5,
+        events=20_000,
+        limits=Limits(max_step=0.05, budget_ms=50.0),
+    )
+    assert proposal.threshold_to == pytest.approx(0.55)
+    assert "P95" in proposal.reason
