@@ -36,9 +36,11 @@ urlpatterns = [
     path("api/v1/", include("routing_policies.urls")),
     path("api/v1/", include("telemetry.urls")),
     path("api/v1/", include("lab.urls")),
+    path("api/v1/", include("autopilot.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", ApiDocsView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("telemetry.page_urls")),
     path("", include("lab.page_urls")),
+    path("", include("autopilot.page_urls")),
     path("", include("routing_policies.page_urls")),
 ]

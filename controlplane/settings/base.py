@@ -82,6 +82,7 @@ INSTALLED_APPS = [
     "routing_policies",
     "telemetry",
     "lab",  # the policy lab; nothing imports it (docs/ARCHITECTURE.md)
+    "autopilot",  # the θ autopilot, above the lab; nothing imports it
 ]
 
 MIDDLEWARE = [

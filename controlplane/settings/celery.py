@@ -29,6 +29,10 @@ def periodic(task: str, every_s: float) -> dict[str, Any]:
 # How often the beat carries out due scheduled changes (routing_policies/schedules/).
 SCHEDULE_RUN_INTERVAL_S = env.float("SCHEDULE_RUN_INTERVAL_S", default=10.0)
 
+# How often each fleet's autopilot is looked at (a cycle starts at its own cadence; this only
+# moves open cycles on and notices a due one).
+AUTOPILOT_TICK_INTERVAL_S = env.float("AUTOPILOT_TICK_INTERVAL_S", default=60.0)
+
 # Every periodic task of the project, here and nowhere else.
 CELERY_BEAT_SCHEDULE = {
     "telemetry-sweep-landed": periodic("telemetry.sweep_landed", TELEMETRY_SWEEP_INTERVAL_S),
@@ -45,4 +49,5 @@ CELERY_BEAT_SCHEDULE = {
     # Judge every fleet's rules and rollout guards (telemetry/alert_tasks.py).
     "alerts-evaluate-all": periodic("telemetry.evaluate_all_alerts", ALERT_EVALUATE_INTERVAL_S),
     "schedules-run-due": periodic("routing_policies.run_due_schedules", SCHEDULE_RUN_INTERVAL_S),
+    "autopilot-tick-all": periodic("autopilot.tick_all", AUTOPILOT_TICK_INTERVAL_S),
 }

@@ -43,6 +43,7 @@ FLEET_PAGES: tuple[tuple[str, tuple[tuple[str, str, frozenset[str]], ...]], ...]
             ("Lab", "fleet-lab", frozenset({"fleet-lab"})),
             ("Calibrate θ", "lab-calibrate", frozenset({"lab-calibrate"})),
             ("Backtests", "fleet-backtests", frozenset({"fleet-backtests"})),
+            ("Autopilot", "fleet-autopilot", frozenset({"fleet-autopilot"})),
         ),
     ),
 )

@@ -35,6 +35,8 @@ from ..policies.selectors import (
     version_table,
     versions_list,
 )
+from ..reviews.gate import fleet_freeze_open, review_settings_of
+from ..reviews.rules import review_status
 from ..rollouts.selectors import (
     cloud_pressure_live,
     compared_rollout,
@@ -61,6 +63,7 @@ __all__ = [
     "draft_get",
     "fleet_assignment",
     "fleet_convergence",
+    "fleet_freeze_open",
     "fleet_get",
     "fleet_list",
     "fleet_state_get",
@@ -68,6 +71,8 @@ __all__ = [
     "online_q",
     "open_rollout",
     "published_numbers",
+    "review_settings_of",
+    "review_status",
     "rollout_out",
     "rollout_status",
     "sends_sensitive_data_off_device",

@@ -30,6 +30,7 @@ from ..policies.services import (
 )
 from ..push.token_cache import device_authenticate_cached
 from ..reviews.notify import review_notifier_register
+from ..reviews.services import change_request_open, change_request_publish
 from ..rollouts.services import (
     cloud_pressure_set,
     fleet_switch_version,
@@ -48,6 +49,8 @@ __all__ = [
     "Actor",
     "actor_user",
     "audit_record",
+    "change_request_open",
+    "change_request_publish",
     "cloud_pressure_set",
     "default_table",
     "device_ack",

@@ -38,6 +38,13 @@ def _benches(out: Path) -> dict[str, tuple[list[str], str]]:
     """Each bench's tiny command line (after `python -m`) and the text its result line has."""
     return {
         "alerts": (["bench.alerts", "--events", "1000", "--reps", "2"], "ratio ours / baseline"),
+        "autopilot": (
+            [
+                *("bench.autopilot", "--cycles", "3", "--warmup", "1", "--tasks", "600"),
+                *("--devices", "20", "--out", str(out / "autopilot.json")),
+            ],
+            "autopilot bench: done",
+        ),
         "dashboard": (
             [
                 *("bench.dashboard", "--events", "2000", "--reps", "2", "--raw-reps", "1"),

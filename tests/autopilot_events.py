@@ -1,0 +1,67 @@
+"""Events of a fleet's image cell with the draft reports the autopilot's bound needs (unit
+and integration tests of the autopilot)."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from django.utils import timezone
+
+from edge_sdk.decision import decide
+from routing_policies.models import Device
+from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
+from tests.factories import demo_cell, iso, protocol_event, recorded_sample
+
+IMAGE_KEY = ("image", "interactive", "normal")
+IMAGE = "image/interactive/normal"
+OBJECTIVE = {
+    "enabled": True,
+    "cells": [IMAGE],
+    "quality_floor": 0.5,
+    "quality_resolution": 0.04,
+    "max_step": 0.05,
+    "measure_minutes": 30,
+}
+
+
+def true_kept(score: float) -> float:
+    return 0.97 - 0.6 * score
+
+
+def ingest(device: Device, events: list[dict[str, Any]]) -> None:
+    for start in range(0, len(events), 500):
+        batch = {"events": events[start : start + 500]}
+        telemetry_batch_ingest(device=device, body=json.dumps(batch).encode())
+    landed_batches_process()
+
+
+def image_events(
+    count: int, *, seed: int, version: int = 1, now: bool = False, **over: Any
+) -> list[dict[str, Any]]:
+    """The image cell's events, half the device answers shadow-refined, kept as true_kept
+    (`now`: stamped now, else an hour ago)."""
+    cell = demo_cell(IMAGE_KEY, **over)
+    rng = random.Random(seed)
+    out = []
+    ts = timezone.now() if now else None
+    for recorded in recorded_sample(cell, count, seed=seed, ts=ts):
+        event = protocol_event(recorded)
+        if ts is not None:  # stamped now, not a second ago: after whatever just happened
+            event["ts"] = iso(ts)
+        event["policy_version"] = version
+        score = decide(cell, recorded.task, recorded.device).score
+        event["score"] = score
+        if score is not None and recorded.route == "draft_refine":
+            event["refine_changed"] = rng.random() >= true_kept(score)
+        elif (
+            score is not None
+            and recorded.route == "device"
+            and not recorded.cache_hit
+            and rng.random() < 0.5
+        ):
+            event["shadow_refine"] = True
+            event["refine_changed"] = rng.random() >= true_kept(score)
+        out.append(event)
+    return out

@@ -1,0 +1,78 @@
+"""The autopilot page (issue 27): a publisher reaches it from the fleet's navigation, turns the
+autopilot on for one cell, runs a cycle now and reads it: θ before and after, predicted beside
+now, the published version and the guarded rollout. Read at 1366 and 390 px
+(test-artifacts/autopilot-*.png)."""
+
+import re
+from typing import Any
+
+import pytest
+from django.db import transaction
+from playwright.sync_api import Page, expect
+
+from autopilot.models import AutopilotObjective
+from controlplane.roles import Role
+from routing_policies import services
+from tests.autopilot_events import IMAGE, image_events, ingest
+from tests.factories import UserFactory, make_fleet
+
+from .conftest import screenshot_path
+from .pages import LAPTOP, PHONE, assert_no_sideways_scroll, log_in
+
+pytestmark = pytest.mark.e2e
+
+SLUG = "fleet-a"
+
+
+def _fleet() -> None:
+    publisher: Any = UserFactory(role=Role.PUBLISHER, username="pat")
+    fleet = make_fleet(slug=SLUG, actor=publisher)
+    with transaction.atomic():
+        key = services.fleet_enrollment_key_rotate(actor=None, fleet=fleet)
+    device, _ = services.device_enroll(fleet_key=key, device_id="phone-1", platform="android")
+    ingest(device, image_events(3000, seed=4))
+
+
+def test_autopilot_page__publisher_turns_it_on_and_runs_a_cycle__cycle_shown(
+    asgi_server: str, transactional_db: None, requires_postgres: None, browser_page: Page
+) -> None:
+    # Given a fleet whose image cell reported its drafts, and its publisher on the lab page
+    _fleet()
+    page = browser_page
+    log_in(page, asgi_server, "pat")
+    page.set_viewport_size(LAPTOP)
+    page.goto(f"{asgi_server}/fleets/{SLUG}/lab/")
+    page.locator("nav.fleet-nav").get_by_role("link", name="Autopilot").click()
+    expect(page).to_have_url(f"{asgi_server}/fleets/{SLUG}/lab/autopilot/")
+    expect(page.locator('[data-field="state"]')).to_have_text("off")
+
+    # When they turn it on for the image cell with a floor of 50%
+    form = page.locator("#objective-form")
+    form.locator("input[name=enabled]").check()
+    form.locator("input[name=quality_floor]").fill("0.5")
+    form.locator("input[name=quality_resolution]").fill("0.04")
+    form.locator(f'input[name=cells][value="{IMAGE}"]').check()
+    form.get_by_role("button", name="Save the objective").click()
+
+    # Then it is active, with its next run
+    expect(page.locator('[data-field="state"]')).to_have_text("active")
+    expect(page.locator('[data-field="next-run"]')).to_contain_text("UTC")
+    assert AutopilotObjective.objects.get().cells == [IMAGE]
+
+    # When they run a cycle now
+    page.get_by_role("button", name="Run a cycle now").click()
+
+    # Then cycle 1 rolls out v2: θ 0.6 → 0.65 with the prediction beside what runs now
+    cycle = page.locator('[data-cycle="1"]')
+    expect(cycle).to_contain_text("rolling_out")
+    expect(cycle).to_contain_text("0.6 → 0.65")
+    expect(cycle).to_contain_text("predicted")
+    expect(cycle.get_by_role("link", name="v2")).to_be_visible()
+    expect(cycle.get_by_role("link", name=re.compile(r"^rollout \d+$"))).to_be_visible()
+
+    for size, name in ((LAPTOP, "1366"), (PHONE, "390")):
+        page.set_viewport_size(size)
+        page.goto(f"{asgi_server}/fleets/{SLUG}/lab/autopilot/")
+        expect(page.locator('[data-cycle="1"]')).to_be_visible()
+        assert_no_sideways_scroll(page, f"autopilot at {name} px")
+        page.screenshot(path=str(screenshot_path(f"autopilot-{name}")), full_page=True)
