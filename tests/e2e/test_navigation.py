@@ -25,10 +25,14 @@ from django.urls import URLPattern, URLResolver, get_resolver, resolve, reverse
 from django.urls.exceptions import Resolver404
 from playwright.sync_api import Page, expect
 
-from routing_policies.demo import DEMO_FLEET, DEMO_USERS, demo_seed
+from routing_policies.demo import DEMO_FLEET, DEMO_FLEET_KEY, DEMO_USERS, demo_seed
 from routing_policies.models import ChangeRequest, PolicyVersion
 from routing_policies.reviews.services import change_request_open
-from routing_policies.services import policy_draft_create, policy_draft_update_cells
+from routing_policies.services import (
+    device_enroll,
+    policy_draft_create,
+    policy_draft_update_cells,
+)
 from telemetry.alerts.models import AlertRule
 
 from .pages import LAPTOP, PHONE, ConsoleErrors, assert_no_sideways_scroll, log_in, log_out
@@ -75,7 +79,9 @@ def demo(transactional_db: None, asgi_server: str) -> dict[str, Any]:
     )
     rule = AlertRule.objects.filter(fleet=fleet).order_by("pk").first()
     assert rule is not None, "the demo seeds alert rules"
+    device, _ = device_enroll(fleet_key=DEMO_FLEET_KEY, device_id="nav-phone-1")  # its page
     return {
+        "device_id": device.device_id,
         "slug": DEMO_FLEET,
         "rule_id": rule.pk,
         "request_id": ChangeRequest.objects.get(fleet=fleet).pk,
