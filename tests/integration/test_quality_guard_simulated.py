@@ -59,6 +59,10 @@ def _run(*, publisher: Any, slug: str, candidate_version: int | None) -> tuple[R
         # rule judges the same minutes. At 50 reports of the degraded ~27% its standard error
         # is ~6 pts, the 45% threshold ~3 of them away; stable's ~57% is 2 above it.
         min_samples=50,
+        # Judged every half-minute over 12 minutes, a healthy candidate's ~57% dips under 45%
+        # in one window now and then (1.7 standard errors at 50 reports): the alert wants it
+        # below for a minute, as a degraded candidate stays.
+        for_seconds=60,
         scope="cohort",
         scope_value="candidate",
     )
