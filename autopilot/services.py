@@ -96,6 +96,15 @@ def autopilot_actor() -> Any:
 _ITSELF: Final = object()  # an action the autopilot takes on its own (not a person's)
 
 
+def _kept(
+    fleet: Fleet, cycle: Any, field: str, value: Any, action: str, text: str, **audited: Any
+) -> None:
+    """Keep a step's outcome on the cycle (`field`) and audit it as `autopilot.<action>`."""
+    setattr(cycle, field, value)
+    cycle.save(update_fields=[field])
+    _audit(fleet, action, f"Cycle {cycle.number} {text}", cycle=cycle.number, **audited)
+
+
 def _audit(fleet: Fleet, action: str, summary: str, *, actor: Any = _ITSELF, **after: Any) -> None:
     """Audit `autopilot.<action>`: by the autopilot itself, or by the person (or the shell's
     `system`, actor None) who paused or resumed it."""
@@ -525,15 +534,8 @@ def _propose_draft(
     except ApplicationError as exc:
         _stop(objective, cycle, f"could not write the draft: {exc.message}", now)
         return cycle
-    cycle.draft_revision = draft.revision
-    cycle.save(update_fields=["draft_revision"])
-    _audit(
-        fleet,
-        "draft_written",
-        f"Cycle {cycle.number} wrote the draft: {summary}",
-        cycle=cycle.number,
-        revision=draft.revision,
-    )
+    _kept(fleet, cycle, "draft_revision", draft.revision, "draft_written",
+          f"wrote the draft: {summary}", revision=draft.revision)  # fmt: skip
     note = f"Autopilot cycle {cycle.number}: {summary}"
     if review_settings_of(fleet).publish_needs_approval:
         return _ask(objective, cycle, ChangeRequest.Kind.PUBLISH, note, now)
@@ -596,15 +598,8 @@ def _publish(
     except ApplicationError as exc:
         _stop(objective, cycle, f"could not publish: {exc.message}", now)
         return cycle
-    cycle.version = version.number
-    cycle.save(update_fields=["version"])
-    _audit(
-        fleet,
-        "published",
-        f"Cycle {cycle.number} published v{version.number}",
-        cycle=cycle.number,
-        version=version.number,
-    )
+    _kept(fleet, cycle, "version", version.number, "published",
+          f"published v{version.number}", version=version.number)  # fmt: skip
     if review_settings_of(fleet).rollout_needs_approval:
         cycle.change_request = None
         return _ask(
