@@ -52,8 +52,12 @@ def _limit_query(ref_name: str, *, maximum: int, default: int) -> type[serialize
     return type(f"{ref_name}Serializer", (serializers.Serializer,), {"limit": limit, "Meta": meta})
 
 
-HistoryQuerySerializer = _limit_query("AlertHistoryQuery", maximum=1000, default=100)
-DeliveryQuerySerializer = _limit_query("WebhookDeliveryQuery", maximum=500, default=50)
+HistoryQuerySerializer = _limit_query(
+    "AlertHistoryQuery", maximum=1000, default=selectors.HISTORY_LIMIT
+)
+DeliveryQuerySerializer = _limit_query(
+    "WebhookDeliveryQuery", maximum=500, default=selectors.DELIVERY_LIMIT
+)
 
 
 def _fleet_collection_api(
