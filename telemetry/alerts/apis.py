@@ -13,6 +13,7 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
+from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -24,7 +25,8 @@ from controlplane.permissions import IsEditor, IsPublisher, IsViewer
 from routing_policies import selectors as policy_selectors
 from routing_policies.models import Fleet, Rollout
 
-from . import schemas, selectors, services
+from . import additions, schemas, selectors, services
+from .additions import Addition
 from .models import AlertRule
 from .services.guards import guard_options_validate, rollout_guards_set
 
@@ -43,23 +45,6 @@ def _shown(
     return Response(answer(shown).data, status=status_code)
 
 
-def _created(
-    request: Request,
-    slug: str,
-    serializer: type[serializers.Serializer[Any]],
-    *,
-    create: Callable[..., Any],
-    out: type[serializers.Serializer[Any]],
-    message: str,
-) -> Response:
-    """Add one to the fleet: the body as `serializer` takes it, `create` (a service) makes it;
-    201 with it as `out` shows it."""
-    fleet = _fleet(slug)
-    data = input_validate(serializer, require_object(request.data), message=message)
-    made = create(actor=request.user, fleet=fleet, **data)
-    return _shown(out, made, status_code=status.HTTP_201_CREATED)
-
-
 def _limit_query(ref_name: str, *, maximum: int, default: int) -> type[serializers.Serializer[Any]]:
     """The query of a log read: how many of the newest rows, at most `maximum`."""
     meta = type("Meta", (), {"ref_name": ref_name})
@@ -67,36 +52,58 @@ def _limit_query(ref_name: str, *, maximum: int, default: int) -> type[serialize
     return type(f"{ref_name}Serializer", (serializers.Serializer,), {"limit": limit, "Meta": meta})
 
 
-HistoryQuerySerializer = _limit_query("AlertHistoryQuery", maximum=1000, default=100)
-DeliveryQuerySerializer = _limit_query("WebhookDeliveryQuery", maximum=500, default=50)
+HistoryQuerySerializer = _limit_query(
+    "AlertHistoryQuery", maximum=1000, default=selectors.HISTORY_LIMIT
+)
+DeliveryQuerySerializer = _limit_query(
+    "WebhookDeliveryQuery", maximum=500, default=selectors.DELIVERY_LIMIT
+)
 
 
-class AlertRuleListApi(ViewerReadsApi):
-    """A fleet's rules with their states; POST adds one (editor)."""
+def _fleet_collection_api(
+    doc: str,
+    *,
+    noun: str,
+    change_permission: type[BasePermission],
+    listed: type[serializers.Serializer[Any]],
+    read: Callable[..., Iterable[Any]],
+    addition: Addition,
+    description: str | None = None,
+) -> type[APIView]:
+    """A fleet's collection (operations `<noun>_list`, `<noun>_create`): viewers read it, as
+    `listed` shows what `read` (a selector) finds; POST (`change_permission`) adds one as
+    `addition` takes it and answers 201 with it."""
 
-    change_permission = IsEditor
+    class FleetCollectionApi(ViewerReadsApi):
+        @extend_schema(responses=listed, operation_id=f"{noun}_list")
+        def get(self, request: Request, slug: str) -> Response:
+            return _shown(listed, {"results": read(fleet_id=_fleet(slug).pk)})
 
-    @extend_schema(responses=schemas.AlertRuleListSerializer, operation_id="alert_rule_list")
-    def get(self, request: Request, slug: str) -> Response:
-        rules = selectors.rule_list(fleet_id=_fleet(slug).pk)
-        return _shown(schemas.AlertRuleListSerializer, {"results": rules})
-
-    @extend_schema(
-        request=schemas.AlertRuleCreateSerializer,
-        responses={201: schemas.AlertRuleSerializer, **error_responses(409)},
-        operation_id="alert_rule_create",
-        description=f"Example: {_RULE_EXAMPLE}. Shares are fractions (0.2 is 20%); latency "
-        "metrics are ratios to each cell's budget (1.0 is the budget).",
-    )
-    def post(self, request: Request, slug: str) -> Response:
-        return _created(
-            request,
-            slug,
-            schemas.AlertRuleCreateSerializer,
-            create=services.alert_rule_create,
-            out=schemas.AlertRuleSerializer,
-            message=services.RULE_INVALID,
+        @extend_schema(
+            request=addition.body,
+            responses={201: addition.shown, **error_responses(409)},
+            operation_id=f"{noun}_create",
+            description=description,
         )
+        def post(self, request: Request, slug: str) -> Response:
+            made = addition.from_api(request, _fleet(slug))
+            return _shown(addition.shown, made, status_code=status.HTTP_201_CREATED)
+
+    FleetCollectionApi.__doc__ = doc
+    FleetCollectionApi.change_permission = change_permission
+    return FleetCollectionApi
+
+
+AlertRuleListApi = _fleet_collection_api(
+    "A fleet's rules with their states; POST adds one (editor).",
+    noun="alert_rule",
+    change_permission=IsEditor,
+    listed=schemas.AlertRuleListSerializer,
+    read=selectors.rule_list,
+    addition=additions.RULE,
+    description=f"Example: {_RULE_EXAMPLE}. Shares are fractions (0.2 is 20%); latency "
+    "metrics are ratios to each cell's budget (1.0 is the budget).",
+)
 
 
 class AlertRuleDetailApi(ViewerReadsApi):
@@ -175,31 +182,15 @@ class FiringAlertsApi(APIView):
         return Response({"results": selectors.firing_alerts()})
 
 
-class AlertWebhookListApi(ViewerReadsApi):
+AlertWebhookListApi = _fleet_collection_api(
     """The fleet's webhooks; POST adds one (publisher): `{"url", "format": "json"|"slack",
-    "rule_id": null}`."""
-
-    change_permission = IsPublisher
-
-    @extend_schema(responses=schemas.AlertWebhookListSerializer, operation_id="alert_webhook_list")
-    def get(self, request: Request, slug: str) -> Response:
-        webhooks = selectors.webhook_list(fleet_id=_fleet(slug).pk)
-        return _shown(schemas.AlertWebhookListSerializer, {"results": webhooks})
-
-    @extend_schema(
-        request=schemas.AlertWebhookCreateSerializer,
-        responses={201: schemas.AlertWebhookSerializer, **error_responses(409)},
-        operation_id="alert_webhook_create",
-    )
-    def post(self, request: Request, slug: str) -> Response:
-        return _created(
-            request,
-            slug,
-            schemas.AlertWebhookCreateSerializer,
-            create=services.alert_webhook_create,
-            out=schemas.AlertWebhookSerializer,
-            message=services.WEBHOOK_INVALID,
-        )
+    "rule_id": null}`.""",
+    noun="alert_webhook",
+    change_permission=IsPublisher,
+    listed=schemas.AlertWebhookListSerializer,
+    read=selectors.webhook_list,
+    addition=additions.WEBHOOK,
+)
 
 
 class AlertWebhookDetailApi(APIView):

@@ -309,19 +309,39 @@ class GuardDecideSerializer(ApiSerializer):
     horizon_minutes = serializers.FloatField()
 
 
-class GuardStateSerializer(ApiSerializer):
-    metric = serializers.ChoiceField(choices=sorted(GUARD_METRICS))
-    metric_label = serializers.CharField()
-    comparison = serializers.ChoiceField(choices=GuardComparison.values)
-    comparison_label = serializers.CharField()
+def _labelled(name: str, choices: list[str]) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+    """A choice as sent (`metric`) and the label people read for it (`metric_label`)."""
+    return {
+        name: serializers.ChoiceField(choices=choices),
+        f"{name}_label": serializers.CharField(),
+    }
+
+
+def _cohorts_judged() -> type[serializers.Serializer[Any]]:
+    """What a guard judged, the base of its answer: its metric and comparison, each with its
+    label, and each cohort's value and sample count (`candidate_value`, `stable_samples`; null
+    before the first judgement). (No docstring on the class made, as for `_reading`.)"""
+    readings = {
+        f"{cohort}_{reading}": field(allow_null=True)
+        for reading, field in (
+            ("value", serializers.FloatField),
+            ("samples", serializers.IntegerField),
+        )
+        for cohort in ("candidate", "stable")
+    }
+    fields = {
+        **_labelled("metric", sorted(GUARD_METRICS)),
+        **_labelled("comparison", GuardComparison.values),
+        **readings,
+    }
+    return type("CohortsJudged", (serializers.Serializer,), {**fields, "__doc__": None})
+
+
+class GuardStateSerializer(_cohorts_judged(), ApiSerializer):  # type: ignore[misc]
     threshold = serializers.FloatField()
     threshold_text = serializers.CharField()
     min_samples = serializers.IntegerField()
     state = serializers.CharField()
-    candidate_value = serializers.FloatField(allow_null=True)
-    stable_value = serializers.FloatField(allow_null=True)
-    candidate_samples = serializers.IntegerField(allow_null=True)
-    stable_samples = serializers.IntegerField(allow_null=True)
     message = serializers.CharField(allow_blank=True)
     kind = serializers.ChoiceField(choices=GuardKind.values)
     confidence = serializers.FloatField(allow_null=True, help_text="null for a fixed guard")

@@ -11,21 +11,17 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from rest_framework import serializers
 
 from controlplane.pages import form_input, posted_change, role_required
 from controlplane.roles import Role, has_role
 from routing_policies.models import Fleet
 from routing_policies.pages import fleet_or_404
 
-from . import limits, selectors, services
+from . import additions, limits, selectors, services
+from .additions import Addition
 from .judging import format_clear, format_threshold, format_value
 from .models import AlertRule, AlertState, Condition, Metric, Scope, WebhookFormat
-from .schemas import (
-    AlertRuleCreateSerializer,
-    AlertRuleUpdateSerializer,
-    AlertWebhookCreateSerializer,
-)
+from .schemas import AlertRuleUpdateSerializer
 
 
 def _rule_row(rule: AlertRule) -> dict[str, Any]:
@@ -119,36 +115,38 @@ def _act(
     return posted_change(request, page_again, lambda: (change(), to))
 
 
-def _add(
-    request: HttpRequest,
-    slug: str,
-    serializer: type[serializers.Serializer[Any]],
-    *,
-    create: Callable[..., Any],
-    said: Callable[[Any], str],
-) -> HttpResponse:
-    """Add one to the fleet: the form as the API's `serializer` takes it, `create` (a service)
-    makes it, `said` says so."""
-    fleet = fleet_or_404(slug)
-
-    def add() -> str:
-        values = form_input(serializer, request.POST)
-        return said(create(actor=request.user, fleet=fleet, **values))
-
-    return _act(request, fleet, add)
+PageAction = Callable[..., HttpResponse]
 
 
-def _remove(
-    request: HttpRequest, slug: str, delete: Callable[..., Any], said: str, **key: int
-) -> HttpResponse:
-    """Remove one of the fleet's: `delete` (a service) takes it by its `key` (`rule_id=…`)."""
-    fleet = fleet_or_404(slug)
+def _adding_action(role: Role, addition: Addition, said: Callable[[Any], str]) -> PageAction:
+    """The page's POST (for `role` and up) that adds one to the fleet as `addition` takes it
+    from the form; `said` says so."""
 
-    def remove() -> str:
-        delete(actor=request.user, fleet=fleet, **key)
-        return said
+    @role_required(role)
+    @require_POST
+    def add_action(request: HttpRequest, slug: str) -> HttpResponse:
+        fleet = fleet_or_404(slug)
+        return _act(request, fleet, lambda: said(addition.from_form(request, fleet)))
 
-    return _act(request, fleet, remove)
+    return add_action
+
+
+def _removing_action(role: Role, delete: Callable[..., Any], said: str) -> PageAction:
+    """The page's POST (for `role` and up) that removes one of the fleet's: `delete` (a
+    service) takes it by the URL's key (`rule_id=…`)."""
+
+    @role_required(role)
+    @require_POST
+    def remove_action(request: HttpRequest, slug: str, **key: int) -> HttpResponse:
+        fleet = fleet_or_404(slug)
+
+        def remove() -> str:
+            delete(actor=request.user, fleet=fleet, **key)
+            return said
+
+        return _act(request, fleet, remove)
+
+    return remove_action
 
 
 @role_required(Role.VIEWER)
@@ -158,17 +156,12 @@ def alerts_page(request: HttpRequest, slug: str) -> HttpResponse:
     return _alerts_page(request, fleet_or_404(slug))
 
 
-@role_required(Role.EDITOR)
-@require_POST
-def alert_rule_create(request: HttpRequest, slug: str) -> HttpResponse:
-    """Add a rule."""
-    return _add(
-        request,
-        slug,
-        AlertRuleCreateSerializer,
-        create=services.alert_rule_create,
-        said=lambda rule: f"Added the rule {rule.name!r}; it is judged with the next rollups.",
-    )
+# Add a rule.
+alert_rule_create = _adding_action(
+    Role.EDITOR,
+    additions.RULE,
+    lambda rule: f"Added the rule {rule.name!r}; it is judged with the next rollups.",
+)
 
 
 @role_required(Role.EDITOR)
@@ -192,30 +185,13 @@ def alert_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpRespon
     return _act(request, fleet, save, editing=rule)
 
 
-@role_required(Role.EDITOR)
-@require_POST
-def alert_rule_delete(request: HttpRequest, slug: str, rule_id: int) -> HttpResponse:
-    """Remove a rule (its history stays)."""
-    return _remove(request, slug, services.alert_rule_delete, "Removed the rule.", rule_id=rule_id)
-
-
-@role_required(Role.PUBLISHER)
-@require_POST
-def alert_webhook_create(request: HttpRequest, slug: str) -> HttpResponse:
-    """Add a webhook for every rule or one."""
-    return _add(
-        request,
-        slug,
-        AlertWebhookCreateSerializer,
-        create=services.alert_webhook_create,
-        said=lambda webhook: f"Alerts are now posted to {webhook.url}.",
-    )
-
-
-@role_required(Role.PUBLISHER)
-@require_POST
-def alert_webhook_delete(request: HttpRequest, slug: str, webhook_id: int) -> HttpResponse:
-    """Stop posting to a webhook."""
-    return _remove(
-        request, slug, services.alert_webhook_delete, "Removed the webhook.", webhook_id=webhook_id
-    )
+# Remove a rule (its history stays).
+alert_rule_delete = _removing_action(Role.EDITOR, services.alert_rule_delete, "Removed the rule.")
+# Add a webhook for every rule or one.
+alert_webhook_create = _adding_action(
+    Role.PUBLISHER, additions.WEBHOOK, lambda webhook: f"Alerts are now posted to {webhook.url}."
+)
+# Stop posting to a webhook.
+alert_webhook_delete = _removing_action(
+    Role.PUBLISHER, services.alert_webhook_delete, "Removed the webhook."
+)
