@@ -215,3 +215,43 @@ def test_cycle__a_person_s_draft_open__skipped_untouched(
     assert "draft is open" in cycle.reason
     draft.refresh_from_db()
     assert draft.revision == 1
+
+
+def test_cycle__excluded_cell__never_touched(reported: Device, fleet: Any, publisher: Any) -> None:
+    # Given the autopilot on for the image cell, which a publisher then says it may not touch
+    objective_set(actor=publisher, fleet=fleet, values=OBJECTIVE)
+    objective_set(actor=publisher, fleet=fleet, values={"excluded_cells": [IMAGE]})
+
+    # When a cycle runs
+    cycle = autopilot_tick(fleet=fleet, force=True)
+
+    # Then the cell is neither calibrated nor moved: no draft, no new version
+    assert cycle is not None
+    assert cycle.state == AutopilotCycle.State.NO_CHANGE, cycle.reason
+    assert cycle.cells == []
+    assert cycle.draft_revision is None
+    assert not PolicyVersion.objects.filter(fleet=fleet, number=2).exists()
+
+
+def test_cycle__inside_a_quiet_period__409_naming_it_no_cycle(
+    reported: Device, fleet: Any, publisher: Any, client_as: Any
+) -> None:
+    now = timezone.now()
+    around_now = {
+        "from": (now - timedelta(hours=1)).strftime("%H:%M"),
+        "to": (now + timedelta(hours=1)).strftime("%H:%M"),
+    }
+    objective_set(actor=publisher, fleet=fleet, values={**OBJECTIVE, "quiet_periods": [around_now]})
+    objective = AutopilotObjective.objects.get(fleet=fleet)
+    assert objective.next_run_at is not None
+    assert objective.next_run_at >= now + timedelta(minutes=59)  # not inside the period
+
+    # When a publisher asks for a cycle now
+    response = client_as(publisher).post(f"/api/v1/fleets/{fleet.slug}/autopilot/run")
+
+    # Then refused naming the quiet periods, and no cycle
+    assert response.status_code == 409, response.content
+    error = response.json()["error"]
+    assert error["code"] == "quiet_period"
+    assert [d["field"] for d in error["details"]] == ["quiet_periods"]
+    assert not AutopilotCycle.objects.filter(fleet=fleet).exists()
