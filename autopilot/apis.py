@@ -18,6 +18,7 @@ from controlplane.api import input_validate, require_object
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_responses
 from controlplane.permissions import IsPublisher, IsViewer
+from lab.api import fleet_post
 from lab.schemas import ClosedSerializer
 from routing_policies.models import Fleet
 from routing_policies.selectors import fleet_get
@@ -38,8 +39,8 @@ class AutopilotApi(APIView):
     def get(self, request: Request, slug: str) -> Response:
         return Response(autopilot_out(fleet_get(slug=slug)))
 
-    @extend_schema(
-        request=ObjectiveInputSerializer,
+    @fleet_post(
+        ObjectiveInputSerializer,
         responses={200: AutopilotSerializer, **error_responses(409)},
         operation_id="autopilot_set",
         description='Example: {"enabled": true, "quality_floor": 0.85, "delta": 0.05, '
@@ -48,9 +49,7 @@ class AutopilotApi(APIView):
         "needs (each cell, its reports and the reports it needs in `details`); 409 "
         "no_such_cell: `cells` or `excluded_cells` names a cell the stable version lacks.",
     )
-    def put(self, request: Request, slug: str) -> Response:
-        fleet = fleet_get(slug=slug)
-        values = input_validate(ObjectiveInputSerializer, require_object(request.data))
+    def put(self, request: Request, fleet: Fleet, values: dict[str, Any]) -> Response:
         objective_set(actor=request.user, fleet=fleet, values=values)
         return Response(autopilot_out(fleet))
 
@@ -86,15 +85,19 @@ def _run(*, actor: Any, fleet: Fleet) -> None:
     autopilot_tick(fleet=fleet, force=True)
 
 
-AutopilotPauseApi = _action(
-    "pause", autopilot_pause, "Pause the autopilot: no cycle starts or moves on until resumed."
-)
-AutopilotResumeApi = _action(
-    "resume", autopilot_resume, "Resume the autopilot after a pause or a stop."
-)
-AutopilotRunApi = _action(
-    "run", _run, "Start a cycle now, or move the open one on (outside quiet periods)."
-)
+# The publishers' actions, each at `…/autopilot/<name>` (urls.py routes them all).
+ACTIONS: dict[str, type[APIView]] = {
+    name: _action(name, doing, description)
+    for name, doing, description in (
+        (
+            "pause",
+            autopilot_pause,
+            "Pause the autopilot: no cycle starts or moves on until resumed.",
+        ),
+        ("resume", autopilot_resume, "Resume the autopilot after a pause or a stop."),
+        ("run", _run, "Start a cycle now, or move the open one on (outside quiet periods)."),
+    )
+}
 
 
 class AutopilotCycleApi(APIView):

@@ -22,8 +22,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from statistics import NormalDist
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 __all__ = [
     "CurvePoint",
@@ -81,6 +82,16 @@ class CurvePoint:
     quality_high: float | None = None  # the lab's 95% two-sided ends (σ is read from them)
     quality_low_2s: float | None = None
 
+    # The figures a cycle stores (and the page and the API show) of a point.
+    STORED: ClassVar[tuple[str, ...]] = (
+        "threshold", "alpha", "cloud_share", "p95_ms", "cost_per_day", "quality",
+    )  # fmt: skip
+
+    @classmethod
+    def from_stored(cls, stored: Mapping[str, Any]) -> CurvePoint:
+        """A point back from what a cycle stored of it (`as_dict`; no interval)."""
+        return cls(**{name: stored[name] for name in cls.STORED})
+
     @property
     def sigma(self) -> float | None:
         """The standard error of the predicted quality (from the lab's two-sided interval)."""
@@ -92,14 +103,7 @@ class CurvePoint:
 
     def as_dict(self) -> dict[str, Any]:
         """Stored with a cycle and shown by the page and the API."""
-        return {
-            "threshold": self.threshold,
-            "alpha": self.alpha,
-            "cloud_share": self.cloud_share,
-            "p95_ms": self.p95_ms,
-            "cost_per_day": self.cost_per_day,
-            "quality": self.quality,
-        }
+        return _stored(self)
 
 
 def quality_low(point: CurvePoint, *, delta: float) -> float | None:
@@ -217,60 +221,47 @@ def propose(
             reach,
             key=lambda p: (quality_low(p, delta=limits.delta) or -1.0, -p.threshold),
         )
-    low = quality_low(best, delta=limits.delta)
+    # Every proposal from here on reads the same θ now, point now, point in reach and bound.
+    proposal = partial(
+        Proposal,
+        threshold_from=current_threshold,
+        current=current,
+        predicted=best,
+        quality_low=quality_low(best, delta=limits.delta),
+    )
     if not current_ok:
         if abs(best.threshold - current_threshold) < 1e-9:
-            return Proposal(
-                threshold_from=current_threshold,
+            return proposal(
                 threshold_to=None,
                 reason=f"current θ breaks the objective ({why_not}); nothing in reach is better",
-                current=current,
-                predicted=best,
-                quality_low=low,
             )
-        return Proposal(
-            threshold_from=current_threshold,
+        return proposal(
             threshold_to=best.threshold,
             reason=f"current θ breaks the objective ({why_not})",
-            current=current,
-            predicted=best,
-            quality_low=low,
             gain_low=_gain_low(current, best, events),
         )
     gain_low = _gain_low(current, best, events)
     if not room:
-        return Proposal(
-            threshold_from=current_threshold,
+        return proposal(
             threshold_to=None,
             reason=(
                 f"held: the quality bound {quality_low(current, delta=limits.delta):.3f} is "
                 f"within {3 * limits.hysteresis:.3f} of the floor (no room to raise θ)"
             ),
-            current=current,
-            predicted=best,
-            quality_low=low,
             gain_low=gain_low,
         )
     if best.alpha <= current.alpha or gain_low <= limits.margin:
-        return Proposal(
-            threshold_from=current_threshold,
+        return proposal(
             threshold_to=None,
             reason=(
                 f"α gain {best.alpha - current.alpha:+.3f} (95% low {gain_low:+.3f}) does not "
                 f"clear the {limits.margin:.3f} margin"
             ),
-            current=current,
-            predicted=best,
-            quality_low=low,
             gain_low=gain_low,
         )
-    return Proposal(
-        threshold_from=current_threshold,
+    return proposal(
         threshold_to=best.threshold,
         reason=f"α {current.alpha:.3f} → {best.alpha:.3f} (95% low of the gain {gain_low:+.3f})",
-        current=current,
-        predicted=best,
-        quality_low=low,
         gain_low=gain_low,
     )
 
@@ -289,17 +280,18 @@ class Realized:
     cost_per_day: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
+    STORED: ClassVar[tuple[str, ...]] = (
+        "events", "alpha", "cloud_share", "p95_ms", "quality", "quality_reports", "cost_per_day",
+    )  # fmt: skip
+
     def as_dict(self) -> dict[str, Any]:
         """Stored with a cycle and shown by the page and the API."""
-        return {
-            "events": self.events,
-            "alpha": self.alpha,
-            "cloud_share": self.cloud_share,
-            "p95_ms": self.p95_ms,
-            "quality": self.quality,
-            "quality_reports": self.quality_reports,
-            "cost_per_day": self.cost_per_day,
-        }
+        return _stored(self)
+
+
+def _stored(figures: CurvePoint | Realized) -> dict[str, Any]:
+    """The figures a cycle stores of a point or a realized cell (its class's `STORED`)."""
+    return {name: getattr(figures, name) for name in figures.STORED}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

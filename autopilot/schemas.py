@@ -67,6 +67,13 @@ class QuietPeriodSerializer(ClosedSerializer):
         fields["from"] = JsonRegexField(CLOCK_PATTERN, help_text="HH:MM, local")
         return fields
 
+    @staticmethod
+    def form_value(text: str) -> dict[str, str]:
+        """A page's line `HH:MM–HH:MM` (or with `-`) as the period the API takes; a part that
+        is not a clock is refused by its field, naming `from` or `to`."""
+        start, _, end = text.strip().replace("–", "-").partition("-")
+        return {"from": start.strip(), "to": end.strip()}
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["from"] == attrs["to"]:
             raise serializers.ValidationError({"to": ["must differ from `from`"]})

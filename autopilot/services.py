@@ -16,9 +16,9 @@ person to resume it. Every action is audited as `autopilot.*` by the user `autop
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, time, timedelta
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -30,7 +30,7 @@ from lab.calibration.services import calibration_apply
 from lab.calibration.targets import Target
 from routing_policies.cell_schema import CellKey, cell_key_label
 from routing_policies.extensions import rollout_start_guarded
-from routing_policies.models import ChangeRequest, Fleet, Rollout
+from routing_policies.models import ChangeRequest, Fleet, PolicyVersion, Rollout
 from routing_policies.pricing import data_span_hours, has_rate
 from routing_policies.selectors import (
     draft_get,
@@ -79,6 +79,7 @@ GUARD_PRESET: Final = "quality"
 # judged (said in its row), rather than judged on noise.
 MIN_REALIZED_EVENTS: Final = 50
 
+_T = TypeVar("_T")
 State = AutopilotObjective.State
 CycleState = AutopilotCycle.State
 
@@ -97,23 +98,61 @@ _ITSELF: Final = object()  # an action the autopilot takes on its own (not a per
 
 
 def _kept(
-    fleet: Fleet, cycle: Any, field: str, value: Any, action: str, text: str, **audited: Any
+    fleet: Fleet,
+    cycle: Any,
+    field: str,
+    value: Any,
+    action: str,
+    text: str,
+    *,
+    moved: tuple[str, str, datetime] | None = None,
+    **audited: Any,
 ) -> None:
-    """Keep a step's outcome on the cycle (`field`) and audit it as `autopilot.<action>`."""
+    """Keep a step's outcome on the cycle (`field`), moving it to a state where `moved`
+    (state, reason, now) says so, and audit it as `autopilot.<action>`."""
     setattr(cycle, field, value)
-    cycle.save(update_fields=[field])
+    if moved is None:
+        cycle.save(update_fields=[field])
+    else:
+        _finish(cycle, *moved)
     _audit(fleet, action, f"Cycle {cycle.number} {text}", cycle=cycle.number, **audited)
 
 
-def _audit(fleet: Fleet, action: str, summary: str, *, actor: Any = _ITSELF, **after: Any) -> None:
+def _attempt(
+    objective: AutopilotObjective,
+    cycle: AutopilotCycle,
+    now: datetime,
+    failed: str,
+    act: Callable[[], _T],
+) -> _T | None:
+    """One step's service calls in their own transaction; a refusal stops the autopilot,
+    saying `failed` and why (then None)."""
+    try:
+        with transaction.atomic():
+            return act()
+    except ApplicationError as exc:
+        _stop(objective, cycle, f"{failed}: {exc.message}", now)
+        return None
+
+
+def _audit(
+    fleet: Fleet,
+    action: str,
+    summary: str,
+    *,
+    actor: Any = _ITSELF,
+    before: dict[str, Any] | None = None,
+    **after: Any,
+) -> None:
     """Audit `autopilot.<action>`: by the autopilot itself, or by the person (or the shell's
-    `system`, actor None) who paused or resumed it."""
+    `system`, actor None) who set, paused or resumed it."""
     audit_record(
         actor=autopilot_actor() if actor is _ITSELF else actor,
         action=f"autopilot.{action}",
         fleet=fleet,
         target=f"autopilot of {fleet.slug}",
         summary=summary,
+        before=before,
         after=after or None,
     )
 
@@ -124,6 +163,28 @@ def _lock(fleet: Fleet) -> AutopilotObjective:
         objective = AutopilotObjective.objects.create(fleet=fleet)
         objective = AutopilotObjective.objects.select_for_update().get(pk=objective.pk)
     return objective
+
+
+def _lock_on(fleet: Fleet) -> AutopilotObjective:
+    """The objective locked, refused when the autopilot is off (pause and resume need it on)."""
+    objective = _lock(fleet)
+    if objective.state == State.OFF:
+        raise Conflict(
+            "The autopilot is off: turn it on first.",
+            code="autopilot_off",
+            details=[{"field": "state", "message": "off"}],
+        )
+    return objective
+
+
+def _schedule(objective: AutopilotObjective, now: datetime) -> None:
+    """Set the objective's next run after `now` by its cadence and quiet periods (unsaved)."""
+    objective.next_run_at = next_run(
+        after=now,
+        run_at=objective.run_at,
+        time_zone=objective.time_zone,
+        quiet_periods=objective.quiet_periods,
+    )
 
 
 def _refuse_without_quality_data(objective: AutopilotObjective, now: datetime) -> None:
@@ -185,22 +246,15 @@ def objective_set(
     elif enabled is False:
         objective.state = State.OFF
         objective.state_reason = ""
-    objective.next_run_at = next_run(
-        after=now,
-        run_at=objective.run_at,
-        time_zone=objective.time_zone,
-        quiet_periods=objective.quiet_periods,
-    )
+    _schedule(objective, now)
     objective.save()
-    after = _objective_fields(objective)
-    audit_record(
+    _audit(
+        fleet,
+        "objective_set",
+        f"Autopilot objective set ({objective.state})",
         actor=actor,
-        action="autopilot.objective_set",
-        fleet=fleet,
-        target=f"autopilot of {fleet.slug}",
-        summary=f"Autopilot objective set ({objective.state})",
         before=before,
-        after=after,
+        **_objective_fields(objective),
     )
     return objective
 
@@ -231,13 +285,7 @@ def _objective_fields(objective: AutopilotObjective) -> dict[str, Any]:
 @transaction.atomic
 def autopilot_pause(*, actor: Actor, fleet: Fleet) -> AutopilotObjective:
     """Pause: no cycle starts or moves on until resumed (an open rollout stays guarded)."""
-    objective = _lock(fleet)
-    if objective.state == State.OFF:
-        raise Conflict(
-            "The autopilot is off: turn it on first.",
-            code="autopilot_off",
-            details=[{"field": "state", "message": "off"}],
-        )
+    objective = _lock_on(fleet)
     if objective.state == State.PAUSED:
         return objective
     objective.state = State.PAUSED
@@ -253,24 +301,13 @@ def autopilot_resume(
 ) -> AutopilotObjective:
     """Resume after a pause or a stop (the person has read why it stopped)."""
     now = now or timezone.now()
-    objective = _lock(fleet)
-    if objective.state == State.OFF:
-        raise Conflict(
-            "The autopilot is off: turn it on first.",
-            code="autopilot_off",
-            details=[{"field": "state", "message": "off"}],
-        )
+    objective = _lock_on(fleet)
     if objective.state == State.ACTIVE:
         return objective
     was, reason = objective.state, objective.state_reason
     objective.state = State.ACTIVE
     objective.state_reason = ""
-    objective.next_run_at = next_run(
-        after=now,
-        run_at=objective.run_at,
-        time_zone=objective.time_zone,
-        quiet_periods=objective.quiet_periods,
-    )
+    _schedule(objective, now)
     objective.save(update_fields=["state", "state_reason", "next_run_at", "updated_at"])
     _audit(fleet, "resumed", f"Autopilot resumed (was {was}: {reason})", actor=actor)
     return objective
@@ -305,24 +342,14 @@ def autopilot_tick(
         )
         if quiet is not None:
             if not force:
-                objective.next_run_at = next_run(
-                    after=now,
-                    run_at=objective.run_at,
-                    time_zone=objective.time_zone,
-                    quiet_periods=objective.quiet_periods,
-                )
+                _schedule(objective, now)
                 objective.save(update_fields=["next_run_at", "updated_at"])
             raise Conflict(
                 f"Inside the quiet period {quiet['from']}–{quiet['to']} ({objective.time_zone}).",
                 code="quiet_period",
                 details=[{"field": "quiet_periods", "message": "now is inside one"}],
             )
-        objective.next_run_at = next_run(
-            after=now,
-            run_at=objective.run_at,
-            time_zone=objective.time_zone,
-            quiet_periods=objective.quiet_periods,
-        )
+        _schedule(objective, now)
         objective.save(update_fields=["next_run_at", "updated_at"])
         return _start(objective, now)
 
@@ -525,14 +552,15 @@ def _propose_draft(
         for row in cycle.cells
         if row["cell"] == cell_key_label(key)
     )
-    try:
-        with transaction.atomic():
-            draft = policy_draft_create(actor=bot, fleet=fleet, from_number=cycle.base_version)
-            draft, _ = calibration_apply(
-                actor=bot, fleet=fleet, revision=draft.revision, thresholds=list(moves)
-            )
-    except ApplicationError as exc:
-        _stop(objective, cycle, f"could not write the draft: {exc.message}", now)
+
+    def write() -> PolicyVersion:
+        draft = policy_draft_create(actor=bot, fleet=fleet, from_number=cycle.base_version)
+        return calibration_apply(
+            actor=bot, fleet=fleet, revision=draft.revision, thresholds=list(moves)
+        )[0]
+
+    draft = _attempt(objective, cycle, now, "could not write the draft", write)
+    if draft is None:
         return cycle
     _kept(fleet, cycle, "draft_revision", draft.revision, "draft_written",
           f"wrote the draft: {summary}", revision=draft.revision)  # fmt: skip
@@ -545,30 +573,33 @@ def _propose_draft(
 def _ask(
     objective: AutopilotObjective, cycle: AutopilotCycle, kind: str, note: str, now: datetime
 ) -> AutopilotCycle:
-    try:
-        with transaction.atomic():
-            request = change_request_open(
-                actor=autopilot_actor(),
-                fleet=objective.fleet,
-                kind=kind,
-                note=note,
-                version=cycle.version if kind != ChangeRequest.Kind.PUBLISH else None,
-            )
-    except ApplicationError as exc:
-        _stop(objective, cycle, f"could not open the change request: {exc.message}", now)
-        return cycle
-    cycle.change_request = request.pk
-    _finish(
+    request = _attempt(
+        objective,
         cycle,
-        CycleState.AWAITING_APPROVAL,
-        f"change request {request.pk} waits for a publisher's approval",
         now,
+        "could not open the change request",
+        lambda: change_request_open(
+            actor=autopilot_actor(),
+            fleet=objective.fleet,
+            kind=kind,
+            note=note,
+            version=cycle.version if kind != ChangeRequest.Kind.PUBLISH else None,
+        ),
     )
-    _audit(
+    if request is None:
+        return cycle
+    _kept(
         objective.fleet,
+        cycle,
+        "change_request",
+        request.pk,
         "change_request_opened",
-        f"Cycle {cycle.number} asked for review (change request {request.pk})",
-        cycle=cycle.number,
+        f"asked for review (change request {request.pk})",
+        moved=(
+            CycleState.AWAITING_APPROVAL,
+            f"change request {request.pk} waits for a publisher's approval",
+            now,
+        ),
         change_request=request.pk,
     )
     return cycle
@@ -578,25 +609,23 @@ def _publish(
     objective: AutopilotObjective, cycle: AutopilotCycle, note: str, now: datetime
 ) -> AutopilotCycle:
     fleet = objective.fleet
-    try:
-        with transaction.atomic():
-            if cycle.change_request is not None:
-                version = change_request_publish(
-                    actor=autopilot_actor(),
-                    fleet=fleet,
-                    request_id=cycle.change_request,
-                    revision=cycle.draft_revision or 0,
-                    note=note,
-                )
-            else:
-                version = policy_version_publish(
-                    actor=autopilot_actor(),
-                    fleet=fleet,
-                    revision=cycle.draft_revision or 0,
-                    note=note,
-                )
-    except ApplicationError as exc:
-        _stop(objective, cycle, f"could not publish: {exc.message}", now)
+    revision = cycle.draft_revision or 0
+
+    def publish() -> PolicyVersion:
+        if cycle.change_request is not None:
+            return change_request_publish(
+                actor=autopilot_actor(),
+                fleet=fleet,
+                request_id=cycle.change_request,
+                revision=revision,
+                note=note,
+            )
+        return policy_version_publish(
+            actor=autopilot_actor(), fleet=fleet, revision=revision, note=note
+        )
+
+    version = _attempt(objective, cycle, now, "could not publish", publish)
+    if version is None:
         return cycle
     _kept(fleet, cycle, "version", version.number, "published",
           f"published v{version.number}", version=version.number)  # fmt: skip
@@ -615,36 +644,38 @@ def _publish(
 def _roll_out(
     objective: AutopilotObjective, cycle: AutopilotCycle, now: datetime
 ) -> AutopilotCycle:
-    fleet = objective.fleet
-    try:
-        with transaction.atomic():
-            rollout = rollout_start_guarded(
-                actor=autopilot_actor(),
-                fleet=fleet,
-                version=cycle.version or 0,
-                guard_options={
-                    "guards": GUARD_PRESET,
-                    "bake_minutes": objective.bake_minutes,
-                    "auto_advance": True,
-                },
-                holdback=objective.holdback,
-            )
-    except ApplicationError as exc:
-        _stop(objective, cycle, f"could not start the rollout: {exc.message}", now)
-        return cycle
-    cycle.rollout = rollout.pk
-    _finish(
+    rollout = _attempt(
+        objective,
         cycle,
-        CycleState.ROLLING_OUT,
-        f"rollout {rollout.pk} of v{cycle.version} under the {GUARD_PRESET} guards, "
-        f"{objective.holdback}% held back",
         now,
+        "could not start the rollout",
+        lambda: rollout_start_guarded(
+            actor=autopilot_actor(),
+            fleet=objective.fleet,
+            version=cycle.version or 0,
+            guard_options={
+                "guards": GUARD_PRESET,
+                "bake_minutes": objective.bake_minutes,
+                "auto_advance": True,
+            },
+            holdback=objective.holdback,
+        ),
     )
-    _audit(
-        fleet,
+    if rollout is None:
+        return cycle
+    _kept(
+        objective.fleet,
+        cycle,
+        "rollout",
+        rollout.pk,
         "rollout_started",
-        f"Cycle {cycle.number} started rollout {rollout.pk}",
-        cycle=cycle.number,
+        f"started rollout {rollout.pk}",
+        moved=(
+            CycleState.ROLLING_OUT,
+            f"rollout {rollout.pk} of v{cycle.version} under the {GUARD_PRESET} guards, "
+            f"{objective.holdback}% held back",
+            now,
+        ),
         rollout=rollout.pk,
         holdback=objective.holdback,
     )
@@ -740,16 +771,8 @@ def _realize(
                 f"{got.events} events of v{cycle.version}, {MIN_REALIZED_EVENTS} needed"
             )
             continue
-        predicted = row["predicted"]
         row["misses"] = misses(
-            predicted=CurvePoint(
-                threshold=predicted["threshold"],
-                alpha=predicted["alpha"],
-                cloud_share=predicted["cloud_share"],
-                p95_ms=predicted["p95_ms"],
-                cost_per_day=predicted["cost_per_day"],
-                quality=predicted["quality"],
-            ),
+            predicted=CurvePoint.from_stored(row["predicted"]),
             predicted_quality_low=row["quality_low"],
             realized=got,
             budget_ms=row["budget_ms"],

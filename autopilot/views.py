@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.urls import reverse
 
 from controlplane.exceptions import ApplicationError, ValidationFailed
@@ -34,7 +34,7 @@ def _page(request: HttpRequest, fleet: Fleet, **why: Any) -> HttpResponse:
         if stable is not None
         else []
     )
-    chosen = set(out["objective"]["cells"])
+    chosen, excluded = set(out["objective"]["cells"]), set(out["objective"]["excluded_cells"])
     return render_page(
         request,
         "autopilot/autopilot.html",
@@ -43,7 +43,10 @@ def _page(request: HttpRequest, fleet: Fleet, **why: Any) -> HttpResponse:
             "autopilot": out,
             "objective": out["objective"],
             "cycles": out["cycles"],
-            "cell_choices": [{"label": label, "chosen": label in chosen} for label in labels],
+            "cell_choices": [
+                {"label": label, "chosen": label in chosen, "excluded": label in excluded}
+                for label in labels
+            ],
             "can_publish": has_role(request.user, Role.PUBLISHER),
         },
         status=why.pop("status", 200),
@@ -58,11 +61,27 @@ def _back(fleet: Fleet) -> HttpResponseRedirect:
     return HttpResponseRedirect(reverse("fleet-autopilot", args=[fleet.slug]))
 
 
+def _form_lists(posted: QueryDict) -> QueryDict:
+    """The form's lists as the API takes them: the ticked cells (each group posts a blank as
+    well, so none ticked is an empty list: every cell, or none excluded) and the quiet periods'
+    text, one period a line."""
+    lists = posted.copy()
+    for name in ("cells", "excluded_cells"):
+        if name in lists:
+            lists.setlist(name, [label for label in lists.getlist(name) if label.strip()])
+    if "quiet_periods" in lists:
+        lines = [line for text in lists.getlist("quiet_periods") for line in text.splitlines()]
+        lists.setlist("quiet_periods", [line for line in lines if line.strip()])
+    return lists
+
+
 @fleet_action(Role.PUBLISHER)
 def autopilot_set(request: HttpRequest, fleet: Fleet) -> HttpResponse:
     """Set the objective from the page's form (the API's input serializer checks it)."""
     try:
-        values = form_input(ObjectiveInputSerializer, request.POST)
+        values = form_input(ObjectiveInputSerializer, _form_lists(request.POST))
+        if not request.POST.get("cost_ceiling_per_day", "x").strip():
+            values["cost_ceiling_per_day"] = None  # blank: no ceiling
         objective_set(actor=request.user, fleet=fleet, values=values)
     except ApplicationError as exc:
         return shown_refused(_page, request, fleet, exc, nothing="The objective was not changed.")

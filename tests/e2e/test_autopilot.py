@@ -1,13 +1,16 @@
 """The autopilot page (issue 27): a publisher reaches it from the fleet's navigation, turns the
-autopilot on for one cell, runs a cycle now and reads it: θ before and after, predicted beside
+autopilot on for one cell (with a cost ceiling, a quiet period and a cell it may not
+touch), runs a cycle now and reads it: θ before and after, predicted beside
 now, the published version and the guarded rollout. Read at 1366 and 390 px
 (test-artifacts/autopilot-*.png)."""
 
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import transaction
+from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from autopilot.models import AutopilotObjective
@@ -22,6 +25,16 @@ from .pages import LAPTOP, PHONE, assert_no_sideways_scroll, log_in
 pytestmark = pytest.mark.e2e
 
 SLUG = "fleet-a"
+UNTOUCHED = "text/interactive/normal"
+
+
+def _quiet_period_away_from_now() -> dict[str, str]:
+    """An hour's quiet period that starts six hours from now (UTC), so a cycle may run now."""
+    start = timezone.now() + timedelta(hours=6)
+    return {
+        "from": start.strftime("%H:00"),
+        "to": (start + timedelta(hours=1)).strftime("%H:00"),
+    }
 
 
 def _fleet() -> None:
@@ -52,12 +65,22 @@ def test_autopilot_page__publisher_turns_it_on_and_runs_a_cycle__cycle_shown(
     form.locator("input[name=quality_floor]").fill("0.5")
     form.locator("input[name=quality_resolution]").fill("0.04")
     form.locator(f'input[name=cells][value="{IMAGE}"]').check()
+    # with a ceiling on cloud cost, a quiet period away from now and a cell it may not touch
+    form.locator("input[name=cost_ceiling_per_day]").fill("40")
+    quiet = _quiet_period_away_from_now()
+    form.locator("textarea[name=quiet_periods]").fill(f"{quiet['from']}–{quiet['to']}")
+    form.locator(f'input[name=excluded_cells][value="{UNTOUCHED}"]').check()
     form.get_by_role("button", name="Save the objective").click()
 
     # Then it is active, with its next run
     expect(page.locator('[data-field="state"]')).to_have_text("active")
     expect(page.locator('[data-field="next-run"]')).to_contain_text("UTC")
-    assert AutopilotObjective.objects.get().cells == [IMAGE]
+    objective = AutopilotObjective.objects.get()
+    assert objective.cells == [IMAGE]
+    assert objective.excluded_cells == [UNTOUCHED]
+    assert objective.quiet_periods == [quiet]
+    assert objective.cost_ceiling_per_day == 40.0
+    expect(page.locator('[data-field="scope"]')).to_contain_text(f"never {UNTOUCHED}")
 
     # When they run a cycle now
     page.get_by_role("button", name="Run a cycle now").click()
@@ -74,5 +97,6 @@ def test_autopilot_page__publisher_turns_it_on_and_runs_a_cycle__cycle_shown(
         page.set_viewport_size(size)
         page.goto(f"{asgi_server}/fleets/{SLUG}/lab/autopilot/")
         expect(page.locator('[data-cycle="1"]')).to_be_visible()
+        page.locator("details.ap-edit").evaluate("el => { el.open = true; }")
         assert_no_sideways_scroll(page, f"autopilot at {name} px")
         page.screenshot(path=str(screenshot_path(f"autopilot-{name}")), full_page=True)

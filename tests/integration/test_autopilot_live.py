@@ -5,15 +5,20 @@ A one-cell fleet of the simulator's devices on its virtual clock (quality_fleet.
 own routing, refines and shadow refines; their telemetry through the real ingest into rollups)
 reports on v1. Its autopilot is turned on; when its cadence comes due the worker's beat runs a
 cycle: the lab calibrates the cell on the fleet's own events, the autopilot writes the draft
-(calibration_apply), publishes it, and starts a rollout guarded by the quality preset with a
-holdback. The test then does what the guards do after their bake (advance to 100%) and gives
-the candidate cohort v2 as a push would; the devices run on it; a publisher completes the
-rollout; the worker's next tick compares predicted with realized per cell. In the second test
-the candidate cohort runs another document than the one predicted (its θ far lower), the
-realized α misses, and the autopilot stops: its state, the audit log and a webhook say why.
+(calibration_apply) and, as the fleet's governance asks, opens a change request and waits; a
+second publisher approves it; the worker's next tick publishes through the request and starts a
+rollout guarded by the quality preset with a holdback. The test then does what the guards do
+after their bake (advance to 100%) and gives the candidate cohort v2 as a push would; the
+devices run on it; a publisher completes the rollout; the worker's next tick compares predicted
+with realized per cell. In the second test (no review asked) the candidate cohort runs another
+document than the one predicted (its θ far lower), the realized α misses, and the autopilot
+stops: its state, the audit log and a webhook say why.
 
 The alert round (which would judge the guards) is slowed to once an hour in the worker, so the
-guards' own verdicts (tested in test_quality_guard_simulated.py) do not race the scenario.
+guards' own verdicts (tested in test_quality_guard_simulated.py) do not race the scenario. The
+guards do not advance this rollout themselves within the test's time: the quality preset
+tolerates a draft-kept rate 3 pts below stable, and the 5% stage's ~900 shadow-refined reports
+in 10 simulated minutes leave the candidate's interval ±6 pts wide (inconclusive; measured).
 """
 
 from __future__ import annotations
@@ -30,7 +35,14 @@ from django.utils import timezone
 from autopilot.models import AutopilotCycle, AutopilotObjective
 from autopilot.services import objective_set
 from controlplane.roles import Role
-from routing_policies.models import AuditEntry, PolicyVersion, Rollout
+from routing_policies.models import (
+    AuditEntry,
+    ChangeRequest,
+    PolicyVersion,
+    ReviewSettings,
+    Rollout,
+)
+from routing_policies.reviews.services import change_request_approve
 from routing_policies.selectors import fleet_assignment
 from routing_policies.services import rollout_advance, rollout_complete
 from telemetry.alerts.models import AlertWebhook, WebhookDelivery
@@ -111,15 +123,16 @@ def _fleet_reporting(slug: str) -> tuple[Any, Any, VirtualRun]:
     return publisher, fleet, run
 
 
-def _cycle_to_rollout(fleet: Any, publisher: Any, worker: Worker) -> AutopilotCycle:
-    """Turn the autopilot on and let its cadence come due: the worker's beat runs the cycle."""
+def _cycle_to(fleet: Any, publisher: Any, worker: Worker, state: str) -> AutopilotCycle:
+    """Turn the autopilot on and let its cadence come due: the worker's beat runs the cycle
+    (to `state`, or to where it ended)."""
     objective_set(actor=publisher, fleet=fleet, values=OBJECTIVE)
     AutopilotObjective.objects.filter(fleet=fleet).update(
         next_run_at=timezone.now() - timedelta(seconds=1)
     )
     return _wait(
-        "the worker's cycle to start a rollout",
-        _cycle_in(fleet, "rolling_out", "stopped", "no_change"),
+        f"the worker's cycle to reach {state}",
+        _cycle_in(fleet, state, "stopped", "no_change"),
         worker,
     )
 
@@ -141,12 +154,29 @@ def test_autopilot__live_worker__cycle_end_to_end_prediction_checked(
     transactional_db: None, requires_postgres: None, worker: Worker
 ) -> None:
     publisher, fleet, run = _fleet_reporting("ap-live")
+    reviewer: Any = UserFactory(role=Role.PUBLISHER, username="reviewer-ap-live")
+    ReviewSettings.objects.create(fleet=fleet, publish_needs_approval=True)
     try:
-        # When the cadence comes due, the worker's beat runs a cycle
-        cycle = _cycle_to_rollout(fleet, publisher, worker)
-        assert cycle.state == "rolling_out", (cycle.reason, cycle.cells)
+        # When the cadence comes due, the worker's beat runs a cycle: a draft and a request
+        cycle = _cycle_to(fleet, publisher, worker, "awaiting_approval")
+        assert cycle.state == "awaiting_approval", (cycle.reason, cycle.cells)
         (row,) = cycle.cells
         assert row["threshold_to"] > row["threshold_from"] == 0.3
+        request = ChangeRequest.objects.get(pk=cycle.change_request)
+        assert request.author_name == "autopilot"
+        assert not PolicyVersion.objects.filter(fleet=fleet, number=2).exists()
+
+        # and when a publisher approves it, the worker's next tick publishes through it and
+        # starts the guarded rollout with its holdback
+        with transaction.atomic():
+            change_request_approve(
+                actor=reviewer,
+                fleet=fleet,
+                request_id=request.pk,
+                revision=request.version.revision,  # type: ignore[union-attr]
+            )
+        cycle = _wait("the rollout", _cycle_in(fleet, "rolling_out", "stopped"), worker)
+        assert cycle.state == "rolling_out", cycle.reason
         v2 = PolicyVersion.objects.get(fleet=fleet, number=2)
         assert v2.published_by.username == "autopilot"
         rollout = Rollout.objects.get(pk=cycle.rollout)
@@ -168,10 +198,15 @@ def test_autopilot__live_worker__cycle_end_to_end_prediction_checked(
     assert done.state == "completed", summary
     assert row["realized"]["events"] > 1000, summary
     assert abs(row["realized"]["alpha"] - row["predicted"]["alpha"]) <= 0.05, summary
+    request.refresh_from_db()
+    assert request.state == ChangeRequest.State.DONE
+    rollout.refresh_from_db()
+    assert rollout.state == Rollout.State.COMPLETED
     actions = set(AuditEntry.objects.filter(fleet=fleet).values_list("action", flat=True))
     assert {
         "autopilot.objective_set",
         "autopilot.draft_written",
+        "autopilot.change_request_opened",
         "autopilot.published",
         "autopilot.rollout_started",
         "autopilot.rollout_completed",
@@ -185,7 +220,7 @@ def test_autopilot__live_worker__prediction_missed__stops_and_says_why(
     publisher, fleet, run = _fleet_reporting("ap-miss")
     AlertWebhook.objects.create(fleet=fleet, url="https://hooks.example.com/ap", format="json")
     try:
-        cycle = _cycle_to_rollout(fleet, publisher, worker)
+        cycle = _cycle_to(fleet, publisher, worker, "rolling_out")
         assert cycle.state == "rolling_out", (cycle.reason, cycle.cells)
         # When the candidate cohort runs a θ far from the one predicted (labelled v2)
         wrong = document_of(fleet, 2)

@@ -90,6 +90,19 @@ def test_put__publisher__on_with_a_cycle_run_and_shown(
         ({"quiet_periods": [{"from": "01:00", "to": "02:00", "x": 1}]}, "quiet_periods[0].x"),
         ({"quiet_periods": [{"from": "00:00", "to": "01:00"}] * 13}, "quiet_periods"),
         ({"cells": [f"t{i}/interactive/normal" for i in range(4097)]}, "cells"),
+        ({"cost_ceiling_per_day": -1}, "cost_ceiling_per_day"),
+        ({"cost_ceiling_per_day": 1e10}, "cost_ceiling_per_day"),
+        ({"cost_ceiling_per_day": "5"}, "cost_ceiling_per_day"),
+        ({"cost_ceiling_per_day": {"usd": 5}}, "cost_ceiling_per_day"),
+        ({"excluded_cells": ["image"]}, "excluded_cells[0]"),
+        ({"excluded_cells": [IMAGE, IMAGE]}, "excluded_cells[1]"),
+        ({"excluded_cells": IMAGE}, "excluded_cells"),
+        ({"excluded_cells": [[IMAGE]]}, "excluded_cells[0]"),
+        ({"excluded_cells": ["image/interactive/nor\u0000mal"]}, "excluded_cells[0]"),
+        ({"quiet_periods": [{"from": "24:00", "to": "01:00"}]}, "quiet_periods[0].from"),
+        ({"quiet_periods": [{"from": "01:00\u0000", "to": "02:00"}]}, "quiet_periods[0].from"),
+        ({"quiet_periods": {"from": "01:00", "to": "02:00"}}, "quiet_periods"),
+        ({"quiet_periods": ["01:00-02:00"]}, "quiet_periods[0]"),
         ({"color": "red"}, "color"),
     ],
 )
@@ -102,6 +115,36 @@ def test_put__bad_field__400_naming_it_nothing_stored(
     fields = [detail["field"] for detail in error["details"]]
     assert field in fields, error
     assert _state() == before
+
+
+def test_put__every_bound__stored_shown_and_cleared(
+    fleet: Any, publisher: Any, client_as: Client
+) -> None:
+    client = client_as(publisher)
+    bounds = {
+        "cost_ceiling_per_day": 12.5,
+        "quiet_periods": [{"from": "22:00", "to": "06:00"}, {"from": "12:00", "to": "13:30"}],
+        "excluded_cells": [IMAGE],
+    }
+    response = client.put(BASE, bounds, format="json")
+    assert response.status_code == 200, response.content
+    shown = client.get(BASE).json()["objective"]
+    assert {name: shown[name] for name in bounds} == bounds
+    entry = AuditEntry.objects.filter(action="autopilot.objective_set").latest("id")
+    assert entry.before["excluded_cells"] == []
+    assert entry.after["excluded_cells"] == [IMAGE]
+
+    # A null ceiling and empty lists clear them
+    cleared = client.put(
+        BASE,
+        {"cost_ceiling_per_day": None, "quiet_periods": [], "excluded_cells": []},
+        format="json",
+    )
+    assert cleared.status_code == 200, cleared.content
+    objective = cleared.json()["objective"]
+    assert objective["cost_ceiling_per_day"] is None
+    assert objective["quiet_periods"] == []
+    assert objective["excluded_cells"] == []
 
 
 @pytest.mark.parametrize(
@@ -234,3 +277,84 @@ def test_page__viewer_sees_it_publisher_sets_it(
 def test_cycle__number_beyond_any_integer__404(fleet: Any, viewer: Any, client_as: Client) -> None:
     response = client_as(viewer).get(f"{BASE}/cycles/99999999999999999999999")
     assert response.status_code == 404
+
+
+PAGE_SET = "/fleets/fleet-a/lab/autopilot/objective/"
+
+
+def test_page__every_bound_edited_and_cleared(fleet: Any, publisher: Any, client: Any) -> None:
+    client.force_login(publisher)
+    # The form posts a blank beside each group of boxes (none ticked is an empty list)
+    posted = client.post(
+        PAGE_SET,
+        {
+            "cost_ceiling_per_day": "7.5",
+            "quiet_periods": "22:00–06:00\r\n\r\n 12:00-13:30 ",
+            "cells": ["", IMAGE],
+            "excluded_cells": ["", "text/interactive/normal"],
+        },
+    )
+    assert posted.status_code == 302, posted.content.decode()[:2000]
+    objective = AutopilotObjective.objects.get()
+    assert objective.cost_ceiling_per_day == 7.5
+    assert objective.quiet_periods == [
+        {"from": "22:00", "to": "06:00"},
+        {"from": "12:00", "to": "13:30"},
+    ]
+    assert objective.cells == [IMAGE]
+    assert objective.excluded_cells == ["text/interactive/normal"]
+    page = client.get("/fleets/fleet-a/lab/autopilot/").content.decode()
+    assert "22:00–06:00\n12:00–13:30</textarea>" in page
+    assert 'name="excluded_cells" value="text/interactive/normal" checked' in page
+    assert "never text/interactive/normal" in page
+    assert "cloud cost ≤ 7.5/day" in page
+
+    # Blank: no ceiling, no quiet period, every cell, none excluded
+    cleared = client.post(
+        PAGE_SET,
+        {"cost_ceiling_per_day": "", "quiet_periods": "", "cells": "", "excluded_cells": ""},
+    )
+    assert cleared.status_code == 302, cleared.content.decode()[:2000]
+    objective.refresh_from_db()
+    assert objective.cost_ceiling_per_day is None
+    assert objective.quiet_periods == []
+    assert objective.cells == []
+    assert objective.excluded_cells == []
+
+
+@pytest.mark.parametrize(
+    ("form", "field"),
+    [
+        ({"quiet_periods": "25:00–06:00"}, "quiet_periods[0].from"),
+        ({"quiet_periods": "22:00"}, "quiet_periods[0].to"),
+        ({"quiet_periods": "22:00–06:00\n06:00–06:00"}, "quiet_periods[1].to"),
+        ({"quiet_periods": "22:00–06:0\x00"}, "quiet_periods[0].to"),
+        ({"quiet_periods": "\n".join(["01:00–02:00"] * 13)}, "quiet_periods"),
+        ({"cost_ceiling_per_day": "-3"}, "cost_ceiling_per_day"),
+        ({"cost_ceiling_per_day": "lots"}, "cost_ceiling_per_day"),
+        ({"excluded_cells": ["", "image"]}, "excluded_cells[0]"),
+        ({"excluded_cells": ["", IMAGE, IMAGE]}, "excluded_cells[1]"),
+    ],
+)
+def test_page__bad_bound__400_naming_the_field_nothing_stored(
+    fleet: Any, publisher: Any, client: Any, form: dict[str, Any], field: str
+) -> None:
+    client.force_login(publisher)
+    before = _state()
+    refused = client.post(PAGE_SET, form)
+    assert refused.status_code == 400
+    html = refused.content.decode()
+    assert field in html
+    assert "The objective was not changed." in html
+    assert _state() == before
+
+
+def test_page__excluded_cell_the_fleet_lacks__409_nothing_stored(
+    fleet: Any, publisher: Any, client: Any
+) -> None:
+    client.force_login(publisher)
+    before = _state()
+    refused = client.post(PAGE_SET, {"excluded_cells": ["", "x/y/z"]})
+    assert refused.status_code == 409
+    assert "excluded_cells[0]" in refused.content.decode()
+    assert _state() == before

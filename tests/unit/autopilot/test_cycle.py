@@ -215,3 +215,86 @@ def test_cycle__a_person_s_draft_open__skipped_untouched(
     assert "draft is open" in cycle.reason
     draft.refresh_from_db()
     assert draft.revision == 1
+
+
+def test_cycle__excluded_cell__never_touched(reported: Device, fleet: Any, publisher: Any) -> None:
+    # Given the autopilot on for the image cell, which a publisher then says it may not touch
+    objective_set(actor=publisher, fleet=fleet, values=OBJECTIVE)
+    objective_set(actor=publisher, fleet=fleet, values={"excluded_cells": [IMAGE]})
+
+    # When a cycle runs
+    cycle = autopilot_tick(fleet=fleet, force=True)
+
+    # Then the cell is neither calibrated nor moved: no draft, no new version
+    assert cycle is not None
+    assert cycle.state == AutopilotCycle.State.NO_CHANGE, cycle.reason
+    assert cycle.cells == []
+    assert cycle.draft_revision is None
+    assert not PolicyVersion.objects.filter(fleet=fleet, number=2).exists()
+
+
+def test_cycle__inside_a_quiet_period__409_naming_it_no_cycle(
+    reported: Device, fleet: Any, publisher: Any, client_as: Any
+) -> None:
+    now = timezone.now()
+    around_now = {
+        "from": (now - timedelta(hours=1)).strftime("%H:%M"),
+        "to": (now + timedelta(hours=1)).strftime("%H:%M"),
+    }
+    objective_set(actor=publisher, fleet=fleet, values={**OBJECTIVE, "quiet_periods": [around_now]})
+    objective = AutopilotObjective.objects.get(fleet=fleet)
+    assert objective.next_run_at is not None
+    assert objective.next_run_at >= now + timedelta(minutes=59)  # not inside the period
+
+    # When a publisher asks for a cycle now
+    response = client_as(publisher).post(f"/api/v1/fleets/{fleet.slug}/autopilot/run")
+
+    # Then refused naming the quiet periods, and no cycle
+    assert response.status_code == 409, response.content
+    error = response.json()["error"]
+    assert error["code"] == "quiet_period"
+    assert [d["field"] for d in error["details"]] == ["quiet_periods"]
+    assert not AutopilotCycle.objects.filter(fleet=fleet).exists()
+
+
+def _cost_row(label: str, now: float, predicted: float, theta_to: float | None) -> dict[str, Any]:
+    return {
+        "cell": label,
+        "threshold_from": 0.5,
+        "threshold_to": theta_to,
+        "reason": "proposed",
+        "current": {"cost_per_day": now},
+        "predicted": {"cost_per_day": predicted},
+    }
+
+
+@pytest.mark.parametrize(
+    ("ceiling", "kept"),
+    [
+        (None, [IMAGE, "text/interactive/normal"]),  # no ceiling: every move
+        (20.0, [IMAGE, "text/interactive/normal"]),  # 8 + 9 a day: under it
+        (15.0, [IMAGE]),  # over it: the move that raises a cell's cost is held
+    ],
+)
+def test_cost_ceiling__over_it__only_moves_that_do_not_raise_cost_kept(
+    ceiling: float | None, kept: list[str]
+) -> None:
+    from autopilot.services import _within_cost_ceiling, cell_key_of
+
+    # Given one cell whose move cuts its cost (10 → 8) and one whose move raises it (5 → 9)
+    rows = [
+        _cost_row(IMAGE, 10.0, 8.0, 0.55),
+        _cost_row("text/interactive/normal", 5.0, 9.0, 0.45),
+    ]
+    moves = [(cell_key_of(IMAGE), 0.55), (cell_key_of("text/interactive/normal"), 0.45)]
+
+    # When the objective's ceiling is applied
+    objective = AutopilotObjective(cost_ceiling_per_day=ceiling)
+    out = _within_cost_ceiling(objective, rows, moves)
+
+    # Then only the moves it allows are kept, and a held cell says why
+    assert ["/".join(key) for key, _ in out] == kept
+    held = [row for row in rows if row["cell"] not in kept]
+    for row in held:
+        assert row["threshold_to"] is None
+        assert "held: the cells' cost 17.00/day is over the 15.00 ceiling" in row["reason"]
