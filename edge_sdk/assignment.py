@@ -17,7 +17,7 @@ own) call.
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from edge_sdk.segments import rule_matches
@@ -119,17 +119,9 @@ class FleetAssignment:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-friendly form, carried by push messages between processes."""
-        return {
-            "scope": self.scope,
-            "scope_name": self.scope_name,
-            "stable": self.stable,
-            "candidate": self.candidate,
-            "salt": self.salt,
-            "percent": self.percent,
-            "rollout_id": self.rollout_id,
-            "holdback": self.holdback,
-        }
+        """JSON-friendly form, carried by push messages between processes: each field by its
+        name (the scope's rule as it is, a JSON object)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "FleetAssignment":

@@ -7,9 +7,9 @@ calibration and backtests. Standard library only: devices and the server import 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Final, Literal, TypeAlias, cast, get_args
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any, Final, Literal, TypeAlias, get_args
 
 __all__ = [
     "SCORE_TERM_NAMES",
@@ -104,60 +104,17 @@ class Cell:
         length_norm_tokens = _integer(document, "length_norm_tokens")
         if length_norm_tokens <= 0:
             raise CellDocumentError("cell field 'length_norm_tokens' must be positive")
-        return cls(
-            task_type=_text(document, "task_type"),
-            latency_budget=_text(document, "latency_budget"),
-            privacy_tier=_text(document, "privacy_tier"),
-            mode=cast(Mode, mode),
-            threshold=_number(document, "threshold"),
-            weight_length=_number(document, "weights", "length"),
-            weight_intent=_number(document, "weights", "intent"),
-            weight_lm=_number(document, "weights", "lm"),
-            length_norm_tokens=length_norm_tokens,
-            latency_budget_ms=_integer(document, "latency_budget_ms"),
-            cloud_timeout_ms=_integer(document, "cloud_timeout_ms"),
-            fallback=cast(FallbackSetting, fallback),
-            upload_allowed=_flag(document, "upload", "allowed"),
-            upload_deidentify=_flag(document, "upload", "deidentify"),
-            upload_max_bytes=_integer(document, "upload", "max_bytes"),
-            rtt_high_ms=_number(document, "network", "rtt_high_ms"),
-            bandwidth_low_kbps=_number(document, "network", "bandwidth_low_kbps"),
-            theta_raise=_number(document, "network", "theta_raise"),
-            load_busy=_number(document, "load", "busy"),
-            theta_lower=_number(document, "load", "theta_lower"),
-            cache_ttl_s=_integer(document, "cache_ttl_s"),
-        )
+        return cls(**{attr: read(document, *path) for attr, path, read in _CELL_FIELDS})
 
     def to_document(self) -> dict[str, Any]:
         """The cell in the nested shape of a policy document."""
-        return {
-            "task_type": self.task_type,
-            "latency_budget": self.latency_budget,
-            "privacy_tier": self.privacy_tier,
-            "mode": self.mode,
-            "threshold": self.threshold,
-            "weights": {
-                "length": self.weight_length,
-                "intent": self.weight_intent,
-                "lm": self.weight_lm,
-            },
-            "length_norm_tokens": self.length_norm_tokens,
-            "latency_budget_ms": self.latency_budget_ms,
-            "cloud_timeout_ms": self.cloud_timeout_ms,
-            "fallback": self.fallback,
-            "upload": {
-                "allowed": self.upload_allowed,
-                "deidentify": self.upload_deidentify,
-                "max_bytes": self.upload_max_bytes,
-            },
-            "network": {
-                "rtt_high_ms": self.rtt_high_ms,
-                "bandwidth_low_kbps": self.bandwidth_low_kbps,
-                "theta_raise": self.theta_raise,
-            },
-            "load": {"busy": self.load_busy, "theta_lower": self.theta_lower},
-            "cache_ttl_s": self.cache_ttl_s,
-        }
+        document: dict[str, Any] = {}
+        for attr, (*parents, key), _ in _CELL_FIELDS:
+            node = document
+            for parent in parents:
+                node = node.setdefault(parent, {})
+            node[key] = getattr(self, attr)
+        return document
 
     @property
     def keeps_data_on_device(self) -> bool:
@@ -200,6 +157,18 @@ class DeviceState:
     online: bool
     cloud_infer_ms: float
     cloud_pressure: float = 0.0
+
+    @classmethod
+    def of(cls, readings: object, *, cloud_pressure: float) -> DeviceState:
+        """The figures of `readings`, any object that has them by these names (the app's
+        Readings, a replayed row), frozen with the cloud-pressure offset of the moment."""
+        return cls(
+            **{name: getattr(readings, name) for name in _READINGS}, cloud_pressure=cloud_pressure
+        )
+
+
+# What DeviceState.of reads of the readings: every field but the pushed cloud pressure.
+_READINGS: Final = tuple(f.name for f in fields(DeviceState) if f.name != "cloud_pressure")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -464,3 +433,30 @@ def _flag(document: Mapping[str, Any], *path: str) -> bool:
     if not isinstance(value, bool):
         raise CellDocumentError(f"cell field {'.'.join(path)!r} must be true or false")
     return value
+
+
+# Where each field of Cell sits in a cell of a policy document and how it is read, in the
+# order of Cell's fields: from_document reads by it, to_document writes it back in that order.
+_CELL_FIELDS: Final[tuple[tuple[str, tuple[str, ...], Callable[..., Any]], ...]] = (
+    ("task_type", ("task_type",), _text),
+    ("latency_budget", ("latency_budget",), _text),
+    ("privacy_tier", ("privacy_tier",), _text),
+    ("mode", ("mode",), _text),
+    ("threshold", ("threshold",), _number),
+    ("weight_length", ("weights", "length"), _number),
+    ("weight_intent", ("weights", "intent"), _number),
+    ("weight_lm", ("weights", "lm"), _number),
+    ("length_norm_tokens", ("length_norm_tokens",), _integer),
+    ("latency_budget_ms", ("latency_budget_ms",), _integer),
+    ("cloud_timeout_ms", ("cloud_timeout_ms",), _integer),
+    ("fallback", ("fallback",), _text),
+    ("upload_allowed", ("upload", "allowed"), _flag),
+    ("upload_deidentify", ("upload", "deidentify"), _flag),
+    ("upload_max_bytes", ("upload", "max_bytes"), _integer),
+    ("rtt_high_ms", ("network", "rtt_high_ms"), _number),
+    ("bandwidth_low_kbps", ("network", "bandwidth_low_kbps"), _number),
+    ("theta_raise", ("network", "theta_raise"), _number),
+    ("load_busy", ("load", "busy"), _number),
+    ("theta_lower", ("load", "theta_lower"), _number),
+    ("cache_ttl_s", ("cache_ttl_s",), _integer),
+)

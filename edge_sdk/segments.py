@@ -76,38 +76,44 @@ VERSION_PATTERN: Final = (
 _VERSION: Final = re.compile(VERSION_PATTERN.removesuffix("$") + r"\Z")
 _CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
+
+def _text(
+    name: str,
+    *,
+    max_length: int,
+    meaning: str,
+    example: str,
+    pattern: re.Pattern[str] | None = None,
+) -> Attribute:
+    """A text attribute of at most `max_length` characters (that `pattern` matches, if any)."""
+    return Attribute(
+        name=name,
+        kind="text",
+        max_length=max_length,
+        pattern=pattern,
+        meaning=meaning,
+        example=example,
+    )
+
+
+def _identifier(name: str, *, max_length: int, meaning: str, example: str) -> Attribute:
+    """A text attribute that holds a lower-case identifier (`_IDENTIFIER`)."""
+    return _text(name, max_length=max_length, meaning=meaning, example=example, pattern=_IDENTIFIER)
+
+
+def _version(name: str, *, meaning: str, example: str) -> Attribute:
+    """A version attribute (VERSION_PATTERN), ordered as semantic versions are."""
+    return Attribute(name=name, kind="version", max_length=32, meaning=meaning, example=example)
+
+
 ATTRIBUTES: Final[Mapping[str, Attribute]] = {
     a.name: a
     for a in (
         # `platform` and `model` are hello's own fields (PROTOCOL v1), read as attributes.
-        Attribute(
-            name="platform",
-            kind="text",
-            max_length=64,
-            meaning="operating system family",
-            example="android",
-        ),
-        Attribute(
-            name="os_version",
-            kind="version",
-            max_length=32,
-            meaning="operating system version",
-            example="14",
-        ),
-        Attribute(
-            name="app_version",
-            kind="version",
-            max_length=32,
-            meaning="the app's version",
-            example="4.12.0",
-        ),
-        Attribute(
-            name="model",
-            kind="text",
-            max_length=128,
-            meaning="the device's hardware model",
-            example="Pixel 8",
-        ),
+        _text("platform", max_length=64, meaning="operating system family", example="android"),
+        _version("os_version", meaning="operating system version", example="14"),
+        _version("app_version", meaning="the app's version", example="4.12.0"),
+        _text("model", max_length=128, meaning="the device's hardware model", example="Pixel 8"),
         Attribute(
             name="accelerator",
             kind="choice",
@@ -123,27 +129,18 @@ ATTRIBUTES: Final[Mapping[str, Attribute]] = {
             meaning="memory class: the device's RAM in GB",
             example=8,
         ),
-        Attribute(
-            name="local_model",
-            kind="text",
-            max_length=64,
-            pattern=_IDENTIFIER,
-            meaning="the on-device model's id",
-            example="qwen2.5-1.5b",
+        _identifier(
+            "local_model", max_length=64, meaning="the on-device model's id", example="qwen2.5-1.5b"
         ),
-        Attribute(
-            name="quantisation",
-            kind="text",
+        _identifier(
+            "quantisation",
             max_length=16,
-            pattern=_IDENTIFIER,
             meaning="the on-device model's quantisation",
             example="int4",
         ),
-        Attribute(
-            name="region",
-            kind="text",
+        _identifier(
+            "region",
             max_length=32,
-            pattern=_IDENTIFIER,
             meaning="where the device is (the app's own region code)",
             example="eu-west",
         ),

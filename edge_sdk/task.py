@@ -48,14 +48,7 @@ class Readings:
 
     def device_state(self, cloud_pressure: float = 0.0) -> DeviceState:
         """These readings as the decision's DeviceState, with the pushed pressure."""
-        return DeviceState(
-            rtt_ms=self.rtt_ms,
-            bandwidth_kbps=self.bandwidth_kbps,
-            device_load=self.device_load,
-            online=self.online,
-            cloud_infer_ms=self.cloud_infer_ms,
-            cloud_pressure=cloud_pressure,
-        )
+        return DeviceState.of(self, cloud_pressure=cloud_pressure)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

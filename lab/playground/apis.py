@@ -39,27 +39,16 @@ class ExplainApi(APIView):
         ),
     )
     def post(self, request: Request, fleet: Fleet, body: dict[str, Any]) -> Response:
-        task, device = body["task"], body["device"]
         return Response(
             playground_explain(
                 fleet=fleet,
                 ref=body.get("version"),
                 key=cell_key(body["cell"]),
                 override=CellOverride(**body.get("override", {})),
-                task=TaskSignals(
-                    tokens=task["tokens"],
-                    intent_conf=task["intent_conf"],
-                    lm_conf=task["lm_conf"],
-                    upload_bytes=task.get("upload_bytes", 0),
-                ),
-                device=DeviceState(
-                    rtt_ms=device["rtt_ms"],
-                    bandwidth_kbps=device["bandwidth_kbps"],
-                    device_load=device["device_load"],
-                    online=device["online"],
-                    cloud_infer_ms=device["cloud_infer_ms"],
-                    cloud_pressure=device.get("cloud_pressure", 0.0),
-                ),
+                # The closed serializers hold these fields and no other; an optional one left
+                # out (upload_bytes, cloud_pressure) takes the dataclass's default, 0.
+                task=TaskSignals(**body["task"]),
+                device=DeviceState(**body["device"]),
                 with_matrix=body.get("matrix", False),
                 samples=body.get("samples", "none"),
                 device_ms=body.get("device_ms"),

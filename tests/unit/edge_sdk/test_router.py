@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from edge_sdk import NO_POLICY_DECISION, Decision, PolicyStore, Router, Task, decide
 from edge_sdk import router as router_module
+from edge_sdk.decision import DeviceState
 
 from .sdk_helpers import policy_document, readings, task
 from .test_decision import cell_documents
@@ -196,3 +197,22 @@ def test_route__interpreter_refusing_the_class_switch__same_decisions_the_plain_
 
     assert plain == fast
     assert {d.route for d in plain} == {"device", "cloud"}
+
+
+def test_readings_device_state__the_app_s_readings__are_what_decide_reads() -> None:
+    # Given the app's readings of a slow, busy, offline device
+    given = readings(rtt_ms=310.0, bandwidth_kbps=120.0, device_load=0.85, online=False)
+
+    # When turned into the decision's DeviceState under a pushed pressure of +0.1
+    state = given.device_state(0.1)
+
+    # Then every figure is the app's, and the pressure the one pushed
+    assert state == DeviceState(
+        rtt_ms=310.0,
+        bandwidth_kbps=120.0,
+        device_load=0.85,
+        online=False,
+        cloud_infer_ms=250.0,
+        cloud_pressure=0.1,
+    )
+    assert given.device_state().cloud_pressure == 0.0

@@ -107,6 +107,23 @@ def test_explain__weak_network_busy_device_pressure__each_adjustment_named(
     assert threshold["effective"] == pytest.approx(0.75)
 
 
+def test_explain__optional_upload_bytes_and_pressure_left_out__read_as_zero(
+    viewer_client: APIClient,
+) -> None:
+    # Given a task without upload_bytes and a device without cloud_pressure (both optional)
+    task = {k: v for k, v in SEED_TASK_2.items() if k != "upload_bytes"}
+    device = {k: v for k, v in GOOD_DEVICE.items() if k != "cloud_pressure"}
+
+    # When explained, and explained again with both at 0
+    short = _post(viewer_client, body(task=task, device=device))
+    full = _post(viewer_client, body(task={**task, "upload_bytes": 0}, device=GOOD_DEVICE))
+
+    # Then both answer the same trace: no pressure adjustment, nothing to upload
+    assert short.status_code == 200, short.content
+    assert short.json() == full.json()
+    assert short.json()["threshold"]["adjustments"] == []
+
+
 def test_explain__hard_task_slow_cloud__device_by_latency_against_budget(
     viewer_client: APIClient,
 ) -> None:
