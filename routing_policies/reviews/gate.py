@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from controlplane.exceptions import Conflict
 
-from ..policies.audit import Actor, actor_name, audit_record
+from ..policies.audit import Actor, actor_name, audit_of
 from ..policies.models import Fleet, PolicyVersion
 from ..rollouts.models import Rollout
 from .models import ChangeRequest, FleetFreeze, ReviewSettings
@@ -59,9 +59,11 @@ def freeze_after_rollback(*, fleet: Fleet, rollout: Rollout, reason: str) -> Fle
         rollout=rollout,
         reason=(reason or f"rollout {rollout.pk} was rolled back automatically")[:500],
     )
-    audit_record(
+    audit_of(
+        "fleet",
+        None,
+        "frozen",
         actor=None,
-        action="fleet.frozen",
         fleet=fleet,
         summary=f"Rollouts frozen after rollout {rollout.pk} was rolled back: {freeze.reason}",
         after={"frozen": True, "rollout": rollout.pk, "reason": freeze.reason},
@@ -129,11 +131,12 @@ def change_request_finish(
     request.finished_at = timezone.now()
     request.finished_by_name = actor_name(actor)
     request.save(update_fields=["state", "finished_at", "finished_by_name", "version_number"])
-    audit_record(
+    audit_of(
+        "change_request",
+        request.pk,
+        action,
         actor=actor,
-        action=f"change_request.{action}",
         fleet=fleet,
-        target=f"change request {request.pk}",
         summary=summary,
         before={"state": ChangeRequest.State.OPEN},
         after={"state": state, **after},

@@ -9,7 +9,7 @@ from django.db import transaction
 from controlplane.exceptions import Conflict
 from routing_policies import services as rollout_services
 from routing_policies.models import Fleet, Rollout
-from routing_policies.services import Actor, audit_record
+from routing_policies.services import Actor, audit_of
 
 from ...guard_fields import DEFAULT_PRESET, preset_guards
 from ...limits import DEFAULT_BAKE_MINUTES
@@ -77,11 +77,12 @@ def rollout_guards_set(
     )
     guard_set.guards.all().delete()
     RolloutGuard.objects.bulk_create(RolloutGuard(guard_set=guard_set, **g) for g in cleaned)
-    audit_record(
+    audit_of(
+        "rollout",
+        locked.pk,
+        "guarded",
         actor=actor,
-        action="rollout.guarded",
         fleet=locked.fleet,
-        target=f"rollout {locked.pk}",
         summary=(
             f"Guarded rollout {locked.pk} with {len(cleaned)} guards, bake "
             f"{'/'.join(str(bake[str(s)]) for s in Rollout.STAGES)} min"
