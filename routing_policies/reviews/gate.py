@@ -115,18 +115,17 @@ def change_request_body(
     }
 
 
+# How an open change request finishes: carried out (done) or withdrawn (closed).
+FINISHED_STATES = {"done": ChangeRequest.State.DONE, "withdrawn": ChangeRequest.State.CLOSED}
+
+
 def change_request_finish(
-    request: ChangeRequest,
-    *,
-    actor: Actor,
-    fleet: Fleet,
-    state: str,
-    action: str,
-    summary: str,
-    **after: object,
+    request: ChangeRequest, action: str, *, actor: Actor, summary: str, **after: object
 ) -> None:
-    """Finish an open change request as `state` (done, closed) by `actor`, audited as
-    `change_request.<action>` (with `after` besides the new state)."""
+    """Finish an open change request by `actor` as `action` says (done, withdrawn: its state
+    from FINISHED_STATES), audited as `change_request.<action>` (with `after` besides the new
+    state)."""
+    state = FINISHED_STATES[action]
     request.state = state
     request.finished_at = timezone.now()
     request.finished_by_name = actor_name(actor)
@@ -136,7 +135,7 @@ def change_request_finish(
         request.pk,
         action,
         actor=actor,
-        fleet=fleet,
+        fleet=request.fleet,
         summary=summary,
         before={"state": ChangeRequest.State.OPEN},
         after={"state": state, **after},
@@ -204,10 +203,8 @@ def approval_consume(
     request.version_number = version.number
     change_request_finish(
         request,
+        "done",
         actor=actor,
-        fleet=fleet,
-        state=ChangeRequest.State.DONE,
-        action="done",
         summary=f"Carried out change request {request.pk} ({KIND_WORDS[kind]}), approved by "
         + ", ".join(status.approved_by),
         approved_by=status.approved_by,

@@ -305,14 +305,8 @@ def change_request_withdraw(*, actor: Actor, fleet: Fleet, request_id: int) -> C
             code="permission_denied",
             status=403,
         )
-    change_request_finish(
-        request,
-        actor=actor,
-        fleet=fleet,
-        state=ChangeRequest.State.CLOSED,
-        action="withdrawn",
-        summary=f"Withdrew change request {request.pk}",
-    )
+    summary = f"Withdrew change request {request.pk}"
+    change_request_finish(request, "withdrawn", actor=actor, summary=summary)
     return request
 
 

@@ -24,7 +24,7 @@ from django.utils import timezone
 from controlplane.exceptions import Conflict, NotFound, ValidationFailed
 
 from ..assignment import FleetAssignment
-from ..policies.audit import Actor, actor_name, actor_user, audit_of
+from ..policies.audit import Actor, actor_name, actor_user, audit_of, audit_record
 from ..policies.models import Fleet, PolicyVersion
 from ..segments.selectors import rule_preview, segment_get
 from .hooks import rollout_gate
@@ -451,11 +451,9 @@ def fleet_switch_version(*, actor: Actor, fleet: Fleet, version: int) -> FleetRo
     before = routing.stable_version.number if routing.stable_version else None
     routing.stable_version = target
     routing.save(update_fields=["stable_version", "updated_at"])
-    audit_of(
-        "fleet",
-        None,
-        "switched",
+    audit_record(
         actor=actor,
+        action="fleet.switched",
         fleet=fleet,
         summary=f"Switched the whole fleet from v{before} to v{version}",
         before={"stable": before},
