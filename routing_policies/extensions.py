@@ -28,7 +28,9 @@ from .rollouts.services import rollout_start
 
 
 class GuardedStart(Protocol):
-    """Start a rollout and, when `guard_options` is not empty, guard it, all or nothing."""
+    """Start a rollout and, when `guard_options` is not empty, guard it, all or nothing. The one
+    declaration of its arguments: a start (the dispatch below, a guard extension's) takes the
+    guard options and hands the rest to `rollout_start` as they came."""
 
     def __call__(
         self,
@@ -76,33 +78,19 @@ def rollout_guards() -> RolloutGuards | None:
     return _guards
 
 
-def rollout_start_guarded(
-    *,
-    actor: Actor,
-    fleet: Fleet,
-    version: int,
-    guard_options: dict[str, Any],
-    holdback: int = 0,
-    segment: str | None = None,
-) -> Rollout:
+def _start_guarded(*, guard_options: dict[str, Any], **start: Any) -> Rollout:
     """`rollout_start`, guarded by the extension when `guard_options` asks for guards."""
     if _guards is not None:
-        return _guards.start(
-            actor=actor,
-            fleet=fleet,
-            version=version,
-            guard_options=guard_options,
-            holdback=holdback,
-            segment=segment,
-        )
+        return _guards.start(guard_options=guard_options, **start)
     if guard_options:
         raise ValidationFailed(
             "Rollout guards are not available in this deployment.",
             details=[{"field": name, "message": "not available"} for name in guard_options],
         )
-    return rollout_start(
-        actor=actor, fleet=fleet, version=version, holdback=holdback, segment=segment
-    )
+    return rollout_start(**start)
+
+
+rollout_start_guarded: GuardedStart = _start_guarded
 
 
 def rollout_guard_status(*, rollout_id: int) -> dict[str, Any] | None:

@@ -8,42 +8,36 @@ from django.urls import reverse
 
 register = template.Library()
 
-# (label, the page's route name, the routes whose pages it marks as current). Grouped as a
-# person works: the policy and its history, shipping it, watching it, trying changes out.
-FLEET_PAGES: tuple[tuple[str, tuple[tuple[str, str, frozenset[str]], ...]], ...] = (
+# (label, the page's route name, the other routes whose pages it marks as current too). Grouped
+# as a person works: the policy and its history, shipping it, watching it, trying changes out.
+FLEET_PAGES: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = (
     (
         "Policy",
         (
-            ("Matrix", "fleet-detail", frozenset({"fleet-detail", "draft-import"})),
-            ("Versions", "version-list", frozenset({"version-list"})),
-            ("Diff", "version-diff", frozenset({"version-diff"})),
-            ("Audit log", "fleet-audit", frozenset({"fleet-audit"})),
+            ("Matrix", "fleet-detail", "draft-import"),
+            ("Versions", "version-list"),
+            ("Diff", "version-diff"),
+            ("Audit log", "fleet-audit"),
         ),
     ),
     (
         "Release",
         (
-            ("Rollout", "fleet-rollout", frozenset({"fleet-rollout"})),
-            ("Change requests", "fleet-reviews", frozenset({"fleet-reviews", "change-request"})),
-            ("Schedules", "fleet-schedules", frozenset({"fleet-schedules"})),
-            ("Devices", "device-list", frozenset({"device-list"})),
-            ("Segments", "fleet-segments", frozenset({"fleet-segments"})),
+            ("Rollout", "fleet-rollout"),
+            ("Change requests", "fleet-reviews", "change-request"),
+            ("Schedules", "fleet-schedules"),
+            ("Devices", "device-list"),
+            ("Segments", "fleet-segments"),
         ),
     ),
-    (
-        "Watch",
-        (
-            ("Dashboard", "fleet-dashboard", frozenset({"fleet-dashboard"})),
-            ("Alerts", "fleet-alerts", frozenset({"fleet-alerts", "alert-rule-edit"})),
-        ),
-    ),
+    ("Watch", (("Dashboard", "fleet-dashboard"), ("Alerts", "fleet-alerts", "alert-rule-edit"))),
     (
         "Experiment",
         (
-            ("Lab", "fleet-lab", frozenset({"fleet-lab"})),
-            ("Calibrate θ", "lab-calibrate", frozenset({"lab-calibrate"})),
-            ("Backtests", "fleet-backtests", frozenset({"fleet-backtests"})),
-            ("Autopilot", "fleet-autopilot", frozenset({"fleet-autopilot"})),
+            ("Lab", "fleet-lab"),
+            ("Calibrate θ", "lab-calibrate"),
+            ("Backtests", "fleet-backtests"),
+            ("Autopilot", "fleet-autopilot"),
         ),
     ),
 )
@@ -62,9 +56,9 @@ def fleet_nav(context: template.Context, fleet: Any) -> dict[str, Any]:
                 {
                     "label": label,
                     "url": reverse(route, args=[fleet.slug]),
-                    "current": current in marks,
+                    "current": current in (route, *also),
                 }
-                for label, route, marks in pages
+                for label, route, *also in pages
             ],
         }
         for group, pages in FLEET_PAGES

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from controlplane.exceptions import ApplicationError, Conflict
 
-from ..policies.audit import Actor, audit_record
+from ..policies.audit import Actor, audit_of
 from ..policies.models import Fleet
 from ..rollouts.models import FleetRouting
 from ..rollouts.selectors import cloud_pressure_live, fleet_assignment
@@ -35,12 +35,8 @@ def fleet_enrollment_key_rotate(*, actor: Actor, fleet: Fleet, key: str | None =
     routing.enrollment_key_hash = hash_secret(key)
     routing.enrollment_key_prefix = key[:10]
     routing.save(update_fields=["enrollment_key_hash", "enrollment_key_prefix", "updated_at"])
-    audit_record(
-        actor=actor,
-        action="fleet.enrollment_key_rotated",
-        fleet=fleet,
-        summary=f"New enrolment key {key[:10]}…",
-    )
+    summary = f"New enrolment key {key[:10]}…"
+    audit_of("fleet", None, "enrollment_key_rotated", actor=actor, fleet=fleet, summary=summary)
     return key
 
 
@@ -112,12 +108,9 @@ def device_revoke(*, actor: Actor, device: Device) -> Device:
         device.revoked_at = timezone.now()
         device.connected = False  # its socket is being closed: no longer online
         device.save(update_fields=["revoked_at", "connected"])
-        audit_record(
-            actor=actor,
-            action="device.revoked",
-            fleet=device.fleet,
-            target=f"device {device.device_id}",
-            summary=f"Revoked {device.device_id}",
+        summary = f"Revoked {device.device_id}"
+        audit_of(
+            "device", device.device_id, "revoked", actor=actor, fleet=device.fleet, summary=summary
         )
         _token_revoked(device, device.token_hash)
     return device

@@ -49,3 +49,30 @@ def audit_record(
         after=after,
         diff=diff,
     )
+
+
+def audit_of(
+    subject: str,
+    ident: object,
+    action: str,
+    *,
+    actor: Actor,
+    fleet: Fleet,
+    summary: str,
+    noun: str = "",
+    **states: Any,
+) -> AuditEntry:
+    """Append the audit entry of one change to one of the fleet's objects, in the log's one
+    vocabulary: `<subject>.<action>` on `<subject> <ident>`, the subject's underscores read as
+    spaces (`change_request.opened` on `change request 7`) or `noun` when the target names it
+    otherwise; `states`: before, after. An `ident` of None: the fleet itself (`fleet.created`,
+    target `fleet <slug>`)."""
+    target = f"{noun or subject.replace('_', ' ')} {ident}" if ident is not None else ""
+    return audit_record(
+        actor=actor,
+        action=f"{subject}.{action}",
+        fleet=fleet,
+        target=target,
+        summary=summary,
+        **states,
+    )

@@ -45,7 +45,7 @@ from ..validation import (
     validate_coverage,
     validate_dimensions,
 )
-from .audit import Actor, actor_user, audit_record
+from .audit import Actor, actor_user, audit_of, audit_record
 from .models import MAX_NOTE_LENGTH, Fleet, PolicyCell, PolicyVersion
 from .sdk_cells import privacy_problems
 from .selectors import draft_same_as, version_overrides, version_table
@@ -167,9 +167,11 @@ def fleet_create(
     )
     _write_cells(draft, table)
     fleet_created.send(sender=Fleet, actor=actor, fleet=fleet)
-    audit_record(
+    audit_of(
+        "fleet",
+        None,
+        "created",
         actor=actor,
-        action="fleet.created",
         fleet=fleet,
         summary=f"Created fleet {slug} with a draft of {len(table)} cells",
         after={"slug": slug, "name": name, "description": description},
@@ -201,9 +203,11 @@ def fleet_cloud_price_set(
     if after == before:
         return fleet
     fleet.save(update_fields=["cloud_price_per_1k_tokens", "cloud_price_per_call"])
-    audit_record(
+    audit_of(
+        "fleet",
+        None,
+        "cloud_price",
         actor=actor,
-        action="fleet.cloud_price",
         fleet=fleet,
         summary=(
             f"Cloud price {fleet.cloud_price_per_1k_tokens:g} per 1k tokens, "

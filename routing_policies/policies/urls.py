@@ -1,34 +1,36 @@
 """API routes of fleets, drafts, versions, diffs and the audit log (under /api/v1/)."""
 
-from django.urls import include, path
+from django.urls import URLPattern, URLResolver, include, path
 
 from . import apis
 
-# Under /api/v1/fleets/<slug>/.
-fleet_routes = [
-    path("", apis.FleetDetailApi.as_view(), name="api-fleet-detail"),
-    path("versions/", apis.VersionListApi.as_view(), name="api-version-list"),
-    path("versions/<str:ref>/", apis.VersionDetailApi.as_view(), name="api-version-detail"),
+# Under /api/v1/fleets/<slug>/versions/.
+version_routes = [
+    path("", apis.VersionListApi.as_view(), name="api-version-list"),
+    path("<str:ref>/", apis.VersionDetailApi.as_view(), name="api-version-detail"),
+    path("<str:ref>/document", apis.VersionDocumentApi.as_view(), name="api-version-document"),
+]
+
+# Under /api/v1/fleets/<slug>/draft/.
+draft_routes = [
+    path("", apis.DraftApi.as_view(), name="api-draft"),
+    path("cells/", apis.DraftCellsApi.as_view(), name="api-draft-cells"),
+    path("dimensions/", apis.DraftDimensionsApi.as_view(), name="api-draft-dimensions"),
     path(
-        "versions/<str:ref>/document",
-        apis.VersionDocumentApi.as_view(),
-        name="api-version-document",
-    ),
-    path("draft/", apis.DraftApi.as_view(), name="api-draft"),
-    path("draft/cells/", apis.DraftCellsApi.as_view(), name="api-draft-cells"),
-    path("draft/dimensions/", apis.DraftDimensionsApi.as_view(), name="api-draft-dimensions"),
-    path(
-        "draft/dimensions/<str:dimension>/<str:value>/",
+        "dimensions/<str:dimension>/<str:value>/",
         apis.DraftDimensionValueApi.as_view(),
         name="api-draft-dimension-value",
     ),
-    path("draft/document", apis.DraftImportApi.as_view(), name="api-draft-import"),
-    path(
-        "draft/overrides/<str:segment>",
-        apis.DraftOverrideApi.as_view(),
-        name="api-draft-override",
-    ),
-    path("draft/publish/", apis.PublishApi.as_view(), name="api-draft-publish"),
+    path("document", apis.DraftImportApi.as_view(), name="api-draft-import"),
+    path("overrides/<str:segment>", apis.DraftOverrideApi.as_view(), name="api-draft-override"),
+    path("publish/", apis.PublishApi.as_view(), name="api-draft-publish"),
+]
+
+# Under /api/v1/fleets/<slug>/.
+fleet_routes: list[URLPattern | URLResolver] = [
+    path("", apis.FleetDetailApi.as_view(), name="api-fleet-detail"),
+    path("versions/", include(version_routes)),
+    path("draft/", include(draft_routes)),
     path("diff/", apis.DiffApi.as_view(), name="api-diff"),
     path("audit/", apis.AuditApi.as_view(), name="api-fleet-audit"),
 ]

@@ -430,6 +430,13 @@ def draft_override(request: HttpRequest, fleet: Fleet, values: dict[str, Any]) -
     current = next((o for o in draft.overrides if o["segment"] == segment), None)
     cells = {name: dict(fields) for name, fields in (current or {"cells": {}})["cells"].items()}
     anchor = f"{_fleet_url(fleet)}#overrides"
+    # Whom, which draft revision and which segment's override: the same for every change here.
+    change: dict[str, Any] = {
+        "actor": request.user,
+        "fleet": fleet,
+        "revision": values["revision"],
+        "segment": segment,
+    }
     if values["action"] == "remove":
         if label and path:
             cells.get(label, {}).pop(path, None)
@@ -437,17 +444,9 @@ def draft_override(request: HttpRequest, fleet: Fleet, values: dict[str, Any]) -
         elif label:
             cells.pop(label, None)
         if not (label or path) or not cells:
-            services.policy_draft_override_remove(
-                actor=request.user, fleet=fleet, revision=values["revision"], segment=segment
-            )
+            services.policy_draft_override_remove(**change)
             return f"Removed the override for segment {segment}.", anchor
-        services.policy_draft_override_set(
-            actor=request.user,
-            fleet=fleet,
-            revision=values["revision"],
-            segment=segment,
-            cells=cells,
-        )
+        services.policy_draft_override_set(**change, cells=cells)
         return f"Took {field_label(path) if path else label} out of {segment}'s override.", anchor
     if not label or not path:
         raise ValidationFailed(
@@ -461,14 +460,7 @@ def draft_override(request: HttpRequest, fleet: Fleet, values: dict[str, Any]) -
             details=[{"field": path, "message": error, "cell": label, "segment": segment}],
         )
     cells.setdefault(label, {})[path] = value
-    services.policy_draft_override_set(
-        actor=request.user,
-        fleet=fleet,
-        revision=values["revision"],
-        segment=segment,
-        cells=cells,
-        position=values.get("position"),
-    )
+    services.policy_draft_override_set(**change, cells=cells, position=values.get("position"))
     return f"Segment {segment} now overrides {field_label(path)} in {label}.", anchor
 
 

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from controlplane.exceptions import Conflict
 
-from ..policies.audit import Actor, actor_name, audit_record
+from ..policies.audit import Actor, actor_name, audit_of
 from ..policies.models import Fleet, PolicyVersion
 from ..rollouts.models import Rollout
 from .models import ChangeRequest, FleetFreeze, ReviewSettings
@@ -59,9 +59,11 @@ def freeze_after_rollback(*, fleet: Fleet, rollout: Rollout, reason: str) -> Fle
         rollout=rollout,
         reason=(reason or f"rollout {rollout.pk} was rolled back automatically")[:500],
     )
-    audit_record(
+    audit_of(
+        "fleet",
+        None,
+        "frozen",
         actor=None,
-        action="fleet.frozen",
         fleet=fleet,
         summary=f"Rollouts frozen after rollout {rollout.pk} was rolled back: {freeze.reason}",
         after={"frozen": True, "rollout": rollout.pk, "reason": freeze.reason},
@@ -113,27 +115,27 @@ def change_request_body(
     }
 
 
+# How an open change request finishes: carried out (done) or withdrawn (closed).
+FINISHED_STATES = {"done": ChangeRequest.State.DONE, "withdrawn": ChangeRequest.State.CLOSED}
+
+
 def change_request_finish(
-    request: ChangeRequest,
-    *,
-    actor: Actor,
-    fleet: Fleet,
-    state: str,
-    action: str,
-    summary: str,
-    **after: object,
+    request: ChangeRequest, action: str, *, actor: Actor, summary: str, **after: object
 ) -> None:
-    """Finish an open change request as `state` (done, closed) by `actor`, audited as
-    `change_request.<action>` (with `after` besides the new state)."""
+    """Finish an open change request by `actor` as `action` says (done, withdrawn: its state
+    from FINISHED_STATES), audited as `change_request.<action>` (with `after` besides the new
+    state)."""
+    state = FINISHED_STATES[action]
     request.state = state
     request.finished_at = timezone.now()
     request.finished_by_name = actor_name(actor)
     request.save(update_fields=["state", "finished_at", "finished_by_name", "version_number"])
-    audit_record(
+    audit_of(
+        "change_request",
+        request.pk,
+        action,
         actor=actor,
-        action=f"change_request.{action}",
-        fleet=fleet,
-        target=f"change request {request.pk}",
+        fleet=request.fleet,
         summary=summary,
         before={"state": ChangeRequest.State.OPEN},
         after={"state": state, **after},
@@ -201,10 +203,8 @@ def approval_consume(
     request.version_number = version.number
     change_request_finish(
         request,
+        "done",
         actor=actor,
-        fleet=fleet,
-        state=ChangeRequest.State.DONE,
-        action="done",
         summary=f"Carried out change request {request.pk} ({KIND_WORDS[kind]}), approved by "
         + ", ".join(status.approved_by),
         approved_by=status.approved_by,

@@ -12,7 +12,7 @@ from django.utils import timezone
 from controlplane.exceptions import ApplicationError, Conflict, NotFound, ValidationFailed
 from controlplane.roles import Role, has_role
 
-from ..policies.audit import Actor, actor_name, actor_user, audit_record
+from ..policies.audit import Actor, actor_name, actor_user, audit_of
 from ..policies.models import Fleet, PolicyVersion
 from ..policies.services import policy_version_publish
 from ..rollouts.services import fleet_routing_lock
@@ -85,9 +85,11 @@ def review_settings_update(
         )
         if on
     ]
-    audit_record(
+    audit_of(
+        "review_settings",
+        None,
+        "updated",
         actor=actor,
-        action="review_settings.updated",
         fleet=fleet,
         summary="Approval by another publisher needed for " + (" and ".join(needs) or "nothing"),
         before=before,
@@ -140,11 +142,12 @@ def change_request_open(
             author=actor_user(actor),
             author_name=actor_name(actor),
         )
-    audit_record(
+    audit_of(
+        "change_request",
+        request.pk,
+        "opened",
         actor=actor,
-        action="change_request.opened",
         fleet=fleet,
-        target=f"change request {request.pk}",
         summary=f"Asked for review of {KIND_WORDS[kind]} ({target.label}"
         f", revision {target.revision}): {text}",
         after={"kind": kind, "version": target.label, "revision": target.revision},
@@ -195,13 +198,8 @@ def change_request_comment(
         body=text,
         revision=current_revision(request) or 0,
     )
-    audit_record(
-        actor=actor,
-        action="change_request.commented",
-        fleet=fleet,
-        target=f"change request {request.pk}",
-        summary=f"Commented: {text}",
-    )
+    summary = f"Commented: {text}"
+    audit_of("change_request", request.pk, "commented", actor=actor, fleet=fleet, summary=summary)
     return comment
 
 
@@ -256,11 +254,12 @@ def _verdict(
             note=text,
         )
     word = "approved" if approving else "rejected"
-    audit_record(
+    audit_of(
+        "change_request",
+        request.pk,
+        word,
         actor=actor,
-        action=f"change_request.{word}",
         fleet=fleet,
-        target=f"change request {request.pk}",
         summary=f"{word.capitalize()} revision {revision}" + (f": {text}" if text else ""),
         after={"verdict": verdict, "revision": revision},
     )
@@ -306,14 +305,8 @@ def change_request_withdraw(*, actor: Actor, fleet: Fleet, request_id: int) -> C
             code="permission_denied",
             status=403,
         )
-    change_request_finish(
-        request,
-        actor=actor,
-        fleet=fleet,
-        state=ChangeRequest.State.CLOSED,
-        action="withdrawn",
-        summary=f"Withdrew change request {request.pk}",
-    )
+    summary = f"Withdrew change request {request.pk}"
+    change_request_finish(request, "withdrawn", actor=actor, summary=summary)
     return request
 
 
@@ -358,9 +351,11 @@ def fleet_freeze_release(*, actor: Actor, fleet: Fleet, note: str) -> FleetFreez
     freeze.released_by_name = actor_name(actor)
     freeze.release_note = text
     freeze.save(update_fields=["released_at", "released_by", "released_by_name", "release_note"])
-    audit_record(
+    audit_of(
+        "fleet",
+        None,
+        "unfrozen",
         actor=actor,
-        action="fleet.unfrozen",
         fleet=fleet,
         summary=f"Acknowledged the freeze ({freeze.reason}): {text}",
         before={"frozen": True, "reason": freeze.reason},

@@ -24,7 +24,7 @@ from django.utils import timezone
 from controlplane.exceptions import Conflict, NotFound, ValidationFailed
 
 from ..assignment import FleetAssignment
-from ..policies.audit import Actor, actor_name, actor_user, audit_record
+from ..policies.audit import Actor, actor_name, actor_user, audit_of, audit_record
 from ..policies.models import Fleet, PolicyVersion
 from ..segments.selectors import rule_preview, segment_get
 from .hooks import rollout_gate
@@ -125,11 +125,12 @@ def _record(
         stage_after=stages[1],
         actor_name=actor_name(actor),
     )
-    audit_record(
+    audit_of(
+        "rollout",
+        rollout.pk,
+        action,
         actor=actor,
-        action=f"rollout.{action}",
         fleet=fleet,
-        target=f"rollout {rollout.pk}",
         summary=summary,
         before=before,
         after=after,
@@ -471,12 +472,10 @@ def cloud_pressure_set(
     routing.cloud_pressure_offset = float(theta_offset)
     routing.cloud_pressure_until = timezone.now() + timedelta(seconds=ttl_s)
     routing.save(update_fields=["cloud_pressure_offset", "cloud_pressure_until", "updated_at"])
-    audit_record(
-        actor=actor,
-        action="fleet.cloud_pressure",
-        fleet=fleet,
-        summary=f"cloud_pressure θ{theta_offset:+.2f} for {ttl_s}s",
-        after={"theta_offset": theta_offset, "ttl_s": ttl_s},
+    summary = f"cloud_pressure θ{theta_offset:+.2f} for {ttl_s}s"
+    after = {"theta_offset": theta_offset, "ttl_s": ttl_s}
+    audit_of(
+        "fleet", None, "cloud_pressure", actor=actor, fleet=fleet, summary=summary, after=after
     )
     cloud_pressure_changed.send(
         sender=FleetRouting,

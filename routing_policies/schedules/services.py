@@ -17,7 +17,7 @@ from django.utils import timezone
 from controlplane.exceptions import ApplicationError, Conflict, NotFound, ValidationFailed
 
 from ..extensions import rollout_guard_status, rollout_start_guarded
-from ..policies.audit import Actor, actor_name, actor_user, audit_record
+from ..policies.audit import Actor, actor_name, actor_user, audit_of
 from ..policies.models import Fleet, PolicyVersion
 from ..policies.services import policy_version_publish
 from ..reviews.gate import fleet_freeze_open
@@ -72,11 +72,12 @@ def _when(run_at: datetime) -> datetime:
 
 
 def _audit(actor: Actor, schedule: ScheduledChange, action: str, summary: str) -> None:
-    audit_record(
+    audit_of(
+        "scheduled_change",
+        schedule.pk,
+        action,
         actor=actor,
-        action=f"scheduled_change.{action}",
         fleet=schedule.fleet,
-        target=f"scheduled change {schedule.pk}",
         summary=summary,
         after={
             "kind": schedule.kind,

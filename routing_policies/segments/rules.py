@@ -5,53 +5,23 @@ runs, a version's overrides by segment resolved with its attributes (`edge_sdk.o
 from typing import Any
 
 from controlplane.exceptions import ValidationFailed
-from edge_sdk.overrides import cell_winners, matching_overrides, merge_cell, resolve_cells
-from edge_sdk.segments import (
-    ATTRIBUTES,
-    MAX_IN_VALUES,
-    MAX_RULE_BYTES,
-    MAX_RULE_CHILDREN,
-    MAX_RULE_DEPTH,
-    MAX_RULE_NODES,
-    REPORTED_ATTRIBUTES,
-    VERSION_PATTERN,
-    Attribute,
-    AttributeProblem,
-    RuleProblem,
-    attributes_parse,
-    device_attributes,
-    rule_attributes,
-    rule_check,
-    rule_matches,
-    segments_of,
-)
+from edge_sdk import segments
+from edge_sdk.overrides import cell_winners as cell_winners
+from edge_sdk.overrides import matching_overrides as matching_overrides
+from edge_sdk.overrides import merge_cell as merge_cell
+from edge_sdk.overrides import resolve_cells as resolve_cells
+from edge_sdk.segments import *  # noqa: F403  (the SDK's one declaration, re-exported whole)
 
 __all__ = [
-    "ATTRIBUTES",
-    "MAX_IN_VALUES",
-    "MAX_RULE_BYTES",
-    "MAX_RULE_CHILDREN",
-    "MAX_RULE_DEPTH",
-    "MAX_RULE_NODES",
-    "REPORTED_ATTRIBUTES",
+    *segments.__all__,
     "RULE_EXAMPLES",
-    "VERSION_PATTERN",
-    "Attribute",
-    "AttributeProblem",
-    "RuleProblem",
     "attributes_checked",
-    "attributes_parse",
     "attributes_schema",
     "cell_winners",
-    "device_attributes",
     "matching_overrides",
     "merge_cell",
     "resolve_cells",
-    "rule_attributes",
-    "rule_check",
     "rule_checked",
-    "rule_matches",
-    "segments_of",
 ]
 
 
@@ -84,8 +54,8 @@ def attributes_checked(raw: object, *, field: str = "attributes") -> dict[str, A
     """A device's reported `attributes`, checked (`attributes_parse`), else a refusal naming
     the attribute at fault (`attributes.memory_gb`)."""
     try:
-        return attributes_parse(raw)
-    except AttributeProblem as problem:
+        return segments.attributes_parse(raw)
+    except segments.AttributeProblem as problem:
         at = f"{field}.{problem.field}" if problem.field else field
         raise ValidationFailed(
             f"{at}: {problem.message}.", details=[{"field": at, "message": problem.message}]
@@ -95,8 +65,8 @@ def attributes_checked(raw: object, *, field: str = "attributes") -> dict[str, A
 def attributes_schema() -> dict[str, Any]:
     """The OpenAPI schema of the reported `attributes` object, from their one declaration."""
     properties: dict[str, Any] = {}
-    for name in REPORTED_ATTRIBUTES:
-        attribute = ATTRIBUTES[name]
+    for name in segments.REPORTED_ATTRIBUTES:
+        attribute = segments.ATTRIBUTES[name]
         schema: dict[str, Any] = {"description": attribute.meaning, "example": attribute.example}
         if attribute.kind == "number":
             schema |= {
@@ -109,7 +79,7 @@ def attributes_schema() -> dict[str, Any]:
         else:
             schema |= {"type": "string", "minLength": 1, "maxLength": attribute.max_length}
             if attribute.kind == "version":
-                schema["pattern"] = VERSION_PATTERN
+                schema["pattern"] = segments.VERSION_PATTERN
             elif attribute.pattern is not None:
                 schema["pattern"] = attribute.pattern.pattern.replace("\\A", "^").replace(
                     "\\Z", "$"
@@ -128,8 +98,8 @@ def rule_checked(rule: object, *, field: str = "rule") -> dict[str, Any]:
     """`rule` when it is a valid rule, else a refusal naming where in `field` it is not
     (`rule.any_of[1].in[0]`): for the API, the pages and the services alike."""
     try:
-        rule_check(rule)
-    except RuleProblem as problem:
+        segments.rule_check(rule)
+    except segments.RuleProblem as problem:
         at = f"{field}.{problem.field}" if problem.field else field
         raise ValidationFailed(
             f"{at}: {problem.message}.", details=[{"field": at, "message": problem.message}]

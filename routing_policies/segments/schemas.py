@@ -11,16 +11,8 @@ from rest_framework import serializers
 from controlplane.api import JsonIntegerField, JsonRegexField, TidyJsonStringField
 from controlplane.openapi import ApiSerializer, closed_body, non_empty_body
 
+from . import rules
 from .models import MAX_SEGMENT_DESCRIPTION, MAX_SEGMENT_NAME
-from .rules import (
-    ATTRIBUTES,
-    MAX_IN_VALUES,
-    MAX_RULE_BYTES,
-    MAX_RULE_CHILDREN,
-    MAX_RULE_DEPTH,
-    MAX_RULE_NODES,
-    rule_checked,
-)
 
 SEGMENT_NAME_RE = re.compile(rf"\A[a-z0-9][a-z0-9_-]{{0,{MAX_SEGMENT_NAME - 1}}}\Z")
 # Path words beside a segment's name under /segments/: not names.
@@ -29,13 +21,12 @@ MAX_REVISION = 2**31 - 1
 
 RULE_HELP = (
     "A condition on one attribute, `{attribute, equals | in | range}`, or a group, "
-    f"`{{all_of: [...]}}` / `{{any_of: [...]}}` (1-{MAX_RULE_CHILDREN} rules, nested at most "
-    f"{MAX_RULE_DEPTH} deep, {MAX_RULE_NODES} conditions and groups and {MAX_RULE_BYTES} bytes "
-    f"in all; `in` 1-{MAX_IN_VALUES} values). `range` takes `gt`/`gte`/`lt`/`lte`: numbers, or "
-    "versions for a version attribute (compared as semantic versions). A device that did not "
-    "report an attribute matches no condition on it. Attributes: "
-    + ", ".join(f"{a.name} ({a.kind})" for a in ATTRIBUTES.values())
-    + "."
+    f"`{{all_of: [...]}}` / `{{any_of: [...]}}` (1-{rules.MAX_RULE_CHILDREN} rules, nested at "
+    f"most {rules.MAX_RULE_DEPTH} deep, {rules.MAX_RULE_NODES} conditions and groups and "
+    f"{rules.MAX_RULE_BYTES} bytes in all; `in` 1-{rules.MAX_IN_VALUES} values). `range` takes "
+    "`gt`/`gte`/`lt`/`lte`: numbers, or versions for a version attribute (compared as semantic "
+    "versions). A device that did not report an attribute matches no condition on it. "
+    "Attributes: " + ", ".join(f"{a.name} ({a.kind})" for a in rules.ATTRIBUTES.values()) + "."
 )
 
 
@@ -56,7 +47,7 @@ class RuleField(serializers.JSONField):
     inside the rule, `rule.all_of[1].range.gte`). A page posts it as JSON text."""
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
-        return rule_checked(data, field=self.field_name or "rule")
+        return rules.rule_checked(data, field=self.field_name or "rule")
 
     def form_value(self, text: str) -> Any:
         try:

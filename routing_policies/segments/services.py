@@ -7,7 +7,7 @@ from django.db import IntegrityError, transaction
 
 from controlplane.exceptions import Conflict, NotFound
 
-from ..policies.audit import Actor, audit_record
+from ..policies.audit import Actor, audit_of
 from ..policies.models import Fleet, PolicyVersion
 from .models import MAX_SEGMENTS_PER_FLEET, Segment
 from .rules import rule_checked
@@ -31,14 +31,7 @@ def _recorded(
     actor: Actor, fleet: Fleet, done: str, name: str, summary: str, **states: Any
 ) -> None:
     """A change of segment `name` in the audit log (`segment.<done>`) and the log."""
-    audit_record(
-        actor=actor,
-        action=f"segment.{done}",
-        fleet=fleet,
-        target=f"segment {name}",
-        summary=summary,
-        **states,
-    )
+    audit_of("segment", name, done, actor=actor, fleet=fleet, summary=summary, **states)
     logger.info("segment.%s fleet=%s segment=%s", done, fleet.slug, name)
 
 

@@ -13,7 +13,7 @@ from ..devices.services import (
     fleet_enrollment_key_rotate,
 )
 from ..devices.tokens import DEVICE_TOKEN_PREFIX, FLEET_KEY_PREFIX, hash_secret
-from ..policies.audit import Actor, actor_user, audit_record
+from ..policies.audit import Actor, actor_user, audit_of, audit_record
 from ..policies.services import (
     default_table,
     fleet_cloud_price_set,
@@ -48,6 +48,7 @@ __all__ = [
     "FLEET_KEY_PREFIX",
     "Actor",
     "actor_user",
+    "audit_of",
     "audit_record",
     "change_request_open",
     "change_request_publish",

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from controlplane.exceptions import Conflict, ValidationFailed
 from routing_policies.models import Fleet
-from routing_policies.services import Actor, audit_record
+from routing_policies.services import Actor, audit_of
 
 from ..models import AlertEvent, AlertRule, AlertWebhook, WebhookDelivery
 from ..notify import webhook_payload
@@ -33,12 +33,14 @@ def _webhook_audited(
     actor: Actor, fleet: Fleet, webhook: AlertWebhook, action: str, summary: str
 ) -> None:
     """Audit the `action` (created, deleted) of one of the fleet's webhooks."""
-    audit_record(
+    audit_of(
+        "alert_webhook",
+        webhook.pk,
+        action,
         actor=actor,
-        action=f"alert_webhook.{action}",
         fleet=fleet,
-        target=f"webhook {webhook.pk}",
         summary=summary,
+        noun="webhook",
     )
 
 

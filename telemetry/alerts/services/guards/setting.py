@@ -8,8 +8,9 @@ from django.db import transaction
 
 from controlplane.exceptions import Conflict
 from routing_policies import services as rollout_services
-from routing_policies.models import Fleet, Rollout
-from routing_policies.services import Actor, audit_record
+from routing_policies.extensions import GuardedStart
+from routing_policies.models import Rollout
+from routing_policies.services import Actor, audit_of
 
 from ...guard_fields import DEFAULT_PRESET, preset_guards
 from ...limits import DEFAULT_BAKE_MINUTES
@@ -77,11 +78,12 @@ def rollout_guards_set(
     )
     guard_set.guards.all().delete()
     RolloutGuard.objects.bulk_create(RolloutGuard(guard_set=guard_set, **g) for g in cleaned)
-    audit_record(
+    audit_of(
+        "rollout",
+        locked.pk,
+        "guarded",
         actor=actor,
-        action="rollout.guarded",
         fleet=locked.fleet,
-        target=f"rollout {locked.pk}",
         summary=(
             f"Guarded rollout {locked.pk} with {len(cleaned)} guards, bake "
             f"{'/'.join(str(bake[str(s)]) for s in Rollout.STAGES)} min"
@@ -93,22 +95,16 @@ def rollout_guards_set(
 
 
 @transaction.atomic
-def rollout_start_guarded(
-    *,
-    actor: Actor,
-    fleet: Fleet,
-    version: int,
-    guard_options: dict[str, Any],
-    holdback: int = 0,
-    segment: str | None = None,
-) -> Rollout:
+def _start_guarded(*, actor: Actor, guard_options: dict[str, Any], **start: Any) -> Rollout:
     """Start a rollout and, when `guard_options` is not empty, guard it, all or nothing. The
     options come from another part (routing_policies.extensions) as sent: the input serializer
     checks them before anything starts."""
     options = guard_options_validate(guard_options) if guard_options else {}
-    rollout = rollout_services.rollout_start(
-        actor=actor, fleet=fleet, version=version, holdback=holdback, segment=segment
-    )
+    rollout = rollout_services.rollout_start(actor=actor, **start)
     if guard_options:
         rollout_guards_set(actor=actor, rollout=rollout, **options)
     return rollout
+
+
+# Its arguments as the extension point declares them (routing_policies.extensions.GuardedStart).
+rollout_start_guarded: GuardedStart = _start_guarded
