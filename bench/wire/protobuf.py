@@ -151,16 +151,16 @@ def bench_cpu(rounds: int, loops: int) -> dict[str, Any]:
     import msgspec
     from rest_framework.renderers import JSONRenderer
 
-    from controlplane.json_guard import check_raw
     from edge_sdk.wire import codec
     from edge_sdk.wire.negotiation import TelemetryWire
-    from telemetry.ingest.events import TelemetryBatch
+    from telemetry.ingest.columns import accepted
+    from telemetry.ingest.events import decode_batch
+    from telemetry.ingest.services.landing import _day_numbers
 
     events = _events(BATCH, "bench-device-0001", seed=2)
     lines = [msgspec.json.encode(event) for event in events]
     batch_json = b'{"events":[' + b",".join(lines) + b"]}"
     batch_pb = codec.batch_to_protobuf({"events": events})
-    decoder = msgspec.json.Decoder(TelemetryBatch)
     wire = TelemetryWire("auto")
     wire.protobuf = True
     renderer = JSONRenderer()
@@ -168,20 +168,25 @@ def bench_cpu(rounds: int, loops: int) -> dict[str, Any]:
     doc_json = renderer.render(document)
     doc_pb = codec.document_to_protobuf(document)
 
+    context = _context("bench-device-0001")
+
     def read_json_batch() -> Any:
-        # What the ingest path runs on a JSON body before its context checks (events.decode_batch).
-        check_raw(batch_json)
-        return decoder.decode(batch_json)
+        # What the ingest path runs on a JSON body before it lands it: the guard's scan and the
+        # struct's decode (events.decode_batch), the context checks, the ids and days.
+        events = decode_batch(batch_json, context)
+        unique = {event.event_id.hex: event for event in events}
+        return list(unique), _day_numbers(unique)
 
     def read_protobuf_batch() -> Any:
-        # ... and on a protobuf one: the JSON text (the landed payload) and the events as read,
-        # checked by the same struct.
-        _, read = codec.batch_events_from_protobuf(batch_pb)
-        return msgspec.convert({"events": read}, TelemetryBatch, from_attributes=True)
+        # ... and on a column-wise protobuf one: its columns read and checked whole against the
+        # same struct's rules and the same context (columns.accepted), no event built.
+        whole = accepted(codec.batch_columns_from_protobuf(batch_pb), context)
+        assert whole is not None
+        return whole.ids, whole.days
 
-    assert read_protobuf_batch().events == read_json_batch().events
+    assert read_protobuf_batch() == read_json_batch()
     pairs = {
-        "server: read a 500-event batch": (
+        "server: read and check a 500-event batch": (
             read_json_batch,
             read_protobuf_batch,
         ),
@@ -207,6 +212,19 @@ def bench_cpu(rounds: int, loops: int) -> dict[str, Any]:
         print(_row(f"{name}: json", json_us, json_us, "µs"))
         print(_row(f"{name}: protobuf", protobuf_us, json_us, "µs"))
     return out
+
+
+def _context(device_id: str) -> Any:
+    """The request's context of a bench device's batch: the demo fleet's versions 1 and 2."""
+    from routing_policies.cell_schema import SEED_DIMENSIONS
+    from telemetry.ingest.events import BatchContext, VersionDimensions
+    from telemetry.ingest.services.landing import retention_start
+
+    now = datetime.now(UTC)
+    dims = VersionDimensions.of(SEED_DIMENSIONS)
+    return BatchContext(
+        device_id=device_id, now=now, oldest=retention_start(now), versions={1: dims, 2: dims}
+    )
 
 
 def bench_ingest(args: argparse.Namespace, processes: Processes, redis_url: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import json
 import uuid
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import compress, repeat
 from math import isfinite
@@ -34,10 +35,13 @@ from google.protobuf.message import DecodeError, Message
 from edge_sdk.wire import edge_routing_pb2 as pb
 
 __all__ = [
+    "EVENT_ENUMS",
     "MAX_EVENTS",
+    "BatchColumns",
     "NotRepresentable",
     "TooManyEvents",
     "WireError",
+    "batch_columns_from_protobuf",
     "batch_events_from_protobuf",
     "batch_from_protobuf",
     "batch_json_from_protobuf",
@@ -266,6 +270,8 @@ _ROUTES: Final = ("", "device", "cloud", "draft_refine")
 _DECIDED_BY: Final = ("", "policy", "privacy", "offline", "threshold", "latency")
 _FALLBACKS: Final = ("", "none", "cloud_to_device", "device_to_cloud")
 _ENUMS: Final = {"route": _ROUTES, "decided_by": _DECIDED_BY, "fallback": _FALLBACKS}
+# Each enum field of an event: its texts by number (0, "": missing).
+EVENT_ENUMS: Final = _ENUMS
 _ENUM_NUMBERS: Final = {
     name: {text: number for number, text in enumerate(values) if text}
     for name, values in _ENUMS.items()
@@ -420,8 +426,23 @@ def batch_events_from_protobuf(raw: bytes) -> tuple[bytes, list[Any] | None]:
     if message.HasField("columns"):
         if message.events:
             raise WireError("a TelemetryBatch holds events or columns, not both")
-        read, clean = _events_of_columns(message.columns)
-        return _JSON_ENCODER.encode(_JsonBatch(read)), read if clean else None
+        return _columns_of(message.columns).json_events()
+    return _JSON_ENCODER.encode({"events": _row_events(message)}), None
+
+
+def batch_columns_from_protobuf(raw: bytes) -> BatchColumns | None:
+    """A column-wise `TelemetryBatch` as its columns, their shape checked (the same WireError
+    and TooManyEvents as `batch_events_from_protobuf`); None for a row-wise batch."""
+    message = pb.TelemetryBatch()
+    _parse(message, raw)
+    if not message.HasField("columns"):
+        return None
+    if message.events:
+        raise WireError("a TelemetryBatch holds events or columns, not both")
+    return _columns_of(message.columns)
+
+
+def _row_events(message: pb.TelemetryBatch) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     append = events.append
     for event in message.events:
@@ -440,49 +461,105 @@ def batch_events_from_protobuf(raw: bytes) -> tuple[bytes, list[Any] | None]:
             if not isfinite(out[name]):
                 out[name] = str(out[name])  # NaN, inf: refused by the JSON rules, naming it
         append(out)
-    return _JSON_ENCODER.encode({"events": events}), None
+    return events
 
 
-def _events_of_columns(table: pb.TelemetryColumns) -> tuple[list[Any], bool]:
-    """The JSON events of a column-wise batch: each column converted whole (in C where it can
-    be), then the events built from the columns in C (`map` over the struct's constructor);
-    and False when a string holds a NUL."""
+@dataclass(frozen=True, slots=True)
+class BatchColumns:
+    """A column-wise batch as its columns hold it, its shape checked (one value per event
+    having the field, whole UUIDs, at most MAX_EVENTS events).
+
+    `values[key]`, by the JSON event's key: the values of the events having the field, as the
+    repeated field holds them (`ts`: microseconds since 1970; `route`, `decided_by`,
+    `fallback`: enum numbers, 0 meaning missing, `EVENT_ENUMS`; `event_id`: the 16-byte
+    blob). `present[key]`: one byte per event, 1 for the events having it, for a field some
+    (or all) events leave out; no entry: every event has it."""
+
+    count: int
+    values: dict[str, Any]
+    present: dict[str, bytes]
+
+    def full(self, key: str) -> list[Any]:
+        """One value per event (None: absent), as the column holds them."""
+        values = self.values[key]
+        if key == "event_id":
+            values = _uuids(values)
+        mask = self.present.get(key)
+        if mask is None:
+            return list(values)
+        if not values:
+            return [None] * self.count
+        full: list[Any] = [None] * self.count
+        deque(map(full.__setitem__, compress(range(self.count), mask), values), maxlen=0)
+        return full
+
+    def json_events(self) -> tuple[bytes, list[Any] | None]:
+        """The JSON text of the batch and its events as read (`batch_events_from_protobuf`)."""
+        read, clean = self.events()
+        return _JSON_ENCODER.encode(_JsonBatch(read)), read if clean else None
+
+    def events(self) -> tuple[list[Any], bool]:
+        """The events as read (`batch_events_from_protobuf`), and False when a string holds a
+        NUL (the JSON text's check refuses it)."""
+        columns: list[list[Any]] = []
+        clean = True
+        for key, _, _ in _COLUMNS:
+            values = self.values[key]
+            if key == "event_id":
+                values = _uuids(values)
+            else:
+                convert = _COLUMN_VALUES.get(key)
+                if convert is not None:
+                    values = convert(values)
+                elif key in _STRINGS and "\x00" in "".join(values):
+                    clean = False
+            mask = self.present.get(key)
+            if mask is not None:
+                if not values:
+                    values = [None] * self.count
+                elif len(values) != self.count:
+                    full: list[Any] = [None] * self.count
+                    deque(map(full.__setitem__, compress(range(self.count), mask), values), 0)
+                    values = full
+            columns.append(values)
+        return list(map(_JsonEvent, *columns)), clean
+
+
+def _columns_of(table: pb.TelemetryColumns) -> BatchColumns:
+    """The columns of a column-wise batch, each read whole (one C call), their shape checked."""
     count = table.count
     if count > MAX_EVENTS:
         raise TooManyEvents(f"{count} events; at most {MAX_EVENTS} per batch.")
-    present: dict[int, bytes] = {}
+    by_number: dict[int, bytes] = {}
     for entry in table.presence:
-        if entry.field in present:
+        if entry.field in by_number:
             raise WireError(f"presence names field {entry.field} twice")
         if len(entry.events) != (count + 7) // 8:
             raise WireError(f"presence of field {entry.field} is not one bit per event")
         bits = format(int.from_bytes(entry.events, "little"), f"0{len(entry.events) * 8}b")
-        present[entry.field] = bits[::-1][:count].encode().translate(_BIT_BYTES)
-    columns: list[list[Any]] = []
-    clean = True
+        by_number[entry.field] = bits[::-1][:count].encode().translate(_BIT_BYTES)
+    values: dict[str, Any] = {}
+    present: dict[str, bytes] = {}
     for key, name, number in _COLUMNS:
-        values: list[Any]
+        column: Any
         if key == "event_id":
-            values = _uuids(table.event_id)
+            column = table.event_id
+            if len(column) % 16:
+                raise WireError(f"event_id holds {len(column)} bytes, not 16 per event")
+            size = len(column) // 16
         else:
-            values = getattr(table, name)[:]  # (a slice: one C call)
-            convert = _COLUMN_VALUES.get(key)
-            if convert is not None:
-                values = convert(values)
-            elif key in _STRINGS and "\x00" in "".join(values):
-                clean = False
-        mask = present.get(number)
-        if mask is None and not values:
-            values = [None] * count  # an empty column: absent from every event
+            column = getattr(table, name)[:]  # (a slice: one C call)
+            size = len(column)
+        mask = by_number.get(number)
+        if mask is None and not size and count:
+            mask = bytes(count)  # an empty column: absent from every event
         having = count if mask is None else mask.count(1)
-        if len(values) != having:
-            raise WireError(f"column {name} holds {len(values)} values for {having} events")
-        if mask is not None and having != count:
-            full: list[Any] = [None] * count
-            deque(map(full.__setitem__, compress(range(count), mask), values), maxlen=0)
-            values = full
-        columns.append(values)
-    return list(map(_JsonEvent, *columns)), clean
+        if size != having:
+            raise WireError(f"column {name} holds {size} values for {having} events")
+        values[key] = column
+        if mask is not None:
+            present[key] = mask
+    return BatchColumns(count, values, present)
 
 
 _BIT_BYTES: Final = bytes.maketrans(b"01", b"\x00\x01")
