@@ -154,7 +154,7 @@ def bench_cpu(rounds: int, loops: int) -> dict[str, Any]:
     from edge_sdk.wire import codec
     from edge_sdk.wire.negotiation import TelemetryWire
     from telemetry.ingest.columns import accepted
-    from telemetry.ingest.events import decode_batch
+    from telemetry.ingest.events import decode_batch, decode_landed
     from telemetry.ingest.services.landing import _day_numbers
 
     events = _events(BATCH, "bench-device-0001", seed=2)
@@ -189,6 +189,12 @@ def bench_cpu(rounds: int, loops: int) -> dict[str, Any]:
         "server: read and check a 500-event batch": (
             read_json_batch,
             read_protobuf_batch,
+        ),
+        # The worker, later: the events of the landed payload (the batch's JSON text, or the
+        # protobuf bytes a batch accepted column by column is landed as).
+        "worker: read a landed 500-event batch": (
+            lambda: decode_landed(batch_json),
+            lambda: decode_landed(batch_pb),
         ),
         "server: write the 12-cell document": (
             lambda: renderer.render(document),
