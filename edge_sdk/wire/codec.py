@@ -46,6 +46,8 @@ __all__ = [
     "batch_from_protobuf",
     "batch_json_from_protobuf",
     "batch_to_protobuf",
+    "delta_from_protobuf",
+    "delta_to_protobuf",
     "document_from_protobuf",
     "document_to_protobuf",
     "frame_from_protobuf",
@@ -262,6 +264,105 @@ def _document_value(message: pb.PolicyDocument) -> dict[str, Any]:
                 document.pop(key, None)
         document.update(extra)
     return document
+
+
+# --- the policy delta ---------------------------------------------------------------------------
+
+_DELTA_KEYS: Final = frozenset({"fleet", "base", "version", "hash", "patch", "order"})
+_PATCH_TYPED_TEXT: Final = {"etag": "patch_etag", "published_at": "patch_published_at"}
+
+
+def delta_to_protobuf(delta: Mapping[str, Any]) -> bytes:
+    """A policy delta (docs/PROTOCOL.md, "Policy deltas", as a dict) as a `PolicyDelta`; one
+    these fields cannot spell goes whole as its JSON text (`PolicyDelta.json`)."""
+    out = pb.PolicyDelta()
+    if not _delta_fits(out, delta):
+        out = pb.PolicyDelta(json=_json_text(dict(delta)))
+    return out.SerializeToString()
+
+
+def _delta_fits(out: pb.PolicyDelta, delta: Mapping[str, Any]) -> bool:
+    patch, order = delta.get("patch"), delta.get("order")
+    if (
+        not {"fleet", "base", "version", "hash", "patch"} <= delta.keys() <= _DELTA_KEYS
+        or not isinstance(delta["fleet"], str)
+        or not isinstance(delta["hash"], str)
+        or not all(v is None or _FITS["int"](v) for v in (delta["base"], delta["version"]))
+        or not isinstance(patch, Mapping)
+        or not (order is None or isinstance(order, list))
+    ):
+        return False
+    out.fleet, out.hash = delta["fleet"], delta["hash"]
+    for key in ("base", "version"):
+        if delta[key] is not None:
+            setattr(out, key, delta[key])
+    if "order" in delta:
+        if order is None or not all(isinstance(label, str) for label in order):
+            return False
+        out.order.extend(order)
+        out.has_order = True
+    extra: dict[str, Any] = {}
+    for key, value in patch.items():
+        if key == "version" and _FITS["int"](value):
+            out.patch_version = value
+        elif key in _PATCH_TYPED_TEXT and isinstance(value, str):
+            setattr(out, _PATCH_TYPED_TEXT[key], value)
+        elif key == "cells" and isinstance(value, Mapping) and value:
+            if not _cells_patch(out, value):
+                return False
+        else:
+            extra[key] = value
+    if extra:
+        out.patch_extra_json = _json_text(extra)
+    return True
+
+
+def _cells_patch(out: pb.PolicyDelta, cells: Mapping[str, Any]) -> bool:
+    for key, cell in cells.items():
+        if not isinstance(key, str) or not (cell is None or isinstance(cell, Mapping)):
+            return False
+        entry = out.cells.add(key=key)
+        if cell is None:
+            entry.removed = True
+        else:
+            entry.cell.SetInParent()
+            _cell_to_protobuf(cell, entry.cell)
+    return True
+
+
+def delta_from_protobuf(raw: bytes) -> dict[str, Any]:
+    """The delta a `PolicyDelta` stands for (WireError: not one)."""
+    message = pb.PolicyDelta()
+    _parse(message, raw)
+    return _delta_value(message)
+
+
+def _delta_value(message: pb.PolicyDelta) -> dict[str, Any]:
+    if message.json:
+        return _extra(message.json)
+    patch: dict[str, Any] = {}
+    if message.HasField("patch_version"):
+        patch["version"] = message.patch_version
+    for key, name in _PATCH_TYPED_TEXT.items():
+        if message.HasField(name):
+            patch[key] = getattr(message, name)
+    if message.cells:
+        patch["cells"] = {
+            entry.key: None if entry.removed else _cell_from_protobuf(entry.cell)
+            for entry in message.cells
+        }
+    if message.patch_extra_json:
+        patch.update(_extra(message.patch_extra_json))
+    delta: dict[str, Any] = {
+        "fleet": message.fleet,
+        "base": message.base if message.HasField("base") else None,
+        "version": message.version if message.HasField("version") else None,
+        "hash": message.hash,
+        "patch": patch,
+    }
+    if message.has_order:
+        delta["order"] = list(message.order)
+    return delta
 
 
 # --- the telemetry batch ------------------------------------------------------------------------
@@ -686,6 +787,18 @@ def _frame_fits(out: pb.Frame, kind: Any, frame: Mapping[str, Any]) -> bool:
             and {"id", "stage"} <= rollout.keys() <= _ROLLOUT_KEYS
             and _fill_flat(policy.rollout, rollout)
         )
+    if kind == "policy_delta":
+        rollout = frame.get("rollout")
+        policy_delta = out.policy_delta
+        policy_delta.SetInParent()
+        delta = {k: v for k, v in frame.items() if k not in ("type", "rollout")}
+        if "rollout" not in frame or not _delta_fits(policy_delta.delta, delta):
+            return False
+        return rollout is None or (
+            isinstance(rollout, Mapping)
+            and {"id", "stage"} <= rollout.keys() <= _ROLLOUT_KEYS
+            and _fill_flat(policy_delta.rollout, rollout)
+        )
     keys = _FRAME_KEYS.get(kind) if isinstance(kind, str) else None
     if keys is None:
         return False
@@ -720,6 +833,10 @@ def frame_from_protobuf(raw: bytes) -> dict[str, Any] | str:
         policy = message.policy
         rollout = _flat_of(policy.rollout) if policy.HasField("rollout") else None
         return {"type": "policy", **_document_value(policy.document), "rollout": rollout}
+    if kind == "policy_delta":
+        frame = message.policy_delta
+        rollout = _flat_of(frame.rollout) if frame.HasField("rollout") else None
+        return {"type": "policy_delta", **_delta_value(frame.delta), "rollout": rollout}
     body = _flat_of(getattr(message, kind))
     if kind == "hello":
         body.setdefault("policy_version", None)
