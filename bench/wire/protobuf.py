@@ -8,15 +8,18 @@
 (b) bytes of the full policy document: the demo's 12 cells and a 200-cell table (50 task types
     × 4), JSON against protobuf, and compressed;
 (c) CPU per call, in this thread's CPU time (`time.thread_time`, best of `--rounds` rounds of
-    `--loops` calls): on the server, reading a 500-event batch to its typed events (JSON:
-    msgspec; protobuf: decoded to the JSON batch at the boundary, then msgspec) and writing a
-    document (JSON as DRF renders it, or protobuf); in the SDK, writing a batch's body (JSON:
-    the queued lines joined; protobuf: `TelemetryWire.http_body`) and reading a document;
+    `--loops` calls): on the server, what the ingest path runs on a 500-event batch before it
+    lands it (JSON: the guard's scan, the struct's decode, the context checks, the ids and days,
+    `events.decode_batch`; protobuf: the columns read and checked whole against the same rules
+    and context, `columns.accepted`, no event built), and the worker's read of the landed
+    payload (the JSON text, or the protobuf bytes the column check lands); writing a document
+    (JSON as DRF renders it, or protobuf); in the SDK, writing a batch's body (JSON: the queued
+    lines joined; protobuf: `TelemetryWire.http_body`) and reading a document;
 (d) ingest events/s: the same number of events posted as JSON batches and as protobuf batches
     of 500 (8 connections) to uvicorn serving the real app over PostgreSQL and its own
     redis-server, timed until every batch has its 202 (landed durably); the rounds alternate
-    JSON and protobuf and the best of each counts. Processing by the worker is not timed: it
-    reads the landed payload, which is the same JSON batch whatever the encoding.
+    JSON and protobuf and the best of each counts. Processing by the worker is not timed (its
+    CPU per batch is in (c)).
 
 Uses bench/ingest's database (`bench_ingest`, recreated) and processes: not at the same time
 as `python -m bench.ingest`.
