@@ -118,7 +118,7 @@ class PublishedDocumentApi(APIView):
             # CDN keeps one copy per representation (Vary).
             response = wire.document_response(request, document) or Response(document)
         response["Cache-Control"] = IMMUTABLE
-        if "IM" in response:  # the delta: tagged as the pair (base, version)
-            etag = delta_api.delta_etag(version.etag, base)  # type: ignore[arg-type]
+        if "IM" in response and base is not None:  # the delta: tagged as the pair
+            etag = delta_api.delta_etag(version.etag, base)
             return wire.negotiated_document(request, response, etag=etag)
         return wire.negotiated_document(request, response, etag=version.etag)
