@@ -9,6 +9,7 @@ Also the per-process count of refused binary input (bodies, frames, MQTT payload
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -196,6 +197,24 @@ def document_response(request: HttpRequest, document: Mapping[str, Any]) -> Http
     else:
         content, media = _JSON.render(document), JSON_MEDIA_TYPE
     response = HttpResponse(compression.compress(content, coding), content_type=media)
+    if coding:
+        response["Content-Encoding"] = coding
+    return response
+
+
+def delta_response(request: HttpRequest, delta_text: str, *, status: int = 200) -> HttpResponse:
+    """A policy delta (its JSON text) as the request negotiated it, as `document_response`
+    negotiates a document: a `PolicyDelta` on `Accept` preferring protobuf, compressed on
+    `Accept-Encoding`; else the JSON text as it is. The caller finishes it with
+    `negotiated_document` (ETag, Vary)."""
+    protobuf, coding = _negotiated(request)
+    if protobuf:
+        content, media = codec.delta_to_protobuf(json.loads(delta_text)), PROTOBUF_MEDIA_TYPE
+    else:
+        content, media = delta_text.encode(), JSON_MEDIA_TYPE
+    response = HttpResponse(
+        compression.compress(content, coding), status=status, content_type=media
+    )
     if coding:
         response["Content-Encoding"] = coding
     return response

@@ -345,7 +345,11 @@ class Connection:
             raise DeviceRevoked("policy poll answered 401")
         if response.status_code in (200, 226):
             try:
-                document = document_of(response.headers.get("Content-Type", ""), response.content)
+                document = document_of(
+                    response.headers.get("Content-Type", ""),
+                    response.content,
+                    delta=response.status_code == 226,
+                )
             except ValueError:
                 self._policy.errors += 1
                 return True

@@ -8,15 +8,18 @@
 (b) bytes of the full policy document: the demo's 12 cells and a 200-cell table (50 task types
     × 4), JSON against protobuf, and compressed;
 (c) CPU per call, in this thread's CPU time (`time.thread_time`, best of `--rounds` rounds of
-    `--loops` calls): on the server, reading a 500-event batch to its typed events (JSON:
-    msgspec; protobuf: decoded to the JSON batch at the boundary, then msgspec) and writing a
-    document (JSON as DRF renders it, or protobuf); in the SDK, writing a batch's body (JSON:
-    the queued lines joined; protobuf: `TelemetryWire.http_body`) and reading a document;
+    `--loops` calls): on the server, what the ingest path runs on a 500-event batch before it
+    lands it (JSON: the guard's scan, the struct's decode, the context checks, the ids and days,
+    `events.decode_batch`; protobuf: the columns read and checked whole against the same rules
+    and context, `columns.accepted`, no event built), and the worker's read of the landed
+    payload (the JSON text, or the protobuf bytes the column check lands); writing a document
+    (JSON as DRF renders it, or protobuf); in the SDK, writing a batch's body (JSON: the queued
+    lines joined; protobuf: `TelemetryWire.http_body`) and reading a document;
 (d) ingest events/s: the same number of events posted as JSON batches and as protobuf batches
     of 500 (8 connections) to uvicorn serving the real app over PostgreSQL and its own
     redis-server, timed until every batch has its 202 (landed durably); the rounds alternate
-    JSON and protobuf and the best of each counts. Processing by the worker is not timed: it
-    reads the landed payload, which is the same JSON batch whatever the encoding.
+    JSON and protobuf and the best of each counts. Processing by the worker is not timed (its
+    CPU per batch is in (c)).
 
 Uses bench/ingest's database (`bench_ingest`, recreated) and processes: not at the same time
 as `python -m bench.ingest`.
@@ -151,16 +154,16 @@ def bench_cpu(rounds: int, loops: int) -> dict[str, Any]:
     import msgspec
     from rest_framework.renderers import JSONRenderer
 
-    from controlplane.json_guard import check_raw
     from edge_sdk.wire import codec
     from edge_sdk.wire.negotiation import TelemetryWire
-    from telemetry.ingest.events import TelemetryBatch
+    from telemetry.ingest.columns import accepted
+    from telemetry.ingest.events import decode_batch, decode_landed
+    from telemetry.ingest.services.landing import _day_numbers
 
     events = _events(BATCH, "bench-device-0001", seed=2)
     lines = [msgspec.json.encode(event) for event in events]
     batch_json = b'{"events":[' + b",".join(lines) + b"]}"
     batch_pb = codec.batch_to_protobuf({"events": events})
-    decoder = msgspec.json.Decoder(TelemetryBatch)
     wire = TelemetryWire("auto")
     wire.protobuf = True
     renderer = JSONRenderer()
@@ -168,22 +171,33 @@ def bench_cpu(rounds: int, loops: int) -> dict[str, Any]:
     doc_json = renderer.render(document)
     doc_pb = codec.document_to_protobuf(document)
 
+    context = _context("bench-device-0001")
+
     def read_json_batch() -> Any:
-        # What the ingest path runs on a JSON body before its context checks (events.decode_batch).
-        check_raw(batch_json)
-        return decoder.decode(batch_json)
+        # What the ingest path runs on a JSON body before it lands it: the guard's scan and the
+        # struct's decode (events.decode_batch), the context checks, the ids and days.
+        events = decode_batch(batch_json, context)
+        unique = {event.event_id.hex: event for event in events}
+        return list(unique), _day_numbers(unique)
 
     def read_protobuf_batch() -> Any:
-        # ... and on a protobuf one: the JSON text (the landed payload) and the events as read,
-        # checked by the same struct.
-        _, read = codec.batch_events_from_protobuf(batch_pb)
-        return msgspec.convert({"events": read}, TelemetryBatch, from_attributes=True)
+        # ... and on a column-wise protobuf one: its columns read and checked whole against the
+        # same struct's rules and the same context (columns.accepted), no event built.
+        whole = accepted(codec.batch_columns_from_protobuf(batch_pb), context)
+        assert whole is not None
+        return whole.ids, whole.days
 
-    assert read_protobuf_batch().events == read_json_batch().events
+    assert read_protobuf_batch() == read_json_batch()
     pairs = {
-        "server: read a 500-event batch": (
+        "server: read and check a 500-event batch": (
             read_json_batch,
             read_protobuf_batch,
+        ),
+        # The worker, later: the events of the landed payload (the batch's JSON text, or the
+        # protobuf bytes a batch accepted column by column is landed as).
+        "worker: read a landed 500-event batch": (
+            lambda: decode_landed(batch_json),
+            lambda: decode_landed(batch_pb),
         ),
         "server: write the 12-cell document": (
             lambda: renderer.render(document),
@@ -207,6 +221,19 @@ def bench_cpu(rounds: int, loops: int) -> dict[str, Any]:
         print(_row(f"{name}: json", json_us, json_us, "µs"))
         print(_row(f"{name}: protobuf", protobuf_us, json_us, "µs"))
     return out
+
+
+def _context(device_id: str) -> Any:
+    """The request's context of a bench device's batch: the demo fleet's versions 1 and 2."""
+    from routing_policies.cell_schema import SEED_DIMENSIONS
+    from telemetry.ingest.events import BatchContext, VersionDimensions
+    from telemetry.ingest.services.landing import retention_start
+
+    now = datetime.now(UTC)
+    dims = VersionDimensions.of(SEED_DIMENSIONS)
+    return BatchContext(
+        device_id=device_id, now=now, oldest=retention_start(now), versions={1: dims, 2: dims}
+    )
 
 
 def bench_ingest(args: argparse.Namespace, processes: Processes, redis_url: str) -> dict[str, Any]:

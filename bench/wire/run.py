@@ -34,6 +34,11 @@ import django
 django.setup()
 
 from edge_sdk.delta import apply_delta, canonical_hash, make_delta  # noqa: E402
+from edge_sdk.wire.codec import (  # noqa: E402
+    delta_from_protobuf,
+    delta_to_protobuf,
+    frame_to_protobuf,
+)
 from routing_policies.cell_schema import DEFAULT_CELL_VALUES  # noqa: E402
 from routing_policies.demo import DEMO_FLEET, demo_table  # noqa: E402
 from routing_policies.documents import Table, build_document, ordered_keys  # noqa: E402
@@ -159,6 +164,20 @@ def delta_bytes(pair: Pair, rounds: int, loops: int) -> list[Row]:
             "B",
             _ws_frame_bytes(_policy_frame(pair.after)),
         ),
+        Row(
+            figure,
+            "delta protobuf body vs full JSON document",
+            len(delta_to_protobuf(delta)),
+            "B",
+            len(pair.full_json),
+        ),
+        Row(
+            figure,
+            "policy_delta protobuf WS frame vs policy WS frame",
+            _ws_frame_bytes(frame_to_protobuf({"type": "policy_delta", **delta, "rollout": None})),
+            "B",
+            _ws_frame_bytes(_policy_frame(pair.after)),
+        ),
     ]
 
 
@@ -180,11 +199,22 @@ def delta_apply_cpu(pair: Pair, rounds: int, loops: int) -> list[Row]:
     body = json.dumps(delta, separators=_COMPACT).encode()
     full = pair.full_json
     apply = _cpu_us(lambda: apply_delta(pair.before, json.loads(body)), rounds, loops)
+    binary = delta_to_protobuf(delta)  # type: ignore[arg-type]
+    apply_binary = _cpu_us(
+        lambda: apply_delta(pair.before, delta_from_protobuf(binary)), rounds, loops
+    )
     decode = _cpu_us(lambda: json.loads(full), rounds, loops)
     hashing = _cpu_us(lambda: canonical_hash(pair.after), rounds, loops)
     figure = f"device CPU, {pair.name}"
     return [
         Row(figure, "apply delta (hash checked) vs decode full JSON", apply, "µs", decode),
+        Row(
+            figure,
+            "apply protobuf delta (hash checked) vs decode full JSON",
+            apply_binary,
+            "µs",
+            decode,
+        ),
         Row(figure, "canonical hash of the document vs decode full JSON", hashing, "µs", decode),
     ]
 

@@ -76,7 +76,7 @@ from edge_sdk.policy import PolicyDocumentError, parse_policy
 from edge_sdk.segments import RuleProblem, device_attributes, rule_check
 from edge_sdk.transport import Channel, Link, SessionEnd
 from edge_sdk.wire import PROTOBUF_MEDIA_TYPE
-from edge_sdk.wire.negotiation import TelemetryWire
+from edge_sdk.wire.negotiation import DOCUMENT_ACCEPT, TelemetryWire, json_answer
 
 __all__ = [
     "DOCUMENT_PATH",
@@ -345,20 +345,24 @@ async def fetch_document(
     timeout_s: float,
     *,
     since: int | None = None,
+    protobuf: bool = False,
 ) -> bytes | None:
-    """Version `version`'s immutable document over HTTP (a CDN may answer it), or None when
-    the endpoint does not answer it. Without credentials: the document is public to the fleet's
-    devices and a request with an Authorization header is not cached by CDNs. With `since`, the
-    answer is the delta from that version, or the whole document (docs/PROTOCOL.md, "Policy
-    deltas")."""
+    """Version `version`'s immutable document over HTTP (a CDN may answer it), as JSON, or None
+    when the endpoint does not answer it. Without credentials: the document is public to the
+    fleet's devices and a request with an Authorization header is not cached by CDNs. With
+    `since`, the answer is the delta from that version, or the whole document (docs/PROTOCOL.md,
+    "Policy deltas"). With `protobuf` it is asked for in protobuf (`Accept`), and what comes in
+    protobuf is written as the JSON it stands for (`negotiation.json_answer`); None when it is
+    not the message it says."""
     if http is None:
         return None
     url = base_url + DOCUMENT_PATH.format(fleet=fleet, version=version)
     if since is not None:
         url += f"?since={since}"
+    headers = {"Accept": DOCUMENT_ACCEPT} if protobuf else None
     body = bytearray()
     try:
-        async with http.stream("GET", url, timeout=timeout_s) as response:
+        async with http.stream("GET", url, headers=headers, timeout=timeout_s) as response:
             if response.status_code != 200:
                 return None
             async for chunk in response.aiter_bytes():
@@ -367,7 +371,12 @@ async def fetch_document(
                     return None
     except (httpx.HTTPError, OSError):
         return None
-    return bytes(body)
+    try:
+        return json_answer(
+            response.headers.get("Content-Type", ""), bytes(body), delta="IM" in response.headers
+        )
+    except ValueError:
+        return None
 
 
 def _json_properties() -> Properties:
@@ -822,7 +831,12 @@ class MqttTransport:
         if not weak and (made := await self._delta_document(link, fleet, version)) is not None:
             return made
         fetched = await fetch_document(
-            link.http, self.config.base_url, fleet, version, self.config.http_timeout_s
+            link.http,
+            self.config.base_url,
+            fleet,
+            version,
+            self.config.http_timeout_s,
+            protobuf=self.config.wire_format != "json",
         )
         if fetched is not None and _usable_document(fetched, fleet, version) is not None:
             return fetched
@@ -843,6 +857,7 @@ class MqttTransport:
             version,
             self.config.http_timeout_s,
             since=base,
+            protobuf=self.config.wire_format != "json",
         )
         answer = _json_object(body) if body is not None else None
         if answer is not None and is_delta(answer):

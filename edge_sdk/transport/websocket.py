@@ -116,10 +116,11 @@ class WebSocketTransport:
                 continue
             last_frame = time.monotonic()
             if isinstance(frame, bytes):  # a protobuf socket's frame (else: dropped)
-                text = frame_text(frame) if channel is not ws else None
-                if text is None:
+                if channel is ws:
                     continue
-                frame = text
+                # A binary message that is not a `Frame` (truncated, garbage, a delta past the
+                # schema's limits) is counted and dropped as an unreadable text frame is.
+                frame = frame_text(frame) or ""
             if await link.on_frame(channel, frame):
                 backoff.reset()
         return "closed"

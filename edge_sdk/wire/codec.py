@@ -23,6 +23,7 @@ import json
 import uuid
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import compress, repeat
 from math import isfinite
@@ -34,14 +35,19 @@ from google.protobuf.message import DecodeError, Message
 from edge_sdk.wire import edge_routing_pb2 as pb
 
 __all__ = [
+    "EVENT_ENUMS",
     "MAX_EVENTS",
+    "BatchColumns",
     "NotRepresentable",
     "TooManyEvents",
     "WireError",
+    "batch_columns_from_protobuf",
     "batch_events_from_protobuf",
     "batch_from_protobuf",
     "batch_json_from_protobuf",
     "batch_to_protobuf",
+    "delta_from_protobuf",
+    "delta_to_protobuf",
     "document_from_protobuf",
     "document_to_protobuf",
     "frame_from_protobuf",
@@ -260,12 +266,113 @@ def _document_value(message: pb.PolicyDocument) -> dict[str, Any]:
     return document
 
 
+# --- the policy delta ---------------------------------------------------------------------------
+
+_DELTA_KEYS: Final = frozenset({"fleet", "base", "version", "hash", "patch", "order"})
+_PATCH_TYPED_TEXT: Final = {"etag": "patch_etag", "published_at": "patch_published_at"}
+
+
+def delta_to_protobuf(delta: Mapping[str, Any]) -> bytes:
+    """A policy delta (docs/PROTOCOL.md, "Policy deltas", as a dict) as a `PolicyDelta`; one
+    these fields cannot spell goes whole as its JSON text (`PolicyDelta.json`)."""
+    out = pb.PolicyDelta()
+    if not _delta_fits(out, delta):
+        out = pb.PolicyDelta(json=_json_text(dict(delta)))
+    return out.SerializeToString()
+
+
+def _delta_fits(out: pb.PolicyDelta, delta: Mapping[str, Any]) -> bool:
+    patch, order = delta.get("patch"), delta.get("order")
+    if (
+        not {"fleet", "base", "version", "hash", "patch"} <= delta.keys() <= _DELTA_KEYS
+        or not isinstance(delta["fleet"], str)
+        or not isinstance(delta["hash"], str)
+        or not all(v is None or _FITS["int"](v) for v in (delta["base"], delta["version"]))
+        or not isinstance(patch, Mapping)
+        or not (order is None or isinstance(order, list))
+    ):
+        return False
+    out.fleet, out.hash = delta["fleet"], delta["hash"]
+    for key in ("base", "version"):
+        if delta[key] is not None:
+            setattr(out, key, delta[key])
+    if "order" in delta:
+        if order is None or not all(isinstance(label, str) for label in order):
+            return False
+        out.order.extend(order)
+        out.has_order = True
+    extra: dict[str, Any] = {}
+    for key, value in patch.items():
+        if key == "version" and _FITS["int"](value):
+            out.patch_version = value
+        elif key in _PATCH_TYPED_TEXT and isinstance(value, str):
+            setattr(out, _PATCH_TYPED_TEXT[key], value)
+        elif key == "cells" and isinstance(value, Mapping) and value:
+            if not _cells_patch(out, value):
+                return False
+        else:
+            extra[key] = value
+    if extra:
+        out.patch_extra_json = _json_text(extra)
+    return True
+
+
+def _cells_patch(out: pb.PolicyDelta, cells: Mapping[str, Any]) -> bool:
+    for key, cell in cells.items():
+        if not isinstance(key, str) or not (cell is None or isinstance(cell, Mapping)):
+            return False
+        entry = out.cells.add(key=key)
+        if cell is None:
+            entry.removed = True
+        else:
+            entry.cell.SetInParent()
+            _cell_to_protobuf(cell, entry.cell)
+    return True
+
+
+def delta_from_protobuf(raw: bytes) -> dict[str, Any]:
+    """The delta a `PolicyDelta` stands for (WireError: not one)."""
+    message = pb.PolicyDelta()
+    _parse(message, raw)
+    return _delta_value(message)
+
+
+def _delta_value(message: pb.PolicyDelta) -> dict[str, Any]:
+    if message.json:
+        return _extra(message.json)
+    patch: dict[str, Any] = {}
+    if message.HasField("patch_version"):
+        patch["version"] = message.patch_version
+    for key, name in _PATCH_TYPED_TEXT.items():
+        if message.HasField(name):
+            patch[key] = getattr(message, name)
+    if message.cells:
+        patch["cells"] = {
+            entry.key: None if entry.removed else _cell_from_protobuf(entry.cell)
+            for entry in message.cells
+        }
+    if message.patch_extra_json:
+        patch.update(_extra(message.patch_extra_json))
+    delta: dict[str, Any] = {
+        "fleet": message.fleet,
+        "base": message.base if message.HasField("base") else None,
+        "version": message.version if message.HasField("version") else None,
+        "hash": message.hash,
+        "patch": patch,
+    }
+    if message.has_order:
+        delta["order"] = list(message.order)
+    return delta
+
+
 # --- the telemetry batch ------------------------------------------------------------------------
 
 _ROUTES: Final = ("", "device", "cloud", "draft_refine")
 _DECIDED_BY: Final = ("", "policy", "privacy", "offline", "threshold", "latency")
 _FALLBACKS: Final = ("", "none", "cloud_to_device", "device_to_cloud")
 _ENUMS: Final = {"route": _ROUTES, "decided_by": _DECIDED_BY, "fallback": _FALLBACKS}
+# Each enum field of an event: its texts by number (0, "": missing).
+EVENT_ENUMS: Final = _ENUMS
 _ENUM_NUMBERS: Final = {
     name: {text: number for number, text in enumerate(values) if text}
     for name, values in _ENUMS.items()
@@ -420,8 +527,23 @@ def batch_events_from_protobuf(raw: bytes) -> tuple[bytes, list[Any] | None]:
     if message.HasField("columns"):
         if message.events:
             raise WireError("a TelemetryBatch holds events or columns, not both")
-        read, clean = _events_of_columns(message.columns)
-        return _JSON_ENCODER.encode(_JsonBatch(read)), read if clean else None
+        return _columns_of(message.columns).json_events()
+    return _JSON_ENCODER.encode({"events": _row_events(message)}), None
+
+
+def batch_columns_from_protobuf(raw: bytes) -> BatchColumns | None:
+    """A column-wise `TelemetryBatch` as its columns, their shape checked (the same WireError
+    and TooManyEvents as `batch_events_from_protobuf`); None for a row-wise batch."""
+    message = pb.TelemetryBatch()
+    _parse(message, raw)
+    if not message.HasField("columns"):
+        return None
+    if message.events:
+        raise WireError("a TelemetryBatch holds events or columns, not both")
+    return _columns_of(message.columns)
+
+
+def _row_events(message: pb.TelemetryBatch) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     append = events.append
     for event in message.events:
@@ -440,49 +562,105 @@ def batch_events_from_protobuf(raw: bytes) -> tuple[bytes, list[Any] | None]:
             if not isfinite(out[name]):
                 out[name] = str(out[name])  # NaN, inf: refused by the JSON rules, naming it
         append(out)
-    return _JSON_ENCODER.encode({"events": events}), None
+    return events
 
 
-def _events_of_columns(table: pb.TelemetryColumns) -> tuple[list[Any], bool]:
-    """The JSON events of a column-wise batch: each column converted whole (in C where it can
-    be), then the events built from the columns in C (`map` over the struct's constructor);
-    and False when a string holds a NUL."""
+@dataclass(frozen=True, slots=True)
+class BatchColumns:
+    """A column-wise batch as its columns hold it, its shape checked (one value per event
+    having the field, whole UUIDs, at most MAX_EVENTS events).
+
+    `values[key]`, by the JSON event's key: the values of the events having the field, as the
+    repeated field holds them (`ts`: microseconds since 1970; `route`, `decided_by`,
+    `fallback`: enum numbers, 0 meaning missing, `EVENT_ENUMS`; `event_id`: the 16-byte
+    blob). `present[key]`: one byte per event, 1 for the events having it, for a field some
+    (or all) events leave out; no entry: every event has it."""
+
+    count: int
+    values: dict[str, Any]
+    present: dict[str, bytes]
+
+    def full(self, key: str) -> list[Any]:
+        """One value per event (None: absent), as the column holds them."""
+        values = self.values[key]
+        if key == "event_id":
+            values = _uuids(values)
+        mask = self.present.get(key)
+        if mask is None:
+            return list(values)
+        if not values:
+            return [None] * self.count
+        full: list[Any] = [None] * self.count
+        deque(map(full.__setitem__, compress(range(self.count), mask), values), maxlen=0)
+        return full
+
+    def json_events(self) -> tuple[bytes, list[Any] | None]:
+        """The JSON text of the batch and its events as read (`batch_events_from_protobuf`)."""
+        read, clean = self.events()
+        return _JSON_ENCODER.encode(_JsonBatch(read)), read if clean else None
+
+    def events(self) -> tuple[list[Any], bool]:
+        """The events as read (`batch_events_from_protobuf`), and False when a string holds a
+        NUL (the JSON text's check refuses it)."""
+        columns: list[list[Any]] = []
+        clean = True
+        for key, _, _ in _COLUMNS:
+            values = self.values[key]
+            if key == "event_id":
+                values = _uuids(values)
+            else:
+                convert = _COLUMN_VALUES.get(key)
+                if convert is not None:
+                    values = convert(values)
+                elif key in _STRINGS and "\x00" in "".join(values):
+                    clean = False
+            mask = self.present.get(key)
+            if mask is not None:
+                if not values:
+                    values = [None] * self.count
+                elif len(values) != self.count:
+                    full: list[Any] = [None] * self.count
+                    deque(map(full.__setitem__, compress(range(self.count), mask), values), 0)
+                    values = full
+            columns.append(values)
+        return list(map(_JsonEvent, *columns)), clean
+
+
+def _columns_of(table: pb.TelemetryColumns) -> BatchColumns:
+    """The columns of a column-wise batch, each read whole (one C call), their shape checked."""
     count = table.count
     if count > MAX_EVENTS:
         raise TooManyEvents(f"{count} events; at most {MAX_EVENTS} per batch.")
-    present: dict[int, bytes] = {}
+    by_number: dict[int, bytes] = {}
     for entry in table.presence:
-        if entry.field in present:
+        if entry.field in by_number:
             raise WireError(f"presence names field {entry.field} twice")
         if len(entry.events) != (count + 7) // 8:
             raise WireError(f"presence of field {entry.field} is not one bit per event")
         bits = format(int.from_bytes(entry.events, "little"), f"0{len(entry.events) * 8}b")
-        present[entry.field] = bits[::-1][:count].encode().translate(_BIT_BYTES)
-    columns: list[list[Any]] = []
-    clean = True
+        by_number[entry.field] = bits[::-1][:count].encode().translate(_BIT_BYTES)
+    values: dict[str, Any] = {}
+    present: dict[str, bytes] = {}
     for key, name, number in _COLUMNS:
-        values: list[Any]
+        column: Any
         if key == "event_id":
-            values = _uuids(table.event_id)
+            column = table.event_id
+            if len(column) % 16:
+                raise WireError(f"event_id holds {len(column)} bytes, not 16 per event")
+            size = len(column) // 16
         else:
-            values = getattr(table, name)[:]  # (a slice: one C call)
-            convert = _COLUMN_VALUES.get(key)
-            if convert is not None:
-                values = convert(values)
-            elif key in _STRINGS and "\x00" in "".join(values):
-                clean = False
-        mask = present.get(number)
-        if mask is None and not values:
-            values = [None] * count  # an empty column: absent from every event
+            column = getattr(table, name)[:]  # (a slice: one C call)
+            size = len(column)
+        mask = by_number.get(number)
+        if mask is None and not size and count:
+            mask = bytes(count)  # an empty column: absent from every event
         having = count if mask is None else mask.count(1)
-        if len(values) != having:
-            raise WireError(f"column {name} holds {len(values)} values for {having} events")
-        if mask is not None and having != count:
-            full: list[Any] = [None] * count
-            deque(map(full.__setitem__, compress(range(count), mask), values), maxlen=0)
-            values = full
-        columns.append(values)
-    return list(map(_JsonEvent, *columns)), clean
+        if size != having:
+            raise WireError(f"column {name} holds {size} values for {having} events")
+        values[key] = column
+        if mask is not None:
+            present[key] = mask
+    return BatchColumns(count, values, present)
 
 
 _BIT_BYTES: Final = bytes.maketrans(b"01", b"\x00\x01")
@@ -609,6 +787,18 @@ def _frame_fits(out: pb.Frame, kind: Any, frame: Mapping[str, Any]) -> bool:
             and {"id", "stage"} <= rollout.keys() <= _ROLLOUT_KEYS
             and _fill_flat(policy.rollout, rollout)
         )
+    if kind == "policy_delta":
+        rollout = frame.get("rollout")
+        policy_delta = out.policy_delta
+        policy_delta.SetInParent()
+        delta = {k: v for k, v in frame.items() if k not in ("type", "rollout")}
+        if "rollout" not in frame or not _delta_fits(policy_delta.delta, delta):
+            return False
+        return rollout is None or (
+            isinstance(rollout, Mapping)
+            and {"id", "stage"} <= rollout.keys() <= _ROLLOUT_KEYS
+            and _fill_flat(policy_delta.rollout, rollout)
+        )
     keys = _FRAME_KEYS.get(kind) if isinstance(kind, str) else None
     if keys is None:
         return False
@@ -643,6 +833,10 @@ def frame_from_protobuf(raw: bytes) -> dict[str, Any] | str:
         policy = message.policy
         rollout = _flat_of(policy.rollout) if policy.HasField("rollout") else None
         return {"type": "policy", **_document_value(policy.document), "rollout": rollout}
+    if kind == "policy_delta":
+        frame = message.policy_delta
+        rollout = _flat_of(frame.rollout) if frame.HasField("rollout") else None
+        return {"type": "policy_delta", **_delta_value(frame.delta), "rollout": rollout}
     body = _flat_of(getattr(message, kind))
     if kind == "hello":
         body.setdefault("policy_version", None)

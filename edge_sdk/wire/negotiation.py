@@ -3,8 +3,10 @@ frames and compression"). Binary is negotiated, never imposed, and JSON stays th
 
 - the socket offers the subprotocol `edge-routing.v1.protobuf`; a server that accepts it
   speaks protobuf frames on that socket (`ProtobufChannel`, `frame_text`);
-- a poll asks `Accept: application/x-protobuf, application/json;q=0.5` (and the HTTP client's
-  `Accept-Encoding`); the answer says in its `Content-Type` what it is (`document_of`);
+- a poll, and an MQTT device's fetch of an immutable document or delta, asks `Accept:
+  application/x-protobuf, application/json;q=0.5` (and the HTTP client's `Accept-Encoding`);
+  the answer says in its `Content-Type` what it is (`document_of`, `json_answer`): a document,
+  or with `IM: policy-delta` a delta;
 - telemetry goes as JSON until an answer of the telemetry endpoint says, in `Accept-Post` and
   `Accept-Encoding`, that the server reads protobuf and which codings (`TelemetryWire`);
 - over MQTT, where nothing answers, telemetry is protobuf only when the device's maker chose
@@ -30,6 +32,7 @@ __all__ = [
     "WireFormat",
     "document_of",
     "frame_text",
+    "json_answer",
 ]
 
 WireFormat = Literal["auto", "json", "protobuf"]
@@ -39,12 +42,25 @@ DOCUMENT_ACCEPT: Final = f"{PROTOBUF_MEDIA_TYPE}, application/json;q=0.5"
 COMPRESS_FROM_BYTES: Final = 512
 
 
-def document_of(content_type: str, content: bytes) -> Any:
-    """The document of a poll's 200 (protobuf or JSON by its `Content-Type`); ValueError when
-    it is neither (counted by the caller as an unusable document)."""
+def document_of(content_type: str, content: bytes, *, delta: bool = False) -> Any:
+    """The document of a poll's 200, or with `delta` the delta of a `226` (protobuf or JSON by
+    its `Content-Type`); ValueError when it is neither (counted by the caller as an unusable
+    document)."""
     if content_type.partition(";")[0].strip().lower() == PROTOBUF_MEDIA_TYPE:
+        if delta:
+            return codec.delta_from_protobuf(content)
         return codec.document_from_protobuf(content)
     return json.loads(content)
+
+
+def json_answer(content_type: str, content: bytes, *, delta: bool) -> bytes:
+    """An answer's body as JSON: a protobuf one (by its `Content-Type`; a `PolicyDelta` with
+    `delta`, the answer's `IM: policy-delta`, else a `PolicyDocument`) written as the JSON it
+    stands for; a JSON one as it is. ValueError: protobuf that is not that message."""
+    if content_type.partition(";")[0].strip().lower() != PROTOBUF_MEDIA_TYPE:
+        return content
+    value = codec.delta_from_protobuf(content) if delta else codec.document_from_protobuf(content)
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def frame_text(raw: bytes) -> str | None:

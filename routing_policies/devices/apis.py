@@ -163,7 +163,8 @@ class DevicePolicyApi(APIView):
                 )
             )
         ):
-            response = HttpResponse(delta, status=226, content_type="application/json")
+            # Protobuf and compression when asked for, as for the document.
+            response = wire.delta_response(request, delta, status=226)
             response["IM"] = delta_api.DELTA_IM
         else:
             document = version_document(version=version)
@@ -171,9 +172,7 @@ class DevicePolicyApi(APIView):
             response = wire.document_response(request, document) or Response(document)
         response["Cache-Control"] = "no-cache"
         response["Vary"] = "A-IM"
-        if response.status_code == 226:  # the delta is JSON, tagged as the assigned version
-            response["ETag"] = version.etag
-            return response
+        # The delta too is tagged as the assigned version (RFC 3229), weakly in protobuf.
         return wire.negotiated_document(request, response, etag=version.etag)
 
 

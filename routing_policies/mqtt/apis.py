@@ -109,15 +109,16 @@ class PublishedDocumentApi(APIView):
             and base != number
             and (delta := published_delta_json(fleet_id=fleet.pk, base=base, target=number))
         ):
-            response = HttpResponse(delta, content_type="application/json")
+            # Protobuf and compression when asked for, as for the document.
+            response = wire.delta_response(request, delta)
             response["IM"] = delta_api.DELTA_IM
-            response["ETag"] = delta_api.delta_etag(version.etag, base)
         else:
             document = version_document(version=version)
             # Protobuf and compression when asked for (docs/PROTOCOL.md, "Binary frames"); a
             # CDN keeps one copy per representation (Vary).
             response = wire.document_response(request, document) or Response(document)
         response["Cache-Control"] = IMMUTABLE
-        if "IM" in response:  # the delta: JSON, tagged as the pair (base, version)
-            return response
+        if "IM" in response and base is not None:  # the delta: tagged as the pair
+            etag = delta_api.delta_etag(version.etag, base)
+            return wire.negotiated_document(request, response, etag=etag)
         return wire.negotiated_document(request, response, etag=version.etag)

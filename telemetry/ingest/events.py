@@ -401,12 +401,22 @@ _EVENT_DECODER: Final = msgspec.json.Decoder(TelemetryEvent)
 
 
 def decode_landed(payload: bytes) -> list[TelemetryEvent]:
-    """The events of a landed batch's payload (validated when they were landed).
+    """The events of a landed batch's payload (validated when they were landed): the batch's
+    JSON text (it starts with `{`), or a column-wise protobuf batch landed as it came (it
+    starts with its field tag, never `{`: `columns.accepted`).
 
     A batch landed by an older version, before the numbers had physical ranges, may hold an
     event out of them (`latency_ms: 1e308`): that event is left out (and logged), the others
     are kept, so one such batch neither poisons the rollups nor stops processing.
     """
+    if not payload.startswith(b"{"):
+        columns = codec.batch_columns_from_protobuf(payload)
+        assert columns is not None  # (only a column-wise batch is landed as protobuf)
+        read, _ = columns.events()
+        batch = _converted(read)
+        if batch is not None:
+            return batch.events
+        payload = columns.json_events()[0]  # (landed by a version with other ranges)
     try:
         return _BODY.decoder.decode(payload).events
     except msgspec.ValidationError:

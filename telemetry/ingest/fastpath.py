@@ -85,13 +85,16 @@ def ingest_outcome(
         return refused
     assert body is not None
     read: list[Any] | None = None
+    columns = None
     if body_format is not None:
         try:
-            body, read = batch_json(body, body_format, channel=channel)
+            body, read, columns = batch_json(body, body_format, channel=channel)
         except BodyRefused as exc:
             return exc.outcome
     try:
-        result = services.telemetry_batch_ingest(device=device, body=body, read=read)
+        result = services.telemetry_batch_ingest(
+            device=device, body=body, read=read, columns=columns
+        )
     except BatchTooLarge as exc:
         return _too_large(str(exc))
     except ApplicationError as exc:

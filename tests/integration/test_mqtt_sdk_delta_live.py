@@ -17,7 +17,8 @@ import pytest
 
 from edge_sdk import Device, DeviceConfig
 from edge_sdk.delta import canonical_bytes
-from edge_sdk.transport.mqtt import MqttTransport
+from edge_sdk.transport.mqtt import MqttTransport, fetch_document
+from edge_sdk.wire import PROTOBUF_MEDIA_TYPE
 from tests.mqtt_broker import Broker
 from tests.unit.edge_sdk.sdk_helpers import Inference, readings
 
@@ -37,9 +38,12 @@ def _state(fleet: Any, seq: int, stable: int, candidate: int | None = None) -> b
     return json.dumps({**message, "rollout": rollout}).encode()
 
 
-@pytest.mark.parametrize("metered", [True, False])
+@pytest.mark.parametrize(
+    ("metered", "wire_format"), [(True, "auto"), (False, "auto"), (True, "json")]
+)
 def test_mqtt_sdk_delta__state_names_v2__taken_as_a_delta_applied_byte_equal_and_acked(
     metered: bool,
+    wire_format: str,
     transactional_db: None,
     server: AsgiProcess,  # noqa: F811
     fleet: Any,
@@ -71,6 +75,8 @@ def test_mqtt_sdk_delta__state_names_v2__taken_as_a_delta_applied_byte_equal_and
             online_check_s=0.1,
             mqtt_document_wait_s=0.5,
             mqtt_prefetch_jitter_s=0,
+            # "auto": the documents and deltas it fetches come in protobuf; "json": as JSON
+            wire_format=wire_format,  # type: ignore[arg-type]
         ),
         # Metered, a weak link: deltas first, no prefetch; else the broker's copy first (none
         # here), then the delta
@@ -110,3 +116,40 @@ def test_mqtt_sdk_delta__state_names_v2__taken_as_a_delta_applied_byte_equal_and
         background.run(device.stop())
         control.close()
         broker.stop()
+
+
+@pytest.mark.parametrize("since", [None, 1])
+def test_mqtt_fetch__protobuf_asked__protobuf_answered_read_as_the_json_one(
+    transactional_db: None,
+    server: AsgiProcess,  # noqa: F811
+    fleet: Any,
+    publish_version: Callable[..., Any],
+    background: BackgroundLoop,
+    since: int | None,
+) -> None:
+    # Given v2 published (one cell changed)
+    publish_version(fleet, threshold=0.95)
+    answers: list[httpx.Response] = []  # (headers only: the body is streamed)
+
+    async def fetch(protobuf: bool) -> bytes | None:
+        async def seen(response: httpx.Response) -> None:
+            answers.append(response)
+
+        hooks = {"response": [seen]}
+        async with httpx.AsyncClient(trust_env=False, event_hooks=hooks) as http:
+            return await fetch_document(
+                http, server.url, fleet.slug, 2, 10.0, since=since, protobuf=protobuf
+            )
+
+    # When the MQTT transport fetches v2 (whole, or since v1) as JSON, then asking for protobuf
+    as_json = background.run(fetch(False))
+    as_protobuf = background.run(fetch(True))
+
+    # Then the second answer came in protobuf (a delta with `since`), and reads as the same JSON
+    # value (same canonical bytes)
+    assert [a.headers["Content-Type"] for a in answers] == ["application/json", PROTOBUF_MEDIA_TYPE]
+    im = None if since is None else "policy-delta"
+    assert [a.headers.get("IM") for a in answers] == [im, im]
+    assert as_json is not None
+    assert as_protobuf is not None
+    assert canonical_bytes(json.loads(as_protobuf)) == canonical_bytes(json.loads(as_json))

@@ -5,6 +5,7 @@ The server keeps deltas between versions at most 2 apart (`POLICY_DELTA_WINDOW=2
 further behind shows the whole-document fallback. (The MQTT path: test_mqtt_sdk_live.py.)
 """
 
+import asyncio
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,9 +14,13 @@ from typing import Any
 import httpx
 import pytest
 from django.db import connection
+from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
 
 from edge_sdk import Device
-from edge_sdk.delta import canonical_bytes
+from edge_sdk.delta import apply_delta, canonical_bytes
+from edge_sdk.wire import PROTOBUF_SUBPROTOCOL, codec
+from edge_sdk.wire import edge_routing_pb2 as pb
 from routing_policies.models import Device as DeviceRow
 from routing_policies.services import fleet_switch_version
 from tests.live_server import require_postgres_and_redis
@@ -61,13 +66,24 @@ def _holds_the_servers(device: Device, server: AsgiProcess, fleet: Any, number: 
     )
 
 
+@pytest.fixture
+def v2(fleet: Any, publish_version: Callable[..., Any], publisher: Any) -> Any:
+    """v2 (one cell's θ changed) published and assigned to the whole fleet."""
+    version = publish_version(fleet, threshold=0.95)
+    fleet_switch_version(actor=publisher, fleet=fleet, version=2)
+    return version
+
+
 def _ran_v1_and_stopped(background: BackgroundLoop, device: Device) -> None:
     """The device (with a state_dir) applies v1, then stops: v1 is stored for its next start."""
     _on_version(device, 1)
     background.run(device.stop())
 
 
+# A device on JSON frames and one on protobuf frames (`policy_delta` as a PolicyDelta) end alike.
+@pytest.mark.parametrize("wire_format", ["json", "auto"])
 def test_sdk_delta__switch_to_v2__pushed_as_a_delta_applied_byte_equal_and_acked(
+    wire_format: str,
     transactional_db: None,
     server: AsgiProcess,
     devices: Callable[..., Device],  # noqa: F811
@@ -77,7 +93,7 @@ def test_sdk_delta__switch_to_v2__pushed_as_a_delta_applied_byte_equal_and_acked
     publisher: Any,
 ) -> None:
     # Given a connected device on v1, and v2 published with one cell changed
-    device = devices(server.url, fleet_key, "delta-push-1")
+    device = devices(server.url, fleet_key, "delta-push-1", wire_format=wire_format)
     _on_version(device, 1)
     publish_version(fleet, threshold=0.95)
 
@@ -197,17 +213,9 @@ def test_sdk_delta__polling__226_applied(
 
 
 def test_socket_delta__hello_by_hand__delta_frame_whole_document_or_error(
-    transactional_db: None,
-    server: AsgiProcess,
-    background: BackgroundLoop,
-    fleet: Any,
-    fleet_key: str,
-    publish_version: Callable[..., Any],
-    publisher: Any,
+    transactional_db: None, server: AsgiProcess, background: BackgroundLoop, fleet_key: str, v2: Any
 ) -> None:
-    # Given v2 assigned to the fleet
-    publish_version(fleet, threshold=0.95)
-    fleet_switch_version(actor=publisher, fleet=fleet, version=2)
+    # Given v2 assigned to the fleet (`v2`)
 
     async def speak() -> list[dict[str, Any]]:
         async with httpx.AsyncClient(trust_env=False) as http:
@@ -239,3 +247,64 @@ def test_socket_delta__hello_by_hand__delta_frame_whole_document_or_error(
     assert unknown_base["version"] == 2
     for error in (bad, null):
         assert (error["type"], error["code"], error["field"]) == ("error", "bad_message", "delta")
+
+
+def test_protobuf_socket_delta__hello_by_hand__policy_delta_message_then_hostile_frames(
+    transactional_db: None,
+    server: AsgiProcess,
+    background: BackgroundLoop,
+    fleet: Any,
+    fleet_key: str,
+    v2: Any,
+) -> None:
+    # Given v2 assigned to the fleet (`v2`), and a socket opened with the protobuf subprotocol
+    hello = {"type": "hello", "device_id": "delta-pb-raw", "sdk": "raw", "policy_version": 1}
+
+    async def speak() -> list[Any]:
+        async with httpx.AsyncClient(trust_env=False) as http:
+            token = await enroll(http, server.url, fleet_key=fleet_key, device_id="delta-pb-raw")
+        socket = await connect(
+            server.url.replace("http", "ws", 1) + "/ws/device/",
+            additional_headers={"Authorization": f"Bearer {token}"},
+            subprotocols=[Subprotocol(PROTOBUF_SUBPROTOCOL)],
+            proxy=None,
+            compression=None,
+        )
+        got = []
+        # (a hello that holds v1 and takes deltas; then a device sending the server a delta
+        # frame of its own, and one whose delta is not protobuf)
+        for raw in (
+            codec.frame_to_protobuf({**hello, "delta": True}),
+            codec.frame_to_protobuf({"type": "policy_delta", **_some_delta(), "rollout": None}),
+            b"\x3a\x04\x0a\x02\xff\xff",
+        ):
+            await socket.send(raw)
+            got.append(await asyncio.wait_for(socket.recv(), timeout=WAIT_S))
+        await socket.close()
+        return got
+
+    delta_raw, own_delta, garbage = background.run(speak())
+
+    # Then the answer is the Frame kind policy_delta, which applied to v1 gives v2
+    message = pb.Frame()
+    message.ParseFromString(delta_raw)
+    assert message.WhichOneof("kind") == "policy_delta"
+    frame = codec.frame_from_protobuf(delta_raw)
+    assert isinstance(frame, dict)
+    assert (frame["type"], frame["base"], frame["version"], frame["rollout"]) == (
+        "policy_delta",
+        1,
+        2,
+        None,
+    )
+    delta = {k: v for k, v in frame.items() if k not in ("type", "rollout")}
+    v1, v2 = (_server_document(server, fleet, n) for n in (1, 2))
+    assert canonical_bytes(apply_delta(v1, delta)) == canonical_bytes(v2)
+    # And a delta frame from a device is not a message it may send; bytes that are not a
+    # Frame are a bad_message; the socket stays open for both
+    assert codec.frame_from_protobuf(own_delta)["code"] == "unknown_type"  # type: ignore[index]
+    assert codec.frame_from_protobuf(garbage)["code"] == "bad_message"  # type: ignore[index]
+
+
+def _some_delta() -> dict[str, Any]:
+    return {"fleet": "f", "base": 1, "version": 2, "hash": "sha256:00", "patch": {}}

@@ -12,8 +12,10 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from edge_sdk.wire.codec import BatchColumns
 from routing_policies.models import Device
 
+from ..columns import accepted
 from ..events import BatchContext, TelemetryEvent, decode_batch, encode_landed
 from ..models import EventKey, LandedBatch
 from ..selectors import VersionCatalog
@@ -95,32 +97,27 @@ _LEDGER_AND_LANDING_SQL: Final = (
 
 
 def _ledger_insert_and_land_all(
-    device: Device, now: datetime, events: dict[str, TelemetryEvent], body: bytes
+    device: Device, now: datetime, ids: list[str], days: str, body: bytes
 ) -> tuple[int | None, set[str]]:
-    """PostgreSQL, one statement: the ledger insert, and the landing of the whole body when
-    every event is new. (landed batch id, new ids); the id is None when some were not new,
-    and the caller lands those (re-encoded) in the same transaction.
+    """PostgreSQL, one statement: the ledger insert of `ids` (hex, no two alike; `days` their
+    UTC days as an int[] literal), and the landing of the whole body when every event is new.
+    (landed batch id, new ids); the id is None when some were not new, and the caller lands
+    those (re-encoded) in the same transaction.
     """
     # Pipeline mode: the transaction's BEGIN goes in the same round trip as the statement.
     with _server_cursor() as cursor, cursor.connection.pipeline():
         cursor.execute(
             _LEDGER_AND_LANDING_SQL,
             [
-                "{" + ",".join(events) + "}",
-                _day_numbers(events),
-                device.fleet_id,
-                device.pk,
-                now,
-                len(events),
-                body,
-                len(events),
+                *("{" + ",".join(ids) + "}", days, device.fleet_id, device.pk, now),
+                *(len(ids), body, len(ids)),
             ],
         )
         row = cursor.fetchone()
     assert row is not None
     landed_id, new_ids = row
     if landed_id is not None:
-        return int(landed_id), set(events)
+        return int(landed_id), set(ids)
     return None, set(new_ids or ())
 
 
@@ -147,14 +144,22 @@ def _land(device: Device, now: datetime, events: list[TelemetryEvent], payload: 
 
 
 def telemetry_batch_ingest(
-    *, device: Device, body: bytes, now: datetime | None = None, read: list[Any] | None = None
+    *,
+    device: Device,
+    body: bytes,
+    now: datetime | None = None,
+    read: list[Any] | None = None,
+    columns: BatchColumns | None = None,
 ) -> IngestResult:
     """Validate a device's batch and land its new events durably; names every bad event.
 
     Raises ValidationFailed (400, nothing stored) or BatchTooLarge (413). Events whose id is
     already stored, or repeated inside the batch, are counted as duplicates and not stored
     again. `read`: the body's events as a column-wise protobuf batch was read into
-    (`events.decode_batch`), `body` being its JSON text.
+    (`events.decode_batch`), `body` being its JSON text. `columns`: the body is a column-wise
+    protobuf batch, these its columns; checked column by column (`columns.accepted`) and, when
+    every event is surely valid and new, landed as it came (protobuf), else read as its JSON
+    batch and checked event by event as any body.
     """
     now = now or timezone.now()
     context = BatchContext(
@@ -163,6 +168,22 @@ def telemetry_batch_ingest(
         oldest=retention_start(now),
         versions=VersionCatalog(device.fleet_id),
     )
+    if columns is not None and connection.vendor == "postgresql":
+        whole = accepted(columns, context)
+        if whole is not None:
+            with transaction.atomic():
+                batch_id, new_ids = _ledger_insert_and_land_all(
+                    device, now, whole.ids, whole.days, body
+                )
+                if batch_id is not None:
+                    return _landed(device, batch_id, len(whole.ids), 0)
+                # Some were stored before (a batch sent again): the event path, same ledger.
+                text, read = columns.json_events()
+                events = decode_batch(text, context, read)
+                new_events = [e for e in events if e.event_id.hex in new_ids]
+                return _land_new(device, now, events, new_events, None)
+    if columns is not None:
+        body, read = columns.json_events()
     events = decode_batch(body, context, read)
     unique: dict[str, TelemetryEvent] = {}
     for event in events:
@@ -170,29 +191,43 @@ def telemetry_batch_ingest(
     if not unique:
         return IngestResult(accepted=0, duplicates=len(events), batch_id=None)
     with transaction.atomic():
-        batch_id = None
         if connection.vendor == "postgresql" and len(unique) == len(events):
             # The common case, a batch of new events: one statement lands the body as it came.
-            batch_id, new_ids = _ledger_insert_and_land_all(device, now, unique, body)
+            ids = list(unique)
+            batch_id, new_ids = _ledger_insert_and_land_all(
+                device, now, ids, _day_numbers(unique), body
+            )
+            if batch_id is not None:
+                return _landed(device, batch_id, len(events), 0)
         else:
             new_ids = _ledger_insert(unique)
-        if batch_id is not None:
-            new_events = events
-        else:
-            new_events = [event for hex_id, event in unique.items() if hex_id in new_ids]
-            if new_events:
-                every_event = len(new_events) == len(events)
-                payload = encode_landed(new_events, body if every_event else None)
-                batch_id = _land(device, now, new_events, payload)
-        if batch_id is not None:
-            landed_id = batch_id
-            transaction.on_commit(lambda: wake_worker(landed_id))
+        new_events = [event for hex_id, event in unique.items() if hex_id in new_ids]
+        return _land_new(device, now, events, new_events, body)
+
+
+def _land_new(
+    device: Device,
+    now: datetime,
+    events: list[TelemetryEvent],
+    new_events: list[TelemetryEvent],
+    body: bytes | None,
+) -> IngestResult:
+    """Land the batch's new events (in the caller's transaction): `body` (its JSON text) as
+    the payload when every event is new, else the new events encoded again."""
+    batch_id = None
+    if new_events:
+        every_event = len(new_events) == len(events)
+        payload = encode_landed(new_events, body if every_event else None)
+        batch_id = _land(device, now, new_events, payload)
+    return _landed(device, batch_id, len(new_events), len(events) - len(new_events))
+
+
+def _landed(device: Device, batch_id: int | None, accepted: int, duplicates: int) -> IngestResult:
+    """The result of a landing (in the caller's transaction): the worker woken at commit."""
+    if batch_id is not None:
+        landed_id = batch_id
+        transaction.on_commit(lambda: wake_worker(landed_id))
     logger.debug(
-        "telemetry.batch_landed batch=%s device=%s accepted=%d",
-        batch_id,
-        device.pk,
-        len(new_events),
+        "telemetry.batch_landed batch=%s device=%s accepted=%d", batch_id, device.pk, accepted
     )
-    return IngestResult(
-        accepted=len(new_events), duplicates=len(events) - len(new_events), batch_id=batch_id
-    )
+    return IngestResult(accepted=accepted, duplicates=duplicates, batch_id=batch_id)

@@ -150,7 +150,7 @@ FRAMES = [
     {"type": "up_to_date", "version": None},
     {"type": "cloud_pressure", "theta_offset": 0.1, "ttl_s": 300},
     {"type": "error", "code": "bad_message", "detail": "x", "field": "sdk"},
-    {"type": "policy_delta", "base": 3, "patch": {"cells": []}},  # a kind this schema lacks
+    {"type": "policy_delta", "base": 3, "patch": {"cells": []}},  # a delta it cannot spell
     {"type": "ack"},  # malformed, carried as it is for the server to refuse
     {"type": "hello", "device_id": 5, "policy_version": None},
 ]

@@ -8,6 +8,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from edge_sdk.delta import apply_delta, canonical_bytes
+from edge_sdk.wire import PROTOBUF_MEDIA_TYPE, codec, compression
 from routing_policies.services import device_enroll, fleet_switch_version
 
 pytestmark = pytest.mark.django_db
@@ -172,3 +173,87 @@ def test_device_policy__a_im_with_the_current_etag__304(
 def test_device_policy__since_without_a_token__401(fleet: Any, two_versions: Any) -> None:
     response = APIClient().get(POLL, {"since": 1}, HTTP_A_IM="policy-delta")
     assert response.status_code == 401
+
+
+# --- in protobuf, when the device negotiated it (docs/PROTOCOL.md, "Binary frames") ------------
+
+PROTOBUF_ACCEPT = "application/x-protobuf, application/json;q=0.5"
+
+
+def test_published_document__since_with_protobuf_accepted__policy_delta_message(
+    fleet: Any, two_versions: Any, api_client: APIClient
+) -> None:
+    # Given v1 and v2, and the JSON delta a device that did not ask for protobuf gets
+    v1, v2 = two_versions
+    as_json = api_client.get(_doc_url(fleet, 2), {"since": 1})
+
+    # When v2 is asked for since v1 with protobuf preferred
+    response = api_client.get(_doc_url(fleet, 2), {"since": 1}, HTTP_ACCEPT=PROTOBUF_ACCEPT)
+
+    # Then the delta comes as a PolicyDelta, cacheable, under the weak form of the pair's tag
+    assert response.status_code == 200
+    assert response["Content-Type"] == PROTOBUF_MEDIA_TYPE
+    assert response["IM"] == "policy-delta"
+    assert response["Cache-Control"] == IMMUTABLE
+    assert response["ETag"] == "W/" + as_json["ETag"]
+    assert "Accept" in response["Vary"]
+    assert len(response.content) < len(as_json.content)
+    # And it is the JSON delta, which applied to v1 gives v2, byte-equal after canonical encoding
+    delta = codec.delta_from_protobuf(response.content)
+    assert canonical_bytes(delta) == canonical_bytes(as_json.json())
+    assert canonical_bytes(apply_delta(v1, delta)) == canonical_bytes(v2)
+
+
+@pytest.mark.parametrize("coding", compression.CODINGS)
+def test_device_policy__a_im_with_protobuf_accepted__226_policy_delta_compressed(
+    device_on_v2: APIClient, two_versions: Any, coding: str
+) -> None:
+    # Given a device holding v1, assigned v2, that reads protobuf and a content coding
+    v1, v2 = two_versions
+
+    # When it polls with v1's ETag and A-IM: policy-delta
+    response = device_on_v2.get(
+        POLL,
+        HTTP_IF_NONE_MATCH=v1["etag"],
+        HTTP_A_IM="policy-delta",
+        HTTP_ACCEPT=PROTOBUF_ACCEPT,
+        HTTP_ACCEPT_ENCODING=coding,
+    )
+
+    # Then 226 with the delta as a PolicyDelta, compressed, tagged (weakly) as v2
+    assert response.status_code == 226
+    assert response["IM"] == "policy-delta"
+    assert response["Content-Type"] == PROTOBUF_MEDIA_TYPE
+    assert response["Content-Encoding"] == coding
+    assert response["ETag"] == "W/" + v2["etag"]
+    raw = compression.inflate(response.content, coding, limit=1 << 20)
+    assert canonical_bytes(apply_delta(v1, codec.delta_from_protobuf(raw))) == canonical_bytes(v2)
+    # And with that tag the next poll is a 304
+    again = device_on_v2.get(POLL, HTTP_IF_NONE_MATCH=response["ETag"], HTTP_A_IM="policy-delta")
+    assert again.status_code == 304
+
+
+def test_delta_chain_in_protobuf__ends_byte_equal_to_the_whole_document(
+    fleet: Any, publish_version: Callable[..., Any], api_client: APIClient
+) -> None:
+    # Given five versions, each changing one cell's θ
+    for threshold in (0.8, 0.65, 0.9, 0.55):
+        publish_version(fleet, threshold=threshold)
+    held = api_client.get(_doc_url(fleet, 1)).json()
+
+    # When a device walks from v1 to v5 by protobuf deltas, one version at a time
+    for number in range(2, 6):
+        response = api_client.get(
+            _doc_url(fleet, number), {"since": number - 1}, HTTP_ACCEPT=PROTOBUF_ACCEPT
+        )
+        assert response["IM"] == "policy-delta"
+        held = apply_delta(held, codec.delta_from_protobuf(response.content))
+
+    # Then what it holds is v5's whole document, byte-equal after canonical encoding, and the
+    # whole document in protobuf says the same
+    whole = api_client.get(_doc_url(fleet, 5)).json()
+    assert canonical_bytes(held) == canonical_bytes(whole)
+    as_protobuf = api_client.get(_doc_url(fleet, 5), HTTP_ACCEPT=PROTOBUF_ACCEPT)
+    assert canonical_bytes(codec.document_from_protobuf(as_protobuf.content)) == canonical_bytes(
+        whole
+    )

@@ -464,3 +464,123 @@ def test_telemetry_wire__protobuf_without_token__401(phone_client: Any) -> None:
     # Then 401, nothing stored
     assert response.status_code == 401
     assert _nothing_stored()
+
+
+# --- checked column by column (telemetry.ingest.columns) ---------------------------------------
+
+
+def test_telemetry_wire__valid_columns__landed_as_sent_and_processed_like_json(
+    phone_client: Any,
+) -> None:
+    # Given a column-wise batch every event of which the JSON rules accept, quality signals too
+    events = [
+        *make_events(2),
+        make_event(route="draft_refine", refine_changed=True, refine_edit_ratio=0.25),
+        make_event(shadow_refine=True, uploaded=True, refine_changed=False, refine_edit_ratio=0),
+        make_event(score=None, tokens=None, quality=0.9),
+    ]
+    body = _protobuf(events)
+
+    # When it is posted
+    response = _post(phone_client, body, PROTOBUF_MEDIA_TYPE)
+
+    # Then it is landed as the bytes it came in (no JSON text written at ingest) ...
+    assert response.status_code == 202, response.content
+    assert response.json() == {"accepted": 5, "duplicates": 0}
+    assert bytes(LandedBatch.objects.get().payload) == body
+    # ... and the worker stores exactly what the same batch in JSON gives
+    from_protobuf = _stored_rows()
+    Event.objects.all().delete()
+    EventKey.objects.all().delete()
+    assert _post(phone_client, _json(events), "application/json").status_code == 202
+    assert bytes(LandedBatch.objects.get().payload).startswith(b"{")
+    assert _stored_rows() == from_protobuf
+    assert len(from_protobuf) == 5
+
+
+def test_telemetry_wire__columns_partly_stored_before__only_new_events_landed(
+    phone_client: Any,
+) -> None:
+    # Given two events already stored
+    events = make_events(3)
+    assert _post(phone_client, _protobuf(events[:2]), PROTOBUF_MEDIA_TYPE).status_code == 202
+
+    # When a batch of those two and a new one is posted as columns
+    response = _post(phone_client, _protobuf(events), PROTOBUF_MEDIA_TYPE)
+
+    # Then only the new one is landed (as JSON, the JSON path's re-encoding), the two counted
+    assert response.json() == {"accepted": 1, "duplicates": 2}
+    landed = LandedBatch.objects.order_by("id").last()
+    assert landed is not None
+    assert landed.event_count == 1
+    assert json.loads(bytes(landed.payload))["events"][0]["event_id"] == events[2]["event_id"]
+    assert len(_stored_rows()) == 3
+
+
+def test_telemetry_wire__an_id_twice_in_the_columns__counted_once_like_json(
+    phone_client: Any,
+) -> None:
+    # Given a column-wise batch holding the same event twice
+    event = make_event()
+
+    # When it is posted
+    response = _post(phone_client, _protobuf([event, event, make_event()]), PROTOBUF_MEDIA_TYPE)
+
+    # Then the repeat is a duplicate, as in JSON
+    assert response.json() == {"accepted": 2, "duplicates": 1}
+    assert EventKey.objects.count() == 2
+
+
+_EDGES = [
+    {},
+    {"score": 1.0},
+    {"score": 1.0000001},
+    {"score": -0.0},
+    {"score": -1e-9},
+    {"task_type": "t" * 32},
+    {"task_type": "t" * 33},
+    {"task_type": ""},
+    {"device_id": ""},
+    {"tokens": 10_000_000},
+    {"tokens": 10_000_001},
+    {"upload_bytes": 2**40 + 1},
+    {"latency_ms": 86_400_000.0},
+    {"latency_ms": 86_400_000.5},
+    {"rtt_ms": 600_001},
+    {"bandwidth_kbps": -1},
+    {"cloud_pressure": -1.0},
+    {"cloud_pressure": -1.5},
+    {"policy_version": 3},
+    {"policy_version": 0},
+    {"latency_budget": "someday"},
+    {"privacy_tier": "secret"},
+    {"route": "cloud", "refine_changed": True},
+    {"route": "draft_refine", "refine_changed": False, "refine_edit_ratio": 0.5},
+    {"refine_edit_ratio": 0.0},
+    {"route": "cloud", "shadow_refine": True},
+    {"cache_hit": True, "shadow_refine": True},
+    {"shadow_refine": False},
+    {"ts": "2020-01-01T00:00:00Z"},
+    {"ts": "2099-01-01T00:00:00Z"},
+    {"uploaded": None, "quality": None, "score": None},
+]
+
+
+@pytest.mark.parametrize("override", _EDGES, ids=[",".join(o) or "valid" for o in _EDGES])
+def test_telemetry_wire__columns_at_and_past_each_rule__answered_exactly_as_json(
+    phone_client: Any, override: dict[str, Any]
+) -> None:
+    # Given a batch whose third event sits at or just past one of the struct's rules (a range
+    # bound, a length, a dimension value, a quality-signal combination, the clock window)
+    events = [*make_events(2), make_event(**override), make_event()]
+
+    # When it is posted as JSON, then (after clearing) as columns
+    as_json = _post(phone_client, _json(events), "application/json")
+    Event.objects.all().delete()
+    EventKey.objects.all().delete()
+    LandedBatch.objects.all().delete()
+    as_protobuf = _post(phone_client, _protobuf(events), PROTOBUF_MEDIA_TYPE)
+
+    # Then both get the same answer, word for word
+    assert (as_protobuf.status_code, as_protobuf.json()) == (as_json.status_code, as_json.json())
+    assert LandedBatch.objects.exists() == (as_json.status_code == 202)
