@@ -9,11 +9,12 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.api import JsonChoiceField, JsonStringField
+from controlplane.api import JsonChoiceField, JsonStringField, TidyJsonStringField
 from controlplane.openapi import ApiSerializer, closed_body
 from telemetry.models import Cohort
 
 from ..schemas import ClosedSerializer, SubjectField, version_number_field, window_hours_field
+from ..segments import MAX_SEGMENT_NAME
 from .models import BacktestStatus
 from .services import MAX_CELL_NAME, MAX_FILTER_CELLS, MAX_FILTER_VERSIONS
 
@@ -85,6 +86,13 @@ class BacktestStartSerializer(ClosedSerializer):
         JsonStringField(max_length=MAX_CELL_NAME),
         MAX_FILTER_CELLS,
         "only these cells, as task_type/latency_budget/privacy_tier",
+    )
+    segment = TidyJsonStringField(
+        max_length=MAX_SEGMENT_NAME,
+        required=False,
+        help_text="only events of the devices in this segment of the fleet (their attributes "
+        "now), every version replayed as a device of the segment runs it (its overrides); "
+        "400 naming `segment` when the fleet has no such segment",
     )
 
     class Meta:
