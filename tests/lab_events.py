@@ -36,6 +36,27 @@ def stored_route(cell: Cell, event: Event) -> str:
     return decide(cell, task, device).route
 
 
+def replayed_figures(
+    cells: dict[tuple[str, str, str], Cell], events: list[Event]
+) -> dict[str, Any]:
+    """Routes (each of device, cloud, draft_refine), α, cloud calls and tokens of stored
+    `events` decided under `cells`: the independent computation a replay is checked against."""
+    routes = dict.fromkeys(("device", "cloud", "draft_refine"), 0)
+    calls = tokens = 0
+    for event in events:
+        route = stored_route(cells[event_key(event)], event)
+        routes[route] += 1
+        if route != "device" and not event.cache_hit:
+            calls += 1
+            tokens += event.tokens
+    return {
+        "routes": routes,
+        "alpha": routes["device"] / len(events),
+        "calls": calls,
+        "tokens": tokens,
+    }
+
+
 def slow_device_events(count: int = 400, *, seed: int = 5) -> list[dict[str, Any]]:
     """`count` events of voice/interactive/normal (budget 300 ms) as v1 decided them, ready to
     ingest: a device answer takes 600 ms, a cloud answer 140 ms (40 ms round trip, no upload,

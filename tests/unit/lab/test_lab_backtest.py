@@ -21,7 +21,7 @@ from routing_policies.pricing import CloudPrice
 from routing_policies.selectors import version_table
 from routing_policies.services import policy_draft_create, policy_draft_update_cells
 from tests.factories import decided_events
-from tests.lab_events import event_key, stored_route
+from tests.lab_events import event_key, replayed_figures, stored_route
 
 pytestmark = pytest.mark.django_db
 
@@ -156,18 +156,10 @@ def test_backtest__draft__figures_equal_an_independent_computation(
 
     # Then α, cloud and draft-refine shares, calls, tokens and cost are what an independent
     # loop over the same events gives
-    routes: Counter[str] = Counter()
-    calls = tokens = 0
-    for event in stored:
-        route = stored_route(cells[event_key(event)], event)
-        routes[route] += 1
-        if route != "device" and not event.cache_hit:
-            calls += 1
-            tokens += event.tokens
+    expected = replayed_figures(cells, stored)
+    routes, calls, tokens = expected["routes"], expected["calls"], expected["tokens"]
     subject = result["overall"]["subject"]
-    assert subject["routes"] == {
-        route: routes[route] for route in ("device", "cloud", "draft_refine")
-    }
+    assert subject["routes"] == routes
     assert subject["alpha"] == pytest.approx(routes["device"] / len(stored))
     assert subject["cloud_share"] == pytest.approx(routes["cloud"] / len(stored))
     assert subject["draft_refine_share"] == pytest.approx(routes["draft_refine"] / len(stored))
@@ -176,11 +168,8 @@ def test_backtest__draft__figures_equal_an_independent_computation(
     assert subject["cost"] == pytest.approx(price.cost(tokens=tokens, calls=calls))
     # and its cost report: per day at the window's rate, against all-cloud (every event a
     # call with its tokens) and against the stable version replayed on the same events
-    stable_calls = stable_tokens = 0
-    for event in stored:
-        if stored_route(_cells(fleet)[event_key(event)], event) != "device" and not event.cache_hit:
-            stable_calls += 1
-            stable_tokens += event.tokens
+    stable = replayed_figures(_cells(fleet), stored)
+    stable_calls, stable_tokens = stable["calls"], stable["tokens"]
     stable_cost = price.cost(tokens=stable_tokens, calls=stable_calls)
     all_cloud = price.cost(tokens=sum(e.tokens for e in stored), calls=len(stored))
     report = result["cost"]["subject"]

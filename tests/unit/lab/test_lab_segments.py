@@ -4,12 +4,10 @@ figures equal an independent computation on generated events."""
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import pytest
 
-from edge_sdk.decision import Cell
 from lab.backtests.models import Backtest, BacktestStatus
 from lab.backtests.services import backtest_run, backtest_start
 from routing_policies.policies.sdk_cells import table_cells
@@ -22,31 +20,13 @@ from routing_policies.services import (
 )
 from telemetry.models import Event
 from tests.factories import decided_events
-from tests.lab_events import NPU_PHONES, event_key, phones_with_segments, stored_route
+from tests.lab_events import NPU_PHONES, phones_with_segments, replayed_figures
 
 pytestmark = pytest.mark.django_db
 
 TEXT = ("text", "background", "normal")  # a cell the NPU phones report (decided_events)
 TEXT_LABEL = "text/background/normal"
 ROUTES = ("device", "cloud", "draft_refine")
-
-
-def _figures(cells: dict[tuple[str, str, str], Cell], events: list[Event]) -> dict[str, Any]:
-    """Routes, α, cloud calls and tokens of `events` decided under `cells`, independently."""
-    routes: Counter[str] = Counter()
-    calls = tokens = 0
-    for event in events:
-        route = stored_route(cells[event_key(event)], event)
-        routes[route] += 1
-        if route != "device" and not event.cache_hit:
-            calls += 1
-            tokens += event.tokens
-    return {
-        "routes": {route: routes[route] for route in ROUTES},
-        "alpha": routes["device"] / len(events),
-        "calls": calls,
-        "tokens": tokens,
-    }
 
 
 def _run(actor: Any, fleet: Any, **data: Any) -> dict[str, Any]:
@@ -105,7 +85,7 @@ def test_backtest__segment__only_its_devices_events_under_its_override(
     }
     npu_table = version_table(version=draft)
     npu_table[TEXT] = {**npu_table[TEXT], "threshold": 0.95}
-    expected = _figures(table_cells(npu_table), npu_events)
+    expected = replayed_figures(table_cells(npu_table), npu_events)
     subject = overall["subject"]
     assert subject["routes"] == expected["routes"]
     assert subject["alpha"] == pytest.approx(expected["alpha"])
@@ -116,7 +96,7 @@ def test_backtest__segment__only_its_devices_events_under_its_override(
     assert subject["cost"] == pytest.approx(
         CloudPrice.of_fleet(fleet).cost(tokens=expected["tokens"], calls=expected["calls"])
     )
-    stable = _figures(v1, npu_events)
+    stable = replayed_figures(v1, npu_events)
     assert overall["stable"]["routes"] == stable["routes"]
     # and the override made a difference a user would see (the check above is not vacuous)
     assert subject["routes"] != overall["stable"]["routes"]
@@ -174,7 +154,7 @@ def test_backtest__segment_without_an_override__base_cells_and_its_events_only(
     # Then it replays the GPU and NPU phones' events with v1's own cells
     wanted = [e for e in stored if int(e.device_id.split("-")[1]) % 4 in (0, 1)]
     assert result["events"] == len(wanted)
-    assert result["overall"]["subject"]["routes"] == _figures(v1, wanted)["routes"]
+    assert result["overall"]["subject"]["routes"] == replayed_figures(v1, wanted)["routes"]
     assert result["segment"]["devices"] == 10
     assert result["segment"]["subject_overridden"] == []
 
