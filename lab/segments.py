@@ -33,6 +33,7 @@ __all__ = [
     "lab_segment",
     "segment_devices",
     "segment_members_sql",
+    "segment_names",
     "segment_table",
 ]
 
@@ -73,6 +74,11 @@ def lab_segment(*, fleet: Fleet, name: str, field: str = "segment") -> LabSegmen
             details=[{"field": field, "message": "matches no device of the fleet"}],
         )
     return LabSegment(name=name, rule=rule, devices=devices)
+
+
+def segment_names(*, fleet: Fleet) -> list[str]:
+    """The fleet's segments' names, by name (what the lab's pages offer)."""
+    return list(Segment.objects.filter(fleet=fleet).order_by("name").values_list("name", flat=True))
 
 
 def _members(fleet_id: int, rule: dict[str, Any]) -> Any:

@@ -1,6 +1,7 @@
 """Generated events for the lab's tests whose answer is known by construction."""
 
 import random
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -105,6 +106,21 @@ NPU_PHONES = frozenset(f"phone-{i}" for i in range(SEGMENT_DEVICES) if i % 4 == 
 def accelerator_of(index: int) -> str:
     """The accelerator phone-`index` reports."""
     return ("npu", "gpu", "cpu", "cpu")[index % 4]
+
+
+PHONES = tuple(f"phone-{i}" for i in range(SEGMENT_DEVICES))
+
+
+def on_phones(events: list[Event], phones: Collection[str], *, seed: int = 3) -> list[Event]:
+    """`events` (of `decided_events(..., store=False)`) each from a phone drawn at random
+    from `phones`, stored: a phone's events then fall in every cell (decided_events' own
+    device ids follow its cells in step)."""
+    rng = random.Random(seed)
+    choices = sorted(phones)
+    for event in events:
+        event.device_id = rng.choice(choices)
+    Event.objects.bulk_create(events, batch_size=2000)
+    return events
 
 
 def phones_with_segments(*, fleet: Any, fleet_key: str, actor: Any) -> None:

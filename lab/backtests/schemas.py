@@ -9,12 +9,17 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.api import JsonChoiceField, JsonStringField, TidyJsonStringField
+from controlplane.api import JsonChoiceField, JsonStringField
 from controlplane.openapi import ApiSerializer, closed_body
 from telemetry.models import Cohort
 
-from ..schemas import ClosedSerializer, SubjectField, version_number_field, window_hours_field
-from ..segments import MAX_SEGMENT_NAME
+from ..schemas import (
+    ClosedSerializer,
+    SubjectField,
+    segment_field,
+    version_number_field,
+    window_hours_field,
+)
 from .models import BacktestStatus
 from .services import MAX_CELL_NAME, MAX_FILTER_CELLS, MAX_FILTER_VERSIONS
 
@@ -87,12 +92,10 @@ class BacktestStartSerializer(ClosedSerializer):
         MAX_FILTER_CELLS,
         "only these cells, as task_type/latency_budget/privacy_tier",
     )
-    segment = TidyJsonStringField(
-        max_length=MAX_SEGMENT_NAME,
-        required=False,
-        help_text="only events of the devices in this segment of the fleet (their attributes "
+    segment = segment_field(
+        "only events of the devices in this segment of the fleet (their attributes "
         "now), every version replayed as a device of the segment runs it (its overrides); "
-        "400 naming `segment` when the fleet has no such segment",
+        "400 naming `segment` when the fleet has no such segment"
     )
 
     class Meta:

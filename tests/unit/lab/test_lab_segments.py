@@ -4,12 +4,17 @@ figures equal an independent computation on generated events."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
+from edge_sdk.decision import Cell
 from lab.backtests.models import Backtest, BacktestStatus
 from lab.backtests.services import backtest_run, backtest_start
+from lab.calibration.selectors import calibration_compute, calibration_out
+from lab.calibration.services import calibration_apply
+from lab.calibration.targets import Target
 from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.pricing import CloudPrice
 from routing_policies.selectors import version_table
@@ -20,7 +25,15 @@ from routing_policies.services import (
 )
 from telemetry.models import Event
 from tests.factories import decided_events
-from tests.lab_events import NPU_PHONES, phones_with_segments, replayed_figures
+from tests.lab_events import (
+    NPU_PHONES,
+    PHONES,
+    event_key,
+    on_phones,
+    phones_with_segments,
+    replayed_figures,
+    stored_route,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -63,7 +76,7 @@ def test_backtest__segment__only_its_devices_events_under_its_override(
     # Given 1,200 events of v1 from 20 phones (5 with an NPU) and 60 more from a device the
     # registry does not know, and a draft whose override for npu raises text's θ to 0.95
     v1 = table_cells(version_table(version=fleet.versions.get(number=1)))
-    stored = decided_events(fleet, v1, count=1200)
+    stored = on_phones(decided_events(fleet, v1, count=1200, store=False), PHONES)
     strangers = decided_events(fleet, v1, count=60, seed=9, store=False)
     for event in strangers:
         event.device_id = "stranger"
@@ -123,10 +136,8 @@ def test_backtest__segment_of_a_published_override__self_check_replays_the_resol
     npu_table = {**base, TEXT: {**base[TEXT], "threshold": 0.95}}
     as_npu = decided_events(fleet, table_cells(npu_table), count=800, version=2, store=False)
     as_base = decided_events(fleet, table_cells(base), count=800, seed=2, version=2, store=False)
-    events = [e for e in as_npu if e.device_id in NPU_PHONES] + [
-        e for e in as_base if e.device_id not in NPU_PHONES
-    ]
-    Event.objects.bulk_create(events)
+    on_phones(as_npu[:200], NPU_PHONES)
+    on_phones(as_base[:600], set(PHONES) - NPU_PHONES)
 
     # When v2 is backtested for segment npu, and for the whole fleet
     segment = _run(publisher, fleet, version=2, segment="npu")
@@ -146,7 +157,7 @@ def test_backtest__segment_without_an_override__base_cells_and_its_events_only(
 ) -> None:
     # Given events of v1 from every phone
     v1 = table_cells(version_table(version=fleet.versions.get(number=1)))
-    stored = decided_events(fleet, v1, count=600, seed=4)
+    stored = on_phones(decided_events(fleet, v1, count=600, seed=4, store=False), PHONES)
 
     # When v1 is backtested for gpu-or-npu (no version overrides it)
     result = _run(publisher, fleet, version=1, segment="gpu-or-npu")
@@ -175,3 +186,87 @@ def test_backtest__same_request_with_a_segment__kept_apart_from_the_whole_fleet(
     assert not created_again
     assert first.pk == again.pk != whole.pk
     assert Backtest.objects.filter(fleet=fleet).count() == 2
+
+
+# --- calibration per segment -------------------------------------------------------------------
+
+
+def _alpha_at(cell: Cell, threshold: float, events: list[Event]) -> float:
+    """α of `events` decided by `cell` at θ `threshold`, independently of the sweep."""
+    at = dataclasses.replace(cell, threshold=threshold)
+    return sum(stored_route(at, event) == "device" for event in events) / len(events)
+
+
+def test_calibration__segment__swept_on_its_devices_events_at_its_override(
+    fleet: Any, publisher: Any, phones: None
+) -> None:
+    # Given events of v1 from every phone, and a draft whose override for npu sets text's θ
+    v1 = table_cells(version_table(version=fleet.versions.get(number=1)))
+    stored = on_phones(decided_events(fleet, v1, count=2400, seed=6, store=False), PHONES)
+    _draft_overriding_npu(fleet, publisher, 0.95)
+
+    # When the draft's text cell is calibrated for α 50% on segment npu, and on the fleet
+    target = Target(kind="alpha", value=0.5)
+    segment = calibration_out(
+        calibration_compute(fleet=fleet, target=target, cells=[TEXT], segment="npu")
+    )
+    whole = calibration_out(calibration_compute(fleet=fleet, target=target, cells=[TEXT]))
+
+    # Then the segment's sweep counts only the NPU phones' events of the cell, starts from
+    # the override's θ, and its α at θ now, at the chosen θ and along the curve equal an
+    # independent replay of those events
+    npu_text = [e for e in stored if e.device_id in NPU_PHONES and event_key(e) == TEXT]
+    all_text = [e for e in stored if event_key(e) == TEXT]
+    (cell,) = segment["cells"]
+    assert cell["events"] == len(npu_text) < whole["cells"][0]["events"] == len(all_text)
+    assert cell["current_threshold"] == 0.95
+    assert whole["cells"][0]["current_threshold"] == v1[TEXT].threshold
+    assert cell["current"]["alpha"] == pytest.approx(_alpha_at(v1[TEXT], 0.95, npu_text))
+    chosen = cell["chosen"]["threshold"]
+    assert cell["chosen"]["alpha"] == pytest.approx(_alpha_at(v1[TEXT], chosen, npu_text))
+    for point in cell["curve"][::10]:
+        assert point["alpha"] == pytest.approx(_alpha_at(v1[TEXT], point["threshold"], npu_text)), (
+            point["threshold"]
+        )
+    # and the result names the segment and what its override changes
+    assert segment["segment"] == {
+        "name": "npu",
+        "rule": {"attribute": "accelerator", "equals": "npu"},
+        "devices": len(NPU_PHONES),
+        "overridden": [TEXT_LABEL],
+    }
+    assert whole["segment"] is None
+
+
+def test_calibration_apply__segment__theta_written_into_its_override_and_backtested(
+    fleet: Any, publisher: Any, phones: None
+) -> None:
+    # Given a draft whose override for npu sets text's θ 0.95
+    draft = _draft_overriding_npu(fleet, publisher, 0.95)
+    base_theta = version_table(version=draft)[TEXT]["threshold"]
+
+    # When a calibration of the segment writes θ 0.7 for text and 0.4 for image/background
+    image = ("image", "background", "normal")
+    draft, backtest = calibration_apply(
+        actor=publisher,
+        fleet=fleet,
+        revision=draft.revision,
+        thresholds=[(TEXT, 0.7), (image, 0.4)],
+        segment="npu",
+    )
+
+    # Then the segment's override carries both θs, the cells themselves are unchanged, and
+    # the backtest started is the segment's
+    draft.refresh_from_db()
+    (override,) = draft.overrides
+    assert override["segment"] == "npu"
+    assert override["cells"] == {
+        "image/background/normal": {"threshold": 0.4},
+        TEXT_LABEL: {"threshold": 0.7},
+    }
+    assert version_table(version=draft)[TEXT]["threshold"] == base_theta
+    assert backtest is not None
+    assert backtest.filters["segment"]["name"] == "npu"
+    assert sorted(backtest.filters["segment"]["overridden"]) == sorted(
+        ["image/background/normal", TEXT_LABEL]
+    )
