@@ -367,6 +367,16 @@ class WindowSerializer(ApiSerializer):
     hours = serializers.FloatField()
 
 
+class CalibrationSegmentSerializer(ApiSerializer):
+    name = serializers.CharField()
+    rule = serializers.JSONField(help_text="the segment's rule as it was read")
+    devices = serializers.IntegerField(help_text="the fleet's devices it matched")
+    overridden = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="the cells the version's override for the segment changes",
+    )
+
+
 class CalibrationSerializer(ApiSerializer):
     fleet = serializers.CharField()
     base = BaseSerializer()
@@ -384,6 +394,10 @@ class CalibrationSerializer(ApiSerializer):
         allow_null=True,
         help_text="the calibrated cells together at their chosen θs; against stable only when "
         "each of them has a cell in the stable version",
+    )
+    segment = CalibrationSegmentSerializer(
+        allow_null=True,
+        help_text="the segment whose devices' events were calibrated on (null: the whole fleet)",
     )
 
 
