@@ -3,7 +3,6 @@ Celery worker: an editor picks segment npu, sees its backtest say which segment 
 override changes, calibrates the segment's θ and writes it into the segment's override.
 Screenshots at 1366 and 390 px are kept in test-artifacts/."""
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +16,6 @@ from routing_policies.selectors import version_table
 from tests.factories import UserFactory, decided_events, make_fleet
 from tests.integration.test_telemetry_durability import Worker
 from tests.lab_events import PHONES, on_phones, phones_with_segments
-from tests.live_server import empty_test_redis
 
 from .conftest import screenshot_path
 from .pages import LAPTOP, PHONE, assert_no_sideways_scroll, log_in
@@ -27,14 +25,6 @@ pytestmark = pytest.mark.e2e
 SLUG = "e2e-lab-segments"
 CELL = "text/background/normal"
 LIVE_TIMEOUT_MS = 120_000  # an outer bound for the worker's backtest
-
-
-@pytest.fixture
-def worker() -> Iterator[Worker]:
-    """A Celery worker (it runs the backtests); this test's Redis db emptied."""
-    empty_test_redis()
-    with Worker({"TELEMETRY_RATE_LIMIT_BATCHES": "0"}) as started:
-        yield started
 
 
 def _shots(page: Page, name: str) -> None:
