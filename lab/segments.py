@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from django.core.exceptions import EmptyResultSet
+from django.db.models import Count
 
 from controlplane.exceptions import Conflict, ValidationFailed
 from edge_sdk.overrides import resolve_cells
+from edge_sdk.segments import device_attributes
 from routing_policies.cell_schema import cell_key_label, document_cell
 from routing_policies.documents import Table
 from routing_policies.models import Device, Fleet, PolicyVersion, Segment
@@ -34,6 +36,7 @@ __all__ = [
     "segment_devices",
     "segment_members_sql",
     "segment_names",
+    "segment_other_tables",
     "segment_table",
 ]
 
@@ -118,3 +121,32 @@ def segment_table(*, version: PolicyVersion, table: Table, segment: str) -> tupl
         resolved[key] = values
     changed = [cell_key_label(key) for key in resolved if resolved[key] != table.get(key)]
     return resolved, changed
+
+
+def segment_other_tables(
+    *, fleet_id: int, rule: dict[str, Any], version: PolicyVersion, segment: str
+) -> int:
+    """How many of the segment's devices resolve another table of `version` than the one
+    `segment_table` gives (they are also in a segment whose override comes first for a cell):
+    counted per distinct set of attributes, with the SDK's resolution."""
+    document = version_document(version=version)
+    if not document.get("overrides"):
+        return 0
+    index = next(
+        (i for i, o in enumerate(document["overrides"]) if o.get("segment") == segment), None
+    )
+    replayed = resolve_cells(document, {}, matched=() if index is None else (index,))
+    groups = (
+        _members(fleet_id, rule)
+        .values("platform", "model", "attributes")
+        .annotate(devices=Count("id"))
+        .order_by()
+    )
+    other = 0
+    for group in groups:
+        attributes = device_attributes(
+            platform=group["platform"], model=group["model"], reported=group["attributes"]
+        )
+        if resolve_cells(document, attributes) != replayed:
+            other += group["devices"]
+    return other

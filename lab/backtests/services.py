@@ -33,7 +33,7 @@ from routing_policies.selectors import (
 from routing_policies.services import Actor, actor_user
 
 from ..replay import DEFAULT_HOURS, EventFilters, recorded_count
-from ..segments import lab_segment, segment_devices, segment_table
+from ..segments import lab_segment, segment_devices, segment_other_tables, segment_table
 from .engine import BacktestInput, backtest_compute
 from .models import Backtest, BacktestStatus
 
@@ -179,6 +179,11 @@ def backtest_start(
     )
     if kept is not None:
         return kept, False
+    if segment is not None:
+        # (after the key: a count of the moment, not part of what the backtest is of)
+        filters["segment"]["devices_other_table"] = segment_other_tables(
+            fleet_id=fleet.pk, rule=scope.rule, version=subject, segment=scope.name
+        )
     backtest = Backtest.objects.create(
         fleet=fleet,
         key=key,

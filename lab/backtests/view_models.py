@@ -168,6 +168,7 @@ def segment_view(backtest: Backtest) -> dict[str, Any] | None:
         "name": scope["name"],
         "devices": ran.get("devices"),
         "overridden": scope.get("overridden", []),
+        "devices_other_table": scope.get("devices_other_table", 0),
         "versions_overriding": ran.get("versions_overriding", []),
     }
 

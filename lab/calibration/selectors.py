@@ -427,6 +427,10 @@ def _cell_out(cell: CellCalibration, *, calibration: Calibration) -> dict[str, A
         "skipped": cell.skipped,
         "quality": _quality_out(cell),
     }
+    if calibration.segment is not None and out["quality"] is not None:
+        out["quality"]["refused"] = (
+            "not predicted for a segment: the draft reports are rolled up for the whole fleet"
+        )
     result = cell.result
     if result is None:
         return {

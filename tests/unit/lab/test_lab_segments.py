@@ -270,3 +270,30 @@ def test_calibration_apply__segment__theta_written_into_its_override_and_backtes
     assert sorted(backtest.filters["segment"]["overridden"]) == sorted(
         ["image/background/normal", TEXT_LABEL]
     )
+
+
+def test_backtest__segment_behind_another_override__devices_running_another_table_counted(
+    fleet: Any, publisher: Any, phones: None
+) -> None:
+    # Given a draft overriding text for npu, and for gpu-or-npu ahead of it (position 1):
+    # an NPU phone is in both, so it takes gpu-or-npu's fields for text
+    draft = _draft_overriding_npu(fleet, publisher, 0.95)
+    draft = policy_draft_override_set(
+        actor=publisher,
+        fleet=fleet,
+        revision=draft.revision,
+        segment="gpu-or-npu",
+        cells={TEXT_LABEL: {"threshold": 0.3}},
+        position=1,
+    )
+
+    # When the draft is backtested for npu
+    backtest, _ = backtest_start(
+        actor=publisher, fleet=fleet, version="draft", revision=draft.revision, segment="npu"
+    )
+
+    # Then the backtest says all 5 NPU phones run another table than npu's own
+    assert backtest.filters["segment"]["devices_other_table"] == len(NPU_PHONES)
+    # and v1, which overrides nothing, has none
+    of_v1 = backtest_start(actor=publisher, fleet=fleet, version=1, segment="npu")[0]
+    assert of_v1.filters["segment"]["devices_other_table"] == 0

@@ -173,5 +173,6 @@ def test_lab_segment__backtest_asked_twice__one_kept_and_its_segment_in_filters(
         "name": "npu",
         "rule": {"attribute": "accelerator", "equals": "npu"},
         "overridden": [],
+        "devices_other_table": 0,
     }
     assert Backtest.objects.count() == 1

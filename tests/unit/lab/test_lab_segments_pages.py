@@ -3,9 +3,11 @@ the result says which segment, the calibrate page writes θs into the segment's 
 
 from __future__ import annotations
 
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.test import Client
 
 from lab.backtests.models import Backtest
@@ -13,8 +15,9 @@ from lab.backtests.services import backtest_run
 from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.selectors import version_table
 from routing_policies.services import policy_draft_create, policy_draft_override_set
+from telemetry.models import Event
 from tests.factories import decided_events
-from tests.lab_events import PHONES, on_phones, phones_with_segments
+from tests.lab_events import NPU_PHONES, PHONES, on_phones, phones_with_segments
 
 pytestmark = pytest.mark.django_db
 
@@ -117,3 +120,20 @@ def test_calibrate_page__segment__summary_names_it_and_apply_writes_its_override
     draft.refresh_from_db()
     assert draft.overrides[0]["cells"] == {"text/background/normal": {"threshold": 0.55}}
     assert Backtest.objects.get().filters["segment"]["name"] == "npu"
+
+
+def test_manage_backtest__segment__its_events_only_and_named(recorded: Any) -> None:
+    out = StringIO()
+
+    call_command("backtest", "fleet-a", "--subject", "1", "--segment", "npu", stdout=out)
+
+    text = out.getvalue()
+    npu_events = Event.objects.filter(device_id__in=NPU_PHONES).count()
+    assert f"v1 over 24 h, {npu_events} events, against v1, segment npu" in text
+    assert "reproduces 100.00%" in text
+
+
+def test_manage_backtest__unknown_segment__error_names_segment(recorded: Any) -> None:
+    with pytest.raises(CommandError, match="segment: no segment 'nope' in this fleet"):
+        call_command("backtest", "fleet-a", "--subject", "1", "--segment", "nope")
+    assert not Backtest.objects.exists()
