@@ -113,7 +113,12 @@ class BacktestSerializer(ApiSerializer):
     stable_version = serializers.IntegerField()
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()
-    filters = serializers.DictField(child=serializers.JSONField())
+    filters = serializers.DictField(
+        child=serializers.JSONField(),
+        help_text="versions, cohort, cells as asked; segment: its name, its rule as read, the "
+        "cells the subject's override for it changes (overridden) and how many of its devices "
+        "run another table (devices_other_table)",
+    )
     status = serializers.ChoiceField(choices=BacktestStatus.values)
     progress = serializers.FloatField(help_text="0 to 1")
     events_total = serializers.IntegerField()
