@@ -157,9 +157,7 @@ def calibration_compute(
     version as a device of the segment runs it."""
     started = time.perf_counter()
     base = _base_version(fleet, version)
-    scope = lab_segment(fleet=fleet, name=segment) if segment is not None else None
-    if scope is not None and target.kind == "quality":
-        raise _quality_not_by_segment()
+    scope = _segment_of(fleet, segment, target)
     raw_table = version_table(version=base)
     overridden: list[str] = []
     if scope is not None:
@@ -259,6 +257,17 @@ def _wanted_cells(
             ],
         )
     return wanted
+
+
+def _segment_of(fleet: Fleet, segment: str | None, target: Target) -> LabSegment | None:
+    """The segment a calibration is scoped to (None: the whole fleet), refused for a quality
+    target (see `_quality_not_by_segment`)."""
+    if segment is None:
+        return None
+    scope = lab_segment(fleet=fleet, name=segment)
+    if target.kind == "quality":
+        raise _quality_not_by_segment()
+    return scope
 
 
 def _quality_not_by_segment() -> Conflict:
