@@ -15,10 +15,12 @@ from lab.backtests.services import backtest_run, backtest_start
 from lab.calibration.selectors import calibration_compute, calibration_out
 from lab.calibration.services import calibration_apply
 from lab.calibration.targets import Target
+from routing_policies.models import Device
 from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.pricing import CloudPrice
 from routing_policies.selectors import version_table
 from routing_policies.services import (
+    device_revoke,
     policy_draft_create,
     policy_draft_override_set,
     policy_version_publish,
@@ -297,3 +299,29 @@ def test_backtest__segment_behind_another_override__devices_running_another_tabl
     # and v1, which overrides nothing, has none
     of_v1 = backtest_start(actor=publisher, fleet=fleet, version=1, segment="npu")[0]
     assert of_v1.filters["segment"]["devices_other_table"] == 0
+
+
+def test_backtest__segment__a_revoked_device_keeps_its_events_a_changed_one_moves(
+    fleet: Any, publisher: Any, phones: None
+) -> None:
+    # Given events of v1 from every phone; then phone-0 (NPU) is revoked and phone-1 (GPU)
+    # reports an NPU at its next hello
+    v1 = table_cells(version_table(version=fleet.versions.get(number=1)))
+    stored = on_phones(decided_events(fleet, v1, count=800, seed=8, store=False), PHONES)
+    device_revoke(actor=publisher, device=Device.objects.get(fleet=fleet, device_id="phone-0"))
+    Device.objects.filter(fleet=fleet, device_id="phone-1").update(
+        attributes={"accelerator": "npu"}
+    )
+
+    # When v1 is backtested for npu
+    result = _run(publisher, fleet, version=1, segment="npu")
+
+    # Then the members are the NPU phones as the registry has them now: the revoked one with
+    # its events, and phone-1 with all of its events, recorded before it said NPU
+    members = NPU_PHONES | {"phone-1"}
+    assert result["segment"]["devices"] == len(members)
+    assert result["events"] == sum(e.device_id in members for e in stored)
+    assert (
+        result["overall"]["subject"]["routes"]
+        == replayed_figures(v1, [e for e in stored if e.device_id in members])["routes"]
+    )
