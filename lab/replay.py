@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import operator
 import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, NotRequired, TypedDict, Unpack
@@ -30,6 +30,8 @@ from django.db import connection
 from edge_sdk.decision import DeviceState, TaskSignals
 from routing_policies.cell_schema import DIMENSIONS as CELL_DIMENSIONS
 from routing_policies.models import AuditEntry
+
+from .segments import segment_members_sql
 
 __all__ = [
     "CLOUD_PRESSURE_ACTION",
@@ -150,12 +152,14 @@ class NudgeHistory:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EventFilters:
-    """Which of a window's events: of these policy versions, cohort (`stable` / `candidate`)
-    and cells only (None: all). A backtest keeps them as `Backtest.filters`."""
+    """Which of a window's events: of these policy versions, cohort (`stable` / `candidate`),
+    cells and a segment's devices only (None: all). A backtest keeps them as `Backtest.filters`."""
 
     versions: Collection[int] | None = None
     cohort: str | None = None
     cells: Collection[CellKey] | None = None
+    # Only events of the devices this segment rule matches now (lab.segments).
+    segment_rule: Mapping[str, Any] | None = None
 
 
 NO_FILTERS: Final = EventFilters()
@@ -250,6 +254,12 @@ def _where(
         )
         for cell in sorted(wanted):
             params.extend(cell)
+    if filters.segment_rule is not None:
+        members = segment_members_sql(fleet_id=fleet_id, rule=dict(filters.segment_rule))
+        if members is None:
+            return None
+        where.append(f"device_id IN ({members[0]})")
+        params.extend(members[1])
     return " AND ".join(where), params
 
 

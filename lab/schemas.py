@@ -11,12 +11,13 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.api import JsonIntegerField, JsonRegexField
+from controlplane.api import JsonIntegerField, JsonRegexField, TidyJsonStringField
 from controlplane.openapi import closed_body
 from routing_policies.cell_schema import CellKey
 from routing_policies.validation import DIMENSION_VALUE_RE, MAX_VERSION
 
 from .replay import DEFAULT_HOURS
+from .segments import MAX_SEGMENT_NAME
 
 
 class ClosedSerializer(serializers.Serializer[Any]):
@@ -49,6 +50,12 @@ def window_hours_field(*, max_hours: int, help_text: str) -> JsonIntegerField:
     return JsonIntegerField(
         min_value=1, max_value=max_hours, default=DEFAULT_HOURS, help_text=help_text
     )
+
+
+def segment_field(help_text: str) -> TidyJsonStringField:
+    """A segment of the fleet by its name (lab.segments: one the fleet has, else a 400 naming
+    the field); omitted, the whole fleet."""
+    return TidyJsonStringField(max_length=MAX_SEGMENT_NAME, required=False, help_text=help_text)
 
 
 class CellKeyFields(ClosedSerializer):

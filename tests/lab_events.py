@@ -1,14 +1,61 @@
 """Generated events for the lab's tests whose answer is known by construction."""
 
 import random
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from edge_sdk.decision import DeviceState, TaskSignals, decide
+from edge_sdk.decision import Cell, DeviceState, TaskSignals, decide
 from lab.replay import RecordedEvent
+from telemetry.models import Event
 from tests.factories import demo_cell, protocol_event
 
 VOICE_KEY = ("voice", "interactive", "normal")
+
+
+def event_key(event: Event) -> tuple[str, str, str]:
+    """A stored event's cell."""
+    return (event.task_type, event.latency_budget, event.privacy_tier)
+
+
+def stored_route(cell: Cell, event: Event) -> str:
+    """The route `decide` gives for a stored event's recorded signals."""
+    task = TaskSignals(
+        tokens=event.tokens or 0,
+        intent_conf=event.intent_conf or 0.0,
+        lm_conf=event.lm_conf or 0.0,
+        upload_bytes=event.upload_bytes or 0,
+    )
+    device = DeviceState(
+        rtt_ms=event.rtt_ms or 0.0,
+        bandwidth_kbps=event.bandwidth_kbps or 0.0,
+        device_load=event.device_load or 0.0,
+        online=bool(event.online),
+        cloud_infer_ms=event.cloud_infer_ms or 0.0,
+        cloud_pressure=event.cloud_pressure or 0.0,
+    )
+    return decide(cell, task, device).route
+
+
+def replayed_figures(
+    cells: dict[tuple[str, str, str], Cell], events: list[Event]
+) -> dict[str, Any]:
+    """Routes (each of device, cloud, draft_refine), α, cloud calls and tokens of stored
+    `events` decided under `cells`: the independent computation a replay is checked against."""
+    routes = dict.fromkeys(("device", "cloud", "draft_refine"), 0)
+    calls = tokens = 0
+    for event in events:
+        route = stored_route(cells[event_key(event)], event)
+        routes[route] += 1
+        if route != "device" and not event.cache_hit:
+            calls += 1
+            tokens += event.tokens
+    return {
+        "routes": routes,
+        "alpha": routes["device"] / len(events),
+        "calls": calls,
+        "tokens": tokens,
+    }
 
 
 def slow_device_events(count: int = 400, *, seed: int = 5) -> list[dict[str, Any]]:
@@ -48,3 +95,59 @@ def slow_device_events(count: int = 400, *, seed: int = 5) -> list[dict[str, Any
         )
         events.append(protocol_event(recorded))
     return events
+
+
+# Segments (issue 26): the devices `decided_events` reports as (phone-0 … phone-19), each with
+# an accelerator: every fourth an NPU, the next a GPU, the rest a CPU.
+SEGMENT_DEVICES = 20
+NPU_PHONES = frozenset(f"phone-{i}" for i in range(SEGMENT_DEVICES) if i % 4 == 0)
+
+
+def accelerator_of(index: int) -> str:
+    """The accelerator phone-`index` reports."""
+    return ("npu", "gpu", "cpu", "cpu")[index % 4]
+
+
+PHONES = tuple(f"phone-{i}" for i in range(SEGMENT_DEVICES))
+
+
+def on_phones(events: list[Event], phones: Collection[str], *, seed: int = 3) -> list[Event]:
+    """`events` (of `decided_events(..., store=False)`) each from a phone drawn at random
+    from `phones`, stored: a phone's events then fall in every cell (decided_events' own
+    device ids follow its cells in step)."""
+    rng = random.Random(seed)
+    choices = sorted(phones)
+    for event in events:
+        event.device_id = rng.choice(choices)
+    Event.objects.bulk_create(events, batch_size=2000)
+    return events
+
+
+def phones_with_segments(*, fleet: Any, fleet_key: str, actor: Any) -> None:
+    """Enrol phone-0 … phone-19 with their accelerators (`accelerator_of`) and create the
+    fleet's segments `npu` (accelerator = npu), `gpu-or-npu` and `cars` (matches none)."""
+    from routing_policies.devices.services import device_enroll
+    from routing_policies.segments.services import segment_create
+
+    for index in range(SEGMENT_DEVICES):
+        device_enroll(
+            fleet_key=fleet_key,
+            device_id=f"phone-{index}",
+            platform="android",
+            attributes={"accelerator": accelerator_of(index)},
+        )
+    segment_create(
+        actor=actor, fleet=fleet, name="npu", rule={"attribute": "accelerator", "equals": "npu"}
+    )
+    segment_create(
+        actor=actor,
+        fleet=fleet,
+        name="gpu-or-npu",
+        rule={"attribute": "accelerator", "in": ["gpu", "npu"]},
+    )
+    segment_create(
+        actor=actor,
+        fleet=fleet,
+        name="cars",
+        rule={"attribute": "platform", "equals": "android-automotive"},
+    )

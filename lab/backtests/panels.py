@@ -62,6 +62,7 @@ def draft_headline(fleet: Fleet, draft: PolicyVersion) -> dict[str, Any] | None:
             Backtest.objects.filter(
                 fleet=fleet, policy_version=draft, subject="draft", status=BacktestStatus.DONE
             )
+            .exclude(filters__has_key="segment")
             .order_by("-finished_at")
             .first()
         )
@@ -95,6 +96,7 @@ def rollout_prediction(fleet: Fleet, rollout: dict[str, Any]) -> dict[str, Any] 
         Backtest.objects.filter(
             fleet=fleet, policy_version__number=candidate, status=BacktestStatus.DONE
         )
+        .exclude(filters__has_key="segment")  # a segment's figures are not the cohort's
         .order_by("-finished_at", "-id")
         .first()
     )

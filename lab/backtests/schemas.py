@@ -13,7 +13,13 @@ from controlplane.api import JsonChoiceField, JsonStringField
 from controlplane.openapi import ApiSerializer, closed_body
 from telemetry.models import Cohort
 
-from ..schemas import ClosedSerializer, SubjectField, version_number_field, window_hours_field
+from ..schemas import (
+    ClosedSerializer,
+    SubjectField,
+    segment_field,
+    version_number_field,
+    window_hours_field,
+)
 from .models import BacktestStatus
 from .services import MAX_CELL_NAME, MAX_FILTER_CELLS, MAX_FILTER_VERSIONS
 
@@ -86,6 +92,11 @@ class BacktestStartSerializer(ClosedSerializer):
         MAX_FILTER_CELLS,
         "only these cells, as task_type/latency_budget/privacy_tier",
     )
+    segment = segment_field(
+        "only events of the devices in this segment of the fleet (their attributes "
+        "now), every version replayed as a device of the segment runs it (its overrides); "
+        "400 naming `segment` when the fleet has no such segment"
+    )
 
     class Meta:
         ref_name = "BacktestStart"
@@ -102,7 +113,12 @@ class BacktestSerializer(ApiSerializer):
     stable_version = serializers.IntegerField()
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()
-    filters = serializers.DictField(child=serializers.JSONField())
+    filters = serializers.DictField(
+        child=serializers.JSONField(),
+        help_text="versions, cohort, cells as asked; segment: its name, its rule as read, the "
+        "cells the subject's override for it changes (overridden) and how many of its devices "
+        "run another table (devices_other_table)",
+    )
     status = serializers.ChoiceField(choices=BacktestStatus.values)
     progress = serializers.FloatField(help_text="0 to 1")
     events_total = serializers.IntegerField()

@@ -26,8 +26,11 @@ def backtest_list(*, fleet: Fleet, limit: int = 20) -> QuerySet[Backtest]:
 def backtest_latest_done(
     *, fleet_id: int, subject: str, version: int | None = None, revision: int | None = None
 ) -> Backtest | None:
-    """The newest finished backtest of the draft at `revision`, or of version `version`."""
-    query = Backtest.objects.filter(fleet_id=fleet_id, subject=subject, status=BacktestStatus.DONE)
+    """The newest finished backtest of the draft at `revision`, or of version `version`, of
+    the whole fleet (a segment's figures are not the fleet's)."""
+    query = Backtest.objects.filter(
+        fleet_id=fleet_id, subject=subject, status=BacktestStatus.DONE
+    ).exclude(filters__has_key="segment")
     if version is not None:
         query = query.filter(version=version)
     if revision is not None:

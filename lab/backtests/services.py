@@ -33,6 +33,7 @@ from routing_policies.selectors import (
 from routing_policies.services import Actor, actor_user
 
 from ..replay import DEFAULT_HOURS, EventFilters, recorded_count
+from ..segments import lab_segment, segment_devices, segment_other_tables, segment_table
 from .engine import BacktestInput, backtest_compute
 from .models import Backtest, BacktestStatus
 
@@ -145,10 +146,12 @@ def backtest_start(
     versions: list[int] | None = None,
     cohort: str | None = None,
     cells: list[str] | None = None,
+    segment: str | None = None,
 ) -> tuple[Backtest, bool]:
     """Start (or find) the backtest of `version` ("draft" or a published number; `revision`,
     when given, must be the subject's) over the `hours` up to `end` (default now), of the
-    events of `versions`, `cohort` and `cells` only; (backtest, whether it is new).
+    events of `versions`, `cohort`, `cells` and the devices of `segment` only (then every
+    version replayed as a device of the segment runs it); (backtest, whether it is new).
 
     The values come checked by `schemas.BacktestStartSerializer`; here what needs the fleet's
     state or the clock, refused (404 / 409) naming the field."""
@@ -156,6 +159,12 @@ def backtest_start(
     start, end = _window(hours, end)
     table = version_table(version=subject)
     filters = _filters(table, versions, cohort, cells)
+    if segment is not None:
+        # The segment's rule as it is now is kept (a later edit asks for another backtest),
+        # and the subject is kept as a device of the segment runs it.
+        scope = lab_segment(fleet=fleet, name=segment)
+        table, overridden = segment_table(version=subject, table=table, segment=scope.name)
+        filters["segment"] = {"name": scope.name, "rule": scope.rule, "overridden": overridden}
     routing = FleetRouting.objects.select_related("stable_version").filter(fleet=fleet).first()
     if routing is None or routing.stable_version is None or routing.stable_version.number is None:
         raise _state(
@@ -170,6 +179,11 @@ def backtest_start(
     )
     if kept is not None:
         return kept, False
+    if segment is not None:
+        # (after the key: a count of the moment, not part of what the backtest is of)
+        filters["segment"]["devices_other_table"] = segment_other_tables(
+            fleet_id=fleet.pk, rule=scope.rule, version=subject, segment=scope.name
+        )
     backtest = Backtest.objects.create(
         fleet=fleet,
         key=key,
@@ -190,13 +204,22 @@ def backtest_start(
     return backtest, True
 
 
-def _published_tables(fleet_id: int) -> dict[int, Table]:
+def _published_tables(fleet_id: int, segment: str | None) -> tuple[dict[int, Table], list[int]]:
+    """Every published version's table by number, as a device of `segment` runs it when one
+    is named; and the numbers of the versions whose override for it changes a cell."""
+    tables: dict[int, Table] = {}
+    overriding: list[int] = []
     versions = PolicyVersion.objects.filter(fleet_id=fleet_id, number__isnull=False)
-    return {
-        version.number: version_table(version=version)
-        for version in versions
-        if version.number is not None
-    }
+    for version in versions.order_by("number"):
+        if version.number is None:
+            continue
+        table = version_table(version=version)
+        if segment is not None:
+            table, changed = segment_table(version=version, table=table, segment=segment)
+            if changed:
+                overriding.append(version.number)
+        tables[version.number] = table
+    return tables, overriding
 
 
 def backtest_run(*, backtest_id: int) -> Backtest | None:
@@ -232,14 +255,18 @@ def _replay(backtest: Backtest) -> dict[str, Any]:
     cells: list[CellKey] | None = None
     if "cells" in filters:
         cells = [(task, budget, tier) for task, budget, tier in filters["cells"]]
+    segment = filters.get("segment")
     event_filters = EventFilters(
-        versions=filters.get("versions"), cohort=filters.get("cohort"), cells=cells
+        versions=filters.get("versions"),
+        cohort=filters.get("cohort"),
+        cells=cells,
+        segment_rule=segment["rule"] if segment else None,
     )
     total = recorded_count(
         fleet_id=fleet.pk, start=backtest.start, end=backtest.end, filters=event_filters
     )
     Backtest.objects.filter(pk=backtest.pk).update(events_total=total)
-    tables = _published_tables(fleet.pk)
+    tables, overriding = _published_tables(fleet.pk, segment["name"] if segment else None)
     versions = {number: table_cells(table) for number, table in tables.items()}
     subject_table = {
         (task, budget, tier): values for (task, budget, tier), values in backtest.subject_table
@@ -269,6 +296,14 @@ def _replay(backtest: Backtest) -> dict[str, Any]:
     )
     result = backtest_compute(spec, total=total, progress=progress)
     result["headline"] = headline(result)
+    if segment:
+        result["segment"] = {
+            "name": segment["name"],
+            "rule": segment["rule"],
+            "devices": segment_devices(fleet_id=fleet.pk, rule=segment["rule"]),
+            "subject_overridden": segment["overridden"],
+            "versions_overriding": overriding,
+        }
     return result
 
 

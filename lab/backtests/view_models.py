@@ -157,6 +157,22 @@ def _cost_rows(cost: dict[str, Any], currency: str) -> list[dict[str, Any]]:
     ]
 
 
+def segment_view(backtest: Backtest) -> dict[str, Any] | None:
+    """The segment a backtest is of, as the page says it (None: the whole fleet): its name,
+    its devices (once run) and the cells the subject's override for it changes."""
+    scope = (backtest.filters or {}).get("segment")
+    if not scope:
+        return None
+    ran = (backtest.result or {}).get("segment") or {}
+    return {
+        "name": scope["name"],
+        "devices": ran.get("devices"),
+        "overridden": scope.get("overridden", []),
+        "devices_other_table": scope.get("devices_other_table", 0),
+        "versions_overriding": ran.get("versions_overriding", []),
+    }
+
+
 def backtest_view(backtest: Backtest, *, slug: str) -> dict[str, Any]:
     """Everything the page shows of one backtest."""
     view: dict[str, Any] = {
@@ -165,6 +181,7 @@ def backtest_view(backtest: Backtest, *, slug: str) -> dict[str, Any]:
         "running": backtest.status in (BacktestStatus.QUEUED, BacktestStatus.RUNNING),
         "progress_percent": round(backtest.progress * 100),
         "hours": round((backtest.end - backtest.start).total_seconds() / 3600),
+        "segment": segment_view(backtest),
     }
     result = backtest.result
     if backtest.status != BacktestStatus.DONE or not result:

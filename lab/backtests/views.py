@@ -16,6 +16,7 @@ from routing_policies.models import Fleet
 from routing_policies.selectors import draft_get, published_numbers
 
 from ..pages import fleet_action, fleet_page, render_page, shown_refused
+from ..segments import segment_names
 from . import schemas, selectors, services
 from .models import Backtest
 from .view_models import backtest_view, form_lists
@@ -35,11 +36,16 @@ def _page(
     if chosen is None and recent:
         chosen = recent[0]
     draft = draft_get(fleet=fleet)
-    defaults = {"version": request.GET.get("version", "draft" if draft else ""), "hours": "24"}
+    defaults = {
+        "version": request.GET.get("version", "draft" if draft else ""),
+        "hours": "24",
+        "segment": request.GET.get("segment", ""),
+    }
     context = {
         "fleet": fleet,
         "draft": draft,
         "numbers": published_numbers(fleet=fleet),
+        "segments": segment_names(fleet=fleet),
         "recent": recent,
         "chosen": backtest_view(chosen, slug=fleet.slug) if chosen else None,
         "form": form if form is not None else defaults,

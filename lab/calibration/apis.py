@@ -55,6 +55,7 @@ class CalibrationApi(APIView):
             cells=cells,
             hours=data["hours"],
             version=data.get("version"),
+            segment=data.get("segment"),
         )
         return Response(calibration_out(calibration))
 
@@ -72,7 +73,11 @@ class CalibrationApplyApi(APIView):
     def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
         thresholds = [(cell_key(cell), cell["threshold"]) for cell in data["cells"]]
         draft, backtest = calibration_apply(
-            actor=request.user, fleet=fleet, revision=data["revision"], thresholds=thresholds
+            actor=request.user,
+            fleet=fleet,
+            revision=data["revision"],
+            thresholds=thresholds,
+            segment=data.get("segment"),
         )
         return Response(
             {

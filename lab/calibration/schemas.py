@@ -21,6 +21,7 @@ from ..schemas import (
     CellKeyOut,
     ClosedSerializer,
     cell_key,
+    segment_field,
     version_number_field,
     window_hours_field,
 )
@@ -138,6 +139,11 @@ class CalibrationInputSerializer(ClosedSerializer):
         help_text="the published version whose cells to calibrate; omitted: the draft "
         "(else the latest published version)",
     )
+    segment = segment_field(
+        "calibrate on the events of the devices in this segment of the fleet only (their "
+        "attributes now), each version as a device of the segment runs it (its overrides): a "
+        "θ per hardware class; 400 naming `segment` when the fleet has no such segment"
+    )
 
     class Meta:
         ref_name = "CalibrationRequest"
@@ -160,6 +166,10 @@ class ApplyInputSerializer(ClosedSerializer):
     revision = version_number_field(help_text="the draft revision")
     cells = CellKeyListField(
         child=AppliedCellSerializer(), allow_empty=False, min_length=1, max_length=MAX_CELLS
+    )
+    segment = segment_field(
+        "write the θs into the draft's override for this segment (a calibration of the "
+        "segment's events), kept with its other fields; omitted: into the cells themselves"
     )
 
     class Meta:
@@ -192,6 +202,7 @@ class CalibratePageSerializer(TargetSerializer):
     cells = serializers.ListField(
         child=CellLabelField(), required=False, max_length=MAX_CELLS, label="Cells"
     )
+    segment = segment_field("the devices of this segment only (blank: the whole fleet)")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         kind, value = attrs["kind"], attrs.get("value")
@@ -356,6 +367,16 @@ class WindowSerializer(ApiSerializer):
     hours = serializers.FloatField()
 
 
+class CalibrationSegmentSerializer(ApiSerializer):
+    name = serializers.CharField()
+    rule = serializers.JSONField(help_text="the segment's rule as it was read")
+    devices = serializers.IntegerField(help_text="the fleet's devices it matched")
+    overridden = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="the cells the version's override for the segment changes",
+    )
+
+
 class CalibrationSerializer(ApiSerializer):
     fleet = serializers.CharField()
     base = BaseSerializer()
@@ -373,6 +394,10 @@ class CalibrationSerializer(ApiSerializer):
         allow_null=True,
         help_text="the calibrated cells together at their chosen θs; against stable only when "
         "each of them has a cell in the stable version",
+    )
+    segment = CalibrationSegmentSerializer(
+        allow_null=True,
+        help_text="the segment whose devices' events were calibrated on (null: the whole fleet)",
     )
 
 

@@ -29,8 +29,16 @@ from routing_policies.selectors import (
 from telemetry.rollups import Figures
 
 from ..estimate import LatencyModel, Observed, network_ms
-from ..replay import DEFAULT_HOURS, EventSpan, NudgeHistory, ReplayInputs, recorded_rows
+from ..replay import (
+    DEFAULT_HOURS,
+    EventFilters,
+    EventSpan,
+    NudgeHistory,
+    ReplayInputs,
+    recorded_rows,
+)
 from ..running import lab_version_default
+from ..segments import LabSegment, lab_segment, segment_table
 from .quality import (
     MIN_QUALITY_REPORTS,
     KeptGroups,
@@ -90,6 +98,10 @@ class Calibration:
     unreplayable: int
     seconds: float
     cells: list[CellCalibration]
+    # The segment it is of (None: the whole fleet), and the cells its override changes in
+    # the version calibrated.
+    segment: LabSegment | None = None
+    overridden: tuple[str, ...] = ()
 
 
 def _base_version(fleet: Fleet, ref: int | str | None) -> PolicyVersion:
@@ -105,14 +117,18 @@ def _base_version(fleet: Fleet, ref: int | str | None) -> PolicyVersion:
     return base
 
 
-def _stable_cells(fleet: Fleet) -> tuple[int | None, dict[CellKey, Cell], dict[CellKey, float]]:
-    """The fleet's stable version, its cells and their shadow refine rates (none before its
-    first publish)."""
+def _stable_cells(
+    fleet: Fleet, segment: LabSegment | None
+) -> tuple[int | None, dict[CellKey, Cell], dict[CellKey, float]]:
+    """The fleet's stable version, its cells (as a device of `segment` runs them) and their
+    shadow refine rates (none before its first publish)."""
     routing = FleetRouting.objects.select_related("stable_version").filter(fleet=fleet).first()
     if routing is None or routing.stable_version is None:
         return None, {}, {}
     stable = routing.stable_version
     raw = version_table(version=stable)
+    if segment is not None:
+        raw, _ = segment_table(version=stable, table=raw, segment=segment.name)
     return stable.number, table_cells(raw), shadow_refine_rates(raw)
 
 
@@ -133,19 +149,25 @@ def calibration_compute(
     hours: int = DEFAULT_HOURS,
     version: int | str | None = None,
     end: datetime | None = None,
+    segment: str | None = None,
 ) -> Calibration:
     """Calibrate θ of `cells` (None: every cell) of the draft (else what devices run, the
     stable version, else the latest published version; or `version`) for `target` over the
-    last `hours` of the fleet's events."""
+    last `hours` of the fleet's events; with `segment`, of its devices' events only, each
+    version as a device of the segment runs it."""
     started = time.perf_counter()
     base = _base_version(fleet, version)
+    scope = _segment_of(fleet, segment, target)
     raw_table = version_table(version=base)
+    overridden: list[str] = []
+    if scope is not None:
+        raw_table, overridden = segment_table(version=base, table=raw_table, segment=scope.name)
     table = table_cells(raw_table)
     shadow_rates = shadow_refine_rates(raw_table)
     wanted = _wanted_cells(table, cells, base)
     end = end or timezone.now()
     start = end - timedelta(hours=hours)
-    stable_version, stable, stable_shadow = _stable_cells(fleet)
+    stable_version, stable, stable_shadow = _stable_cells(fleet, scope)
     sweeps = {
         key: CellSweep(
             cell=table[key],
@@ -158,13 +180,19 @@ def calibration_compute(
     }
     # The curve score → draft kept of each cell, from the window's rollups (one query); the
     # quality target is refused before the sweep when no cell has the reports it needs.
-    kept = kept_figures(fleet_id=fleet.pk, start=start, end=end)
+    # (Rollups have no segment dimension: a segment's calibration predicts no quality.)
+    kept = {} if scope else kept_figures(fleet_id=fleet.pk, start=start, end=end)
     groups = groups_of_cells(kept, sweeps)
     if target.kind == "quality" and sweeps and not any(g.enough for g in groups.values()):
         raise _too_few_quality_reports(groups)
     model = LatencyModel()
     events, unreplayable, span = _replay(
-        fleet=fleet, start=start, end=end, model=model, sweeps=sweeps
+        fleet=fleet,
+        start=start,
+        end=end,
+        model=model,
+        sweeps=sweeps,
+        filters=EventFilters(segment_rule=scope.rule if scope else None),
     )
     price = CloudPrice.of_fleet(fleet)
     span_hours = _cost_hours(span, target)
@@ -208,6 +236,8 @@ def calibration_compute(
         unreplayable=unreplayable,
         seconds=seconds,
         cells=results,
+        segment=scope,
+        overridden=tuple(overridden),
     )
 
 
@@ -227,6 +257,28 @@ def _wanted_cells(
             ],
         )
     return wanted
+
+
+def _segment_of(fleet: Fleet, segment: str | None, target: Target) -> LabSegment | None:
+    """The segment a calibration is scoped to (None: the whole fleet), refused for a quality
+    target (see `_quality_not_by_segment`)."""
+    if segment is None:
+        return None
+    scope = lab_segment(fleet=fleet, name=segment)
+    if target.kind == "quality":
+        raise _quality_not_by_segment()
+    return scope
+
+
+def _quality_not_by_segment() -> Conflict:
+    """The refusal of a quality target for a segment: the draft reports it reads are rolled
+    up per cell, not per segment."""
+    return Conflict(
+        "A quality target cannot be calibrated for a segment yet: the draft reports (score → "
+        "draft kept) are rolled up per cell of the whole fleet, not per segment.",
+        code="quality_not_by_segment",
+        details=[{"field": "segment", "message": "no quality target for a segment yet"}],
+    )
 
 
 def _too_few_quality_reports(groups: dict[CellKey, KeptGroups]) -> Conflict:
@@ -249,6 +301,7 @@ def _replay(
     end: datetime,
     model: LatencyModel,
     sweeps: dict[CellKey, CellSweep],
+    filters: EventFilters,
 ) -> tuple[int, int, EventSpan]:
     """Replay the window's events into the latency model and the calibrated cells' sweeps;
     the number of events, of unreplayable ones, and the span they cover."""
@@ -259,7 +312,7 @@ def _replay(
     inputs = ReplayInputs(NudgeHistory.of_fleet(fleet_id=fleet.pk, end=end))
     plans: dict[CellKey, tuple[Observed, CellSweep | None]] = {}
     span = EventSpan()
-    for rows in recorded_rows(fleet_id=fleet.pk, start=start, end=end):
+    for rows in recorded_rows(fleet_id=fleet.pk, start=start, end=end, filters=filters):
         events += len(rows)
         span.add(rows)
         for row in rows:
@@ -383,6 +436,10 @@ def _cell_out(cell: CellCalibration, *, calibration: Calibration) -> dict[str, A
         "skipped": cell.skipped,
         "quality": _quality_out(cell),
     }
+    if calibration.segment is not None and out["quality"] is not None:
+        out["quality"]["refused"] = (
+            "not predicted for a segment: the draft reports are rolled up for the whole fleet"
+        )
     result = cell.result
     if result is None:
         return {
@@ -445,4 +502,9 @@ def calibration_out(calibration: Calibration) -> dict[str, Any]:
         "seconds": round(calibration.seconds, 3),
         "cells": [_cell_out(cell, calibration=calibration) for cell in calibration.cells],
         "cost": _overall_cost(calibration),
+        "segment": (
+            {**calibration.segment.out(), "overridden": list(calibration.overridden)}
+            if calibration.segment
+            else None
+        ),
     }

@@ -10,13 +10,18 @@ from typing import Any
 from django.db import transaction
 
 from controlplane.exceptions import ApplicationError, ValidationFailed
-from routing_policies.cell_schema import DIMENSIONS, CellKey
+from routing_policies.cell_schema import DIMENSIONS, CellKey, cell_key_label
 from routing_policies.models import Fleet, PolicyCell, PolicyVersion
 from routing_policies.selectors import draft_get
-from routing_policies.services import Actor, policy_draft_update_cells
+from routing_policies.services import (
+    Actor,
+    policy_draft_override_set,
+    policy_draft_update_cells,
+)
 
 from ..backtests.models import Backtest
 from ..backtests.services import backtest_start
+from ..segments import lab_segment
 
 __all__ = ["calibration_apply"]
 
@@ -30,38 +35,69 @@ def calibration_apply(
     fleet: Fleet,
     revision: int,
     thresholds: Sequence[tuple[CellKey, float]],
+    segment: str | None = None,
 ) -> tuple[PolicyVersion, Backtest | None]:
     """Write θ per cell into the draft at `revision` (a stale revision is refused with 409):
-    the draft-edit service validates, locks, bumps the revision and records the audit entry.
-    Then start the backtest of the new revision over the last 24 h (run after the commit);
-    None when it cannot start (e.g. no stable version yet), which does not undo the edit."""
+    the draft-edit service validates, locks, bumps the revision and records the audit entry;
+    with `segment`, into the draft's override for it (its other fields kept), with the
+    override service. Then start the backtest of the new revision over the last 24 h (of the
+    segment, if one) (run after the commit); None when it cannot start (e.g. no stable
+    version yet), which does not undo the edit."""
     if not thresholds:
         raise ValidationFailed(
             "Name at least one cell and its θ.",
             details=[{"field": "cells", "message": "is empty"}],
         )
     _cells_exist(fleet, [key for key, _ in thresholds])
-    edits: list[dict[str, Any]] = [
-        {**dict(zip(DIMENSIONS, key, strict=True)), "values": {"threshold": threshold}}
-        for key, threshold in thresholds
-    ]
-    draft = policy_draft_update_cells(actor=actor, fleet=fleet, revision=revision, edits=edits)
+    if segment is not None:
+        lab_segment(fleet=fleet, name=segment)
+        draft = _override_thresholds(actor, fleet, revision, segment, thresholds)
+    else:
+        edits: list[dict[str, Any]] = [
+            {**dict(zip(DIMENSIONS, key, strict=True)), "values": {"threshold": threshold}}
+            for key, threshold in thresholds
+        ]
+        draft = policy_draft_update_cells(actor=actor, fleet=fleet, revision=revision, edits=edits)
     backtest: Backtest | None = None
     try:
         with transaction.atomic():
             backtest, _ = backtest_start(
-                actor=actor, fleet=fleet, version="draft", revision=draft.revision
+                actor=actor,
+                fleet=fleet,
+                version="draft",
+                revision=draft.revision,
+                segment=segment,
             )
     except ApplicationError as exc:
         logger.info("calibration.backtest_not_started fleet=%s reason=%s", fleet.slug, exc.message)
     logger.info(
-        "calibration.applied fleet=%s cells=%d revision=%d backtest=%s",
+        "calibration.applied fleet=%s segment=%s cells=%d revision=%d backtest=%s",
         fleet.slug,
-        len(edits),
+        segment,
+        len(thresholds),
         draft.revision,
         backtest.pk if backtest else None,
     )
     return draft, backtest
+
+
+def _override_thresholds(
+    actor: Actor,
+    fleet: Fleet,
+    revision: int,
+    segment: str,
+    thresholds: Sequence[tuple[CellKey, float]],
+) -> PolicyVersion:
+    """The θs written into the draft's override for `segment`: its cells as they are, each
+    calibrated cell's θ set (a cell it did not override yet added with its θ alone)."""
+    draft = draft_get(fleet=fleet)
+    current = next((o for o in (draft.overrides if draft else []) if o["segment"] == segment), None)
+    cells = {label: dict(fields) for label, fields in (current or {}).get("cells", {}).items()}
+    for key, threshold in thresholds:
+        cells.setdefault(cell_key_label(key), {})["threshold"] = threshold
+    return policy_draft_override_set(
+        actor=actor, fleet=fleet, revision=revision, segment=segment, cells=cells
+    )
 
 
 def _cells_exist(fleet: Fleet, keys: Sequence[CellKey]) -> None:

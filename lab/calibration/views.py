@@ -27,6 +27,7 @@ from ..pages import fleet_action, fleet_page, refused, render_page, shown_refuse
 from ..playground.selectors import lab_versions
 from ..running import lab_version_default
 from ..schemas import cell_key, version_ref_text
+from ..segments import segment_names
 from .schemas import HOURS_CHOICES, ApplyPageSerializer, CalibratePageSerializer
 from .selectors import DEFAULT_HOURS, calibration_compute, calibration_out, why_fixed
 from .services import calibration_apply
@@ -100,6 +101,7 @@ def _page(request: HttpRequest, fleet: Fleet, **why: Any) -> HttpResponse:
                     cells=query.get("cells") or None,
                     hours=query["hours"],
                     version=ref,
+                    segment=query.get("segment"),
                 )
             )
         except ApplicationError as exc:
@@ -122,7 +124,9 @@ def _page(request: HttpRequest, fleet: Fleet, **why: Any) -> HttpResponse:
             "kind": chosen.get("kind", "alpha"),
             "value": chosen.get("value", "70"),
             "hours": str(chosen.get("hours", DEFAULT_HOURS)),
+            "segment": chosen.get("segment", ""),
         },
+        "segments": segment_names(fleet=fleet),
         "result": result,
         "chart_cells": _chart_cells(result) if result else [],
         "can_edit": has_role(request.user, Role.EDITOR),
@@ -142,11 +146,16 @@ def calibrate_apply(request: HttpRequest, fleet: Fleet) -> HttpResponse:
         values = form_input(ApplyPageSerializer, request.POST)
         thresholds = [(cell_key(cell), cell["threshold"]) for cell in values["theta"]]
         draft, backtest = calibration_apply(
-            actor=request.user, fleet=fleet, revision=values["revision"], thresholds=thresholds
+            actor=request.user,
+            fleet=fleet,
+            revision=values["revision"],
+            thresholds=thresholds,
+            segment=values.get("segment"),
         )
     except ApplicationError as exc:
         return shown_refused(_page, request, fleet, exc, nothing="The draft was not changed.")
-    written = f"Wrote θ of {len(thresholds)} cell(s) into the draft (revision {draft.revision})."
+    into = f"the draft's override for {values['segment']}" if values.get("segment") else "the draft"
+    written = f"Wrote θ of {len(thresholds)} cell(s) into {into} (revision {draft.revision})."
     if backtest is None:
         messages.success(request, f"{written} Backtest it beside Publish before publishing.")
         return HttpResponseRedirect(reverse("fleet-detail", args=[fleet.slug]))

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from tests.live_server import asgi_server
+from tests.integration.test_telemetry_durability import Worker
+from tests.live_server import asgi_server, empty_test_redis
 
-__all__ = ["asgi_server", "browser_page"]
+__all__ = ["asgi_server", "browser_page", "worker"]
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -35,6 +36,15 @@ def screenshot_path(name: str) -> Path:
     """`test-artifacts/<name>.png`, the directory created on demand."""
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}.png"
+
+
+@pytest.fixture
+def worker() -> Iterator[Worker]:
+    """A Celery worker (it runs the lab's backtests, among others); this test's Redis db
+    emptied. A test that needs other settings (beat, intervals) defines its own."""
+    empty_test_redis()
+    with Worker({"TELEMETRY_RATE_LIMIT_BATCHES": "0"}) as started:
+        yield started
 
 
 @pytest.fixture(autouse=True)

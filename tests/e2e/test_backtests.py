@@ -7,7 +7,6 @@ prediction for the candidate beside its cohort's observed figures. Screenshots a
 px are kept in test-artifacts/.
 """
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,7 +24,6 @@ from routing_policies.services import (
 )
 from tests.factories import UserFactory, decided_events, make_fleet
 from tests.integration.test_telemetry_durability import Worker
-from tests.live_server import empty_test_redis
 
 from .conftest import screenshot_path
 from .pages import log_in
@@ -34,14 +32,6 @@ pytestmark = pytest.mark.e2e
 
 SLUG = "e2e-lab"
 LIVE_TIMEOUT_MS = 120_000  # an outer bound: each check passes as soon as the page shows it
-
-
-@pytest.fixture
-def worker() -> Iterator[Worker]:
-    """A Celery worker (it runs the backtest task); this test's Redis db emptied."""
-    empty_test_redis()
-    with Worker({"TELEMETRY_RATE_LIMIT_BATCHES": "0"}) as started:
-        yield started
 
 
 def _shots(page: Page, name: str) -> None:

@@ -4,7 +4,6 @@ headline beside Publish, publish it."""
 
 import json
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +16,6 @@ from telemetry.ingest.services import landed_batches_process, telemetry_batch_in
 from tests.factories import UserFactory, demo_cell, make_fleet, protocol_event, recorded_sample
 from tests.integration.test_telemetry_durability import Worker
 from tests.lab_events import slow_device_events
-from tests.live_server import empty_test_redis
 
 from .conftest import screenshot_path
 from .pages import LAPTOP, PHONE, assert_no_sideways_scroll, log_in
@@ -28,14 +26,6 @@ SLUG = "e2e-calibrate"
 CELLS = ("text/interactive/normal", "text/background/normal")
 VOICE = {"task_type": "voice", "latency_budget": "interactive", "privacy_tier": "normal"}
 LIVE_TIMEOUT_MS = 120_000  # an outer bound for the worker's backtest
-
-
-@pytest.fixture
-def worker() -> Iterator[Worker]:
-    """A Celery worker (it runs the draft's backtest); this test's Redis db emptied."""
-    empty_test_redis()
-    with Worker({"TELEMETRY_RATE_LIMIT_BATCHES": "0"}) as started:
-        yield started
 
 
 def _record(fleet: Any, publisher: Any) -> None:

@@ -43,6 +43,9 @@ class Command(BaseCommand):
             dest="versions",
             help="only events of this version (repeatable)",
         )
+        parser.add_argument(
+            "--segment", help="only the events of this segment's devices, as they run it"
+        )
         parser.add_argument("--json", action="store_true", help="print the whole result")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -54,7 +57,7 @@ class Command(BaseCommand):
             "version": version_ref_text(options["subject"]),
             "hours": options["hours"],
         }
-        for name in ("revision", "end", "cohort", "cells", "versions"):
+        for name in ("revision", "end", "cohort", "cells", "versions", "segment"):
             if options[name] is not None:
                 data[name] = options[name]
         try:
@@ -78,6 +81,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"backtest {backtest.pk}: {backtest.label} over {data['hours']} h, "
             f"{result['events']} events, against v{backtest.stable_version}"
+            + (f", segment {result['segment']['name']}" if result.get("segment") else "")
         )
         self.stdout.write(f"  {headline_text(result)}")
         agreement = check["agreement"]

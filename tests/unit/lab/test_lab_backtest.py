@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from edge_sdk.decision import Cell, DeviceState, TaskSignals, decide
+from edge_sdk.decision import Cell
 from lab.backtests.models import Backtest, BacktestStatus
 from lab.backtests.services import backtest_run, backtest_start
 from lab.replay import EventFilters, NudgeHistory, recorded_events
@@ -20,36 +20,13 @@ from routing_policies.policies.sdk_cells import table_cells
 from routing_policies.pricing import CloudPrice
 from routing_policies.selectors import version_table
 from routing_policies.services import policy_draft_create, policy_draft_update_cells
-from telemetry.models import Event
 from tests.factories import decided_events
+from tests.lab_events import event_key, replayed_figures, stored_route
 
 pytestmark = pytest.mark.django_db
 
 TEXT = ("text", "interactive", "normal")
 SENSITIVE = ("voice", "interactive", "sensitive")
-
-
-def _key(event: Event) -> tuple[str, str, str]:
-    return (event.task_type, event.latency_budget, event.privacy_tier)
-
-
-def _decide(cell: Cell, event: Event) -> str:
-    """The route `decide` gives for a stored event's recorded signals."""
-    task = TaskSignals(
-        tokens=event.tokens or 0,
-        intent_conf=event.intent_conf or 0.0,
-        lm_conf=event.lm_conf or 0.0,
-        upload_bytes=event.upload_bytes or 0,
-    )
-    device = DeviceState(
-        rtt_ms=event.rtt_ms or 0.0,
-        bandwidth_kbps=event.bandwidth_kbps or 0.0,
-        device_load=event.device_load or 0.0,
-        online=bool(event.online),
-        cloud_infer_ms=event.cloud_infer_ms or 0.0,
-        cloud_pressure=event.cloud_pressure or 0.0,
-    )
-    return decide(cell, task, device).route
 
 
 def _cells(fleet: Any, number: int = 1) -> dict[tuple[str, str, str], Cell]:
@@ -179,18 +156,10 @@ def test_backtest__draft__figures_equal_an_independent_computation(
 
     # Then α, cloud and draft-refine shares, calls, tokens and cost are what an independent
     # loop over the same events gives
-    routes: Counter[str] = Counter()
-    calls = tokens = 0
-    for event in stored:
-        route = _decide(cells[_key(event)], event)
-        routes[route] += 1
-        if route != "device" and not event.cache_hit:
-            calls += 1
-            tokens += event.tokens
+    expected = replayed_figures(cells, stored)
+    routes, calls, tokens = expected["routes"], expected["calls"], expected["tokens"]
     subject = result["overall"]["subject"]
-    assert subject["routes"] == {
-        route: routes[route] for route in ("device", "cloud", "draft_refine")
-    }
+    assert subject["routes"] == routes
     assert subject["alpha"] == pytest.approx(routes["device"] / len(stored))
     assert subject["cloud_share"] == pytest.approx(routes["cloud"] / len(stored))
     assert subject["draft_refine_share"] == pytest.approx(routes["draft_refine"] / len(stored))
@@ -199,11 +168,8 @@ def test_backtest__draft__figures_equal_an_independent_computation(
     assert subject["cost"] == pytest.approx(price.cost(tokens=tokens, calls=calls))
     # and its cost report: per day at the window's rate, against all-cloud (every event a
     # call with its tokens) and against the stable version replayed on the same events
-    stable_calls = stable_tokens = 0
-    for event in stored:
-        if _decide(_cells(fleet)[_key(event)], event) != "device" and not event.cache_hit:
-            stable_calls += 1
-            stable_tokens += event.tokens
+    stable = replayed_figures(_cells(fleet), stored)
+    stable_calls, stable_tokens = stable["calls"], stable["tokens"]
     stable_cost = price.cost(tokens=stable_tokens, calls=stable_calls)
     all_cloud = price.cost(tokens=sum(e.tokens for e in stored), calls=len(stored))
     report = result["cost"]["subject"]
@@ -240,7 +206,7 @@ def test_backtest__draft_with_a_shadow_refine_rate__its_expected_refines_priced(
     device_runs = [
         e
         for e in stored
-        if _key(e) == TEXT and not e.cache_hit and _decide(cells[TEXT], e) == "device"
+        if event_key(e) == TEXT and not e.cache_hit and stored_route(cells[TEXT], e) == "device"
     ]
     price = CloudPrice.of_fleet(fleet)
     subject, stable = result["overall"]["subject"], result["overall"]["stable"]
@@ -300,7 +266,7 @@ def test_backtest__draft_sends_sensitive_data_to_cloud__flagged_with_violations(
     # Then the cell is flagged, with every one of its tasks that did not hit the cache
     assert result["privacy"] == {"flagged_cells": ["voice/interactive/sensitive"], "ok": False}
     voice = next(c for c in result["cells"] if c["label"] == "voice/interactive/sensitive")
-    expected = sum(1 for e in stored if _key(e) == SENSITIVE and not e.cache_hit)
+    expected = sum(1 for e in stored if event_key(e) == SENSITIVE and not e.cache_hit)
     assert voice["privacy_flag"] is True
     assert voice["subject"]["privacy_violations"] == expected > 0
     assert voice["stable"]["privacy_violations"] == 0
