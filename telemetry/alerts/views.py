@@ -18,6 +18,7 @@ from controlplane.roles import Role, has_role
 from routing_policies.models import Fleet
 from routing_policies.pages import fleet_or_404
 
+from ..rollups.segments import segment_names
 from . import limits, selectors, services
 from .judging import format_clear, format_threshold, format_value
 from .models import AlertRule, AlertState, Condition, Metric, Scope, WebhookFormat
@@ -30,6 +31,9 @@ from .schemas import (
 
 def _rule_row(rule: AlertRule) -> dict[str, Any]:
     scope = "whole fleet" if rule.scope == Scope.FLEET else f"{rule.scope} {rule.scope_value}"
+    if rule.segment:
+        segment = f"segment {rule.segment}"
+        scope = segment if rule.scope == Scope.FLEET else f"{scope} · {segment}"
     return {
         "rule": rule,
         "condition_text": format_threshold(rule.metric, rule.condition, rule.threshold),
@@ -63,6 +67,7 @@ def _form_values(rule: AlertRule | None) -> dict[str, str]:
         "hysteresis": f"{rule.hysteresis:g}",
         "scope": rule.scope,
         "scope_value": rule.scope_value,
+        "segment": rule.segment,
         "enabled": "on" if rule.enabled else "",
         "revision": str(rule.revision),
     }
@@ -89,6 +94,7 @@ def _alerts_page(
         "metrics": Metric.choices,
         "conditions": Condition.choices,
         "scopes": Scope.choices,
+        "segments": segment_names(fleet.pk),
         "formats": WebhookFormat.choices,
         "rules": rules,
         "form": form if form is not None else _form_values(editing),
