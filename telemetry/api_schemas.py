@@ -1,5 +1,6 @@
 """What several parts answer with, in the OpenAPI schema: the cost report (the dashboard's cost
-card and the lab) and a device batch's acceptance (ingest and late feedback).
+card and the lab), a device batch's acceptance (ingest and late feedback), and a segment's
+name as the dashboard, the metrics API and alert rules take it.
 
 Each part of telemetry declares its own API schemas beside its views (`ingest.schemas`, late
 feedback its msgspec struct, `dashboards.schemas`, `alerts.schemas`); what stays here is what more
@@ -11,6 +12,23 @@ from __future__ import annotations
 from typing import Any
 
 from rest_framework import serializers
+
+from .rollups.segments import SEGMENT_NAME_MESSAGE, SEGMENT_NAME_PATTERN
+
+
+def segment_field(field_class: type[Any], help_text: str, **kwargs: Any) -> Any:
+    """A field taking one of the fleet's named segments by name (`field_class`: a RegexField,
+    of a query or of a JSON body); a value that is not a name is refused naming `segment`,
+    one that names no segment of the fleet by `rollups.segments.segment_named`."""
+    return field_class(
+        SEGMENT_NAME_PATTERN,
+        required=False,
+        help_text=help_text,
+        error_messages=dict.fromkeys(
+            ("invalid", "max_length"), SEGMENT_NAME_MESSAGE.format(field="segment")
+        ),
+        **kwargs,
+    )
 
 
 # An answer with a field named by a Python keyword (`from`) or by a serializer's own attribute

@@ -21,10 +21,13 @@ from .model_fields import bulk_fleet_fk
 
 
 def rollup_indexes(time_field: str, short_name: str) -> list[models.Index]:
-    """A rollup level's indexes: its reads, by fleet and time; the partial rows compaction
-    merges (`tel_<short_name>_fleet_time`, `tel_<short_name>_partial`)."""
+    """A rollup level's indexes: its reads, by fleet, segment and time (every read names the
+    segment: 0 for the all-devices rows); the partial rows compaction merges
+    (`tel_<short_name>_fleet_seg_time`, `tel_<short_name>_partial`)."""
     return [
-        models.Index(fields=["fleet", time_field], name=f"tel_{short_name}_fleet_time"),
+        models.Index(
+            fields=["fleet", "segment", time_field], name=f"tel_{short_name}_fleet_seg_time"
+        ),
         models.Index(
             fields=[time_field], condition=Q(compacted=False), name=f"tel_{short_name}_partial"
         ),
@@ -71,16 +74,27 @@ class RollupMetrics(models.Model):
         return f"{self.label} {self.pk}"
 
 
+def segment_field() -> "models.BigIntegerField[int, int]":
+    """A rollup row's segment: 0 for the all-devices row (every event counts there, and every
+    row stored before segments were a dimension is one), else the id of one of the fleet's named
+    segments (routing_policies Segment) the event's device was in when its batch was processed
+    (docs/telemetry.md, "Segments"). Never a raw attribute value: bounded by the fleet's
+    segments."""
+    return models.BigIntegerField(default=0, db_default=0)
+
+
 class CellRollup(RollupMetrics, CellKeyed):
     """The rollups that keep the policy cell: keyed as an event is (fleet × version × cohort ×
-    cell × route), and by the time, which each level names."""
+    cell × route), by the segment, and by the time, which each level names."""
+
+    segment = segment_field()
 
     class Meta:
         abstract = True
 
 
 class MinuteRollup(CellRollup):
-    """Per minute × fleet × version × cohort × cell × route."""
+    """Per minute × fleet × version × cohort × cell × route × segment."""
 
     minute = models.DateTimeField()
     label = "minute rollup"
@@ -90,7 +104,7 @@ class MinuteRollup(CellRollup):
 
 
 class HourRollup(CellRollup):
-    """Per hour × fleet × version × cohort × cell × route: long windows grouped by cell."""
+    """Per hour × fleet × version × cohort × cell × route × segment: long windows by cell."""
 
     hour = models.DateTimeField()
     label = "hour rollup"
@@ -100,7 +114,7 @@ class HourRollup(CellRollup):
 
 
 class FleetHourRollup(RollupMetrics):
-    """Per hour × fleet × version × cohort × route × decided_by, without the cell.
+    """Per hour × fleet × version × cohort × route × decided_by × segment, without the cell.
 
     Long windows not grouped or filtered by cell read these: a fleet's 24 hours is about
     24 × (versions × routes × deciding steps) rows instead of that × every cell.
@@ -112,6 +126,7 @@ class FleetHourRollup(RollupMetrics):
     cohort = models.CharField(max_length=9, choices=Cohort.choices)
     route = models.CharField(max_length=12)
     decided_by = models.CharField(max_length=12)
+    segment = segment_field()
     label = "fleet hour rollup"
 
     class Meta:

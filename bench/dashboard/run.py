@@ -22,6 +22,11 @@ in the same process on the same data.
    (b) the bare rollup scan: the rows `fleet_dashboard` reads, fetched and thrown away
        (the floor for any design that reads these rollups in Python).
    Accuracy: each route's and cohort's P50/P95/P99 from the merged sketches against (a).
+4. With a segment filter (issue 26): the fleet has two named segments, `npu` (35% of the
+   events) and `big-memory` (50%), each event in each at random, counted in the segment rows
+   as the worker counts it. The 24-hour payload for `segment=npu` against today's unfiltered
+   one, timed alternately in the same run (target: at most 1.2× the unfiltered); its event
+   count and routes against the raw events whose `segments` hold the segment.
 
 Its own database (`bench_dashboard`, recreated); no server, no Redis (the feed's cost is this
 computation once per update, however many browsers watch).
@@ -48,6 +53,13 @@ BENCH_DB = database_name("bench_dashboard")
 BENCH_URL = database_url("bench_dashboard")
 SLUG = "bench-dashboard"
 DEVICES = 10_000
+# The fleet's named segments and the share of events in each (issue 26).
+SEGMENT_RULES = {
+    "npu": {"attribute": "accelerator", "equals": "npu"},
+    "big-memory": {"attribute": "memory_gb", "range": {"gte": 8}},
+}
+SEGMENT_SHARES = {"npu": 0.35, "big-memory": 0.5}
+FILTERED = "npu"
 
 
 def _env() -> dict[str, str]:
@@ -108,6 +120,10 @@ def _make_fleet() -> Any:
         ],
     )
     policy_version_publish(actor=None, fleet=fleet, revision=draft.revision, note="v2")
+    from routing_policies.models import Segment
+
+    for name, rule in SEGMENT_RULES.items():
+        Segment.objects.create(fleet=fleet, name=name, rule=rule)
     rollout_start(actor=None, fleet=fleet, version=2)
     rollout_advance(actor=None, fleet=fleet, to_stage=25)
     now = timezone.now()
@@ -131,9 +147,16 @@ def _make_fleet() -> Any:
     return fleet
 
 
+def _segment_ids(fleet_id: int) -> dict[str, int]:
+    from routing_policies.models import Segment
+
+    return dict(Segment.objects.filter(fleet_id=fleet_id).values_list("name", "pk"))
+
+
 def _generate(fleet_id: int, total: int, start: datetime) -> dict[str, Any]:
     """`total` events from `start` (the 24-hour window's first hour) until now: raw rows and
-    the three rollup levels."""
+    the three rollup levels, with the segments' rows."""
+    ids = _segment_ids(fleet_id)
     return store_history(
         BENCH_URL,
         fleet_id=fleet_id,
@@ -141,7 +164,51 @@ def _generate(fleet_id: int, total: int, start: datetime) -> dict[str, Any]:
         start=start,
         end=datetime.now(UTC),
         device_id="dev-00000",
+        segments=[(ids[name], share) for name, share in SEGMENT_SHARES.items()],
     )
+
+
+def _segment_exact(fleet_id: int, segment_id: int, start: datetime) -> dict[str, int]:
+    """Events per route of the segment, from the raw events."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT route, count(*) FROM telemetry_event WHERE fleet_id = %s AND ts >= %s "
+            "AND segments @> %s::jsonb GROUP BY route",
+            [fleet_id, start, json.dumps([segment_id])],
+        )
+        return dict(cursor.fetchall())
+
+
+def _segment_ratio(fleet: Any, reps: int, start: datetime) -> dict[str, Any]:
+    """The 24-hour payload filtered by a segment against the unfiltered one, timed
+    alternately (each rep: one of each), and the filtered figures against the raw events."""
+    from telemetry.dashboards.selectors import DashboardView, fleet_dashboard
+
+    whole_view = DashboardView(window="24h")
+    segment_view = DashboardView(window="24h", segment=FILTERED)
+    fleet_dashboard(fleet=fleet, view=segment_view)  # warm
+    whole_times: list[float] = []
+    segment_times: list[float] = []
+    payload: dict[str, Any] = {}
+    for _ in range(reps):
+        whole_times += _timed(lambda: fleet_dashboard(fleet=fleet, view=whole_view), 1)[0]
+        times, payload = _timed(lambda: fleet_dashboard(fleet=fleet, view=segment_view), 1)
+        segment_times += times
+    exact = _segment_exact(fleet.pk, _segment_ids(fleet.pk)[FILTERED], start)
+    assert payload["summary"]["events"] == sum(exact.values()), (payload["summary"], exact)
+    for route, count in exact.items():
+        assert payload["routes"][route]["events"] == count, (route, count)
+    whole_s, segment_s = statistics.median(whole_times), statistics.median(segment_times)
+    return {
+        "segment": FILTERED,
+        "events": sum(exact.values()),
+        "whole_ms_median": round(1000 * whole_s, 1),
+        "segment_ms_median": round(1000 * segment_s, 1),
+        "ratio_segment_to_whole": round(segment_s / whole_s, 3),
+        "payload_bytes": len(json.dumps(payload, default=str)),
+    }
 
 
 def _timed(function: Any, reps: int, cpu: list[float] | None = None) -> tuple[list[float], Any]:
@@ -195,7 +262,7 @@ def _bare_scan(fleet_id: int, table: str, column: str, start: datetime) -> int:
             f"SELECT {column}, policy_version, cohort, task_type, latency_budget, privacy_tier, "
             "route, events, fallback_cloud_to_device, fallback_device_to_cloud, cache_hits, "
             f"errors, privacy_violations, latency_hist FROM {table} "
-            f"WHERE fleet_id = %s AND {column} >= %s",
+            f"WHERE fleet_id = %s AND segment = 0 AND {column} >= %s",  # all-devices rows
             [fleet_id, start],
         )
         return len(cursor.fetchall())
@@ -335,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         worst = max(worst, *errors)
         accuracy[f"cohort {cohort}"] = round(100 * max(errors), 3)
 
+    segment = _segment_ratio(fleet, args.reps, plan.start)
     ours_s = statistics.median(ours_times)
     api_s = statistics.median(api_times)
     raw_s = min(raw_times)
@@ -360,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
             "speedup_vs_raw": round(raw_s / ours_s, 1),
             "api_speedup_vs_raw": round(raw_s / api_s, 1),
             "overhead_vs_bare_scan": round(ours_s / scan_s, 2),
+            "segment_filter": segment,
             "worst_relative_error_pct": round(100 * worst, 3),
             "relative_error_pct": accuracy,
             "load_average": {
@@ -382,6 +451,10 @@ def main(argv: list[str] | None = None) -> int:
         f"(the selector takes {ours_s / scan_s:.1f}× that)\n"
         f"    other windows (selector, median): {windows}\n"
         f"    worst relative error of P50/P95/P99 per route and cohort: {100 * worst:.3f}%\n"
+        f"    segment filter ({segment['segment']}, {segment['events']:,} events, equal to the "
+        f"raw events'): {segment['segment_ms_median']} ms median against "
+        f"{segment['whole_ms_median']} ms unfiltered, alternately: ratio "
+        f"{segment['ratio_segment_to_whole']} (target ≤ 1.2)\n"
         f"    load average after: {load_after}",
         flush=True,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -24,8 +25,17 @@ CELL_COLUMNS = [
     "latency_budget",
     "privacy_tier",
     "route",
+    "segment",
 ]
-FLEET_HOUR_COLUMNS = ["fleet_id", "hour", "policy_version", "cohort", "route", "decided_by"]
+FLEET_HOUR_COLUMNS = [
+    "fleet_id",
+    "hour",
+    "policy_version",
+    "cohort",
+    "route",
+    "decided_by",
+    "segment",
+]
 CHUNK = 200_000
 
 
@@ -54,10 +64,20 @@ def copy_rollups(url: str, table: str, key_columns: list[str], tallies: dict[Any
 
 
 def store_history(
-    url: str, *, fleet_id: int, total: int, start: datetime, end: datetime, device_id: str
+    url: str,
+    *,
+    fleet_id: int,
+    total: int,
+    start: datetime,
+    end: datetime,
+    device_id: str,
+    segments: Sequence[tuple[int, float]] = (),
 ) -> dict[str, Any]:
     """`total` events spread evenly from `start` to `end`, raw and rolled up; the counts.
 
+    `segments`: (segment id, share of events): each event is in each segment with that
+    probability (drawn apart from the events, so the events are the same with or without),
+    counted in its rows as the worker counts it and kept in the raw row's `segments`.
     Deterministic (seeded); the tables are VACUUM ANALYZEd afterwards, as after a day of
     traffic, so the planner sees them as the product would.
     """
@@ -68,6 +88,7 @@ def store_history(
 
     profiles, weights = _profiles()
     rng = random.Random(2)
+    membership = random.Random(5)
     step = (end - start) / total
     accumulator = RollupAccumulator()
     began = time.perf_counter()
@@ -77,8 +98,14 @@ def store_history(
                 size = min(CHUNK, total - offset)
                 for index, profile in enumerate(rng.choices(profiles, weights, k=size)):
                     event = BenchEvent(profile, start + step * (offset + index), rng)
-                    accumulator.add(fleet_id, profile.cohort, event)
-                    copy.write_row(_raw_row(event, fleet_id, device_id, profile.cohort))
+                    row = _raw_row(event, fleet_id, device_id, profile.cohort)
+                    if segments:
+                        ids = tuple(i for i, share in segments if membership.random() < share)
+                        accumulator.add(fleet_id, profile.cohort, event, segments=ids)
+                        row = (*row[:-1], json.dumps(list(ids)))
+                    else:
+                        accumulator.add(fleet_id, profile.cohort, event)
+                    copy.write_row(row)
                 print(f"    … {offset + size:,} events", flush=True)
         conn.commit()
     hour_columns = ["hour" if c == "minute" else c for c in CELL_COLUMNS]

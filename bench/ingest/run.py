@@ -313,6 +313,7 @@ def _raw_row(event: BenchEvent, fleet_id: int, device_id: str, cohort: str) -> t
         None,  # refine_edit_ratio
         None,  # quality
         None,  # shadow_refine
+        None,  # segments (not known: counted in the all-devices rollups only)
     )
 
 

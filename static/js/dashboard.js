@@ -734,7 +734,7 @@
 
   function queryOf(view) {
     var params = new URLSearchParams();
-    ["window", "version", "cohort", "task_type", "route"].forEach(function (key) {
+    ["window", "version", "cohort", "task_type", "route", "segment"].forEach(function (key) {
       if (view[key] !== undefined && view[key] !== null && view[key] !== "") { params.set(key, view[key]); }
     });
     return params.toString();

@@ -78,6 +78,10 @@ class AlertRule(models.Model):
     scope = models.CharField(max_length=8, choices=Scope.choices, default=Scope.FLEET)
     # "3" for a version, "candidate" for a cohort, "text/interactive/normal" for a cell.
     scope_value = models.CharField(max_length=120, blank=True)
+    # One of the fleet's named segments, by name: the rule is judged on that segment's rollup
+    # rows (its devices' events) within its scope; blank: every device. A segment renamed or
+    # deleted since leaves the rule without data, saying why (docs/alerts.md).
+    segment = models.CharField(max_length=64, blank=True, default="")
     enabled = models.BooleanField(default=True)
     revision = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)

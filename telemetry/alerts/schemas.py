@@ -19,11 +19,13 @@ from controlplane.api import (
     JsonChoiceField,
     JsonFloatField,
     JsonIntegerField,
+    JsonRegexField,
     JsonStringField,
 )
 from controlplane.openapi import ApiSerializer, closed_body
 from controlplane.validators import TidyTextValidator, text_problem
 
+from ..api_schemas import segment_field
 from .guard_fields import BakeMinutesField, GuardsField
 from .judging import GUARD_METRICS
 from .limits import (
@@ -100,6 +102,9 @@ class AlertRuleSerializer(_reading("last_")):  # type: ignore[misc]
     hysteresis = serializers.FloatField()
     scope = serializers.ChoiceField(choices=Scope.values)
     scope_value = serializers.CharField(allow_blank=True)
+    segment = serializers.CharField(
+        allow_blank=True, help_text="the named segment the rule is judged on; blank: every device"
+    )
     enabled = serializers.BooleanField()
     revision = serializers.IntegerField()
     state = serializers.ChoiceField(choices=AlertState.values)
@@ -165,6 +170,12 @@ def _rule_input_fields(*, partial: bool) -> dict[str, Any]:
             required=False,
             help_text="version: a number; cohort: stable or candidate; "
             "cell: task_type/latency_budget/privacy_tier; fleet: empty",
+        ),
+        "segment": segment_field(
+            JsonRegexField,
+            "one of the fleet's named segments: the rule is judged on its devices' events only "
+            "(within `scope`); blank or left out: every device",
+            allow_blank=True,
         ),
         "enabled": JsonBooleanField(required=False),
     }

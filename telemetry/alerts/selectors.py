@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from routing_policies.models import PolicyCell
+from routing_policies.models import PolicyCell, Segment
 
 from ..models import MinuteRollup
-from ..rollups import MINUTE, RollupRow, read_rows
+from ..rollups import ALL_DEVICES, MINUTE, RollupRow, read_rows
 from .judging import RATE_METRICS, format_value
 from .models import (
     AlertEvent,
@@ -36,6 +36,7 @@ RULE_FIELDS = (
     "hysteresis",
     "scope",
     "scope_value",
+    "segment",
     "enabled",
 )
 
@@ -51,10 +52,16 @@ def window_bounds(now: datetime, minutes: int) -> tuple[datetime, datetime]:
 
 
 def recent_rows(
-    *, fleet_id: int, since: datetime, until: datetime, latency_since: datetime | None = None
+    *,
+    fleet_id: int,
+    since: datetime,
+    until: datetime,
+    latency_since: datetime | None = None,
+    segment: int = ALL_DEVICES,
 ) -> list[RollupRow]:
     """The fleet's minute-rollup rows with `since <= minute <= until`, by minute, in one query;
-    with their latency histograms from `latency_since` on (None: none)."""
+    with their latency histograms from `latency_since` on (None: none); of one named segment
+    (its id), or by default of every device."""
     rows = read_rows(
         MINUTE,
         fleet_id=fleet_id,
@@ -63,8 +70,19 @@ def recent_rows(
         latency=latency_since is not None,
         latency_since=latency_since,
         ordered=True,
+        segment=segment,
     )
     return list(rows)
+
+
+def segment_ids(*, fleet_id: int, names: set[str]) -> dict[str, int]:
+    """The ids of the fleet's segments of these names (a name it has no segment of is left
+    out); no query without names."""
+    if not names:
+        return {}
+    return dict(
+        Segment.objects.filter(fleet_id=fleet_id, name__in=sorted(names)).values_list("name", "pk")
+    )
 
 
 def cell_known(*, fleet_id: int, task_type: str, latency_budget: str, privacy_tier: str) -> bool:

@@ -17,6 +17,7 @@ from controlplane.roles import Role, has_role
 from routing_policies.models import Fleet
 from routing_policies.pages import fleet_or_404
 
+from ..rollups.segments import segment_names
 from . import additions, limits, selectors, services
 from .additions import Addition
 from .judging import format_clear, format_threshold, format_value
@@ -26,6 +27,9 @@ from .schemas import AlertRuleUpdateSerializer
 
 def _rule_row(rule: AlertRule) -> dict[str, Any]:
     scope = "whole fleet" if rule.scope == Scope.FLEET else f"{rule.scope} {rule.scope_value}"
+    if rule.segment:
+        segment = f"segment {rule.segment}"
+        scope = segment if rule.scope == Scope.FLEET else f"{scope} · {segment}"
     return {
         "rule": rule,
         "condition_text": format_threshold(rule.metric, rule.condition, rule.threshold),
@@ -59,6 +63,7 @@ def _form_values(rule: AlertRule | None) -> dict[str, str]:
         "hysteresis": f"{rule.hysteresis:g}",
         "scope": rule.scope,
         "scope_value": rule.scope_value,
+        "segment": rule.segment,
         "enabled": "on" if rule.enabled else "",
         "revision": str(rule.revision),
     }
@@ -85,6 +90,7 @@ def _alerts_page(
         "metrics": Metric.choices,
         "conditions": Condition.choices,
         "scopes": Scope.choices,
+        "segments": segment_names(fleet.pk),
         "formats": WebhookFormat.choices,
         "rules": rules,
         "form": form if form is not None else _form_values(editing),

@@ -43,6 +43,7 @@ class FleetMetricsApi(APIView):
             group_by=query["group_by"],
             filters={name: query.get(name) for name in _FILTERS},
             with_scores=query["scores"],
+            segment=query.get("segment"),
         )
         return Response({"fleet": fleet.slug, **result})
 

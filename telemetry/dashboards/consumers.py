@@ -36,6 +36,7 @@ from routing_policies.models import Fleet
 
 from ..browser_feed import BrowserFeedConsumer
 from ..close_codes import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND
+from ..rollups.segments import segment_named
 from . import feed
 from .schemas import parse_view
 from .selectors import DashboardView, fleet_dashboard
@@ -132,6 +133,8 @@ class DashboardConsumer(BrowserFeedConsumer):
         params = {k: v for k, v in message.items() if k not in ("type", "snapshot")}
         try:
             view = parse_view(params)
+            # A segment filter names one of this fleet's segments (refused as on the API).
+            await database_sync_to_async(segment_named)(self.fleet.pk, view.segment)
         except ApplicationError as exc:
             await self._error(exc.code, exc.message, details=exc.details)
             return

@@ -193,13 +193,13 @@ def dashboard_views_push(*, fleet_id: int) -> int:
     layer = get_channel_layer()
     computed = 0
     for view_key in keys:
+        started = time.perf_counter()
         try:
             view = view_from_key(view_key)
+            payload = fleet_dashboard(fleet=fleet, view=view)  # its segment may be deleted
         except ApplicationError:
             _forget(fleet_id, view_key)
             continue
-        started = time.perf_counter()
-        payload = fleet_dashboard(fleet=fleet, view=view)
         payload["computation"] = uuid.uuid4().hex
         text = encode(payload)
         computed += 1

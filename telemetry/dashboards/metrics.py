@@ -23,6 +23,7 @@ from ..models import RouteCounter
 from ..rollups import CELL_DIMENSIONS, Figures, RollupRow, figures_at, plan_window, read_rows
 from ..rollups.cohorts import CohortArms
 from ..rollups.prometheus import RouteTotals, stored_latency_bins
+from ..rollups.segments import segment_named
 from ..rollups.sketch import SCORE_BINS
 
 # What a caller may group and filter by, and the column each name reads.
@@ -62,9 +63,11 @@ def fleet_metrics(
     with_latency: bool = True,
     with_scores: bool = False,
     now: datetime | None = None,
+    segment: str | None = None,
 ) -> dict[str, Any]:
     """α, shares, fallback, cache, error and privacy figures, latency percentiles and tokens
-    per task per group.
+    per task per group; of one named segment's devices when `segment` names one of the
+    fleet's (refused, naming the field, otherwise).
 
     One query, over one rollup table (and, grouped or filtered by cohort, one for the rollout
     whose arms the cohorts are); the histograms of a group's rows are merged in Python.
@@ -73,6 +76,7 @@ def fleet_metrics(
     for name in filters:
         if name not in GROUPS:
             raise ValidationFailed(f"Cannot filter by {name!r}.", details=[{"field": name}])
+    segment_id = segment_named(fleet_id, segment)
     cell_level = any(name in CELL_DIMENSIONS for name in [*group_by, *filters])
     plan = plan_window(window, now=now or timezone.now())
     where = {GROUPS[name]: value for name, value in filters.items()}
@@ -92,6 +96,7 @@ def fleet_metrics(
             where=where,
             latency=with_latency,
             scores=with_scores,
+            segment=segment_id,
         )
     key_of = _group_key(group_by, arms)
     groups: dict[tuple[Any, ...], Figures] = {}
@@ -101,7 +106,7 @@ def fleet_metrics(
     return {
         "window": {"from": plan.start, "to": plan.end, "resolution": plan.resolution},
         "group_by": list(group_by),
-        "filters": filters,
+        "filters": filters | ({} if segment is None else {"segment": segment}),
         **(
             {}
             if arms is None

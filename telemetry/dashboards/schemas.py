@@ -19,7 +19,7 @@ from controlplane.exceptions import ValidationFailed, drf_error_details
 from routing_policies.apis import RolloutSerializer
 from routing_policies.validation import DIMENSION_VALUE_RE, MAX_VERSION
 
-from ..api_schemas import CostReportSerializer, KeywordNamedSerializer
+from ..api_schemas import CostReportSerializer, KeywordNamedSerializer, segment_field
 from ..rollups import CELL_DIMENSIONS
 from .selectors import COHORTS, DEFAULT_WINDOW, FILTERS, ROUTES, WINDOWS, DashboardView
 
@@ -76,6 +76,12 @@ class _FleetFiltersSerializer(serializers.Serializer[Any]):
         required=False,
         help_text="only this task type",
         error_messages={"invalid": _TASK_TYPE_MESSAGE},
+    )
+    segment = segment_field(
+        serializers.RegexField,
+        "only the devices of this named segment of the fleet (their events as counted when "
+        "they were processed); an unknown name is refused (400)",
+        trim_whitespace=False,
     )
 
 
@@ -299,6 +305,7 @@ class DashboardViewSerializer(serializers.Serializer[Any]):
     cohort = serializers.CharField(allow_null=True)
     task_type = serializers.CharField(allow_null=True)
     route = serializers.CharField(allow_null=True)
+    segment = serializers.CharField(allow_null=True)
 
 
 class DashboardCohortCostSerializer(serializers.Serializer[Any]):

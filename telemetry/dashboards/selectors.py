@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 from urllib.parse import urlencode
 
+from django.db import connection
 from django.db.models import Max, Min
 from django.utils import timezone
 
@@ -33,8 +34,8 @@ from routing_policies.selectors import (
 )
 
 from ..models import Cohort, Event
-from ..rollups import ROUTES as ROUTES  # the routes the dashboard draws, for its views
 from ..rollups import (
+    ALL_DEVICES,
     Figures,
     RollupRow,
     WindowPlan,
@@ -44,8 +45,10 @@ from ..rollups import (
     plan_window,
     read_rows,
 )
+from ..rollups import ROUTES as ROUTES  # the routes the dashboard draws, for its views
 from ..rollups.cohorts import CohortArms
 from ..rollups.schema import FIELD_INDEX
+from ..rollups.segments import segment_named
 from ..rollups.sketch import merge_counts
 from .cost import CohortCost, cost_figures
 from .metrics import fleet_metrics as fleet_metrics  # the metrics API's read, for the lab
@@ -57,7 +60,9 @@ WINDOWS: Final = {
     "7d": timedelta(days=7),
 }
 DEFAULT_WINDOW: Final = "1h"
-FILTERS: Final = ("version", "cohort", "task_type", "route")
+FILTERS: Final = ("version", "cohort", "task_type", "route", "segment")
+# The filters that are rollup key columns (`segment` picks the rows of a segment instead).
+_ROW_FILTERS: Final = FILTERS[:4]
 # The rollup column each filter reads (the others read the column of their name).
 FILTER_COLUMNS: Final = {"version": "policy_version"}
 COHORTS: Final = (Cohort.STABLE.value, Cohort.CANDIDATE.value)
@@ -86,6 +91,8 @@ class DashboardView:
     cohort: str | None = None
     task_type: str | None = None
     route: str | None = None
+    # A named segment of the fleet: only its devices' events (telemetry.rollups.segments).
+    segment: str | None = None
 
     @property
     def key(self) -> str:
@@ -100,6 +107,15 @@ class DashboardView:
     def as_json(self) -> dict[str, Any]:
         """The view as the API and the feed echo it."""
         return {"window": self.window, **{name: getattr(self, name) for name in FILTERS}}
+
+    @property
+    def where(self) -> dict[str, Any]:
+        """The filters on rollup key columns, by column."""
+        return {
+            FILTER_COLUMNS.get(name, name): value
+            for name, value in self.filters.items()
+            if name in _ROW_FILTERS
+        }
 
 
 # --- the rollup scan ---------------------------------------------------------------------------
@@ -116,7 +132,9 @@ class Scan:
     versions_by_cohort: dict[str, set[int]] = field(default_factory=dict)
 
 
-def _scan(fleet_id: int, view: DashboardView, plan: WindowPlan, arms: CohortArms) -> Scan:
+def _scan(
+    fleet_id: int, view: DashboardView, plan: WindowPlan, arms: CohortArms, segment: int
+) -> Scan:
     """The window's rollup rows folded per bucket × route × cohort and per cell.
 
     Minute windows, or any window filtered by task type: one query over the cell-level table,
@@ -124,7 +142,7 @@ def _scan(fleet_id: int, view: DashboardView, plan: WindowPlan, arms: CohortArms
     (no cell, about a sixth of the rows) and the grid from the hour rollups, so each row's
     histogram is merged once; merging histograms is most of the selector's time.
     """
-    where = {FILTER_COLUMNS.get(name, name): value for name, value in view.filters.items()}
+    where = view.where
     scan = Scan()
     # `?cohort=` counts what the cohort's line counts: its arm of the compared rollout.
     wanted = arms.version(view.cohort) if view.cohort is not None else None
@@ -133,7 +151,14 @@ def _scan(fleet_id: int, view: DashboardView, plan: WindowPlan, arms: CohortArms
 
     def rows(*, cell_level: bool) -> Iterator[RollupRow]:
         level = plan.level(cell_level=cell_level)
-        return read_rows(level, fleet_id=fleet_id, since=plan.start, where=where, latency=True)
+        return read_rows(
+            level,
+            fleet_id=fleet_id,
+            since=plan.start,
+            where=where,
+            latency=True,
+            segment=segment,
+        )
 
     if plan.resolution == "hour" and view.task_type is None:
         _fold_rows(scan, plan, rows(cell_level=False), cells=False)
@@ -336,7 +361,7 @@ def _shown_from(fleet: Fleet, plan: WindowPlan, scan: Scan) -> datetime:
 
 
 def _data_span(
-    fleet_id: int, view: DashboardView, plan: WindowPlan, now: datetime, scan: Scan
+    fleet_id: int, view: DashboardView, plan: WindowPlan, now: datetime, scan: Scan, segment: int
 ) -> tuple[datetime | None, datetime | None]:
     """The first and the last event of the view (window and filters): the span its cost per
     day is figured over (routing_policies.pricing.data_span_hours).
@@ -346,10 +371,16 @@ def _data_span(
     in progress, or the first hour of a 7-day window, as full. Where the raw events are gone
     (past their retention) the rollup buckets bound the span, the last one up to now.
     """
-    where = {FILTER_COLUMNS.get(name, name): value for name, value in view.filters.items()}
-    span = Event.objects.filter(
-        fleet_id=fleet_id, ts__gte=plan.start, ts__lte=now, **where
-    ).aggregate(first=Min("ts"), last=Max("ts"))
+    where = view.where
+    if segment != ALL_DEVICES:
+        # The events counted in the segment's rows (Event.segments, as processed); SQLite
+        # has no JSON containment: the rollup buckets bound the span there.
+        where["segments__contains"] = [segment]
+    span: dict[str, Any] = {"first": None}
+    if segment == ALL_DEVICES or connection.vendor == "postgresql":
+        span = Event.objects.filter(
+            fleet_id=fleet_id, ts__gte=plan.start, ts__lte=now, **where
+        ).aggregate(first=Min("ts"), last=Max("ts"))
     if span["first"] is not None:
         return as_utc(span["first"]), as_utc(span["last"])
     indexes = sorted({key[0] for key, figures in scan.by_bucket.items() if figures.events})
@@ -506,7 +537,8 @@ def fleet_dashboard(
     compared = compared_rollout(fleet.pk, plan.start)
     rollout = compared if compared is not None and compared.is_open else None
     arms = CohortArms.of_rollout(compared)
-    scan = _scan(fleet.pk, view, plan, arms)
+    segment = segment_named(fleet.pk, view.segment)
+    scan = _scan(fleet.pk, view, plan, arms, segment)
 
     stable_id, stable_number = (
         FleetRouting.objects.filter(fleet=fleet)
@@ -530,7 +562,7 @@ def fleet_dashboard(
     buckets = [_iso(plan.start + plan.step * i) for i in range(plan.buckets)]
     markers = _markers(fleet.pk, plan.start)
     shown_from = _shown_from(fleet, plan, scan)
-    first_event, last_event = _data_span(fleet.pk, view, plan, now, scan)
+    first_event, last_event = _data_span(fleet.pk, view, plan, now, scan, segment)
     return {
         "fleet": fleet.slug,
         "view": view.as_json(),

@@ -23,6 +23,7 @@ from routing_policies.pages import fleet_or_404
 from routing_policies.selectors import fleet_get
 
 from ..models import Cohort
+from ..rollups.segments import segment_names
 from .schemas import (
     FleetDashboardQuerySerializer,
     FleetDashboardSerializer,
@@ -63,9 +64,10 @@ def dashboard_page(request: HttpRequest, slug: str) -> HttpResponse:
     status = 200
     try:
         view = parse_view(request.GET)
+        payload = fleet_dashboard(fleet=fleet, view=view)  # an unknown segment is refused
     except ApplicationError as exc:
         view, error, status = DashboardView(), exc.message, 400
-    payload = fleet_dashboard(fleet=fleet, view=view)
+        payload = fleet_dashboard(fleet=fleet, view=view)
     context: dict[str, Any] = {
         "fleet": fleet,
         "view": view,
@@ -74,5 +76,6 @@ def dashboard_page(request: HttpRequest, slug: str) -> HttpResponse:
         "windows": list(WINDOWS),
         "routes": ROUTES,
         "cohorts": [c.value for c in Cohort],
+        "segments": segment_names(fleet.pk),
     }
     return render(request, "telemetry/dashboard.html", context, status=status)

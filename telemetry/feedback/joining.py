@@ -71,10 +71,11 @@ def held_for_update(event_ids: Iterable[uuid.UUID], *, skip_locked: bool) -> lis
 
 def settle(
     held: Iterable[HeldFeedback],
-    events: Mapping[uuid.UUID, tuple[int, str, Any]],
+    events: Mapping[uuid.UUID, tuple[int, str, Any, tuple[int, ...]]],
     accumulator: RollupAccumulator,
 ) -> dict[str, list[int]]:
-    """Judge each held row against its event (`events`: event id → (fleet id, cohort, event));
+    """Judge each held row against its event (`events`: event id → (fleet id, cohort, event,
+    the segments it was counted in));
     add the joined ones' quality to `accumulator`. The row ids by new state; a row whose event
     is not in `events` stays held."""
     settled: dict[str, list[int]] = {
@@ -86,7 +87,7 @@ def settle(
         found = events.get(row.event_id)
         if found is None:
             continue
-        fleet_id, cohort, event = found
+        fleet_id, cohort, event, segments = found
         if fleet_id != row.fleet_id or event.device_id != row.device_id:
             # Another device's or fleet's event: never a figure of that fleet.
             settled[FeedbackState.UNMATCHED].append(row.pk)
@@ -94,7 +95,7 @@ def settle(
             # The event carried its own quality, already counted: not joined again.
             settled[FeedbackState.REDUNDANT].append(row.pk)
         else:
-            accumulator.add_quality(fleet_id, cohort, event, row.quality)
+            accumulator.add_quality(fleet_id, cohort, event, row.quality, segments)
             settled[FeedbackState.JOINED].append(row.pk)
     return settled
 
@@ -111,11 +112,13 @@ def mark_settled(settled: Mapping[str, list[int]]) -> int:
 
 
 def feedback_join_folding(
-    *, accumulator: RollupAccumulator, folding: Mapping[uuid.UUID, tuple[int, str, Any]]
+    *,
+    accumulator: RollupAccumulator,
+    folding: Mapping[uuid.UUID, tuple[int, str, Any, tuple[int, ...]]],
 ) -> int:
     """Join the feedback held for the events being folded (event id → (fleet id, cohort,
-    event)) into `accumulator`, in the caller's transaction; how many were joined."""
-    fleet_ids = {fleet_id for fleet_id, _, _ in folding.values()}
+    event, segments)) into `accumulator`, in the caller's transaction; how many were joined."""
+    fleet_ids = {fleet_id for fleet_id, *_ in folding.values()}
     if not Feedback.objects.filter(state=FeedbackState.HELD, fleet_id__in=fleet_ids).exists():
         # The common case: nothing is waiting in these fleets, no need to probe every id.
         return 0

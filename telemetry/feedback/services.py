@@ -116,14 +116,26 @@ def _wake_join(ids: list[int]) -> None:
         logger.warning("telemetry.feedback_enqueue_failed items=%d", len(ids), exc_info=True)
 
 
-def _stored_events(event_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[int, str, Any]]:
-    """The stored events of these ids: event id → (fleet id, cohort, event row)."""
-    found: dict[uuid.UUID, tuple[int, str, Any]] = {}
-    columns = ("event_id", "fleet_id", "device_id", "cohort", *EVENT_KEY_FIELDS, "quality")
+def _stored_events(
+    event_ids: Sequence[uuid.UUID],
+) -> dict[uuid.UUID, tuple[int, str, Any, tuple[int, ...]]]:
+    """The stored events of these ids: event id → (fleet id, cohort, event row, the segments
+    its rollups counted it in)."""
+    found: dict[uuid.UUID, tuple[int, str, Any, tuple[int, ...]]] = {}
+    columns = (
+        "event_id",
+        "fleet_id",
+        "device_id",
+        "cohort",
+        *EVENT_KEY_FIELDS,
+        "quality",
+        "segments",
+    )
     for start in range(0, len(event_ids), 1000):
         chunk = event_ids[start : start + 1000]
         for event in Event.objects.filter(event_id__in=chunk).only(*columns):
-            found[event.event_id] = (event.fleet_id, event.cohort, event)
+            segments = tuple(event.segments) if isinstance(event.segments, list) else ()
+            found[event.event_id] = (event.fleet_id, event.cohort, event, segments)
     return found
 
 

@@ -105,6 +105,11 @@ class Event(CellKeyed):
     refine_edit_ratio = models.FloatField(null=True)
     quality = models.FloatField(null=True)
     shadow_refine = models.BooleanField(null=True)
+    # The ids of the fleet's named segments the device was in when the event's batch was
+    # processed (its stored attributes against the segments' rules then); its rollups count it
+    # in each. None: not known (stored before segments were a rollup dimension, or its device
+    # was gone), counted only in the all-devices rows.
+    segments = models.JSONField(null=True)
 
     class Meta:
         indexes = [models.Index(fields=["fleet", "ts"], name="telemetry_event_fleet_ts")]

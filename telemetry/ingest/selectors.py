@@ -1,4 +1,5 @@
-"""What telemetry needs to know of a fleet: its published versions' dimensions, its rollouts."""
+"""What telemetry needs to know of a fleet: its published versions' dimensions, its rollouts,
+the segments its devices are in."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.db.models import Count, Min, Sum
 from django.utils import timezone
 
-from routing_policies.models import PolicyCell, PolicyVersion, Rollout
+from edge_sdk.segments import device_attributes, rule_matches
+from routing_policies.models import Device, PolicyCell, PolicyVersion, Rollout, Segment
 
 from ..rollups import UploadHandling
 from ..rollups.prometheus import IngestGauges
@@ -146,6 +149,44 @@ class CohortResolver:
         if spans is not None and spans.covers(moment):
             return _CANDIDATE
         return _STABLE
+
+
+class SegmentResolver:
+    """Which of its fleet's named segments each device of the claimed batches is in, fixed as
+    the batches are processed (seconds after landing): the device's stored attributes (what it
+    reported at enrolment and in its last `hello`) against the fleet's segments' rules at that
+    moment, by the one evaluation (edge_sdk.segments.rule_matches). An event keeps this with it
+    (Event.segments) and its rollups count it in each of those segments: an edit of a rule or a
+    device's new attributes change what is counted from then on, never rows already written.
+
+    Two queries for a whole transaction: the claimed fleets' segments and the claimed devices.
+    """
+
+    def __init__(self, batches: Iterable[tuple[int, int]]) -> None:
+        pairs = set(batches)  # (fleet id, device pk)
+        rules: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+        for segment_id, fleet_id, rule in (
+            Segment.objects.filter(fleet_id__in={fleet for fleet, _ in pairs})
+            .order_by("pk")
+            .values_list("pk", "fleet_id", "rule")
+        ):
+            rules.setdefault(fleet_id, []).append((segment_id, rule))
+        self._of_device: dict[int, tuple[int, ...]] = {}
+        devices = Device.objects.filter(pk__in={device for _, device in pairs}).values_list(
+            "pk", "fleet_id", "platform", "model", "attributes"
+        )
+        for pk, fleet_id, platform, model, reported in devices:
+            known = reported if isinstance(reported, dict) else {}
+            attributes = device_attributes(platform=platform, model=model, reported=known)
+            self._of_device[pk] = tuple(
+                segment_id
+                for segment_id, rule in rules.get(fleet_id, ())
+                if rule_matches(rule, attributes)
+            )
+
+    def segments(self, device_pk: int) -> tuple[int, ...] | None:
+        """The ids of the segments the device is in (ascending), None when it is gone."""
+        return self._of_device.get(device_pk)
 
 
 def ingest_gauges(now: datetime | None = None) -> IngestGauges:

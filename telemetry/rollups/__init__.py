@@ -23,6 +23,7 @@ from .fold import (
 from .planner import WindowPlan, plan_window
 from .reader import RollupRow, as_utc, read_rows, rows_to_compact
 from .schema import (
+    ALL_DEVICES,
     CELL_DIMENSIONS,
     FLEET_HOUR,
     HOUR,
@@ -46,6 +47,7 @@ from .sketch import (
 )
 
 __all__ = [
+    "ALL_DEVICES",
     "CELL_DIMENSIONS",
     "FLEET_HOUR",
     "HOUR",

@@ -1,10 +1,13 @@
 """The write side: folding events into rollup tallies, shared by the worker and the benchmark.
 
 One pass over the events fills the finest tallies (minute × fleet × version × cohort × cell ×
-route × deciding step); the three stored levels are then merged from those, so the per-event
-work is done once. Every figure merges by addition, so tallies of any two sets of events add
-up to the tally of their union: that is what lets partial rows be written in any order and
-compacted later.
+route × deciding step × the device's segments); the three stored levels are then merged from
+those, so the per-event work is done once. Each fine tally counts into its key's all-devices row
+(segment 0) and into the row of each named segment its events' device was in: the segment
+dimension is fanned out when the levels are merged, not per event.
+
+Every figure merges by addition, so tallies of any two sets of events add up to the tally of
+their union: that is what lets partial rows be written in any order and compacted later.
 """
 
 from __future__ import annotations
@@ -16,21 +19,23 @@ from typing import Any, Final, Protocol
 
 from edge_sdk.decision import left_device_by_route, privacy_violation
 
-from .schema import HISTOGRAM_FIELDS, METRIC_FIELDS, ZERO_SUMS
+from .schema import ALL_DEVICES, HISTOGRAM_FIELDS, METRIC_FIELDS, ZERO_SUMS
 from .sketch import SCORE_BINS, bucket_index, merge_counts
 
 SENSITIVE_TIER = "sensitive"
 # A cell's privacy handling: (upload.allowed, upload.deidentify).
 UploadHandling = tuple[bool, bool]
 
+# The ids of the fleet's named segments an event's device was in (ascending; () for none).
+Segments = tuple[int, ...]
 # (fleet_id, minute since epoch, version, cohort, task_type, latency_budget, privacy_tier,
-#  route, decided_by)
-FineKey = tuple[int, int, int, str, str, str, str, str, str]
+#  route, decided_by, segments)
+FineKey = tuple[int, int, int, str, str, str, str, str, str, Segments]
 # (fleet_id, minute or hour start, version, cohort, task_type, latency_budget, privacy_tier,
-#  route)
-CellKey = tuple[int, datetime, int, str, str, str, str, str]
-# (fleet_id, hour start, version, cohort, route, decided_by)
-FleetKey = tuple[int, datetime, int, str, str, str]
+#  route, segment)
+CellKey = tuple[int, datetime, int, str, str, str, str, str, int]
+# (fleet_id, hour start, version, cohort, route, decided_by, segment)
+FleetKey = tuple[int, datetime, int, str, str, str, int]
 
 
 class EventKeyLike(Protocol):
@@ -269,43 +274,64 @@ class RollupAccumulator:
     def __init__(self) -> None:
         self.fine: dict[FineKey, Tally] = {}
 
-    def add(self, fleet_id: int, cohort: str, event: EventLike, violation: bool = False) -> None:
-        """Count one event of `fleet_id`, attributed to `cohort` (`violation`: see Tally.add)."""
-        self._tally(fleet_id, cohort, event).add(event, violation)
+    def add(
+        self,
+        fleet_id: int,
+        cohort: str,
+        event: EventLike,
+        violation: bool = False,
+        segments: Segments = (),
+    ) -> None:
+        """Count one event of `fleet_id`, attributed to `cohort` (`violation`: see Tally.add),
+        in the all-devices rows and in those of each of `segments`."""
+        self._tally(fleet_id, cohort, event, segments).add(event, violation)
 
-    def add_quality(self, fleet_id: int, cohort: str, event: EventKeyLike, quality: float) -> None:
-        """Count late feedback's `quality` of an event (folded now or before) at its keys: a
-        tally with no event of its own, which merges with the event's rows like any other."""
-        self._tally(fleet_id, cohort, event).add_quality(quality)
+    def add_quality(
+        self,
+        fleet_id: int,
+        cohort: str,
+        event: EventKeyLike,
+        quality: float,
+        segments: Segments = (),
+    ) -> None:
+        """Count late feedback's `quality` of an event (folded now or before) at its keys (and
+        its `segments`, as stored with it): a tally with no event of its own, which merges with
+        the event's rows like any other."""
+        self._tally(fleet_id, cohort, event, segments).add_quality(quality)
 
-    def _tally(self, fleet_id: int, cohort: str, event: EventKeyLike) -> Tally:
-        key: FineKey = (fleet_id, _epoch_minute(event.ts), *event_cell(event, cohort))
+    def _tally(self, fleet_id: int, cohort: str, event: EventKeyLike, segments: Segments) -> Tally:
+        key: FineKey = (fleet_id, _epoch_minute(event.ts), *event_cell(event, cohort), segments)
         tally = self.fine.get(key)
         if tally is None:
             tally = self.fine[key] = Tally()
         return tally
 
     def _level(self, make_key: Any) -> dict[Any, Tally]:
+        """Fine tallies merged by `make_key(fine key, segment)`, for the all-devices rows
+        (segment 0) and for each segment of the fine key."""
         out: dict[Any, Tally] = {}
         for fine_key, tally in self.fine.items():
-            key = make_key(fine_key)
-            existing = out.get(key)
-            if existing is None:
-                existing = out[key] = Tally()
-            existing.merge(tally)
+            for segment in (ALL_DEVICES, *fine_key[9]):
+                key = make_key(fine_key, segment)
+                existing = out.get(key)
+                if existing is None:
+                    existing = out[key] = Tally()
+                existing.merge(tally)
         return out
 
     def minutes(self) -> dict[CellKey, Tally]:
-        """Per minute × cell × route."""
-        return self._level(lambda k: (k[0], _moment(k[1]), *k[2:8]))
+        """Per minute × cell × route × segment."""
+        return self._level(lambda k, s: (k[0], _moment(k[1]), *k[2:8], s))
 
     def hours(self) -> dict[CellKey, Tally]:
-        """Per hour × cell × route."""
-        return self._level(lambda k: (k[0], _moment(k[1] - k[1] % 60), *k[2:8]))
+        """Per hour × cell × route × segment."""
+        return self._level(lambda k, s: (k[0], _moment(k[1] - k[1] % 60), *k[2:8], s))
 
     def fleet_hours(self) -> dict[FleetKey, Tally]:
-        """Per hour × route × deciding step, without the cell."""
-        return self._level(lambda k: (k[0], _moment(k[1] - k[1] % 60), k[2], k[3], k[7], k[8]))
+        """Per hour × route × deciding step × segment, without the cell."""
+        return self._level(
+            lambda k, s: (k[0], _moment(k[1] - k[1] % 60), k[2], k[3], k[7], k[8], s)
+        )
 
     def __iter__(self) -> Iterator[FineKey]:
         return iter(self.fine)

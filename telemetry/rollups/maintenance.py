@@ -30,7 +30,7 @@ from ..models import (
 from .fold import merge_columns
 from .prometheus import latency_bins, stored_latency_bins
 from .reader import rows_to_compact
-from .schema import FLEET_HOUR, HISTOGRAM_FIELDS, LEVELS, Level
+from .schema import ALL_DEVICES, FLEET_HOUR, HISTOGRAM_FIELDS, LEVELS, Level
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,8 @@ def _compact_level(level: Level, max_buckets: int) -> tuple[int, int]:
         model.objects.filter(pk__in=doomed[start : start + 1000]).delete()
     model.objects.bulk_create(merged_rows, batch_size=500)
     if level is FLEET_HOUR:
-        _count_for_prometheus(partials)
+        # The all-devices rows alone: a segment's rows count the same events again.
+        _count_for_prometheus([row for row in partials if row["segment"] == ALL_DEVICES])
     return (len(rows), len(merged_rows))
 
 

@@ -20,7 +20,14 @@ from typing import Any
 
 from django.db import connection
 
-from .schema import FIELD_INDEX, HISTOGRAM_FIELDS, METRIC_FIELDS, SCORE_HISTOGRAMS, Level
+from .schema import (
+    ALL_DEVICES,
+    FIELD_INDEX,
+    HISTOGRAM_FIELDS,
+    METRIC_FIELDS,
+    SCORE_HISTOGRAMS,
+    Level,
+)
 from .sketch import stored_histogram
 
 _EVENTS = FIELD_INDEX["events"]
@@ -124,8 +131,12 @@ def read_rows(
     latency_since: datetime | None = None,
     scores: bool = False,
     ordered: bool = False,
+    segment: int = ALL_DEVICES,
 ) -> Iterator[RollupRow]:
     """The fleet's rows of `level` with `since <= bucket` (and `<= until`), in one query.
+
+    `segment`: the rows of one of the fleet's named segments (its id), or, by default, the
+    all-devices rows (every event once); never both, so no figure counts an event twice.
 
     `where`: key column → value, all must match. `latency`: with the latency sketches (only of
     the rows from `latency_since` on, when given); `scores`: with the score histograms (of all
@@ -145,13 +156,13 @@ def read_rows(
         columns.append("latency_hist")
     if scores:
         columns.extend(SCORE_HISTOGRAMS)
-    conditions = ["fleet_id = %s", f"{time_column} >= %s"]
-    params += [fleet_id, adapt(since)]
+    conditions = ["fleet_id = %s", "segment = %s", f"{time_column} >= %s"]
+    params += [fleet_id, segment, adapt(since)]
     if until is not None:
         conditions.append(f"{time_column} <= %s")
         params.append(adapt(until))
     for name, value in (where or {}).items():
-        if name not in level.key_columns:
+        if name not in level.key_columns or name == "segment":
             raise ValueError(f"{level.name} rollups have no column {name!r}")
         conditions.append(f"{name} = %s")
         params.append(value)

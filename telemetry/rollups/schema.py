@@ -52,8 +52,11 @@ SCORE_HISTOGRAMS: Final = ("score_hist", "refine_hist", "kept_hist")
 
 ROUTES: Final = ("device", "cloud", "draft_refine")
 CELL_DIMENSIONS: Final = ("task_type", "latency_budget", "privacy_tier")
-CELL_KEY: Final = ("policy_version", "cohort", *CELL_DIMENSIONS, "route")
-FLEET_KEY: Final = ("policy_version", "cohort", "route", "decided_by")
+# Every level is also keyed by `segment`: 0 for the all-devices rows, else one of the fleet's
+# named segments' ids (telemetry.models.segment_field); a read names one (read_rows).
+ALL_DEVICES: Final = 0
+CELL_KEY: Final = ("policy_version", "cohort", *CELL_DIMENSIONS, "route", "segment")
+FLEET_KEY: Final = ("policy_version", "cohort", "route", "decided_by", "segment")
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ _CELL_KEY_TYPES = (
     ("fleet_id", "int8"),
     (None, "timestamptz"),  # minute or hour
     *CELL_COLUMN_TYPES,
+    ("segment", "int8"),
 )
 _FLEET_KEY_TYPES = (
     ("fleet_id", "int8"),
@@ -46,6 +47,7 @@ _FLEET_KEY_TYPES = (
     ("cohort", "text"),
     ("route", "text"),
     ("decided_by", "text"),
+    ("segment", "int8"),
 )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from ...rollups import ALL_DEVICES
 from .. import selectors as alert_selectors
 from ..judging import LATENCY_METRICS, Judgement, figures_of, judge_rule, parse_scope
 from ..models import (
@@ -157,28 +158,37 @@ def alerts_evaluate(*, fleet_id: int, now: datetime | None = None) -> Evaluation
             g.metric in LATENCY_METRICS for g in guard_set.guards.all()
         ):
             latency_spans.append(guard_span)
-        rows = alert_selectors.recent_rows(
-            fleet_id=fleet_id,
+        # A guarded rollout scoped to a segment compares its arms inside that segment.
+        guard_segment = guard_set.rollout.segment_name if guard_set is not None else ""
+        rows_of = _rows_by_segment(
+            fleet_id,
+            {rule.segment for rule in rules} | {guard_segment},
             since=floor - max(spans),
             until=now,
             latency_since=floor - max(latency_spans) if latency_spans else None,
         )
         budgets = (
             alert_selectors.cell_budgets(
-                fleet_id=fleet_id, versions={row.policy_version for row in rows}
+                fleet_id=fleet_id,
+                versions={row.policy_version for rows in rows_of.values() for row in rows or ()},
             )
             if latency_spans
             else {}
         )
         for rule in rules:
-            judgement = _judge(rule, rows, budgets, now)
+            rows = rows_of[rule.segment]
+            judgement = (
+                _judge(rule, rows, budgets, now) if rows is not None else _gone(rule.segment)
+            )
             events = _apply(rule, judgement, now)
             result.events.extend(events)
             notifications.extend(e for e in events if e.kind in ("firing", "resolved"))
         AlertRule.objects.bulk_update(rules, STATE_FIELDS)
         result.rules = len(rules)
         if guard_set is not None:
-            guard_event = guards_evaluate(guard_set=guard_set, rows=rows, budgets=budgets, now=now)
+            guard_event = guards_evaluate(
+                guard_set=guard_set, rows=rows_of[guard_segment] or [], budgets=budgets, now=now
+            )
             if guard_event is not None:
                 result.events.append(guard_event)
                 result.guard_action = guard_event.kind
@@ -190,6 +200,44 @@ def alerts_evaluate(*, fleet_id: int, now: datetime | None = None) -> Evaluation
             transaction.on_commit(lambda: broadcast_alerts(fleet_id=fleet_id, event=summary))
         deliveries_start_on_commit(deliveries)
     return result
+
+
+def _rows_by_segment(
+    fleet_id: int,
+    names: set[str],
+    *,
+    since: datetime,
+    until: datetime,
+    latency_since: datetime | None,
+) -> dict[str, list[Any] | None]:
+    """The minute rows each segment name needs ("": every device), one query per segment;
+    None for a name that is no longer one of the fleet's segments (renamed or deleted)."""
+    ids = alert_selectors.segment_ids(fleet_id=fleet_id, names=names - {""})
+    out: dict[str, list[Any] | None] = {}
+    for name in sorted(names):
+        if name and name not in ids:
+            out[name] = None
+            continue
+        out[name] = alert_selectors.recent_rows(
+            fleet_id=fleet_id,
+            since=since,
+            until=until,
+            latency_since=latency_since,
+            segment=ids.get(name, ALL_DEVICES),
+        )
+    return out
+
+
+def _gone(segment: str) -> Judgement:
+    """A rule on a segment the fleet no longer has (renamed or deleted): no data, and why."""
+    return Judgement(
+        "no_data",
+        None,
+        None,
+        0,
+        f"segment {segment!r} is no longer one of the fleet's segments (renamed or deleted): "
+        "nothing to judge; point the rule at a segment, or at every device",
+    )
 
 
 def _compares(rule: AlertRule) -> bool:

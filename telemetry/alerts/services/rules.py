@@ -81,6 +81,10 @@ def _clean_rule(values: dict[str, Any], *, fleet_id: int) -> dict[str, Any]:
         values["scope_value"] = ""
     elif found := _scope_problem(values["scope"], values["scope_value"], fleet_id=fleet_id):
         problems.append(found)
+    segment = values.get("segment") or ""
+    values["segment"] = segment
+    if segment and not alert_selectors.segment_ids(fleet_id=fleet_id, names={segment}):
+        problems.append(field_problem("segment", f"this fleet has no segment {segment!r}"))
     if problems:
         raise ValidationFailed(RULE_INVALID, details=problems)
     return values
@@ -126,6 +130,7 @@ class RuleSettings(TypedDict, total=False):
     hysteresis: float
     scope: str
     scope_value: str
+    segment: str
     enabled: bool
 
 
@@ -154,6 +159,7 @@ RULE_DEFAULTS: RuleSettings = {
     "hysteresis": 0.0,
     "scope": Scope.FLEET.value,
     "scope_value": "",
+    "segment": "",
     "enabled": True,
 }
 

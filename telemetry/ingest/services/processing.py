@@ -12,6 +12,7 @@ transaction.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -24,6 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from controlplane.queue import task_send
 
@@ -35,7 +37,7 @@ from ...signals import send_rollups_stored
 from .. import partitions, wakeup
 from ..events import TelemetryEvent, decode_landed
 from ..models import Event, LandedBatch
-from ..selectors import CellPrivacy, CohortResolver
+from ..selectors import CellPrivacy, CohortResolver, SegmentResolver
 from .landing import retention_start
 
 logger = logging.getLogger(__name__)
@@ -71,6 +73,7 @@ EVENT_COLUMN_TYPES = (
     ("refine_edit_ratio", "float8"),
     ("quality", "float8"),
     ("shadow_refine", "bool"),
+    ("segments", "jsonb"),
 )
 EVENT_COLUMNS = tuple(name for name, _ in EVENT_COLUMN_TYPES)
 
@@ -102,7 +105,11 @@ def partitions_ensure_window(today: date | None = None) -> None:
         _partition_days_ready.update(missing)
 
 
-def _claim(batch_ids: Sequence[int], limit: int) -> list[tuple[int, int, datetime, bytes]]:
+# A claimed batch: (id, fleet id, received at, payload, device pk).
+Claimed = tuple[int, int, datetime, bytes, int]
+
+
+def _claim(batch_ids: Sequence[int], limit: int) -> list[Claimed]:
     """Delete up to `limit` landed batches (the named ones first) and return them.
 
     On PostgreSQL rows locked by another worker are skipped. The delete is undone if the
@@ -110,14 +117,14 @@ def _claim(batch_ids: Sequence[int], limit: int) -> list[tuple[int, int, datetim
     """
     table = LandedBatch._meta.db_table
     lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
-    claimed: list[tuple[int, int, datetime, bytes]] = []
+    claimed: list[Claimed] = []
     with connection.cursor() as cursor:
         if batch_ids:
             placeholders = ", ".join(["%s"] * len(batch_ids))
             cursor.execute(
                 f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} "  # noqa: S608
                 f"WHERE id IN ({placeholders}){lock}) "
-                "RETURNING id, fleet_id, received_at, payload",
+                "RETURNING id, fleet_id, received_at, payload, device_pk",
                 list(batch_ids),
             )
             claimed.extend(cursor.fetchall())
@@ -125,7 +132,8 @@ def _claim(batch_ids: Sequence[int], limit: int) -> list[tuple[int, int, datetim
         if room > 0:
             cursor.execute(
                 f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} "  # noqa: S608
-                f"ORDER BY id LIMIT %s{lock}) RETURNING id, fleet_id, received_at, payload",
+                f"ORDER BY id LIMIT %s{lock}) "
+                "RETURNING id, fleet_id, received_at, payload, device_pk",
                 [room],
             )
             claimed.extend(cursor.fetchall())
@@ -133,7 +141,7 @@ def _claim(batch_ids: Sequence[int], limit: int) -> list[tuple[int, int, datetim
 
 
 def _event_row(
-    event: TelemetryEvent, fleet_id: int, received_at: datetime, cohort: str
+    event: TelemetryEvent, fleet_id: int, received_at: datetime, cohort: str, segments: Any
 ) -> tuple[Any, ...]:
     return (
         event.event_id,
@@ -164,6 +172,7 @@ def _event_row(
         event.refine_edit_ratio,
         event.quality,
         event.shadow_refine,
+        segments,
     )
 
 
@@ -193,6 +202,13 @@ def _store_raw(rows: list[tuple[Any, ...]]) -> None:
         )
 
 
+def _json_column(value: list[int]) -> Any:
+    """A JSON value as the raw table's insert takes it: jsonb for binary COPY, text else."""
+    if connection.vendor == "postgresql":
+        return Jsonb(value)
+    return json.dumps(value)
+
+
 def landed_batches_process(
     *, batch_ids: Iterable[int] = (), max_batches: int | None = None
 ) -> ProcessResult:
@@ -209,20 +225,25 @@ def landed_batches_process(
         claimed = _claim(list(batch_ids)[:limit], limit)
         if not claimed:
             return ProcessResult(batches=0, events=0, expired=0)
-        resolver = CohortResolver(fleet_id for _, fleet_id, _, _ in claimed)
+        resolver = CohortResolver(fleet_id for _, fleet_id, _, _, _ in claimed)
+        members = SegmentResolver((fleet_id, device) for _, fleet_id, _, _, device in claimed)
         privacy = CellPrivacy()
         accumulator = RollupAccumulator()
         rows: list[tuple[Any, ...]] = []
-        # event id → (fleet, cohort, event): the events whose held feedback joins them now.
-        folding: dict[uuid.UUID, tuple[int, str, TelemetryEvent]] = {}
+        # event id → (fleet, cohort, event, segments): the events whose held feedback joins
+        # them now.
+        folding: dict[uuid.UUID, tuple[int, str, TelemetryEvent, tuple[int, ...]]] = {}
         expired = 0
-        for _, fleet_id, received_at, payload in claimed:
+        for _, fleet_id, received_at, payload, device_pk in claimed:
+            known = members.segments(device_pk)
+            segments = known or ()
+            stored = None if known is None else _json_column(list(known))
             for event in decode_landed(bytes(payload)):
                 if event.ts < oldest:
                     expired += 1
                     continue
                 cohort = resolver.cohort(fleet_id, event.policy_version, event.ts)
-                rows.append(_event_row(event, fleet_id, received_at, cohort))
+                rows.append(_event_row(event, fleet_id, received_at, cohort, stored))
                 violation = event.privacy_tier == SENSITIVE_TIER and is_privacy_violation(
                     event,
                     privacy.handling(
@@ -233,13 +254,13 @@ def landed_batches_process(
                         event.privacy_tier,
                     ),
                 )
-                accumulator.add(fleet_id, cohort, event, violation)
-                folding[event.event_id] = (fleet_id, cohort, event)
+                accumulator.add(fleet_id, cohort, event, violation, segments)
+                folding[event.event_id] = (fleet_id, cohort, event, segments)
         if rows:
             feedback_join_folding(accumulator=accumulator, folding=folding)
             _store_raw(rows)
             store_rollups(accumulator)
-            fleet_ids = frozenset(fleet_id for _, fleet_id, _, _ in claimed)
+            fleet_ids = frozenset(fleet_id for _, fleet_id, _, _, _ in claimed)
             transaction.on_commit(lambda: send_rollups_stored(fleet_ids))
     if expired:
         logger.warning("telemetry.events_expired count=%d", expired)

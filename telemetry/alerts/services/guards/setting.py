@@ -43,16 +43,6 @@ def rollout_guards_set(
     locked = Rollout.objects.select_for_update().filter(pk=rollout.pk).first()
     if locked is None or not locked.is_open:
         raise Conflict("Only an open rollout can be guarded.", code="rollout_not_open")
-    if locked.segment_rule is not None:
-        # The rollups guards read have no segment dimension yet: their stable arm would be the
-        # whole fleet's stable devices, not the segment's. Refused rather than judged against
-        # the wrong group (docs/segments.md, "Rollouts scoped to a segment").
-        raise Conflict(
-            f"Rollout {locked.pk} is scoped to segment {locked.segment_name!r}: guards cannot "
-            "yet compare within a segment, so a scoped rollout is not guarded.",
-            code="scoped_rollout_unguarded",
-            details=[{"field": "guards", "message": "not available for a scoped rollout"}],
-        )
     settings = {
         "window_minutes": window_minutes,
         "bake_minutes": bake,

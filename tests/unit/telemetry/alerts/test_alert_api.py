@@ -617,9 +617,10 @@ def test_alerts_reads__query_counts_pinned(
         assert api.get(f"{BASE}/alerts/history/").json()["results"]
     client.force_login(viewer)
     client.get(f"/fleets/{fleet_obj.slug}/alerts/")
-    # session, user, role groups, fleet, rules, history, webhooks, deliveries, and the fleet's
-    # freeze (its banner shows on every page of the fleet, docs/governance.md)
-    with django_assert_num_queries(9):
+    # session, user, role groups, fleet, rules, history, webhooks, deliveries, the fleet's
+    # freeze (its banner shows on every page of the fleet, docs/governance.md), and its
+    # segments' names (the rule form's Segment select, issue 26)
+    with django_assert_num_queries(10):
         assert client.get(f"/fleets/{fleet_obj.slug}/alerts/").status_code == 200
     # and they show the privacy rule firing, after its pending step
     states = {row["name"]: row["state"] for row in api.get(RULES).json()["results"]}
