@@ -6,7 +6,6 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
-from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -14,32 +13,28 @@ from rest_framework.views import APIView
 from controlplane.openapi import error_responses
 from controlplane.permissions import IsEditor, IsViewer
 from routing_policies import selectors as policy_selectors
+from routing_policies.apis import Answer, FleetAction, FleetActionApi
 from routing_policies.models import Fleet
 
-from ..api import fleet_post
 from . import schemas, selectors, services
 
 
-class BacktestListApi(APIView):
+class BacktestListApi(FleetActionApi):
     """POST starts a backtest (or answers the one kept for the same request)."""
 
-    def get_permissions(self) -> list[BasePermission]:
-        return [IsViewer()] if self.request.method in ("GET", "HEAD", "OPTIONS") else [IsEditor()]
-
-    @fleet_post(
+    does = FleetAction(
+        IsEditor,
         schemas.BacktestStartSerializer,
-        responses={
-            200: schemas.BacktestSerializer,
-            202: schemas.BacktestSerializer,
-            **error_responses(404, 409),
-        },
-        operation_id="backtest_start",
+        "backtest_start",
+        reads=IsViewer,
         description="Replay the draft or a version over the recorded events of a window "
         "(default the last 24 h). 202 with a new backtest to poll; 200 with the one already "
         "kept for the same subject, revision, window and filters.",
     )
-    def post(self, request: Request, fleet: Fleet, values: dict[str, Any]) -> Response:
-        backtest, created = services.backtest_start(actor=request.user, fleet=fleet, **values)
+    answer = Answer(schemas.BacktestSerializer, also=(202,), errors=(404, 409))
+
+    def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Any:
+        backtest, created = services.backtest_start(actor=request.user, fleet=fleet, **data)
         return Response(
             selectors.backtest_out(backtest, slug=fleet.slug),
             status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK,

@@ -1,21 +1,24 @@
 """What the fleet APIs of every part share: a method that changes the fleet its URL names with
 a body its input serializer checks (`fleet_input`), a method whose query parameters their
 serializer checks (`query_input`), and an API whose reads are for viewers and whose changes need
-a role above (`ViewerReadsApi`)."""
+a role above (`ViewerReadsApi`). An API of one such changing method is a `FleetActionApi`
+declared by its `FleetAction`."""
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any, ClassVar, cast
 
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers
+from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.api import input_validate, require_object
 from controlplane.exceptions import ValidationFailed
-from controlplane.openapi import query_params_validate
+from controlplane.openapi import error_responses, query_params_validate
 
 from .selectors import fleet_get
 
@@ -86,3 +89,71 @@ def query_input(
         return extend_schema(parameters=[declared, *parameters], **schema)(checked)
 
     return decorate
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a `FleetActionApi` answers: `code` with a body of the `serializer` (or a status
+    of `also`, the same body, where `act` answers a whole Response), or one of the error
+    statuses it may refuse with (`errors`), as its OpenAPI responses say."""
+
+    serializer: Any
+    code: int = 200
+    errors: tuple[int, ...] = ()
+    also: tuple[int, ...] = ()
+
+    def responses(self) -> dict[int, Any]:
+        bodies = dict.fromkeys((self.code, *self.also), self.serializer)
+        return {**bodies, **error_responses(*self.errors)}
+
+
+@dataclass(frozen=True)
+class FleetAction:
+    """What a `FleetActionApi` does, declared once: who may (`role`; `reads`, the role of GET,
+    HEAD and OPTIONS where the API reads too), the body `declared` checks (`fleet_input`), the
+    OpenAPI `operation_id`, the HTTP `method` and an optional `description`. With the API's
+    `Answer` it makes the OpenAPI operation, so the schema and the checks never part."""
+
+    role: type[BasePermission]
+    declared: Declared
+    operation_id: str
+    method: str = "post"
+    description: str | None = None
+    reads: type[BasePermission] | None = None
+
+    def handler(self, answer: Answer) -> Callable[..., Response]:
+        """The API method: the fleet and the checked body to the view's `act`, whose answer
+        (a body, or a whole Response) goes out with the answer's code."""
+
+        def handle(view: "FleetActionApi", request: Request, **kwargs: Any) -> Response:
+            body = view.act(request, **kwargs)
+            return body if isinstance(body, Response) else Response(body, status=answer.code)
+
+        return fleet_input(
+            self.declared,
+            responses=answer.responses(),
+            operation_id=self.operation_id,
+            description=self.description,
+        )(handle)
+
+
+class FleetActionApi(APIView):
+    """An API of one method that changes the fleet its URL names, declared by `does` (a
+    `FleetAction`) and `answer` (an `Answer`): a subclass only says what
+    `act(request, fleet, data, **url_kwargs)` does and answers. It may read too (a `get` of
+    its own, for `does.reads`)."""
+
+    does: ClassVar[FleetAction]  # not `action`: DRF's viewsets name theirs so
+    answer: ClassVar[Answer]
+    # `act(request, fleet, data, **url_kwargs)`: what the API does; its body or a Response.
+    act: Callable[..., Any]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "does" in cls.__dict__ or "answer" in cls.__dict__:
+            setattr(cls, cls.does.method, cls.does.handler(cls.answer))
+
+    def get_permissions(self) -> list[BasePermission]:
+        if self.does.reads is not None and self.request.method in SAFE_METHODS:
+            return [self.does.reads()]
+        return [self.does.role()]
