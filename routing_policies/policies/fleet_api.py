@@ -110,16 +110,19 @@ class Answer:
 @dataclass(frozen=True)
 class FleetAction:
     """What a `FleetActionApi` does, declared once: who may (`role`; `reads`, the role of GET,
-    HEAD and OPTIONS where the API reads too), the body `declared` checks (`fleet_input`), the
-    OpenAPI `operation_id`, the HTTP `method` and an optional `description`. With the API's
-    `Answer` it makes the OpenAPI operation, so the schema and the checks never part."""
+    HEAD and OPTIONS where the API reads too), the body `declared` checks (`fleet_input`, with
+    its `validate` and `body_step`), the OpenAPI `operation_id` (None: drf-spectacular's), the
+    HTTP `method` and an optional `description`. With the API's `Answer` it makes the OpenAPI
+    operation, so the schema and the checks never part."""
 
     role: type[BasePermission]
     declared: Declared
-    operation_id: str
+    operation_id: str | None = None
     method: str = "post"
     description: str | None = None
     reads: type[BasePermission] | None = None
+    validate: Validate = input_validate
+    body_step: BodyStep | None = None
 
     def handler(self, answer: Answer) -> Callable[..., Response]:
         """The API method: the fleet and the checked body to the view's `act`, whose answer
@@ -131,6 +134,8 @@ class FleetAction:
 
         return fleet_input(
             self.declared,
+            validate=self.validate,
+            body_step=self.body_step,
             responses=answer.responses(),
             operation_id=self.operation_id,
             description=self.description,
