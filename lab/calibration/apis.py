@@ -24,7 +24,7 @@ from .schemas import (
     CalibrationSerializer,
 )
 from .selectors import calibration_compute, calibration_out
-from .services import calibration_apply
+from .services import calibration_apply_cells
 from .targets import Target
 
 
@@ -64,14 +64,7 @@ class CalibrationApplyApi(FleetActionApi):
     answer = Answer(AppliedSerializer, errors=(409,))
 
     def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Any:
-        thresholds = [(cell_key(cell), cell["threshold"]) for cell in data["cells"]]
-        draft, backtest = calibration_apply(
-            actor=request.user,
-            fleet=fleet,
-            revision=data["revision"],
-            thresholds=thresholds,
-            segment=data.get("segment"),
-        )
+        draft, backtest = calibration_apply_cells(actor=request.user, fleet=fleet, **data)
         return {
             "revision": draft.revision,
             "cells": data["cells"],
