@@ -4,7 +4,7 @@ action API (`FleetActionApi`, declared by a `FleetAction`). A facade, so they ne
 `routing_policies.devices` or `routing_policies.rollouts`."""
 
 from .devices.apis import DeviceTokenAuthentication, IsDevice
-from .policies.fleet_api import Answer, FleetAction, FleetActionApi
+from .policies.fleet_api import Answer, FleetAction, FleetActionApi, FleetReadApi
 from .rollouts.schemas import RolloutSerializer
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "DeviceTokenAuthentication",
     "FleetAction",
     "FleetActionApi",
+    "FleetReadApi",
     "IsDevice",
     "RolloutSerializer",
 ]

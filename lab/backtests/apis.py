@@ -4,16 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from controlplane.openapi import error_responses
 from controlplane.permissions import IsEditor, IsViewer
-from routing_policies import selectors as policy_selectors
-from routing_policies.apis import Answer, FleetAction, FleetActionApi
+from routing_policies.apis import Answer, FleetAction, FleetActionApi, FleetReadApi
 from routing_policies.models import Fleet
 
 from . import schemas, selectors, services
@@ -41,16 +37,12 @@ class BacktestListApi(FleetActionApi):
         )
 
 
-class BacktestDetailApi(APIView):
+class BacktestDetailApi(FleetReadApi):
     """One backtest: its progress, and its result once done."""
 
-    permission_classes = [IsViewer]
+    answer = Answer(schemas.BacktestSerializer, errors=(404,))
+    read_operation = "backtest_get"
 
-    @extend_schema(
-        responses={200: schemas.BacktestSerializer, **error_responses(404)},
-        operation_id="backtest_get",
-    )
-    def get(self, request: Request, slug: str, backtest_id: int) -> Response:
-        fleet = policy_selectors.fleet_get(slug=slug)
+    def look(self, request: Request, fleet: Fleet, backtest_id: int) -> Any:
         backtest = selectors.backtest_get(fleet=fleet, backtest_id=backtest_id)
-        return Response(selectors.backtest_out(backtest, slug=slug))
+        return selectors.backtest_out(backtest, slug=fleet.slug)

@@ -2,7 +2,7 @@
 a body its input serializer checks (`fleet_input`), a method whose query parameters their
 serializer checks (`query_input`), and an API whose reads are for viewers and whose changes need
 a role above (`ViewerReadsApi`). An API of one such changing method is a `FleetActionApi`
-declared by its `FleetAction`."""
+declared by its `FleetAction`; one that answers a GET of the fleet, a `FleetReadApi`."""
 
 import functools
 from collections.abc import Callable, Mapping
@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 from controlplane.api import input_validate, require_object
 from controlplane.exceptions import ValidationFailed
 from controlplane.openapi import error_responses, query_params_validate
+from controlplane.permissions import IsViewer
 
 from .selectors import fleet_get
 
@@ -162,3 +163,26 @@ class FleetActionApi(APIView):
         if self.does.reads is not None and self.request.method in SAFE_METHODS:
             return [self.does.reads()]
         return [self.does.role()]
+
+
+class FleetReadApi(APIView):
+    """An API that answers a GET of the fleet its URL names (an unknown one is a 404 first),
+    declared by its `answer` (an `Answer`) and `read_operation` (the OpenAPI operation id): a
+    subclass only says what `look(request, fleet, **url_kwargs)` answers (a body, or a whole
+    Response). Viewers read it."""
+
+    permission_classes = [IsViewer]
+    answer: ClassVar[Answer]
+    read_operation: ClassVar[str]
+    look: Callable[..., Any]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        answer = cls.answer
+
+        def get(view: "FleetReadApi", request: Request, slug: str, **kwargs: Any) -> Response:
+            body = view.look(request, fleet_get(slug=slug), **kwargs)
+            return body if isinstance(body, Response) else Response(body, status=answer.code)
+
+        schema = extend_schema(responses=answer.responses(), operation_id=cls.read_operation)
+        cls.get = schema(get)  # type: ignore[attr-defined]

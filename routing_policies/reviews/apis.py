@@ -14,7 +14,7 @@ from controlplane.openapi import error_responses
 from controlplane.permissions import IsEditor, IsPublisher, IsViewer
 
 from ..policies.apis import version_out
-from ..policies.fleet_api import Answer, FleetAction, FleetActionApi, query_input
+from ..policies.fleet_api import Answer, FleetAction, FleetActionApi, FleetReadApi, query_input
 from ..policies.models import Fleet
 from ..policies.schemas import VersionSerializer
 from ..policies.selectors import fleet_get
@@ -94,17 +94,14 @@ class ChangeRequestListApi(FleetActionApi):
         return _detail(fleet, opened.pk, 201)
 
 
-class ChangeRequestDetailApi(APIView):
+class ChangeRequestDetailApi(FleetReadApi):
     """A change request: status at the current revision, verdicts, thread, diff."""
 
-    permission_classes = [IsViewer]
+    answer = Answer(schemas.ChangeRequestDetailSerializer, errors=(404,))
+    read_operation = "change_request_detail"
 
-    @extend_schema(
-        responses={200: schemas.ChangeRequestDetailSerializer, **error_responses(404)},
-        operation_id="change_request_detail",
-    )
-    def get(self, request: Request, slug: str, request_id: int) -> Response:
-        return _detail(fleet_get(slug=slug), request_id)
+    def look(self, request: Request, fleet: Fleet, request_id: int) -> Response:
+        return _detail(fleet, request_id)
 
 
 class ChangeRequestCommentApi(FleetActionApi):
