@@ -117,7 +117,7 @@ class FleetAction:
     operation, so the schema and the checks never part."""
 
     role: type[BasePermission]
-    declared: Declared
+    declared: Declared | None
     operation_id: str | None = None
     method: str = "post"
     description: str | None = None
@@ -127,19 +127,28 @@ class FleetAction:
 
     def handler(self, answer: Answer) -> Callable[..., Response]:
         """The API method: the fleet and the checked body to the view's `act`, whose answer
-        (a body, or a whole Response) goes out with the answer's code."""
+        (a body, or a whole Response) goes out with the answer's code. Without a `declared`
+        serializer the action takes no body (none is read) and `act` gets no `data`."""
 
         def handle(view: "FleetActionApi", request: Request, **kwargs: Any) -> Response:
             body = view.act(request, **kwargs)
             return body if isinstance(body, Response) else Response(body, status=answer.code)
 
+        schema: dict[str, Any] = {
+            "responses": answer.responses(),
+            "operation_id": self.operation_id,
+            "description": self.description,
+        }
+        if self.declared is None:
+
+            def bodyless(
+                view: "FleetActionApi", request: Request, slug: str, **kwargs: Any
+            ) -> Response:
+                return handle(view, request, fleet=fleet_get(slug=slug), **kwargs)
+
+            return extend_schema(request=None, **schema)(bodyless)
         return fleet_input(
-            self.declared,
-            validate=self.validate,
-            body_step=self.body_step,
-            responses=answer.responses(),
-            operation_id=self.operation_id,
-            description=self.description,
+            self.declared, validate=self.validate, body_step=self.body_step, **schema
         )(handle)
 
 

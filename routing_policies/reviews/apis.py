@@ -158,18 +158,13 @@ class ChangeRequestRejectApi(_VerdictApi):
     approve = False
 
 
-class ChangeRequestWithdrawApi(APIView):
+class ChangeRequestWithdrawApi(FleetActionApi):
     """Close the request without carrying it out (its author or a publisher)."""
 
-    permission_classes = [IsEditor]
+    does = FleetAction(IsEditor, None, "change_request_withdraw")
+    answer = Answer(schemas.ChangeRequestDetailSerializer, errors=(404, 409))
 
-    @extend_schema(
-        request=None,
-        responses={200: schemas.ChangeRequestDetailSerializer, **error_responses(404, 409)},
-        operation_id="change_request_withdraw",
-    )
-    def post(self, request: Request, slug: str, request_id: int) -> Response:
-        fleet = fleet_get(slug=slug)
+    def act(self, request: Request, fleet: Fleet, request_id: int) -> Response:
         services.change_request_withdraw(actor=request.user, fleet=fleet, request_id=request_id)
         return _detail(fleet, request_id)
 
