@@ -39,20 +39,15 @@ class AutopilotApi(FleetActionApi):
     def get(self, request: Request, slug: str) -> Response:
         return Response(autopilot_out(fleet_get(slug=slug)))
 
-    does = FleetAction(
-        IsPublisher,
-        ObjectiveInputSerializer,
-        "autopilot_set",
-        "put",
-        description='Example: {"enabled": true, "quality_floor": 0.85, "delta": 0.05, '
-        '"max_step": 0.05, "run_at": "03:00", "time_zone": "Europe/Berlin"}. A field left out '
-        "is kept. 409 too_little_quality_data: a cell in scope lacks the sample the bound "
-        "needs (each cell, its reports and the reports it needs in `details`); 409 "
-        "no_such_cell: `cells` or `excluded_cells` names a cell the stable version lacks.",
-    )
+    does = FleetAction(IsPublisher, ObjectiveInputSerializer, "autopilot_set", "put")
     answer = Answer(AutopilotSerializer, errors=(409,))
 
     def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Any:
+        """Example: {"enabled": true, "quality_floor": 0.85, "delta": 0.05, "max_step": 0.05,
+        "run_at": "03:00", "time_zone": "Europe/Berlin"}. A field left out is kept. 409
+        too_little_quality_data: a cell in scope lacks the sample the bound needs (each cell, its
+        reports and the reports it needs in `details`); 409 no_such_cell: `cells` or
+        `excluded_cells` names a cell the stable version lacks."""
         objective_set(actor=request.user, fleet=fleet, values=data)
         return autopilot_out(fleet)
 

@@ -18,18 +18,13 @@ from . import schemas, selectors, services
 class BacktestListApi(FleetActionApi):
     """POST starts a backtest (or answers the one kept for the same request)."""
 
-    does = FleetAction(
-        IsEditor,
-        schemas.BacktestStartSerializer,
-        "backtest_start",
-        reads=IsViewer,
-        description="Replay the draft or a version over the recorded events of a window "
-        "(default the last 24 h). 202 with a new backtest to poll; 200 with the one already "
-        "kept for the same subject, revision, window and filters.",
-    )
+    does = FleetAction(IsEditor, schemas.BacktestStartSerializer, "backtest_start", reads=IsViewer)
     answer = Answer(schemas.BacktestSerializer, also=(202,), errors=(404, 409))
 
     def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Any:
+        """Replay the draft or a version over the recorded events of a window (default the last 24
+        h). 202 with a new backtest to poll; 200 with the one already kept for the same subject,
+        revision, window and filters."""
         backtest, created = services.backtest_start(actor=request.user, fleet=fleet, **data)
         return Response(
             selectors.backtest_out(backtest, slug=fleet.slug),

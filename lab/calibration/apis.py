@@ -31,19 +31,14 @@ from .targets import Target
 class CalibrationApi(FleetActionApi):
     """Calibrate θ per cell for a target over the fleet's recorded events."""
 
-    does = FleetAction(
-        IsViewer,
-        CalibrationInputSerializer,
-        "lab_calibration_compute",
-        description='Example: {"target": {"kind": "alpha", "value": 0.7}, "cells": '
-        '[{"task_type": "text", "latency_budget": "interactive", "privacy_tier": "normal"}], '
-        '"hours": 24}. Nothing is stored; apply the chosen θs with .../apply. 409: nothing to '
-        "calibrate (no version), or for a quality target too few draft reports in every cell "
-        "(too_few_quality_reports).",
-    )
+    does = FleetAction(IsViewer, CalibrationInputSerializer, "lab_calibration_compute")
     answer = Answer(CalibrationSerializer, errors=(409,))
 
     def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Any:
+        """Example: {"target": {"kind": "alpha", "value": 0.7}, "cells": [{"task_type": "text",
+        "latency_budget": "interactive", "privacy_tier": "normal"}], "hours": 24}. Nothing is
+        stored; apply the chosen θs with .../apply. 409: nothing to calibrate (no version), or
+        for a quality target too few draft reports in every cell (too_few_quality_reports)."""
         cells = [cell_key(cell) for cell in data["cells"]] if "cells" in data else None
         target = Target(kind=data["target"]["kind"], value=data["target"].get("value"))
         calibration = calibration_compute(

@@ -24,22 +24,16 @@ from .selectors import playground_explain
 class ExplainApi(FleetActionApi):
     """The decision for one task in one cell, with each step's numbers."""
 
-    does = FleetAction(
-        IsViewer,
-        ExplainInputSerializer,
-        "lab_explain",
-        description=(
-            "Decides the task with edge_sdk.decision.decide in the cell of the chosen version "
-            "(or the draft), after the optional mode / θ override, and answers the trace: each "
-            "weighted term of the score, θ with each adjustment, the deciding step of "
-            "PROTOCOL.md, the predicted cloud latency against the budget, the privacy outcome "
-            "and the cloud cost. `matrix`: the same task in every cell; `samples`: a stream of "
-            "sample tasks decided in the cell. Changes nothing."
-        ),
-    )
+    does = FleetAction(IsViewer, ExplainInputSerializer, "lab_explain")
     answer = Answer(ExplainOutSerializer)
 
     def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Any:
+        """Decides the task with edge_sdk.decision.decide in the cell of the chosen version (or the
+        draft), after the optional mode / θ override, and answers the trace: each weighted term
+        of the score, θ with each adjustment, the deciding step of PROTOCOL.md, the predicted
+        cloud latency against the budget, the privacy outcome and the cloud cost. `matrix`: the
+        same task in every cell; `samples`: a stream of sample tasks decided in the cell. Changes
+        nothing."""
         return playground_explain(
             fleet=fleet,
             ref=data.get("version"),

@@ -113,19 +113,18 @@ class FleetAction:
     """What a `FleetActionApi` does, declared once: who may (`role`; `reads`, the role of GET,
     HEAD and OPTIONS where the API reads too), the body `declared` checks (`fleet_input`, with
     its `validate` and `body_step`), the OpenAPI `operation_id` (None: drf-spectacular's), the
-    HTTP `method` and an optional `description`. With the API's `Answer` it makes the OpenAPI
-    operation, so the schema and the checks never part."""
+    HTTP `method`. With the API's `Answer` it makes the OpenAPI operation (described by the
+    docstring of the API's `act`, as one line), so the schema and the checks never part."""
 
     role: type[BasePermission]
     declared: Declared | None
     operation_id: str | None = None
     method: str = "post"
-    description: str | None = None
     reads: type[BasePermission] | None = None
     validate: Validate = input_validate
     body_step: BodyStep | None = None
 
-    def handler(self, answer: Answer) -> Callable[..., Response]:
+    def handler(self, answer: Answer, act: Callable[..., Any]) -> Callable[..., Response]:
         """The API method: the fleet and the checked body to the view's `act`, whose answer
         (a body, or a whole Response) goes out with the answer's code. Without a `declared`
         serializer the action takes no body (none is read) and `act` gets no `data`."""
@@ -137,7 +136,7 @@ class FleetAction:
         schema: dict[str, Any] = {
             "responses": answer.responses(),
             "operation_id": self.operation_id,
-            "description": self.description,
+            "description": " ".join((act.__doc__ or "").split()) or None,
         }
         if self.declared is None:
 
@@ -166,7 +165,7 @@ class FleetActionApi(APIView):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "does" in cls.__dict__ or "answer" in cls.__dict__:
-            setattr(cls, cls.does.method, cls.does.handler(cls.answer))
+            setattr(cls, cls.does.method, cls.does.handler(cls.answer, cls.act))
 
     def get_permissions(self) -> list[BasePermission]:
         if self.does.reads is not None and self.request.method in SAFE_METHODS:
