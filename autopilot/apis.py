@@ -18,8 +18,8 @@ from controlplane.api import input_validate, require_object
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_responses
 from controlplane.permissions import IsPublisher, IsViewer
-from lab.api import fleet_post
 from lab.schemas import ClosedSerializer
+from routing_policies.apis import Answer, FleetAction, FleetActionApi
 from routing_policies.models import Fleet
 from routing_policies.selectors import fleet_get
 
@@ -29,7 +29,7 @@ from .selectors import autopilot_out, cycle_out
 from .services import autopilot_pause, autopilot_resume, autopilot_tick, objective_set
 
 
-class AutopilotApi(APIView):
+class AutopilotApi(FleetActionApi):
     """The fleet's autopilot: read it (viewers), set its objective (publishers)."""
 
     def get_permissions(self) -> list[Any]:
@@ -39,19 +39,17 @@ class AutopilotApi(APIView):
     def get(self, request: Request, slug: str) -> Response:
         return Response(autopilot_out(fleet_get(slug=slug)))
 
-    @fleet_post(
-        ObjectiveInputSerializer,
-        responses={200: AutopilotSerializer, **error_responses(409)},
-        operation_id="autopilot_set",
-        description='Example: {"enabled": true, "quality_floor": 0.85, "delta": 0.05, '
-        '"max_step": 0.05, "run_at": "03:00", "time_zone": "Europe/Berlin"}. A field left out '
-        "is kept. 409 too_little_quality_data: a cell in scope lacks the sample the bound "
-        "needs (each cell, its reports and the reports it needs in `details`); 409 "
-        "no_such_cell: `cells` or `excluded_cells` names a cell the stable version lacks.",
-    )
-    def put(self, request: Request, fleet: Fleet, values: dict[str, Any]) -> Response:
-        objective_set(actor=request.user, fleet=fleet, values=values)
-        return Response(autopilot_out(fleet))
+    does = FleetAction(IsPublisher, ObjectiveInputSerializer, "autopilot_set", "put")
+    answer = Answer(AutopilotSerializer, errors=(409,))
+
+    def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Any:
+        """Example: {"enabled": true, "quality_floor": 0.85, "delta": 0.05, "max_step": 0.05,
+        "run_at": "03:00", "time_zone": "Europe/Berlin"}. A field left out is kept. 409
+        too_little_quality_data: a cell in scope lacks the sample the bound needs (each cell, its
+        reports and the reports it needs in `details`); 409 no_such_cell: `cells` or
+        `excluded_cells` names a cell the stable version lacks."""
+        objective_set(actor=request.user, fleet=fleet, values=data)
+        return autopilot_out(fleet)
 
 
 def _action(name: str, doing: Any, description: str) -> type[APIView]:

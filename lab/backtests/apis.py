@@ -4,58 +4,40 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
 from rest_framework import status
-from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from controlplane.openapi import error_responses
 from controlplane.permissions import IsEditor, IsViewer
-from routing_policies import selectors as policy_selectors
+from routing_policies.apis import Answer, FleetAction, FleetActionApi, FleetReadApi
 from routing_policies.models import Fleet
 
-from ..api import fleet_post
 from . import schemas, selectors, services
 
 
-class BacktestListApi(APIView):
+class BacktestListApi(FleetActionApi):
     """POST starts a backtest (or answers the one kept for the same request)."""
 
-    def get_permissions(self) -> list[BasePermission]:
-        return [IsViewer()] if self.request.method in ("GET", "HEAD", "OPTIONS") else [IsEditor()]
+    does = FleetAction(IsEditor, schemas.BacktestStartSerializer, "backtest_start", reads=IsViewer)
+    answer = Answer(schemas.BacktestSerializer, also=(202,), errors=(404, 409))
 
-    @fleet_post(
-        schemas.BacktestStartSerializer,
-        responses={
-            200: schemas.BacktestSerializer,
-            202: schemas.BacktestSerializer,
-            **error_responses(404, 409),
-        },
-        operation_id="backtest_start",
-        description="Replay the draft or a version over the recorded events of a window "
-        "(default the last 24 h). 202 with a new backtest to poll; 200 with the one already "
-        "kept for the same subject, revision, window and filters.",
-    )
-    def post(self, request: Request, fleet: Fleet, values: dict[str, Any]) -> Response:
-        backtest, created = services.backtest_start(actor=request.user, fleet=fleet, **values)
+    def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Any:
+        """Replay the draft or a version over the recorded events of a window (default the last 24
+        h). 202 with a new backtest to poll; 200 with the one already kept for the same subject,
+        revision, window and filters."""
+        backtest, created = services.backtest_start(actor=request.user, fleet=fleet, **data)
         return Response(
             selectors.backtest_out(backtest, slug=fleet.slug),
             status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK,
         )
 
 
-class BacktestDetailApi(APIView):
+class BacktestDetailApi(FleetReadApi):
     """One backtest: its progress, and its result once done."""
 
-    permission_classes = [IsViewer]
+    answer = Answer(schemas.BacktestSerializer, errors=(404,))
+    read_operation = "backtest_get"
 
-    @extend_schema(
-        responses={200: schemas.BacktestSerializer, **error_responses(404)},
-        operation_id="backtest_get",
-    )
-    def get(self, request: Request, slug: str, backtest_id: int) -> Response:
-        fleet = policy_selectors.fleet_get(slug=slug)
+    def look(self, request: Request, fleet: Fleet, backtest_id: int) -> Any:
         backtest = selectors.backtest_get(fleet=fleet, backtest_id=backtest_id)
-        return Response(selectors.backtest_out(backtest, slug=slug))
+        return selectors.backtest_out(backtest, slug=fleet.slug)

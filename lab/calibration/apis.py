@@ -11,14 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from rest_framework.request import Request
-from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from controlplane.openapi import error_responses
 from controlplane.permissions import IsEditor, IsViewer
+from routing_policies.apis import Answer, FleetAction, FleetActionApi
 from routing_policies.models import Fleet
 
-from ..api import fleet_post
 from ..schemas import cell_key
 from .schemas import (
     AppliedSerializer,
@@ -27,26 +24,21 @@ from .schemas import (
     CalibrationSerializer,
 )
 from .selectors import calibration_compute, calibration_out
-from .services import calibration_apply
+from .services import calibration_apply_cells
 from .targets import Target
 
 
-class CalibrationApi(APIView):
+class CalibrationApi(FleetActionApi):
     """Calibrate θ per cell for a target over the fleet's recorded events."""
 
-    permission_classes = [IsViewer]
+    does = FleetAction(IsViewer, CalibrationInputSerializer, "lab_calibration_compute")
+    answer = Answer(CalibrationSerializer, errors=(409,))
 
-    @fleet_post(
-        CalibrationInputSerializer,
-        responses={200: CalibrationSerializer, **error_responses(409)},
-        operation_id="lab_calibration_compute",
-        description='Example: {"target": {"kind": "alpha", "value": 0.7}, "cells": '
-        '[{"task_type": "text", "latency_budget": "interactive", "privacy_tier": "normal"}], '
-        '"hours": 24}. Nothing is stored; apply the chosen θs with .../apply. 409: nothing to '
-        "calibrate (no version), or for a quality target too few draft reports in every cell "
-        "(too_few_quality_reports).",
-    )
-    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
+    def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Any:
+        """Example: {"target": {"kind": "alpha", "value": 0.7}, "cells": [{"task_type": "text",
+        "latency_budget": "interactive", "privacy_tier": "normal"}], "hours": 24}. Nothing is
+        stored; apply the chosen θs with .../apply. 409: nothing to calibrate (no version), or
+        for a quality target too few draft reports in every cell (too_few_quality_reports)."""
         cells = [cell_key(cell) for cell in data["cells"]] if "cells" in data else None
         target = Target(kind=data["target"]["kind"], value=data["target"].get("value"))
         calibration = calibration_compute(
@@ -57,32 +49,19 @@ class CalibrationApi(APIView):
             version=data.get("version"),
             segment=data.get("segment"),
         )
-        return Response(calibration_out(calibration))
+        return calibration_out(calibration)
 
 
-class CalibrationApplyApi(APIView):
+class CalibrationApplyApi(FleetActionApi):
     """Write θs (a calibration's chosen points) into the draft as one audited draft edit."""
 
-    permission_classes = [IsEditor]
+    does = FleetAction(IsEditor, ApplyInputSerializer, "lab_calibration_apply")
+    answer = Answer(AppliedSerializer, errors=(409,))
 
-    @fleet_post(
-        ApplyInputSerializer,
-        responses={200: AppliedSerializer, **error_responses(409)},
-        operation_id="lab_calibration_apply",
-    )
-    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
-        thresholds = [(cell_key(cell), cell["threshold"]) for cell in data["cells"]]
-        draft, backtest = calibration_apply(
-            actor=request.user,
-            fleet=fleet,
-            revision=data["revision"],
-            thresholds=thresholds,
-            segment=data.get("segment"),
-        )
-        return Response(
-            {
-                "revision": draft.revision,
-                "cells": data["cells"],
-                "backtest": backtest.pk if backtest else None,
-            }
-        )
+    def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Any:
+        draft, backtest = calibration_apply_cells(actor=request.user, fleet=fleet, **data)
+        return {
+            "revision": draft.revision,
+            "cells": data["cells"],
+            "backtest": backtest.pk if backtest else None,
+        }

@@ -21,9 +21,10 @@ from routing_policies.services import (
 
 from ..backtests.models import Backtest
 from ..backtests.services import backtest_start
+from ..schemas import cell_key
 from ..segments import lab_segment
 
-__all__ = ["calibration_apply"]
+__all__ = ["calibration_apply", "calibration_apply_cells"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,3 +114,12 @@ def _cells_exist(fleet: Fleet, keys: Sequence[CellKey]) -> None:
                 f"The draft has no cell {'/'.join(key)}.",
                 details=[{"field": f"cells[{index}]", "message": "no such cell in the draft"}],
             )
+
+
+def calibration_apply_cells(
+    *, cells: Sequence[dict[str, Any]], **arguments: Any
+) -> tuple[PolicyVersion, Backtest | None]:
+    """`calibration_apply` (its other `arguments` as it takes them) of checked cells, each its
+    dimension values and `threshold`: the API's `cells`, the page's ticked `theta`."""
+    thresholds = [(cell_key(cell), cell["threshold"]) for cell in cells]
+    return calibration_apply(thresholds=thresholds, **arguments)

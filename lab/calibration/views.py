@@ -26,11 +26,11 @@ from ..backtests.view_models import cost_sentence
 from ..pages import fleet_action, fleet_page, refused, render_page, shown_refused
 from ..playground.selectors import lab_versions
 from ..running import lab_version_default
-from ..schemas import cell_key, version_ref_text
+from ..schemas import version_ref_text
 from ..segments import segment_names
 from .schemas import HOURS_CHOICES, ApplyPageSerializer, CalibratePageSerializer
 from .selectors import DEFAULT_HOURS, calibration_compute, calibration_out, why_fixed
-from .services import calibration_apply
+from .services import calibration_apply_cells
 from .targets import Target
 
 KIND_LABELS: Final = {
@@ -144,18 +144,17 @@ def calibrate_apply(request: HttpRequest, fleet: Fleet) -> HttpResponse:
     (the draft page when none could start)."""
     try:
         values = form_input(ApplyPageSerializer, request.POST)
-        thresholds = [(cell_key(cell), cell["threshold"]) for cell in values["theta"]]
-        draft, backtest = calibration_apply(
+        draft, backtest = calibration_apply_cells(
             actor=request.user,
             fleet=fleet,
             revision=values["revision"],
-            thresholds=thresholds,
+            cells=values["theta"],
             segment=values.get("segment"),
         )
     except ApplicationError as exc:
         return shown_refused(_page, request, fleet, exc, nothing="The draft was not changed.")
     into = f"the draft's override for {values['segment']}" if values.get("segment") else "the draft"
-    written = f"Wrote θ of {len(thresholds)} cell(s) into {into} (revision {draft.revision})."
+    written = f"Wrote θ of {len(values['theta'])} cell(s) into {into} (revision {draft.revision})."
     if backtest is None:
         messages.success(request, f"{written} Backtest it beside Publish before publishing.")
         return HttpResponseRedirect(reverse("fleet-detail", args=[fleet.slug]))

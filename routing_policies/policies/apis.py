@@ -7,6 +7,7 @@ gets 409, a missing one 428.
 
 import functools
 import re
+from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -22,7 +23,7 @@ from controlplane.permissions import IsEditor, IsPublisher, IsViewer
 
 from ..pricing import CloudPrice
 from . import schemas, selectors, services
-from .fleet_api import fleet_input, query_input
+from .fleet_api import Answer, FleetAction, FleetActionApi, fleet_input, query_input
 from .models import AuditEntry, Fleet, PolicyVersion
 
 _IF_MATCH_RE = re.compile(r'^\s*(?:W/)?"r(\d+)"\s*$')
@@ -77,6 +78,7 @@ def _validated(
 
 # A draft edit's body, checked with the revision it names (the body's or the If-Match header's).
 _draft_edit_input = functools.partial(fleet_input, validate=_validated, body_step=_with_revision)
+_draft_edit = functools.partial(FleetAction, validate=_validated, body_step=_with_revision)
 
 
 def _revision(
@@ -310,37 +312,42 @@ class DraftApi(ViewerReadsApi):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class DraftCellsApi(APIView):
+def _cells_validated(
+    serializer_class: type[serializers.Serializer[Any]], data: dict[str, Any]
+) -> dict[str, Any]:
+    """A cells edit checked by `schemas.draft_cells_input` (with `serializer_class`, its
+    DraftCellsEditSerializer): the revision, the edits that pass and the others' problems."""
+    revision, edits, refused = schemas.draft_cells_input(data)
+    return {"revision": revision, "edits": edits, "refused": refused}
+
+
+class _DraftEditApi(FleetActionApi):
+    """A draft edit: `service(actor, fleet, **checked body)` edits the draft, which is answered
+    (with its ETag) at the answer's code."""
+
+    service: Callable[..., PolicyVersion]
+
+    def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
+        draft = type(self).service(actor=request.user, fleet=fleet, **data)
+        return _draft_response(draft, self.answer.code)
+
+
+class DraftCellsApi(_DraftEditApi):
     """Edit one or several cells of the draft at once (all or nothing)."""
 
-    permission_classes = [IsEditor]
-
-    @extend_schema(
-        request=schemas.DraftCellsEditSerializer,
-        responses={200: schemas.VersionWithDocumentSerializer, **error_responses(409, 428)},
+    does = _draft_edit(
+        IsEditor, schemas.DraftCellsEditSerializer, method="patch", validate=_cells_validated
     )
-    def patch(self, request: Request, slug: str) -> Response:
-        fleet = selectors.fleet_get(slug=slug)
-        data = _with_revision(request, require_object(request.data))
-        revision, edits, refused = schemas.draft_cells_input(data)
-        draft = services.policy_draft_update_cells(
-            actor=request.user, fleet=fleet, revision=revision, edits=edits, refused=refused
-        )
-        return _draft_response(draft)
+    answer = Answer(schemas.VersionWithDocumentSerializer, errors=(409, 428))
+    service = services.policy_draft_update_cells
 
 
-class DraftDimensionsApi(APIView):
+class DraftDimensionsApi(_DraftEditApi):
     """Add a value to a dimension (and the cells it implies)."""
 
-    permission_classes = [IsEditor]
-
-    @_draft_edit_input(
-        schemas.DimensionValueAddInputSerializer,
-        responses={201: schemas.VersionWithDocumentSerializer, **error_responses(409, 428)},
-    )
-    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
-        draft = services.policy_draft_add_dimension_value(actor=request.user, fleet=fleet, **data)
-        return _draft_response(draft, status.HTTP_201_CREATED)
+    does = _draft_edit(IsEditor, schemas.DimensionValueAddInputSerializer)
+    answer = Answer(schemas.VersionWithDocumentSerializer, 201, errors=(409, 428))
+    service = services.policy_draft_add_dimension_value
 
 
 class DraftDimensionValueApi(APIView):
@@ -420,16 +427,13 @@ class DraftOverrideApi(APIView):
         return _draft_response(draft)
 
 
-class PublishApi(APIView):
+class PublishApi(FleetActionApi):
     """Publish the draft as the next numbered, immutable version."""
 
-    permission_classes = [IsPublisher]
+    does = _draft_edit(IsPublisher, schemas.PublishInputSerializer)
+    answer = Answer(schemas.VersionSerializer, 201, errors=(409, 428))
 
-    @_draft_edit_input(
-        schemas.PublishInputSerializer,
-        responses={201: schemas.VersionSerializer, **error_responses(409, 428)},
-    )
-    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
+    def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
         version = services.policy_version_publish(actor=request.user, fleet=fleet, **data)
         response = Response(version_out(version), status=status.HTTP_201_CREATED)
         response["ETag"] = version.etag

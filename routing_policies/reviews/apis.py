@@ -8,13 +8,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api import ViewerReadsApi, input_validate, require_object
+from controlplane.api import input_validate, require_object
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_responses
 from controlplane.permissions import IsEditor, IsPublisher, IsViewer
 
 from ..policies.apis import version_out
-from ..policies.fleet_api import fleet_input, query_input
+from ..policies.fleet_api import Answer, FleetAction, FleetActionApi, FleetReadApi, query_input
 from ..policies.models import Fleet
 from ..policies.schemas import VersionSerializer
 from ..policies.selectors import fleet_get
@@ -38,42 +38,45 @@ class FleetFreezeApi(APIView):
         return Response(selectors.fleet_freeze(fleet=fleet_get(slug=slug)))
 
 
-class FleetFreezeReleaseApi(APIView):
+class FleetFreezeReleaseApi(FleetActionApi):
     """Acknowledge the freeze's reason with a note: rollouts may start again."""
 
-    permission_classes = [IsPublisher]
+    does = FleetAction(IsPublisher, schemas.NoteInputSerializer, "fleet_freeze_release")
+    answer = Answer(schemas.FleetFreezeSerializer, errors=(409,))
 
-    @fleet_input(
-        schemas.NoteInputSerializer,
-        responses={200: schemas.FleetFreezeSerializer, **error_responses(409)},
-        operation_id="fleet_freeze_release",
-    )
-    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
+    def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Any:
         services.fleet_freeze_release(actor=request.user, fleet=fleet, **data)
-        return Response(selectors.fleet_freeze(fleet=fleet))
+        return selectors.fleet_freeze(fleet=fleet)
 
 
-class ReviewSettingsApi(ViewerReadsApi):
+class ReviewSettingsApi(FleetActionApi):
     """What of the fleet needs another publisher's approval (publishers change it)."""
+
+    does = FleetAction(
+        IsPublisher,
+        schemas.ReviewSettingsSerializer,
+        "review_settings_update",
+        "put",
+        reads=IsViewer,
+    )
+    answer = Answer(schemas.ReviewSettingsOutSerializer)
 
     @extend_schema(responses=schemas.ReviewSettingsOutSerializer, operation_id="review_settings")
     def get(self, request: Request, slug: str) -> Response:
         return Response(selectors.review_settings_out(fleet=fleet_get(slug=slug)))
 
-    @fleet_input(
-        schemas.ReviewSettingsSerializer,
-        responses=schemas.ReviewSettingsOutSerializer,
-        operation_id="review_settings_update",
-    )
-    def put(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
+    def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Any:
         services.review_settings_update(actor=request.user, fleet=fleet, **data)
-        return Response(selectors.review_settings_out(fleet=fleet))
+        return selectors.review_settings_out(fleet=fleet)
 
 
-class ChangeRequestListApi(ViewerReadsApi):
+class ChangeRequestListApi(FleetActionApi):
     """The fleet's change requests (newest first); editors open one."""
 
-    change_permission = IsEditor
+    does = FleetAction(
+        IsEditor, schemas.ChangeRequestOpenSerializer, "change_request_open", reads=IsViewer
+    )
+    answer = Answer(schemas.ChangeRequestDetailSerializer, 201, errors=(409,))
 
     @query_input(
         schemas.ChangeRequestQuerySerializer,
@@ -86,42 +89,28 @@ class ChangeRequestListApi(ViewerReadsApi):
             {"results": selectors.change_request_list(fleet=fleet, state=query.get("state"))}
         )
 
-    @fleet_input(
-        schemas.ChangeRequestOpenSerializer,
-        responses={201: schemas.ChangeRequestDetailSerializer, **error_responses(409)},
-        operation_id="change_request_open",
-    )
-    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
+    def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Any:
         opened = services.change_request_open(actor=request.user, fleet=fleet, **data)
         return _detail(fleet, opened.pk, 201)
 
 
-class ChangeRequestDetailApi(APIView):
+class ChangeRequestDetailApi(FleetReadApi):
     """A change request: status at the current revision, verdicts, thread, diff."""
 
-    permission_classes = [IsViewer]
+    answer = Answer(schemas.ChangeRequestDetailSerializer, errors=(404,))
+    read_operation = "change_request_detail"
 
-    @extend_schema(
-        responses={200: schemas.ChangeRequestDetailSerializer, **error_responses(404)},
-        operation_id="change_request_detail",
-    )
-    def get(self, request: Request, slug: str, request_id: int) -> Response:
-        return _detail(fleet_get(slug=slug), request_id)
+    def look(self, request: Request, fleet: Fleet, request_id: int) -> Response:
+        return _detail(fleet, request_id)
 
 
-class ChangeRequestCommentApi(APIView):
+class ChangeRequestCommentApi(FleetActionApi):
     """Add a comment to the thread."""
 
-    permission_classes = [IsEditor]
+    does = FleetAction(IsEditor, schemas.CommentInputSerializer, "change_request_comment")
+    answer = Answer(schemas.ChangeRequestDetailSerializer, 201, errors=(404,))
 
-    @fleet_input(
-        schemas.CommentInputSerializer,
-        responses={201: schemas.ChangeRequestDetailSerializer, **error_responses(404)},
-        operation_id="change_request_comment",
-    )
-    def post(
-        self, request: Request, fleet: Fleet, data: dict[str, Any], request_id: int
-    ) -> Response:
+    def act(self, request: Request, fleet: Fleet, data: dict[str, Any], request_id: int) -> Any:
         services.change_request_comment(
             actor=request.user, fleet=fleet, request_id=request_id, **data
         )
@@ -169,35 +158,24 @@ class ChangeRequestRejectApi(_VerdictApi):
     approve = False
 
 
-class ChangeRequestWithdrawApi(APIView):
+class ChangeRequestWithdrawApi(FleetActionApi):
     """Close the request without carrying it out (its author or a publisher)."""
 
-    permission_classes = [IsEditor]
+    does = FleetAction(IsEditor, None, "change_request_withdraw")
+    answer = Answer(schemas.ChangeRequestDetailSerializer, errors=(404, 409))
 
-    @extend_schema(
-        request=None,
-        responses={200: schemas.ChangeRequestDetailSerializer, **error_responses(404, 409)},
-        operation_id="change_request_withdraw",
-    )
-    def post(self, request: Request, slug: str, request_id: int) -> Response:
-        fleet = fleet_get(slug=slug)
+    def act(self, request: Request, fleet: Fleet, request_id: int) -> Response:
         services.change_request_withdraw(actor=request.user, fleet=fleet, request_id=request_id)
         return _detail(fleet, request_id)
 
 
-class ChangeRequestPublishApi(APIView):
+class ChangeRequestPublishApi(FleetActionApi):
     """Publish an approved request's draft at the approved revision (the normal publish)."""
 
-    permission_classes = [IsPublisher]
+    does = FleetAction(IsPublisher, schemas.PublishInputSerializer, "change_request_publish")
+    answer = Answer(VersionSerializer, 201, errors=(404, 409))
 
-    @fleet_input(
-        schemas.PublishInputSerializer,
-        responses={201: VersionSerializer, **error_responses(404, 409)},
-        operation_id="change_request_publish",
-    )
-    def post(
-        self, request: Request, fleet: Fleet, data: dict[str, Any], request_id: int
-    ) -> Response:
+    def act(self, request: Request, fleet: Fleet, data: dict[str, Any], request_id: int) -> Any:
         version = services.change_request_publish(
             actor=request.user, fleet=fleet, request_id=request_id, **data
         )

@@ -5,14 +5,13 @@ from typing import Any
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from controlplane.api import ViewerReadsApi
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_responses
-from controlplane.permissions import IsPublisher
+from controlplane.permissions import IsPublisher, IsViewer
 
-from ..policies.fleet_api import fleet_input
+from ..policies.fleet_api import Answer, FleetAction, FleetActionApi, fleet_input
 from ..policies.models import Fleet
 from ..policies.selectors import fleet_get
 from ..rollouts.models import Rollout
@@ -26,40 +25,36 @@ def _one(fleet: Fleet, schedule_id: int, code: int = 200) -> Response:
     return Response(selectors.scheduled_change_out(schedule), status=code)
 
 
-class ScheduleListApi(ViewerReadsApi):
+class ScheduleListApi(FleetActionApi):
     """The fleet's upcoming and past scheduled changes; publishers schedule one."""
+
+    does = FleetAction(
+        IsPublisher, schemas.ScheduleInputSerializer, "schedule_create", reads=IsViewer
+    )
+    answer = Answer(schemas.ScheduledChangeSerializer, 201, errors=(409,))
 
     @extend_schema(responses=schemas.ScheduledChangesSerializer, operation_id="schedule_list")
     def get(self, request: Request, slug: str) -> Response:
         return Response(selectors.scheduled_changes(fleet=fleet_get(slug=slug)))
 
-    @fleet_input(
-        schemas.ScheduleInputSerializer,
-        responses={201: schemas.ScheduledChangeSerializer, **error_responses(409)},
-        operation_id="schedule_create",
-    )
-    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
+    def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Any:
         schedule = services.scheduled_change_create(
             actor=request.user, fleet=fleet, **schemas.schedule_arguments(data)
         )
         return _one(fleet, schedule.pk, 201)
 
 
-class StagePlanApi(APIView):
+class StagePlanApi(FleetActionApi):
     """A rollout in timed steps ("5% now, 25% at 14:00 if the guards are healthy, 100% …")."""
 
-    permission_classes = [IsPublisher]
+    does = FleetAction(IsPublisher, schemas.StagePlanInputSerializer, "schedule_stage_plan")
+    answer = Answer(schemas.ScheduledChangesSerializer, 201, errors=(409,))
 
-    @fleet_input(
-        schemas.StagePlanInputSerializer,
-        responses={201: schemas.ScheduledChangesSerializer, **error_responses(409)},
-        operation_id="schedule_stage_plan",
-    )
-    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
+    def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Any:
         start = {"to_stage": Rollout.STAGES[0], "run_at": data.pop("start_at")}
         steps = [start, *map(dict, data.pop("steps"))]
         services.stage_plan_create(actor=request.user, fleet=fleet, steps=steps, **data)
-        return Response(selectors.scheduled_changes(fleet=fleet), status=201)
+        return selectors.scheduled_changes(fleet=fleet)
 
 
 class ScheduleDetailApi(ViewerReadsApi):

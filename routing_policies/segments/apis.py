@@ -7,14 +7,13 @@ from typing import Any
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from controlplane.api import ViewerReadsApi
 from controlplane.exceptions import NotFound
 from controlplane.openapi import error_responses
 from controlplane.permissions import IsEditor, IsViewer
 
-from ..policies.fleet_api import fleet_input
+from ..policies.fleet_api import Answer, FleetAction, FleetActionApi, fleet_input
 from ..policies.models import Fleet
 from ..policies.selectors import fleet_get
 from . import schemas, selectors, services
@@ -33,38 +32,30 @@ def _answer(fleet: Fleet, segment: Segment, status: int = 200) -> Response:
     return Response(selectors.segment_out(segment, preview), status=status)
 
 
-class SegmentListApi(ViewerReadsApi):
+class SegmentListApi(FleetActionApi):
     """The fleet's segments, each with how many enrolled devices it matches; editors add one."""
 
-    change_permission = IsEditor
+    does = FleetAction(IsEditor, schemas.SegmentInputSerializer, "segment_create", reads=IsViewer)
+    answer = Answer(schemas.SegmentSerializer, 201, errors=(409,))
 
     @extend_schema(responses=schemas.SegmentListSerializer, operation_id="segment_list")
     def get(self, request: Request, slug: str) -> Response:
         return Response(selectors.segments_overview(fleet=fleet_get(slug=slug)))
 
-    @fleet_input(
-        schemas.SegmentInputSerializer,
-        responses={201: schemas.SegmentSerializer, **error_responses(409)},
-        operation_id="segment_create",
-    )
-    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
+    def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Any:
         segment = services.segment_create(actor=request.user, fleet=fleet, **data)
         return _answer(fleet, segment, 201)
 
 
-class SegmentPreviewApi(APIView):
+class SegmentPreviewApi(FleetActionApi):
     """How many enrolled devices an unsaved rule matches, of how many, with warnings (it
     matches none or all, or reads an attribute no device reports). Stores nothing."""
 
-    permission_classes = [IsViewer]
+    does = FleetAction(IsViewer, schemas.RulePreviewInputSerializer, "segment_preview")
+    answer = Answer(schemas.PreviewSerializer)
 
-    @fleet_input(
-        schemas.RulePreviewInputSerializer,
-        responses={200: schemas.PreviewSerializer},
-        operation_id="segment_preview",
-    )
-    def post(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Response:
-        return Response(selectors.rule_preview(fleet=fleet, rule=data["rule"]))
+    def act(self, request: Request, fleet: Fleet, data: dict[str, Any]) -> Any:
+        return selectors.rule_preview(fleet=fleet, rule=data["rule"])
 
 
 class SegmentDetailApi(ViewerReadsApi):
