@@ -281,11 +281,17 @@ def fleet_sockets_state(
 # --- convergence: what the fleet runs against what it was told (the rollout status) ---------
 
 
-def candidate_cohort_count(fleet: Fleet, assignment: FleetAssignment) -> int:
-    """How many live devices are assigned the candidate right now."""
+def candidate_cohort_count(
+    fleet: Fleet, assignment: FleetAssignment, rule: dict[str, Any] | None = None
+) -> int:
+    """How many live devices are assigned the candidate right now (of those a segment's
+    `rule` matches now, when given)."""
+    return _on_candidate(_live(fleet).in_scope(rule), assignment)
+
+
+def _on_candidate(devices: DeviceQuerySet, assignment: FleetAssignment) -> int:
     if assignment.candidate_share <= 0:
         return 0
-    devices = _live(fleet)
     if assignment.candidate_share >= 100 and assignment.scope is None:
         return devices.count()
     return devices.in_candidate_cohort(assignment).count()
@@ -304,18 +310,24 @@ def _percentile(sorted_values: list[float], fraction: float) -> float | None:
 
 
 def version_convergence(
-    fleet: Fleet, assignment: FleetAssignment, now: datetime | None = None
+    fleet: Fleet,
+    assignment: FleetAssignment,
+    now: datetime | None = None,
+    *,
+    rule: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Per version: live devices assigned, acked, and acked and online `now`, in one grouped
-    query (the rollout status and the dashboard both read this)."""
-    devices = _live(fleet)
+    query (the rollout status and the dashboard both read this); with a segment's `rule`,
+    only the devices it matches now (their attributes as the registry holds them, the one
+    evaluation: one more query)."""
+    devices = _live(fleet).in_scope(rule)
     rows = list(
         devices.values("acked_version")
         .annotate(n=Count("id"), online=Count("id", filter=online_q(now or timezone.now())))
         .order_by()
     )
     total = sum(row["n"] for row in rows)
-    on_candidate = candidate_cohort_count(fleet, assignment)
+    on_candidate = _on_candidate(devices, assignment)
     assigned = assignment.assigned(devices=total, on_candidate=on_candidate)
     acked = {row["acked_version"]: row for row in rows if row["acked_version"] is not None}
     return {

@@ -42,6 +42,7 @@ from ..rollouts.selectors import (
     compared_rollout,
     fleet_assignment,
     open_rollout,
+    rollout_assignment,
     rollout_out,
     rollout_status,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "published_numbers",
     "review_settings_of",
     "review_status",
+    "rollout_assignment",
     "rollout_out",
     "rollout_status",
     "sends_sensitive_data_off_device",

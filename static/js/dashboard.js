@@ -585,7 +585,11 @@
 
   function drawConvergence(payload) {
     var conv = payload.convergence;
-    setText("convergence-note", count(conv.devices) + " devices, " + count(conv.online) + " online now");
+    // With a segment filter the figures are of the devices its rule matches now, not the fleet.
+    var segment = conv.segment;
+    setText("convergence-title", segment ? "Convergence of segment " + segment : "Fleet convergence");
+    setText("convergence-note", count(conv.devices) + (segment ? " devices in the segment now (by their attributes), " : " devices, ") +
+            count(conv.online) + " online now");
     var labels = conv.versions.map(function (row) { return "v" + row.version + " (" + row.role.replace("other", "not assigned") + ")"; });
     var traces = [
       ["assigned", "assigned", "#c3cad6"],

@@ -297,6 +297,11 @@ class DashboardConvergenceSerializer(serializers.Serializer[Any]):
     devices = serializers.IntegerField(min_value=0)
     online = serializers.IntegerField(min_value=0)
     versions = DashboardConvergenceVersionSerializer(many=True)
+    segment = serializers.CharField(
+        allow_null=True,
+        help_text="The segment filter's name: the figures count only the live devices its rule "
+        "matches now (their attributes as the registry holds them); null: the whole fleet.",
+    )
 
 
 class DashboardViewSerializer(serializers.Serializer[Any]):

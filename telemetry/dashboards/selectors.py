@@ -29,6 +29,7 @@ from routing_policies.models import AuditEntry, Fleet, FleetRouting, PolicyCell
 from routing_policies.pricing import CloudPrice
 from routing_policies.selectors import (
     compared_rollout,
+    rollout_assignment,
     rollout_out,
     version_convergence,
 )
@@ -48,7 +49,7 @@ from ..rollups import (
 from ..rollups import ROUTES as ROUTES  # the routes the dashboard draws, for its views
 from ..rollups.cohorts import CohortArms
 from ..rollups.schema import FIELD_INDEX
-from ..rollups.segments import segment_named
+from ..rollups.segments import segment_and_rule
 from ..rollups.sketch import merge_counts
 from .cost import CohortCost, cost_figures
 from .metrics import fleet_metrics as fleet_metrics  # the metrics API's read, for the lab
@@ -504,15 +505,23 @@ def _markers(fleet_id: int, start: datetime) -> list[dict[str, Any]]:
     return markers
 
 
-def _convergence(fleet: Fleet, assignment: FleetAssignment, now: datetime) -> dict[str, Any]:
+def _convergence(
+    fleet: Fleet,
+    assignment: FleetAssignment,
+    now: datetime,
+    segment: str | None,
+    rule: dict[str, Any] | None,
+) -> dict[str, Any]:
     """Devices per version (assigned, acked, acked and online now): the devices' own count,
-    with the dashboard's name for the acked-and-online figure."""
-    convergence = version_convergence(fleet, assignment, now)
+    with the dashboard's name for the acked-and-online figure; with a segment filter, of the
+    devices its rule matches now (as the device page and the segment editor count them), and
+    the segment named."""
+    convergence = version_convergence(fleet, assignment, now, rule=rule)
     versions = [
         {**{k: v for k, v in row.items() if k != "acked_online"}, "online": row["acked_online"]}
         for row in convergence["versions"]
     ]
-    return {**convergence, "versions": versions}
+    return {**convergence, "versions": versions, "segment": segment}
 
 
 def _iso(moment: datetime) -> str:
@@ -537,7 +546,7 @@ def fleet_dashboard(
     compared = compared_rollout(fleet.pk, plan.start)
     rollout = compared if compared is not None and compared.is_open else None
     arms = CohortArms.of_rollout(compared)
-    segment = segment_named(fleet.pk, view.segment)
+    segment, rule = segment_and_rule(fleet.pk, view.segment)
     scan = _scan(fleet.pk, view, plan, arms, segment)
 
     stable_id, stable_number = (
@@ -593,7 +602,7 @@ def fleet_dashboard(
         "rollout": _rollout_json(rollout),
         # The rollout the cohort charts compare (the open one, or the latest finished one).
         "compared_rollout": _rollout_json(compared),
-        "convergence": _convergence(fleet, assignment, now),
+        "convergence": _convergence(fleet, assignment, now, view.segment, rule),
         # The page's Firing-alerts figure is kept live by the alert feed (alerts_banner.js);
         # a dict here ({"firing": n, "summary": text}) would be drawn by dashboard.js too.
         "alerts": None,
@@ -601,20 +610,11 @@ def fleet_dashboard(
 
 
 def _assignment(rollout: Any, stable_number: int | None) -> FleetAssignment:
-    """What the fleet runs: the open rollout's versions and split, else its stable version."""
+    """What the fleet runs: the open rollout's versions and split (its scope included, as
+    the devices are told), else its stable version."""
     if rollout is not None:
-        stable_number = rollout.stable.number
-        assignment = FleetAssignment(
-            stable=stable_number,
-            candidate=rollout.candidate.number,
-            salt=rollout.salt,
-            percent=rollout.stage,
-            rollout_id=rollout.pk,
-            holdback=rollout.holdback,
-        )
-    else:
-        assignment = FleetAssignment(stable=stable_number)
-    return assignment
+        return rollout_assignment(rollout)
+    return FleetAssignment(stable=stable_number)
 
 
 def _window_json(plan: WindowPlan, now: datetime, shown_from: datetime) -> dict[str, Any]:

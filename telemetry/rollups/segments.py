@@ -10,7 +10,7 @@ naming the field, never read as the all-devices rows.
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Any, Final
 
 from controlplane.exceptions import ValidationFailed
 from routing_policies.models import Segment
@@ -29,22 +29,28 @@ SEGMENT_NAME_MESSAGE: Final = (
 def segment_named(fleet_id: int, name: str | None, *, field: str = "segment") -> int:
     """The id of the fleet's segment called `name` (ALL_DEVICES for None: no filter); a
     ValidationFailed naming `field` when the name is not one of the fleet's segments."""
+    return segment_and_rule(fleet_id, name, field=field)[0]
+
+
+def segment_and_rule(
+    fleet_id: int, name: str | None, *, field: str = "segment"
+) -> tuple[int, dict[str, Any] | None]:
+    """`segment_named`, with the segment's rule as it is now (None for no filter), in the
+    same one query: what a figure of its devices now (not of its rows) is counted with."""
     if name is None:
-        return ALL_DEVICES
+        return ALL_DEVICES, None
     if not isinstance(name, str) or not SEGMENT_NAME_RE.match(name):
         raise ValidationFailed(
             SEGMENT_NAME_MESSAGE.format(field=field),
             details=[{"field": field, "message": "not a segment name"}],
         )
-    found = (
-        Segment.objects.filter(fleet_id=fleet_id, name=name).values_list("pk", flat=True).first()
-    )
+    found = Segment.objects.filter(fleet_id=fleet_id, name=name).values_list("pk", "rule").first()
     if found is None:
         raise ValidationFailed(
             f"`{field}`: this fleet has no segment {name!r}.",
             details=[{"field": field, "message": "unknown segment"}],
         )
-    return int(found)
+    return int(found[0]), found[1]
 
 
 def segment_names(fleet_id: int) -> list[str]:

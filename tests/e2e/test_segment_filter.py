@@ -1,7 +1,8 @@
 """The dashboard's segment filter and an alert rule on a segment, in a real Chromium (issue 26):
 the viewer picks a segment, the address bar and the figures follow (the NPU phones' events
-only); the alerts page offers the fleet's segments for a rule and shows a rule's segment in its
-scope. Read at 1366 and 390 px (test-artifacts/segment-*.png)."""
+only; the convergence panel counts the NPU phones alone); the alerts page offers the fleet's
+segments for a rule and shows a rule's segment in its scope. Read at 1366 and 390 px
+(test-artifacts/segment-*.png)."""
 
 import json
 from datetime import UTC, datetime
@@ -70,6 +71,10 @@ def test_dashboard__segment_filter__figures_of_its_devices(
     expect(segment.locator("option")).to_have_text(["all devices", "cars", "npu"])
     cloud = page.locator("[data-figure=cloud_share] [data-value]")
     expect(cloud).to_have_text("7.1%")
+    title = page.locator("[data-field=convergence-title]")
+    note = page.locator("[data-field=convergence-note]")
+    expect(title).to_have_text("Fleet convergence")
+    expect(note).to_have_text("8 devices, 0 online now")
 
     # When they pick segment npu
     segment.select_option("npu")
@@ -77,12 +82,19 @@ def test_dashboard__segment_filter__figures_of_its_devices(
     # Then the address names it and the figures are the NPU phones' (3 of 12 in the cloud)
     expect(page).to_have_url(f"{asgi_server}/fleets/{SLUG}/dashboard/?window=15m&segment=npu")
     expect(cloud).to_have_text("25.0%")
+    # and the convergence panel counts the segment's 3 phones, not the fleet's 8
+    expect(title).to_have_text("Convergence of segment npu")
+    expect(note).to_have_text("3 devices in the segment now (by their attributes), 0 online now")
     page.screenshot(path=str(screenshot_path("segment-dashboard-1366")), full_page=True)
+    panel = page.locator("section", has=page.locator("#chart-convergence"))
+    panel.screenshot(path=str(screenshot_path("segment-convergence-1366")))
     page.set_viewport_size(PHONE)
     page.reload()
     expect(cloud).to_have_text("25.0%")
+    expect(note).to_have_text("3 devices in the segment now (by their attributes), 0 online now")
     assert_no_sideways_scroll(page, "dashboard filtered by a segment, 390 px")
     page.screenshot(path=str(screenshot_path("segment-dashboard-390")), full_page=True)
+    panel.screenshot(path=str(screenshot_path("segment-convergence-390")))
 
 
 def test_alerts_page__rule_on_a_segment__offered_and_shown(

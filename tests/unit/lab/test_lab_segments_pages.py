@@ -17,7 +17,14 @@ from routing_policies.selectors import version_table
 from routing_policies.services import policy_draft_create, policy_draft_override_set
 from telemetry.models import Event
 from tests.factories import decided_events
-from tests.lab_events import NPU_PHONES, PHONES, on_phones, phones_with_segments
+from tests.lab_events import (
+    NPU_PHONES,
+    PHONES,
+    ingest,
+    on_phones,
+    phones_with_segments,
+    refined_events,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -120,6 +127,30 @@ def test_calibrate_page__segment__summary_names_it_and_apply_writes_its_override
     draft.refresh_from_db()
     assert draft.overrides[0]["cells"] == {"text/background/normal": {"threshold": 0.55}}
     assert Backtest.objects.get().filters["segment"]["name"] == "npu"
+
+
+def test_calibrate_page__segment_quality_target__its_reports_or_the_reason(
+    fleet: Any, fleet_key: str, publisher: Any, viewer: Any
+) -> None:
+    # Given draft reports of the image cell from every phone but the NPU ones
+    phones_with_segments(fleet=fleet, fleet_key=fleet_key, actor=publisher)
+    ingest(fleet, refined_events(1200, devices=set(PHONES) - NPU_PHONES))
+    client = _client(viewer)
+    query = {"kind": "quality", "value": "60", "hours": "24", "cells": "image/interactive/normal"}
+
+    # When the cell is calibrated for device quality on segment gpu-or-npu, and on npu
+    page = client.get(CALIBRATE, {**query, "segment": "gpu-or-npu"})
+    refused = client.get(CALIBRATE, {**query, "segment": "npu"})
+
+    # Then the GPU phones' reports answer, the page saying whose reports they are; npu,
+    # without any, is refused with the reason, as the fleet is
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Score → draft kept" in html
+    assert 'data-field="chosen-quality"' in html
+    assert "predicted from the segment's own draft reports" in html
+    assert refused.status_code == 409
+    assert "Too few draft reports" in refused.content.decode()
 
 
 def test_manage_backtest__segment__its_events_only_and_named(recorded: Any) -> None:
