@@ -6,6 +6,9 @@ SCHEMATHESIS_HOOKS): what a generated request cannot know about the seeded data.
 - A telemetry event is valid only for the device that sends it, at about the current time, for
   a published version of its fleet and that version's dimension values; positive cases get
   those values (their other fields stay generated), negative cases stay as generated.
+- A figures filter `segment` names one of the fleet's segments (an unknown one is a 400 naming
+  `segment`, tested in tests/unit/telemetry/dashboards); positive cases that send one name the
+  seeded segment, negative cases stay as generated.
 """
 
 import os
@@ -18,6 +21,11 @@ from schemathesis import Case
 DEVICE_ID = os.environ.get("SCHEMATHESIS_DEVICE_ID", "")
 POLICY_VERSION = int(os.environ.get("SCHEMATHESIS_POLICY_VERSION", "1"))
 CELL = os.environ.get("SCHEMATHESIS_CELL", "voice/interactive/normal").split("/")
+SEGMENT = os.environ.get("SCHEMATHESIS_SEGMENT", "")
+FILTERED_BY_SEGMENT = {
+    "GET /api/v1/fleets/{slug}/dashboard",
+    "GET /api/v1/metrics/fleets/{slug}/",
+}
 
 
 @schemathesis.hook
@@ -34,9 +42,12 @@ def map_case(context: Any, case: Case) -> Case:
     telemetry events speak for this device, now, about a version it can run."""
     if case.path_parameters and case.path_parameters.get("device_id") == DEVICE_ID:
         case.path_parameters = map_path_parameters(context, case.path_parameters)
-    if case.operation.label != "POST /api/v1/telemetry" or case.meta is None:
+    if case.meta is None or not case.meta.generation.mode.is_positive:
         return case
-    if not case.meta.generation.mode.is_positive or not isinstance(case.body, dict):
+    if case.operation.label in FILTERED_BY_SEGMENT and "segment" in (case.query or {}):
+        case.query = {**case.query, "segment": SEGMENT}
+        return case
+    if case.operation.label != "POST /api/v1/telemetry" or not isinstance(case.body, dict):
         return case
     now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
     for event in case.body.get("events") or []:

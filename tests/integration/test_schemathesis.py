@@ -24,6 +24,7 @@ import pytest
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.authtoken.models import Token
 
+from routing_policies.segments.services import segment_create
 from routing_policies.services import device_enroll, policy_draft_create
 from telemetry.alerts.services import alert_rule_create, alert_webhook_create
 from tests.live_server import REPO_ROOT, asgi_server, require_postgres_and_redis
@@ -54,6 +55,7 @@ STATE_DEPENDENT = json.dumps(
         "segment_update",
         "segment_preview",
         "v1_fleets_draft_overrides_update",
+        "backtest_start",
     ]
 )
 NEGATIVE_REFUSED = [
@@ -114,7 +116,8 @@ parameters = {{ "path.slug" = "{slug}" }}
 # leave generated may not. A segment rule's schema says its shape, not every bound of it (a
 # range whose ends cross, a version listed twice as `14` and `14.0`, its depth and size), and
 # an edit names the revision it read (409 when another edit came first). An override names a
-# segment of the fleet and cells of its table, and must leave each cell valid whole.
+# segment of the fleet and cells of its table, and must leave each cell valid whole; a backtest
+# names a version the fleet published and a segment it has.
 [[operations]]
 include-operation-id = {STATE_DEPENDENT}
 checks.positive_data_acceptance.expected-statuses = {json.dumps(POSITIVE_OR_STATE_400)}
@@ -137,6 +140,13 @@ def seeded(transactional_db: None, fleet: Any, fleet_key: str, publisher: Any) -
         actor=publisher, fleet=fleet, url="https://hooks.example.com/alerts", rule_id=rule.pk
     )
     _, device_token = device_enroll(fleet_key=fleet_key, device_id="phone-1", platform="android")
+    segment_create(
+        actor=publisher,
+        fleet=fleet,
+        name="npu",
+        description="",
+        rule={"attribute": "accelerator", "equals": "npu"},
+    )
     operator_token = Token.objects.create(user=publisher).key
     return {"operator": operator_token, "device": device_token, "slug": fleet.slug}
 
@@ -188,6 +198,7 @@ def test_schemathesis__every_operation_every_check__no_failure(
         "SCHEMATHESIS_DEVICE_ID": "phone-1",
         "SCHEMATHESIS_POLICY_VERSION": "1",
         "SCHEMATHESIS_CELL": "voice/interactive/normal",
+        "SCHEMATHESIS_SEGMENT": "npu",
         "PYTHONPATH": str(REPO_ROOT),
     }
     result = subprocess.run(  # our own interpreter's entry point
