@@ -52,6 +52,7 @@ class LabSegment:
     name: str
     rule: dict[str, Any]
     devices: int
+    id: int  # the segment's id: its rollup rows' key (telemetry.rollups, `segment`)
 
     def out(self) -> dict[str, Any]:
         """As results show it."""
@@ -62,12 +63,13 @@ def lab_segment(*, fleet: Fleet, name: str, field: str = "segment") -> LabSegmen
     """The fleet's segment `name` with its rule now. A name the fleet has not (another
     fleet's included) is a 400 naming `field`; a segment no device of the fleet is in, a 409
     naming it (its figures would be of no event)."""
-    rule = Segment.objects.filter(fleet=fleet, name=name).values_list("rule", flat=True).first()
-    if rule is None:
+    found = Segment.objects.filter(fleet=fleet, name=name).values_list("pk", "rule").first()
+    if found is None:
         raise ValidationFailed(
             f"{field}: fleet {fleet.slug!r} has no segment {name!r}.",
             details=[{"field": field, "message": f"no segment {name!r} in this fleet"}],
         )
+    pk, rule = found
     devices = segment_devices(fleet_id=fleet.pk, rule=rule)
     if not devices:
         raise Conflict(
@@ -76,7 +78,7 @@ def lab_segment(*, fleet: Fleet, name: str, field: str = "segment") -> LabSegmen
             code="segment_matches_none",
             details=[{"field": field, "message": "matches no device of the fleet"}],
         )
-    return LabSegment(name=name, rule=rule, devices=devices)
+    return LabSegment(name=name, rule=rule, devices=devices, id=pk)
 
 
 def segment_names(*, fleet: Fleet) -> list[str]:

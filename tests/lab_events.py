@@ -1,16 +1,20 @@
 """Generated events for the lab's tests whose answer is known by construction."""
 
+import json
 import random
 from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from edge_sdk.decision import Cell, DeviceState, TaskSignals, decide
+from edge_sdk.decision import Cell, Decision, DeviceState, TaskSignals, decide
 from lab.replay import RecordedEvent
+from routing_policies.models import Device
+from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from telemetry.models import Event
-from tests.factories import demo_cell, protocol_event
+from tests.factories import demo_cell, protocol_event, recorded_sample
 
 VOICE_KEY = ("voice", "interactive", "normal")
+IMAGE_KEY = ("image", "interactive", "normal")  # a draft-refine cell of the demo table
 
 
 def event_key(event: Event) -> tuple[str, str, str]:
@@ -18,8 +22,8 @@ def event_key(event: Event) -> tuple[str, str, str]:
     return (event.task_type, event.latency_budget, event.privacy_tier)
 
 
-def stored_route(cell: Cell, event: Event) -> str:
-    """The route `decide` gives for a stored event's recorded signals."""
+def stored_decision(cell: Cell, event: Event) -> Decision:
+    """What `decide` gives for a stored event's recorded signals."""
     task = TaskSignals(
         tokens=event.tokens or 0,
         intent_conf=event.intent_conf or 0.0,
@@ -34,7 +38,12 @@ def stored_route(cell: Cell, event: Event) -> str:
         cloud_infer_ms=event.cloud_infer_ms or 0.0,
         cloud_pressure=event.cloud_pressure or 0.0,
     )
-    return decide(cell, task, device).route
+    return decide(cell, task, device)
+
+
+def stored_route(cell: Cell, event: Event) -> str:
+    """The route `decide` gives for a stored event's recorded signals."""
+    return stored_decision(cell, event).route
 
 
 def replayed_figures(
@@ -95,6 +104,55 @@ def slow_device_events(count: int = 400, *, seed: int = 5) -> list[dict[str, Any
         )
         events.append(protocol_event(recorded))
     return events
+
+
+def true_kept(score: float) -> float:
+    """The generated device model: the cloud keeps fewer drafts as the score rises."""
+    return 0.97 - 0.6 * score
+
+
+def refined_events(
+    count: int, *, devices: Collection[str] = ("phone-1",), seed: int = 9
+) -> list[dict[str, Any]]:
+    """`count` events of the draft-refine image cell as the demo table decides them, ready to
+    ingest, each from a device drawn from `devices`, with its score: every draft-refine
+    reports whether the cloud changed the draft, and a third of the device answers were
+    refined in the background (shadow refines), the draft kept as `true_kept` says."""
+    cell = demo_cell(IMAGE_KEY)
+    rng = random.Random(11)
+    senders = random.Random(seed)
+    choices = sorted(devices)
+    events = []
+    for recorded in recorded_sample(cell, count, seed=seed):
+        event = protocol_event(recorded, senders.choice(choices))
+        score = decide(cell, recorded.task, recorded.device).score
+        event["score"] = score
+        if score is not None and recorded.route == "draft_refine":
+            event["refine_changed"] = rng.random() >= true_kept(score)
+        elif (
+            score is not None
+            and recorded.route == "device"
+            and not recorded.cache_hit
+            and rng.random() < 1 / 3
+        ):
+            event["shadow_refine"] = True
+            event["refine_changed"] = rng.random() >= true_kept(score)
+        events.append(event)
+    return events
+
+
+def ingest(fleet: Any, events: list[dict[str, Any]]) -> None:
+    """Send `events` as their devices of `fleet` would (batches of at most 500 each), then let
+    the worker process them (rollups, the segments' rows included)."""
+    by_device: dict[str, list[dict[str, Any]]] = {}
+    for event in events:
+        by_device.setdefault(event["device_id"], []).append(event)
+    for device_id, own in by_device.items():
+        device = Device.objects.get(fleet=fleet, device_id=device_id)
+        for start in range(0, len(own), 500):
+            batch = {"events": own[start : start + 500]}
+            telemetry_batch_ingest(device=device, body=json.dumps(batch).encode())
+    landed_batches_process()
 
 
 # Segments (issue 26): the devices `decided_events` reports as (phone-0 … phone-19), each with

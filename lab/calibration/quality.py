@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from routing_policies.cell_schema import CellKey
 from telemetry.rollups import (
+    ALL_DEVICES,
     SCORE_BINS,
     Figures,
     figures_at,
@@ -76,14 +77,21 @@ def wilson(kept: int, reported: int, *, z: float = Z_95) -> tuple[float, float]:
     return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
 
 
-def kept_figures(*, fleet_id: int, start: datetime, end: datetime) -> dict[CellKey, Figures]:
+def kept_figures(
+    *, fleet_id: int, start: datetime, end: datetime, segment: int = ALL_DEVICES
+) -> dict[CellKey, Figures]:
     """Each cell's figures over the window with the refine and kept histograms: one query on
     the rollups that keep the cell (minutes up to 6 h, hours beyond), every version and
     cohort together (how often the cloud keeps a draft of a given score is the device model's,
-    not the policy's)."""
+    not the policy's); of the whole fleet, or of one segment's rows (its id)."""
     plan = plan_window(end - start, now=end)
     rows = read_rows(
-        plan.level(cell_level=True), fleet_id=fleet_id, since=plan.start, until=end, scores=True
+        plan.level(cell_level=True),
+        fleet_id=fleet_id,
+        since=plan.start,
+        until=end,
+        scores=True,
+        segment=segment,
     )
     cells: dict[CellKey, Figures] = {}
     for row in rows:

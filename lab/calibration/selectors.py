@@ -26,7 +26,7 @@ from routing_policies.selectors import (
     version_get,
     version_table,
 )
-from telemetry.rollups import Figures
+from telemetry.rollups import ALL_DEVICES, Figures
 
 from ..estimate import LatencyModel, Observed, network_ms
 from ..replay import (
@@ -157,7 +157,7 @@ def calibration_compute(
     version as a device of the segment runs it."""
     started = time.perf_counter()
     base = _base_version(fleet, version)
-    scope = _segment_of(fleet, segment, target)
+    scope = _segment_of(fleet, segment)
     raw_table = version_table(version=base)
     overridden: list[str] = []
     if scope is not None:
@@ -178,10 +178,12 @@ def calibration_compute(
         for key in wanted
         if not why_fixed(table[key])
     }
-    # The curve score → draft kept of each cell, from the window's rollups (one query); the
-    # quality target is refused before the sweep when no cell has the reports it needs.
-    # (Rollups have no segment dimension: a segment's calibration predicts no quality.)
-    kept = {} if scope else kept_figures(fleet_id=fleet.pk, start=start, end=end)
+    # The curve score → draft kept of each cell, from the window's rollups (one query; a
+    # segment's own rows); the quality target is refused before the sweep when no cell has
+    # the reports it needs.
+    kept = kept_figures(
+        fleet_id=fleet.pk, start=start, end=end, segment=scope.id if scope else ALL_DEVICES
+    )
     groups = groups_of_cells(kept, sweeps)
     if target.kind == "quality" and sweeps and not any(g.enough for g in groups.values()):
         raise _too_few_quality_reports(groups)
@@ -259,26 +261,9 @@ def _wanted_cells(
     return wanted
 
 
-def _segment_of(fleet: Fleet, segment: str | None, target: Target) -> LabSegment | None:
-    """The segment a calibration is scoped to (None: the whole fleet), refused for a quality
-    target (see `_quality_not_by_segment`)."""
-    if segment is None:
-        return None
-    scope = lab_segment(fleet=fleet, name=segment)
-    if target.kind == "quality":
-        raise _quality_not_by_segment()
-    return scope
-
-
-def _quality_not_by_segment() -> Conflict:
-    """The refusal of a quality target for a segment: the draft reports it reads are rolled
-    up per cell, not per segment."""
-    return Conflict(
-        "A quality target cannot be calibrated for a segment yet: the draft reports (score → "
-        "draft kept) are rolled up per cell of the whole fleet, not per segment.",
-        code="quality_not_by_segment",
-        details=[{"field": "segment", "message": "no quality target for a segment yet"}],
-    )
+def _segment_of(fleet: Fleet, segment: str | None) -> LabSegment | None:
+    """The segment a calibration is scoped to (None: the whole fleet)."""
+    return None if segment is None else lab_segment(fleet=fleet, name=segment)
 
 
 def _too_few_quality_reports(groups: dict[CellKey, KeptGroups]) -> Conflict:
@@ -436,10 +421,6 @@ def _cell_out(cell: CellCalibration, *, calibration: Calibration) -> dict[str, A
         "skipped": cell.skipped,
         "quality": _quality_out(cell),
     }
-    if calibration.segment is not None and out["quality"] is not None:
-        out["quality"]["refused"] = (
-            "not predicted for a segment: the draft reports are rolled up for the whole fleet"
-        )
     result = cell.result
     if result is None:
         return {

@@ -2,7 +2,6 @@
 quality"): the estimator against a direct computation over the generated events, the target
 reached on a generated sample, and refused where a cell has too few reports."""
 
-import json
 import math
 import random
 from collections.abc import Callable
@@ -27,20 +26,15 @@ from lab.estimate import LatencyModel
 from lab.replay import RecordedEvent
 from routing_policies.models import AuditEntry, Device
 from routing_policies.pricing import CloudPrice
-from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from telemetry.rollups import Figures, RollupRow
 from telemetry.rollups.schema import FIELD_INDEX, ZERO_SUMS
 from telemetry.rollups.sketch import SCORE_BINS, score_bin
 from tests.factories import demo_cell, protocol_event, recorded_sample
+from tests.lab_events import ingest, refined_events, true_kept
 
 TEXT = ("text", "interactive", "normal")
 PRICE = CloudPrice(per_1k_tokens=0.002, per_call=0.0001)
 Client = Callable[[Any], APIClient]
-
-
-def true_kept(score: float) -> float:
-    """The generated device model: the cloud keeps fewer drafts as the score rises."""
-    return 0.97 - 0.6 * score
 
 
 def reports(count: int, *, seed: int = 3) -> tuple[dict[str, int], dict[str, int]]:
@@ -279,42 +273,16 @@ def test_calibration_sweep__other_target__device_quality_on_the_curve_too() -> N
 # --- through ingest, rollups and the API ----------------------------------------------------
 
 IMAGE = {"task_type": "image", "latency_budget": "interactive", "privacy_tier": "normal"}
-IMAGE_KEY = ("image", "interactive", "normal")
 TEXT_BODY = {"task_type": "text", "latency_budget": "interactive", "privacy_tier": "normal"}
 BASE = "/api/v1/fleets/fleet-a/lab/calibrations"
 
 
-def _ingest(device: Any, events: list[dict[str, Any]]) -> None:
-    for start in range(0, len(events), 500):
-        batch = {"events": events[start : start + 500]}
-        telemetry_batch_ingest(device=device, body=json.dumps(batch).encode())
-    landed_batches_process()
-
-
 @pytest.fixture
 def refined(phone: tuple[Device, Any]) -> int:
-    """1,500 events of the draft-refine image cell as phone-1 sent them: each with its score;
-    every draft-refine reports whether the cloud changed the draft, and a third of the device
-    answers were refined in the background (shadow refines), kept as `true_kept` says."""
-    cell = demo_cell(IMAGE_KEY)
-    rng = random.Random(11)
-    events = []
-    for recorded in recorded_sample(cell, 1500, seed=9):
-        event = protocol_event(recorded)
-        score = decide(cell, recorded.task, recorded.device).score
-        event["score"] = score
-        if score is not None and recorded.route == "draft_refine":
-            event["refine_changed"] = rng.random() >= true_kept(score)
-        elif (
-            score is not None
-            and recorded.route == "device"
-            and not recorded.cache_hit
-            and rng.random() < 1 / 3
-        ):
-            event["shadow_refine"] = True
-            event["refine_changed"] = rng.random() >= true_kept(score)
-        events.append(event)
-    _ingest(phone[0], events)
+    """1,500 events of the draft-refine image cell as phone-1 sent them, with their refine
+    reports (`refined_events`): how many report `refine_changed`."""
+    events = refined_events(1500)
+    ingest(phone[0].fleet, events)
     return sum("refine_changed" in e for e in events)
 
 
@@ -365,7 +333,7 @@ def test_calibration_api__quality_without_reports__409_naming_the_cell(
 ) -> None:
     # Given text-cell events that report nothing of the draft
     cell = demo_cell(("text", "interactive", "normal"))
-    _ingest(phone[0], [protocol_event(e) for e in recorded_sample(cell, 300, seed=2)])
+    ingest(phone[0].fleet, [protocol_event(e) for e in recorded_sample(cell, 300, seed=2)])
     audit = AuditEntry.objects.count()
 
     # When the cell is calibrated for device quality

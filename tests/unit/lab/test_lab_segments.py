@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
+from controlplane.exceptions import Conflict
 from edge_sdk.decision import Cell
 from lab.backtests.models import Backtest, BacktestStatus
 from lab.backtests.services import backtest_run, backtest_start
+from lab.calibration.quality import KeptGroups, kept_groups, wilson
 from lab.calibration.selectors import calibration_compute, calibration_out
 from lab.calibration.services import calibration_apply
 from lab.calibration.targets import Target
@@ -26,14 +28,19 @@ from routing_policies.services import (
     policy_version_publish,
 )
 from telemetry.models import Event
+from telemetry.rollups import SCORE_BINS, score_bin
 from tests.factories import decided_events
 from tests.lab_events import (
+    IMAGE_KEY,
     NPU_PHONES,
     PHONES,
     event_key,
+    ingest,
     on_phones,
     phones_with_segments,
+    refined_events,
     replayed_figures,
+    stored_decision,
     stored_route,
 )
 
@@ -325,3 +332,146 @@ def test_backtest__segment__a_revoked_device_keeps_its_events_a_changed_one_move
         result["overall"]["subject"]["routes"]
         == replayed_figures(v1, [e for e in stored if e.device_id in members])["routes"]
     )
+
+
+# --- device quality per segment ----------------------------------------------------------------
+
+
+def _reports(events: list[dict[str, Any]]) -> tuple[dict[int, int], dict[int, int], int]:
+    """Refine reports per score bin and those whose draft the cloud kept, counted from what
+    the devices sent, and how many of them were shadow refines of a device answer."""
+    reported: dict[int, int] = {}
+    kept: dict[int, int] = {}
+    shadow = 0
+    for event in events:
+        if "refine_changed" not in event:
+            continue
+        index = score_bin(event["score"])
+        reported[index] = reported.get(index, 0) + 1
+        kept[index] = kept.get(index, 0) + (not event["refine_changed"])
+        shadow += bool(event.get("shadow_refine"))
+    return reported, kept, shadow
+
+
+def _deciles(reported: dict[int, int], kept: dict[int, int]) -> list[tuple[int, int]]:
+    """(reported, kept) per score decile that has reports, by score."""
+    out = []
+    for decile in range(10):
+        bins = range(decile * SCORE_BINS // 10, (decile + 1) * SCORE_BINS // 10)
+        count = sum(reported.get(b, 0) for b in bins)
+        if count:
+            out.append((count, sum(kept.get(b, 0) for b in bins)))
+    return out
+
+
+def _quality_at(
+    cell: Cell, threshold: float, events: list[Event], groups: KeptGroups
+) -> tuple[float, int]:
+    """The predicted device quality the long way: each stored event decided at `threshold`;
+    a device task with a score counts with its score group's kept rate."""
+    at = dataclasses.replace(cell, threshold=threshold)
+    rates = []
+    for event in events:
+        decision = stored_decision(at, event)
+        if decision.route == "device" and decision.score is not None:
+            reported, kept = groups.groups[groups.group_of[score_bin(decision.score)]]
+            rates.append(kept / reported)
+    return sum(rates) / len(rates), len(rates)
+
+
+def _calibrate(fleet: Any, kind: str, value: float, segment: str | None) -> dict[str, Any]:
+    target = Target(kind=kind, value=value)
+    return calibration_out(
+        calibration_compute(fleet=fleet, target=target, cells=[IMAGE_KEY], segment=segment)
+    )
+
+
+def test_calibration__segment_quality_target__its_own_draft_reports(
+    fleet: Any, publisher: Any, phones: None
+) -> None:
+    # Given 2,400 events of the draft-refine image cell from the 20 phones, through ingest,
+    # each draft-refine (and a third of the device answers) reporting whether the cloud kept
+    # the draft
+    sent = refined_events(2400, devices=PHONES, seed=12)
+    ingest(fleet, sent)
+    npu_sent = [e for e in sent if e["device_id"] in NPU_PHONES]
+    reported, kept, shadow = _reports(npu_sent)
+    groups = kept_groups(
+        {str(b): n for b, n in reported.items()},
+        {str(b): n for b, n in kept.items()},
+        reports=sum(reported.values()),
+    )
+    # and a quality floor inside the range the segment's curve spans (an α calibration's)
+    curve = _calibrate(fleet, "alpha", 0.5, "npu")["cells"][0]["curve"]
+    qualities = [p["device_quality"] for p in curve if p["device_quality"] is not None]
+    floor = round((min(qualities) + max(qualities)) / 2, 3)
+
+    # When the image cell is calibrated for that device quality on segment npu
+    (cell,) = _calibrate(fleet, "quality", floor, "npu")["cells"]
+
+    # Then its score → draft kept is the NPU phones' reports alone, as counted from what they
+    # sent: every report, the shadow refines apart, the kept rate and each decile
+    quality = cell["quality"]
+    assert quality["refused"] == ""
+    assert quality["reports"] == quality["scored_reports"] == sum(reported.values())
+    assert quality["device_reports"] == shadow
+    assert quality["draft_kept_rate"] == pytest.approx(sum(kept.values()) / sum(reported.values()))
+    decile_counts = [(p["reported"], p["kept"]) for p in quality["curve"]]
+    assert decile_counts == _deciles(reported, kept)
+    for point in quality["curve"]:
+        assert (point["low"], point["high"]) == wilson(point["kept"], point["reported"])
+    # and the θ chosen reaches the floor with the quality a direct computation predicts on the
+    # NPU phones' stored events of the cell, pooling their reports
+    assert cell["reached"]
+    chosen = cell["chosen"]
+    assert chosen["device_quality"] >= floor
+    npu_events = [
+        e
+        for e in Event.objects.filter(fleet=fleet, device_id__in=NPU_PHONES)
+        if event_key(e) == IMAGE_KEY
+    ]
+    assert cell["events"] == len(npu_events) == len(npu_sent)
+    v1 = table_cells(version_table(version=fleet.versions.get(number=1)))[IMAGE_KEY]
+    expected, judged = _quality_at(v1, chosen["threshold"], npu_events, groups)
+    assert chosen["device_quality"] == pytest.approx(expected)
+    assert chosen["device_judged"] == judged
+    assert chosen["device_quality_low"] <= chosen["device_quality"] <= chosen["device_quality_high"]
+    # while the whole fleet's calibration reads every phone's reports (not the segment's)
+    (whole,) = _calibrate(fleet, "quality", floor, None)["cells"]
+    assert whole["quality"]["reports"] == sum("refine_changed" in e for e in sent)
+    assert whole["quality"]["reports"] > quality["reports"]
+
+
+def test_calibration__segment_with_too_few_draft_reports__refused_as_the_fleet_is(
+    fleet: Any, publisher: Any, phones: None
+) -> None:
+    # Given the image cell's events from every phone, but of the NPU phones' only 40 report
+    # whether the cloud kept the draft (the fleet has plenty)
+    sent = refined_events(1600, devices=PHONES, seed=13)
+    npu_reports = 0
+    for event in sent:
+        if event["device_id"] in NPU_PHONES and "refine_changed" in event:
+            npu_reports += 1
+            if npu_reports > 40:
+                del event["refine_changed"]
+                event.pop("shadow_refine", None)
+    ingest(fleet, sent)
+
+    # When the cell is calibrated for a device quality on segment npu
+    with pytest.raises(Conflict) as refused:
+        _calibrate(fleet, "quality", 0.6, "npu")
+
+    # Then it is refused as the fleet's is without reports: naming the cell, the segment's
+    # 40 reports and the 100 it needs
+    assert refused.value.code == "too_few_quality_reports"
+    (detail,) = refused.value.details
+    assert detail["field"] == "cells"
+    assert "image/interactive/normal" in detail["message"]
+    assert "40 scored reports" in detail["message"]
+    assert "100 needed" in detail["message"]
+    # while the whole fleet's calibration has what it needs, and an α target for the segment
+    # still answers, saying why its quality is not predicted
+    assert _calibrate(fleet, "quality", 0.6, None)["cells"][0]["quality"]["refused"] == ""
+    (alpha,) = _calibrate(fleet, "alpha", 0.5, "npu")["cells"]
+    assert "40 scored reports" in alpha["quality"]["refused"]
+    assert alpha["chosen"]["device_quality"] is None

@@ -15,7 +15,7 @@ from routing_policies.segments.services import segment_create
 from routing_policies.services import policy_draft_create
 from tests.factories import make_fleet
 from tests.hostile_json import HOSTILE_PARAMS, Hostile, assert_names, with_field
-from tests.lab_events import phones_with_segments
+from tests.lab_events import NPU_PHONES, PHONES, ingest, phones_with_segments, refined_events
 
 pytestmark = pytest.mark.django_db
 
@@ -23,6 +23,7 @@ BACKTESTS = "/api/v1/fleets/fleet-a/lab/backtests"
 CALIBRATIONS = "/api/v1/fleets/fleet-a/lab/calibrations"
 APPLY = f"{CALIBRATIONS}/apply"
 TEXT = {"task_type": "text", "latency_budget": "interactive", "privacy_tier": "normal"}
+IMAGE = {"task_type": "image", "latency_budget": "interactive", "privacy_tier": "normal"}
 ALPHA = {"target": {"kind": "alpha", "value": 0.7}, "cells": [TEXT]}
 
 
@@ -133,17 +134,29 @@ def test_lab_segment__matches_no_device__409_names_segment_nothing_stored(
         assert _stored() == before, url
 
 
-def test_lab_segment__quality_target__409_names_segment(
-    segments: None, viewer: Any, client_as: Any
+def test_lab_segment__quality_target_without_its_reports__409_as_for_the_fleet(
+    segments: None, fleet: Any, viewer: Any, client_as: Any
 ) -> None:
-    body = {"target": {"kind": "quality", "value": 0.8}, "cells": [TEXT], "segment": "npu"}
+    # Given draft reports of the image cell from the CPU and GPU phones only
+    ingest(fleet, refined_events(900, devices=set(PHONES) - NPU_PHONES))
+    before = _stored()
 
-    response = _post(client_as(viewer), CALIBRATIONS, body)
+    # When the cell is calibrated for a device quality on segment npu, and on the fleet
+    body = {"target": {"kind": "quality", "value": 0.6}, "cells": [IMAGE]}
+    refused = _post(client_as(viewer), CALIBRATIONS, {**body, "segment": "npu"})
+    whole = _post(client_as(viewer), CALIBRATIONS, body)
 
-    assert response.status_code == 409, response.content
-    error = response.json()["error"]
-    assert error["code"] == "quality_not_by_segment"
-    assert [d["field"] for d in error["details"]] == ["segment"]
+    # Then the segment's is the fleet's refusal without reports: 409 naming the cell and
+    # the reports it needs, nothing stored; the fleet's, with its reports, answers
+    assert refused.status_code == 409, refused.content
+    error = refused.json()["error"]
+    assert error["code"] == "too_few_quality_reports"
+    assert [d["field"] for d in error["details"]] == ["cells"]
+    assert "image/interactive/normal: too few draft reports" in error["details"][0]["message"]
+    assert "0 scored reports in the window, 100 needed" in error["details"][0]["message"]
+    assert _stored() == before
+    assert whole.status_code == 200, whole.content
+    assert whole.json()["cells"][0]["quality"]["refused"] == ""
 
 
 def test_lab_segment__viewer__reads_a_calibration_but_starts_no_backtest(
