@@ -15,9 +15,17 @@ from rest_framework.test import APIClient
 
 from autopilot.models import AutopilotCycle, AutopilotObjective
 from autopilot.services import autopilot_tick, objective_set
-from controlplane.exceptions import ValidationFailed
+from controlplane.exceptions import Conflict, ValidationFailed
 from routing_policies.devices.services import device_enroll
-from routing_policies.models import AuditEntry, Device, Fleet, PolicyVersion, Rollout
+from routing_policies.models import (
+    AuditEntry,
+    ChangeRequest,
+    Device,
+    Fleet,
+    PolicyVersion,
+    ReviewSettings,
+    Rollout,
+)
 from routing_policies.segments.services import segment_create
 from routing_policies.selectors import version_table
 from routing_policies.services import rollout_advance, rollout_rollback
@@ -260,3 +268,57 @@ def test_service__segment_deleted_since__refused_naming_it(fleet: Fleet, publish
         objective_set(actor=publisher, fleet=fleet, values={"segment": "npu"})
     assert refused.value.details[0]["field"] == "segment"
     assert not AutopilotObjective.objects.filter(fleet=fleet).exists()
+
+
+def test_objective__segment_without_its_own_reports__409_naming_the_cell(
+    phone: tuple[Device, Any], fleet: Fleet, fleet_key: str, publisher: Any
+) -> None:
+    # Given the reports all from a phone outside segment npu (whose one phone sent none)
+    segment_create(actor=publisher, fleet=fleet, name="npu", rule=NPU)
+    device_enroll(
+        fleet_key=fleet_key,
+        device_id="npu-1",
+        platform="android",
+        attributes={"accelerator": "npu"},
+    )
+    ingest(phone[0], image_events(3000, seed=4))
+    before = _state()
+
+    # When the autopilot is turned on for the segment
+    with pytest.raises(Conflict) as refused:
+        objective_set(actor=publisher, fleet=fleet, values={**OBJECTIVE, "segment": "npu"})
+
+    # Then refused on the segment's own reports (none), naming the cell; nothing stored
+    assert refused.value.code == "too_little_quality_data"
+    (detail,) = refused.value.details
+    assert detail["cell"] == IMAGE
+    assert detail["reports"] == 0
+    assert _state() == before
+    # while the whole fleet has the reports it needs
+    assert objective_set(actor=publisher, fleet=fleet, values=OBJECTIVE).state == "active"
+
+
+def test_cycle__segment__publish_needs_approval__request_then_a_scoped_rollout(
+    npu_phone: Device, fleet: Fleet, publisher: Any, client_as: Client
+) -> None:
+    ReviewSettings.objects.create(fleet=fleet, publish_needs_approval=True)
+    cycle = _segment_cycle(fleet, publisher)
+    assert cycle.state == AutopilotCycle.State.AWAITING_APPROVAL
+    request = ChangeRequest.objects.get(pk=cycle.change_request)
+    assert request.author_name == "autopilot"
+    assert "segment npu" in request.note
+
+    # When a publisher approves it
+    revision = request.version.revision  # type: ignore[union-attr]
+    approved = client_as(publisher).post(
+        f"/api/v1/fleets/{fleet.slug}/change-requests/{request.pk}/approve",
+        {"revision": revision},
+        format="json",
+    )
+    assert approved.status_code == 200, approved.content
+    cycle = autopilot_tick(fleet=fleet)
+
+    # Then published through the request and rolled out to the segment alone
+    assert cycle is not None
+    assert cycle.state == AutopilotCycle.State.ROLLING_OUT, cycle.reason
+    assert Rollout.objects.get(pk=cycle.rollout).segment_name == "npu"
