@@ -29,7 +29,7 @@ from routing_policies.models import (
 from routing_policies.segments.services import segment_create
 from routing_policies.selectors import version_table
 from routing_policies.services import rollout_advance, rollout_rollback
-from tests.autopilot_events import IMAGE, OBJECTIVE, image_events, ingest
+from tests.autopilot_events import IMAGE, OBJECTIVE, approve_then_tick, image_events, ingest
 from tests.factories import make_fleet
 
 BASE = "/api/v1/fleets/fleet-a/autopilot"
@@ -309,14 +309,7 @@ def test_cycle__segment__publish_needs_approval__request_then_a_scoped_rollout(
     assert "segment npu" in request.note
 
     # When a publisher approves it
-    revision = request.version.revision  # type: ignore[union-attr]
-    approved = client_as(publisher).post(
-        f"/api/v1/fleets/{fleet.slug}/change-requests/{request.pk}/approve",
-        {"revision": revision},
-        format="json",
-    )
-    assert approved.status_code == 200, approved.content
-    cycle = autopilot_tick(fleet=fleet)
+    cycle = approve_then_tick(client_as(publisher), fleet, request)
 
     # Then published through the request and rolled out to the segment alone
     assert cycle is not None
