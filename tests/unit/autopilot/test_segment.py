@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from autopilot.models import AutopilotCycle, AutopilotObjective
@@ -315,3 +317,11 @@ def test_cycle__segment__publish_needs_approval__request_then_a_scoped_rollout(
     assert cycle is not None
     assert cycle.state == AutopilotCycle.State.ROLLING_OUT, cycle.reason
     assert Rollout.objects.get(pk=cycle.rollout).segment_name == "npu"
+
+
+def test_command__status_says_the_segment(npu_phone: Device, fleet: Fleet, publisher: Any) -> None:
+    _segment_cycle(fleet, publisher)
+    out = StringIO()
+    call_command("autopilot", "status", fleet.slug, stdout=out)
+    assert "autopilot of fleet-a (segment npu): active" in out.getvalue()
+    assert "cycle 1 (segment npu): rolling_out" in out.getvalue()
