@@ -54,6 +54,7 @@ STATE_DEPENDENT = json.dumps(
         "segment_update",
         "segment_preview",
         "v1_fleets_draft_overrides_update",
+        "autopilot_set",
     ]
 )
 NEGATIVE_REFUSED = [
@@ -114,7 +115,8 @@ parameters = {{ "path.slug" = "{slug}" }}
 # leave generated may not. A segment rule's schema says its shape, not every bound of it (a
 # range whose ends cross, a version listed twice as `14` and `14.0`, its depth and size), and
 # an edit names the revision it read (409 when another edit came first). An override names a
-# segment of the fleet and cells of its table, and must leave each cell valid whole.
+# segment of the fleet and cells of its table, and must leave each cell valid whole; so does an
+# autopilot objective's `segment`.
 [[operations]]
 include-operation-id = {STATE_DEPENDENT}
 checks.positive_data_acceptance.expected-statuses = {json.dumps(POSITIVE_OR_STATE_400)}
