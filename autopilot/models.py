@@ -12,8 +12,9 @@ class AutopilotObjective(models.Model):
 
     `state`: `off` (never enabled or switched off), `active`, `paused` (by a person),
     `stopped` (by the autopilot itself: a miss, a guard's rollback, a freeze; it waits for a
-    person to resume it). Scope: `cells` (labels `task/budget/tier`; empty: every cell); a
-    segment scope is a later `segments` field beside it, read the same way.
+    person to resume it). Scope: `cells` (labels `task/budget/tier`; empty: every cell) and
+    `segment` (a segment's name: the cells as its devices run them, calibrated on its events,
+    moved in the draft's override for it, rolled out to it alone; blank: the whole fleet).
     """
 
     class State(models.TextChoices):
@@ -36,6 +37,7 @@ class AutopilotObjective(models.Model):
     max_step = models.FloatField(default=0.05)
     margin = models.FloatField(default=0.01)
     cells = models.JSONField(default=list, blank=True)
+    segment = models.CharField(max_length=64, blank=True)
     excluded_cells = models.JSONField(default=list, blank=True)
     run_at = models.TimeField(default="03:00")
     time_zone = models.CharField(max_length=64, default="UTC")
@@ -72,6 +74,7 @@ class AutopilotCycle(models.Model):
     reason = models.CharField(max_length=1000, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    segment = models.CharField(max_length=64, blank=True)  # the objective's, as the cycle began
     window_start = models.DateTimeField()
     window_end = models.DateTimeField()
     base_version = models.PositiveIntegerField(null=True)

@@ -19,6 +19,7 @@ from controlplane.openapi import closed_body
 from lab.schemas import ClosedSerializer
 from routing_policies.models import Rollout
 from routing_policies.validation import DIMENSION_VALUE_PATTERN, MAX_CELLS
+from telemetry.rollups.segments import SEGMENT_NAME_PATTERN
 
 # `task/budget/tier`, each part as a cell's dimension value.
 CELL_LABEL_PATTERN: Final = (
@@ -113,6 +114,15 @@ class ObjectiveInputSerializer(ClosedSerializer):
     max_step = JsonFloatField(min_value=0.001, max_value=1.0, required=False)
     margin = JsonFloatField(min_value=0.0, max_value=1.0, required=False)
     cells = CellLabelListField(required=False)
+    segment = JsonRegexField(
+        SEGMENT_NAME_PATTERN,
+        max_length=64,
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        help_text="one of the fleet's segments: its cells as its devices run them, moved in the "
+        "draft's override for it and rolled out to it alone; null or blank: the whole fleet",
+    )
     excluded_cells = CellLabelListField(required=False)
     run_at = JsonRegexField(CLOCK_PATTERN, required=False, help_text="HH:MM, local")
     time_zone = TimeZoneField(required=False)
@@ -149,6 +159,7 @@ class CycleSerializer(serializers.Serializer[Any]):
         ref_name = "AutopilotCycle"
 
     number = serializers.IntegerField()
+    segment = serializers.CharField(allow_null=True, help_text="the segment it was scoped to")
     state = serializers.CharField()
     reason = serializers.CharField()
     started_at = serializers.DateTimeField(allow_null=True)

@@ -11,11 +11,13 @@ from django.db.models import QuerySet
 
 from lab.calibration.quality import groups_of_cells, kept_figures
 from lab.calibration.selectors import why_fixed
+from lab.segments import segment_table
 from routing_policies.cell_schema import CellKey, cell_key_label
 from routing_policies.models import Fleet, FleetRouting, PolicyVersion
 from routing_policies.pricing import CloudPrice
 from routing_policies.selectors import shadow_refine_rates, table_cells, version_table
-from telemetry.rollups import Figures, figures_at, plan_window, read_rows
+from telemetry.rollups import ALL_DEVICES, Figures, figures_at, plan_window, read_rows
+from telemetry.rollups.segments import segment_named
 
 from .core import Realized, reports_needed
 from .models import AutopilotCycle, AutopilotObjective
@@ -29,6 +31,7 @@ __all__ = [
     "objective_get",
     "quality_readiness",
     "realized_of_cells",
+    "segment_rows",
     "stable_version",
 ]
 
@@ -51,10 +54,27 @@ def stable_version(*, fleet: Fleet) -> PolicyVersion | None:
     return routing.stable_version if routing is not None else None
 
 
+def segment_rows(*, fleet: Fleet, segment: str) -> int:
+    """The id the rollups key a segment's rows by (ALL_DEVICES for the whole fleet, blank); a
+    name the fleet has no segment of is a ValidationFailed naming `segment`."""
+    return segment_named(fleet.pk, segment or None)
+
+
+def scope_table(
+    objective: AutopilotObjective, version: PolicyVersion
+) -> dict[CellKey, dict[str, Any]]:
+    """The table of `version` as the objective's scope runs it: its segment's (the base cells
+    with the segment's override on them), or the base table for the whole fleet."""
+    table = version_table(version=version)
+    if objective.segment:
+        table, _ = segment_table(version=version, table=table, segment=objective.segment)
+    return table
+
+
 def cells_in_scope(objective: AutopilotObjective, version: PolicyVersion) -> list[CellKey]:
     """The cells of `version` the objective may move: in its scope (every cell when it names
-    none), not excluded, and ones θ plays a part in."""
-    table = table_cells(version_table(version=version))
+    none), not excluded, and ones θ plays a part in (as its segment's devices run them)."""
+    table = table_cells(scope_table(objective, version))
     wanted = set(objective.cells or [])
     excluded = set(objective.excluded_cells or [])
     return [
@@ -116,9 +136,14 @@ def quality_readiness(
     needs (core.reports_needed at the cell's kept rate, the floor where it has none)."""
     keys = cells_in_scope(objective, version)
     start = end - timedelta(hours=objective.window_hours)
-    figures = kept_figures(fleet_id=objective.fleet_id, start=start, end=end)
+    figures = kept_figures(
+        fleet_id=objective.fleet_id,
+        start=start,
+        end=end,
+        segment=segment_rows(fleet=objective.fleet, segment=objective.segment),
+    )
     groups = groups_of_cells(figures, keys)
-    rates = shadow_refine_rates(version_table(version=version))
+    rates = shadow_refine_rates(scope_table(objective, version))
     out = []
     for key in keys:
         cell = figures.get(key) or Figures()
@@ -141,11 +166,18 @@ def quality_readiness(
 
 
 def realized_of_cells(
-    *, fleet: Fleet, version: int, start: datetime, end: datetime, cells: list[CellKey]
+    *,
+    fleet: Fleet,
+    version: int,
+    start: datetime,
+    end: datetime,
+    cells: list[CellKey],
+    segment: int = ALL_DEVICES,
 ) -> dict[CellKey, Realized]:
-    """What each cell did on `version` between `start` and `end`, from the rollups: α and the
-    cloud share of its events, its P95, the device route's kept rate (shadow refines) and the
-    cloud cost per day (its cloud routes' calls and tokens at the fleet's price)."""
+    """What each cell did on `version` between `start` and `end`, from the rollups (of the
+    whole fleet, or of one segment's rows: its id): α and the cloud share of its events, its
+    P95, the device route's kept rate (shadow refines) and the cloud cost per day (its cloud
+    routes' calls and tokens at the fleet's price)."""
     # The level by the window's length (minutes up to 6 h); the rows from the minute (or hour)
     # holding `start`.
     plan = plan_window(end - start, now=end)
@@ -158,6 +190,7 @@ def realized_of_cells(
         until=end,
         where={"policy_version": version},
         latency=True,
+        segment=segment,
     )
     by_cell: dict[CellKey, Figures] = {}
     first = last = None
@@ -194,6 +227,7 @@ def cycle_out(cycle: AutopilotCycle) -> dict[str, Any]:
     """The API's and the page's shape of a cycle."""
     return {
         "number": cycle.number,
+        "segment": cycle.segment or None,
         "state": cycle.state,
         "reason": cycle.reason,
         "started_at": cycle.started_at.isoformat() if cycle.started_at else None,
@@ -220,6 +254,7 @@ def objective_out(objective: AutopilotObjective) -> dict[str, Any]:
         "max_step": objective.max_step,
         "margin": objective.margin,
         "cells": list(objective.cells or []),
+        "segment": objective.segment or None,
         "excluded_cells": list(objective.excluded_cells or []),
         "run_at": run_at.strftime("%H:%M") if hasattr(run_at, "strftime") else str(run_at)[:5],
         "time_zone": objective.time_zone,

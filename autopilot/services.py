@@ -48,6 +48,7 @@ from routing_policies.services import (
     change_request_publish,
     policy_draft_create,
     policy_version_publish,
+    rollout_complete,
 )
 from telemetry.alerts.services.webhooks import governance_deliveries_create
 
@@ -59,6 +60,7 @@ from .selectors import (
     objective_out,
     quality_readiness,
     realized_of_cells,
+    segment_rows,
     stable_version,
 )
 
@@ -231,12 +233,16 @@ def objective_set(
     bound, saying how much more it needs."""
     now = now or timezone.now()
     _cells_known(fleet, values)
+    if values.get("segment"):
+        segment_rows(fleet=fleet, segment=values["segment"])  # 400 naming `segment`
     objective = _lock(fleet)
     before = _objective_fields(objective)
     enabled = values.get("enabled")
     for name, value in values.items():
         if name == "run_at":
             objective.run_at = time.fromisoformat(value)
+        elif name == "segment":
+            objective.segment = value or ""
         elif name != "enabled":
             setattr(objective, name, value)
     if enabled is True and objective.state == State.OFF:
@@ -359,6 +365,7 @@ def _new_cycle(objective: AutopilotObjective, now: datetime, **fields: Any) -> A
     return AutopilotCycle.objects.create(
         fleet=objective.fleet,
         number=(last.number + 1) if last else 1,
+        segment=objective.segment,
         window_start=now - timedelta(hours=objective.window_hours),
         window_end=now,
         **fields,
@@ -466,6 +473,7 @@ def _start(objective: AutopilotObjective, now: datetime) -> AutopilotCycle:
                 hours=objective.window_hours,
                 version=stable.number,
                 end=now,
+                segment=objective.segment or None,
             )
     except ApplicationError as exc:
         cycle = _new_cycle(
@@ -546,7 +554,7 @@ def _propose_draft(
     """Write the draft through the lab's calibration apply, then publish or ask for review."""
     fleet = objective.fleet
     bot = autopilot_actor()
-    summary = ", ".join(
+    summary = _in_segment(cycle) + ", ".join(
         f"{cell_key_label(key)} θ {row['threshold_from']:.3f}→{theta:.3f}"
         for key, theta in moves
         for row in cycle.cells
@@ -554,9 +562,14 @@ def _propose_draft(
     )
 
     def write() -> PolicyVersion:
+        # With a segment, the θs go into the draft's override for it (the base cells kept).
         draft = policy_draft_create(actor=bot, fleet=fleet, from_number=cycle.base_version)
         return calibration_apply(
-            actor=bot, fleet=fleet, revision=draft.revision, thresholds=list(moves)
+            actor=bot,
+            fleet=fleet,
+            revision=draft.revision,
+            thresholds=list(moves),
+            segment=cycle.segment or None,
         )[0]
 
     draft = _attempt(objective, cycle, now, "could not write the draft", write)
@@ -659,6 +672,7 @@ def _roll_out(
                 "auto_advance": True,
             },
             holdback=objective.holdback,
+            segment=cycle.segment or None,
         ),
     )
     if rollout is None:
@@ -672,14 +686,24 @@ def _roll_out(
         f"started rollout {rollout.pk}",
         moved=(
             CycleState.ROLLING_OUT,
-            f"rollout {rollout.pk} of v{cycle.version} under the {GUARD_PRESET} guards, "
-            f"{objective.holdback}% held back",
+            f"rollout {rollout.pk} of v{cycle.version} {_to_whom(cycle)} under the "
+            f"{GUARD_PRESET} guards, {objective.holdback}% held back",
             now,
         ),
         rollout=rollout.pk,
         holdback=objective.holdback,
+        segment=cycle.segment or None,
     )
     return cycle
+
+
+def _in_segment(cycle: AutopilotCycle) -> str:
+    """The prefix of a cycle's summary that says which segment's override it moves."""
+    return f"segment {cycle.segment}: " if cycle.segment else ""
+
+
+def _to_whom(cycle: AutopilotCycle) -> str:
+    return f"to segment {cycle.segment}" if cycle.segment else "to the fleet"
 
 
 def _advance(objective: AutopilotObjective, cycle: AutopilotCycle, now: datetime) -> None:
@@ -711,34 +735,104 @@ def _advance(objective: AutopilotObjective, cycle: AutopilotCycle, now: datetime
             _roll_out(objective, cycle, now)
         return
     if cycle.state == CycleState.ROLLING_OUT:
-        rollout = Rollout.objects.filter(pk=cycle.rollout or 0, fleet=fleet).first()
-        if rollout is None:
-            _stop(objective, cycle, f"rollout {cycle.rollout} is gone", now)
-        elif rollout.state == Rollout.State.ROLLED_BACK:
-            _stop(objective, cycle, f"rollout {rollout.pk} was rolled back: {rollout.reason}", now)
-        elif rollout.state == Rollout.State.COMPLETED:
-            cycle.rollout_completed_at = rollout.finished_at or now
-            # The 100% stage began at the last stage change (completion keeps the stage).
-            cycle.measure_from = rollout.stage_changed_at
-            _finish(
-                cycle,
-                CycleState.MEASURING,
-                f"rollout {rollout.pk} completed; measuring for {objective.measure_minutes} min",
-                now,
-            )
-            _audit(
-                fleet,
-                "rollout_completed",
-                f"Cycle {cycle.number}: rollout {rollout.pk} completed",
-                cycle=cycle.number,
-                rollout=rollout.pk,
-            )
+        _rolling(objective, cycle, now)
         return
     if cycle.state == CycleState.MEASURING:
+        if cycle.segment and _segment_rollout_ended(objective, cycle, now):
+            return
         completed = cycle.rollout_completed_at or now
         if now < completed + timedelta(minutes=objective.measure_minutes):
             return
         _realize(objective, cycle, cycle.measure_from or completed, now)
+
+
+def _rolling(objective: AutopilotObjective, cycle: AutopilotCycle, now: datetime) -> None:
+    """A rollout under way: its end moves the cycle on. A rollout of the whole fleet completes
+    by its guards; one scoped to a segment stays at 100% of the segment (completing it is
+    fleet-wide), so its check begins once it has baked there, still guarded."""
+    fleet = objective.fleet
+    rollout = Rollout.objects.filter(pk=cycle.rollout or 0, fleet=fleet).first()
+    if rollout is None:
+        _stop(objective, cycle, f"rollout {cycle.rollout} is gone", now)
+    elif rollout.state == Rollout.State.ROLLED_BACK:
+        _stop(objective, cycle, f"rollout {rollout.pk} was rolled back: {rollout.reason}", now)
+    elif rollout.state == Rollout.State.COMPLETED:
+        reached = f"rollout {rollout.pk} completed"
+        _measuring(objective, cycle, rollout, rollout.finished_at or now, reached, now)
+    elif (
+        rollout.scoped
+        and rollout.stage == 100
+        and now >= rollout.stage_changed_at + timedelta(minutes=objective.bake_minutes)
+    ):
+        reached = f"rollout {rollout.pk} baked at 100% of segment {rollout.segment_name}"
+        _measuring(objective, cycle, rollout, now, reached, now)
+
+
+def _measuring(
+    objective: AutopilotObjective,
+    cycle: AutopilotCycle,
+    rollout: Rollout,
+    reached_at: datetime,
+    reached: str,
+    now: datetime,
+) -> None:
+    """The check begins: the candidate's events from its 100% stage (the last stage change;
+    completion keeps the stage) to `measure_minutes` after `reached_at`."""
+    cycle.rollout_completed_at = reached_at
+    cycle.measure_from = rollout.stage_changed_at
+    text = f"{reached}; measuring for {objective.measure_minutes} min"
+    _finish(cycle, CycleState.MEASURING, text, now)
+    _audit(
+        objective.fleet,
+        "rollout_completed",
+        f"Cycle {cycle.number}: {reached}",
+        cycle=cycle.number,
+        rollout=rollout.pk,
+    )
+
+
+def _segment_rollout_ended(
+    objective: AutopilotObjective, cycle: AutopilotCycle, now: datetime
+) -> bool:
+    """A segment's rollout stays open through the check: one its guards rolled back (or that a
+    person ended) stops the autopilot."""
+    rollout = Rollout.objects.filter(pk=cycle.rollout or 0, fleet=objective.fleet).first()
+    if rollout is not None and rollout.state != Rollout.State.ROLLED_BACK:
+        return False
+    why = f"was rolled back: {rollout.reason}" if rollout is not None else "is gone"
+    _stop(objective, cycle, f"rollout {cycle.rollout} {why}", now)
+    return True
+
+
+def _complete_segment_rollout(
+    objective: AutopilotObjective, cycle: AutopilotCycle, now: datetime
+) -> bool:
+    """After a segment's check within the tolerance: complete its rollout fleet-wide (the
+    person's service, confirmed), so the segment's θs become the stable version. It moves no
+    device outside the segment to other θs: the candidate's base cells and other overrides are
+    the base version's (the cycle wrote the segment's override alone). False: refused, stopped."""
+    rollout = Rollout.objects.filter(pk=cycle.rollout or 0, fleet=objective.fleet).first()
+    if rollout is None or rollout.state != Rollout.State.ACTIVE:
+        return True  # completed (or ended) by a person meanwhile
+    done = _attempt(
+        objective,
+        cycle,
+        now,
+        "could not complete the segment's rollout",
+        lambda: rollout_complete(actor=autopilot_actor(), fleet=objective.fleet, fleet_wide=True),
+    )
+    if done is None:
+        return False
+    _audit(
+        objective.fleet,
+        "segment_rollout_completed",
+        f"Cycle {cycle.number}: completed rollout {rollout.pk} of segment {cycle.segment} "
+        f"(v{cycle.version} stable; only the segment's override differs)",
+        cycle=cycle.number,
+        rollout=rollout.pk,
+        segment=cycle.segment,
+    )
+    return True
 
 
 def cell_key_of(label: str) -> CellKey:
@@ -753,12 +847,18 @@ def _realize(
     """Compare predicted with realized per moved cell; a miss stops the autopilot."""
     moved = [row for row in cycle.cells if row["threshold_to"] is not None]
     keys: list[CellKey] = [cell_key_of(row["cell"]) for row in moved]
+    try:  # the segment's own rows (a segment deleted since cannot be judged)
+        rows = segment_rows(fleet=objective.fleet, segment=cycle.segment)
+    except ApplicationError as exc:
+        _stop(objective, cycle, f"could not measure: {exc.message}", now)
+        return
     realized = realized_of_cells(
         fleet=objective.fleet,
         version=cycle.version or 0,
         start=since,
         end=now,
         cells=keys,
+        segment=rows,
     )
     tolerance = Tolerance(share=objective.share_tolerance)
     all_misses: list[str] = []
@@ -782,6 +882,8 @@ def _realize(
     cycle.save(update_fields=["cells"])
     if all_misses:
         _stop(objective, cycle, "the prediction missed: " + "; ".join(all_misses), now)
+        return
+    if cycle.segment and not _complete_segment_rollout(objective, cycle, now):
         return
     _finish(cycle, CycleState.COMPLETED, "realized within the tolerance of the prediction", now)
     _audit(

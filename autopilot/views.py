@@ -20,6 +20,7 @@ from lab.pages import fleet_action, fleet_page, render_page, shown_refused
 from routing_policies.cell_schema import cell_key_label
 from routing_policies.models import Fleet
 from routing_policies.selectors import table_cells, version_table
+from telemetry.rollups.segments import segment_names
 
 from .schemas import ObjectiveInputSerializer
 from .selectors import autopilot_out, stable_version
@@ -47,6 +48,7 @@ def _page(request: HttpRequest, fleet: Fleet, **why: Any) -> HttpResponse:
                 {"label": label, "chosen": label in chosen, "excluded": label in excluded}
                 for label in labels
             ],
+            "segment_choices": segment_names(fleet.pk),
             "can_publish": has_role(request.user, Role.PUBLISHER),
         },
         status=why.pop("status", 200),
@@ -80,8 +82,9 @@ def autopilot_set(request: HttpRequest, fleet: Fleet) -> HttpResponse:
     """Set the objective from the page's form (the API's input serializer checks it)."""
     try:
         values = form_input(ObjectiveInputSerializer, _form_lists(request.POST))
-        if not request.POST.get("cost_ceiling_per_day", "x").strip():
-            values["cost_ceiling_per_day"] = None  # blank: no ceiling
+        for name in ("cost_ceiling_per_day", "segment"):
+            if not request.POST.get(name, "x").strip():
+                values[name] = None  # blank: no ceiling, the whole fleet
         objective_set(actor=request.user, fleet=fleet, values=values)
     except ApplicationError as exc:
         return shown_refused(_page, request, fleet, exc, nothing="The objective was not changed.")

@@ -65,3 +65,18 @@ def image_events(
             event["refine_changed"] = rng.random() >= true_kept(score)
         out.append(event)
     return out
+
+
+def approve_then_tick(client: Any, fleet: Any, request: Any) -> Any:
+    """A publisher approves the autopilot's change request (the page's API); then the
+    autopilot's next tick: the cycle it moved on."""
+    from autopilot.services import autopilot_tick
+
+    revision = request.version.revision
+    approved = client.post(
+        f"/api/v1/fleets/{fleet.slug}/change-requests/{request.pk}/approve",
+        {"revision": revision},
+        format="json",
+    )
+    assert approved.status_code == 200, approved.content
+    return autopilot_tick(fleet=fleet)

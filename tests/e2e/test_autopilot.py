@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from django.db import transaction
 from django.utils import timezone
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, expect
 
 from autopilot.models import AutopilotObjective
 from controlplane.roles import Role
 from routing_policies import services
+from routing_policies.segments.services import segment_create
 from tests.autopilot_events import IMAGE, image_events, ingest
 from tests.factories import UserFactory, make_fleet
 
@@ -46,6 +47,28 @@ def _fleet() -> None:
     ingest(device, image_events(3000, seed=4))
 
 
+def _on_for_the_image_cell(page: Page) -> Locator:
+    """The objective form with the autopilot ticked on for the image cell, floor 50%."""
+    form = page.locator("#objective-form")
+    form.locator("input[name=enabled]").check()
+    form.locator("input[name=quality_floor]").fill("0.5")
+    form.locator("input[name=quality_resolution]").fill("0.04")
+    form.locator(f'input[name=cells][value="{IMAGE}"]').check()
+    return form
+
+
+def _read_at_both_widths(page: Page, asgi_server: str, shot: str) -> None:
+    """The page with cycle 1 and the form open, read at 1366 and 390 px: no sideways scroll,
+    and a screenshot each (test-artifacts/<shot>-<width>.png)."""
+    for size, name in ((LAPTOP, "1366"), (PHONE, "390")):
+        page.set_viewport_size(size)
+        page.goto(f"{asgi_server}/fleets/{SLUG}/lab/autopilot/")
+        expect(page.locator('[data-cycle="1"]')).to_be_visible()
+        page.locator("details.ap-edit").evaluate("el => { el.open = true; }")
+        assert_no_sideways_scroll(page, f"{shot} at {name} px")
+        page.screenshot(path=str(screenshot_path(f"{shot}-{name}")), full_page=True)
+
+
 def test_autopilot_page__publisher_turns_it_on_and_runs_a_cycle__cycle_shown(
     asgi_server: str, transactional_db: None, requires_postgres: None, browser_page: Page
 ) -> None:
@@ -60,11 +83,7 @@ def test_autopilot_page__publisher_turns_it_on_and_runs_a_cycle__cycle_shown(
     expect(page.locator('[data-field="state"]')).to_have_text("off")
 
     # When they turn it on for the image cell with a floor of 50%
-    form = page.locator("#objective-form")
-    form.locator("input[name=enabled]").check()
-    form.locator("input[name=quality_floor]").fill("0.5")
-    form.locator("input[name=quality_resolution]").fill("0.04")
-    form.locator(f'input[name=cells][value="{IMAGE}"]').check()
+    form = _on_for_the_image_cell(page)
     # with a ceiling on cloud cost, a quiet period away from now and a cell it may not touch
     form.locator("input[name=cost_ceiling_per_day]").fill("40")
     quiet = _quiet_period_away_from_now()
@@ -93,10 +112,43 @@ def test_autopilot_page__publisher_turns_it_on_and_runs_a_cycle__cycle_shown(
     expect(cycle.get_by_role("link", name="v2")).to_be_visible()
     expect(cycle.get_by_role("link", name=re.compile(r"^rollout \d+$"))).to_be_visible()
 
-    for size, name in ((LAPTOP, "1366"), (PHONE, "390")):
-        page.set_viewport_size(size)
-        page.goto(f"{asgi_server}/fleets/{SLUG}/lab/autopilot/")
-        expect(page.locator('[data-cycle="1"]')).to_be_visible()
-        page.locator("details.ap-edit").evaluate("el => { el.open = true; }")
-        assert_no_sideways_scroll(page, f"autopilot at {name} px")
-        page.screenshot(path=str(screenshot_path(f"autopilot-{name}")), full_page=True)
+    _read_at_both_widths(page, asgi_server, "autopilot")
+
+
+def test_autopilot_page__publisher_scopes_it_to_a_segment__its_cycle_moves_the_override(
+    asgi_server: str, transactional_db: None, requires_postgres: None, browser_page: Page
+) -> None:
+    # Given a fleet with segment npu whose one phone reported its image drafts
+    publisher: Any = UserFactory(role=Role.PUBLISHER, username="pat")
+    fleet = make_fleet(slug=SLUG, actor=publisher)
+    with transaction.atomic():
+        key = services.fleet_enrollment_key_rotate(actor=None, fleet=fleet)
+    segment_create(
+        actor=publisher, fleet=fleet, name="npu", rule={"attribute": "accelerator", "equals": "npu"}
+    )
+    device, _ = services.device_enroll(
+        fleet_key=key, device_id="npu-1", platform="android", attributes={"accelerator": "npu"}
+    )
+    ingest(device, [{**e, "device_id": "npu-1"} for e in image_events(3000, seed=4)])
+    page = browser_page
+    log_in(page, asgi_server, "pat")
+    page.set_viewport_size(LAPTOP)
+    page.goto(f"{asgi_server}/fleets/{SLUG}/lab/autopilot/")
+
+    # When they turn it on for the image cell of segment npu and run a cycle now
+    form = _on_for_the_image_cell(page)
+    form.locator("select[name=segment]").select_option("npu")
+    form.get_by_role("button", name="Save the objective").click()
+    expect(page.locator('[data-field="state"]')).to_have_text("active")
+    expect(page.locator('[data-field="scope"]')).to_contain_text("segment npu")
+    page.get_by_role("button", name="Run a cycle now").click()
+
+    # Then cycle 1 is the segment's: θ 0.6 → 0.65 in v2's override for npu, rolled out to it
+    cycle = page.locator('[data-cycle="1"]')
+    expect(cycle.locator('[data-field="cycle-segment"]')).to_have_text("segment npu")
+    expect(cycle).to_contain_text("0.6 → 0.65")
+    expect(cycle).to_contain_text("to segment npu")
+    v2 = fleet.versions.get(number=2)
+    assert v2.overrides[0]["segment"] == "npu"
+
+    _read_at_both_widths(page, asgi_server, "autopilot-segment")

@@ -33,7 +33,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from autopilot.models import AutopilotCycle, AutopilotObjective
-from autopilot.services import objective_set
+from autopilot.services import autopilot_pause, autopilot_resume, objective_set
 from controlplane.roles import Role
 from routing_policies.models import (
     AuditEntry,
@@ -43,6 +43,8 @@ from routing_policies.models import (
     Rollout,
 )
 from routing_policies.reviews.services import change_request_approve
+from routing_policies.segments.rules import device_attributes, rule_matches
+from routing_policies.segments.services import segment_create
 from routing_policies.selectors import fleet_assignment
 from routing_policies.services import rollout_advance, rollout_complete
 from telemetry.alerts.models import AlertWebhook, WebhookDelivery
@@ -80,6 +82,8 @@ OBJECTIVE = {
     "bake_minutes": 1,
     "holdback": 10,
 }
+# The fleet's phones (the head units and speakers are outside).
+PHONES = {"attribute": "platform", "equals": "android"}
 
 
 @pytest.fixture
@@ -108,9 +112,16 @@ def _cycle_in(fleet: Any, *states: str) -> Callable[[], AutopilotCycle | None]:
     return lambda: AutopilotCycle.objects.filter(fleet=fleet, state__in=states).first()
 
 
-def _fleet_reporting(slug: str) -> tuple[Any, Any, VirtualRun]:
+def _fleet_reporting(
+    slug: str, *, segment: dict[str, Any] | None = None
+) -> tuple[Any, Any, VirtualRun]:
+    """A one-cell fleet reporting v1 (with `segment`: its segment `phones` of that rule,
+    created before the devices report, so its rollup rows hold every event)."""
     publisher: Any = UserFactory(role=Role.PUBLISHER, username=f"pub-{slug}")
     fleet = one_cell_fleet(actor=publisher, slug=slug, values=STABLE_VALUES)
+    if segment is not None:
+        with transaction.atomic():
+            segment_create(actor=publisher, fleet=fleet, name="phones", rule=segment)
     run = VirtualRun(
         fleet=fleet,
         actor=publisher,
@@ -123,10 +134,12 @@ def _fleet_reporting(slug: str) -> tuple[Any, Any, VirtualRun]:
     return publisher, fleet, run
 
 
-def _cycle_to(fleet: Any, publisher: Any, worker: Worker, state: str) -> AutopilotCycle:
+def _cycle_to(
+    fleet: Any, publisher: Any, worker: Worker, state: str, *, objective: Any = OBJECTIVE
+) -> AutopilotCycle:
     """Turn the autopilot on and let its cadence come due: the worker's beat runs the cycle
     (to `state`, or to where it ended)."""
-    objective_set(actor=publisher, fleet=fleet, values=OBJECTIVE)
+    objective_set(actor=publisher, fleet=fleet, values=objective)
     AutopilotObjective.objects.filter(fleet=fleet).update(
         next_run_at=timezone.now() - timedelta(seconds=1)
     )
@@ -135,6 +148,17 @@ def _cycle_to(fleet: Any, publisher: Any, worker: Worker, state: str) -> Autopil
         _cycle_in(fleet, state, "stopped", "no_change"),
         worker,
     )
+
+
+def _completed(done: AutopilotCycle) -> tuple[dict[str, Any], str]:
+    """The checked cycle's one cell and what it says (printed), the cycle completed."""
+    (row,) = done.cells
+    summary = (
+        f"{done.state}: {done.reason}; predicted {row['predicted']}, realized {row['realized']}"
+    )
+    print(f"\n{summary}")
+    assert done.state == "completed", summary
+    return row, summary
 
 
 def _run_candidate(run: VirtualRun, fleet: Any, publisher: Any, document: dict[str, Any]) -> None:
@@ -190,12 +214,7 @@ def test_autopilot__live_worker__cycle_end_to_end_prediction_checked(
         run.close()
 
     # Then predicted and realized agree within the tolerance, and every step is audited
-    (row,) = done.cells
-    summary = (
-        f"{done.state}: {done.reason}; predicted {row['predicted']}, realized {row['realized']}"
-    )
-    print(f"\n{summary}")
-    assert done.state == "completed", summary
+    row, summary = _completed(done)
     assert row["realized"]["events"] > 1000, summary
     assert abs(row["realized"]["alpha"] - row["predicted"]["alpha"]) <= 0.05, summary
     request.refresh_from_db()
@@ -245,3 +264,64 @@ def test_autopilot__live_worker__prediction_missed__stops_and_says_why(
         d.payload.get("kind") == "autopilot.stopped" or "autopilot.stopped" in str(d.payload)
         for d in WebhookDelivery.objects.filter(fleet=fleet)
     )
+
+
+def test_autopilot__live_worker__segment_cycle_moves_its_override_and_checks_its_rows(
+    transactional_db: None, requires_postgres: None, worker: Worker
+) -> None:
+    # Given the fleet's phones as segment `phones` (platform android: the head units and
+    # speakers are outside it), all reporting v1
+    publisher, fleet, run = _fleet_reporting("ap-seg", segment=PHONES)
+    phones = {
+        d.device_id
+        for d in run.devices.values()
+        if rule_matches(
+            PHONES, device_attributes(platform=d.platform, model=d.model, reported=d.attributes)
+        )
+    }
+    assert 0 < len(phones) < len(run.devices)
+    try:
+        # When the autopilot, scoped to the segment, runs a cycle in the worker
+        objective = {**OBJECTIVE, "segment": "phones"}
+        cycle = _cycle_to(fleet, publisher, worker, "rolling_out", objective=objective)
+        assert cycle.state == "rolling_out", (cycle.reason, cycle.cells)
+        assert cycle.segment == "phones"
+        (row,) = cycle.cells
+        # Then v2 moves θ in its override for the segment, its base cell as v1's
+        v2 = PolicyVersion.objects.get(fleet=fleet, number=2)
+        (override,) = v2.overrides
+        assert override["segment"] == "phones"
+        assert override["cells"][LABEL]["threshold"] == row["threshold_to"] > 0.3
+        assert document_of(fleet, 2)["cells"] == document_of(fleet, 1)["cells"]
+        rollout = Rollout.objects.get(pk=cycle.rollout)
+        assert rollout.segment_name == "phones"
+
+        # and when it reaches 100% of the segment and the segment's candidates run v2 (the
+        # autopilot paused meanwhile, as the bake would hold it on a real clock)
+        autopilot_pause(actor=publisher, fleet=fleet)
+        rollout = rollout_advance(actor=publisher, fleet=fleet, to_stage=100)
+        rollout_backdated(rollout, run.now(), stage_only=True)
+        assignment = fleet_assignment(fleet.pk)
+        cohort = [d for d in phones if assignment.in_candidate_cohort(d, {"platform": "android"})]
+        assert cohort
+        run.apply(document_of(fleet, 2), cohort)
+        for _ in range(CANDIDATE_S // STEP_S):
+            run.step(STEP_S)
+        autopilot_resume(actor=publisher, fleet=fleet)
+        done = _wait("the check", _cycle_in(fleet, "completed", "stopped"), worker)
+    finally:
+        run.close()
+
+    # Then the realized figures are the segment's rows of v2 (its candidates' events alone)
+    row, summary = _completed(done)
+    cohort_events = sum(
+        1 for e in run.events if e["policy_version"] == 2 and e["device_id"] in phones
+    )
+    assert row["realized"]["events"] == cohort_events, summary
+    assert abs(row["realized"]["alpha"] - row["predicted"]["alpha"]) <= 0.05, summary
+    # and the autopilot completed the segment's rollout fleet-wide: v2 stable
+    rollout.refresh_from_db()
+    assert rollout.state == Rollout.State.COMPLETED
+    assert AuditEntry.objects.filter(
+        fleet=fleet, action="autopilot.segment_rollout_completed"
+    ).exists()

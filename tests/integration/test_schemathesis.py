@@ -56,6 +56,7 @@ STATE_DEPENDENT = json.dumps(
         "segment_preview",
         "v1_fleets_draft_overrides_update",
         "backtest_start",
+        "autopilot_set",
     ]
 )
 NEGATIVE_REFUSED = [
@@ -117,7 +118,8 @@ parameters = {{ "path.slug" = "{slug}" }}
 # range whose ends cross, a version listed twice as `14` and `14.0`, its depth and size), and
 # an edit names the revision it read (409 when another edit came first). An override names a
 # segment of the fleet and cells of its table, and must leave each cell valid whole; a backtest
-# names a version the fleet published and a segment it has.
+# names a version the fleet published and a segment it has, and so does an autopilot
+# objective's `segment`.
 [[operations]]
 include-operation-id = {STATE_DEPENDENT}
 checks.positive_data_acceptance.expected-statuses = {json.dumps(POSITIVE_OR_STATE_400)}

@@ -68,10 +68,15 @@ class Command(BaseCommand):
             )
             return
         self.stdout.write(
-            f"autopilot of {fleet.slug}: {objective.state}"
+            f"autopilot of {fleet.slug}"
+            + (f" (segment {objective.segment})" if objective.segment else "")
+            + f": {objective.state}"
             + (f" ({objective.state_reason})" if objective.state_reason else "")
         )
         if objective.next_run_at:
             self.stdout.write(f"next run: {objective.next_run_at.isoformat()}")
         for cycle in cycles:
-            self.stdout.write(f"cycle {cycle['number']}: {cycle['state']} — {cycle['reason']}")
+            scope = f" (segment {cycle['segment']})" if cycle["segment"] else ""
+            self.stdout.write(
+                f"cycle {cycle['number']}{scope}: {cycle['state']} — {cycle['reason']}"
+            )

@@ -24,7 +24,14 @@ from routing_policies.models import (
 )
 from routing_policies.services import rollout_advance, rollout_complete, rollout_rollback
 from telemetry.alerts.models import AlertWebhook, WebhookDelivery
-from tests.autopilot_events import IMAGE, IMAGE_KEY, OBJECTIVE, image_events, ingest
+from tests.autopilot_events import (
+    IMAGE,
+    IMAGE_KEY,
+    OBJECTIVE,
+    approve_then_tick,
+    image_events,
+    ingest,
+)
 from tests.factories import demo_cell, protocol_event, recorded_sample
 
 
@@ -104,14 +111,7 @@ def test_cycle__publish_needs_approval__waits_for_a_publisher_then_rolls_out(
     assert not PolicyVersion.objects.filter(fleet=fleet, number=2).exists()
 
     # When a publisher approves it (the page's API)
-    revision = request.version.revision  # type: ignore[union-attr]
-    approved = client_as(publisher).post(
-        f"/api/v1/fleets/{fleet.slug}/change-requests/{request.pk}/approve",
-        {"revision": revision},
-        format="json",
-    )
-    assert approved.status_code == 200, approved.content
-    cycle = autopilot_tick(fleet=fleet)
+    cycle = approve_then_tick(client_as(publisher), fleet, request)
 
     # Then the next tick publishes through the request and starts the rollout
     assert cycle is not None

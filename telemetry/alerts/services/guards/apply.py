@@ -126,8 +126,20 @@ def _rollback(
     )
 
 
-def _advance(guard_set: RolloutGuardSet, rollout: Rollout, bake: int, now: datetime) -> AlertEvent:
+def _advance(
+    guard_set: RolloutGuardSet, rollout: Rollout, bake: int, now: datetime
+) -> AlertEvent | None:
     before = rollout.stage
+    if rollout.next_stage is None and rollout.scoped:
+        # Completing a rollout scoped to a segment makes its candidate stable for the whole
+        # fleet: a confirmed step (`fleet_wide`), never the guards'. They hold it at 100% of
+        # the segment, still watching.
+        guard_set.verdict = RolloutGuardSet.Verdict.QUIET
+        guard_set.verdict_reason = (
+            f"quiet for {bake} min at 100% of segment {rollout.segment_name}; completing it is "
+            "fleet-wide, confirmed by whoever completes it"
+        )
+        return None
     if rollout.next_stage is None:
         rollout_services.rollout_complete(actor=None, fleet=rollout.fleet)
         guard_set.verdict = RolloutGuardSet.Verdict.FINISHED

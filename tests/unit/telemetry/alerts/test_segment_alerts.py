@@ -5,14 +5,14 @@ Bad segment names on a rule are refused naming the field, with nothing stored.""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from routing_policies.models import Device, Rollout
 from routing_policies.segments.services import segment_create, segment_delete
-from routing_policies.services import device_enroll
+from routing_policies.services import device_enroll, rollout_advance
 from telemetry.alerts.models import AlertRule, RolloutGuardSet
 from telemetry.alerts.services import alert_rule_create, alerts_evaluate, rollout_start_guarded
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
@@ -164,7 +164,7 @@ def candidate(fleet: Any, publish_version: Any) -> int:
     return int(publish_version(fleet, threshold=0.7).number)
 
 
-def _start_scoped(fleet: Any, version: int, publisher: Any) -> Rollout:
+def _start_scoped(fleet: Any, version: int, publisher: Any, **options: Any) -> Rollout:
     return rollout_start_guarded(
         actor=publisher,
         fleet=fleet,
@@ -175,6 +175,7 @@ def _start_scoped(fleet: Any, version: int, publisher: Any) -> Rollout:
             "bake_minutes": 5,
             "window_minutes": 10,
             "min_samples": 50,
+            **options,
         },
     )
 
@@ -220,3 +221,33 @@ def test_scoped_guard__candidate_worse_than_its_segment__rolled_back_though_the_
     assert result.guard_action == "rolled_back"
     assert rollout.state == Rollout.State.ROLLED_BACK
     assert rollout.reason.startswith("Guard fired: candidate cloud share 25.0% vs stable 0.0%")
+
+
+def test_scoped_guard__quiet_at_100_percent__held_there_never_completed_fleet_wide(
+    fleet: Any, phones: dict[str, Device], candidate: int, publisher: Any
+) -> None:
+    # Given a guarded, auto-advancing rollout scoped to npu at 100% of the segment, its
+    # candidate like the segment's stable, quiet there for longer than the bake
+    rollout = _start_scoped(fleet, candidate, publisher, auto_advance=True)
+    rollout_advance(actor=publisher, fleet=fleet, to_stage=100)
+    stable = rollout.stable_id
+    report(phones["npu"], cloud=60, on_device=140)
+    report(phones["npu"], version=candidate, cloud=30, on_device=70)
+    alerts_evaluate(fleet_id=fleet.pk)
+    guard_set = RolloutGuardSet.objects.get(rollout=rollout)
+    assert guard_set.verdict == "quiet", guard_set.verdict_reason
+
+    # When the guards are evaluated after the bake
+    result = alerts_evaluate(fleet_id=fleet.pk, now=guard_set.quiet_since + timedelta(minutes=6))
+
+    # Then the rollout stays at 100% of the segment, open (completing it would move the whole
+    # fleet: a confirmed step, not the guards'), and the guards say so
+    rollout.refresh_from_db()
+    assert rollout.state == Rollout.State.ACTIVE
+    assert rollout.stage == 100
+    assert result.guard_action == ""
+    guard_set.refresh_from_db()
+    assert guard_set.verdict == "quiet"
+    assert "100% of segment npu" in guard_set.verdict_reason
+    fleet.routing.refresh_from_db()
+    assert fleet.routing.stable_version_id == stable
