@@ -35,6 +35,7 @@ from tests.factories import UserFactory
 from tests.live_server import STARTUP_TIMEOUT_S, require_postgres_and_redis, session_cookie
 from tests.mqtt_broker import Broker
 from tests.unit.edge_sdk.sdk_helpers import Inference, readings, task
+from tests.unit.routing_policies.mqtt.conftest import Watcher
 
 from .test_device_push import AsgiProcess
 from .test_mqtt_link import PREFIX, Links
@@ -542,7 +543,13 @@ def test_mqtt_fleet__json_and_protobuf_devices__the_same_document_decisions_and_
         assert await device.telemetry.flush()
         return [o.decision for o in outcomes], [o.event_id for o in outcomes]
 
-    ran = {d: sdk_fleet.background.run(work(sdk_fleet.devices[d])) for d in sdk_fleet.devices}
+    telemetry = mqtt_topics.device_topic(PREFIX, fleet.slug, "+", "telemetry")
+    watcher = Watcher(sdk_fleet.broker, telemetry)  # what the devices publish, as it goes
+    try:
+        ran = {d: sdk_fleet.background.run(work(sdk_fleet.devices[d])) for d in sdk_fleet.devices}
+        watcher.settle()
+    finally:
+        watcher.close()
 
     # Then every device made the same decision on every task
     first = ran[json_ids[0]][0]
@@ -558,6 +565,9 @@ def test_mqtt_fleet__json_and_protobuf_devices__the_same_document_decisions_and_
         interval=0.2,
         what="every device's telemetry to land",
     )
-    for device_id in protobuf_ids:
-        transport = _mqtt_transport(sdk_fleet.devices[device_id])
-        assert transport.telemetry_wire.mqtt_payload(b'{"events":[]}')[1] == PROTOBUF_MEDIA_TYPE
+    # and went in the device's encoding, said by MQTT 5's content type
+    for device_id in json_ids + protobuf_ids:
+        topic = mqtt_topics.device_topic(PREFIX, fleet.slug, device_id, "telemetry")
+        content_types = {m.content_type for m in watcher.on(topic)}
+        encoding = PROTOBUF_MEDIA_TYPE if device_id in protobuf_ids else "application/json"
+        assert content_types == {encoding}, (device_id, content_types)
