@@ -10,11 +10,12 @@ can answer (409, 428, 429) with `error_responses(...)` in its `extend_schema(res
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import build_bearer_security_scheme_object
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, PolymorphicProxySerializer
 from rest_framework import serializers
 from rest_framework.permissions import AllowAny
@@ -196,6 +197,29 @@ def error_response(status: int) -> OpenApiResponse:
 def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
     """`{409: …, 428: …}` to merge into an `extend_schema(responses=…)`."""
     return {status: error_response(status) for status in statuses}
+
+
+# --- protobuf twins (docs/PROTOCOL.md, "Binary frames and compression") --------------------------
+
+# The protobuf media type (edge_sdk.wire.PROTOBUF_MEDIA_TYPE; controlplane does not import the
+# SDK's wire package for its schema).
+PROTOBUF: Final = "application/x-protobuf"
+
+
+def json_or_protobuf(
+    status: int, json: Any, message: str, description: str = ""
+) -> dict[Any, OpenApiResponse]:
+    """A status whose body is JSON (`json`, a serializer) by default, or `message` of
+    edge_sdk/wire/edge_routing.proto when the request's `Accept` prefers protobuf: both media
+    types under the status, the description saying so."""
+    said = (
+        f"{description} In protobuf (`{PROTOBUF}`, edge_sdk/wire/edge_routing.proto: {message}) "
+        "when `Accept` prefers it, compressed when `Accept-Encoding` asks."
+    ).strip()
+    return {
+        (status, "application/json"): OpenApiResponse(json, description=said),
+        (status, PROTOBUF): OpenApiResponse(OpenApiTypes.BINARY, description=said),
+    }
 
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})

@@ -9,6 +9,9 @@ Fleet topics: written by the control plane only, retained, QoS 1, read by the fl
   holdback, a sequence number, the newest published version); each device computes its own
   version from it.
 - `{prefix}/fleets/{fleet}/versions/{n}`: published version n's policy document (immutable).
+- `{prefix}/fleets/{fleet}/versions/{n}/protobuf`: the same document in protobuf (MQTT 5
+  content type `application/x-protobuf`), for a device configured for protobuf; a level below,
+  so a `versions/+` subscription never receives it.
 - `{prefix}/fleets/{fleet}/cloud_pressure`: the live θ offset, expiring with its TTL.
 
 Device topics: written by one device only (its credentials allow nothing else), QoS 1, read
@@ -23,6 +26,8 @@ from typing import Final
 DEFAULT_PREFIX: Final = "edge-routing/v1"
 DEVICE_TOPICS: Final = ("ack", "presence", "telemetry")
 SHARE_GROUP: Final = "controlplane"
+# The level under a version's topic where its protobuf document is retained.
+PROTOBUF_SUFFIX: Final = "/protobuf"
 
 
 def fleet_state(prefix: str, fleet: str) -> str:
@@ -33,6 +38,11 @@ def fleet_state(prefix: str, fleet: str) -> str:
 def fleet_version(prefix: str, fleet: str, version: int | str) -> str:
     """Published version `version`'s retained document (`+` for a subscription to all)."""
     return f"{prefix}/fleets/{fleet}/versions/{version}"
+
+
+def fleet_version_protobuf(prefix: str, fleet: str, version: int | str) -> str:
+    """Published version `version`'s retained document in protobuf (`+` for all of them)."""
+    return f"{fleet_version(prefix, fleet, version)}{PROTOBUF_SUFFIX}"
 
 
 def fleet_cloud_pressure(prefix: str, fleet: str) -> str:

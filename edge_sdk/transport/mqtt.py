@@ -5,8 +5,11 @@ itself: it reads its fleet's retained rollout state (`{prefix}/fleets/{fleet}/st
 its version with the server's own rule (`edge_sdk.assignment.FleetAssignment.version_for`) and,
 when that is not the version it runs, takes the document from the version's retained topic
 (subscribed for that one message), or from the immutable HTTP document when the broker has
-none. The document then goes to the connection as the `policy` frame the socket would have
-carried, so storing, applying and acking are the connection's, unchanged; the `ack` it sends
+none. A device configured for protobuf (`DeviceConfig.wire_format = "protobuf"`) takes the
+version's protobuf twin (`…/versions/{n}/protobuf`, MQTT 5 content type
+`application/x-protobuf`) instead, read as the JSON document it stands for and checked alike.
+The document then goes to the connection as the `policy` frame the socket would have carried,
+so storing, applying and acking are the connection's, unchanged; the `ack` it sends
 back is published on the device's ack topic. Cloud pressure arrives retained with an MQTT 5
 message expiry: the broker's remaining expiry is the `ttl_s` handed on.
 
@@ -248,6 +251,20 @@ def _usable_document(payload: bytes, fleet: str, version: int) -> Mapping[str, A
     return document
 
 
+@functools.lru_cache(maxsize=_SHARED_PARSES)
+def _protobuf_document_json(payload: bytes) -> bytes | None:
+    """A retained protobuf document (`…/versions/{n}/protobuf`) as the JSON it stands for, or
+    None when it is over the size bound or not a `PolicyDocument` (truncated, not protobuf,
+    nested past protobuf's limit); unknown fields are ignored, as in JSON. Converted once per
+    process for the devices that share it; then checked whole like the JSON one."""
+    if not payload or len(payload) > MAX_DOCUMENT_BYTES:
+        return None
+    try:
+        return json_answer(PROTOBUF_MEDIA_TYPE, payload, delta=False)
+    except (ValueError, RecursionError):
+        return None
+
+
 def _json_object(payload: bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(payload)
@@ -426,8 +443,10 @@ class MqttTransport:
             raise ValueError('transport "mqtt" needs DeviceConfig.mqtt_url')
         url = urlsplit(config.mqtt_url)
         self.config = config
-        # Telemetry in protobuf only when the device's maker chose it (`wire_format`).
+        # Telemetry, and the retained documents it takes, in protobuf only when the device's
+        # maker chose it (`wire_format`): nothing on the broker answers to negotiate with.
         self.telemetry_wire = TelemetryWire(config.wire_format)
+        self._protobuf_documents = config.wire_format == "protobuf"
         # The device's own attributes as rules read them: a rollout scoped to a segment is
         # decided here with the server's own function (edge_sdk.assignment).
         self._attributes = device_attributes(
@@ -825,9 +844,11 @@ class MqttTransport:
             return made
         payload = await self._retained_document(fleet, version)
         if payload is not None:
-            if _usable_document(payload, fleet, version) is not None:
+            if self._protobuf_documents:
+                payload = _protobuf_document_json(payload) or b""
+            if payload and _usable_document(payload, fleet, version) is not None:
                 return payload
-            self.dropped["bad_document"] += 1
+            self._drop_message("bad_document", f"versions/{version}")
         if not weak and (made := await self._delta_document(link, fleet, version)) is not None:
             return made
         fetched = await fetch_document(
@@ -947,7 +968,12 @@ class MqttTransport:
         client, loop = self._client, self._loop
         if client is None or loop is None or not self._connected:
             return None
-        topic = mqtt_topics.fleet_version(self.config.mqtt_prefix, fleet, version)
+        retained = (
+            mqtt_topics.fleet_version_protobuf
+            if self._protobuf_documents
+            else mqtt_topics.fleet_version
+        )
+        topic = retained(self.config.mqtt_prefix, fleet, version)
         asked = self._waiting.get(topic)
         if asked is not None:  # a prefetch of the same version is on its way: share it
             try:

@@ -3,7 +3,7 @@
 - a device's username and client id are `{fleet}/{device_id}`, its password its device token;
 - it may publish only on its own topics (`…/fleets/{fleet}/devices/{device_id}/{ack,presence,
   telemetry}`) and subscribe only to its fleet's (`…/fleets/{fleet}/state`, `…/versions/+` or
-  one version, `…/cloud_pressure`);
+  one version, `…/versions/+/protobuf` or one version's, `…/cloud_pressure`);
 - the control plane's own account may publish and subscribe under the topic prefix.
 
 The HTTP hooks apply it per request; the dynamic-security roles spell it out for Mosquitto.
@@ -72,6 +72,7 @@ def fleet_subscribe_filters(prefix: str, fleet: str) -> list[str]:
     return [
         mqtt_topics.fleet_state(prefix, fleet),
         mqtt_topics.fleet_version(prefix, fleet, "+"),
+        mqtt_topics.fleet_version_protobuf(prefix, fleet, "+"),
         mqtt_topics.fleet_cloud_pressure(prefix, fleet),
     ]
 
@@ -82,9 +83,13 @@ def device_may(name: DeviceName, topic: str, action: Action, prefix: str) -> boo
         return topic in device_publish_topics(prefix, name)
     if topic in fleet_subscribe_filters(prefix, name.fleet):
         return True
-    # One version's document: `…/versions/7` (what the SDK fetches when it needs one).
+    # One version's document: `…/versions/7` (what the SDK fetches when it needs one), or its
+    # protobuf twin `…/versions/7/protobuf`.
     versions = mqtt_topics.fleet_version(prefix, name.fleet, "")
-    return topic.startswith(versions) and bool(VERSION_RE.match(topic[len(versions) :]))
+    if not topic.startswith(versions):
+        return False
+    number = topic[len(versions) :].removesuffix(mqtt_topics.PROTOBUF_SUFFIX)
+    return bool(VERSION_RE.match(number))
 
 
 def controlplane_may(topic: str, prefix: str) -> bool:
@@ -116,7 +121,8 @@ def _acls(acltype: str, topics: list[str]) -> list[dict[str, Any]]:
 
 def fleet_role_acls(prefix: str, fleet: str) -> list[dict[str, Any]]:
     """The fleet's topics, for subscribing (`subscribePattern` also admits `…/versions/7`
-    under `…/versions/+`); receiving is the plugin's default (allowed)."""
+    under `…/versions/+`, `…/versions/7/protobuf` under `…/versions/+/protobuf`); receiving
+    is the plugin's default (allowed)."""
     return _acls("subscribePattern", fleet_subscribe_filters(prefix, fleet))
 
 

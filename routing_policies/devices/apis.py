@@ -21,7 +21,12 @@ from rest_framework.views import APIView
 from controlplane import wire
 from controlplane.api import JsonRegexField, TidyJsonStringField, require_object
 from controlplane.exceptions import NotFound
-from controlplane.openapi import ApiSerializer, error_response, error_responses
+from controlplane.openapi import (
+    ApiSerializer,
+    error_response,
+    error_responses,
+    json_or_protobuf,
+)
 from controlplane.pagination import BoundedLimitOffsetPagination
 from controlplane.permissions import IsPublisher, IsViewer
 
@@ -119,12 +124,13 @@ class DevicePolicyApi(APIView):
     @extend_schema(
         parameters=[delta_api.DeltaQuerySerializer, IF_NONE_MATCH, delta_api.A_IM],
         responses={
-            200: PolicyDocumentSerializer,
-            226: OpenApiResponse(
+            **json_or_protobuf(200, PolicyDocumentSerializer, "`PolicyDocument`"),
+            **json_or_protobuf(
+                226,
                 delta_api.PolicyDeltaSerializer,
-                description="IM Used (`IM: policy-delta`): the delta from the version `since` "
-                "or `If-None-Match` names to the assigned one (docs/PROTOCOL.md, "
-                '"Policy deltas").',
+                "`PolicyDelta`",
+                "IM Used (`IM: policy-delta`): the delta from the version `since` or "
+                '`If-None-Match` names to the assigned one (docs/PROTOCOL.md, "Policy deltas").',
             ),
             304: NOT_MODIFIED,
             404: OpenApiResponse(

@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 
 from controlplane import wire
 from controlplane.exceptions import NotFound
+from controlplane.openapi import json_or_protobuf
 
 from ..policies import delta_api
 from ..policies.apis import IF_NONE_MATCH
@@ -72,12 +73,14 @@ class PublishedDocumentApi(APIView):
             ),
         ],
         responses={
-            200: OpenApiResponse(
+            **json_or_protobuf(
+                200,
                 delta_api.DOCUMENT_OR_DELTA,
-                description=f"The document, with `Cache-Control: {IMMUTABLE}` and its strong "
-                "`ETag` (the version's etag, as in the document). With `since`, the delta from "
-                "that version instead when the control plane makes one (`IM: policy-delta`, "
-                'its own ETag; docs/PROTOCOL.md, "Policy deltas").',
+                "`PolicyDocument`, or with `IM: policy-delta` a `PolicyDelta`; a weak ETag",
+                f"The document, with `Cache-Control: {IMMUTABLE}` and its strong `ETag` (the "
+                "version's etag, as in the document). With `since`, the delta from that version "
+                "instead when the control plane makes one (`IM: policy-delta`, its own ETag; "
+                'docs/PROTOCOL.md, "Policy deltas").',
             ),
             304: OpenApiResponse(description="Not modified: the ETag you sent is this version's."),
         },

@@ -79,11 +79,14 @@ def new_client(
     return client
 
 
-def publish_properties(*, expiry_s: int | None = None) -> Properties:
-    """UTF-8 JSON (content type, payload format indicator 1), and a Message Expiry Interval."""
+def publish_properties(
+    *, expiry_s: int | None = None, content_type: str = "application/json"
+) -> Properties:
+    """The content type (UTF-8 JSON by default, payload format indicator 1; anything else, such
+    as protobuf, is bytes: indicator 0), and a Message Expiry Interval."""
     properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-    properties.PayloadFormatIndicator = 1
-    properties.ContentType = "application/json"
+    properties.PayloadFormatIndicator = 1 if content_type == "application/json" else 0
+    properties.ContentType = content_type
     if expiry_s is not None:
         properties.MessageExpiryInterval = expiry_s
     return properties
@@ -134,16 +137,21 @@ class Publisher:
             return client
 
     def publish(
-        self, topic: str, payload: bytes, *, retain: bool = True, expiry_s: int | None = None
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        retain: bool = True,
+        expiry_s: int | None = None,
+        content_type: str = "application/json",
     ) -> bool:
         """Publish at QoS 1 and wait for the broker's acknowledgement; False when it did not
         come (logged: the caller leaves the publish to the reconcile)."""
         client = self._ensure_connected()
         if client is None:
             return False
-        info = client.publish(
-            topic, payload, qos=1, retain=retain, properties=publish_properties(expiry_s=expiry_s)
-        )
+        properties = publish_properties(expiry_s=expiry_s, content_type=content_type)
+        info = client.publish(topic, payload, qos=1, retain=retain, properties=properties)
         try:
             info.wait_for_publish(PUBLISH_TIMEOUT_S)
         except (RuntimeError, ValueError):

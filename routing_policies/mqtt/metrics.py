@@ -1,9 +1,14 @@
 """The link's own Prometheus metrics (text exposition format 0.0.4), served by
-`manage.py mqtt_link --metrics-port`: messages taken, and those dropped by reason."""
+`manage.py mqtt_link --metrics-port`: messages taken, and those dropped by reason; and the
+protobuf or compressed telemetry this process refused, by reason
+(`controlplane_wire_refused_total{channel="mqtt"}`: a truncated or not-protobuf batch is
+`malformed_protobuf`, one past the event or inflated-size limit `too_large`)."""
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from controlplane.wire import refused_metrics
 
 from .link import MqttLink
 
@@ -34,7 +39,7 @@ def metrics_text(link: MqttLink) -> str:
     ]
     for reason in sorted({*DROP_REASONS, *counts}):
         lines.append(f'edge_routing_mqtt_dropped_total{{reason="{reason}"}} {counts[reason]}')
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + refused_metrics()
 
 
 def metrics_serve(link: MqttLink, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:

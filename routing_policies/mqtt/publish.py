@@ -1,8 +1,10 @@
 """The fleet topics the control plane publishes (docs/PROTOCOL.md, "MQTT"): a fleet's retained
 state, each published version's document, its cloud pressure. One publish per change whatever
 the fleet's size: each device computes its own version from the state. Publishing a version is
-two: its document, then the state, whose `published` names it (devices take the document in
-the background, so the rollout that follows finds its cohort already holding it).
+three: its document, the same document in protobuf on a sibling topic (for the devices
+configured for protobuf: docs/PROTOCOL.md, "MQTT"), then the state, whose `published` names it
+(devices take the document in the background, so the rollout that follows finds its cohort
+already holding it).
 
 Called once the change has committed (mqtt.receivers). A fleet's state and pressure are read
 fresh under the lock of its `MqttFleetState` row and published before the lock is released, so
@@ -21,6 +23,7 @@ from django.db import transaction
 from rest_framework.renderers import JSONRenderer
 
 from edge_sdk import mqtt_topics
+from edge_sdk.wire import PROTOBUF_MEDIA_TYPE, codec
 
 from ..assignment import FleetAssignment
 from ..policies.models import Fleet, PolicyVersion
@@ -144,19 +147,28 @@ def fleet_pressure_publish(*, fleet_id: int, force: bool = False) -> bool:
     return True
 
 
-def version_document_publish(*, fleet_id: int, number: int) -> bool:
-    """Retain published version `number`'s document on its topic (immutable: no lock needed)."""
+def version_document_publish(*, fleet_id: int, number: int) -> int:
+    """Retain published version `number`'s document on its topic, and the same document in
+    protobuf on its sibling topic (immutable: no lock needed). The number of publishes the
+    broker acknowledged (0, 1 or 2)."""
     version = published_version_get(fleet_id=fleet_id, number=number)
     if version is None:
-        return False
-    topic = mqtt_topics.fleet_version(_prefix(), version.fleet.slug, number)
-    return publisher().publish(topic, document_bytes(version))
+        return 0
+    prefix, slug = _prefix(), version.fleet.slug
+    published = publisher().publish(
+        mqtt_topics.fleet_version(prefix, slug, number), document_bytes(version)
+    )
+    return published + publisher().publish(
+        mqtt_topics.fleet_version_protobuf(prefix, slug, number),
+        codec.document_to_protobuf(version_document(version=version)),
+        content_type=PROTOBUF_MEDIA_TYPE,
+    )
 
 
 def version_published_publish(*, fleet_id: int, number: int) -> int:
-    """A version was published: its document, then the fleet's state naming it as `published`
-    (the devices take it ahead of a rollout). The number of publishes made."""
-    publishes = int(version_document_publish(fleet_id=fleet_id, number=number))
+    """A version was published: its document (JSON and protobuf), then the fleet's state naming
+    it as `published` (the devices take it ahead of a rollout). The number of publishes made."""
+    publishes = version_document_publish(fleet_id=fleet_id, number=number)
     return publishes + fleet_state_publish(fleet_id=fleet_id)
 
 

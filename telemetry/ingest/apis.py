@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.openapi import error_responses
+from controlplane.openapi import PROTOBUF, error_responses
 from routing_policies.models import Device
 
 from ..api_schemas import TelemetryAcceptedSerializer
@@ -22,9 +23,10 @@ from .wire import ACCEPTS, BodyFormat
 
 @extend_schema_view(
     post=extend_schema(
-        # The body is read raw (no DRF parser), so its media type is named here.
-        # (Also `application/x-protobuf`, edge_sdk/wire/edge_routing.proto: docs/PROTOCOL.md.)
-        request={"application/json": request_body(TelemetryBatch)},
+        # The body is read raw (no DRF parser), so its media types are named here: JSON, or a
+        # `TelemetryBatch` of edge_sdk/wire/edge_routing.proto (docs/PROTOCOL.md, "Binary
+        # frames and compression"), either one also gzip or zstd (`Content-Encoding`).
+        request={"application/json": request_body(TelemetryBatch), PROTOBUF: OpenApiTypes.BINARY},
         responses={202: TelemetryAcceptedSerializer, **error_responses(429)},
         operation_id="telemetry_ingest",
         description=f"At most {MAX_EVENTS} events and 1 MiB. See PROTOCOL.md.",

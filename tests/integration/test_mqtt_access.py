@@ -173,6 +173,10 @@ def test_mqtt_access__enrolled_device__connects_publishes_own_topics_reads_its_f
     assert phone.subscribe(mqtt_topics.fleet_cloud_pressure(PREFIX, fleet.slug)) == [
         "Granted QoS 1"
     ]
+    # and to the documents' protobuf twins, all of them or one
+    for version in ("+", 7):
+        twin = mqtt_topics.fleet_version_protobuf(PREFIX, fleet.slug, version)
+        assert phone.subscribe(twin) == ["Granted QoS 1"], twin
 
 
 def test_mqtt_access__device__cannot_publish_as_another_nor_read_another_fleet(
@@ -198,11 +202,14 @@ def test_mqtt_access__device__cannot_publish_as_another_nor_read_another_fleet(
     every_state = phone.subscribe(f"{PREFIX}/fleets/+/state")
     everything = phone.subscribe(f"{PREFIX}/#")
     others_acks = phone.subscribe(_topic(fleet.slug, "phone-2", "ack"))
+    other_twins = phone.subscribe(mqtt_topics.fleet_version_protobuf(PREFIX, other.slug, "+"))
+    below_twin = phone.subscribe(f"{mqtt_topics.fleet_version_protobuf(PREFIX, fleet.slug, 7)}/x")
+    on_twin = phone.publish(mqtt_topics.fleet_version_protobuf(PREFIX, fleet.slug, 7), {})
 
     # Then the broker refuses each (MQTT 5 "Not authorized") and delivers none of them
     assert as_other == "Not authorized"
-    assert on_state == "Not authorized"
-    for refused in (other_state, every_state, everything, others_acks):
+    assert on_state == on_twin == "Not authorized"
+    for refused in (other_state, every_state, everything, others_acks, other_twins, below_twin):
         assert refused == ["Not authorized"]
     # (its own ack, published last, is the only message the spy gets)
     assert phone.publish(_topic(fleet.slug, "phone-1", "ack"), {"version": 1}) == "Success"

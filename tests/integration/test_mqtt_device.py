@@ -32,7 +32,10 @@ from websockets.asyncio.server import ServerConnection, serve
 from edge_sdk import Device, DeviceConfig, Readings
 from edge_sdk import mqtt_topics as topics
 from edge_sdk.assignment import FleetAssignment
+from edge_sdk.delta import canonical_bytes
 from edge_sdk.transport.mqtt import DOCUMENT_PATH, MqttTransport
+from edge_sdk.wire import PROTOBUF_MEDIA_TYPE, codec
+from tests.hostile_protobuf import hostile_messages, with_unknown_fields
 from tests.mqtt_broker import MOSQUITTO, Broker
 from tests.unit.edge_sdk.sdk_helpers import Inference, policy_document, readings, task
 
@@ -96,10 +99,17 @@ class ControlPlane:
         with self._lock:
             self.messages.append((message.topic, bytes(message.payload), bool(message.retain)))
 
-    def publish(self, topic: str, payload: bytes, *, expiry: int | None = None) -> None:
+    def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        expiry: int | None = None,
+        content_type: str = "application/json",
+    ) -> None:
         properties = Properties(PacketTypes.PUBLISH)
-        properties.PayloadFormatIndicator = 1
-        properties.ContentType = "application/json"
+        properties.PayloadFormatIndicator = int(content_type == "application/json")
+        properties.ContentType = content_type
         if expiry is not None:
             properties.MessageExpiryInterval = expiry
         info = self.client.publish(topic, payload, qos=1, retain=True, properties=properties)
@@ -111,6 +121,12 @@ class ControlPlane:
     def version(self, number: int, payload: bytes | None = None) -> None:
         body = encoded(document(number)) if payload is None else payload
         self.publish(topics.fleet_version(PREFIX, self.fleet, number), body)
+
+    def version_protobuf(self, number: int, payload: bytes | None = None) -> None:
+        """Version `number`'s protobuf twin (docs/PROTOCOL.md, "MQTT": Documents in protobuf)."""
+        body = codec.document_to_protobuf(document(number)) if payload is None else payload
+        topic = topics.fleet_version_protobuf(PREFIX, self.fleet, number)
+        self.publish(topic, body, content_type=PROTOBUF_MEDIA_TYPE)
 
     def of(self, device_id: str, kind: str) -> list[Any]:
         """What the device published on its `kind` topic, decoded, oldest first."""
@@ -697,6 +713,60 @@ async def test_mqtt_device__stale_bad_and_oversized_messages__ignored_the_device
     control.version(4)
     await until(lambda: device.policy.version == 4)
     await until(lambda: control.of("guard-1", "ack")[-1] == {"version": 4})
+
+
+async def test_mqtt_device__protobuf_twin__taken_by_a_protobuf_device_hostile_ones_never_applied(
+    broker: Broker, control: ControlPlane, devices: list[Device]
+) -> None:
+    # Given version 2 retained only as its protobuf twin (with fields the schema lacks around
+    # it), a device configured for protobuf and one on JSON (the default)
+    control.version_protobuf(2, with_unknown_fields(codec.document_to_protobuf(document(2))))
+    control.state(state(1, 2))
+    binary = make_device(broker.url, "pb-1", wire_format="protobuf")
+    plain = make_device(broker.url, "json-1")
+    await started(devices, binary, plain)
+    dropped = transport_of(binary).dropped
+
+    # Then the protobuf device runs 2 from the twin, its document canonically byte-equal to the
+    # JSON one, and acks it; the JSON device, which never takes the twin, waits for JSON
+    await until(lambda: binary.policy.version == 2)
+    await until(lambda: control.of("pb-1", "ack") == [{"version": 2}])
+    assert canonical_bytes(binary.policy.document) == canonical_bytes(document(2))
+    assert plain.policy.version is None
+    control.version(2)
+    await until(lambda: plain.policy.version == 2)
+    assert canonical_bytes(plain.policy.document) == canonical_bytes(binary.policy.document)
+    tasks = [task(tokens=n) for n in (10, 400, 4000)]
+    assert [(await binary.run(t)).decision for t in tasks] == [
+        (await plain.run(t)).decision for t in tasks
+    ]
+
+    # When the state names version 3 while its twin is each hostile message in turn (and one
+    # that is a whole document, but of version 4), the JSON document of 3 being there too
+    control.version(3)
+    hostile = hostile_messages(
+        codec.document_to_protobuf(document(3)), oversized_bytes=5 * 1024 * 1024
+    )
+    hostile["another_version"] = codec.document_to_protobuf(document(4))
+    for seq, (name, payload) in enumerate(hostile.items(), start=2):
+        before = dropped["bad_document"]
+        control.version_protobuf(3, payload)
+        control.state(state(seq, 3))
+        if name == "oversized":  # past the device's packet limit: the broker never sends it
+            await asyncio.sleep(1.0)
+        else:
+            await until(lambda before=before: dropped["bad_document"] > before)
+
+        # Then the device never applies it: it still runs 2, acked nothing else, no error
+        assert binary.policy.version == 2, name
+    assert control.of("pb-1", "ack") == [{"version": 2}]
+    assert binary.policy_errors == 0
+
+    # When version 3's twin is put right, the device takes it on its next try
+    control.version_protobuf(3)
+    await until(lambda: binary.policy.version == 3)
+    await until(lambda: control.of("pb-1", "ack")[-1] == {"version": 3})
+    assert canonical_bytes(binary.policy.document) == canonical_bytes(document(3))
 
 
 async def test_mqtt_device__no_retained_document__fetched_from_the_immutable_http_document(

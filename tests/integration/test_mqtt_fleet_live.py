@@ -21,17 +21,21 @@ from django.db import connection
 
 from controlplane.roles import Role
 from edge_sdk import Device, DeviceConfig, mqtt_topics
+from edge_sdk.delta import canonical_bytes
 from edge_sdk.transport.mqtt import MqttTransport
+from edge_sdk.wire import PROTOBUF_MEDIA_TYPE
 from routing_policies.models import Device as DeviceRow
 from routing_policies.mqtt import receivers
 from routing_policies.mqtt.client import publisher
 from routing_policies.mqtt.publish import fleets_reconcile
 from routing_policies.selectors import device_list, fleet_assignment
 from routing_policies.services import rollout_advance, rollout_rollback, rollout_start
+from telemetry.models import EventKey
 from tests.factories import UserFactory
 from tests.live_server import STARTUP_TIMEOUT_S, require_postgres_and_redis, session_cookie
 from tests.mqtt_broker import Broker
-from tests.unit.edge_sdk.sdk_helpers import Inference, readings
+from tests.unit.edge_sdk.sdk_helpers import Inference, readings, task
+from tests.unit.routing_policies.mqtt.conftest import Watcher
 
 from .test_device_push import AsgiProcess
 from .test_mqtt_link import PREFIX, Links
@@ -234,6 +238,12 @@ def sdk_fleet(
         devices.close()
 
 
+def _mqtt_transport(device: Device) -> MqttTransport:
+    transport = device._connection.transport
+    assert isinstance(transport, MqttTransport)
+    return transport
+
+
 def _assert_api_counts_every_device_acked(
     status: dict[str, Any], wanted: dict[str, int | None], *, online: int
 ) -> None:
@@ -322,9 +332,7 @@ def test_mqtt_fleet__version_published_then_rolled_out__its_cohort_held_it_and_r
         return sdk_fleet.broker.subscriptions(f"{fleet.slug}/{device_id}", topic)
 
     def documents(device_id: str) -> dict[str, int]:
-        transport = sdk_fleet.devices[device_id]._connection.transport
-        assert isinstance(transport, MqttTransport)
-        return dict(transport.documents)
+        return dict(_mqtt_transport(sdk_fleet.devices[device_id]).documents)
 
     # When v2 is published, and no rollout started
     publish_version(fleet, threshold=0.75)
@@ -472,3 +480,94 @@ def test_mqtt_fleet__device_stopped_during_two_stage_changes__runs_the_newest_at
         what="its birth",
     )
     _assert_api_counts_every_device_acked(sdk_fleet.status(), wanted, online=len(ids))
+
+
+def test_mqtt_fleet__json_and_protobuf_devices__the_same_document_decisions_and_telemetry(
+    sdk_fleet: Fleet,
+    publish_version: Callable[..., Any],
+    publisher: Any,
+) -> None:
+    # Given 3 MQTT devices on JSON (the default) and 3 configured for protobuf, running v1
+    fleet = sdk_fleet.fleet
+    json_ids = [f"js-{n}" for n in range(3)]
+    protobuf_ids = [f"pb-{n}" for n in range(3)]
+    for device_id in json_ids:
+        sdk_fleet.add(device_id, "mqtt", wire_format="json", telemetry_flush_s=3600)
+    for device_id in protobuf_ids:
+        sdk_fleet.add(device_id, "mqtt", wire_format="protobuf", telemetry_flush_s=3600)
+    sdk_fleet.start()
+    sdk_fleet.converged("v1")
+
+    # When v2 (one cell changed) is published and rolled out to every device
+    publish_version(fleet, threshold=0.35)
+    rollout_start(actor=publisher, fleet=fleet, version=2)
+    rollout_advance(actor=publisher, fleet=fleet, to_stage=100)
+    sdk_fleet.converged("v2")
+
+    # Then each took v2 from the broker in its own encoding: the protobuf devices from the
+    # protobuf twin (never the JSON topic), the others from the JSON topic (never the twin)
+    json_topic = mqtt_topics.fleet_version(PREFIX, fleet.slug, 2)
+    twin = mqtt_topics.fleet_version_protobuf(PREFIX, fleet.slug, 2)
+    for device_id in json_ids + protobuf_ids:
+        client = f"{fleet.slug}/{device_id}"
+        asked = (
+            sdk_fleet.broker.subscriptions(client, json_topic),
+            sdk_fleet.broker.subscriptions(client, twin),
+        )
+        assert asked == ((0, 1) if device_id in protobuf_ids else (1, 0)), (device_id, asked)
+        assert _mqtt_transport(sdk_fleet.devices[device_id]).dropped["bad_document"] == 0
+    # and every device holds a document byte-equal (canonically) to the one the server serves
+    served = httpx.get(f"{sdk_fleet.server.url}/api/v1/fleets/{fleet.slug}/documents/2")
+    canonical = {
+        device_id: canonical_bytes(device.policy.document)
+        for device_id, device in sdk_fleet.devices.items()
+    }
+    assert set(canonical.values()) == {canonical_bytes(served.json())}
+    assert {d.policy.etag for d in sdk_fleet.devices.values()} == {served.headers["ETag"]}
+
+    # When each runs the same tasks, one per cell of the table at two sizes, and flushes
+    cells = served.json()["cells"]
+    tasks = [
+        task(
+            task_type=cell["task_type"],
+            latency_budget=cell["latency_budget"],
+            privacy_tier=cell["privacy_tier"],
+            tokens=tokens,
+        )
+        for cell in cells
+        for tokens in (40, 4000)
+    ]
+
+    async def work(device: Device) -> tuple[list[Any], list[str | None]]:
+        outcomes = [await device.run(t) for t in tasks]
+        assert await device.telemetry.flush()
+        return [o.decision for o in outcomes], [o.event_id for o in outcomes]
+
+    telemetry = mqtt_topics.device_topic(PREFIX, fleet.slug, "+", "telemetry")
+    watcher = Watcher(sdk_fleet.broker, telemetry)  # what the devices publish, as it goes
+    try:
+        ran = {d: sdk_fleet.background.run(work(sdk_fleet.devices[d])) for d in sdk_fleet.devices}
+        watcher.settle()
+    finally:
+        watcher.close()
+
+    # Then every device made the same decision on every task
+    first = ran[json_ids[0]][0]
+    assert len({d.route for d in first}) >= 2  # several routes among them: the table is used
+    assert all(decisions == first for decisions, _ in ran.values())
+    # and the telemetry of each (protobuf batches from the protobuf devices) lands once
+    event_ids = [event_id for _, ids in ran.values() for event_id in ids]
+    assert None not in event_ids
+    assert len(set(event_ids)) == len(tasks) * len(sdk_fleet.devices)
+    wait_until(
+        lambda: EventKey.objects.filter(event_id__in=event_ids).count() == len(event_ids),
+        timeout=CONVERGE_S,
+        interval=0.2,
+        what="every device's telemetry to land",
+    )
+    # and went in the device's encoding, said by MQTT 5's content type
+    for device_id in json_ids + protobuf_ids:
+        topic = mqtt_topics.device_topic(PREFIX, fleet.slug, device_id, "telemetry")
+        content_types = {m.content_type for m in watcher.on(topic)}
+        encoding = PROTOBUF_MEDIA_TYPE if device_id in protobuf_ids else "application/json"
+        assert content_types == {encoding}, (device_id, content_types)

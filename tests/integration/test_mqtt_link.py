@@ -58,10 +58,11 @@ class Links:
         self.directory = directory
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str) -> None:
+    def start(self, name: str, *options: str) -> None:
+        """Start link `name` (with more of `mqtt_link`'s options, e.g. `--metrics-port`)."""
         log = (self.directory / f"link-{name}.log").open("a")
         self.processes[name] = subprocess.Popen(
-            [sys.executable, "manage.py", "mqtt_link", "--name", name],
+            [sys.executable, "manage.py", "mqtt_link", "--name", name, *options],
             cwd=REPO_ROOT,
             env=self.env,
             stdout=log,

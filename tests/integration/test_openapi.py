@@ -9,6 +9,8 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver
 from drf_spectacular.validation import validate_schema
 
+from edge_sdk.wire import PROTOBUF_MEDIA_TYPE, codec
+from routing_policies.services import device_enroll, fleet_switch_version
 from routing_policies.urls import urlpatterns as api_urlpatterns
 
 pytestmark = pytest.mark.django_db
@@ -133,3 +135,48 @@ def test_schema__operation_ids__unique_without_numbered_suffixes(api_client: Any
     # Then each is unique and none was renamed `…_2` to break a collision
     assert len(ids) == len(set(ids))
     assert [i for i in ids if re.search(r"_\d+$", i)] == []
+
+
+def test_schema__protobuf_answers_and_body__listed_and_served_as_listed(
+    api_client: Any,
+    fleet: Any,
+    fleet_key: str,
+    publisher: Any,
+    publish_version: Callable[..., Any],
+) -> None:
+    # Given a fleet with v1 and v2 published, v2 its stable, an enrolled device, the schema
+    publish_version(fleet, threshold=0.8)
+    fleet_switch_version(actor=publisher, fleet=fleet, version=2)
+    _, token = device_enroll(fleet_key=fleet_key, device_id="schema-pb", platform="android")
+    schema = api_client.get("/api/schema/?format=json").json()
+    documents = "/api/v1/fleets/{slug}/documents/{number}"
+    policy = "/api/v1/devices/me/policy"
+
+    # Then the document, the ?since= delta and the 226 delta list protobuf beside JSON, and so
+    # does the telemetry body
+    for path, status in ((documents, "200"), (policy, "200"), (policy, "226")):
+        content = schema["paths"][path]["get"]["responses"][status]["content"]
+        assert set(content) == {"application/json", PROTOBUF_MEDIA_TYPE}, (path, status)
+        assert content[PROTOBUF_MEDIA_TYPE]["schema"] == {"type": "string", "format": "binary"}
+    body = schema["paths"]["/api/v1/telemetry"]["post"]["requestBody"]["content"]
+    assert set(body) == {"application/json", PROTOBUF_MEDIA_TYPE}
+
+    # and each answer listed as protobuf is one when asked for: the document, the delta
+    # (`?since=1`, `A-IM`) and the poll, each the message it says
+    asked = {"HTTP_ACCEPT": PROTOBUF_MEDIA_TYPE}
+    client = Client()
+    whole = client.get(f"/api/v1/fleets/{fleet.slug}/documents/2", **asked)
+    since = client.get(f"/api/v1/fleets/{fleet.slug}/documents/2?since=1", **asked)
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    polled = client.get(policy, **asked, **auth)
+    v1_etag = client.get(f"/api/v1/fleets/{fleet.slug}/documents/1")["ETag"]
+    delta = client.get(
+        policy, HTTP_A_IM="policy-delta", HTTP_IF_NONE_MATCH=v1_etag, **asked, **auth
+    )
+    for answer in (whole, since, polled, delta):
+        assert answer["Content-Type"] == PROTOBUF_MEDIA_TYPE
+    assert codec.document_from_protobuf(whole.content)["version"] == 2
+    assert codec.delta_from_protobuf(since.content)["base"] == 1
+    assert codec.document_from_protobuf(polled.content)["version"] == 2
+    assert delta.status_code == 226
+    assert codec.delta_from_protobuf(delta.content)["base"] == 1

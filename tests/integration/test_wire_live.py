@@ -23,7 +23,8 @@ from routing_policies.services import device_enroll, rollout_advance, rollout_st
 from telemetry.ingest.services import landed_batches_process
 from telemetry.models import Event, EventKey, LandedBatch
 from tests.factories import make_event, make_events
-from tests.live_server import asgi_server, require_postgres_and_redis
+from tests.hostile_protobuf import hostile_messages, with_unknown_fields
+from tests.live_server import asgi_server, free_port, require_postgres_and_redis
 from tests.mqtt_broker import Broker, mosquitto  # noqa: F401  # the fixture
 from tests.unit.edge_sdk.sdk_helpers import Inference, readings
 
@@ -372,3 +373,86 @@ def test_wire_live__mqtt_protobuf_telemetry__lands_once_hostile_dropped(
     finally:
         raw.client.disconnect()
         raw.client.loop_stop()
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    """A sample's value in a Prometheus text exposition (0 when it is not there)."""
+    wanted = name + (
+        "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else ""
+    )
+    for line in text.splitlines():
+        sample, _, value = line.rpartition(" ")
+        if sample == wanted:
+            return float(value)
+    return 0.0
+
+
+def test_wire_live__mqtt_hostile_protobuf_telemetry__dropped_counted_by_reason_link_lives(
+    mosquitto: Broker,  # noqa: F811
+    transactional_db: None,
+    fleet: Any,
+    fleet_key: str,
+    tmp_path: Path,
+) -> None:
+    # Given an enrolled device on the broker, and a link serving its Prometheus metrics
+    require_postgres_and_redis("the MQTT link")
+    device_enroll(fleet_key=fleet_key, device_id="mqtt-hostile", platform="android")
+    link = Links(mosquitto, tmp_path)
+    port = free_port()
+    link.start("m", "--metrics-port", str(port))
+    raw = RawDevice(mosquitto, fleet.slug, "mqtt-hostile")
+    events = make_events(6, device_id="mqtt-hostile")
+    valid = codec.batch_to_protobuf({"events": events[:3]})
+    # hostile batches (the oversized one past the 1 MiB limit), and a valid batch with fields
+    # the schema does not have around it
+    hostile = hostile_messages(valid, oversized_bytes=1_200_000)
+    with_unknown = with_unknown_fields(codec.batch_to_protobuf({"events": events[3:]}))
+
+    def metrics() -> str:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        except httpx.HTTPError:
+            return ""
+
+    try:
+        wait_until(
+            lambda: "mqtt.link_started" in (tmp_path / "link-m.log").read_text(),
+            timeout=60,
+            what="the link subscribed",
+        )
+        # When the device publishes each hostile protobuf batch (MQTT 5 content type), then a
+        # valid one, and a valid one with unknown fields
+        for payload in (*hostile.values(), valid, with_unknown):
+            raw.client.publish(
+                raw.topic("telemetry"), payload, qos=1, properties=_protobuf_properties()
+            ).wait_for_publish(timeout=10)
+
+        # Then the valid batches land, every event once, the unknown fields ignored
+        wait_until(lambda: EventKey.objects.count() >= 6, timeout=60, what="the valid batches")
+        assert sorted(str(k) for k in EventKey.objects.values_list("event_id", flat=True)) == (
+            sorted(e["event_id"] for e in events)
+        )
+        # and each hostile one is dropped, nothing of it stored, counted on the link's /metrics
+        # by reason: the oversized one as too_large, the others invalid; those that are no
+        # TelemetryBatch also as refused protobuf
+        wait_until(
+            lambda: _metric(metrics(), "edge_routing_mqtt_dropped_total", reason="invalid") >= 4,
+            timeout=60,
+            what="the drops counted",
+        )
+        text = metrics()
+        assert _metric(text, "edge_routing_mqtt_dropped_total", reason="invalid") == 4, text
+        assert _metric(text, "edge_routing_mqtt_dropped_total", reason="too_large") == 1, text
+        assert _metric(text, "edge_routing_mqtt_messages_total") == len(hostile) + 2, text
+        refused = _metric(
+            text, "controlplane_wire_refused_total", channel="mqtt", reason="malformed_protobuf"
+        )
+        assert refused == 3, text  # truncated, deep, garbage
+        assert EventKey.objects.count() == 6
+        # and the link never crashed
+        assert link.processes["m"].poll() is None
+        assert "Traceback" not in (tmp_path / "link-m.log").read_text()
+    finally:
+        raw.client.disconnect()
+        raw.client.loop_stop()
+        link.stop_all()

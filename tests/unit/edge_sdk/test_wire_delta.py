@@ -23,6 +23,7 @@ from edge_sdk.wire.negotiation import document_of, frame_text, json_answer
 from routing_policies.cell_schema import SEED_DIMENSIONS
 from routing_policies.demo import demo_table
 from routing_policies.documents import build_document
+from tests.hostile_protobuf import varint
 
 from .test_wire import _DEVICE, _TASK  # the tasks and device states of the decision property
 
@@ -199,19 +200,10 @@ def test_wire_delta__hostile_bytes__wire_error_and_the_sdk_counts_them(raw: byte
     assert frame_text(_frame_holding(raw)) is None
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _frame_holding(delta: bytes) -> bytes:
     """A `Frame` whose `policy_delta.delta` is these bytes (field 7, then field 1)."""
-    inner = b"\x0a" + _varint(len(delta)) + delta
-    return b"\x3a" + _varint(len(inner)) + inner
+    inner = b"\x0a" + varint(len(delta)) + delta
+    return b"\x3a" + varint(len(inner)) + inner
 
 
 def test_wire_delta__unknown_fields__ignored_like_json() -> None:

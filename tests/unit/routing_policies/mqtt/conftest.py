@@ -25,6 +25,7 @@ class Received:
     payload: bytes
     retain: bool
     expiry_s: int | None
+    content_type: str = ""  # MQTT 5's content type ("" without one)
 
     def json(self) -> Any:
         return json.loads(self.payload)
@@ -50,10 +51,12 @@ class Watcher:
 
     def _on_message(self, client: Any, userdata: Any, message: paho.MQTTMessage) -> None:
         expiry = getattr(message.properties, "MessageExpiryInterval", None)
+        content_type = getattr(message.properties, "ContentType", "")
+        received = Received(
+            message.topic, bytes(message.payload), bool(message.retain), expiry, content_type
+        )
         with self._lock:
-            self.messages.append(
-                Received(message.topic, bytes(message.payload), bool(message.retain), expiry)
-            )
+            self.messages.append(received)
 
     def on(self, topic: str) -> list[Received]:
         with self._lock:

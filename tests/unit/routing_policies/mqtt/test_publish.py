@@ -12,6 +12,8 @@ from rest_framework.test import APIClient
 
 from edge_sdk import mqtt_topics
 from edge_sdk.assignment import FleetAssignment
+from edge_sdk.delta import canonical_bytes
+from edge_sdk.wire import PROTOBUF_MEDIA_TYPE, codec
 from routing_policies.models import Device, MqttFleetState
 from routing_policies.mqtt.publish import fleets_reconcile
 from routing_policies.selectors import fleet_assignment
@@ -120,9 +122,13 @@ def test_publish_switch_complete__1000_devices__one_publish_each(
         lambda: rollout_complete(actor=publisher, fleet=fleet), watcher, capture
     )
 
-    # Then the publish is two: the new version's document, then the fleet's state naming it
-    # as published; the switch and the completion are one, the state
-    assert published == [mqtt_topics.fleet_version(PREFIX, fleet.slug, 2), _state(fleet)]
+    # Then the publish is three: the new version's document, its protobuf twin, then the
+    # fleet's state naming it as published; the switch and the completion are one, the state
+    assert published == [
+        mqtt_topics.fleet_version(PREFIX, fleet.slug, 2),
+        mqtt_topics.fleet_version_protobuf(PREFIX, fleet.slug, 2),
+        _state(fleet),
+    ]
     assert switched == completed == [_state(fleet)]
     assert watcher.on(_state(fleet))[-1].json()["stable"] == 3
     assert watcher.on(_state(fleet))[-1].json()["published"] == 3
@@ -287,7 +293,7 @@ def test_reconcile__fresh_broker__republishes_state_and_documents_unchanged_flee
     publishes = fleets_reconcile(force=True)
 
     # Then the broker retains the state, the cloud pressure (none) and both documents (v2 is
-    # the candidate and the newest published version alike)
+    # the candidate and the newest published version alike), each in JSON and in protobuf
     watcher = watch(f"{PREFIX}/#")
     watcher.settle()
     retained = {m.topic for m in watcher.messages}
@@ -295,8 +301,10 @@ def test_reconcile__fresh_broker__republishes_state_and_documents_unchanged_flee
         _state(fleet),
         mqtt_topics.fleet_version(PREFIX, fleet.slug, 1),
         mqtt_topics.fleet_version(PREFIX, fleet.slug, 2),
+        mqtt_topics.fleet_version_protobuf(PREFIX, fleet.slug, 1),
+        mqtt_topics.fleet_version_protobuf(PREFIX, fleet.slug, 2),
     }
-    assert publishes == 4  # state, a cleared cloud pressure, two documents
+    assert publishes == 6  # state, a cleared cloud pressure, two documents in two encodings
     assert MqttFleetState.objects.get(fleet=fleet).state_published
     # and a second, ordinary reconcile finds nothing to publish
     assert fleets_reconcile() == 0
@@ -334,3 +342,42 @@ def test_publish__broker_down__change_committed_and_reconcile_publishes_it_later
         assert watcher.messages[0].json()["candidate"] == 2
     finally:
         watcher.close()
+
+
+def test_version_published__protobuf_twin__the_same_document_typed_and_json_devices_unaffected(
+    fleet: Any,
+    publish_version: Callable[..., Any],
+    watch: Callable[..., Watcher],
+    django_capture_on_commit_callbacks: Capture,
+) -> None:
+    # Given a watcher of every version's JSON document (`versions/+`, as a device may
+    # subscribe) and one of every version's protobuf twin
+    json_watcher = watch(mqtt_topics.fleet_version(PREFIX, fleet.slug, "+"))
+    protobuf_watcher = watch(mqtt_topics.fleet_version_protobuf(PREFIX, fleet.slug, "+"))
+
+    # When v2 is published
+    with django_capture_on_commit_callbacks(execute=True):
+        publish_version(fleet, threshold=0.8)
+    json_watcher.wait_for(lambda: bool(json_watcher.messages))
+    protobuf_watcher.wait_for(lambda: bool(protobuf_watcher.messages))
+    json_watcher.settle()
+
+    # Then the `versions/+` subscriber gets JSON only, typed as JSON; the protobuf one gets
+    # the same document in protobuf, retained and typed `application/x-protobuf`, equal to the
+    # JSON one once both are canonically encoded, and to what HTTP serves
+    assert [m.content_type for m in json_watcher.messages] == ["application/json"]
+    (as_json,) = json_watcher.messages
+    (as_protobuf,) = protobuf_watcher.messages
+    assert as_protobuf.content_type == PROTOBUF_MEDIA_TYPE
+    assert as_protobuf.topic == mqtt_topics.fleet_version_protobuf(PREFIX, fleet.slug, 2)
+    assert canonical_bytes(codec.document_from_protobuf(as_protobuf.payload)) == canonical_bytes(
+        as_json.json()
+    )
+    assert len(as_protobuf.payload) < len(as_json.payload)
+    served = APIClient().get(f"/api/v1/fleets/{fleet.slug}/documents/2")
+    assert canonical_bytes(as_json.json()) == canonical_bytes(served.json())
+    # and a device that subscribes later finds it retained, the same bytes
+    late = watch(as_protobuf.topic)
+    late.wait_for(lambda: bool(late.messages))
+    assert late.messages[0].retain
+    assert late.messages[0].payload == as_protobuf.payload

@@ -16,6 +16,7 @@ from edge_sdk.wire import edge_routing_pb2 as telemetry_pb2
 from telemetry.ingest.services import landed_batches_process
 from telemetry.models import Event, EventKey, LandedBatch
 from tests.factories import make_event, make_events
+from tests.hostile_protobuf import varint
 
 from ..conftest import AsgiClient
 
@@ -364,14 +365,6 @@ def test_telemetry_wire__hostile_protobuf__clear_4xx_counted_nothing_stored(
         assert 'reason="malformed_protobuf"' in refused_metrics()
 
 
-def _varint(number: int) -> bytes:
-    out = b""
-    while number >= 0x80:
-        out += bytes([number & 0x7F | 0x80])
-        number >>= 7
-    return out + bytes([number])
-
-
 def test_telemetry_wire__unknown_protobuf_fields__ignored_like_json(phone_client: Any) -> None:
     # Given a batch with fields a newer SDK might add (unknown numbers, every wire type)
     unknown = b"\xf8\x07\x01" + b"\x82\x08\x03abc" + b"\x89\x08" + b"\x00" * 8
@@ -379,7 +372,7 @@ def test_telemetry_wire__unknown_protobuf_fields__ignored_like_json(phone_client
     event = telemetry_pb2.TelemetryBatch()
     event.ParseFromString(body)
     inner = event.events[0].SerializeToString() + unknown
-    batch = b"\x0a" + _varint(len(inner)) + inner + unknown
+    batch = b"\x0a" + varint(len(inner)) + inner + unknown
 
     # When it is posted
     response = _post(phone_client, batch, PROTOBUF_MEDIA_TYPE)
