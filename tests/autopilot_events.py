@@ -9,12 +9,11 @@ from typing import Any
 
 from django.utils import timezone
 
-from edge_sdk.decision import decide
 from routing_policies.models import Device
 from telemetry.ingest.services import landed_batches_process, telemetry_batch_ingest
 from tests.factories import demo_cell, iso, protocol_event, recorded_sample
+from tests.lab_events import IMAGE_KEY, with_quality
 
-IMAGE_KEY = ("image", "interactive", "normal")
 IMAGE = "image/interactive/normal"
 OBJECTIVE = {
     "enabled": True,
@@ -24,10 +23,6 @@ OBJECTIVE = {
     "max_step": 0.05,
     "measure_minutes": 30,
 }
-
-
-def true_kept(score: float) -> float:
-    return 0.97 - 0.6 * score
 
 
 def ingest(device: Device, events: list[dict[str, Any]]) -> None:
@@ -51,19 +46,7 @@ def image_events(
         if ts is not None:  # stamped now, not a second ago: after whatever just happened
             event["ts"] = iso(ts)
         event["policy_version"] = version
-        score = decide(cell, recorded.task, recorded.device).score
-        event["score"] = score
-        if score is not None and recorded.route == "draft_refine":
-            event["refine_changed"] = rng.random() >= true_kept(score)
-        elif (
-            score is not None
-            and recorded.route == "device"
-            and not recorded.cache_hit
-            and rng.random() < 0.5
-        ):
-            event["shadow_refine"] = True
-            event["refine_changed"] = rng.random() >= true_kept(score)
-        out.append(event)
+        out.append(with_quality(event, cell, recorded, rng, shadow_share=0.5))
     return out
 
 

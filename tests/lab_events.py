@@ -125,20 +125,34 @@ def refined_events(
     events = []
     for recorded in recorded_sample(cell, count, seed=seed):
         event = protocol_event(recorded, senders.choice(choices))
-        score = decide(cell, recorded.task, recorded.device).score
-        event["score"] = score
-        if score is not None and recorded.route == "draft_refine":
-            event["refine_changed"] = rng.random() >= true_kept(score)
-        elif (
-            score is not None
-            and recorded.route == "device"
-            and not recorded.cache_hit
-            and rng.random() < 1 / 3
-        ):
-            event["shadow_refine"] = True
-            event["refine_changed"] = rng.random() >= true_kept(score)
-        events.append(event)
+        events.append(with_quality(event, cell, recorded, rng, shadow_share=1 / 3))
     return events
+
+
+def with_quality(
+    event: dict[str, Any],
+    cell: Cell,
+    recorded: RecordedEvent,
+    rng: random.Random,
+    *,
+    shadow_share: float,
+) -> dict[str, Any]:
+    """`event` with its score and quality signals: a draft-refine reports whether the cloud
+    changed the draft, `shadow_share` of the device answers (not cache hits) were refined in
+    the background; the draft kept as `true_kept` says."""
+    score = decide(cell, recorded.task, recorded.device).score
+    event["score"] = score
+    if score is not None and recorded.route == "draft_refine":
+        event["refine_changed"] = rng.random() >= true_kept(score)
+    elif (
+        score is not None
+        and recorded.route == "device"
+        and not recorded.cache_hit
+        and rng.random() < shadow_share
+    ):
+        event["shadow_refine"] = True
+        event["refine_changed"] = rng.random() >= true_kept(score)
+    return event
 
 
 def ingest(fleet: Any, events: list[dict[str, Any]]) -> None:
