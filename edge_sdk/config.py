@@ -78,6 +78,11 @@ class DeviceConfig:
     # device does not hold: the device takes it in the background after a random wait in
     # [0, this], so that a publish is not every device of the fleet asking at once (0: at once).
     mqtt_prefetch_jitter_s: float = 30.0
+    # The ack of a version applied is published after a random wait in [0, this], with the
+    # wait in it (`waited_ms`: the control plane still records when the version was applied),
+    # so that a rollout's cohort does not ack all at once while the broker is still fanning the
+    # state out to the rest of the fleet (0: at once).
+    mqtt_ack_jitter_s: float = 2.0
     # Documents of recent versions kept in memory (the stable, the candidate, the newest
     # published, and the one it runs): a rollout's start, a later stage or a rollback applies
     # at once, with no round trip.

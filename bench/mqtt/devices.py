@@ -7,9 +7,11 @@ and cloud pressure (and to the bench's baseline topic), parses each state with t
 `parse_state` and computes its version with `edge_sdk.assignment` (`FleetAssignment.version_for`,
 the server's rule); when that is not the version it runs it subscribes to the version's
 retained document topic, takes the document (checked: the version asked for), unsubscribes,
-runs it and publishes `{"version": n}` on its ack topic at QoS 1. A state not newer than the
-last one applied is ignored (the seq rule). It starts as a device that ran the fleet's stable
-version before (the SDK keeps its policy across restarts), so connecting costs no document.
+runs it and publishes `{"version": n, "waited_ms": w}` on its ack topic at QoS 1 after a random
+wait w in [0, `ack_jitter_s`] (the SDK's `mqtt_ack_jitter_s`, since session 14; before, at
+once). A state not newer than the last one applied is ignored (the seq rule). It starts as a
+device that ran the fleet's stable version before (the SDK keeps its policy across restarts),
+so connecting costs no document.
 
 As the SDK does (since session 10): when a state names a stable or candidate whose document the
 device does not hold (and that it does not need now), it takes that document in the background
@@ -31,7 +33,7 @@ The driver talks to each process over a Pipe with small command dicts (as bench/
             source: "127.0.0.2", fleet, prefix, stable, concurrency}
 - mark     {}: forget what was seen (a new measurement starts)
 - count    {seq, marker}: devices settled on a state >= seq; devices that got baseline marker;
-           devices with no prefetch waiting or in flight
+           devices with no prefetch waiting or in flight and no ack waiting
 - collect  {seq, marker}: {device_id: [t_settled, version]}, {device_id: t_marker}, when
            the last of its devices received state `seq` itself, and how many devices ran a
            version after taking its document then (a round trip) since `mark`
@@ -113,8 +115,40 @@ def document_version(payload: bytes) -> int | None:
     return version if isinstance(version, int) else None
 
 
+class Inbox:
+    """The messages this process's devices received in the current turn of the loop, handled
+    after its socket reads (`own_cpu`), so that one device's work does not delay the receipt of
+    the next: each device of a real fleet has its own processor, while here thousands share one.
+    A device settles at its own receipt time plus its own handling time, measured. Without
+    `own_cpu` each message is handled as it is read (every device waits for the work of those
+    read before it in the same turn: the bench before session 14)."""
+
+    def __init__(self, own_cpu: bool) -> None:
+        self.own_cpu = own_cpu
+        self.items: list[tuple[DeviceProtocol, str, bytes, float]] = []
+
+    def put(self, device: "DeviceProtocol", topic: str, payload: bytes, received_at: float) -> None:
+        if not self.own_cpu:
+            device.on_message(topic, payload, received_at)
+            return
+        if not self.items:
+            asyncio.get_running_loop().call_soon(self.drain)
+        self.items.append((device, topic, payload, received_at))
+
+    def drain(self) -> None:
+        items, self.items = self.items, []
+        clock = time.perf_counter
+        for device, topic, payload, received_at in items:
+            settled = len(device.settled)
+            began = clock()
+            device.on_message(topic, payload, received_at)
+            if len(device.settled) > settled:  # it settled: after its own handling
+                seq, at, version = device.settled[-1]
+                device.settled[-1] = (seq, at + clock() - began, version)
+
+
 class Fleet:
-    """What every device of the process shares: the fleet's topics."""
+    """What every device of the process shares: the fleet's topics and the inbox."""
 
     def __init__(
         self,
@@ -123,9 +157,13 @@ class Fleet:
         prefetch: bool = True,
         prefetch_jitter_s: float = 0.0,
         prefetch_published: bool = True,
+        own_cpu: bool = True,
+        ack_jitter_s: float = 0.0,
     ) -> None:
         self.slug = slug
         self.prefix = prefix
+        self.inbox = Inbox(own_cpu)
+        self.ack_jitter_s = ack_jitter_s  # the SDK's mqtt_ack_jitter_s
         # As the SDK: take the documents a state names in the background (after the jitter),
         # hold the last few, so that a later stage or a rollback needs only the state.
         self.prefetch = prefetch
@@ -154,6 +192,7 @@ class DeviceProtocol(asyncio.Protocol):
         self.prefetch_due: asyncio.TimerHandle | None = None  # a prefetch waiting its jitter
         self.prefetch_state: FleetState | None = None  # the newest state (what to prefetch)
         self.prefetch_tried: set[int] = set()
+        self.ack_due: asyncio.TimerHandle | None = None  # an ack waiting its jitter
         self.settled: list[tuple[int, float, int | None]] = []  # (seq, t, version)
         self.round_trips = 0  # versions run after taking their document then (since `mark`)
         self.markers: dict[int, float] = {}
@@ -233,13 +272,18 @@ class DeviceProtocol(asyncio.Protocol):
             if not byte & 0x80:
                 break
         payload = body[offset + length :]
+        if topic == self.fleet.baseline_topic:  # the bare publish: its receipt is all it does
+            if payload:
+                self.markers[int(payload[:12])] = received_at
+            return
+        self.fleet.inbox.put(self, topic, payload, received_at)
+
+    def on_message(self, topic: str, payload: bytes, received_at: float) -> None:
+        """What a device does with a message of the fleet (received at `received_at`)."""
         if topic == self.fleet.state_topic:
             state = parse_state(payload, self.fleet.slug)
             if isinstance(state, FleetState):
                 self._on_state(state, received_at)
-        elif topic == self.fleet.baseline_topic:
-            if payload:
-                self.markers[int(payload[:12])] = received_at
         elif self.pending is not None and topic == self.pending[2]:
             self._on_document(payload, received_at)
         elif self.prefetching is not None and topic == self.prefetching[1]:
@@ -343,9 +387,9 @@ class DeviceProtocol(asyncio.Protocol):
             self.held.remove(next(unnamed, self.held[0]))
 
     @property
-    def prefetch_idle(self) -> bool:
-        """No prefetch waiting its jitter or in flight."""
-        return self.prefetching is None and self.prefetch_due is None
+    def idle(self) -> bool:
+        """No prefetch waiting its jitter or in flight, no ack waiting its jitter."""
+        return self.prefetching is None and self.prefetch_due is None and self.ack_due is None
 
     def _run(self, seq: int, version: int, received_at: float) -> None:
         """Run `version` (its document is here) for state `seq`, and ack it."""
@@ -356,7 +400,21 @@ class DeviceProtocol(asyncio.Protocol):
         self._hold(version)
         self.last_seq = seq
         self.settled.append((seq, received_at, version))
-        ack = b'{"version":%d}' % version
+        # As the SDK's `MqttTransport.ack`: after a random wait in [0, the ack jitter], saying
+        # how long it waited; a newer ack replaces one still waiting.
+        if self.ack_due is not None:
+            self.ack_due.cancel()
+        delay = random.uniform(0, self.fleet.ack_jitter_s) if self.fleet.ack_jitter_s > 0 else 0
+        self.ack_due = asyncio.get_running_loop().call_later(
+            delay, self._ack, version, time.monotonic()
+        )
+
+    def _ack(self, version: int, applied: float) -> None:
+        self.ack_due = None
+        if self.transport is None:
+            return
+        waited_ms = int((time.monotonic() - applied) * 1000)
+        ack = b'{"version":%d,"waited_ms":%d}' % (version, waited_ms)
         self.transport.write(publish_packet(self.ack_topic, self._packet_id(), ack))
 
     def _on_document(self, payload: bytes, received_at: float) -> None:
@@ -425,9 +483,13 @@ class Worker:
         prefetch: bool = True,
         prefetch_jitter_s: float = 0.0,
         prefetch_published: bool = True,
+        own_cpu: bool = True,
+        ack_jitter_s: float = 0.0,
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
-        shared = Fleet(fleet, prefix, prefetch, prefetch_jitter_s, prefetch_published)
+        shared = Fleet(
+            fleet, prefix, prefetch, prefetch_jitter_s, prefetch_published, own_cpu, ack_jitter_s
+        )
         gate = asyncio.Semaphore(concurrency)
         rss_before = rss_kib()
 
@@ -457,7 +519,7 @@ class Worker:
     async def cmd_count(self, seq: int, marker: int) -> dict[str, Any]:
         settled = sum(1 for d in self.devices if d.last_seq is not None and d.last_seq >= seq)
         marked = sum(1 for d in self.devices if marker in d.markers)
-        idle = sum(1 for d in self.devices if d.prefetch_idle)
+        idle = sum(1 for d in self.devices if d.idle)
         return {"settled": settled, "marked": marked, "idle": idle}
 
     async def cmd_collect(self, seq: int, marker: int) -> dict[str, Any]:

@@ -61,6 +61,7 @@ from typing import Any
 
 from bench import database_url, redis_url
 from bench.fanout.run import BenchError, Processes, publish_version, recreate_database, rss_kib
+from edge_sdk.config import DeviceConfig
 
 from .brokers import Broker, start_brokers
 
@@ -86,6 +87,7 @@ class Timing:
     call_ms: float = 0.0
     cpu_ms: float = 0.0
     publishes: int = 0
+    committed_ms: float = 0.0  # when the change's transaction had committed (its hooks began)
     publish_ms: float = 0.0  # when the control plane handed the state to its MQTT client
     state_last_ms: float = 0.0  # when the last device received the state itself
     round_trips: int = 0  # devices that took their version's document after the state
@@ -305,6 +307,7 @@ def _times(values: list[float], t0: float) -> tuple[float, float]:
 
 def measure_change(ctx: Context, scenario: str) -> Timing:
     """Ours: the service call until every device runs its version for the new state."""
+    from routing_policies.mqtt import receivers
     from routing_policies.mqtt.client import publisher
     from routing_policies.selectors import fleet_assignment
 
@@ -313,13 +316,20 @@ def measure_change(ctx: Context, scenario: str) -> Timing:
     control_plane = publisher()
     published_before = control_plane.published
     handed: list[float] = []
+    committed: list[float] = []
     real_publish = control_plane.publish
+    real_hook = receivers.fleet_state_publish
 
     def timed_publish(topic: str, payload: bytes, **options: Any) -> bool:
         handed.append(time.time())  # the real publish follows: only its start is noted
         return real_publish(topic, payload, **options)
 
+    def timed_hook(**options: Any) -> bool:
+        committed.append(time.time())  # the link's on-commit hook: the change has committed
+        return real_hook(**options)
+
     setattr(control_plane, "publish", timed_publish)  # noqa: B010
+    setattr(receivers, "fleet_state_publish", timed_hook)  # noqa: B010
     t0 = time.time()
     cpu0 = time.process_time()
     try:
@@ -327,6 +337,7 @@ def measure_change(ctx: Context, scenario: str) -> Timing:
     finally:
         cpu_ms = (time.process_time() - cpu0) * 1000
         delattr(control_plane, "publish")
+        setattr(receivers, "fleet_state_publish", real_hook)  # noqa: B010
     call_ms = (time.time() - t0) * 1000
     publishes = publisher().published - published_before
     seq = fleet_seq(ctx.fleet)
@@ -342,7 +353,8 @@ def measure_change(ctx: Context, scenario: str) -> Timing:
     ctx.running.update({d: settled[d][1] for d in ctx.device_ids})
     last, median = _times([settled[d][0] for d in ctx.device_ids], t0)
     publish_ms = (handed[0] - t0) * 1000 if handed else float("nan")
-    timing = Timing(last, median, took, call_ms, cpu_ms, publishes, publish_ms)
+    committed_ms = (committed[0] - t0) * 1000 if committed else float("nan")
+    timing = Timing(last, median, took, call_ms, cpu_ms, publishes, committed_ms, publish_ms)
     timing.state_last_ms = (state_last - t0) * 1000
     timing.round_trips = round_trips
     return timing
@@ -428,6 +440,8 @@ def measure_size(
             "prefetch": not args.no_prefetch,
             "prefetch_jitter_s": args.prefetch_jitter_s,
             "prefetch_published": not args.no_prefetch_published,
+            "own_cpu": not args.shared_cpu,
+            "ack_jitter_s": args.ack_jitter_s,
         }
         for k, share in enumerate(shares)
     ]
@@ -486,13 +500,23 @@ def _med(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def render_table(rows: list[Row], memory: dict[str, dict[str, float]]) -> str:
+CPU_MODES = {
+    True: "each device's handling of a message is done after the client process's socket reads "
+    "of that turn and it settles at its receipt plus its own handling time, as devices with their "
+    "own processors would (since session 14)",
+    False: "each message handled as it is read (--shared-cpu: a device's receipt waits for the "
+    "work of the devices read before it in the same process, the bench before session 14)",
+}
+
+
+def render_table(rows: list[Row], memory: dict[str, dict[str, float]], own_cpu: bool = True) -> str:
     header = (
         "| N | brokers | change | devices whose version changed "
         "| of which took the document then (a round trip) | ours last / median ms "
         "| bare publish last / median ms | ratio last (ours/bare) | target | met "
         "| ours: the state itself at the last device ms "
-        "| service call ms | of which before the publish ms "
+        "| service call ms | committed after ms | of which before the publish ms "
+        "| ratio last from the commit (ours − committed)/bare "
         "| ratio last from the publish (ours − before the publish)/bare "
         "| control-plane CPU ms per change | publishes per change |"
     )
@@ -511,7 +535,9 @@ def render_table(rows: list[Row], memory: dict[str, dict[str, float]]) -> str:
             f"| {ratio:.2f}× | ≤ 1.5× | {'yes' if ratio <= 1.5 else 'NO'} "
             f"| {_med([t.state_last_ms for t in row.ours]):.0f} "
             f"| {_med([t.call_ms for t in row.ours]):.0f} "
+            f"| {_med([t.committed_ms for t in row.ours]):.0f} "
             f"| {_med([t.publish_ms for t in row.ours]):.0f} "
+            f"| {_med([t.last_ms - t.committed_ms for t in row.ours]) / bare_last:.2f}× "
             f"| {_med([t.last_ms - t.publish_ms for t in row.ours]) / bare_last:.2f}× "
             f"| {_med([t.cpu_ms for t in row.ours]):.1f} "
             f"| {', '.join(str(p) for p in publishes)} |"
@@ -551,8 +577,10 @@ def render_table(rows: list[Row], memory: dict[str, dict[str, float]]) -> str:
         "over the service call, transaction and publish included; 'the state itself': when the "
         "last device received the new state (before any document); 'before the publish': from "
         "the call to the moment the control plane hands the state to its MQTT client (the "
-        "transaction and its commit), taken out of ours in the ratio beside it (for "
-        "information: the target is on the ratio of the whole)."
+        "transaction, its commit and the state's read under the fleet's lock), taken out of "
+        "ours in the ratio beside it; 'committed after': from the call to the end of the "
+        "change's commit (the stage change exists), likewise (for information: the target is "
+        "on the ratio of the whole). Devices: " + CPU_MODES[own_cpu] + "."
     )
     return "\n".join(lines)
 
@@ -602,6 +630,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="each device's background prefetch waits a random time in [0, this] "
         "(%(default)s s: the figures of record; the SDK's mqtt_prefetch_jitter_s is longer)",
     )
+    parser.add_argument(
+        "--ack-jitter-s",
+        type=float,
+        default=DeviceConfig.mqtt_ack_jitter_s,
+        help="each device publishes its ack after a random wait in [0, this] (the SDK's "
+        "mqtt_ack_jitter_s, %(default)s s; 0: at once, the SDK before session 14)",
+    )
+    parser.add_argument(
+        "--shared-cpu",
+        action="store_true",
+        help="each client process handles a message as it reads it, so a device's receipt "
+        "waits for the work of the devices read before it in the same turn of the loop (the "
+        "bench before session 14); by default a device's work is done after the turn's reads "
+        "and it settles at its receipt plus its own handling time, as devices that each have "
+        "their own processor would",
+    )
     parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
     parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL)
     parser.add_argument("--timeout", type=int, default=1500, help="whole run, seconds")
@@ -621,7 +665,8 @@ def _prefetch_mode(args: argparse.Namespace) -> str:
     return (
         "devices prefetch and hold documents as the SDK does, the newest published version "
         f"included, and the rollout starts once the prefetches after the publish have ended "
-        f"(jitter up to {args.prefetch_jitter_s:g} s)"
+        f"(jitter up to {args.prefetch_jitter_s:g} s); acks after a wait up to "
+        f"{args.ack_jitter_s:g} s"
     )
 
 
@@ -686,7 +731,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{' / '.join(f'{x:.2f}' for x in load_at_start)} at the start, "
         f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())} at the end"
     )
-    print(render_table(rows, memory))
+    print(render_table(rows, memory, own_cpu=not args.shared_cpu))
     if args.json:
         args.json.write_text(
             json.dumps(

@@ -96,6 +96,8 @@ logger = logging.getLogger(__name__)
 MAX_DOCUMENT_BYTES: Final = 4 * 1024 * 1024  # as the socket's largest frame
 MAX_STATE_BYTES: Final = 64 * 1024
 MAX_PRESSURE_BYTES: Final = 4 * 1024
+# An ack's `waited_ms` at most (docs/PROTOCOL.md, "MQTT"): the control plane's own bound.
+MAX_ACK_WAIT_MS: Final = 2**31 - 1
 # The immutable, CDN-cacheable document of a published version (docs/PROTOCOL.md, "MQTT").
 DOCUMENT_PATH: Final = "/api/v1/fleets/{fleet}/documents/{version}"
 # Where a device whose credentials the broker refused asks the control plane to restore them
@@ -418,7 +420,8 @@ _PROTOBUF: Final = _protobuf_properties()
 
 class _AckChannel:
     """The connection's answers, as the MQTT link carries them: an `ack` frame becomes
-    `{"version": n}` on the device's ack topic; other frames have no MQTT form (dropped)."""
+    `{"version": n}` on the device's ack topic (spread: `MqttTransport.ack`); other frames have
+    no MQTT form (dropped)."""
 
     __slots__ = ("_transport",)
 
@@ -431,7 +434,7 @@ class _AckChannel:
         except ValueError:
             return
         if isinstance(message, dict) and message.get("type") == "ack":
-            self._transport.publish_own("ack", {"version": message.get("version")})
+            self._transport.ack(message.get("version"))
 
 
 class MqttTransport:
@@ -475,6 +478,10 @@ class MqttTransport:
         # "prefetched" (in the background, before needed).
         self.documents: Counter[str] = Counter()
         self._ack_channel = _AckChannel(self)
+        # The ack of the version applied last, not yet published: (version, monotonic time it
+        # was applied), and the timer that publishes it (`ack`).
+        self._ack_due: tuple[Any, float] | None = None
+        self._ack_timer: asyncio.TimerHandle | None = None
         self._pending: FleetState | None = None  # a state whose document is still missing
         self._retry_at = 0.0
         self._retry: Backoff | None = None
@@ -540,6 +547,8 @@ class MqttTransport:
             return
         with contextlib.suppress(Exception):
             if self._connected:
+                if self._ack_due is not None:  # a stopping device still says what it runs
+                    self._publish_ack()
                 goodbye = self.publish_own("presence", self._offline(), retain=True)
                 if goodbye is not None:
                     async with asyncio.timeout(_STOP_WAIT_S):
@@ -551,6 +560,36 @@ class MqttTransport:
         self._drop()
 
     # --- publishing -----------------------------------------------------------------------------
+
+    def ack(self, version: Any) -> None:
+        """The device applied `version`: its ack is published after a random wait in
+        [0, `mqtt_ack_jitter_s`] (at once with 0), saying how long it waited (`waited_ms`) so
+        that the control plane records when the version was applied. A rollout's cohort thus
+        acks over a window instead of all at once, while the broker is still fanning the state
+        out to the rest of the fleet. A newer ack replaces one still waiting; one whose wait
+        ends while the device is away is published after the next connection's birth."""
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        self._ack_due = (version, time.monotonic())
+        jitter = self.config.mqtt_ack_jitter_s
+        if jitter <= 0 or self._loop is None:
+            self._publish_ack()
+            return
+        rng = self._retry.rng if self._retry is not None else random.Random()
+        self._ack_timer = self._loop.call_later(rng.uniform(0, jitter), self._publish_ack)
+
+    def _publish_ack(self) -> None:
+        self._ack_timer = None
+        if self._ack_due is None:
+            return
+        version, applied = self._ack_due
+        message: dict[str, Any] = {"version": version}
+        waited_ms = int((time.monotonic() - applied) * 1000)
+        if waited_ms > 0:
+            message["waited_ms"] = min(waited_ms, MAX_ACK_WAIT_MS)
+        if self.publish_own("ack", message) is not None:
+            self._ack_due = None
 
     def _next_presence_session(self) -> int:
         """A number above every earlier connection's: the wall clock in milliseconds, at least
@@ -711,6 +750,8 @@ class MqttTransport:
             "session": self.presence_session,
         }
         self.publish_own("presence", birth, retain=True)
+        if self._ack_due is not None and self._ack_timer is None:
+            self._publish_ack()  # its wait ended while the device was away
         prefix, fleet = self.config.mqtt_prefix, self._fleet
         assert fleet is not None
         client.subscribe(

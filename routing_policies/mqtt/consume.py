@@ -11,7 +11,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeGuard
 
 from django.db import models, transaction
@@ -156,6 +156,10 @@ def _ack(
     if not _whole(version):
         drops.add("malformed", message.topic, "ack needs a whole-number version")
         return
+    waited_ms = body.get("waited_ms", 0)
+    if not _whole(waited_ms):
+        drops.add("malformed", message.topic, f"waited_ms must be a whole number 0-{MAX_INT32}")
+        return
     assignment = assignments.get(device.fleet_id)
     if assignment is None:
         assignment = assignments[device.fleet_id] = fleet_assignment(device.fleet_id)
@@ -163,7 +167,9 @@ def _ack(
         # As the WebSocket's `not_assigned`: an ack of a version not the device's is ignored.
         drops.add("not_assigned", message.topic, f"version={version}")
         return
-    batch.acks.append((device.pk, version, message.received_at))
+    # Applied `waited_ms` before it was sent (the SDK spreads a cohort's acks): the
+    # propagation figures count from when the device applied the version.
+    batch.acks.append((device.pk, version, message.received_at - timedelta(milliseconds=waited_ms)))
 
 
 def _presence(

@@ -88,8 +88,16 @@ def state_payload(
 
 
 def _locked_row(fleet_id: int) -> MqttFleetState:
-    MqttFleetState.objects.bulk_create([MqttFleetState(fleet_id=fleet_id)], ignore_conflicts=True)
-    return MqttFleetState.objects.select_for_update().get(fleet_id=fleet_id)
+    """The fleet's row, locked until the transaction ends, with its fleet (the slug) in the same
+    query: the state's publish waits on these queries, so the usual case is one round trip."""
+    rows = MqttFleetState.objects.select_for_update(of=("self",)).select_related("fleet")
+    row = rows.filter(fleet_id=fleet_id).first()
+    if row is None:  # the fleet's first publish
+        MqttFleetState.objects.bulk_create(
+            [MqttFleetState(fleet_id=fleet_id)], ignore_conflicts=True
+        )
+        row = rows.get(fleet_id=fleet_id)
+    return row
 
 
 def _prefix() -> str:
@@ -102,7 +110,7 @@ def fleet_state_publish(*, fleet_id: int, force: bool = False) -> bool:
     """Publish the fleet's state when it changed since the last publish, or when the broker did
     not acknowledge that one (or `force`: a fresh broker). True when a publish was made."""
     row = _locked_row(fleet_id)
-    slug = Fleet.objects.values_list("slug", flat=True).get(pk=fleet_id)
+    slug = row.fleet.slug
     published = latest_published_number(fleet_id=fleet_id)
     state = state_payload(slug, fleet_assignment(fleet_id), published)
     if row.state != state:
@@ -133,7 +141,7 @@ def fleet_pressure_publish(*, fleet_id: int, force: bool = False) -> bool:
     live = cloud_pressure_live(fleet_id)
     if live == _pressure_in_force(row.pressure, now) and row.pressure_published and not force:
         return False
-    slug = Fleet.objects.values_list("slug", flat=True).get(pk=fleet_id)
+    slug = row.fleet.slug
     topic = mqtt_topics.fleet_cloud_pressure(_prefix(), slug)
     if live is None:
         published = publisher().publish(topic, b"")

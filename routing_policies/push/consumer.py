@@ -28,6 +28,8 @@ logger = logging.getLogger(__name__)
 
 MAX_FRAME_BYTES = 64 * 1024
 _FIELD_LIMITS = {"sdk": 64, "platform": 64, "model": 128}
+# A version number the device reports (a PostgreSQL integer column, never negative).
+MAX_VERSION = 2**31 - 1
 
 
 def _bearer(scope: dict[str, Any]) -> str:
@@ -194,8 +196,16 @@ class DeviceConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels 
             )
             return
         reported = message.get("policy_version")
-        if reported is not None and (isinstance(reported, bool) or not isinstance(reported, int)):
-            await self.send_error("bad_message", "policy_version must be a whole number or null")
+        if reported is not None and (
+            isinstance(reported, bool)
+            or not isinstance(reported, int)
+            or not 0 <= reported <= MAX_VERSION
+        ):
+            await self.send_error(
+                "bad_message",
+                f"policy_version must be a whole number 0-{MAX_VERSION} or null",
+                field="policy_version",
+            )
             return
         accepts_delta = message.get("delta", False)
         if not isinstance(accepts_delta, bool):

@@ -43,13 +43,16 @@ def compared_rollout(fleet_id: int, since: datetime) -> Rollout | None:
 
 
 def fleet_assignment(fleet_id: int) -> FleetAssignment:
-    """What each device of the fleet must run now (stable, candidate, salt, stage)."""
+    """What each device of the fleet must run now (stable, candidate, salt, stage). An open
+    rollout names both versions, so the routing row is read only when there is none."""
+    rollout = open_rollout(fleet_id)
+    if rollout is not None:
+        return rollout_assignment(rollout)
     routing = (
         FleetRouting.objects.select_related("stable_version").filter(fleet_id=fleet_id).first()
     )
     stable = routing.stable_version.number if routing and routing.stable_version else None
-    rollout = open_rollout(fleet_id)
-    return rollout_assignment(rollout) if rollout is not None else FleetAssignment(stable=stable)
+    return FleetAssignment(stable=stable)
 
 
 def rollout_assignment(rollout: Rollout) -> FleetAssignment:

@@ -380,3 +380,29 @@ def test_device_socket__hello_with_bad_attribute__error_names_it_nothing_recorde
     device = Device.objects.get(device_id="phone-1")
     assert device.attributes == {"accelerator": "gpu", "os_version": "14"}
     assert device.sdk == "t/1"
+
+
+@pytest.mark.parametrize("version", [-1, 2**31, 10**30, 1.5, "7", True])
+def test_device_socket__hello_policy_version_out_of_range__error_names_it_nothing_recorded(
+    asgi_server: str, phone: tuple[str, str], version: Any
+) -> None:
+    # Given a connected device (found by fuzzing: a negative version reached the database's
+    # check and the socket died with a 500 of its own)
+    async def scenario(socket: ClientConnection) -> tuple[dict[str, Any], dict[str, Any]]:
+        # When its hello reports a version that no version can be, then a good hello
+        await socket.send(_hello(version=version, sdk="bad/1"))
+        error = await recv_json(socket)
+        await socket.send(_hello())
+        return error, await recv_json(socket)
+
+    error, answer = _run(asgi_server, phone[1], scenario)
+
+    # Then the error names the field, the socket stays open, only the good hello is recorded
+    assert (error["type"], error["code"], error["field"]) == (
+        "error",
+        "bad_message",
+        "policy_version",
+    )
+    assert answer["type"] == "policy"
+    device = Device.objects.get(device_id="phone-1")
+    assert (device.sdk, device.reported_version) == ("t/1", None)

@@ -186,6 +186,7 @@ def make_device(
         "telemetry_flush_s": 0.1,
         "mqtt_document_wait_s": 0.5,
         "http_timeout_s": 5.0,
+        "mqtt_ack_jitter_s": 0.0,  # acks at once, `{"version": n}`; the spread has its tests
         **config,
     }
     device = Device(
@@ -560,6 +561,102 @@ async def test_mqtt_device__versions_published_without_rollouts__only_the_newest
 
 
 # --- presence, reconnects, the persistent session ------------------------------------------------
+
+
+# --- acks spread over `mqtt_ack_jitter_s` --------------------------------------------------------
+
+
+class LongestWaits(random.Random):
+    """A device's randomness whose waits are all the longest allowed (back-off, jitter)."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+async def test_mqtt_device__ack_jitter__a_cohort_acks_spread_each_saying_how_long_it_waited(
+    broker: Broker, control: ControlPlane, devices: list[Device]
+) -> None:
+    # Given versions 1 and 2 retained and 30 devices on 1 that spread their acks over 1 s
+    control.version(1)
+    control.version(2)
+    control.state(state(1, 1))
+    fleet = [make_device(broker.url, f"spread-{i:02d}", mqtt_ack_jitter_s=1.0) for i in range(30)]
+    await started(devices, *fleet)
+    await until(lambda: all(control.of(d.config.device_id, "ack") for d in fleet))
+
+    # When a switch to 2 reaches them all
+    control.state(state(2, 2))
+    await until(lambda: all(d.policy.version == 2 for d in fleet))
+    applied_by = time.monotonic()
+    await until(lambda: all(len(control.of(d.config.device_id, "ack")) == 2 for d in fleet))
+    acked_by = time.monotonic()
+
+    # Then each acked 2 once, saying how long it held the ack: waits spread over the second,
+    # none longer than it, and the last ack came well after every device ran 2
+    acks = [control.of(d.config.device_id, "ack")[-1] for d in fleet]
+    assert all(ack["version"] == 2 and set(ack) <= {"version", "waited_ms"} for ack in acks)
+    waits = sorted(ack.get("waited_ms", 0) for ack in acks)
+    assert waits[-1] <= 1000 + 100  # the jitter, and the loop's lateness in firing a timer
+    assert waits[-1] - waits[0] >= 300, waits  # spread, not one burst
+    assert len(set(waits)) >= 10, waits
+    assert acked_by - applied_by >= waits[-1] / 1000 - 0.3
+
+
+async def test_mqtt_device__ack_waiting__a_newer_ack_replaces_it_and_a_stop_sends_it_first(
+    broker: Broker, control: ControlPlane, devices: list[Device]
+) -> None:
+    # Given a device whose acks wait up to 30 s, running version 1 with its ack still waiting
+    control.version(1)
+    control.version(2)
+    control.state(state(1, 1))
+    device = make_device(broker.url, "held-1", mqtt_ack_jitter_s=30.0)
+    await started(devices, device)
+    await until(lambda: device.policy.version == 1)
+
+    # When a switch to 2 reaches it, and it stops gracefully before its wait ends
+    control.state(state(2, 2))
+    await until(lambda: device.policy.version == 2)
+    assert control.of("held-1", "ack") == []
+    await device.stop()
+
+    # Then it acked only 2, once, with the time it held it, before its goodbye
+    await until(lambda: control.of("held-1", "presence")[-1].get("online") is False)
+    [ack] = control.of("held-1", "ack")
+    assert ack["version"] == 2
+    assert 0 <= ack.get("waited_ms", 0) < 30_000
+    order = [t.rsplit("/", 1)[1] for t, _, _ in control.messages if "/held-1/" in t]
+    assert order[-2:] == ["ack", "presence"]
+
+
+async def test_mqtt_device__ack_wait_ends_while_away__published_after_the_next_birth(
+    broker: Broker, control: ControlPlane, devices: list[Device]
+) -> None:
+    # Given a device that holds each ack 2 s, applying version 1, whose network then goes away
+    control.version(1)
+    control.state(state(1, 1))
+    network = Network()
+    device = make_device(
+        broker.url, "late-1", network=network, rng=LongestWaits(), mqtt_ack_jitter_s=2.0
+    )
+    await started(devices, device)
+    await until(lambda: device.policy.version == 1)
+    applied = time.monotonic()
+    network.online = False
+    await until(lambda: device.connection_state == "offline")
+
+    # When its ack's wait ends while it is away, and it comes back a while later
+    await asyncio.sleep(max(0.0, applied + 3.0 - time.monotonic()))
+    assert control.of("late-1", "ack") == []
+    network.online = True
+
+    # Then, after its new birth, it acks 1, saying it held the ack the whole time away
+    await until(lambda: control.of("late-1", "ack") != [])
+    back = time.monotonic()
+    [ack] = control.of("late-1", "ack")
+    assert ack["version"] == 1
+    assert 3000 <= ack["waited_ms"] <= (back - applied) * 1000 + 100
+    order = [t.rsplit("/", 1)[1] for t, _, _ in control.messages if "/late-1/" in t]
+    assert order[-2:] == ["presence", "ack"]
 
 
 async def test_mqtt_device__socket_killed__the_broker_publishes_the_will_and_the_device_comes_back(

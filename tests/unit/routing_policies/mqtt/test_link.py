@@ -80,6 +80,54 @@ def test_ack__assigned_version__lands_as_the_websocket_ack(
     assert fleet_convergence(fleet)["versions"][0]["acked"] == 1
 
 
+def test_ack__spread_with_waited_ms__recorded_as_applied_that_long_before_it_arrived(
+    fleet: Any, fleet_key: str, link: MqttLink, device_client: Watcher
+) -> None:
+    # Given two devices on v1 and the moment before their acks are sent
+    device_enroll(fleet_key=fleet_key, device_id="car-1")
+    device_enroll(fleet_key=fleet_key, device_id="car-2")
+    before = timezone.now()
+
+    # When one acks at once and the other says it held its ack 1.5 s after applying v1
+    device_client.publish(_topic(fleet, "car-1", "ack"), json.dumps({"version": 1}))
+    held = {"version": 1, "waited_ms": 1500}
+    device_client.publish(_topic(fleet, "car-2", "ack"), json.dumps(held))
+    _drain(link, 2)
+    after = timezone.now()
+
+    # Then both run v1; the held one is recorded as applied 1.5 s before it arrived
+    car1, car2 = Device.objects.get(device_id="car-1"), Device.objects.get(device_id="car-2")
+    assert car1.acked_version == car2.acked_version == 1
+    assert car1.acked_at is not None
+    assert car2.acked_at is not None
+    assert before <= car1.acked_at <= after
+    wait = timezone.timedelta(milliseconds=1500)
+    assert before - wait <= car2.acked_at <= after - wait
+    assert link.drops.counts == {}
+
+
+@pytest.mark.parametrize(
+    "waited_ms", [-1, 1.5, "800", True, None, 2**31, [1]], ids=lambda v: f"waited_ms={v!r}"
+)
+def test_ack__waited_ms_not_a_whole_number_in_range__dropped_as_malformed_nothing_stored(
+    waited_ms: Any, fleet: Any, fleet_key: str, link: MqttLink, device_client: Watcher
+) -> None:
+    # Given two devices on v1
+    device_enroll(fleet_key=fleet_key, device_id="car-1")
+    device_enroll(fleet_key=fleet_key, device_id="car-2")
+
+    # When one acks v1 with a `waited_ms` out of its range, and the other acks v1 plainly
+    bad = json.dumps({"version": 1, "waited_ms": waited_ms})
+    device_client.publish(_topic(fleet, "car-1", "ack"), bad)
+    device_client.publish(_topic(fleet, "car-2", "ack"), json.dumps({"version": 1}))
+    _drain(link, 2)
+
+    # Then the first is dropped as malformed and nothing of it stored; the other landed
+    assert Device.objects.get(device_id="car-1").acked_version is None
+    assert Device.objects.get(device_id="car-2").acked_version == 1
+    assert link.drops.counts == {"malformed": 1}
+
+
 def test_presence__birth_then_last_will__online_then_offline(
     fleet: Any, fleet_key: str, link: MqttLink, device_client: Watcher
 ) -> None:
