@@ -31,6 +31,12 @@ it: the start costs the 5% cohort a document while the rest take it in the backg
 `--no-prefetch` the SDK before session 10 (every device whose version changes takes the
 document then).
 
+Since session 14 the devices also spread their acks as the SDK does (a random wait in
+[0, `--ack-jitter-s`], the SDK's `mqtt_ack_jitter_s`; the bench waits until every ack is out
+before the next measurement), and each client process handles a message after its socket reads
+of that turn of the loop, a device settling at its own receipt plus its own handling time, as
+devices with their own processors would (`--shared-cpu`: handled as read, the bench before).
+
 Measured:
 - ours: from just before the service call to the LAST device running its version for the new
   state (those whose version changes after taking the retained document), checked device by
