@@ -19,6 +19,7 @@ from controlplane import json_guard
 
 from ..assignment import DeviceBucket, FleetAssignment
 from ..segments.rules import AttributeProblem, attributes_parse
+from ..validation import MAX_VERSION
 from . import binary, frames
 from .deltas import policy_frame_text
 from .hub import CLOSE_SUPERSEDED, CLOSE_UNAUTHORISED, get_hub
@@ -28,8 +29,6 @@ logger = logging.getLogger(__name__)
 
 MAX_FRAME_BYTES = 64 * 1024
 _FIELD_LIMITS = {"sdk": 64, "platform": 64, "model": 128}
-# A version number the device reports (a PostgreSQL integer column, never negative).
-MAX_VERSION = 2**31 - 1
 
 
 def _bearer(scope: dict[str, Any]) -> str:

@@ -3,6 +3,7 @@ change need an approval and has it one. Imported by those services (no import ba
 
 import logging
 
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from controlplane.exceptions import Conflict
@@ -23,23 +24,21 @@ KIND_WORDS: dict[str, str] = {
 }
 
 
+def _holding(fleet_id: int) -> QuerySet[FleetFreeze]:
+    """The fleet's freezes that hold (not yet acknowledged): at most one."""
+    return FleetFreeze.objects.filter(fleet_id=fleet_id, released_at__isnull=True)
+
+
 def fleet_freeze_open(*, fleet_id: int) -> FleetFreeze | None:
     """The fleet's freeze while it holds (not yet acknowledged)."""
-    return (
-        FleetFreeze.objects.select_related("rollout__candidate")
-        .filter(fleet_id=fleet_id, released_at__isnull=True)
-        .first()
-    )
+    freeze: FleetFreeze | None = _holding(fleet_id).select_related("rollout__candidate").first()
+    return freeze
 
 
 def freeze_refuse(*, fleet: Fleet, doing: str) -> None:
     """Refuse `doing` (a rollout start, advance, switch) while the fleet is frozen."""
     # Every stage change asks this inside its transaction: two columns, no joins.
-    freeze = (
-        FleetFreeze.objects.filter(fleet_id=fleet.pk, released_at__isnull=True)
-        .values_list("pk", "reason")
-        .first()
-    )
+    freeze = _holding(fleet.pk).values_list("pk", "reason").first()
     if freeze is not None:
         raise frozen_conflict(freeze_id=freeze[0], reason=freeze[1], doing=doing)
 
