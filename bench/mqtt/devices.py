@@ -115,28 +115,47 @@ def document_version(payload: bytes) -> int | None:
     return version if isinstance(version, int) else None
 
 
-class Inbox:
-    """The messages this process's devices received in the current turn of the loop, handled
-    after its socket reads (`own_cpu`), so that one device's work does not delay the receipt of
-    the next: each device of a real fleet has its own processor, while here thousands share one.
-    A device settles at its own receipt time plus its own handling time, measured. Without
-    `own_cpu` each message is handled as it is read (every device waits for the work of those
-    read before it in the same turn: the bench before session 14)."""
+WORK_MODES = ("reads_over", "each_turn", "as_read")
 
-    def __init__(self, own_cpu: bool) -> None:
-        self.own_cpu = own_cpu
+
+class Inbox:
+    """The messages this process's devices received, handled away from its socket reads, so that
+    one device's work does not delay the receipt of another's message: each device of a real
+    fleet has its own processor, while here thousands share one. A device settles at its own
+    receipt time plus its own handling time, measured. `work`:
+
+    - "reads_over" (since session 15): the work waits until a turn of the loop reads nothing
+      (the fan-out to this process is over), then each device's is done;
+    - "each_turn" (session 14): done after each turn's reads, so a turn's work still delays the
+      next turn's reads (a fan-out read over several turns);
+    - "as_read" (before session 14, `--shared-cpu`): each message handled as it is read, so every
+      device waits for the work of those read before it."""
+
+    def __init__(self, work: str) -> None:
+        if work not in WORK_MODES:
+            raise ValueError(f"work: one of {WORK_MODES}, not {work!r}")
+        self.work = work
         self.items: list[tuple[DeviceProtocol, str, bytes, float]] = []
+        self.read_since_check = False
 
     def put(self, device: "DeviceProtocol", topic: str, payload: bytes, received_at: float) -> None:
-        if not self.own_cpu:
+        if self.work == "as_read":
             device.on_message(topic, payload, received_at)
             return
         if not self.items:
             asyncio.get_running_loop().call_soon(self.drain)
         self.items.append((device, topic, payload, received_at))
+        self.read_since_check = True
 
     def drain(self) -> None:
+        # A callback scheduled now runs in the next turn before that turn's reads are handled,
+        # so "nothing read since the last check" means a whole turn read nothing.
+        if self.work == "reads_over" and self.read_since_check:
+            self.read_since_check = False
+            asyncio.get_running_loop().call_soon(self.drain)
+            return
         items, self.items = self.items, []
+        self.read_since_check = False
         clock = time.perf_counter
         for device, topic, payload, received_at in items:
             settled = len(device.settled)
@@ -157,12 +176,12 @@ class Fleet:
         prefetch: bool = True,
         prefetch_jitter_s: float = 0.0,
         prefetch_published: bool = True,
-        own_cpu: bool = True,
+        work: str = "reads_over",
         ack_jitter_s: float = 0.0,
     ) -> None:
         self.slug = slug
         self.prefix = prefix
-        self.inbox = Inbox(own_cpu)
+        self.inbox = Inbox(work)
         self.ack_jitter_s = ack_jitter_s  # the SDK's mqtt_ack_jitter_s
         # As the SDK: take the documents a state names in the background (after the jitter),
         # hold the last few, so that a later stage or a rollback needs only the state.
@@ -483,12 +502,12 @@ class Worker:
         prefetch: bool = True,
         prefetch_jitter_s: float = 0.0,
         prefetch_published: bool = True,
-        own_cpu: bool = True,
+        work: str = "reads_over",
         ack_jitter_s: float = 0.0,
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         shared = Fleet(
-            fleet, prefix, prefetch, prefetch_jitter_s, prefetch_published, own_cpu, ack_jitter_s
+            fleet, prefix, prefetch, prefetch_jitter_s, prefetch_published, work, ack_jitter_s
         )
         gate = asyncio.Semaphore(concurrency)
         rss_before = rss_kib()

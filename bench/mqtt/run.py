@@ -446,7 +446,7 @@ def measure_size(
             "prefetch": not args.no_prefetch,
             "prefetch_jitter_s": args.prefetch_jitter_s,
             "prefetch_published": not args.no_prefetch_published,
-            "own_cpu": not args.shared_cpu,
+            "work": _work_mode(args),
             "ack_jitter_s": args.ack_jitter_s,
         }
         for k, share in enumerate(shares)
@@ -507,15 +507,26 @@ def _med(values: list[float]) -> float:
 
 
 CPU_MODES = {
-    True: "each device's handling of a message is done after the client process's socket reads "
-    "of that turn and it settles at its receipt plus its own handling time, as devices with their "
-    "own processors would (since session 14)",
-    False: "each message handled as it is read (--shared-cpu: a device's receipt waits for the "
+    "reads_over": "each device's handling of a message is done once its client process's socket "
+    "reads are over (a turn of the loop that read nothing) and it settles at its receipt plus "
+    "its own handling time, as devices with their own processors would (since session 15)",
+    "each_turn": "each device's handling of a message is done after the socket reads of that "
+    "turn of the loop, so a turn's handling still delays the next turn's reads "
+    "(--work-each-turn: session 14)",
+    "as_read": "each message handled as it is read (--shared-cpu: a device's receipt waits for the "
     "work of the devices read before it in the same process, the bench before session 14)",
 }
 
 
-def render_table(rows: list[Row], memory: dict[str, dict[str, float]], own_cpu: bool = True) -> str:
+def _work_mode(args: argparse.Namespace) -> str:
+    if args.shared_cpu:
+        return "as_read"
+    return "each_turn" if args.work_each_turn else "reads_over"
+
+
+def render_table(
+    rows: list[Row], memory: dict[str, dict[str, float]], work: str = "reads_over"
+) -> str:
     header = (
         "| N | brokers | change | devices whose version changed "
         "| of which took the document then (a round trip) | ours last / median ms "
@@ -586,7 +597,7 @@ def render_table(rows: list[Row], memory: dict[str, dict[str, float]], own_cpu: 
         "transaction, its commit and the state's read under the fleet's lock), taken out of "
         "ours in the ratio beside it; 'committed after': from the call to the end of the "
         "change's commit (the stage change exists), likewise (for information: the target is "
-        "on the ratio of the whole). Devices: " + CPU_MODES[own_cpu] + "."
+        "on the ratio of the whole). Devices: " + CPU_MODES[work] + "."
     )
     return "\n".join(lines)
 
@@ -648,9 +659,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="each client process handles a message as it reads it, so a device's receipt "
         "waits for the work of the devices read before it in the same turn of the loop (the "
-        "bench before session 14); by default a device's work is done after the turn's reads "
-        "and it settles at its receipt plus its own handling time, as devices that each have "
-        "their own processor would",
+        "bench before session 14); by default a device's work is done once the process's "
+        "socket reads are over and it settles at its receipt plus its own handling time, as "
+        "devices that each have their own processor would",
+    )
+    parser.add_argument(
+        "--work-each-turn",
+        action="store_true",
+        help="each client process handles the messages of a turn of its loop after that turn's "
+        "reads, so that work delays the next turn's reads (session 14)",
     )
     parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
     parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL)
@@ -737,7 +754,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{' / '.join(f'{x:.2f}' for x in load_at_start)} at the start, "
         f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())} at the end"
     )
-    print(render_table(rows, memory, own_cpu=not args.shared_cpu))
+    print(render_table(rows, memory, work=_work_mode(args)))
     if args.json:
         args.json.write_text(
             json.dumps(

@@ -27,7 +27,12 @@ from edge_sdk.wire import PROTOBUF_MEDIA_TYPE, codec
 
 from ..assignment import FleetAssignment
 from ..policies.models import Fleet, PolicyVersion
-from ..policies.selectors import latest_published_number, published_version_get, version_document
+from ..policies.selectors import (
+    latest_published_number,
+    latest_published_number_subquery,
+    published_version_get,
+    version_document,
+)
 from ..rollouts.selectors import cloud_pressure_live, fleet_assignment
 from .client import publisher
 from .models import MqttFleetState
@@ -88,9 +93,14 @@ def state_payload(
 
 
 def _locked_row(fleet_id: int) -> MqttFleetState:
-    """The fleet's row, locked until the transaction ends, with its fleet (the slug) in the same
-    query: the state's publish waits on these queries, so the usual case is one round trip."""
-    rows = MqttFleetState.objects.select_for_update(of=("self",)).select_related("fleet")
+    """The fleet's row, locked until the transaction ends, with its fleet (the slug) and the
+    number of its newest published version (`published`) in the same query: the state's publish
+    waits on these queries, so the usual case is one round trip."""
+    rows = (
+        MqttFleetState.objects.select_for_update(of=("self",))
+        .select_related("fleet")
+        .annotate(published=latest_published_number_subquery())
+    )
     row = rows.filter(fleet_id=fleet_id).first()
     if row is None:  # the fleet's first publish
         MqttFleetState.objects.bulk_create(
@@ -111,7 +121,7 @@ def fleet_state_publish(*, fleet_id: int, force: bool = False) -> bool:
     not acknowledge that one (or `force`: a fresh broker). True when a publish was made."""
     row = _locked_row(fleet_id)
     slug = row.fleet.slug
-    published = latest_published_number(fleet_id=fleet_id)
+    published: int | None = row.published  # type: ignore[attr-defined]  # the annotation
     state = state_payload(slug, fleet_assignment(fleet_id), published)
     if row.state != state:
         row.seq += 1

@@ -169,15 +169,24 @@ def version_document(*, version: PolicyVersion) -> dict[str, Any]:
     )
 
 
-def latest_published_number(*, fleet_id: int) -> int | None:
-    """The number of the fleet's newest published version (None while it has none)."""
-    number: int | None = (
+def _newest_published_numbers(fleet_id: Any) -> QuerySet[PolicyVersion, int | None]:
+    return (
         PolicyVersion.objects.filter(fleet_id=fleet_id, number__isnull=False)
         .order_by("-number")
         .values_list("number", flat=True)
-        .first()
     )
+
+
+def latest_published_number(*, fleet_id: int) -> int | None:
+    """The number of the fleet's newest published version (None while it has none)."""
+    number: int | None = _newest_published_numbers(fleet_id).first()
     return number
+
+
+def latest_published_number_subquery() -> Subquery:
+    """`latest_published_number` as a subquery of a row with a `fleet_id` (read with that row in
+    one round trip)."""
+    return Subquery(_newest_published_numbers(OuterRef("fleet_id"))[:1])
 
 
 def published_version_get(*, fleet_id: int, number: int) -> PolicyVersion | None:

@@ -58,16 +58,10 @@ def _not_published(fleet: Fleet, number: int) -> NotFound:
     return NotFound(f"Fleet {fleet.slug!r} has no published version {number}.")
 
 
-def _published(fleet: Fleet, number: int) -> PolicyVersion:
-    version = PolicyVersion.objects.filter(fleet=fleet, number=number).first()
-    if version is None:
-        raise _not_published(fleet, number)
-    return version
-
-
 @dataclass(frozen=True, slots=True)
-class _SwitchTarget:
-    """A published version and what may stand in the way of switching the fleet to it."""
+class _ChangeTarget:
+    """A published version and what may stand in the way of switching the fleet to it or of
+    starting its rollout."""
 
     version: PolicyVersion
     rollout_open: bool
@@ -76,11 +70,11 @@ class _SwitchTarget:
     needs_approval: bool
 
 
-def _switch_target(fleet: Fleet, number: int) -> _SwitchTarget:
+def _change_target(fleet: Fleet, number: int) -> _ChangeTarget:
     """The published version `number`, the fleet's open rollout, open freeze and review
     setting in one read: one round trip instead of four, on the path of every device's push
-    (bench/fanout). The same rows as `_published`, `open_rollout` and the gate's freeze and
-    review settings read."""
+    (bench/fanout, bench/mqtt). The same rows as the version's own read, `open_rollout` and the
+    gate's freeze and review settings read."""
     version = (
         PolicyVersion.objects.filter(fleet=fleet, number=number)
         .annotate(
@@ -96,7 +90,7 @@ def _switch_target(fleet: Fleet, number: int) -> _SwitchTarget:
     if version is None:
         raise _not_published(fleet, number)
     facts: Any = version  # the row with the annotations above
-    return _SwitchTarget(
+    return _ChangeTarget(
         version=version,
         rollout_open=bool(facts.rollout_open),
         freeze_id=facts.freeze_id,
@@ -197,8 +191,9 @@ def rollout_start(
     `segment`, only the devices its rule matches (the rule as it is now, kept with the
     rollout) take part, the rest stay on stable."""
     routing = fleet_routing_lock(fleet)
-    candidate = _published(fleet, version)
-    current = open_rollout(fleet.pk)
+    target = _change_target(fleet, version)
+    candidate = target.version
+    current = open_rollout(fleet.pk) if target.rollout_open else None
     if current is not None:
         if current.candidate_id == candidate.pk and current.segment_name == (segment or ""):
             return current
@@ -214,9 +209,18 @@ def rollout_start(
     if routing.stable_version_id == candidate.pk:
         raise Conflict(f"v{version} is already the fleet's stable version.", code="already_stable")
     gate = rollout_gate()
-    gate.freeze_refuse(fleet=fleet, doing="starting a rollout")
+    if target.freeze_id is not None:
+        raise gate.frozen_conflict(
+            freeze_id=target.freeze_id, reason=target.freeze_reason, doing="starting a rollout"
+        )
     scope = _scope_of(fleet, segment) if segment else None
-    gate.approval_consume(actor=actor, fleet=fleet, kind="rollout_start", version=candidate)
+    gate.approval_consume(
+        actor=actor,
+        fleet=fleet,
+        kind="rollout_start",
+        version=candidate,
+        needed=target.needs_approval,
+    )
     now = timezone.now()
     rollout = Rollout.objects.create(
         fleet=fleet,
@@ -431,7 +435,7 @@ def rollout_rollback(
 def fleet_switch_version(*, actor: Actor, fleet: Fleet, version: int) -> FleetRouting:
     """Move the whole fleet to a published version at once (no stages); repeat is a no-op."""
     routing = fleet_routing_lock(fleet)
-    gate = _switch_target(fleet, version)
+    gate = _change_target(fleet, version)
     target = gate.version
     if gate.rollout_open:
         raise Conflict(

@@ -81,6 +81,27 @@ def test_rollout_start__published_version__at_5_percent_with_salt_and_push_after
     assert _stable(fleet3) == 1
 
 
+# A rollout's start reads the fleet's routing row (locked), then its target in one query (the
+# version, an open rollout, an open freeze, the review setting), then an approved change request
+# (consumed if any); it writes the rollout, its event and its audit entry. bench/mqtt times the
+# start against a bare broker publish: each query here is a millisecond before the publish.
+ROLLOUT_START_QUERIES = 6
+# Inside a test's transaction the service's own becomes a savepoint: two statements more.
+SAVEPOINT = 2
+
+
+def test_rollout_start__six_queries__the_freeze_and_review_read_with_the_version(
+    fleet3: Any, publisher: Any, django_assert_num_queries: Any
+) -> None:
+    # Given a fleet on v1 with v2 published, nothing frozen, no review needed
+    # When a rollout of v2 starts
+    with django_assert_num_queries(ROLLOUT_START_QUERIES + SAVEPOINT):
+        rollout = rollout_start(actor=publisher, fleet=fleet3, version=2)
+
+    # Then it is open at 5%
+    assert (rollout.stage, rollout.state) == (5, Rollout.State.ACTIVE)
+
+
 def test_rollout_start__two_rollouts__different_salts(fleet3: Any, publisher: Any) -> None:
     # Given a rollout of v2 that was rolled back
     first = rollout_start(actor=publisher, fleet=fleet3, version=2)
