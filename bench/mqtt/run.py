@@ -524,9 +524,7 @@ def _work_mode(args: argparse.Namespace) -> str:
     return "each_turn" if args.work_each_turn else "reads_over"
 
 
-def render_table(
-    rows: list[Row], memory: dict[str, dict[str, float]], work: str = "reads_over"
-) -> str:
+def render_table(rows: list[Row], memory: dict[str, dict[str, float]], work: str) -> str:
     header = (
         "| N | brokers | change | devices whose version changed "
         "| of which took the document then (a round trip) | ours last / median ms "

@@ -92,14 +92,14 @@ def state_payload(
     }
 
 
-def _locked_row(fleet_id: int) -> MqttFleetState:
+def _locked_row(fleet_id: int, **annotations: Any) -> MqttFleetState:
     """The fleet's row, locked until the transaction ends, with its fleet (the slug) and the
-    number of its newest published version (`published`) in the same query: the state's publish
-    waits on these queries, so the usual case is one round trip."""
+    caller's `annotations` in the same query: the state's publish waits on these queries, so the
+    usual case is one round trip."""
     rows = (
         MqttFleetState.objects.select_for_update(of=("self",))
         .select_related("fleet")
-        .annotate(published=latest_published_number_subquery())
+        .annotate(**annotations)
     )
     row = rows.filter(fleet_id=fleet_id).first()
     if row is None:  # the fleet's first publish
@@ -119,7 +119,7 @@ def _prefix() -> str:
 def fleet_state_publish(*, fleet_id: int, force: bool = False) -> bool:
     """Publish the fleet's state when it changed since the last publish, or when the broker did
     not acknowledge that one (or `force`: a fresh broker). True when a publish was made."""
-    row = _locked_row(fleet_id)
+    row = _locked_row(fleet_id, published=latest_published_number_subquery())
     slug = row.fleet.slug
     published: int | None = row.published  # type: ignore[attr-defined]  # the annotation
     state = state_payload(slug, fleet_assignment(fleet_id), published)

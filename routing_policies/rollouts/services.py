@@ -54,10 +54,6 @@ def _push_assignment_on_commit(fleet: Fleet, assignment: FleetAssignment) -> Non
     assignment_changed.send(sender=Rollout, fleet_id=fleet.pk, assignment=assignment)
 
 
-def _not_published(fleet: Fleet, number: int) -> NotFound:
-    return NotFound(f"Fleet {fleet.slug!r} has no published version {number}.")
-
-
 @dataclass(frozen=True, slots=True)
 class _ChangeTarget:
     """A published version and what may stand in the way of switching the fleet to it or of
@@ -88,7 +84,7 @@ def _change_target(fleet: Fleet, number: int) -> _ChangeTarget:
         .first()
     )
     if version is None:
-        raise _not_published(fleet, number)
+        raise NotFound(f"Fleet {fleet.slug!r} has no published version {number}.")
     facts: Any = version  # the row with the annotations above
     return _ChangeTarget(
         version=version,
