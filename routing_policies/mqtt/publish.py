@@ -16,12 +16,15 @@ broker does not acknowledge is left marked unpublished for `fleets_reconcile`.
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 from rest_framework.renderers import JSONRenderer
 
+from controlplane.prepared import Prepared
 from edge_sdk import mqtt_topics
 from edge_sdk.wire import PROTOBUF_MEDIA_TYPE, codec
 
@@ -92,21 +95,34 @@ def state_payload(
     }
 
 
-def _locked_row(fleet_id: int, **annotations: Any) -> MqttFleetState:
-    """The fleet's row, locked until the transaction ends, with its fleet (the slug) and the
-    caller's `annotations` in the same query: the state's publish waits on these queries, so the
-    usual case is one round trip."""
-    rows = (
-        MqttFleetState.objects.select_for_update(of=("self",))
-        .select_related("fleet")
-        .annotate(**annotations)
+def _locked(rows: Callable[[], QuerySet[Any, Any]]) -> Prepared:
+    """The fleet's row, locked until the transaction ends, with its fleet's slug (the topic's
+    name) and what `rows` reads of it, in one query compiled once (controlplane.prepared):
+    the state's publish waits on this read."""
+    return Prepared(
+        lambda fleet_id: rows().select_for_update(of=("self",)).filter(fleet_id=fleet_id),
+        "fleet_id",
     )
-    row = rows.filter(fleet_id=fleet_id).first()
+
+
+_STATE_ROW = _locked(
+    lambda: MqttFleetState.objects.annotate(published=latest_published_number_subquery()).values(
+        "seq", "state", "state_published", "fleet__slug", "published"
+    )
+)
+_PRESSURE_ROW = _locked(
+    lambda: MqttFleetState.objects.values("pressure", "pressure_published", "fleet__slug")
+)
+
+
+def _locked_row(read: Prepared, fleet_id: int) -> dict[str, Any]:
+    row = read.first(fleet_id=fleet_id)
     if row is None:  # the fleet's first publish
         MqttFleetState.objects.bulk_create(
             [MqttFleetState(fleet_id=fleet_id)], ignore_conflicts=True
         )
-        row = rows.get(fleet_id=fleet_id)
+        row = read.first(fleet_id=fleet_id)
+        assert row is not None
     return row
 
 
@@ -119,22 +135,19 @@ def _prefix() -> str:
 def fleet_state_publish(*, fleet_id: int, force: bool = False) -> bool:
     """Publish the fleet's state when it changed since the last publish, or when the broker did
     not acknowledge that one (or `force`: a fresh broker). True when a publish was made."""
-    row = _locked_row(fleet_id, published=latest_published_number_subquery())
-    slug = row.fleet.slug
-    published: int | None = row.published  # type: ignore[attr-defined]  # the annotation
-    state = state_payload(slug, fleet_assignment(fleet_id), published)
-    if row.state != state:
-        row.seq += 1
-        row.state = state
-        row.state_published = False
-    elif row.state_published and not force:
+    row = _locked_row(_STATE_ROW, fleet_id)
+    slug, seq = row["fleet__slug"], row["seq"]
+    state = state_payload(slug, fleet_assignment(fleet_id), row["published"])
+    if row["state"] != state:
+        seq += 1
+    elif row["state_published"] and not force:
         return False
     topic = mqtt_topics.fleet_state(_prefix(), slug)
-    row.state_published = publisher().publish(topic, _compact({"seq": row.seq, **state}))
-    row.save(update_fields=["seq", "state", "state_published", "updated_at"])
-    logger.info(
-        "mqtt.state_published fleet=%s seq=%d acknowledged=%s", slug, row.seq, row.state_published
+    acknowledged = publisher().publish(topic, _compact({"seq": seq, **state}))
+    MqttFleetState(fleet_id=fleet_id, seq=seq, state=state, state_published=acknowledged).save(
+        update_fields=["seq", "state", "state_published", "updated_at"]
     )
+    logger.info("mqtt.state_published fleet=%s seq=%d acknowledged=%s", slug, seq, acknowledged)
     return True
 
 
@@ -146,12 +159,12 @@ def _pressure_in_force(pressure: dict[str, float] | None, now: float) -> dict[st
 def fleet_pressure_publish(*, fleet_id: int, force: bool = False) -> bool:
     """Publish the fleet's cloud-pressure nudge (retained, expiring with its TTL) when it changed,
     or clear the retained one (an empty payload) when the nudge ended before its expiry."""
-    row = _locked_row(fleet_id)
+    row = _locked_row(_PRESSURE_ROW, fleet_id)
     now = time.time()
     live = cloud_pressure_live(fleet_id)
-    if live == _pressure_in_force(row.pressure, now) and row.pressure_published and not force:
+    if live == _pressure_in_force(row["pressure"], now) and row["pressure_published"] and not force:
         return False
-    slug = row.fleet.slug
+    slug = row["fleet__slug"]
     topic = mqtt_topics.fleet_cloud_pressure(_prefix(), slug)
     if live is None:
         published = publisher().publish(topic, b"")
@@ -159,9 +172,9 @@ def fleet_pressure_publish(*, fleet_id: int, force: bool = False) -> bool:
         ttl_s = int(live["until"] - now)
         payload = _compact({"theta_offset": live["theta_offset"], "ttl_s": ttl_s})
         published = publisher().publish(topic, payload, expiry_s=ttl_s)
-    row.pressure = live
-    row.pressure_published = published
-    row.save(update_fields=["pressure", "pressure_published", "updated_at"])
+    MqttFleetState(fleet_id=fleet_id, pressure=live, pressure_published=published).save(
+        update_fields=["pressure", "pressure_published", "updated_at"]
+    )
     return True
 
 

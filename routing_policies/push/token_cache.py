@@ -93,7 +93,7 @@ def _listen() -> None:
             client = redis.Redis.from_url(
                 settings.REDIS_URL, socket_timeout=2 * _PING_EVERY_S, socket_connect_timeout=2
             )
-            pubsub = client.pubsub()  # type: ignore[no-untyped-call]  # redis-py
+            pubsub = client.pubsub()
             pubsub.subscribe(push_channel())
             last_ping = time.monotonic()
             while True:

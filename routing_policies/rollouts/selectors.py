@@ -8,6 +8,8 @@ from typing import Any
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from controlplane.prepared import Prepared
+
 from ..assignment import FleetAssignment
 from ..policies.models import Fleet, PolicyVersion
 from .hooks import fleet_convergence_of, rollout_gate
@@ -42,17 +44,47 @@ def compared_rollout(fleet_id: int, since: datetime) -> Rollout | None:
     )
 
 
+_OPEN_ASSIGNMENT = Prepared(
+    lambda fleet_id: Rollout.objects.filter(
+        fleet_id=fleet_id, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED]
+    ).values(
+        "id",
+        "stage",
+        "salt",
+        "holdback",
+        "segment_rule",
+        "segment_name",
+        "stable__number",
+        "candidate__number",
+    )[:1],
+    "fleet_id",
+)
+_STABLE_NUMBER = Prepared(
+    lambda fleet_id: FleetRouting.objects.filter(fleet_id=fleet_id).values(
+        "stable_version__number"
+    )[:1],
+    "fleet_id",
+)
+
+
 def fleet_assignment(fleet_id: int) -> FleetAssignment:
     """What each device of the fleet must run now (stable, candidate, salt, stage). An open
-    rollout names both versions, so the routing row is read only when there is none."""
-    rollout = open_rollout(fleet_id)
+    rollout names both versions, so the routing row is read only when there is none. Both reads
+    are compiled once (controlplane.prepared): every device's push and hello waits on them."""
+    rollout = _OPEN_ASSIGNMENT.first(fleet_id=fleet_id)
     if rollout is not None:
-        return rollout_assignment(rollout)
-    routing = (
-        FleetRouting.objects.select_related("stable_version").filter(fleet_id=fleet_id).first()
-    )
-    stable = routing.stable_version.number if routing and routing.stable_version else None
-    return FleetAssignment(stable=stable)
+        return FleetAssignment(
+            stable=rollout["stable__number"],
+            candidate=rollout["candidate__number"],
+            salt=rollout["salt"],
+            percent=rollout["stage"],
+            rollout_id=rollout["id"],
+            holdback=rollout["holdback"],
+            scope=rollout["segment_rule"],
+            scope_name=rollout["segment_name"],
+        )
+    routing = _STABLE_NUMBER.first(fleet_id=fleet_id)
+    return FleetAssignment(stable=routing["stable_version__number"] if routing else None)
 
 
 def rollout_assignment(rollout: Rollout) -> FleetAssignment:
