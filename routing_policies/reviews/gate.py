@@ -153,12 +153,14 @@ def approval_consume(
     kind: str,
     version: PolicyVersion,
     needed: bool | None = None,
+    request_open: bool | None = None,
 ) -> ChangeRequest | None:
     """When the fleet needs an approval for `kind`, the approved open request of `version` is
     marked done (in the caller's transaction); without one the change is refused.
 
     `needed`: whether the fleet's review settings ask for one, when the caller read them
-    already (None: read here)."""
+    already (None: read here); `request_open`: whether `version` has an open request of `kind`,
+    when the caller read it already (None: read here; False spares the request's read)."""
     if needed is None:
         settings = review_settings_of(fleet)
         needed = (
@@ -171,6 +173,8 @@ def approval_consume(
         .select_related("version", "fleet")
         .filter(fleet=fleet, kind=kind, state=ChangeRequest.State.OPEN, version=version)
         .first()
+        if request_open is not False
+        else None
     )
     if request is None:
         if needed:

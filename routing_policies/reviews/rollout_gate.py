@@ -4,11 +4,10 @@ rollback, and the freeze the rollout status shows. Registered by `RoutingPolicie
 
 from typing import Any
 
-from django.db.models import Subquery, Value
+from django.db.models import Exists, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce
 
-from ..policies.models import Fleet
-from ..rollouts.hooks import RolloutGate, rollout_gate_register
+from ..rollouts.hooks import GatedChange, RolloutGate, rollout_gate_register
 from .gate import (
     approval_consume,
     fleet_freeze_open,
@@ -16,7 +15,7 @@ from .gate import (
     freeze_refuse,
     frozen_conflict,
 )
-from .models import FleetFreeze, ReviewSettings
+from .models import ChangeRequest, FleetFreeze, ReviewSettings
 from .selectors import freeze_out
 
 
@@ -24,10 +23,11 @@ def _freeze_status(fleet_id: int) -> dict[str, Any] | None:
     return freeze_out(fleet_freeze_open(fleet_id=fleet_id))
 
 
-def _switch_annotations(fleet: Fleet) -> dict[str, Any]:
-    """The fleet's open freeze and whether a switch needs an approval, as subqueries: the same
-    rows as `fleet_freeze_open` and `review_settings_of` read."""
-    open_freeze = FleetFreeze.objects.filter(fleet=fleet, released_at__isnull=True).order_by(
+def _change_annotations(fleet_id: Any, kind: GatedChange) -> dict[str, Any]:
+    """The fleet's open freeze, whether `kind` needs an approval and whether the version (the
+    row annotated) has an open change request of `kind`, as subqueries: the same rows as
+    `fleet_freeze_open`, `review_settings_of` and `approval_consume` read."""
+    open_freeze = FleetFreeze.objects.filter(fleet_id=fleet_id, released_at__isnull=True).order_by(
         "-frozen_at", "-id"
     )
     needs_default = ReviewSettings._meta.get_field("rollout_needs_approval").default
@@ -36,9 +36,19 @@ def _switch_annotations(fleet: Fleet) -> dict[str, Any]:
         "freeze_reason": Subquery(open_freeze.values("reason")[:1]),
         "needs_approval": Coalesce(
             Subquery(
-                ReviewSettings.objects.filter(fleet=fleet).values("rollout_needs_approval")[:1]
+                ReviewSettings.objects.filter(fleet_id=fleet_id).values("rollout_needs_approval")[
+                    :1
+                ]
             ),
             Value(needs_default),
+        ),
+        "request_open": Exists(
+            ChangeRequest.objects.filter(
+                fleet_id=fleet_id,
+                kind=kind,
+                state=ChangeRequest.State.OPEN,
+                version=OuterRef("pk"),
+            )
         ),
     }
 
@@ -52,6 +62,6 @@ def register() -> None:
             approval_consume=approval_consume,
             freeze_after_rollback=freeze_after_rollback,
             freeze_status=_freeze_status,
-            switch_annotations=_switch_annotations,
+            change_annotations=_change_annotations,
         )
     )

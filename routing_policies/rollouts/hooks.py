@@ -27,7 +27,8 @@ GatedChange = Literal["rollout_start", "switch"]
 class ApprovalConsume(Protocol):
     """When the fleet needs an approval for `kind`, mark the approved request of `version` done
     (in the caller's transaction), else refuse; `needed`: the fleet's setting when the caller
-    read it already (None: read it here)."""
+    read it already (None: read it here); `request_open`: whether `version` has an open request
+    of `kind`, when the caller read it already (None: read here)."""
 
     def __call__(
         self,
@@ -37,6 +38,7 @@ class ApprovalConsume(Protocol):
         kind: GatedChange,
         version: PolicyVersion,
         needed: bool | None = None,
+        request_open: bool | None = None,
     ) -> Any: ...
 
 
@@ -68,10 +70,12 @@ class RolloutGate:
     freeze_after_rollback: FreezeAfterRollback
     # The fleet's freeze as the rollout status shows it (None when it has none).
     freeze_status: Callable[[int], dict[str, Any] | None]
-    # Query expressions of a fleet's open freeze and whether a switch needs an approval:
-    # `freeze_id`, `freeze_reason`, `needs_approval`, read with the switch's target version in
-    # one round trip (fleet_switch_version is on the path of every device's push).
-    switch_annotations: Callable[[Fleet], dict[str, Any]]
+    # Query expressions, for a fleet (its id, or an expression of it) and a gated change, of
+    # the fleet's open freeze, whether the change needs an approval and whether the version
+    # annotated has an open change request of its kind: `freeze_id`, `freeze_reason`,
+    # `needs_approval`, `request_open`, read with the change's target version in one round trip
+    # (a switch and a rollout's start are on the path of every device's push).
+    change_annotations: Callable[[Any, GatedChange], dict[str, Any]]
 
 
 _gate: RolloutGate | None = None

@@ -18,16 +18,18 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists
+from django.db.models import Exists, QuerySet
 from django.utils import timezone
 
 from controlplane.exceptions import Conflict, NotFound, ValidationFailed
+from controlplane.prepared import Prepared
 
 from ..assignment import FleetAssignment
 from ..policies.audit import Actor, actor_name, actor_user, audit_of, audit_record
 from ..policies.models import Fleet, PolicyVersion
 from ..segments.selectors import rule_preview, segment_get
-from .hooks import rollout_gate
+from ..validation import MAX_VERSION
+from .hooks import GatedChange, rollout_gate
 from .models import MAX_CLOUD_PRESSURE_TTL_S as MAX_CLOUD_PRESSURE_TTL_S
 from .models import FleetRouting, Rollout, RolloutEvent
 from .selectors import open_rollout, rollout_assignment
@@ -64,34 +66,66 @@ class _ChangeTarget:
     freeze_id: int | None
     freeze_reason: str
     needs_approval: bool
+    request_open: bool  # the version has an open change request of the change's kind
 
 
-def _change_target(fleet: Fleet, number: int) -> _ChangeTarget:
-    """The published version `number`, the fleet's open rollout, open freeze and review
-    setting in one read: one round trip instead of four, on the path of every device's push
-    (bench/fanout, bench/mqtt). The same rows as the version's own read, `open_rollout` and the
-    gate's freeze and review settings read."""
-    version = (
-        PolicyVersion.objects.filter(fleet=fleet, number=number)
-        .annotate(
-            rollout_open=Exists(
-                Rollout.objects.filter(
-                    fleet=fleet, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED]
-                )
-            ),
-            **rollout_gate().switch_annotations(fleet),
-        )
-        .first()
-    )
-    if version is None:
+# One compiled read per gated change (controlplane.prepared): built on first use, once the
+# gate is registered.
+_TARGET_READS: dict[GatedChange, Prepared] = {}
+
+
+def _target_read(kind: GatedChange) -> Prepared:
+    read = _TARGET_READS.get(kind)
+    if read is None:
+
+        def target(fleet_id: int, number: int) -> QuerySet[Any, Any]:
+            # Typed loosely: the gate's annotations are named at run time.
+            annotated: QuerySet[Any, Any] = PolicyVersion.objects.filter(
+                fleet_id=fleet_id, number=number
+            ).annotate(
+                rollout_open=Exists(
+                    Rollout.objects.filter(
+                        fleet_id=fleet_id, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED]
+                    )
+                ),
+                **rollout_gate().change_annotations(fleet_id, kind),
+            )
+            return annotated.values(
+                "id",
+                "fleet_id",
+                "number",
+                "rollout_open",
+                "freeze_id",
+                "freeze_reason",
+                "needs_approval",
+                "request_open",
+            )[:1]
+
+        read = _TARGET_READS[kind] = Prepared(target, "fleet_id", "number")
+    return read
+
+
+def _change_target(fleet: Fleet, number: int, kind: GatedChange) -> _ChangeTarget:
+    """The published version `number`, the fleet's open rollout, open freeze, review setting
+    and the version's open change request of `kind` in one read, compiled once: one round trip
+    instead of five, on the path of every device's push (bench/fanout, bench/mqtt). The same
+    rows as the version's own read, `open_rollout` and the gate's reads."""
+    found = None
+    if 0 < number <= MAX_VERSION:  # outside: no version (and no SQL, as the ORM would do)
+        found = _target_read(kind).first(fleet_id=fleet.pk, number=number)
+    if found is None:
         raise NotFound(f"Fleet {fleet.slug!r} has no published version {number}.")
-    facts: Any = version  # the row with the annotations above
+    # The version as `.only("id", "fleet_id", "number")` gives it: the rest loads if asked.
+    version = PolicyVersion.from_db(
+        "default", ["id", "fleet_id", "number"], [found["id"], found["fleet_id"], found["number"]]
+    )
     return _ChangeTarget(
         version=version,
-        rollout_open=bool(facts.rollout_open),
-        freeze_id=facts.freeze_id,
-        freeze_reason=facts.freeze_reason or "",
-        needs_approval=bool(facts.needs_approval),
+        rollout_open=bool(found["rollout_open"]),
+        freeze_id=found["freeze_id"],
+        freeze_reason=found["freeze_reason"] or "",
+        needs_approval=bool(found["needs_approval"]),
+        request_open=bool(found["request_open"]),
     )
 
 
@@ -187,7 +221,7 @@ def rollout_start(
     `segment`, only the devices its rule matches (the rule as it is now, kept with the
     rollout) take part, the rest stay on stable."""
     routing = fleet_routing_lock(fleet)
-    target = _change_target(fleet, version)
+    target = _change_target(fleet, version, "rollout_start")
     candidate = target.version
     current = open_rollout(fleet.pk) if target.rollout_open else None
     if current is not None:
@@ -216,6 +250,7 @@ def rollout_start(
         kind="rollout_start",
         version=candidate,
         needed=target.needs_approval,
+        request_open=target.request_open,
     )
     now = timezone.now()
     rollout = Rollout.objects.create(
@@ -431,7 +466,7 @@ def rollout_rollback(
 def fleet_switch_version(*, actor: Actor, fleet: Fleet, version: int) -> FleetRouting:
     """Move the whole fleet to a published version at once (no stages); repeat is a no-op."""
     routing = fleet_routing_lock(fleet)
-    gate = _change_target(fleet, version)
+    gate = _change_target(fleet, version, "switch")
     target = gate.version
     if gate.rollout_open:
         raise Conflict(
@@ -446,7 +481,12 @@ def fleet_switch_version(*, actor: Actor, fleet: Fleet, version: int) -> FleetRo
             doing="switching the whole fleet",
         )
     rollout_gate().approval_consume(
-        actor=actor, fleet=fleet, kind="switch", version=target, needed=gate.needs_approval
+        actor=actor,
+        fleet=fleet,
+        kind="switch",
+        version=target,
+        needed=gate.needs_approval,
+        request_open=gate.request_open,
     )
     before = routing.stable_version.number if routing.stable_version else None
     routing.stable_version = target
