@@ -61,12 +61,24 @@ class _ChangeTarget:
     """A published version and what may stand in the way of switching the fleet to it or of
     starting its rollout."""
 
+    kind: GatedChange
     version: PolicyVersion
     rollout_open: bool
     freeze_id: int | None
     freeze_reason: str
     needs_approval: bool
     request_open: bool  # the version has an open change request of the change's kind
+
+    def approval_consume(self, *, actor: Actor, fleet: Fleet) -> None:
+        """The gate's approval for this change, from what was read with the target."""
+        rollout_gate().approval_consume(
+            actor=actor,
+            fleet=fleet,
+            kind=self.kind,
+            version=self.version,
+            needed=self.needs_approval,
+            request_open=self.request_open,
+        )
 
 
 # One compiled read per gated change (controlplane.prepared): built on first use, once the
@@ -120,6 +132,7 @@ def _change_target(fleet: Fleet, number: int, kind: GatedChange) -> _ChangeTarge
         "default", ["id", "fleet_id", "number"], [found["id"], found["fleet_id"], found["number"]]
     )
     return _ChangeTarget(
+        kind=kind,
         version=version,
         rollout_open=bool(found["rollout_open"]),
         freeze_id=found["freeze_id"],
@@ -244,14 +257,7 @@ def rollout_start(
             freeze_id=target.freeze_id, reason=target.freeze_reason, doing="starting a rollout"
         )
     scope = _scope_of(fleet, segment) if segment else None
-    gate.approval_consume(
-        actor=actor,
-        fleet=fleet,
-        kind="rollout_start",
-        version=candidate,
-        needed=target.needs_approval,
-        request_open=target.request_open,
-    )
+    target.approval_consume(actor=actor, fleet=fleet)
     now = timezone.now()
     rollout = Rollout.objects.create(
         fleet=fleet,
@@ -480,14 +486,7 @@ def fleet_switch_version(*, actor: Actor, fleet: Fleet, version: int) -> FleetRo
             reason=gate.freeze_reason,
             doing="switching the whole fleet",
         )
-    rollout_gate().approval_consume(
-        actor=actor,
-        fleet=fleet,
-        kind="switch",
-        version=target,
-        needed=gate.needs_approval,
-        request_open=gate.request_open,
-    )
+    gate.approval_consume(actor=actor, fleet=fleet)
     before = routing.stable_version.number if routing.stable_version else None
     routing.stable_version = target
     routing.save(update_fields=["stable_version", "updated_at"])
