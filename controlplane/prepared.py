@@ -14,15 +14,17 @@ arguments are compared by equality (`field=value`, `field__in=[...]` of fixed va
 a marker must reach the parameters unchanged, which compiling checks.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.exceptions import EmptyResultSet, FullResultSet
-from django.db import connections
-from django.db.models import QuerySet
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import Model, QuerySet
 from django.db.models.query import ValuesIterable
 from django.db.transaction import TransactionManagementError
+
+M = TypeVar("M", bound=Model)
 
 # Markers: integers inside a 32-bit column's range (Django finds nothing for a value outside
 # it, without SQL) that no key, count or number of this project reaches.
@@ -127,3 +129,12 @@ class Prepared:
 
 
 _UNLOCKED = _Compiled(sql="", params=[], names=[], converters=[], locks=False)
+
+
+def loaded(
+    model: type[M], row: Mapping[str, Any], columns: Sequence[str], using: str = DEFAULT_DB_ALIAS
+) -> M:
+    """The instance the ORM builds from these `columns` of a prepared read's `row` (attribute
+    names, e.g. `candidate_id`); the model's other fields are deferred, as with `.only()`, and
+    load if asked for."""
+    return model.from_db(using, list(columns), [row[column] for column in columns])

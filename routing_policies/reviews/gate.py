@@ -7,6 +7,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from controlplane.exceptions import Conflict
+from controlplane.prepared import Prepared
 
 from ..policies.audit import Actor, actor_name, audit_of
 from ..policies.models import Fleet, PolicyVersion
@@ -35,12 +36,16 @@ def fleet_freeze_open(*, fleet_id: int) -> FleetFreeze | None:
     return freeze
 
 
+# Every stage change asks this inside its transaction: two columns, no joins, compiled once
+# (controlplane.prepared).
+_HOLDING = Prepared(lambda fleet_id: _holding(fleet_id).values("pk", "reason")[:1], "fleet_id")
+
+
 def freeze_refuse(*, fleet: Fleet, doing: str) -> None:
     """Refuse `doing` (a rollout start, advance, switch) while the fleet is frozen."""
-    # Every stage change asks this inside its transaction: two columns, no joins.
-    freeze = _holding(fleet.pk).values_list("pk", "reason").first()
+    freeze = _HOLDING.first(fleet_id=fleet.pk)
     if freeze is not None:
-        raise frozen_conflict(freeze_id=freeze[0], reason=freeze[1], doing=doing)
+        raise frozen_conflict(freeze_id=freeze["pk"], reason=freeze["reason"], doing=doing)
 
 
 def frozen_conflict(*, freeze_id: int, reason: str, doing: str) -> Conflict:

@@ -22,7 +22,7 @@ from django.db.models import Exists, QuerySet
 from django.utils import timezone
 
 from controlplane.exceptions import Conflict, NotFound, ValidationFailed
-from controlplane.prepared import Prepared
+from controlplane.prepared import Prepared, loaded
 
 from ..assignment import FleetAssignment
 from ..policies.audit import Actor, actor_name, actor_user, audit_of, audit_record
@@ -127,10 +127,7 @@ def _change_target(fleet: Fleet, number: int, kind: GatedChange) -> _ChangeTarge
         found = _target_read(kind).first(fleet_id=fleet.pk, number=number)
     if found is None:
         raise NotFound(f"Fleet {fleet.slug!r} has no published version {number}.")
-    # The version as `.only("id", "fleet_id", "number")` gives it: the rest loads if asked.
-    version = PolicyVersion.from_db(
-        "default", ["id", "fleet_id", "number"], [found["id"], found["fleet_id"], found["number"]]
-    )
+    version = loaded(PolicyVersion, found, ["id", "fleet_id", "number"])
     return _ChangeTarget(
         kind=kind,
         version=version,
@@ -174,13 +171,29 @@ def _record(
     )
 
 
-def _open_locked(fleet: Fleet) -> Rollout | None:
-    return (
+_ROLLOUT_COLUMNS = [field.attname for field in Rollout._meta.concrete_fields]
+# Every transition of an open rollout starts here, inside its transaction: compiled once.
+_OPEN_LOCKED = Prepared(
+    lambda fleet_id: (
         Rollout.objects.select_for_update(of=("self",))
-        .select_related("candidate", "stable")
-        .filter(fleet=fleet, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED])
-        .first()
-    )
+        .filter(fleet_id=fleet_id, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED])
+        .values(*_ROLLOUT_COLUMNS, "candidate__number", "stable__number")[:1]
+    ),
+    "fleet_id",
+)
+
+
+def _open_locked(fleet: Fleet) -> Rollout | None:
+    """The fleet's open rollout, its row locked, with its two versions' numbers (the versions'
+    other fields load if asked for)."""
+    row = _OPEN_LOCKED.first(fleet_id=fleet.pk)
+    if row is None:
+        return None
+    rollout = loaded(Rollout, row, _ROLLOUT_COLUMNS)
+    for side in ("candidate", "stable"):
+        version = {"id": row[f"{side}_id"], "number": row[f"{side}__number"]}
+        setattr(rollout, side, loaded(PolicyVersion, version, ["id", "number"]))
+    return rollout
 
 
 def _no_rollout(fleet: Fleet) -> Conflict:
