@@ -26,8 +26,9 @@ from controlplane.openapi import json_or_protobuf
 
 from ..policies import delta_api
 from ..policies.apis import IF_NONE_MATCH
-from ..policies.deltas import MAX_VERSION_NUMBER, published_delta_json
+from ..policies.deltas import published_delta_json
 from ..policies.selectors import fleet_get, published_version_get, version_document
+from ..validation import MAX_VERSION
 
 IMMUTABLE = "public, max-age=31536000, immutable"
 
@@ -91,7 +92,7 @@ class PublishedDocumentApi(APIView):
         fleet = fleet_get(slug=slug)
         version = (
             published_version_get(fleet_id=fleet.pk, number=number)
-            if number <= MAX_VERSION_NUMBER
+            if number <= MAX_VERSION
             else None
         )
         if version is None:

@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from controlplane.exceptions import ValidationFailed
 from controlplane.openapi import ApiSerializer, query_params_validate
 
-from .deltas import MAX_VERSION_NUMBER
+from ..validation import MAX_VERSION
 from .schemas import PolicyDocumentSerializer
 
 __all__ = [
@@ -53,7 +53,7 @@ class DeltaQuerySerializer(ApiSerializer):
     component_name = "PolicyDeltaQuery"
     since = serializers.IntegerField(
         min_value=1,
-        max_value=MAX_VERSION_NUMBER,
+        max_value=MAX_VERSION,
         required=False,
         help_text="The published version the device holds (1 to 2,147,483,647).",
     )
@@ -116,7 +116,7 @@ def base_named(request: Request, *, a_im: bool) -> tuple[int | None, str | None]
         return None, None
     for tag in request.headers.get("If-None-Match", "").split(","):
         match = _VERSION_ETAG.match(tag.strip())
-        if match is not None and int(match.group(1)) <= MAX_VERSION_NUMBER:
+        if match is not None and int(match.group(1)) <= MAX_VERSION:
             return int(match.group(1)), tag.strip().removeprefix("W/")
     return None, None
 

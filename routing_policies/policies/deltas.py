@@ -13,12 +13,12 @@ from typing import Any, Final
 from django.conf import settings
 
 from ..delta import make_delta
+from ..validation import MAX_VERSION
 from .models import PolicyVersion
 from .selectors import published_version_get, version_document
 
-__all__ = ["MAX_VERSION_NUMBER", "delta_json", "delta_kept", "published_delta_json"]
+__all__ = ["delta_json", "delta_kept", "published_delta_json"]
 
-MAX_VERSION_NUMBER: Final = 2**31 - 1  # a PostgreSQL integer: no version is numbered above
 _COMPACT: Final = (",", ":")
 _NO_DELTA: Final = ""
 _CACHE_SIZE: Final = 1024
@@ -28,7 +28,7 @@ _made: OrderedDict[tuple[Any, ...], str] = OrderedDict()
 def delta_kept(*, base: int, target: int) -> bool:
     """Whether the control plane makes a delta from `base` to `target`: both published numbers
     at most POLICY_DELTA_WINDOW apart (a device further behind gets the whole document)."""
-    return 1 <= base <= MAX_VERSION_NUMBER and abs(target - base) <= settings.POLICY_DELTA_WINDOW
+    return 1 <= base <= MAX_VERSION and abs(target - base) <= settings.POLICY_DELTA_WINDOW
 
 
 def delta_json(base: dict[str, Any], target: dict[str, Any], *, full_size: int) -> str | None:
