@@ -94,7 +94,7 @@ class Prepared:
                 (column, converters, expression)
                 for column, (converters, expression) in compiler.get_converters(columns).items()
             ],
-            locks=query.select_for_update,
+            locks=query.select_for_update and compiler.connection.features.has_select_for_update,
         )
         self._compiled[using] = compiled
         return compiled
