@@ -104,11 +104,11 @@ class Prepared:
         if values.keys() != self._markers.keys():
             raise TypeError(f"Prepared: expected {sorted(self._markers)}, got {sorted(values)}")
         connection = connections[using]
-        if self._compiled.get(using, _UNLOCKED).locks and connection.get_autocommit():
+        compiled = self._compile(using)  # the first compile refuses a lock outside a transaction
+        if compiled.locks and connection.get_autocommit():
             raise TransactionManagementError(
                 "select_for_update cannot be used outside of a transaction."
             )
-        compiled = self._compile(using)
         by_marker = {self._markers[name]: value for name, value in values.items()}
         with connection.cursor() as cursor:
             cursor.execute(compiled.sql, [_bind(p, by_marker) for p in compiled.params])
@@ -126,9 +126,6 @@ class Prepared:
         """The first row for `values`, or None (the queryset orders and limits as it needs)."""
         found = self.rows(using, **values)
         return found[0] if found else None
-
-
-_UNLOCKED = _Compiled(sql="", params=[], names=[], converters=[], locks=False)
 
 
 def loaded(

@@ -10,7 +10,7 @@ from ..assignment import FleetAssignment
 from ..policies import signals
 from ..policies.models import Fleet, PolicyVersion
 from .models import FleetRouting, Rollout
-from .selectors import fleet_running
+from .selectors import fleet_running, open_rollouts
 from .signals import assignment_changed
 
 
@@ -35,13 +35,11 @@ def first_version_adopt(sender: type, *, fleet: Fleet, version: PolicyVersion, *
 
 def running_annotations() -> dict[str, Any]:
     """What each fleet of a list runs: its stable number, its open rollout's candidate, stage."""
-    open_rollouts = Rollout.objects.filter(
-        fleet=OuterRef("pk"), state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED]
-    )
+    rollout = open_rollouts(OuterRef("pk"))
     return {
         "stable_number": F("routing__stable_version__number"),
-        "candidate_number": Subquery(open_rollouts.values("candidate__number")[:1]),
-        "candidate_stage": Subquery(open_rollouts.values("stage")[:1]),
+        "candidate_number": Subquery(rollout.values("candidate__number")[:1]),
+        "candidate_stage": Subquery(rollout.values("stage")[:1]),
     }
 
 

@@ -5,10 +5,10 @@ history of its rollouts. (Convergence and propagation are the devices' reads:
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Max, Q
+from django.db.models import Max, Q, QuerySet
 from django.utils import timezone
 
-from controlplane.prepared import Prepared
+from controlplane.prepared import Prepared, loaded
 
 from ..assignment import FleetAssignment
 from ..policies.models import Fleet, PolicyVersion
@@ -21,15 +21,41 @@ ROLLOUT_HISTORY_LIMIT = 50
 NOT_ACKED_LIMIT = 20
 
 
+def open_rollouts(fleet_id: Any) -> QuerySet[Rollout]:
+    """The fleet's active or paused rollout (at most one) as a queryset; `fleet_id` may be an
+    expression (`OuterRef`) or a prepared read's marker."""
+    return Rollout.objects.filter(
+        fleet_id=fleet_id, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED]
+    )
+
+
 def open_rollout(fleet_id: int) -> Rollout | None:
     """The fleet's active or paused rollout."""
-    return (
-        Rollout.objects.filter(
-            fleet_id=fleet_id, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED]
-        )
-        .select_related("candidate", "stable")
-        .first()
-    )
+    return open_rollouts(fleet_id).select_related("candidate", "stable").first()
+
+
+_ROLLOUT_COLUMNS = [field.attname for field in Rollout._meta.concrete_fields]
+
+
+def open_rollout_row(fleet_id: Any, *, lock: bool = False) -> QuerySet[Any, Any]:
+    """The fleet's open rollout as one row of its columns and its two versions' numbers (for a
+    prepared read: controlplane.prepared; `rollout_loaded` makes it a Rollout), its row locked
+    with `lock`."""
+    rows = open_rollouts(fleet_id)
+    if lock:
+        rows = rows.select_for_update(of=("self",))
+    row: QuerySet[Any, Any] = rows.values(*_ROLLOUT_COLUMNS, "candidate__number", "stable__number")
+    return row[:1]
+
+
+def rollout_loaded(row: dict[str, Any]) -> Rollout:
+    """The Rollout of an `open_rollout_row`, its versions' numbers set as `select_related`
+    would (their other fields load if asked for)."""
+    rollout = loaded(Rollout, row, _ROLLOUT_COLUMNS)
+    for side in ("candidate", "stable"):
+        version = {"id": row[f"{side}_id"], "number": row[f"{side}__number"]}
+        setattr(rollout, side, loaded(PolicyVersion, version, ["id", "number"]))
+    return rollout
 
 
 def compared_rollout(fleet_id: int, since: datetime) -> Rollout | None:
@@ -44,21 +70,7 @@ def compared_rollout(fleet_id: int, since: datetime) -> Rollout | None:
     )
 
 
-_OPEN_ASSIGNMENT = Prepared(
-    lambda fleet_id: Rollout.objects.filter(
-        fleet_id=fleet_id, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED]
-    ).values(
-        "id",
-        "stage",
-        "salt",
-        "holdback",
-        "segment_rule",
-        "segment_name",
-        "stable__number",
-        "candidate__number",
-    )[:1],
-    "fleet_id",
-)
+_OPEN_ROLLOUT = Prepared(open_rollout_row, "fleet_id")
 _STABLE_NUMBER = Prepared(
     lambda fleet_id: FleetRouting.objects.filter(fleet_id=fleet_id).values(
         "stable_version__number"
@@ -71,18 +83,9 @@ def fleet_assignment(fleet_id: int) -> FleetAssignment:
     """What each device of the fleet must run now (stable, candidate, salt, stage). An open
     rollout names both versions, so the routing row is read only when there is none. Both reads
     are compiled once (controlplane.prepared): every device's push and hello waits on them."""
-    rollout = _OPEN_ASSIGNMENT.first(fleet_id=fleet_id)
+    rollout = _OPEN_ROLLOUT.first(fleet_id=fleet_id)
     if rollout is not None:
-        return FleetAssignment(
-            stable=rollout["stable__number"],
-            candidate=rollout["candidate__number"],
-            salt=rollout["salt"],
-            percent=rollout["stage"],
-            rollout_id=rollout["id"],
-            holdback=rollout["holdback"],
-            scope=rollout["segment_rule"],
-            scope_name=rollout["segment_name"],
-        )
+        return rollout_assignment(rollout_loaded(rollout))
     routing = _STABLE_NUMBER.first(fleet_id=fleet_id)
     return FleetAssignment(stable=routing["stable_version__number"] if routing else None)
 

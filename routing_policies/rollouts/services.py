@@ -11,6 +11,7 @@ Here are only the checks that need the database: the version is published, the r
 open, the fleet is not frozen.
 """
 
+import functools
 import logging
 import secrets
 from dataclasses import dataclass
@@ -32,7 +33,13 @@ from ..validation import MAX_VERSION
 from .hooks import GatedChange, rollout_gate
 from .models import MAX_CLOUD_PRESSURE_TTL_S as MAX_CLOUD_PRESSURE_TTL_S
 from .models import FleetRouting, Rollout, RolloutEvent
-from .selectors import open_rollout, rollout_assignment
+from .selectors import (
+    open_rollout,
+    open_rollout_row,
+    open_rollouts,
+    rollout_assignment,
+    rollout_loaded,
+)
 from .signals import assignment_changed, cloud_pressure_changed
 
 logger = logging.getLogger(__name__)
@@ -81,40 +88,31 @@ class _ChangeTarget:
         )
 
 
-# One compiled read per gated change (controlplane.prepared): built on first use, once the
-# gate is registered.
-_TARGET_READS: dict[GatedChange, Prepared] = {}
-
-
+@functools.cache
 def _target_read(kind: GatedChange) -> Prepared:
-    read = _TARGET_READS.get(kind)
-    if read is None:
+    """One compiled read per gated change (controlplane.prepared), made on first use, once the
+    gate is registered."""
 
-        def target(fleet_id: int, number: int) -> QuerySet[Any, Any]:
-            # Typed loosely: the gate's annotations are named at run time.
-            annotated: QuerySet[Any, Any] = PolicyVersion.objects.filter(
-                fleet_id=fleet_id, number=number
-            ).annotate(
-                rollout_open=Exists(
-                    Rollout.objects.filter(
-                        fleet_id=fleet_id, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED]
-                    )
-                ),
-                **rollout_gate().change_annotations(fleet_id, kind),
-            )
-            return annotated.values(
-                "id",
-                "fleet_id",
-                "number",
-                "rollout_open",
-                "freeze_id",
-                "freeze_reason",
-                "needs_approval",
-                "request_open",
-            )[:1]
+    def target(fleet_id: int, number: int) -> QuerySet[Any, Any]:
+        # Typed loosely: the gate's annotations are named at run time.
+        annotated: QuerySet[Any, Any] = PolicyVersion.objects.filter(
+            fleet_id=fleet_id, number=number
+        ).annotate(
+            rollout_open=Exists(open_rollouts(fleet_id)),
+            **rollout_gate().change_annotations(fleet_id, kind),
+        )
+        return annotated.values(
+            "id",
+            "fleet_id",
+            "number",
+            "rollout_open",
+            "freeze_id",
+            "freeze_reason",
+            "needs_approval",
+            "request_open",
+        )[:1]
 
-        read = _TARGET_READS[kind] = Prepared(target, "fleet_id", "number")
-    return read
+    return Prepared(target, "fleet_id", "number")
 
 
 def _change_target(fleet: Fleet, number: int, kind: GatedChange) -> _ChangeTarget:
@@ -171,29 +169,15 @@ def _record(
     )
 
 
-_ROLLOUT_COLUMNS = [field.attname for field in Rollout._meta.concrete_fields]
 # Every transition of an open rollout starts here, inside its transaction: compiled once.
-_OPEN_LOCKED = Prepared(
-    lambda fleet_id: (
-        Rollout.objects.select_for_update(of=("self",))
-        .filter(fleet_id=fleet_id, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED])
-        .values(*_ROLLOUT_COLUMNS, "candidate__number", "stable__number")[:1]
-    ),
-    "fleet_id",
-)
+_OPEN_LOCKED = Prepared(lambda fleet_id: open_rollout_row(fleet_id, lock=True), "fleet_id")
 
 
 def _open_locked(fleet: Fleet) -> Rollout | None:
     """The fleet's open rollout, its row locked, with its two versions' numbers (the versions'
     other fields load if asked for)."""
     row = _OPEN_LOCKED.first(fleet_id=fleet.pk)
-    if row is None:
-        return None
-    rollout = loaded(Rollout, row, _ROLLOUT_COLUMNS)
-    for side in ("candidate", "stable"):
-        version = {"id": row[f"{side}_id"], "number": row[f"{side}__number"]}
-        setattr(rollout, side, loaded(PolicyVersion, version, ["id", "number"]))
-    return rollout
+    return rollout_loaded(row) if row is not None else None
 
 
 def _no_rollout(fleet: Fleet) -> Conflict:
