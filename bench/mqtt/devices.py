@@ -115,7 +115,8 @@ def document_version(payload: bytes) -> int | None:
     return version if isinstance(version, int) else None
 
 
-WORK_MODES = ("reads_over", "each_turn", "as_read")
+WORK_MODES = ("reads_quiet", "reads_over", "each_turn", "as_read")
+QUIET_S = 0.002  # "reads_quiet": the process's reads have been quiet this long
 
 
 class Inbox:
@@ -124,8 +125,11 @@ class Inbox:
     fleet has its own processor, while here thousands share one. A device settles at its own
     receipt time plus its own handling time, measured. `work`:
 
-    - "reads_over" (since session 15): the work waits until a turn of the loop reads nothing
-      (the fan-out to this process is over), then each device's is done;
+    - "reads_quiet" (since session 17): the work waits until the process has read nothing for
+      `QUIET_S` (the fan-out to this process is over), then each device's is done;
+    - "reads_over" (session 15): the work waits until a turn of the loop reads nothing, which
+      can happen within a fan-out (the broker writes to a thousand sockets more slowly than
+      one process reads them), so a batch's work could still delay the rest's receipt;
     - "each_turn" (session 14): done after each turn's reads, so a turn's work still delays the
       next turn's reads (a fan-out read over several turns);
     - "as_read" (before session 14, `--shared-cpu`): each message handled as it is read, so every
@@ -137,17 +141,28 @@ class Inbox:
         self.work = work
         self.items: list[tuple[DeviceProtocol, str, bytes, float]] = []
         self.read_since_check = False
+        self.last_read = 0.0
 
     def put(self, device: "DeviceProtocol", topic: str, payload: bytes, received_at: float) -> None:
         if self.work == "as_read":
             device.on_message(topic, payload, received_at)
             return
+        self.last_read = time.monotonic()
         if not self.items:
-            asyncio.get_running_loop().call_soon(self.drain)
+            loop = asyncio.get_running_loop()
+            if self.work == "reads_quiet":
+                loop.call_later(QUIET_S, self.drain)
+            else:
+                loop.call_soon(self.drain)
         self.items.append((device, topic, payload, received_at))
         self.read_since_check = True
 
     def drain(self) -> None:
+        if self.work == "reads_quiet":
+            quiet = time.monotonic() - self.last_read
+            if quiet < QUIET_S:
+                asyncio.get_running_loop().call_later(QUIET_S - quiet, self.drain)
+                return
         # A callback scheduled now runs in the next turn before that turn's reads are handled,
         # so "nothing read since the last check" means a whole turn read nothing.
         if self.work == "reads_over" and self.read_since_check:

@@ -507,9 +507,12 @@ def _med(values: list[float]) -> float:
 
 
 CPU_MODES = {
-    "reads_over": "each device's handling of a message is done once its client process's socket "
-    "reads are over (a turn of the loop that read nothing) and it settles at its receipt plus "
-    "its own handling time, as devices with their own processors would (since session 15)",
+    "reads_quiet": "each device's handling of a message is done once its client process has read "
+    "nothing for 2 ms (the fan-out to it is over) and it settles at its receipt plus its own "
+    "handling time, as devices with their own processors would (since session 17)",
+    "reads_over": "each device's handling of a message is done once a turn of its client "
+    "process's loop reads nothing (which may fall within a fan-out) and it settles at its "
+    "receipt plus its own handling time (--work-turn-over: sessions 15 and 16)",
     "each_turn": "each device's handling of a message is done after the socket reads of that "
     "turn of the loop, so a turn's handling still delays the next turn's reads "
     "(--work-each-turn: session 14)",
@@ -521,7 +524,9 @@ CPU_MODES = {
 def _work_mode(args: argparse.Namespace) -> str:
     if args.shared_cpu:
         return "as_read"
-    return "each_turn" if args.work_each_turn else "reads_over"
+    if args.work_each_turn:
+        return "each_turn"
+    return "reads_over" if args.work_turn_over else "reads_quiet"
 
 
 def render_table(rows: list[Row], memory: dict[str, dict[str, float]], work: str) -> str:
@@ -660,6 +665,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "bench before session 14); by default a device's work is done once the process's "
         "socket reads are over and it settles at its receipt plus its own handling time, as "
         "devices that each have their own processor would",
+    )
+    parser.add_argument(
+        "--work-turn-over",
+        action="store_true",
+        help="each client process handles its messages once a turn of its loop reads nothing, "
+        "which can fall within a fan-out, so that work may delay the rest's receipt (sessions "
+        "15 and 16); by default once it has read nothing for 2 ms",
     )
     parser.add_argument(
         "--work-each-turn",

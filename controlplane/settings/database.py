@@ -8,6 +8,9 @@ if DATABASE_URL:
     # A psycopg connection pool per process (opt-in): under ASGI every request otherwise opens
     # a new PostgreSQL connection (~4 ms), which dominates small hot requests such as telemetry.
     DATABASE_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=0)
+    # Hot reads planned once per connection (controlplane/prepared.py); off behind a pooler in
+    # transaction mode, where a statement prepared on one server connection is not on the next.
+    DATABASE_PREPARED_READS = env.bool("DATABASE_PREPARED_READS", default=True)
     if DATABASE_POOL_MAX_SIZE > 0 and DATABASES["default"]["ENGINE"].endswith("postgresql"):
         DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django refuses persistent connections + pool
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {

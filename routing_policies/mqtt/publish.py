@@ -36,7 +36,12 @@ from ..policies.selectors import (
     published_version_get,
     version_document,
 )
-from ..rollouts.selectors import cloud_pressure_live, fleet_assignment
+from ..rollouts.selectors import (
+    assignment_of,
+    assignment_read,
+    cloud_pressure_live,
+    fleet_assignment,
+)
 from .client import publisher
 from .models import MqttFleetState
 
@@ -105,9 +110,11 @@ def _locked(rows: Callable[[], QuerySet[Any, Any]]) -> Prepared:
     )
 
 
-_STATE_ROW = _locked(
-    lambda: MqttFleetState.objects.annotate(published=latest_published_number_subquery()).values(
-        "seq", "state", "state_published", "fleet__slug", "published"
+_STATE_ROW = _locked(  # with what the fleet's devices must run now: one query
+    lambda: assignment_read(
+        MqttFleetState.objects.annotate(published=latest_published_number_subquery()),
+        *("seq", "state", "state_published", "fleet__slug", "published"),
+        fleet="fleet",
     )
 )
 _PRESSURE_ROW = _locked(
@@ -137,7 +144,7 @@ def fleet_state_publish(*, fleet_id: int, force: bool = False) -> bool:
     not acknowledge that one (or `force`: a fresh broker). True when a publish was made."""
     row = _locked_row(_STATE_ROW, fleet_id)
     slug, seq = row["fleet__slug"], row["seq"]
-    state = state_payload(slug, fleet_assignment(fleet_id), row["published"])
+    state = state_payload(slug, assignment_of(row, "fleet"), row["published"])
     if row["state"] != state:
         seq += 1
     elif row["state_published"] and not force:

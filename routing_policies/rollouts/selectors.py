@@ -5,7 +5,7 @@ history of its rollouts. (Convergence and propagation are the devices' reads:
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Max, Q, QuerySet
+from django.db.models import FilteredRelation, Max, Q, QuerySet
 from django.utils import timezone
 
 from controlplane.prepared import Prepared, loaded
@@ -48,14 +48,46 @@ def open_rollout_row(fleet_id: Any, *, lock: bool = False) -> QuerySet[Any, Any]
     return row[:1]
 
 
-def rollout_loaded(row: dict[str, Any]) -> Rollout:
-    """The Rollout of an `open_rollout_row`, its versions' numbers set as `select_related`
-    would (their other fields load if asked for)."""
-    rollout = loaded(Rollout, row, _ROLLOUT_COLUMNS)
+def rollout_loaded(row: dict[str, Any], prefix: str = "") -> Rollout:
+    """The Rollout of an `open_rollout_row` (or of an `assignment_read`'s row, its keys under
+    `prefix`), its versions' numbers set as `select_related` would (their other fields load if
+    asked for)."""
+    columns = {column: row[prefix + column] for column in _ROLLOUT_COLUMNS}
+    rollout = loaded(Rollout, columns, _ROLLOUT_COLUMNS)
     for side in ("candidate", "stable"):
-        version = {"id": row[f"{side}_id"], "number": row[f"{side}__number"]}
+        version = {"id": row[f"{prefix}{side}_id"], "number": row[f"{prefix}{side}__number"]}
         setattr(rollout, side, loaded(PolicyVersion, version, ["id", "number"]))
     return rollout
+
+
+_OPEN = "open_rollout__"  # an assignment_read's rollout columns
+
+
+def assignment_read(rows: QuerySet[Any, Any], *columns: str, fleet: str = "") -> QuerySet[Any, Any]:
+    """`rows`' `columns` and, in the same row, what `assignment_of` needs of the fleet at the
+    path `fleet` ("" when `rows` are fleets): its open rollout (its columns and its versions'
+    numbers) and its routing's stable number, both left-joined. One query where
+    `fleet_assignment` would be one or two: the state's publish waits on it (mqtt.publish)."""
+    path = f"{fleet}__" if fleet else ""
+    relation = f"{path}rollouts"
+    open_only = Q(**{f"{relation}__state__in": [Rollout.State.ACTIVE, Rollout.State.PAUSED]})
+    joined = rows.annotate(open_rollout=FilteredRelation(relation, condition=open_only))
+    read: QuerySet[Any, Any] = joined.values(
+        *columns,
+        *(_OPEN + column for column in _ROLLOUT_COLUMNS),
+        f"{_OPEN}candidate__number",
+        f"{_OPEN}stable__number",
+        f"{path}routing__stable_version__number",
+    )
+    return read
+
+
+def assignment_of(row: dict[str, Any], fleet: str = "") -> FleetAssignment:
+    """The FleetAssignment of an `assignment_read`'s row (`fleet` as given to it)."""
+    if row[f"{_OPEN}id"] is not None:
+        return rollout_assignment(rollout_loaded(row, _OPEN))
+    path = f"{fleet}__" if fleet else ""
+    return FleetAssignment(stable=row[f"{path}routing__stable_version__number"])
 
 
 def compared_rollout(fleet_id: int, since: datetime) -> Rollout | None:
@@ -70,24 +102,16 @@ def compared_rollout(fleet_id: int, since: datetime) -> Rollout | None:
     )
 
 
-_OPEN_ROLLOUT = Prepared(open_rollout_row, "fleet_id")
-_STABLE_NUMBER = Prepared(
-    lambda fleet_id: FleetRouting.objects.filter(fleet_id=fleet_id).values(
-        "stable_version__number"
-    )[:1],
-    "fleet_id",
+_ASSIGNMENT = Prepared(
+    lambda fleet_id: assignment_read(Fleet.objects.filter(pk=fleet_id).order_by()), "fleet_id"
 )
 
 
 def fleet_assignment(fleet_id: int) -> FleetAssignment:
-    """What each device of the fleet must run now (stable, candidate, salt, stage). An open
-    rollout names both versions, so the routing row is read only when there is none. Both reads
-    are compiled once (controlplane.prepared): every device's push and hello waits on them."""
-    rollout = _OPEN_ROLLOUT.first(fleet_id=fleet_id)
-    if rollout is not None:
-        return rollout_assignment(rollout_loaded(rollout))
-    routing = _STABLE_NUMBER.first(fleet_id=fleet_id)
-    return FleetAssignment(stable=routing["stable_version__number"] if routing else None)
+    """What each device of the fleet must run now (stable, candidate, salt, stage): one read,
+    compiled once (controlplane.prepared), since every device's push and hello waits on it."""
+    row = _ASSIGNMENT.first(fleet_id=fleet_id)
+    return assignment_of(row) if row is not None else FleetAssignment(stable=None)
 
 
 def rollout_assignment(rollout: Rollout) -> FleetAssignment:

@@ -45,16 +45,34 @@ from .signals import assignment_changed, cloud_pressure_changed
 logger = logging.getLogger(__name__)
 
 
+# `of=("self",)`: the stable version is a nullable join, and PostgreSQL refuses FOR UPDATE on
+# the nullable side of an outer join; only the routing row needs the lock anyway.
+_ROUTING_COLUMNS = [field.attname for field in FleetRouting._meta.concrete_fields]
+_ROUTING_LOCKED = Prepared(
+    lambda fleet_id: (
+        FleetRouting.objects.select_for_update(of=("self",))
+        .filter(fleet_id=fleet_id)
+        .values(*_ROUTING_COLUMNS, "stable_version__number")[:1]
+    ),
+    "fleet_id",
+)
+
+
 def fleet_routing_lock(fleet: Fleet) -> FleetRouting:
     """The fleet's routing row, locked until the transaction ends: every change of what the
-    fleet runs (a switch, a rollout's start or end, cloud pressure, the enrolment key) takes it."""
-    # `of=("self",)`: the stable version is a nullable join, and PostgreSQL refuses FOR UPDATE
-    # on the nullable side of an outer join; only the routing row needs the lock anyway.
-    locked = FleetRouting.objects.select_for_update(of=("self",)).select_related("stable_version")
-    routing = locked.filter(fleet=fleet).first()
-    if routing is None:  # fleets made before routing rows existed, or by hand
+    fleet runs (a switch, a rollout's start or end, cloud pressure, the enrolment key) takes it.
+    Compiled once (controlplane.prepared), with its stable version's number as `select_related`
+    gave it (the version's other fields load if asked for)."""
+    row = _ROUTING_LOCKED.first(fleet_id=fleet.pk)
+    if row is None:  # fleets made before routing rows existed, or by hand
         FleetRouting.objects.get_or_create(fleet=fleet)
-        routing = locked.get(fleet=fleet)
+        row = _ROUTING_LOCKED.first(fleet_id=fleet.pk)
+        assert row is not None
+    routing = loaded(FleetRouting, row, _ROUTING_COLUMNS)
+    stable = {"id": row["stable_version_id"], "number": row["stable_version__number"]}
+    routing.stable_version = (
+        loaded(PolicyVersion, stable, ["id", "number"]) if stable["id"] is not None else None
+    )
     return routing
 
 

@@ -39,16 +39,85 @@ def test_rows_equal_the_orms_for_each_calls_values(
     assert read.first(fleet_id=10**6) is None
 
 
-def test_one_statement_run_with_each_calls_values(fleet: Any) -> None:
+def test_columns_keep_the_order_values_gave_them(
+    fleet: Any, publish_version: Callable[..., Any]
+) -> None:
+    """An annotation named between fields (Django 5.2 selects in the order given): each value
+    under its own key, as the ORM's."""
+    publish_version(fleet, threshold=0.7)
+
+    def build(fleet_id: Any) -> Any:
+        return (
+            PolicyVersion.objects.filter(fleet_id=fleet_id, number__isnull=False)
+            .annotate(sibling_count=Count("fleet__versions"))
+            .order_by("number")
+            .values("number", "sibling_count", "fleet__slug", "published_at")
+        )
+
+    rows = Prepared(build, "fleet_id").rows(fleet_id=fleet.pk)
+    assert rows == list(build(fleet.pk))
+    assert [(r["number"], r["sibling_count"], r["fleet__slug"]) for r in rows] == [
+        (1, 2, fleet.slug),
+        (2, 2, fleet.slug),
+    ]
+
+
+def _prepared_statements() -> dict[str, str]:
+    with transaction.get_connection().cursor() as cursor:
+        cursor.execute("SELECT name, statement FROM pg_prepared_statements")
+        return dict(cursor.fetchall())
+
+
+def test_one_statement_planned_once_per_connection_and_run_with_each_calls_values(
+    fleet: Any,
+) -> None:
     read = Prepared(_versions, "fleet_id", "number")
     with CaptureQueriesContext(transaction.get_connection()) as queries:
         for _ in range(3):
             assert read.first(fleet_id=fleet.pk, number=1)["number"] == 1  # type: ignore[index]
             assert read.first(fleet_id=fleet.pk, number=9) is None
-    assert len(queries) == 6  # one query per call
-    # The same statement each time, with the call's values in it (the number 1, then 9).
-    assert len({q["sql"] for q in queries}) == 2
-    assert all(f"= {fleet.pk}" in q["sql"] for q in queries)
+    assert len(queries) == 6  # one query per call: the PREPARE is the connection's setup
+    sql = [q["sql"] for q in queries]
+    # The connection's first run is the SQL itself, with the call's values in it; the second
+    # prepares it, and every run from then on executes it with the call's values.
+    assert sql[0].startswith("SELECT")
+    assert f"= {fleet.pk}" in sql[0]
+    name = sql[1].split()[1].split("(")[0]
+    assert sql[1:] == [f"EXECUTE {name}({fleet.pk}, {n})" for n in (9, 1, 9, 1, 9)]
+    statement = _prepared_statements()[name]
+    assert ("$1" in statement, "$2" in statement, "%s" in statement) == (True, True, False)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_outlives_a_rollback_and_a_new_connection_prepares_its_own(
+    fleet: Any,
+) -> None:
+    read = Prepared(_versions, "fleet_id")
+
+    def prepare_then_fail() -> None:
+        with transaction.atomic():  # prepared, then rolled back
+            read.rows(fleet_id=fleet.pk)
+            read.rows(fleet_id=fleet.pk)
+            raise RuntimeError
+
+    with pytest.raises(RuntimeError):
+        prepare_then_fail()
+    with CaptureQueriesContext(transaction.get_connection()) as queries:
+        assert read.first(fleet_id=fleet.pk)["number"] == 1  # type: ignore[index]
+    assert queries[0]["sql"].startswith("EXECUTE")  # still prepared: not again
+    transaction.get_connection().close()  # a new connection has no statement
+    for _ in range(3):
+        assert read.first(fleet_id=fleet.pk)["number"] == 1  # type: ignore[index]
+    assert len([n for n in _prepared_statements() if n.startswith("cp_")]) == 1
+
+
+def test_reads_are_not_prepared_when_turned_off(fleet: Any, settings: Any) -> None:
+    settings.DATABASE_PREPARED_READS = False
+    read = Prepared(_versions, "fleet_id")
+    with CaptureQueriesContext(transaction.get_connection()) as queries:
+        for _ in range(3):
+            assert read.first(fleet_id=fleet.pk)["number"] == 1  # type: ignore[index]
+    assert all(q["sql"].startswith("SELECT") for q in queries)
 
 
 def test_a_locking_read_compiles_inside_the_callers_transaction(fleet: Any) -> None:
@@ -128,3 +197,6 @@ def test_the_fleets_assignment_through_a_rollouts_life(
     rollout_rollback(actor=None, fleet=fleet, reason="test", automatic=False)
     back = fleet_assignment(fleet.pk)
     assert (back.stable, back.candidate, back.rollout_id) == (1, None, None)
+    with CaptureQueriesContext(transaction.get_connection()) as queries:
+        fleet_assignment(fleet.pk)  # with no open rollout, as with one: one read
+    assert len(queries) == 1
