@@ -33,9 +33,11 @@ document then).
 
 Since session 14 the devices also spread their acks as the SDK does (a random wait in
 [0, `--ack-jitter-s`], the SDK's `mqtt_ack_jitter_s`; the bench waits until every ack is out
-before the next measurement), and each client process handles a message after its socket reads
-of that turn of the loop, a device settling at its own receipt plus its own handling time, as
-devices with their own processors would (`--shared-cpu`: handled as read, the bench before).
+before the next measurement), and each client process handles its messages once its socket
+reads are over (since session 17: it has read nothing for 2 ms; `--work-turn-over`, sessions 15
+and 16: a turn of its loop read nothing), a device settling at its own receipt plus its own
+handling time, as devices with their own processors would (`--shared-cpu`: handled as read, the
+bench before session 14).
 
 Measured:
 - ours: from just before the service call to the LAST device running its version for the new
