@@ -90,7 +90,7 @@ class Rollout(models.Model):
     @property
     def is_open(self) -> bool:
         """Active or paused: it still decides what part of the fleet runs."""
-        return self.state in (self.State.ACTIVE, self.State.PAUSED)
+        return self.state in OPEN_STATES
 
     @property
     def candidate_share(self) -> int:
@@ -107,6 +107,10 @@ class Rollout(models.Model):
         """The stage `advance` moves to, or None at 100%."""
         later = [s for s in self.STAGES if s > self.stage]
         return later[0] if later else None
+
+
+# A rollout that still decides what part of the fleet runs (at most one per fleet).
+OPEN_STATES = (Rollout.State.ACTIVE, Rollout.State.PAUSED)
 
 
 class RolloutEvent(models.Model):

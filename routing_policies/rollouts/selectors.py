@@ -13,7 +13,7 @@ from controlplane.prepared import Prepared, loaded
 from ..assignment import FleetAssignment
 from ..policies.models import Fleet, PolicyVersion
 from .hooks import fleet_convergence_of, rollout_gate
-from .models import FleetRouting, Rollout, RolloutEvent
+from .models import OPEN_STATES, FleetRouting, Rollout, RolloutEvent
 
 ROLLOUT_HISTORY_LIMIT = 50
 # How many of the devices that have not acked their version the rollout status names (it
@@ -24,9 +24,7 @@ NOT_ACKED_LIMIT = 20
 def open_rollouts(fleet_id: Any) -> QuerySet[Rollout]:
     """The fleet's active or paused rollout (at most one) as a queryset; `fleet_id` may be an
     expression (`OuterRef`) or a prepared read's marker."""
-    return Rollout.objects.filter(
-        fleet_id=fleet_id, state__in=[Rollout.State.ACTIVE, Rollout.State.PAUSED]
-    )
+    return Rollout.objects.filter(fleet_id=fleet_id, state__in=OPEN_STATES)
 
 
 def open_rollout(fleet_id: int) -> Rollout | None:
@@ -70,7 +68,7 @@ def assignment_read(rows: QuerySet[Any, Any], *columns: str, fleet: str = "") ->
     `fleet_assignment` would be one or two: the state's publish waits on it (mqtt.publish)."""
     path = f"{fleet}__" if fleet else ""
     relation = f"{path}rollouts"
-    open_only = Q(**{f"{relation}__state__in": [Rollout.State.ACTIVE, Rollout.State.PAUSED]})
+    open_only = Q(**{f"{relation}__state__in": OPEN_STATES})
     joined = rows.annotate(open_rollout=FilteredRelation(relation, condition=open_only))
     read: QuerySet[Any, Any] = joined.values(
         *columns,
