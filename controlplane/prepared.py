@@ -108,8 +108,7 @@ def _statement(connection: Any, compiled: _Compiled) -> str:
     it (on its `PREPARE_ON_RUN`th run, here), else its SQL."""
     if not compiled.statement:
         return compiled.sql
-    connection.ensure_connection()
-    raw = connection.connection
+    raw = connection.connection  # connected: called with a cursor open
     runs = _runs.setdefault(raw, {})
     count = runs.get(compiled.statement, 0)
     if count < 0:

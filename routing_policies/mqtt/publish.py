@@ -144,7 +144,7 @@ def fleet_state_publish(*, fleet_id: int, force: bool = False) -> bool:
     not acknowledge that one (or `force`: a fresh broker). True when a publish was made."""
     row = _locked_row(_STATE_ROW, fleet_id)
     slug, seq = row["fleet__slug"], row["seq"]
-    state = state_payload(slug, assignment_of(row, "fleet"), row["published"])
+    state = state_payload(slug, assignment_of(row), row["published"])
     if row["state"] != state:
         seq += 1
     elif row["state_published"] and not force:

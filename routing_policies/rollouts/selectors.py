@@ -5,7 +5,7 @@ history of its rollouts. (Convergence and propagation are the devices' reads:
 from datetime import datetime
 from typing import Any
 
-from django.db.models import FilteredRelation, Max, Q, QuerySet
+from django.db.models import F, FilteredRelation, Max, Q, QuerySet
 from django.utils import timezone
 
 from controlplane.prepared import Prepared, loaded
@@ -53,12 +53,21 @@ def rollout_loaded(row: dict[str, Any], prefix: str = "") -> Rollout:
     columns = {column: row[prefix + column] for column in _ROLLOUT_COLUMNS}
     rollout = loaded(Rollout, columns, _ROLLOUT_COLUMNS)
     for side in ("candidate", "stable"):
-        version = {"id": row[f"{prefix}{side}_id"], "number": row[f"{prefix}{side}__number"]}
-        setattr(rollout, side, loaded(PolicyVersion, version, ["id", "number"]))
+        version = version_numbered(row[f"{prefix}{side}_id"], row[f"{prefix}{side}__number"])
+        setattr(rollout, side, version)
     return rollout
 
 
+def version_numbered(version_id: int | None, number: int | None) -> PolicyVersion | None:
+    """The version `version_id` with its number, as `select_related` would have set it on the
+    row that names it (its other fields load if asked for); None for no version."""
+    if version_id is None:
+        return None
+    return loaded(PolicyVersion, {"id": version_id, "number": number}, ["id", "number"])
+
+
 _OPEN = "open_rollout__"  # an assignment_read's rollout columns
+_STABLE = "assignment_stable"  # and its routing's stable number
 
 
 def assignment_read(rows: QuerySet[Any, Any], *columns: str, fleet: str = "") -> QuerySet[Any, Any]:
@@ -75,17 +84,16 @@ def assignment_read(rows: QuerySet[Any, Any], *columns: str, fleet: str = "") ->
         *(_OPEN + column for column in _ROLLOUT_COLUMNS),
         f"{_OPEN}candidate__number",
         f"{_OPEN}stable__number",
-        f"{path}routing__stable_version__number",
+        **{_STABLE: F(f"{path}routing__stable_version__number")},
     )
     return read
 
 
-def assignment_of(row: dict[str, Any], fleet: str = "") -> FleetAssignment:
-    """The FleetAssignment of an `assignment_read`'s row (`fleet` as given to it)."""
+def assignment_of(row: dict[str, Any]) -> FleetAssignment:
+    """The FleetAssignment of an `assignment_read`'s row."""
     if row[f"{_OPEN}id"] is not None:
         return rollout_assignment(rollout_loaded(row, _OPEN))
-    path = f"{fleet}__" if fleet else ""
-    return FleetAssignment(stable=row[f"{path}routing__stable_version__number"])
+    return FleetAssignment(stable=row[_STABLE])
 
 
 def compared_rollout(fleet_id: int, since: datetime) -> Rollout | None:

@@ -39,6 +39,7 @@ from .selectors import (
     open_rollouts,
     rollout_assignment,
     rollout_loaded,
+    version_numbered,
 )
 from .signals import assignment_changed, cloud_pressure_changed
 
@@ -69,9 +70,8 @@ def fleet_routing_lock(fleet: Fleet) -> FleetRouting:
         row = _ROUTING_LOCKED.first(fleet_id=fleet.pk)
         assert row is not None
     routing = loaded(FleetRouting, row, _ROUTING_COLUMNS)
-    stable = {"id": row["stable_version_id"], "number": row["stable_version__number"]}
-    routing.stable_version = (
-        loaded(PolicyVersion, stable, ["id", "number"]) if stable["id"] is not None else None
+    routing.stable_version = version_numbered(
+        row["stable_version_id"], row["stable_version__number"]
     )
     return routing
 
